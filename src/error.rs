@@ -1,0 +1,94 @@
+//! The crate's single error type: every failure a caller can see is one of these variants.
+
+use thiserror::Error;
+
+/// Shorthand for `Result<T, emberlm::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in emberlm, with enough context to act on.
+#[derive(Debug, Clone, Error)]
+pub enum Error {
+    /// No GPU adapter matched the request (no WebGPU in this browser, no Vulkan driver, ...).
+    #[error("no GPU adapter available: {0}")]
+    NoAdapter(String),
+
+    /// The adapter refused to create a device with the requested features and limits.
+    #[error("could not create a GPU device on `{adapter}`: {message}")]
+    RequestDevice {
+        /// Name of the adapter that refused.
+        adapter: String,
+        /// The driver's or browser's reason.
+        message: String,
+    },
+
+    /// The GPU device was lost (driver reset, tab backgrounded too long, `device.destroy()`).
+    /// The context is unusable; create a new one.
+    #[error("GPU device lost ({reason}): {message}")]
+    DeviceLost {
+        /// `destroyed` or `unknown`, as reported by the backend.
+        reason: String,
+        /// The backend's message.
+        message: String,
+    },
+
+    /// A GPU error that no error scope captured (validation, out of memory, internal).
+    #[error("GPU {kind} error: {message}")]
+    Gpu {
+        /// `validation`, `out-of-memory` or `internal`.
+        kind: &'static str,
+        /// The backend's message.
+        message: String,
+    },
+
+    /// A WGSL kernel failed to preprocess, compile or link into a pipeline.
+    #[error("shader `{file}` entry point `{entry}`: {message}")]
+    Shader {
+        /// Shader file name under `shaders/`.
+        file: String,
+        /// Entry point.
+        entry: String,
+        /// Compiler or preprocessor message.
+        message: String,
+    },
+
+    /// Reading a buffer back from the GPU failed or timed out.
+    #[error("GPU readback of `{buffer}` failed: {message}")]
+    Readback {
+        /// Label of the buffer being read.
+        buffer: String,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// A request exceeds one of the device's limits; nothing was allocated.
+    #[error("`{what}` needs {needed} but the device limit `{limit}` is {allowed}")]
+    Limit {
+        /// What was being created (buffer label, dispatch, ...).
+        what: String,
+        /// Name of the WebGPU limit.
+        limit: &'static str,
+        /// The amount requested.
+        needed: u64,
+        /// The device's limit.
+        allowed: u64,
+    },
+
+    /// A caller-supplied argument is out of range or inconsistent.
+    #[error("invalid argument `{name}`: {message}")]
+    InvalidArgument {
+        /// Parameter name.
+        name: &'static str,
+        /// Why it is invalid, including the allowed range.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Builds an [`Error::InvalidArgument`].
+    pub fn invalid(name: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            name,
+            message: message.into(),
+        }
+    }
+}

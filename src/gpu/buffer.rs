@@ -1,0 +1,184 @@
+//! Buffer creation checked against the device limits, and readback from GPU to CPU.
+
+use bytemuck::Pod;
+use wgpu::util::DeviceExt;
+
+use super::device::GpuContext;
+use crate::error::{Error, Result};
+
+/// Usage of buffers that kernels read or write and that tests may copy in and out.
+pub const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl GpuContext {
+    /// Fails with [`Error::Limit`] when a storage buffer of `bytes` cannot exist or be bound.
+    pub fn check_storage_size(&self, label: &str, bytes: u64) -> Result<()> {
+        let limits = self.limits();
+        for (limit, allowed) in [
+            ("maxBufferSize", limits.max_buffer_size),
+            (
+                "maxStorageBufferBindingSize",
+                limits.max_storage_buffer_binding_size,
+            ),
+        ] {
+            if bytes > allowed {
+                return Err(Error::Limit {
+                    what: format!("buffer `{label}`"),
+                    limit,
+                    needed: bytes,
+                    allowed,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A storage buffer holding `data` (at least 4 bytes, since empty bindings are invalid).
+    pub fn storage_from<T: Pod>(&self, label: &str, data: &[T]) -> Result<wgpu::Buffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.check_storage_size(label, bytes.len() as u64)?;
+        let contents: &[u8] = if bytes.is_empty() { &[0; 4] } else { bytes };
+        Ok(self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage: STORAGE_USAGE,
+            }))
+    }
+
+    /// A zero-filled storage buffer of `bytes` bytes (rounded up to a multiple of 4, at least 4).
+    pub fn storage_zeroed(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
+        let size = bytes.max(4).div_ceil(4) * 4;
+        self.check_storage_size(label, size)?;
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: STORAGE_USAGE,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// A uniform buffer holding one `value` (kernel parameters).
+    pub fn uniform_from<T: Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::bytes_of(value),
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+    }
+
+    /// Encodes one compute pass with `record`, submits it, and returns the submission index.
+    pub fn submit_pass(
+        &self,
+        label: &str,
+        record: impl FnOnce(&mut wgpu::ComputePass<'_>),
+    ) -> wgpu::SubmissionIndex {
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: None,
+            });
+            record(&mut pass);
+        }
+        self.queue.submit([encoder.finish()])
+    }
+
+    /// Lets the native backend run its pending callbacks (device loss is only reported from
+    /// there) without waiting for the GPU. The browser runs them from its event loop.
+    fn settle(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            // An error here is a lost device, which the callback has just recorded.
+            let _ = self.device.poll(wgpu::PollType::Poll);
+        }
+    }
+
+    /// Copies the first `len` f32 values of `src` to the CPU.
+    ///
+    /// Waits for all work submitted before it; returns the device's recorded failure (device
+    /// loss, validation error) instead of data when there is one, since the data would be garbage.
+    pub async fn read_f32(&self, src: &wgpu::Buffer, len: usize) -> Result<Vec<f32>> {
+        let bytes = self.read_bytes(src, len as u64 * 4).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Copies the first `bytes` bytes of `src` (a multiple of 4) to the CPU; see [`Self::read_f32`].
+    pub async fn read_bytes(&self, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+        let label = || format!("{src:?}");
+        if bytes % 4 != 0 || bytes > src.size() {
+            return Err(Error::Readback {
+                buffer: label(),
+                message: format!(
+                    "asked for {bytes} bytes of a {}-byte buffer (must be a multiple of 4 and fit)",
+                    src.size()
+                ),
+            });
+        }
+        self.settle();
+        self.check()?;
+        if bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("emberlm readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("emberlm readback"),
+            });
+        encoder.copy_buffer_to_buffer(src, 0, &staging, 0, bytes);
+        let _submission = self.queue.submit([encoder.finish()]);
+
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |result| {
+                // The receiver is only gone if the caller stopped waiting; nothing to report then.
+                let _ = tx.send(result);
+            });
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(_submission),
+                timeout: Some(self.options().readback_timeout),
+            })
+            .map_err(|e| {
+                self.settle();
+                self.check().err().unwrap_or(Error::Readback {
+                    buffer: label(),
+                    message: format!("waiting for the GPU: {e}"),
+                })
+            })?;
+        let mapped = rx.await.map_err(|_| Error::Readback {
+            buffer: label(),
+            message: "the map callback was dropped without being called".into(),
+        })?;
+        // A failed map is most often the symptom of device loss; report the cause when known.
+        self.settle();
+        self.check()?;
+        mapped.map_err(|e| Error::Readback {
+            buffer: label(),
+            message: e.to_string(),
+        })?;
+        let data = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| Error::Readback {
+                buffer: label(),
+                message: e.to_string(),
+            })?
+            .to_vec();
+        staging.unmap();
+        Ok(data)
+    }
+}

@@ -1,0 +1,13 @@
+//! Everything that touches the GPU: the device context, buffers, the kernel cache and the
+//! typed kernels built on it.
+
+#[cfg(target_arch = "wasm32")]
+mod browser;
+pub mod buffer;
+pub mod device;
+pub mod kernels;
+pub mod ops;
+
+pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
+pub use kernels::{Defines, KernelCache, ShaderFile};
+pub use ops::{KernelBinding, MatVecF32, Reduction, RmsNorm};

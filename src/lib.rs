@@ -1,0 +1,16 @@
+//! emberlm: large-language-model text generation on WebGPU, in the browser (wasm32) and
+//! natively (wgpu on Vulkan, Metal or DX12).
+//!
+//! The crate is layered so that dependencies point one way: [`gpu`] (device, buffers, kernel
+//! cache, typed kernels) and the CPU [`model::reference`] sit under everything else; `web`
+//! (wasm32 only) converts between JavaScript and Rust and holds no logic of its own.
+
+pub mod error;
+pub mod gpu;
+pub mod model;
+
+#[cfg(target_arch = "wasm32")]
+pub mod web;
+
+pub use error::{Error, Result};
+pub use gpu::{AdapterReport, GpuContext, GpuOptions};

@@ -1,0 +1,3 @@
+//! Model math. For now: the CPU reference the GPU kernels are tested against.
+
+pub mod reference;

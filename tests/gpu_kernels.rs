@@ -1,0 +1,168 @@
+//! Native GPU tests (Vulkan; Mesa lavapipe in CI): kernels against the CPU reference, and GPU
+//! failures surfacing as errors.
+//!
+//! Without an adapter these tests print why and pass, unless `EMBERLM_REQUIRE_GPU=1` is set
+//! (as `./build.sh test` does), in which case they fail.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::kernel_cases::{self, reductions};
+use emberlm::gpu::{kernels::ShaderFile, Defines, KernelCache, MatVecF32, Reduction};
+use emberlm::{Error, GpuContext, GpuOptions};
+
+fn log(msg: &str) {
+    eprintln!("{msg}");
+}
+
+fn gpu_with(options: GpuOptions) -> Option<GpuContext> {
+    match pollster::block_on(GpuContext::new(options)) {
+        Ok(ctx) => {
+            log(&format!("GPU adapter: {}", ctx.report()));
+            Some(ctx)
+        }
+        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
+        }
+        Err(e) => {
+            log(&format!(
+                "SKIPPED: no usable GPU ({e}); set EMBERLM_REQUIRE_GPU=1 to make this a failure"
+            ));
+            None
+        }
+    }
+}
+
+fn gpu() -> Option<GpuContext> {
+    gpu_with(GpuOptions::default())
+}
+
+#[test]
+fn matvec_f32_matches_reference() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("matvec_f32", &log);
+    for reduction in reductions(&ctx) {
+        for bias in [false, true] {
+            pollster::block_on(kernel_cases::check_matvec(
+                &ctx, &cache, reduction, bias, &mut rng,
+            ))
+            .unwrap_or_else(|e| panic!("{e}"));
+            log(&format!("matvec_f32 {reduction:?} bias={bias}: ok"));
+        }
+    }
+}
+
+#[test]
+fn rms_norm_matches_reference() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("rms_norm", &log);
+    for reduction in reductions(&ctx) {
+        pollster::block_on(kernel_cases::check_rms_norm(&ctx, &cache, reduction, &mut rng))
+            .unwrap_or_else(|e| panic!("{e}"));
+        log(&format!("rms_norm {reduction:?}: ok"));
+    }
+}
+
+#[test]
+fn reductions_are_deterministic() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("determinism", &log);
+    for reduction in reductions(&ctx) {
+        pollster::block_on(kernel_cases::check_matvec_deterministic(
+            &ctx, &cache, reduction, &mut rng,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn pipelines_are_cached_by_defines() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let r = Reduction::Workgroup;
+    pollster::block_on(async {
+        MatVecF32::new(&ctx, &cache, r, false).await.unwrap();
+        MatVecF32::new(&ctx, &cache, r, false).await.unwrap();
+        assert_eq!(cache.len(), 1, "same key, one pipeline");
+        MatVecF32::new(&ctx, &cache, r, true).await.unwrap();
+        assert_eq!(cache.len(), 2, "bias is a different define");
+    });
+}
+
+#[test]
+fn broken_shader_is_an_error_naming_file_and_entry() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let bad = ShaderFile {
+        name: "broken.wgsl",
+        source: "@compute @workgroup_size(1) fn main() { let x: u32 = undefined_thing; }",
+    };
+    let err = pollster::block_on(cache.pipeline(&ctx, &bad, "main", &Defines::new()))
+        .expect_err("an undefined identifier must not compile");
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Shader { .. }), "{msg}");
+    assert!(msg.contains("broken.wgsl") && msg.contains("main"), "{msg}");
+    // the failure was captured by the scope, so the device is still healthy
+    ctx.check().expect("no stray uncaptured error");
+    assert!(cache.is_empty());
+}
+
+#[test]
+fn shape_mismatch_is_rejected_before_dispatch() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let op = pollster::block_on(MatVecF32::new(&ctx, &cache, Reduction::Workgroup, false)).unwrap();
+    let w = ctx.storage_zeroed("w", 4 * 10 * 10).unwrap();
+    let x = ctx.storage_zeroed("x", 4 * 10).unwrap();
+    let y = ctx.storage_zeroed("y", 4 * 9).unwrap();
+    let err = op.bind(&ctx, &w, &x, None, &y, 10, 10).unwrap_err();
+    assert!(err.to_string().contains("`y`"), "{err}");
+    let err = op.bind(&ctx, &w, &x, None, &y, 0, 10).unwrap_err();
+    assert!(err.to_string().contains("`rows`"), "{err}");
+    let err = op.bind(&ctx, &w, &x, Some(&x), &y, 9, 10).unwrap_err();
+    assert!(err.to_string().contains("`bias`"), "{err}");
+}
+
+#[test]
+fn oversized_buffer_fails_before_allocating() {
+    let Some(ctx) = gpu() else { return };
+    let too_big = ctx.limits().max_storage_buffer_binding_size + 4;
+    let err = ctx.storage_zeroed("kv cache", too_big).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Limit { .. }), "{msg}");
+    assert!(msg.contains("kv cache") && msg.contains("maxStorageBufferBindingSize"), "{msg}");
+}
+
+#[test]
+fn subgroup_reduction_without_the_feature_is_refused() {
+    let Some(ctx) = gpu_with(GpuOptions {
+        allow_subgroups: false,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    assert!(!ctx.has_subgroups());
+    let err = pollster::block_on(MatVecF32::new(
+        &ctx,
+        &KernelCache::new(),
+        Reduction::Subgroup,
+        false,
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("subgroups"), "{err}");
+}
+
+#[test]
+fn device_loss_is_an_error_not_a_panic() {
+    let Some(ctx) = gpu() else { return };
+    let buf = ctx.storage_from("data", &[1.0f32, 2.0, 3.0]).unwrap();
+    assert_eq!(pollster::block_on(ctx.read_f32(&buf, 3)).unwrap(), [1.0, 2.0, 3.0]);
+    ctx.destroy_for_test();
+    let err = pollster::block_on(ctx.read_f32(&buf, 3)).expect_err("a destroyed device reads nothing");
+    assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
+    assert!(ctx.is_lost());
+}

@@ -1,0 +1,83 @@
+//! Browser tests (wasm-bindgen-test in headless Chromium on WebGPU; SwiftShader in CI):
+//! the same kernel-vs-reference cases as the native tests. A missing WebGPU adapter fails.
+
+#![cfg(target_arch = "wasm32")]
+
+mod common;
+
+use common::kernel_cases::{self, reductions};
+use emberlm::gpu::KernelCache;
+use emberlm::{GpuContext, GpuOptions};
+use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn log(msg: &str) {
+    console_log!("{msg}");
+}
+
+async fn gpu() -> GpuContext {
+    let ctx = GpuContext::new(GpuOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
+    log(&format!("GPU adapter: {}", ctx.report()));
+    ctx
+}
+
+#[wasm_bindgen_test]
+async fn adapter_is_webgpu() {
+    let ctx = gpu().await;
+    let report = ctx.report();
+    assert_eq!(report.backend, "webgpu", "{report:?}");
+    assert!(report.limits.max_storage_buffer_binding_size >= 128 << 20, "{report:?}");
+}
+
+#[wasm_bindgen_test]
+async fn matvec_f32_matches_reference() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("matvec_f32 (browser)", &log);
+    for reduction in reductions(&ctx) {
+        for bias in [false, true] {
+            kernel_cases::check_matvec(&ctx, &cache, reduction, bias, &mut rng)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            log(&format!("matvec_f32 {reduction:?} bias={bias}: ok"));
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+async fn rms_norm_matches_reference() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("rms_norm (browser)", &log);
+    for reduction in reductions(&ctx) {
+        kernel_cases::check_rms_norm(&ctx, &cache, reduction, &mut rng)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        log(&format!("rms_norm {reduction:?}: ok"));
+    }
+}
+
+#[wasm_bindgen_test]
+async fn reductions_are_deterministic() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("determinism (browser)", &log);
+    for reduction in reductions(&ctx) {
+        kernel_cases::check_matvec_deterministic(&ctx, &cache, reduction, &mut rng)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[wasm_bindgen_test]
+async fn device_loss_is_an_error_not_a_panic() {
+    let ctx = gpu().await;
+    let buf = ctx.storage_from("data", &[1.0f32, 2.0]).unwrap();
+    assert_eq!(ctx.read_f32(&buf, 2).await.unwrap(), [1.0, 2.0]);
+    ctx.destroy_for_test();
+    let err = ctx.read_f32(&buf, 2).await.expect_err("a destroyed device reads nothing");
+    assert!(matches!(err, emberlm::Error::DeviceLost { .. }), "{err}");
+}
