@@ -60,8 +60,10 @@ fn rms_norm_matches_reference() {
     let cache = KernelCache::new();
     let mut rng = common::rng("rms_norm", &log);
     for reduction in reductions(&ctx) {
-        pollster::block_on(kernel_cases::check_rms_norm(&ctx, &cache, reduction, &mut rng))
-            .unwrap_or_else(|e| panic!("{e}"));
+        pollster::block_on(kernel_cases::check_rms_norm(
+            &ctx, &cache, reduction, &mut rng,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
         log(&format!("rms_norm {reduction:?}: ok"));
     }
 }
@@ -134,7 +136,10 @@ fn oversized_buffer_fails_before_allocating() {
     let err = ctx.storage_zeroed("kv cache", too_big).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::Limit { .. }), "{msg}");
-    assert!(msg.contains("kv cache") && msg.contains("maxStorageBufferBindingSize"), "{msg}");
+    assert!(
+        msg.contains("kv cache") && msg.contains("maxStorageBufferBindingSize"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -160,9 +165,13 @@ fn subgroup_reduction_without_the_feature_is_refused() {
 fn device_loss_is_an_error_not_a_panic() {
     let Some(ctx) = gpu() else { return };
     let buf = ctx.storage_from("data", &[1.0f32, 2.0, 3.0]).unwrap();
-    assert_eq!(pollster::block_on(ctx.read_f32(&buf, 3)).unwrap(), [1.0, 2.0, 3.0]);
+    assert_eq!(
+        pollster::block_on(ctx.read_f32(&buf, 3)).unwrap(),
+        [1.0, 2.0, 3.0]
+    );
     ctx.destroy_for_test();
-    let err = pollster::block_on(ctx.read_f32(&buf, 3)).expect_err("a destroyed device reads nothing");
+    let err =
+        pollster::block_on(ctx.read_f32(&buf, 3)).expect_err("a destroyed device reads nothing");
     assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
     assert!(ctx.is_lost());
 }

@@ -29,7 +29,10 @@ async fn adapter_is_webgpu() {
     let ctx = gpu().await;
     let report = ctx.report();
     assert_eq!(report.backend, "webgpu", "{report:?}");
-    assert!(report.limits.max_storage_buffer_binding_size >= 128 << 20, "{report:?}");
+    assert!(
+        report.limits.max_storage_buffer_binding_size >= 128 << 20,
+        "{report:?}"
+    );
 }
 
 #[wasm_bindgen_test]
@@ -78,6 +81,9 @@ async fn device_loss_is_an_error_not_a_panic() {
     let buf = ctx.storage_from("data", &[1.0f32, 2.0]).unwrap();
     assert_eq!(ctx.read_f32(&buf, 2).await.unwrap(), [1.0, 2.0]);
     ctx.destroy_for_test();
-    let err = ctx.read_f32(&buf, 2).await.expect_err("a destroyed device reads nothing");
+    let err = ctx
+        .read_f32(&buf, 2)
+        .await
+        .expect_err("a destroyed device reads nothing");
     assert!(matches!(err, emberlm::Error::DeviceLost { .. }), "{err}");
 }

@@ -111,7 +111,7 @@ impl GpuContext {
     /// Copies the first `bytes` bytes of `src` (a multiple of 4) to the CPU; see [`Self::read_f32`].
     pub async fn read_bytes(&self, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
         let label = || format!("{src:?}");
-        if bytes % 4 != 0 || bytes > src.size() {
+        if !bytes.is_multiple_of(4) || bytes > src.size() {
             return Err(Error::Readback {
                 buffer: label(),
                 message: format!(

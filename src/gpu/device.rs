@@ -175,7 +175,8 @@ impl GpuContext {
     ///
     /// Natively the backend list honours `WGPU_BACKEND`; in the browser it is WebGPU.
     pub async fn new(options: GpuOptions) -> Result<Self> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
             .request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference: options.power_preference,
@@ -281,8 +282,7 @@ impl GpuContext {
                 max_buffer_size: limits.max_buffer_size,
                 max_storage_buffers_per_shader_stage: limits.max_storage_buffers_per_shader_stage,
                 max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
-                max_compute_invocations_per_workgroup: limits
-                    .max_compute_invocations_per_workgroup,
+                max_compute_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
                 max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
             },
         };

