@@ -20,8 +20,11 @@ log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
 
-# rustup installs into ~/.cargo/bin, which a fresh shell may not have on PATH yet.
-if [ -d "$HOME/.cargo/bin" ]; then export PATH="$HOME/.cargo/bin:$PATH"; fi
+# rustup and `cargo install` put programs in $CARGO_HOME/bin, which a fresh shell may not have
+# on PATH yet.
+CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
+mkdir -p "$CARGO_BIN"
+export PATH="$CARGO_BIN:$PATH"
 have cargo || die "cargo not found: install Rust with rustup (https://rustup.rs) first"
 # The Vulkan loader complains on every start without it; a private one is enough for tests.
 if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -d "$XDG_RUNTIME_DIR" ]; then
