@@ -73,6 +73,43 @@ pub enum Error {
         allowed: u64,
     },
 
+    /// A model file (GGUF, safetensors, config.json, tokenizer.json, ...) is malformed, truncated
+    /// or inconsistent. `message` names the field, tensor, offset or limit involved.
+    #[error("{file}: {message}")]
+    Format {
+        /// The file (or input) name.
+        file: String,
+        /// What is wrong, and where.
+        message: String,
+    },
+
+    /// A file is well formed but uses something emberlm does not implement (a tensor type, an
+    /// architecture, a tokenizer model).
+    #[error("{file}: unsupported {what}")]
+    Unsupported {
+        /// The file (or input) name.
+        file: String,
+        /// What is unsupported, e.g. "tensor type IQ2_XS (16) in tensor `blk.0.attn_q.weight`".
+        what: String,
+    },
+
+    /// Reading a file failed.
+    #[error("cannot read `{path}`: {message}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The operating system's message.
+        message: String,
+    },
+
+    /// Building or running the tokenizer failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    /// Parsing or rendering a chat template failed.
+    #[error("chat template: {0}")]
+    Template(String),
+
     /// A caller-supplied argument is out of range or inconsistent.
     #[error("invalid argument `{name}`: {message}")]
     InvalidArgument {
@@ -84,6 +121,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// Builds an [`Error::Format`].
+    pub fn format(file: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Format {
+            file: file.into(),
+            message: message.into(),
+        }
+    }
+
     /// Builds an [`Error::InvalidArgument`].
     pub fn invalid(name: &'static str, message: impl Into<String>) -> Self {
         Error::InvalidArgument {

@@ -6,6 +6,7 @@
 //! (wasm32 only) converts between JavaScript and Rust and holds no logic of its own.
 
 pub mod error;
+pub mod format;
 pub mod gpu;
 pub mod model;
 

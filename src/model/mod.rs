@@ -1,3 +1,5 @@
-//! Model math. For now: the CPU reference the GPU kernels are tested against.
+//! Model description and math: tensor storage types, and the CPU reference the GPU kernels are
+//! tested against.
 
 pub mod reference;
+pub mod weights;

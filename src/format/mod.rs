@@ -1,0 +1,2 @@
+//! Bytes on disk to what the engine needs: model configuration, named tensors, tokenizer data.
+//! Nothing here touches the GPU.
