@@ -1,5 +1,6 @@
 //! Model description and math: tensor storage types, and the CPU reference the GPU kernels are
 //! tested against.
 
+pub mod config;
 pub mod reference;
 pub mod weights;

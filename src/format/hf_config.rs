@@ -1,0 +1,250 @@
+//! Hugging Face `config.json` (and `generation_config.json`) to [`ModelConfig`].
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::model::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
+
+/// A token id or a list of them (`eos_token_id` is either in the wild).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<u32> {
+        match self {
+            OneOrMany::One(id) => vec![id],
+            OneOrMany::Many(ids) => ids,
+        }
+    }
+}
+
+/// The union of the `config.json` fields of the supported families; absent fields are `None`.
+#[derive(Debug, Deserialize)]
+struct RawConfig {
+    model_type: Option<String>,
+    vocab_size: Option<usize>,
+    // llama family
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    max_position_embeddings: Option<usize>,
+    rms_norm_eps: Option<f32>,
+    rope_theta: Option<f32>,
+    rope_scaling: Option<serde_json::Value>,
+    hidden_act: Option<String>,
+    attention_bias: Option<bool>,
+    // gpt2
+    n_embd: Option<usize>,
+    n_inner: Option<usize>,
+    n_layer: Option<usize>,
+    n_head: Option<usize>,
+    n_positions: Option<usize>,
+    layer_norm_epsilon: Option<f32>,
+    activation_function: Option<String>,
+    // common
+    tie_word_embeddings: Option<bool>,
+    bos_token_id: Option<OneOrMany>,
+    eos_token_id: Option<OneOrMany>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawGenerationConfig {
+    bos_token_id: Option<OneOrMany>,
+    eos_token_id: Option<OneOrMany>,
+}
+
+fn parse_json<'de, T: Deserialize<'de>>(bytes: &'de [u8], file: &str) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| Error::format(file, format!("invalid JSON: {e}")))
+}
+
+fn required(value: Option<usize>, key: &str, file: &str) -> Result<usize> {
+    value.ok_or_else(|| Error::format(file, format!("missing required field `{key}`")))
+}
+
+/// Parses `config.json` (named `file` in errors) and, when given, `generation_config.json`,
+/// whose BOS/EOS ids take precedence (it is what generation uses).
+pub fn parse_config(
+    config_json: &[u8],
+    generation_config_json: Option<&[u8]>,
+    file: &str,
+) -> Result<ModelConfig> {
+    let raw: RawConfig = parse_json(config_json, file)?;
+    let model_type = raw
+        .model_type
+        .as_deref()
+        .ok_or_else(|| Error::format(file, "missing required field `model_type`"))?;
+    let unsupported = |what: String| Error::Unsupported {
+        file: file.to_string(),
+        what,
+    };
+    let mut config = match model_type {
+        "llama" | "mistral" | "qwen2" => {
+            if let Some(scaling) = raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+                return Err(unsupported(format!("rope_scaling {scaling}")));
+            }
+            let act = raw.hidden_act.as_deref().unwrap_or("silu");
+            if act != "silu" {
+                return Err(unsupported(format!("hidden_act `{act}` (only `silu`)")));
+            }
+            let hidden = required(raw.hidden_size, "hidden_size", file)?;
+            let heads = required(raw.num_attention_heads, "num_attention_heads", file)?;
+            if heads == 0 {
+                return Err(Error::format(file, "num_attention_heads is 0"));
+            }
+            ModelConfig {
+                arch: Architecture::Llama,
+                vocab_size: required(raw.vocab_size, "vocab_size", file)?,
+                hidden_size: hidden,
+                n_layers: required(raw.num_hidden_layers, "num_hidden_layers", file)?,
+                n_heads: heads,
+                n_kv_heads: raw.num_key_value_heads.unwrap_or(heads),
+                head_dim: raw.head_dim.unwrap_or(hidden / heads),
+                ffn_size: required(raw.intermediate_size, "intermediate_size", file)?,
+                context_length: required(
+                    raw.max_position_embeddings,
+                    "max_position_embeddings",
+                    file,
+                )?,
+                norm: NormKind::RmsNorm,
+                norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
+                rope_theta: raw.rope_theta.unwrap_or(10_000.0),
+                rope_layout: RopeLayout::RotateHalf,
+                activation: Activation::SwiGlu,
+                tied_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+                qkv_bias: model_type == "qwen2" || raw.attention_bias.unwrap_or(false),
+                bos_id: None,
+                eos_ids: Vec::new(),
+            }
+        }
+        "gpt2" => {
+            let act = raw.activation_function.as_deref().unwrap_or("gelu_new");
+            if !matches!(act, "gelu_new" | "gelu_pytorch_tanh") {
+                return Err(unsupported(format!(
+                    "activation_function `{act}` (only the tanh GELU: `gelu_new`)"
+                )));
+            }
+            let d = required(raw.n_embd, "n_embd", file)?;
+            let heads = required(raw.n_head, "n_head", file)?;
+            if heads == 0 {
+                return Err(Error::format(file, "n_head is 0"));
+            }
+            ModelConfig {
+                arch: Architecture::Gpt2,
+                vocab_size: required(raw.vocab_size, "vocab_size", file)?,
+                hidden_size: d,
+                n_layers: required(raw.n_layer, "n_layer", file)?,
+                n_heads: heads,
+                n_kv_heads: heads,
+                head_dim: d / heads,
+                ffn_size: raw.n_inner.unwrap_or(4 * d),
+                context_length: required(raw.n_positions, "n_positions", file)?,
+                norm: NormKind::LayerNorm,
+                norm_eps: raw.layer_norm_epsilon.unwrap_or(1e-5),
+                rope_theta: 0.0,
+                rope_layout: RopeLayout::None,
+                activation: Activation::GeluTanh,
+                tied_embeddings: raw.tie_word_embeddings.unwrap_or(true),
+                qkv_bias: true,
+                bos_id: None,
+                eos_ids: Vec::new(),
+            }
+        }
+        other => return Err(unsupported(format!("model_type `{other}`"))),
+    };
+
+    let generation: Option<RawGenerationConfig> = generation_config_json
+        .map(|b| parse_json(b, "generation_config.json"))
+        .transpose()?;
+    let (gen_bos, gen_eos) = generation
+        .map(|g| (g.bos_token_id, g.eos_token_id))
+        .unwrap_or((None, None));
+    config.bos_id = gen_bos
+        .or(raw.bos_token_id)
+        .and_then(|b| b.into_vec().first().copied());
+    config.eos_ids = gen_eos
+        .or(raw.eos_token_id)
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default();
+    config.validate(file)?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LLAMA: &str = r#"{"model_type":"llama","vocab_size":512,"hidden_size":64,
+        "intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,
+        "num_key_value_heads":2,"max_position_embeddings":128,"rms_norm_eps":1e-5,
+        "rope_theta":10000.0,"hidden_act":"silu","tie_word_embeddings":false,
+        "bos_token_id":0,"eos_token_id":[0, 7]}"#;
+
+    #[test]
+    fn llama_config_is_normalised() {
+        let c = parse_config(LLAMA.as_bytes(), None, "config.json").unwrap();
+        assert_eq!(c.arch, Architecture::Llama);
+        assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (4, 2, 16));
+        assert_eq!(c.rope_layout, RopeLayout::RotateHalf);
+        assert_eq!(c.eos_ids, vec![0, 7]);
+        assert!(!c.qkv_bias);
+    }
+
+    #[test]
+    fn generation_config_overrides_eos() {
+        let c = parse_config(
+            LLAMA.as_bytes(),
+            Some(br#"{"eos_token_id": 5}"#),
+            "config.json",
+        )
+        .unwrap();
+        assert_eq!(c.eos_ids, vec![5]);
+        assert_eq!(c.bos_id, Some(0));
+    }
+
+    #[test]
+    fn qwen2_has_qkv_bias() {
+        let json = LLAMA.replace("\"llama\"", "\"qwen2\"");
+        assert!(parse_config(json.as_bytes(), None, "c").unwrap().qkv_bias);
+    }
+
+    #[test]
+    fn bad_configs_name_the_problem() {
+        for (json, needle) in [
+            ("{", "invalid JSON"),
+            ("[]", "invalid JSON"),
+            (r#"{"vocab_size": 1}"#, "`model_type`"),
+            (r#"{"model_type": "bert"}"#, "model_type `bert`"),
+            (r#"{"model_type": "llama"}"#, "`hidden_size`"),
+            (r#"{"model_type": "gpt2", "n_embd": 64}"#, "`n_head`"),
+            (
+                r#"{"model_type": "llama", "hidden_size": "64"}"#,
+                "invalid JSON",
+            ),
+            (
+                r#"{"model_type": "llama", "hidden_size": -1}"#,
+                "invalid JSON",
+            ),
+        ] {
+            let err = parse_config(json.as_bytes(), None, "config.json")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+        let scaled = LLAMA.replace(
+            "\"hidden_act\"",
+            "\"rope_scaling\": {\"rope_type\": \"llama3\"}, \"hidden_act\"",
+        );
+        let err = parse_config(scaled.as_bytes(), None, "c").unwrap_err();
+        assert!(err.to_string().contains("rope_scaling"), "{err}");
+        let gqa = LLAMA.replace("\"num_key_value_heads\":2", "\"num_key_value_heads\":3");
+        let err = parse_config(gqa.as_bytes(), None, "c").unwrap_err();
+        assert!(err.to_string().contains("n_kv_heads"), "{err}");
+    }
+}

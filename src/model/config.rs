@@ -1,0 +1,354 @@
+//! The normalised model description every loader produces, whatever the file format, and the
+//! tensors (names and shapes) a model with that description must have.
+//!
+//! Tensor names are the GGUF ones (`token_embd.weight`, `blk.{i}.attn_q.weight`, ...), which
+//! are short and architecture-neutral; the Hugging Face loader renames to them.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// The transformer family, which fixes the forward graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral, Qwen2 (with q/k/v biases): RMSNorm,
+    /// RoPE, grouped-query attention, SwiGLU feed-forward.
+    Llama,
+    /// GPT-2: LayerNorm with bias, learned position embeddings, fused QKV with bias, GELU.
+    Gpt2,
+}
+
+impl Architecture {
+    /// The name used in GGUF's `general.architecture`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Gpt2 => "gpt2",
+        }
+    }
+}
+
+/// Normalisation layer type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NormKind {
+    /// `x / sqrt(mean(x²) + eps) · g`.
+    RmsNorm,
+    /// `(x − mean) / sqrt(var + eps) · g + b`.
+    LayerNorm,
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RopeLayout {
+    /// Rotates pairs `(2i, 2i+1)`: GGUF llama files, whose Q/K rows were permuted to match.
+    Interleaved,
+    /// Rotates pairs `(i, i + head_dim/2)`: Hugging Face checkpoints.
+    RotateHalf,
+    /// No rotary embedding (GPT-2 uses learned positions).
+    None,
+}
+
+/// Feed-forward activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// `down(silu(gate(x)) · up(x))`.
+    SwiGlu,
+    /// `down(gelu_tanh(up(x)))`.
+    GeluTanh,
+}
+
+/// Everything the engine needs to know about a model's shape and numerics.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelConfig {
+    /// Transformer family.
+    pub arch: Architecture,
+    /// Rows of the token embedding (and of the LM head).
+    pub vocab_size: usize,
+    /// Model width `d`.
+    pub hidden_size: usize,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (`n_heads` without grouped-query attention).
+    pub n_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Feed-forward inner width.
+    pub ffn_size: usize,
+    /// Longest sequence the model was trained for.
+    pub context_length: usize,
+    /// Normalisation type.
+    pub norm: NormKind,
+    /// Normalisation epsilon.
+    pub norm_eps: f32,
+    /// RoPE base frequency (unused without RoPE).
+    pub rope_theta: f32,
+    /// RoPE pairing.
+    pub rope_layout: RopeLayout,
+    /// Feed-forward activation.
+    pub activation: Activation,
+    /// The LM head reuses the token embedding.
+    pub tied_embeddings: bool,
+    /// Q, K and V projections have biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Beginning-of-sequence token.
+    pub bos_id: Option<u32>,
+    /// End-of-sequence tokens (several allowed, e.g. `<|im_end|>` and `<|endoftext|>`).
+    pub eos_ids: Vec<u32>,
+}
+
+/// Largest value accepted for any dimension, a guard against absurd metadata.
+const MAX_DIM: usize = 1 << 24;
+
+impl ModelConfig {
+    /// Width of the K (and V) projection: `n_kv_heads · head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Width of the Q projection: `n_heads · head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Checks that the numbers describe a model the engine can run; `file` names the source.
+    pub fn validate(&self, file: &str) -> Result<()> {
+        let bad = |m: String| Err(Error::format(file, m));
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("n_kv_heads", self.n_kv_heads),
+            ("head_dim", self.head_dim),
+            ("ffn_size", self.ffn_size),
+            ("context_length", self.context_length),
+        ] {
+            if v == 0 || v > MAX_DIM {
+                return bad(format!("{name} = {v} is outside 1..={MAX_DIM}"));
+            }
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad(format!(
+                "n_heads = {} is not a multiple of n_kv_heads = {}",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rope_layout != RopeLayout::None && !self.head_dim.is_multiple_of(2) {
+            return bad(format!(
+                "head_dim = {} must be even for RoPE",
+                self.head_dim
+            ));
+        }
+        if self.arch == Architecture::Gpt2 && self.q_dim() != self.hidden_size {
+            return bad(format!(
+                "GPT-2 needs n_heads · head_dim = hidden_size, got {} · {} != {}",
+                self.n_heads, self.head_dim, self.hidden_size
+            ));
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return bad(format!(
+                "norm epsilon {} must be finite and >= 0",
+                self.norm_eps
+            ));
+        }
+        if self.rope_layout != RopeLayout::None
+            && !(self.rope_theta.is_finite() && self.rope_theta > 0.0)
+        {
+            return bad(format!(
+                "rope theta {} must be finite and > 0",
+                self.rope_theta
+            ));
+        }
+        for &id in self.bos_id.iter().chain(&self.eos_ids) {
+            if id as usize >= self.vocab_size {
+                return bad(format!(
+                    "special token id {id} is outside the vocabulary of {}",
+                    self.vocab_size
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every tensor the forward pass reads, with its logical shape (outermost first; matrices
+    /// are `[out, in]`).
+    pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
+        let (d, ff, v) = (self.hidden_size, self.ffn_size, self.vocab_size);
+        let mut t: Vec<(String, Vec<usize>)> = vec![("token_embd.weight".into(), vec![v, d])];
+        let mut add = |name: String, shape: Vec<usize>| t.push((name, shape));
+        match self.arch {
+            Architecture::Llama => {
+                let (q, kv) = (self.q_dim(), self.kv_dim());
+                for i in 0..self.n_layers {
+                    let b = |s: &str| format!("blk.{i}.{s}");
+                    add(b("attn_norm.weight"), vec![d]);
+                    add(b("attn_q.weight"), vec![q, d]);
+                    add(b("attn_k.weight"), vec![kv, d]);
+                    add(b("attn_v.weight"), vec![kv, d]);
+                    if self.qkv_bias {
+                        add(b("attn_q.bias"), vec![q]);
+                        add(b("attn_k.bias"), vec![kv]);
+                        add(b("attn_v.bias"), vec![kv]);
+                    }
+                    add(b("attn_output.weight"), vec![d, q]);
+                    add(b("ffn_norm.weight"), vec![d]);
+                    add(b("ffn_gate.weight"), vec![ff, d]);
+                    add(b("ffn_up.weight"), vec![ff, d]);
+                    add(b("ffn_down.weight"), vec![d, ff]);
+                }
+                add("output_norm.weight".into(), vec![d]);
+            }
+            Architecture::Gpt2 => {
+                add("position_embd.weight".into(), vec![self.context_length, d]);
+                for i in 0..self.n_layers {
+                    let b = |s: &str| format!("blk.{i}.{s}");
+                    add(b("attn_norm.weight"), vec![d]);
+                    add(b("attn_norm.bias"), vec![d]);
+                    add(b("attn_qkv.weight"), vec![3 * d, d]);
+                    add(b("attn_qkv.bias"), vec![3 * d]);
+                    add(b("attn_output.weight"), vec![d, d]);
+                    add(b("attn_output.bias"), vec![d]);
+                    add(b("ffn_norm.weight"), vec![d]);
+                    add(b("ffn_norm.bias"), vec![d]);
+                    add(b("ffn_up.weight"), vec![ff, d]);
+                    add(b("ffn_up.bias"), vec![ff]);
+                    add(b("ffn_down.weight"), vec![d, ff]);
+                    add(b("ffn_down.bias"), vec![d]);
+                }
+                add("output_norm.weight".into(), vec![d]);
+                add("output_norm.bias".into(), vec![d]);
+            }
+        }
+        if !self.tied_embeddings {
+            add("output.weight".into(), vec![v, d]);
+        }
+        t
+    }
+
+    /// Checks that `shape_of(name)` gives the expected shape for every tensor the forward
+    /// pass reads; errors name the first missing or misshapen tensor.
+    pub fn check_tensors<'s>(
+        &self,
+        file: &str,
+        shape_of: impl Fn(&str) -> Option<&'s [usize]>,
+    ) -> Result<()> {
+        for (name, want) in self.expected_tensors() {
+            match shape_of(&name) {
+                None => {
+                    return Err(Error::format(
+                        file,
+                        format!("missing tensor `{name}` (expected shape {want:?})"),
+                    ))
+                }
+                Some(got) if got != want.as_slice() => {
+                    return Err(Error::format(
+                        file,
+                        format!("tensor `{name}` has shape {got:?}, but the config needs {want:?}"),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of an f32 KV cache for `context` positions: K and V for every layer.
+    pub fn kv_cache_bytes(&self, context: usize) -> u64 {
+        2 * self.n_layers as u64 * context as u64 * self.kv_dim() as u64 * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn tiny_llama() -> ModelConfig {
+        ModelConfig {
+            arch: Architecture::Llama,
+            vocab_size: 512,
+            hidden_size: 64,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 16,
+            ffn_size: 160,
+            context_length: 128,
+            norm: NormKind::RmsNorm,
+            norm_eps: 1e-5,
+            rope_theta: 10000.0,
+            rope_layout: RopeLayout::RotateHalf,
+            activation: Activation::SwiGlu,
+            tied_embeddings: false,
+            qkv_bias: false,
+            bos_id: Some(0),
+            eos_ids: vec![0],
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        assert!(tiny_llama().validate("m").is_ok());
+        type Mutation = fn(&mut ModelConfig);
+        let cases: Vec<(Mutation, &str)> = vec![
+            (|c| c.n_kv_heads = 3, "not a multiple of n_kv_heads"),
+            (|c| c.hidden_size = 0, "hidden_size = 0"),
+            (|c| c.head_dim = 15, "must be even"),
+            (|c| c.norm_eps = f32::NAN, "epsilon"),
+            (|c| c.rope_theta = 0.0, "rope theta"),
+            (|c| c.eos_ids = vec![512], "outside the vocabulary"),
+            (|c| c.n_layers = 1 << 30, "n_layers"),
+        ];
+        for (mutate, needle) in cases {
+            let mut c = tiny_llama();
+            mutate(&mut c);
+            let err = c.validate("m.gguf").unwrap_err().to_string();
+            assert!(err.contains(needle) && err.starts_with("m.gguf"), "{err}");
+        }
+    }
+
+    #[test]
+    fn expected_tensors_cover_every_layer() {
+        let c = tiny_llama();
+        let t = c.expected_tensors();
+        // embedding + 9 per layer + output norm + untied head
+        assert_eq!(t.len(), 1 + 9 * 2 + 1 + 1);
+        assert!(t.contains(&("blk.1.attn_k.weight".into(), vec![32, 64])));
+        let mut tied = c.clone();
+        tied.tied_embeddings = true;
+        assert_eq!(tied.expected_tensors().len(), t.len() - 1);
+    }
+
+    #[test]
+    fn check_tensors_reports_missing_and_misshapen() {
+        let c = tiny_llama();
+        let shapes: std::collections::HashMap<String, Vec<usize>> =
+            c.expected_tensors().into_iter().collect();
+        assert!(c
+            .check_tensors("f", |n| shapes.get(n).map(|s| s.as_slice()))
+            .is_ok());
+        let mut missing = shapes.clone();
+        missing.remove("blk.1.ffn_up.weight");
+        let err = c
+            .check_tensors("f", |n| missing.get(n).map(|s| s.as_slice()))
+            .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("missing tensor `blk.1.ffn_up.weight`"));
+        let mut wrong = shapes;
+        wrong.insert("blk.0.attn_q.weight".into(), vec![64, 65]);
+        let err = c
+            .check_tensors("f", |n| wrong.get(n).map(|s| s.as_slice()))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`blk.0.attn_q.weight` has shape [64, 65]"),
+            "{err}"
+        );
+    }
+}
