@@ -15,7 +15,10 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn read_files(name: &str) -> Vec<(String, Vec<u8>)> {
+/// `(file name, bytes)` pairs, as a browser's file picker would give them.
+type Files = Vec<(String, Vec<u8>)>;
+
+fn read_files(name: &str) -> Files {
     std::fs::read_dir(fixture(name))
         .unwrap()
         .map(|e| {
@@ -116,8 +119,8 @@ fn safetensors_bytes(entries: &[(&str, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-fn with_replaced(name: &str, file: &str, bytes: Vec<u8>) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<(String, Vec<u8>)> = read_files(name)
+fn with_replaced(name: &str, file: &str, bytes: Vec<u8>) -> Files {
+    let mut files: Files = read_files(name)
         .into_iter()
         .filter(|(n, _)| n != file)
         .collect();
@@ -125,7 +128,7 @@ fn with_replaced(name: &str, file: &str, bytes: Vec<u8>) -> Vec<(String, Vec<u8>
     files
 }
 
-fn load_err(files: Vec<(String, Vec<u8>)>) -> String {
+fn load_err(files: Files) -> String {
     match HfFolder::from_files("tiny-llama", files).and_then(|f| f.load().map(|_| ())) {
         Ok(()) => panic!("malformed folder loaded"),
         Err(e) => e.to_string(),
@@ -137,7 +140,7 @@ fn malformed_folders_are_rejected_with_reasons() {
     let good = std::fs::read(fixture("tiny-llama/model.safetensors")).unwrap();
     let header_len = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
     let config = std::fs::read_to_string(fixture("tiny-llama/config.json")).unwrap();
-    let mut cases: Vec<(&str, Vec<(String, Vec<u8>)>, &str)> = Vec::new();
+    let mut cases: Vec<(&str, Files, &str)> = Vec::new();
 
     let st = |b: Vec<u8>| with_replaced("tiny-llama", "model.safetensors", b);
     let cfg = |s: String| with_replaced("tiny-llama", "config.json", s.into_bytes());
