@@ -621,7 +621,8 @@ impl<'a> Reader<'a> {
         }
         if len > self.left_in_file() {
             return Err(self.fail(format!(
-                "{} at byte {at} has length {len} but runs past the end of the file ({} bytes)",
+                "truncated {}: length {len} at byte {at} runs past the end of the file ({} \
+                 bytes)",
                 what(),
                 self.total
             )));
@@ -717,8 +718,8 @@ impl<'a> Reader<'a> {
         let min_len = n.saturating_mul(ty.min_bytes());
         if min_len > self.left_in_file() {
             return Err(self.fail(format!(
-                "array `{key}` at byte {at} has {n} {} elements (at least {min_len} bytes) but \
-                 only {} bytes remain in the file",
+                "truncated array `{key}`: {n} {} elements at byte {at} need at least {min_len} \
+                 bytes but only {} remain in the file",
                 ty.name(),
                 self.left_in_file()
             )));
