@@ -110,7 +110,10 @@ fn every_fixture_parses() {
         let spm = name.starts_with("tiny-llama-spm");
         let tokens = h.get_str_array("tokenizer.ggml.tokens").unwrap().unwrap();
         assert_eq!(tokens.len(), if spm { 600 } else { 512 }, "{name}");
-        let types = h.get_i32_array("tokenizer.ggml.token_type").unwrap().unwrap();
+        let types = h
+            .get_i32_array("tokenizer.ggml.token_type")
+            .unwrap()
+            .unwrap();
         assert_eq!(types.len(), tokens.len(), "{name}");
         let model = h.get_str("tokenizer.ggml.model").unwrap().unwrap();
         if spm {
@@ -121,7 +124,10 @@ fn every_fixture_parses() {
             assert_eq!(h.get_str_array("tokenizer.ggml.merges").unwrap(), None);
             assert_eq!(tokens.get(1).map(String::as_str), Some("<s>"));
             assert_eq!(h.get_u32("tokenizer.ggml.bos_token_id").unwrap(), Some(1));
-            assert_eq!(h.get_bool("tokenizer.ggml.add_bos_token").unwrap(), Some(true));
+            assert_eq!(
+                h.get_bool("tokenizer.ggml.add_bos_token").unwrap(),
+                Some(true)
+            );
         } else {
             assert_eq!(model, "gpt2");
             let merges = h.get_str_array("tokenizer.ggml.merges").unwrap().unwrap();
@@ -132,7 +138,10 @@ fn every_fixture_parses() {
                 Some("<|endoftext|>"),
                 "{name}"
             );
-            assert_eq!(h.get_bool("tokenizer.ggml.add_bos_token").unwrap(), Some(false));
+            assert_eq!(
+                h.get_bool("tokenizer.ggml.add_bos_token").unwrap(),
+                Some(false)
+            );
         }
         let eps_key = if arch == "gpt2" {
             "gpt2.attention.layer_norm_epsilon"
@@ -163,8 +172,7 @@ fn fixture_tensor_types() {
     ];
     for (name, counts) in expect {
         let (_, h) = load(&format!("tests/fixtures/{name}.gguf"));
-        let expected: BTreeMap<&str, usize> =
-            counts.iter().map(|&(t, n)| (t.name(), n)).collect();
+        let expected: BTreeMap<&str, usize> = counts.iter().map(|&(t, n)| (t.name(), n)).collect();
         assert_eq!(dtype_counts(&h), expected, "{name}");
     }
 
@@ -188,11 +196,17 @@ fn fixture_tensor_types() {
     let (_, h) = load("tests/fixtures/tiny-llama-256-q4_k_m.gguf");
     assert_eq!(h.tensor("output.weight").unwrap().dtype, Q6_K);
     assert_eq!(h.tensor("token_embd.weight").unwrap().dtype, Q4_K);
-    assert_eq!(h.tensor("token_embd.weight").unwrap().shape(), vec![512, 256]);
+    assert_eq!(
+        h.tensor("token_embd.weight").unwrap().shape(),
+        vec![512, 256]
+    );
 
     let (_, h) = load("tests/fixtures/tiny-gpt2-f16.gguf");
     assert_eq!(h.tensor("output.weight"), None, "tied LM head");
-    assert_eq!(h.tensor("position_embd.weight").unwrap().dims, vec![64, 128]);
+    assert_eq!(
+        h.tensor("position_embd.weight").unwrap().dims,
+        vec![64, 128]
+    );
 }
 
 #[test]
@@ -207,7 +221,9 @@ fn fixture_data_matches_file_layout() {
         let data = h.tensor_data(&bytes, t).unwrap();
         let at = h.tensor_range(t).start as usize;
         assert_eq!(&data[..4], &bytes[at..at + 4]);
-        assert!(h.tensor_data(&bytes[..bytes.len() - 1], h.tensors().last().unwrap()).is_err());
+        assert!(h
+            .tensor_data(&bytes[..bytes.len() - 1], h.tensors().last().unwrap())
+            .is_err());
     }
 }
 
@@ -220,13 +236,22 @@ fn typed_getters_report_key_and_types() {
         "{err}"
     );
     let err = h.get_u32("general.name").unwrap_err().to_string();
-    assert!(err.contains("general.name") && err.contains("string"), "{err}");
-    let err = h.get_f32_array("tokenizer.ggml.tokens").unwrap_err().to_string();
+    assert!(
+        err.contains("general.name") && err.contains("string"),
+        "{err}"
+    );
+    let err = h
+        .get_f32_array("tokenizer.ggml.tokens")
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("array<string>") && err.contains("array<f32>"),
         "{err}"
     );
-    assert!(matches!(h.get_bool("llama.vocab_size"), Err(Error::Format { .. })));
+    assert!(matches!(
+        h.get_bool("llama.vocab_size"),
+        Err(Error::Format { .. })
+    ));
     assert_eq!(h.get_u32("no.such.key").unwrap(), None);
     assert_eq!(h.get_str_array("no.such.key").unwrap(), None);
     assert_eq!(h.get_u64("llama.vocab_size").unwrap(), Some(512));
@@ -303,7 +328,10 @@ fn smollm2_parses() {
         DType::Q4_1
     );
     assert_eq!(
-        h.tensors().iter().filter(|t| t.dtype == DType::Q4_1).count(),
+        h.tensors()
+            .iter()
+            .filter(|t| t.dtype == DType::Q4_1)
+            .count(),
         210
     );
     // Streaming: the first ~1.8 MB are enough for the header.
@@ -312,7 +340,9 @@ fn smollm2_parses() {
         .unwrap()
         .unwrap();
     assert_eq!(streamed, h);
-    assert!(GgufHeader::parse_prefix(&bytes[..1 << 20], bytes.len() as u64, rel)
-        .unwrap()
-        .is_none());
+    assert!(
+        GgufHeader::parse_prefix(&bytes[..1 << 20], bytes.len() as u64, rel)
+            .unwrap()
+            .is_none()
+    );
 }
