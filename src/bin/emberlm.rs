@@ -2,8 +2,32 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 mod cli {
+    use std::path::{Path, PathBuf};
+
     use clap::{Parser, Subcommand};
+    use emberlm::format::{default_context, ModelFiles};
     use emberlm::{GpuContext, GpuOptions};
+
+    /// The default model, fetched by `./build.sh setup`.
+    const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+    /// `--model`, or the default model in `./models/` (or in the source tree of a dev build).
+    fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {
+        if let Some(p) = given {
+            return Ok(p);
+        }
+        let candidates = [
+            PathBuf::from(DEFAULT_MODEL),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_MODEL),
+        ];
+        candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+            format!(
+                "no --model given and the default model `{DEFAULT_MODEL}` is missing; \
+                 run `./build.sh setup` to fetch it, or pass --model PATH (a GGUF file or a \
+                 Hugging Face folder)"
+            )
+        })
+    }
 
     /// Run large language models on the GPU through wgpu.
     #[derive(Debug, Parser)]
@@ -24,6 +48,18 @@ mod cli {
             #[arg(long)]
             no_subgroups: bool,
         },
+        /// Describe a model: configuration, tensors per type, weight bytes, GPU memory.
+        Info {
+            /// A GGUF file or a Hugging Face folder (default: the model in models/).
+            #[arg(long)]
+            model: Option<PathBuf>,
+            /// Context length for the memory estimate (default: the model's, at most 4096).
+            #[arg(long)]
+            context: Option<usize>,
+            /// Print JSON instead of text.
+            #[arg(long)]
+            json: bool,
+        },
     }
 
     pub fn main() -> std::process::ExitCode {
@@ -37,8 +73,98 @@ mod cli {
         }
     }
 
+    fn mib(bytes: u64) -> String {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
+
+    fn info(
+        model: Option<PathBuf>,
+        context: Option<usize>,
+        json: bool,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let path = model_path(model)?;
+        let files = ModelFiles::open(&path)?;
+        let weights = files.weights()?;
+        let c = &weights.config;
+        let context = context.unwrap_or_else(|| default_context(c));
+        if context == 0 {
+            return Err("--context must be at least 1".into());
+        }
+        let memory = weights.memory_estimate(context);
+        let tally = weights.tally();
+        if json {
+            let types: serde_json::Map<String, serde_json::Value> = tally
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        serde_json::json!({ "tensors": v.tensors, "bytes": v.bytes }),
+                    )
+                })
+                .collect();
+            let out = serde_json::json!({
+                "model": files.name(),
+                "config": c,
+                "tensors": weights.tensors.len(),
+                "types": types,
+                "weight_bytes": weights.weight_bytes(),
+                "memory": memory,
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            return Ok(());
+        }
+        println!("model:        {}", files.name());
+        println!("architecture: {}", c.arch.name());
+        println!(
+            "dimensions:   vocab {}, hidden {}, layers {}, heads {} (kv {}), head dim {}, ffn {}",
+            c.vocab_size,
+            c.hidden_size,
+            c.n_layers,
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+            c.ffn_size
+        );
+        println!("context:      {} (trained)", c.context_length);
+        println!("norm:         {:?}, eps {:e}", c.norm, c.norm_eps);
+        println!("rope:         {:?}, theta {}", c.rope_layout, c.rope_theta);
+        println!(
+            "lm head:      {}{}",
+            if c.tied_embeddings {
+                "tied to the embedding"
+            } else {
+                "separate"
+            },
+            if c.qkv_bias { "; q/k/v biases" } else { "" }
+        );
+        println!("bos / eos:    {:?} / {:?}", c.bos_id, c.eos_ids);
+        println!("tensors:      {}", weights.tensors.len());
+        for (ty, t) in &tally {
+            println!("  {ty:<6} {:>4} tensors  {}", t.tensors, mib(t.bytes));
+        }
+        println!(
+            "weights:      {} ({} bytes)",
+            mib(memory.weights),
+            memory.weights
+        );
+        println!(
+            "GPU memory at context {}: {} = weights {} + KV cache {} + activations {}",
+            memory.context,
+            mib(memory.total),
+            mib(memory.weights),
+            mib(memory.kv_cache),
+            mib(memory.activations)
+        );
+        Ok(())
+    }
+
     fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         match cli.command {
+            Command::Info {
+                model,
+                context,
+                json,
+            } => info(model, context, json),
             Command::Adapter { json, no_subgroups } => {
                 let options = GpuOptions {
                     allow_subgroups: !no_subgroups,

@@ -2,6 +2,7 @@
 //! Nothing here touches the GPU.
 
 pub mod gguf;
+pub mod gguf_model;
 pub mod hf_config;
 pub mod safetensors;
 
@@ -51,7 +52,49 @@ pub struct TypeTally {
     pub bytes: u64,
 }
 
+/// GPU memory a model needs, by kind, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryEstimate {
+    /// The context length the estimate is for.
+    pub context: usize,
+    /// Weights as stored (quantized stays quantized).
+    pub weights: u64,
+    /// f32 K and V for every layer and position.
+    pub kv_cache: u64,
+    /// Activations of one prefill chunk of [`PREFILL_CHUNK`] tokens, f32.
+    pub activations: u64,
+    /// The sum.
+    pub total: u64,
+}
+
+/// Tokens per prefill chunk assumed by [`ModelWeights::memory_estimate`].
+pub const PREFILL_CHUNK: usize = 128;
+
+/// The default context length: the model's, capped at 4096.
+pub fn default_context(config: &ModelConfig) -> usize {
+    config.context_length.min(4096)
+}
+
 impl<'a> ModelWeights<'a> {
+    /// GPU memory for running this model with `context` positions of KV cache.
+    pub fn memory_estimate(&self, context: usize) -> MemoryEstimate {
+        let c = &self.config;
+        let chunk = PREFILL_CHUNK.min(context.max(1)) as u64;
+        let per_token =
+            (2 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn_size) as u64;
+        let scores = (c.n_heads * context) as u64;
+        let activations = 4 * (chunk * (per_token + scores) + c.vocab_size as u64);
+        let weights = self.weight_bytes();
+        let kv_cache = c.kv_cache_bytes(context);
+        MemoryEstimate {
+            context,
+            weights,
+            kv_cache,
+            activations,
+            total: weights + kv_cache + activations,
+        }
+    }
+
     /// The tensor `name`, or an error naming it.
     pub fn tensor(&self, name: &str) -> Result<&Tensor<'a>> {
         self.tensors
@@ -80,5 +123,62 @@ impl<'a> ModelWeights<'a> {
     /// Total bytes of all tensors as stored (what the GPU holds for the weights).
     pub fn weight_bytes(&self) -> u64 {
         self.tensors.values().map(|t| t.data.len() as u64).sum()
+    }
+}
+
+/// A model as the user supplied it: one GGUF file, or a Hugging Face folder.
+#[derive(Debug)]
+pub enum ModelFiles {
+    /// A GGUF file.
+    Gguf(gguf_model::GgufModel),
+    /// A Hugging Face folder.
+    Hf(safetensors::HfFolder),
+}
+
+/// GGUF's magic bytes.
+const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+
+impl ModelFiles {
+    /// Opens `path`: a folder is read as a Hugging Face model, a file as GGUF.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn open(path: &std::path::Path) -> Result<Self> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        if meta.is_dir() {
+            return Ok(ModelFiles::Hf(safetensors::HfFolder::read(path)?));
+        }
+        let model = gguf_model::GgufModel::read(path)?;
+        Ok(ModelFiles::Gguf(model))
+    }
+
+    /// Builds from the bytes of one file: GGUF when it starts with the GGUF magic.
+    pub fn from_bytes(bytes: Vec<u8>, name: &str) -> Result<Self> {
+        if bytes.starts_with(GGUF_MAGIC) {
+            return Ok(ModelFiles::Gguf(gguf_model::GgufModel::from_bytes(
+                bytes, name,
+            )?));
+        }
+        Err(Error::format(
+            name,
+            "not a GGUF file (a Hugging Face model is a folder: config.json + *.safetensors)",
+        ))
+    }
+
+    /// Where the model came from.
+    pub fn name(&self) -> &str {
+        match self {
+            ModelFiles::Gguf(g) => g.header().file(),
+            ModelFiles::Hf(h) => &h.name,
+        }
+    }
+
+    /// Configuration and tensors, shape-checked.
+    pub fn weights(&self) -> Result<ModelWeights<'_>> {
+        match self {
+            ModelFiles::Gguf(g) => g.weights(),
+            ModelFiles::Hf(h) => h.load(),
+        }
     }
 }

@@ -1,0 +1,198 @@
+//! A GGUF file as a model: metadata to [`ModelConfig`], tensor infos to [`ModelWeights`]
+//! borrowing the file's bytes (quantized tensors stay quantized).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use super::gguf::GgufHeader;
+use super::{ModelWeights, Tensor};
+use crate::error::{Error, Result};
+use crate::model::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
+
+/// A GGUF file held in memory with its parsed header.
+#[derive(Debug)]
+pub struct GgufModel {
+    bytes: Vec<u8>,
+    header: GgufHeader,
+}
+
+impl GgufModel {
+    /// Parses the header of a whole GGUF file held in memory; `name` names it in errors.
+    pub fn from_bytes(bytes: Vec<u8>, name: &str) -> Result<Self> {
+        let header = GgufHeader::parse(&bytes, name)?;
+        Ok(Self { bytes, header })
+    }
+
+    /// Reads and parses a GGUF file from disk.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read(path: &std::path::Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_bytes(bytes, &path.display().to_string())
+    }
+
+    /// The parsed header (metadata and tensor infos).
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The normalised configuration.
+    pub fn config(&self) -> Result<ModelConfig> {
+        config_from_gguf(&self.header)
+    }
+
+    /// Configuration and tensors (borrowed from the file), shape-checked against the config.
+    pub fn weights(&self) -> Result<ModelWeights<'_>> {
+        weights_from_gguf(&self.header, &self.bytes)
+    }
+}
+
+fn to_usize(v: u64, key: &str, file: &str) -> Result<usize> {
+    usize::try_from(v).map_err(|_| Error::format(file, format!("`{key}` = {v} is too large")))
+}
+
+/// Reads the model configuration from GGUF metadata (`general.architecture` and the
+/// `{arch}.*` keys) and the shape of `token_embd.weight`.
+pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
+    let file = h.file();
+    let arch_name = h.architecture()?;
+    let (arch, rope_layout, qkv_bias) = match arch_name {
+        // llama.cpp's converter permutes llama's Q/K rows for interleaved-pair RoPE ...
+        "llama" => (Architecture::Llama, RopeLayout::Interleaved, false),
+        // ... but not Qwen2's, which keeps the rotate-half pairing (and has q/k/v biases).
+        "qwen2" => (Architecture::Llama, RopeLayout::RotateHalf, true),
+        "gpt2" => (Architecture::Gpt2, RopeLayout::None, true),
+        other => {
+            return Err(Error::Unsupported {
+                file: file.to_string(),
+                what: format!("architecture `{other}`"),
+            })
+        }
+    };
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let optional = |k: &str| -> Result<Option<usize>> {
+        let k = key(k);
+        h.get_u64(&k)?.map(|v| to_usize(v, &k, file)).transpose()
+    };
+    let required = |k: &str| -> Result<usize> {
+        optional(k)?.ok_or_else(|| Error::format(file, format!("missing metadata `{}`", key(k))))
+    };
+    let hidden = required("embedding_length")?;
+    let n_heads = required("attention.head_count")?;
+    if n_heads == 0 {
+        return Err(Error::format(
+            file,
+            format!("`{}` is 0", key("attention.head_count")),
+        ));
+    }
+    if let Some(kind) = h.get_str(&key("rope.scaling.type"))? {
+        let factor = h.get_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0);
+        if kind != "none" && factor != 1.0 {
+            return Err(Error::Unsupported {
+                file: file.to_string(),
+                what: format!("RoPE scaling `{kind}` with factor {factor}"),
+            });
+        }
+    }
+    let embd = h.tensor("token_embd.weight").ok_or_else(|| {
+        Error::format(
+            file,
+            "missing tensor `token_embd.weight` (needed for the vocabulary size)",
+        )
+    })?;
+    let vocab = match embd.shape()[..] {
+        [v, _] => to_usize(v, "token_embd.weight rows", file)?,
+        _ => {
+            return Err(Error::format(
+                file,
+                format!(
+                    "tensor `token_embd.weight` should be 2-D, has shape {:?}",
+                    embd.shape()
+                ),
+            ))
+        }
+    };
+    let (norm, eps_key, activation) = match arch {
+        Architecture::Llama => (
+            NormKind::RmsNorm,
+            "attention.layer_norm_rms_epsilon",
+            Activation::SwiGlu,
+        ),
+        Architecture::Gpt2 => (
+            NormKind::LayerNorm,
+            "attention.layer_norm_epsilon",
+            Activation::GeluTanh,
+        ),
+    };
+    let bos_id = h.get_u32("tokenizer.ggml.bos_token_id")?;
+    let mut eos_ids = Vec::new();
+    for k in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+        if let Some(id) = h.get_u32(k)? {
+            if !eos_ids.contains(&id) {
+                eos_ids.push(id);
+            }
+        }
+    }
+    let config = ModelConfig {
+        arch,
+        vocab_size: vocab,
+        hidden_size: hidden,
+        n_layers: required("block_count")?,
+        n_heads,
+        n_kv_heads: optional("attention.head_count_kv")?.unwrap_or(n_heads),
+        head_dim: optional("attention.key_length")?.unwrap_or(hidden / n_heads),
+        ffn_size: required("feed_forward_length")?,
+        context_length: required("context_length")?,
+        norm,
+        norm_eps: h.get_f32(&key(eps_key))?.unwrap_or(1e-5),
+        rope_theta: if rope_layout == RopeLayout::None {
+            0.0
+        } else {
+            h.get_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0)
+        },
+        rope_layout,
+        activation,
+        tied_embeddings: h.tensor("output.weight").is_none(),
+        qkv_bias,
+        bos_id,
+        eos_ids,
+    };
+    config.validate(file)?;
+    Ok(config)
+}
+
+/// The configuration and every tensor of a GGUF file, borrowing `bytes` (the whole file).
+pub fn weights_from_gguf<'a>(h: &GgufHeader, bytes: &'a [u8]) -> Result<ModelWeights<'a>> {
+    let config = config_from_gguf(h)?;
+    let mut tensors = BTreeMap::new();
+    for info in h.tensors() {
+        let shape = info
+            .shape()
+            .iter()
+            .map(|&d| to_usize(d, &info.name, h.file()))
+            .collect::<Result<Vec<_>>>()?;
+        let data = h.tensor_data(bytes, info)?;
+        tensors.insert(
+            info.name.clone(),
+            Tensor {
+                shape,
+                dtype: info.dtype,
+                data: Cow::Borrowed(data),
+            },
+        );
+    }
+    let weights = ModelWeights {
+        file: h.file().to_string(),
+        config,
+        tensors,
+    };
+    weights.check_shapes()?;
+    Ok(weights)
+}

@@ -1,0 +1,78 @@
+//! The `emberlm` binary, driven as a user would: output shape, exit codes, messages.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::process::Command;
+
+fn emberlm(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_emberlm"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn info_json_describes_gguf_and_hf_alike() {
+    for model in [
+        "tests/fixtures/tiny-llama-q4_1.gguf",
+        "tests/fixtures/tiny-llama",
+    ] {
+        let (code, out, err) = emberlm(&["info", "--model", model, "--context", "100", "--json"]);
+        assert_eq!(code, 0, "{model}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["config"]["arch"], "llama");
+        assert_eq!(v["config"]["n_layers"], 2);
+        assert_eq!(v["config"]["n_kv_heads"], 2);
+        assert_eq!(v["memory"]["context"], 100);
+        // K and V, 2 layers, 100 positions, kv_dim 32, f32
+        assert_eq!(v["memory"]["kv_cache"], 2 * 2 * 100 * 32 * 4);
+        let total = v["memory"]["total"].as_u64().unwrap();
+        let parts: u64 = ["weights", "kv_cache", "activations"]
+            .iter()
+            .map(|k| v["memory"][k].as_u64().unwrap())
+            .sum();
+        assert_eq!(total, parts);
+    }
+    let (_, out, _) = emberlm(&[
+        "info",
+        "--model",
+        "tests/fixtures/tiny-llama-q4_1.gguf",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["types"]["Q4_1"]["tensors"], 15);
+    assert_eq!(v["types"]["Q8_0"]["tensors"], 1);
+    assert_eq!(
+        v["memory"]["context"], 128,
+        "defaults to the model's context"
+    );
+}
+
+#[test]
+fn info_text_names_the_model() {
+    let (code, out, _) = emberlm(&["info", "--model", "tests/fixtures/tiny-gpt2-f16.gguf"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("architecture: gpt2"), "{out}");
+    assert!(out.contains("F16"), "{out}");
+}
+
+#[test]
+fn errors_have_exit_codes_and_messages() {
+    let (code, _, err) = emberlm(&["info", "--model", "tests/fixtures/does-not-exist.gguf"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("does-not-exist.gguf"), "{err}");
+    let (code, _, err) = emberlm(&["info", "--model", "tests/fixtures/README.md"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("README.md"), "{err}");
+    let (code, _, err) = emberlm(&["info", "--no-such-flag"]);
+    assert_eq!(code, 2, "usage errors exit 2");
+    assert!(err.contains("--no-such-flag"), "{err}");
+    let (code, _, _) = emberlm(&["info", "--help"]);
+    assert_eq!(code, 0);
+}
