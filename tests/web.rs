@@ -87,3 +87,33 @@ async fn device_loss_is_an_error_not_a_panic() {
         .expect_err("a destroyed device reads nothing");
     assert!(matches!(err, emberlm::Error::DeviceLost { .. }), "{err}");
 }
+
+#[wasm_bindgen_test]
+fn gguf_loads_from_bytes_and_from_a_stream() {
+    use emberlm::format::gguf_stream::GgufStream;
+    use emberlm::format::ModelFiles;
+    use emberlm::model::weights::{dequantize, DType};
+
+    let bytes: &[u8] = include_bytes!("fixtures/tiny-llama-q4_1.gguf");
+    let files = ModelFiles::from_bytes(bytes.to_vec(), "tiny-llama-q4_1.gguf").unwrap();
+    let w = files.weights().unwrap();
+    assert_eq!((w.config.n_layers, w.config.vocab_size), (2, 512));
+    let embd = w.tensor("token_embd.weight").unwrap();
+    assert_eq!(embd.dtype, DType::Q4_1);
+    let values = dequantize(embd.dtype, &embd.data, embd.n_elements() as u64, "embd").unwrap();
+    assert!(values.iter().all(|v| v.is_finite()) && values.iter().any(|&v| v != 0.0));
+
+    let mut s = GgufStream::new("tiny-llama-q4_1.gguf", bytes.len() as u64);
+    let mut tensors = 0;
+    for chunk in bytes.chunks(10_000) {
+        s.push(chunk, |_, _, _| {
+            tensors += 1;
+            Ok(())
+        })
+        .unwrap();
+    }
+    assert_eq!(s.finish().unwrap().tensors().len(), tensors);
+    log(&format!(
+        "browser: tiny-llama-q4_1.gguf streamed, {tensors} tensors"
+    ));
+}
