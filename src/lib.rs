@@ -9,6 +9,7 @@ pub mod error;
 pub mod format;
 pub mod gpu;
 pub mod model;
+pub mod tokenizer;
 
 #[cfg(target_arch = "wasm32")]
 pub mod web;
