@@ -416,7 +416,7 @@ fn is_special_id(inner: &tokenizers::Tokenizer, id: u32) -> bool {
 }
 
 /// A `tokenizer_config.json` token entry: a string, or an AddedToken object with `content`.
-fn config_token<'a>(config: &'a serde_json::Value, key: &str) -> Option<&'a str> {
+pub(crate) fn config_token<'a>(config: &'a serde_json::Value, key: &str) -> Option<&'a str> {
     match config.get(key)? {
         serde_json::Value::String(s) => Some(s),
         serde_json::Value::Object(o) => o.get("content")?.as_str(),
