@@ -14,7 +14,6 @@ use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{AutoEscape, Environment, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
-#[cfg(any())] // TEMP-GGUF
 use crate::format::gguf::GgufHeader;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -108,7 +107,6 @@ impl ChatTemplate {
 
     /// The template in GGUF metadata `tokenizer.chat_template`, if there is one. BOS/EOS strings
     /// come from `tokenizer`.
-    #[cfg(any())] // TEMP-GGUF
     pub fn from_gguf(header: &GgufHeader, tokenizer: &Tokenizer) -> Result<Option<Self>> {
         let Some(source) = header.get_str("tokenizer.chat_template")? else {
             return Ok(None);

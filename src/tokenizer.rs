@@ -25,7 +25,6 @@ use tokenizers::{
     OffsetType, PreTokenizer, PreTokenizerWrapper, SplitDelimiterBehavior,
 };
 
-#[cfg(any())] // TEMP-GGUF until the gguf branch is merged
 use crate::format::gguf::GgufHeader;
 use crate::{Error, Result};
 
@@ -264,7 +263,6 @@ impl Tokenizer {
     /// pre-tokenizer: `gpt-2`, `smollm`, `llama-bpe`, `qwen2`, `default` and a few aliases) and
     /// `llama` (SentencePiece BPE with scores and byte fallback). Anything else is
     /// [`Error::Unsupported`].
-    #[cfg(any())] // TEMP-GGUF
     pub fn from_gguf(header: &GgufHeader) -> Result<Self> {
         let file = header.file();
         let required = |key: &str| Error::format(file, format!("missing metadata key `{key}`"));
@@ -732,8 +730,10 @@ impl GgufVocab<'_> {
 ///
 /// How: the decoder keeps a small window of ids, `context` ids already shown followed by pending
 /// ones, and decodes the window with and without the pending part. The difference is the new
-/// text; decoding with context keeps the space rules of a full decode. Text ending in U+FFFD
-/// (bytes that do not yet form a character) is held back up to that point.
+/// text; decoding with context keeps the space rules of a full decode. Two things hold text back:
+/// a decode that ends in U+FFFD (bytes that do not yet form a character), and a trailing run of
+/// `<0xNN>` byte-fallback tokens, because the decoder turns a whole run into U+FFFDs when any
+/// byte of it is invalid, so its text is only final once a non-byte token ends the run.
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
     skip_special: bool,
@@ -741,7 +741,7 @@ pub struct StreamDecoder<'a> {
     ids: Vec<u32>,
     /// Length of the context part of `ids`.
     context: usize,
-    /// Text of the pending part already returned (it ended before an incomplete character).
+    /// Text of the pending part already returned (it ended before held-back text).
     emitted: String,
 }
 
@@ -756,66 +756,116 @@ impl fmt::Debug for StreamDecoder<'_> {
     }
 }
 
+/// Whether a vocabulary entry is a SentencePiece byte-fallback token `<0xNN>`.
+fn is_byte_token(token: &str) -> bool {
+    let b = token.as_bytes();
+    b.len() == 6
+        && token.starts_with("<0x")
+        && b[5] == b'>'
+        && b[3].is_ascii_hexdigit()
+        && b[4].is_ascii_hexdigit()
+}
+
 impl StreamDecoder<'_> {
-    /// Text of the pending ids, given the context.
-    fn pending_text(&self) -> Result<String> {
+    /// Text of `ids[context..end]`, decoded after the context.
+    fn text_after_context(&self, end: usize) -> Result<String> {
         let context = self
             .tokenizer
             .decode(&self.ids[..self.context], self.skip_special)?;
-        let all = self.tokenizer.decode(&self.ids, self.skip_special)?;
-        match all.strip_prefix(&context) {
-            Some(tail) if tail.starts_with(&self.emitted) => Ok(tail.to_string()),
-            _ => Err(Error::Tokenizer(format!(
-                "stream decoding of ids {:?} is not incremental: `{all}` does not extend `{context}{}`",
-                self.ids, self.emitted
-            ))),
+        let all = self.tokenizer.decode(&self.ids[..end], self.skip_special)?;
+        all.strip_prefix(&context)
+            .map(str::to_string)
+            .ok_or_else(|| self.not_incremental(&all, &context))
+    }
+
+    fn not_incremental(&self, text: &str, expected_prefix: &str) -> Error {
+        Error::Tokenizer(format!(
+            "stream decoding of ids {:?} is not incremental: `{text}` does not extend `{expected_prefix}`",
+            self.ids
+        ))
+    }
+
+    /// Start of the trailing run of byte tokens in the pending ids (`ids.len()` if none). Special
+    /// tokens that decoding skips do not end a run: the decoder never sees them.
+    fn byte_run_start(&self) -> usize {
+        let mut start = self.ids.len();
+        for i in (self.context..self.ids.len()).rev() {
+            let id = self.ids[i];
+            if self
+                .tokenizer
+                .id_to_token(id)
+                .is_some_and(|t| is_byte_token(&t))
+            {
+                start = i;
+            } else if !(self.skip_special && self.tokenizer.is_special(id)) {
+                break;
+            }
         }
+        start
     }
 
     /// Adds one generated id and returns the text it completes (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<String> {
+        if id as usize >= self.tokenizer.vocab_size() {
+            return Err(Error::invalid(
+                "id",
+                format!(
+                    "token id {id} is outside the vocabulary (size {})",
+                    self.tokenizer.vocab_size()
+                ),
+            ));
+        }
         self.ids.push(id);
-        let tail = match self.pending_text() {
-            Ok(t) => t,
-            Err(e) => {
-                self.ids.pop();
-                return Err(e);
-            }
-        };
-        let complete = !tail.ends_with(char::REPLACEMENT_CHARACTER);
-        let stable = if complete {
-            tail.as_str()
-        } else {
-            tail.trim_end_matches(char::REPLACEMENT_CHARACTER)
-        };
-        // `pending_text` checked that `tail` starts with `emitted`, so this slice is in bounds.
-        let new = stable
-            .get(self.emitted.len()..)
-            .unwrap_or_default()
-            .to_string();
-        if complete && !tail.is_empty() {
-            // The pending ids are done: they become the context for the next ones.
+        let result = self.advance();
+        if result.is_err() {
+            self.ids.pop();
+        }
+        result
+    }
+
+    fn advance(&mut self) -> Result<String> {
+        let run_start = self.byte_run_start();
+        let tail = self.text_after_context(self.ids.len())?;
+        if run_start == self.ids.len() && !tail.ends_with(char::REPLACEMENT_CHARACTER) {
+            // Everything pending is final: return the rest and make it the next context.
+            let new = tail
+                .strip_prefix(&self.emitted)
+                .map(str::to_string)
+                .ok_or_else(|| self.not_incremental(&tail, &self.emitted))?;
             self.ids.drain(..self.context);
             self.context = self.ids.len();
             self.emitted.clear();
-        } else {
-            self.emitted.push_str(&new);
+            return Ok(new);
         }
+        // Return what precedes the byte run and any incomplete character, if that grew.
+        let settled = if run_start == self.ids.len() {
+            tail
+        } else {
+            self.text_after_context(run_start)?
+        };
+        let stable = settled.trim_end_matches(char::REPLACEMENT_CHARACTER);
+        let new = stable
+            .strip_prefix(self.emitted.as_str())
+            .map(str::to_string)
+            .unwrap_or_default();
+        if !stable.starts_with(self.emitted.as_str()) && !self.emitted.starts_with(stable) {
+            return Err(self.not_incremental(stable, &self.emitted));
+        }
+        self.emitted.push_str(&new);
         Ok(new)
     }
 
     /// Returns whatever text is still held back (incomplete characters come out as U+FFFD, as in
     /// a full decode) and resets the decoder for a new sequence.
     pub fn finish(&mut self) -> Result<String> {
-        let tail = self.pending_text()?;
+        let tail = self.text_after_context(self.ids.len())?;
         let rest = tail
-            .get(self.emitted.len()..)
-            .unwrap_or_default()
-            .to_string();
+            .strip_prefix(&self.emitted)
+            .map(str::to_string)
+            .ok_or_else(|| self.not_incremental(&tail, &self.emitted))?;
         self.ids.clear();
         self.context = 0;
         self.emitted.clear();
         Ok(rest)
     }
 }
-
