@@ -116,7 +116,7 @@ pub fn write(metadata: &Metadata) -> Vec<u8> {
         put_u32(&mut out, value_type(value));
         put_value(&mut out, value);
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     out
