@@ -27,7 +27,7 @@ const TEMPLATE_NAME: &str = "chat_template";
 pub const RENDER_FUEL: u64 = 2_000_000;
 
 /// Nesting depth (macro calls, loops, includes) one render may reach.
-const RECURSION_LIMIT: usize = 100;
+const RECURSION_LIMIT: usize = 200;
 
 /// Nesting depth `tojson` accepts.
 const JSON_DEPTH_LIMIT: usize = 128;
@@ -251,7 +251,7 @@ fn render_error(e: minijinja::Error) -> Error {
              loops without end"
         ));
     }
-    Error::Template(format!("rendering failed: {e:#}"))
+    Error::Template(format!("rendering failed: {e}"))
 }
 
 /// `raise_exception(message)`: templates call it to reject a conversation.
@@ -377,8 +377,9 @@ fn write_json(
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
         ValueKind::Number => {
-            if let Some(i) = value.as_i64() {
-                let _ = write!(out, "{i}");
+            if value.is_integer() {
+                // Any width minijinja has (up to 128 bits) prints as Python would.
+                let _ = write!(out, "{value}");
             } else if let Ok(f) = f64::try_from(value.clone()) {
                 if f.is_nan() {
                     out.push_str("NaN");
@@ -388,7 +389,6 @@ fn write_json(
                     out.push_str(&serde_json::Value::from(f).to_string());
                 }
             } else {
-                // Integers beyond i64 (minijinja has i128/u128).
                 let _ = write!(out, "{value}");
             }
         }
@@ -453,4 +453,53 @@ fn write_json(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(v: Value, ensure_ascii: bool) -> String {
+        let style = JsonStyle {
+            indent: None,
+            item_sep: ", ".into(),
+            key_sep: ": ".into(),
+            sort_keys: false,
+            ensure_ascii,
+        };
+        let mut out = String::new();
+        write_json(&v, &style, 0, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn json_edge_cases_match_python() {
+        assert_eq!(
+            json(Value::from("🚀\u{1}"), true),
+            r#""\ud83d\ude80\u0001""#
+        );
+        assert_eq!(json(Value::from(f64::NAN), false), "NaN");
+        assert_eq!(json(Value::from(-f64::INFINITY), false), "-Infinity");
+        assert_eq!(json(Value::from(1.0), false), "1.0");
+        assert_eq!(json(Value::from(()), false), "null");
+        assert_eq!(json(Value::UNDEFINED, false), "null");
+        let mut deep = Value::from(1);
+        for _ in 0..(JSON_DEPTH_LIMIT + 2) {
+            deep = Value::from(vec![deep]);
+        }
+        let style = JsonStyle {
+            indent: None,
+            item_sep: ",".into(),
+            key_sep: ":".into(),
+            sort_keys: false,
+            ensure_ascii: false,
+        };
+        assert!(write_json(&deep, &style, 0, &mut String::new()).is_err());
+    }
+
+    #[test]
+    fn plain_format_capitalises_any_role() {
+        let m = [ChatMessage::new("ärzt", "x"), ChatMessage::new("", "y")];
+        assert_eq!(render_plain(&m, false), "Ärzt: x\n\n: y\n\n");
+    }
 }

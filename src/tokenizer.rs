@@ -144,7 +144,11 @@ impl Tokenizer {
         inner.with_padding(None);
         let mut plain_added = inner.get_added_vocabulary().clone();
         plain_added.set_encode_special_tokens(true);
-        let vocab_size = inner.get_vocab_size(true);
+        // Ids may have holes (some tokenizer.json files skip ids): size by the largest id.
+        let largest = inner.get_vocab(true).into_values().max();
+        let vocab_size = inner
+            .get_vocab_size(true)
+            .max(largest.map_or(0, |id| id as usize + 1));
         let mut eos = Vec::with_capacity(ids.eos.len());
         for id in ids.eos {
             if !eos.contains(&id) {
@@ -243,8 +247,9 @@ impl Tokenizer {
                 .filter_map(|t| inner.token_to_id(t))
                 .filter(|&id| is_special_id(&inner, id)),
         );
-        let unk = token_id("unk_token")?;
-        let pad = token_id("pad_token")?;
+        // UNK and PAD are informational: a config naming one the vocabulary lacks is not fatal.
+        let unk = token_id("unk_token").ok().flatten();
+        let pad = token_id("pad_token").ok().flatten();
         Self::assemble(
             inner,
             SpecialIds {
@@ -530,6 +535,10 @@ impl GgufVocab<'_> {
         let mut special = Vec::new();
         let mut user = Vec::new();
         for (i, t) in self.tokens.iter().enumerate() {
+            // An empty pattern would match everywhere.
+            if t.is_empty() {
+                continue;
+            }
             match self.token_type(i) {
                 token_type::CONTROL | token_type::UNKNOWN => {
                     special.push(AddedToken::from(t.clone(), true).normalized(false))
@@ -545,7 +554,9 @@ impl GgufVocab<'_> {
         // Tokens without a type table: treat the BOS/EOS/UNK entries as control tokens.
         if self.token_types.is_none() {
             for id in [bos, eos, unk, eot, eom].into_iter().flatten() {
-                let t = &self.tokens[id as usize];
+                let Some(t) = self.tokens.get(id as usize) else {
+                    continue;
+                };
                 if !special.iter().any(|a: &AddedToken| &a.content == t) {
                     special.push(AddedToken::from(t.clone(), true).normalized(false));
                 }
@@ -643,8 +654,8 @@ impl GgufVocab<'_> {
             .vocab_and_merges(vocab, merges)
             .byte_fallback(true)
             .fuse_unk(true);
-        if let Some(unk) = unk {
-            builder = builder.unk_token(self.tokens[unk as usize].clone());
+        if let Some(unk) = unk.and_then(|id| self.tokens.get(id as usize)) {
+            builder = builder.unk_token(unk.clone());
         }
         let bpe = builder
             .build()
@@ -867,5 +878,92 @@ impl StreamDecoder<'_> {
         self.context = 0;
         self.emitted.clear();
         Ok(rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_tokens_are_recognised() {
+        assert!(is_byte_token("<0x0A>") && is_byte_token("<0xff>"));
+        for t in ["<0x0>", "<0x0AB>", "<0xGG>", "0x0A", "<0x0A]", "▁<0x0A>"] {
+            assert!(!is_byte_token(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn every_pre_tokenizer_regex_compiles() {
+        for pre in [
+            "gpt-2",
+            "phi-2",
+            "mpt",
+            "olmo",
+            "smollm",
+            "starcoder",
+            "refact",
+            "codeshell",
+            "llama-bpe",
+            "llama3",
+            "llama-v3",
+            "qwen2",
+            "deepseek-r1-qwen",
+            "default",
+        ] {
+            let (regexes, _) = pre_tokenizer_regexes(pre).unwrap();
+            for r in regexes {
+                Split::new(
+                    SplitPattern::Regex(r.to_string()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .unwrap_or_else(|e| panic!("{pre}: {r}: {e}"));
+            }
+        }
+        assert!(pre_tokenizer_regexes("gpt2").is_none());
+    }
+
+    /// Merges are ranked by the merged piece's score, best first; control and byte tokens are
+    /// never merge results.
+    #[test]
+    fn spm_merges_follow_scores() {
+        let tokens: Vec<String> = ["<s>", "a", "b", "c", "ab", "bc", "abc", "<0x61>", "<s"]
+            .map(String::from)
+            .to_vec();
+        let types = [3, 1, 1, 1, 1, 1, 1, 6, 3];
+        let scores = [0.0, -1.0, -2.0, -3.0, -5.0, -4.0, -6.0, 0.0, 0.0];
+        let v = GgufVocab {
+            file: "t",
+            model: "llama",
+            pre: None,
+            tokens: &tokens,
+            token_types: Some(&types),
+            scores: Some(&scores),
+            merges: None,
+            bos: None,
+            eos: None,
+            eot: None,
+            eom: None,
+            unk: None,
+            pad: None,
+            add_bos: None,
+            add_space_prefix: None,
+        };
+        let vocab: Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let merges = v.spm_merges(&vocab, &scores);
+        let pairs: Vec<(&str, &str)> = merges
+            .iter()
+            .map(|(l, r)| (l.as_str(), r.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [("b", "c"), ("a", "b"), ("a", "bc"), ("ab", "c")],
+            "bc (-4) before ab (-5) before abc (-6); abc's splits by part ids"
+        );
     }
 }

@@ -839,3 +839,10 @@ fn bad_gguf_tokenizer_metadata_is_refused() {
     });
     assert_names(&e, &["tokenizer.ggml.scores", "10"]);
 }
+
+#[test]
+fn tokenizer_and_template_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tokenizer>();
+    send_sync::<emberlm::chat::ChatTemplate>();
+}
