@@ -5,10 +5,12 @@
 //! cache, typed kernels) and the CPU [`model::reference`] sit under everything else; `web`
 //! (wasm32 only) converts between JavaScript and Rust and holds no logic of its own.
 
+pub mod chat;
 pub mod error;
 pub mod format;
 pub mod gpu;
 pub mod model;
+pub mod tokenizer;
 
 #[cfg(target_arch = "wasm32")]
 pub mod web;

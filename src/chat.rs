@@ -1,0 +1,505 @@
+//! Chat templates: turning a conversation into the prompt text a chat model was trained on.
+//!
+//! Models ship their format as a Jinja template (GGUF `tokenizer.chat_template`, or
+//! `chat_template` in `tokenizer_config.json`). We render it with `minijinja`, configured like
+//! Hugging Face transformers' renderer: `trim_blocks` and `lstrip_blocks`, loop controls,
+//! `raise_exception`, `strftime_now`, a `tojson` that writes what Python's `json.dumps` writes,
+//! and Python string/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) from
+//! `minijinja-contrib`. Templates are untrusted input: every render runs on a fuel budget and a
+//! recursion limit, so a template cannot loop forever or exhaust the stack.
+
+use std::fmt::{self, Write as _};
+
+use minijinja::value::{Kwargs, ValueKind};
+use minijinja::{AutoEscape, Environment, ErrorKind, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::format::gguf::GgufHeader;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// Name under which the template is stored in its environment.
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// Instructions one render may execute. Real templates spend a few hundred per message; this
+/// allows conversations of thousands of turns and stops a runaway template in well under a
+/// second.
+pub const RENDER_FUEL: u64 = 2_000_000;
+
+/// Nesting depth (macro calls, loops, includes) one render may reach.
+const RECURSION_LIMIT: usize = 200;
+
+/// Nesting depth `tojson` accepts.
+const JSON_DEPTH_LIMIT: usize = 128;
+
+/// One turn of a conversation. `role` is usually `system`, `user` or `assistant`; other roles
+/// (`tool`, `ipython`, ...) are passed to the template unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who speaks.
+    pub role: String,
+    /// What they say.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message from `role`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template and the BOS/EOS strings it may refer to.
+#[derive(Clone, Debug)]
+pub struct ChatTemplate {
+    kind: Kind,
+    bos_token: String,
+    eos_token: String,
+}
+
+/// How a [`ChatTemplate`] renders.
+#[derive(Clone, Debug)]
+enum Kind {
+    /// A Jinja template, compiled into its own environment.
+    Jinja(Box<Environment<'static>>),
+    /// The plain format of [`ChatTemplate::fallback`].
+    Plain,
+}
+
+/// The error `raise_exception` attaches, so that `render` can report the template's message.
+#[derive(Debug)]
+struct Raised(String);
+
+impl fmt::Display for Raised {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Raised {}
+
+impl ChatTemplate {
+    /// Compiles a Jinja chat template. `bos_token` and `eos_token` are the strings the template
+    /// sees as `bos_token` / `eos_token`.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(false);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_fuel(Some(RENDER_FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| Error::Template(format!("cannot compile the template: {e:#}")))?;
+        Ok(Self {
+            kind: Kind::Jinja(Box::new(env)),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The template in GGUF metadata `tokenizer.chat_template`, if there is one. BOS/EOS strings
+    /// come from `tokenizer`.
+    pub fn from_gguf(header: &GgufHeader, tokenizer: &Tokenizer) -> Result<Option<Self>> {
+        let Some(source) = header.get_str("tokenizer.chat_template")? else {
+            return Ok(None);
+        };
+        let (bos, eos) = special_strings(tokenizer);
+        Self::new(source, &bos, &eos).map(Some)
+    }
+
+    /// The template in a `tokenizer_config.json`: `chat_template` as a string, or as a list of
+    /// `{name, template}` entries, of which we take `default`. `bos_token` / `eos_token` come
+    /// from the config when it has them, otherwise from `tokenizer`.
+    pub fn from_tokenizer_config(json: &[u8], tokenizer: &Tokenizer) -> Result<Option<Self>> {
+        const FILE: &str = "tokenizer_config.json";
+        let config: serde_json::Value = serde_json::from_slice(json)
+            .map_err(|e| Error::format(FILE, format!("not valid JSON: {e}")))?;
+        let source = match config.get("chat_template") {
+            None | Some(serde_json::Value::Null) => return Ok(None),
+            Some(serde_json::Value::String(s)) => s.as_str(),
+            Some(serde_json::Value::Array(list)) => {
+                let mut names = Vec::new();
+                let mut found = None;
+                for entry in list {
+                    let name = entry.get("name").and_then(|n| n.as_str());
+                    let template = entry.get("template").and_then(|t| t.as_str());
+                    let (Some(name), Some(template)) = (name, template) else {
+                        return Err(Error::format(
+                            FILE,
+                            "`chat_template` list entries need string `name` and `template`",
+                        ));
+                    };
+                    if name == "default" {
+                        found = Some(template);
+                    }
+                    names.push(name);
+                }
+                found.ok_or_else(|| {
+                    Error::format(
+                        FILE,
+                        format!(
+                            "`chat_template` has no `default` entry (it has: {})",
+                            names.join(", ")
+                        ),
+                    )
+                })?
+            }
+            Some(other) => {
+                return Err(Error::format(
+                    FILE,
+                    format!("`chat_template` should be a string or a list, not {other}"),
+                ))
+            }
+        };
+        let (bos, eos) = special_strings(tokenizer);
+        let bos = crate::tokenizer::config_token(&config, "bos_token").map_or(bos, str::to_string);
+        let eos = crate::tokenizer::config_token(&config, "eos_token").map_or(eos, str::to_string);
+        Self::new(source, &bos, &eos).map(Some)
+    }
+
+    /// A plain format for models without a template (base models):
+    ///
+    /// ```text
+    /// System: You are terse.
+    ///
+    /// User: Hello
+    ///
+    /// Assistant:
+    /// ```
+    ///
+    /// Each message is its role with the first letter upper-cased and the rest lower-cased, `": "`,
+    /// the content and a blank line; with `add_generation_prompt` the text ends in `Assistant:`
+    /// (no trailing space, which byte-level tokenizers would make a token of its own).
+    pub fn fallback() -> Self {
+        Self {
+            kind: Kind::Plain,
+            bos_token: String::new(),
+            eos_token: String::new(),
+        }
+    }
+
+    /// Renders `messages` to prompt text. With `add_generation_prompt`, the text ends where the
+    /// assistant's reply begins.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let env = match &self.kind {
+            Kind::Jinja(env) => env,
+            Kind::Plain => return Ok(render_plain(messages, add_generation_prompt)),
+        };
+        let template = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| Error::Template(e.to_string()))?;
+        let context = minijinja::context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        template.render(context).map_err(render_error)
+    }
+}
+
+/// [`ChatTemplate::fallback`]'s format.
+fn render_plain(messages: &[ChatMessage], add_generation_prompt: bool) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let mut chars = m.role.chars();
+        if let Some(first) = chars.next() {
+            out.extend(first.to_uppercase());
+            out.push_str(&chars.as_str().to_lowercase());
+        }
+        out.push_str(": ");
+        out.push_str(&m.content);
+        out.push_str("\n\n");
+    }
+    if add_generation_prompt {
+        out.push_str("Assistant:");
+    }
+    out
+}
+
+/// The BOS and first EOS token strings of `tokenizer` (empty when it has none).
+fn special_strings(tokenizer: &Tokenizer) -> (String, String) {
+    let text = |id: Option<u32>| {
+        id.and_then(|id| tokenizer.id_to_token(id))
+            .unwrap_or_default()
+    };
+    (
+        text(tokenizer.bos_id()),
+        text(tokenizer.eos_ids().first().copied()),
+    )
+}
+
+fn render_error(e: minijinja::Error) -> Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(raised) = err.downcast_ref::<Raised>() {
+            return Error::Template(format!("the template raised an exception: {raised}"));
+        }
+        source = err.source();
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        return Error::Template(format!(
+            "rendering stopped after {RENDER_FUEL} steps: the template does too much work or \
+             loops without end"
+        ));
+    }
+    Error::Template(format!("rendering failed: {e}"))
+}
+
+/// `raise_exception(message)`: templates call it to reject a conversation.
+fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
+    Err(
+        minijinja::Error::new(ErrorKind::InvalidOperation, "raise_exception called")
+            .with_source(Raised(message)),
+    )
+}
+
+/// `strftime_now(format)`: the local time formatted with C `strftime` directives, as templates
+/// that print today's date (Llama 3.x) expect.
+fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error> {
+    use chrono::format::{Item, StrftimeItems};
+    let items: Vec<Item<'_>> = StrftimeItems::new(&format).collect();
+    if items.iter().any(|i| matches!(i, Item::Error)) {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: invalid format `{format}`"),
+        ));
+    }
+    let mut out = String::new();
+    write!(
+        out,
+        "{}",
+        chrono::Local::now().format_with_items(items.iter())
+    )
+    .map_err(|_| {
+        minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: cannot format with `{format}`"),
+        )
+    })?;
+    Ok(out)
+}
+
+/// How `tojson` lays out its output (Python `json.dumps` options).
+struct JsonStyle {
+    indent: Option<usize>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+    ensure_ascii: bool,
+}
+
+/// `value | tojson(indent=None, sort_keys=False, ensure_ascii=False, separators=None)`: what
+/// transformers' `tojson` (Python `json.dumps`) produces, without Jinja's HTML escaping.
+fn tojson(
+    value: &Value,
+    indent: Option<usize>,
+    kwargs: Kwargs,
+) -> std::result::Result<String, minijinja::Error> {
+    let indent = match kwargs.get::<Option<usize>>("indent")? {
+        Some(i) => Some(i),
+        None => indent,
+    };
+    let (item_sep, key_sep) = match kwargs.get::<Option<Vec<String>>>("separators")? {
+        Some(seps) => match <[String; 2]>::try_from(seps) {
+            Ok([item, key]) => (item, key),
+            Err(_) => {
+                return Err(minijinja::Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: `separators` must be a pair of strings",
+                ))
+            }
+        },
+        None if indent.is_some() => (",".to_string(), ": ".to_string()),
+        None => (", ".to_string(), ": ".to_string()),
+    };
+    let style = JsonStyle {
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false),
+        ensure_ascii: kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false),
+    };
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(value, &style, 0, &mut out)?;
+    Ok(out)
+}
+
+fn json_error(message: impl Into<String>) -> minijinja::Error {
+    minijinja::Error::new(ErrorKind::InvalidOperation, message.into())
+}
+
+fn write_json_string(s: &str, ensure_ascii: bool, out: &mut String) {
+    // serde_json escapes exactly what Python's json.dumps(ensure_ascii=False) escapes.
+    let quoted = serde_json::Value::String(s.to_string()).to_string();
+    if !ensure_ascii {
+        out.push_str(&quoted);
+        return;
+    }
+    for c in quoted.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        }
+    }
+}
+
+fn newline_indent(style: &JsonStyle, depth: usize, out: &mut String) {
+    if let Some(width) = style.indent {
+        out.push('\n');
+        out.extend(std::iter::repeat_n(' ', width * depth));
+    }
+}
+
+fn write_json(
+    value: &Value,
+    style: &JsonStyle,
+    depth: usize,
+    out: &mut String,
+) -> std::result::Result<(), minijinja::Error> {
+    if depth > JSON_DEPTH_LIMIT {
+        return Err(json_error("tojson: value is nested too deeply"));
+    }
+    match value.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if value.is_integer() {
+                // Any width minijinja has (up to 128 bits) prints as Python would.
+                let _ = write!(out, "{value}");
+            } else if let Ok(f) = f64::try_from(value.clone()) {
+                if f.is_nan() {
+                    out.push_str("NaN");
+                } else if f.is_infinite() {
+                    out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
+                } else {
+                    out.push_str(&serde_json::Value::from(f).to_string());
+                }
+            } else {
+                let _ = write!(out, "{value}");
+            }
+        }
+        ValueKind::String => {
+            write_json_string(value.as_str().unwrap_or_default(), style.ensure_ascii, out)
+        }
+        ValueKind::Bytes => {
+            let bytes = value.as_bytes().unwrap_or_default();
+            write_json_string(&String::from_utf8_lossy(bytes), style.ensure_ascii, out);
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = value.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&style.item_sep);
+                }
+                newline_indent(style, depth + 1, out);
+                write_json(item, style, depth + 1, out)?;
+            }
+            newline_indent(style, depth, out);
+            out.push(']');
+        }
+        ValueKind::Map => {
+            let mut keys: Vec<Value> = value.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            if style.sort_keys {
+                keys.sort();
+            }
+            out.push('{');
+            for (i, key) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&style.item_sep);
+                }
+                newline_indent(style, depth + 1, out);
+                // JSON keys are strings; Python converts numbers, booleans and None.
+                let key_text = match key.kind() {
+                    ValueKind::String => key.as_str().unwrap_or_default().to_string(),
+                    ValueKind::None | ValueKind::Undefined => "null".to_string(),
+                    ValueKind::Bool => (if key.is_true() { "true" } else { "false" }).to_string(),
+                    _ => key.to_string(),
+                };
+                write_json_string(&key_text, style.ensure_ascii, out);
+                out.push_str(&style.key_sep);
+                write_json(&value.get_item(key)?, style, depth + 1, out)?;
+            }
+            newline_indent(style, depth, out);
+            out.push('}');
+        }
+        _ => {
+            return Err(json_error(format!(
+                "tojson: a value of kind {} is not JSON serializable",
+                value.kind()
+            )))
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(v: Value, ensure_ascii: bool) -> String {
+        let style = JsonStyle {
+            indent: None,
+            item_sep: ", ".into(),
+            key_sep: ": ".into(),
+            sort_keys: false,
+            ensure_ascii,
+        };
+        let mut out = String::new();
+        write_json(&v, &style, 0, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn json_edge_cases_match_python() {
+        assert_eq!(
+            json(Value::from("🚀\u{1}"), true),
+            r#""\ud83d\ude80\u0001""#
+        );
+        assert_eq!(json(Value::from(f64::NAN), false), "NaN");
+        assert_eq!(json(Value::from(-f64::INFINITY), false), "-Infinity");
+        assert_eq!(json(Value::from(1.0), false), "1.0");
+        assert_eq!(json(Value::from(()), false), "null");
+        assert_eq!(json(Value::UNDEFINED, false), "null");
+        let mut deep = Value::from(1);
+        for _ in 0..(JSON_DEPTH_LIMIT + 2) {
+            deep = Value::from(vec![deep]);
+        }
+        let style = JsonStyle {
+            indent: None,
+            item_sep: ",".into(),
+            key_sep: ":".into(),
+            sort_keys: false,
+            ensure_ascii: false,
+        };
+        assert!(write_json(&deep, &style, 0, &mut String::new()).is_err());
+    }
+
+    #[test]
+    fn plain_format_capitalises_any_role() {
+        let m = [ChatMessage::new("ärzt", "x"), ChatMessage::new("", "y")];
+        assert_eq!(render_plain(&m, false), "Ärzt: x\n\n: y\n\n");
+    }
+}
