@@ -76,3 +76,41 @@ fn errors_have_exit_codes_and_messages() {
     let (code, _, _) = emberlm(&["info", "--help"]);
     assert_eq!(code, 0);
 }
+
+#[test]
+fn tokenize_reproduces_golden_prompt_tokens() {
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/golden/tiny-llama-spm-f32.golden.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let result = &golden["results"][0];
+    let prompt = result["prompt"].as_str().unwrap();
+    for model in [
+        "tests/fixtures/tiny-llama-spm-f32.gguf",
+        "tests/fixtures/tiny-llama-spm",
+    ] {
+        let (code, out, err) = emberlm(&["tokenize", "--model", model, "--json", prompt]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ids"], result["prompt_tokens"], "{model}");
+        assert_eq!(
+            v["ids"].as_array().unwrap().len(),
+            v["pieces"].as_array().unwrap().len()
+        );
+    }
+    let (code, out, _) = emberlm(&[
+        "info",
+        "--model",
+        "tests/fixtures/tiny-llama-spm-f32.gguf",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tokenizer"]["vocab_size"], 600);
+    assert_eq!(v["tokenizer"]["bos_id"], 1);
+    assert_eq!(v["chat_template"], false);
+}

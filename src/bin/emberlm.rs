@@ -48,6 +48,23 @@ mod cli {
             #[arg(long)]
             no_subgroups: bool,
         },
+        /// Turn text into token ids (and back, to show each token's text).
+        Tokenize {
+            /// A GGUF file or a Hugging Face folder (default: the model in models/).
+            #[arg(long)]
+            model: Option<PathBuf>,
+            /// Recognise special tokens such as `<|im_start|>` in the text.
+            #[arg(long)]
+            special: bool,
+            /// Add the BOS token (`true`/`false`; default: what the model asks for).
+            #[arg(long)]
+            bos: Option<bool>,
+            /// Print JSON instead of text.
+            #[arg(long)]
+            json: bool,
+            /// The text.
+            text: String,
+        },
         /// Describe a model: configuration, tensors per type, weight bytes, GPU memory.
         Info {
             /// A GGUF file or a Hugging Face folder (default: the model in models/).
@@ -92,6 +109,8 @@ mod cli {
         }
         let memory = weights.memory_estimate(context);
         let tally = weights.tally();
+        let tokenizer = files.tokenizer()?;
+        let has_template = files.chat_template(&tokenizer)?.is_some();
         if json {
             let types: serde_json::Map<String, serde_json::Value> = tally
                 .iter()
@@ -109,6 +128,13 @@ mod cli {
                 "types": types,
                 "weight_bytes": weights.weight_bytes(),
                 "memory": memory,
+                "tokenizer": {
+                    "vocab_size": tokenizer.vocab_size(),
+                    "bos_id": tokenizer.bos_id(),
+                    "eos_ids": tokenizer.eos_ids(),
+                    "add_bos": tokenizer.add_bos_default(),
+                },
+                "chat_template": has_template,
             });
             println!("{}", serde_json::to_string_pretty(&out)?);
             return Ok(());
@@ -138,6 +164,18 @@ mod cli {
             if c.qkv_bias { "; q/k/v biases" } else { "" }
         );
         println!("bos / eos:    {:?} / {:?}", c.bos_id, c.eos_ids);
+        println!(
+            "tokenizer:    {} tokens, bos {:?} (added: {}), eos {:?}; chat template: {}",
+            tokenizer.vocab_size(),
+            tokenizer.bos_id(),
+            tokenizer.add_bos_default(),
+            tokenizer.eos_ids(),
+            if has_template {
+                "yes"
+            } else {
+                "none (plain fallback)"
+            }
+        );
         println!("tensors:      {}", weights.tensors.len());
         for (ty, t) in &tally {
             println!("  {ty:<6} {:>4} tensors  {}", t.tensors, mib(t.bytes));
@@ -158,8 +196,41 @@ mod cli {
         Ok(())
     }
 
+    fn tokenize(
+        model: Option<PathBuf>,
+        text: &str,
+        special: bool,
+        bos: Option<bool>,
+        json: bool,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let files = ModelFiles::open(&model_path(model)?)?;
+        let tokenizer = files.tokenizer()?;
+        let ids = tokenizer.encode(text, special, bos)?;
+        let pieces = ids
+            .iter()
+            .map(|&id| tokenizer.decode(&[id], false))
+            .collect::<Result<Vec<_>, _>>()?;
+        if json {
+            let out = serde_json::json!({ "ids": ids, "pieces": pieces });
+            println!("{}", serde_json::to_string(&out)?);
+        } else {
+            for (id, piece) in ids.iter().zip(&pieces) {
+                println!("{id:>7}  {piece:?}");
+            }
+            println!("{} tokens", ids.len());
+        }
+        Ok(())
+    }
+
     fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         match cli.command {
+            Command::Tokenize {
+                model,
+                special,
+                bos,
+                json,
+                text,
+            } => tokenize(model, &text, special, bos, json),
             Command::Info {
                 model,
                 context,

@@ -10,9 +10,11 @@ pub mod safetensors;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::weights::DType;
+use crate::tokenizer::Tokenizer;
 
 /// One tensor as stored: logical shape (outermost first; matrices are `[out, in]`), storage
 /// type, and its bytes (borrowed from the file where possible).
@@ -180,6 +182,36 @@ impl ModelFiles {
         match self {
             ModelFiles::Gguf(g) => g.weights(),
             ModelFiles::Hf(h) => h.load(),
+        }
+    }
+
+    /// The tokenizer: from GGUF metadata, or from the folder's `tokenizer.json` (with
+    /// `tokenizer_config.json` when present).
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        match self {
+            ModelFiles::Gguf(g) => Tokenizer::from_gguf(g.header()),
+            ModelFiles::Hf(h) => {
+                let json = h.tokenizer_json.as_deref().ok_or_else(|| {
+                    Error::format(&h.name, "no tokenizer.json in the model folder")
+                })?;
+                Tokenizer::from_json(
+                    json,
+                    h.tokenizer_config_json.as_deref(),
+                    &format!("{}/tokenizer.json", h.name),
+                )
+            }
+        }
+    }
+
+    /// The model's chat template (`tokenizer.chat_template` in GGUF, `chat_template` in
+    /// `tokenizer_config.json`), or `None` when it has none (see [`ChatTemplate::fallback`]).
+    pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<Option<ChatTemplate>> {
+        match self {
+            ModelFiles::Gguf(g) => ChatTemplate::from_gguf(g.header(), tokenizer),
+            ModelFiles::Hf(h) => match &h.tokenizer_config_json {
+                Some(json) => ChatTemplate::from_tokenizer_config(json, tokenizer),
+                None => Ok(None),
+            },
         }
     }
 }
