@@ -93,7 +93,7 @@ fn tokenize_reproduces_golden_prompt_tokens() {
         "tests/fixtures/tiny-llama-spm-f32.gguf",
         "tests/fixtures/tiny-llama-spm",
     ] {
-        let (code, out, err) = emberlm(&["tokenize", "--model", model, "--json", prompt]);
+        let (code, out, err) = emberlm(&["tokenize", "--model", model, "--prompt", prompt]);
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["ids"], result["prompt_tokens"], "{model}");

@@ -48,22 +48,20 @@ mod cli {
             #[arg(long)]
             no_subgroups: bool,
         },
-        /// Turn text into token ids (and back, to show each token's text).
+        /// Turn text into token ids: JSON `{"tokens": [...], "pieces": [...]}`.
         Tokenize {
             /// A GGUF file or a Hugging Face folder (default: the model in models/).
             #[arg(long)]
             model: Option<PathBuf>,
+            /// The text to tokenize.
+            #[arg(long)]
+            prompt: String,
             /// Recognise special tokens such as `<|im_start|>` in the text.
             #[arg(long)]
             special: bool,
             /// Add the BOS token (`true`/`false`; default: what the model asks for).
             #[arg(long)]
             bos: Option<bool>,
-            /// Print JSON instead of text.
-            #[arg(long)]
-            json: bool,
-            /// The text.
-            text: String,
         },
         /// Describe a model: configuration, tensors per type, weight bytes, GPU memory.
         Info {
@@ -201,7 +199,6 @@ mod cli {
         text: &str,
         special: bool,
         bos: Option<bool>,
-        json: bool,
     ) -> Result<(), Box<dyn std::error::Error>> {
         let files = ModelFiles::open(&model_path(model)?)?;
         let tokenizer = files.tokenizer()?;
@@ -210,15 +207,8 @@ mod cli {
             .iter()
             .map(|&id| tokenizer.decode(&[id], false))
             .collect::<Result<Vec<_>, _>>()?;
-        if json {
-            let out = serde_json::json!({ "ids": ids, "pieces": pieces });
-            println!("{}", serde_json::to_string(&out)?);
-        } else {
-            for (id, piece) in ids.iter().zip(&pieces) {
-                println!("{id:>7}  {piece:?}");
-            }
-            println!("{} tokens", ids.len());
-        }
+        let out = serde_json::json!({ "tokens": ids, "pieces": pieces });
+        println!("{}", serde_json::to_string(&out)?);
         Ok(())
     }
 
@@ -226,11 +216,10 @@ mod cli {
         match cli.command {
             Command::Tokenize {
                 model,
+                prompt,
                 special,
                 bos,
-                json,
-                text,
-            } => tokenize(model, &text, special, bos, json),
+            } => tokenize(model, &prompt, special, bos),
             Command::Info {
                 model,
                 context,
