@@ -96,9 +96,9 @@ fn tokenize_reproduces_golden_prompt_tokens() {
         let (code, out, err) = emberlm(&["tokenize", "--model", model, "--prompt", prompt]);
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["ids"], result["prompt_tokens"], "{model}");
+        assert_eq!(v["tokens"], result["prompt_tokens"], "{model}");
         assert_eq!(
-            v["ids"].as_array().unwrap().len(),
+            v["tokens"].as_array().unwrap().len(),
             v["pieces"].as_array().unwrap().len()
         );
     }
