@@ -7,7 +7,9 @@ pub mod buffer;
 pub mod device;
 pub mod kernels;
 pub mod ops;
+pub mod tensor;
 
 pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
-pub use ops::{KernelBinding, MatVecF32, Reduction, RmsNorm};
+pub use ops::{Grid, KernelBinding, MatVecF32, Reduction, RmsNorm, StepParams};
+pub use tensor::GpuTensor;

@@ -1,12 +1,20 @@
 //! Typed kernels: each op owns its pipeline, checks its arguments against the buffers and the
-//! device limits when binding, and records its dispatch into a compute pass.
+//! device limits when binding, and records its dispatch into a compute pass. This module holds
+//! what every op shares (bindings, grids, per-step parameters, common defines); each kernel
+//! family has its own file beside it.
+
+pub mod matvec;
+pub mod norm;
+
+pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
+pub use norm::RmsNorm;
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
 use super::device::GpuContext;
-use super::kernels::{self, Defines, KernelCache, ShaderFile};
+use super::kernels::{Defines, KernelCache, ShaderFile};
 use crate::error::{Error, Result};
 
 /// Largest workgroup the kernels are written for.
@@ -34,7 +42,7 @@ impl Reduction {
 
 /// Defines every reducing kernel needs: `WG_SIZE` (the largest power of two the device allows,
 /// up to 256) and `SUBGROUPS` when asked for.
-fn reduce_defines(ctx: &GpuContext, reduction: Reduction) -> Result<Defines> {
+pub(crate) fn reduce_defines(ctx: &GpuContext, reduction: Reduction) -> Result<Defines> {
     if reduction == Reduction::Subgroup && !ctx.has_subgroups() {
         return Err(Error::invalid(
             "reduction",
@@ -53,7 +61,7 @@ fn reduce_defines(ctx: &GpuContext, reduction: Reduction) -> Result<Defines> {
 }
 
 /// Spreads `groups` workgroups over x and y within `maxComputeWorkgroupsPerDimension`.
-fn dispatch_grid(ctx: &GpuContext, what: &str, groups: u32) -> Result<(u32, u32)> {
+pub(crate) fn dispatch_grid(ctx: &GpuContext, what: &str, groups: u32) -> Result<(u32, u32)> {
     let max = ctx.limits().max_compute_workgroups_per_dimension.max(1);
     let x = groups.clamp(1, max);
     let y = groups.div_ceil(x);
@@ -69,7 +77,7 @@ fn dispatch_grid(ctx: &GpuContext, what: &str, groups: u32) -> Result<(u32, u32)
 }
 
 /// Fails unless `buffer` holds at least `elements` f32 values.
-fn check_len(name: &'static str, buffer: &wgpu::Buffer, elements: u64) -> Result<()> {
+pub(crate) fn check_len(name: &'static str, buffer: &wgpu::Buffer, elements: u64) -> Result<()> {
     let needed = elements * 4;
     if buffer.size() < needed {
         return Err(Error::invalid(
@@ -83,41 +91,111 @@ fn check_len(name: &'static str, buffer: &wgpu::Buffer, elements: u64) -> Result
     Ok(())
 }
 
-fn positive(name: &'static str, value: u32) -> Result<()> {
+pub(crate) fn positive(name: &'static str, value: u32) -> Result<()> {
     if value == 0 {
         return Err(Error::invalid(name, "must be at least 1"));
     }
     Ok(())
 }
 
+/// Values that change with every forward step, written once per step into one uniform buffer
+/// that every token-dependent kernel binds at `@binding(1)`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct StepParams {
+    /// Position of the step's first token in the sequence.
+    pub pos0: u32,
+    /// Tokens in this step (1 for decode, the chunk length for prefill).
+    pub n_tokens: u32,
+    /// Cached positions attention reads after this step's keys are written: `pos0 + n_tokens`.
+    pub kv_len: u32,
+    /// Padding to 16 bytes.
+    pub _pad: u32,
+}
+
+impl StepParams {
+    /// The parameters of a step of `n_tokens` tokens starting at `pos0`.
+    pub fn new(pos0: u32, n_tokens: u32) -> Self {
+        Self {
+            pos0,
+            n_tokens,
+            kv_len: pos0 + n_tokens,
+            _pad: 0,
+        }
+    }
+}
+
+/// How many workgroups a binding dispatches, possibly depending on the step's token count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grid {
+    /// Always `(x, y, 1)`.
+    Fixed(u32, u32),
+    /// `(x, n_tokens, 1)`: one row of workgroups per token.
+    PerToken(u32),
+    /// `(x, ceil(n_tokens / tile), 1)`: one row of workgroups per tile of tokens.
+    TokenTiles {
+        /// Workgroups along x.
+        x: u32,
+        /// Tokens per tile.
+        tile: u32,
+    },
+}
+
+impl Grid {
+    /// The dispatch size for a step of `n_tokens` tokens.
+    pub fn size(self, n_tokens: u32) -> (u32, u32, u32) {
+        match self {
+            Grid::Fixed(x, y) => (x, y, 1),
+            Grid::PerToken(x) => (x, n_tokens.max(1), 1),
+            Grid::TokenTiles { x, tile } => (x, n_tokens.max(1).div_ceil(tile.max(1)), 1),
+        }
+    }
+}
+
 /// A bound kernel invocation: bind group, its parameter buffer and the workgroup grid.
 /// Create once (at load time) and record as often as needed.
+///
+/// Binding layout every kernel follows: `@binding(0)` its own parameters (uniform, written
+/// once here), then `@binding(1)` the shared [`StepParams`] uniform when the kernel depends on
+/// the step, then its storage buffers in order.
 #[derive(Debug)]
 pub struct KernelBinding {
     pipeline: Arc<wgpu::ComputePipeline>,
     bind_group: wgpu::BindGroup,
-    grid: (u32, u32),
+    grid: Grid,
     _params: wgpu::Buffer,
 }
 
 impl KernelBinding {
-    fn new<P: Pod>(
+    /// Binds `params` (a new uniform buffer), the optional `step` uniform and `storage`.
+    pub fn new<P: Pod>(
         ctx: &GpuContext,
         pipeline: &Arc<wgpu::ComputePipeline>,
         label: &str,
         params: &P,
+        step: Option<&wgpu::Buffer>,
         storage: &[&wgpu::Buffer],
-        grid: (u32, u32),
+        grid: Grid,
     ) -> Self {
         let params_buffer = ctx.uniform_from(label, params);
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: params_buffer.as_entire_binding(),
         }];
+        let first_storage = match step {
+            Some(step) => {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: step.as_entire_binding(),
+                });
+                2u32
+            }
+            None => 1u32,
+        };
         entries.extend(
             storage
                 .iter()
-                .zip(1u32..)
+                .zip(first_storage..)
                 .map(|(b, i)| wgpu::BindGroupEntry {
                     binding: i,
                     resource: b.as_entire_binding(),
@@ -136,15 +214,22 @@ impl KernelBinding {
         }
     }
 
-    /// Records the dispatch into `pass`.
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+    /// Records the dispatch into `pass` for a step of `n_tokens` tokens (ignored by fixed
+    /// grids).
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
+        let (x, y, z) = self.grid.size(n_tokens);
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+        pass.dispatch_workgroups(x, y, z);
+    }
+
+    /// The grid this binding dispatches.
+    pub fn grid(&self) -> Grid {
+        self.grid
     }
 }
 
-async fn load(
+pub(crate) async fn load(
     ctx: &GpuContext,
     cache: &KernelCache,
     file: &ShaderFile,
@@ -152,153 +237,4 @@ async fn load(
     defines: Defines,
 ) -> Result<Arc<wgpu::ComputePipeline>> {
     cache.pipeline(ctx, file, entry, &defines).await
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct MatVecParams {
-    rows: u32,
-    cols: u32,
-    _pad: [u32; 2],
-}
-
-/// Rows one `matvec_f32` workgroup computes (must match `ROWS` in `shaders/matvec.wgsl`).
-pub const MATVEC_ROWS_PER_WORKGROUP: u32 = 4;
-
-/// `y = W·x (+ bias)` for f32 weights. `w: [rows, cols]` row-major, `x: [cols]`,
-/// `y: [rows]`, `bias: [rows]`.
-#[derive(Debug, Clone)]
-pub struct MatVecF32 {
-    pipeline: Arc<wgpu::ComputePipeline>,
-    has_bias: bool,
-}
-
-impl MatVecF32 {
-    /// Builds (or fetches from `cache`) the kernel for the given reduction and bias option.
-    pub async fn new(
-        ctx: &GpuContext,
-        cache: &KernelCache,
-        reduction: Reduction,
-        has_bias: bool,
-    ) -> Result<Self> {
-        let defines = reduce_defines(ctx, reduction)?.flag_if("HAS_BIAS", has_bias);
-        let pipeline = load(ctx, cache, &kernels::MATVEC, "matvec_f32", defines).await?;
-        Ok(Self { pipeline, has_bias })
-    }
-
-    /// Binds buffers for one `[rows, cols]` product; checks shapes against buffer sizes.
-    #[allow(clippy::too_many_arguments)]
-    pub fn bind(
-        &self,
-        ctx: &GpuContext,
-        w: &wgpu::Buffer,
-        x: &wgpu::Buffer,
-        bias: Option<&wgpu::Buffer>,
-        y: &wgpu::Buffer,
-        rows: u32,
-        cols: u32,
-    ) -> Result<KernelBinding> {
-        positive("rows", rows)?;
-        positive("cols", cols)?;
-        check_len("w", w, u64::from(rows) * u64::from(cols))?;
-        check_len("x", x, u64::from(cols))?;
-        check_len("y", y, u64::from(rows))?;
-        let mut storage = vec![w, x, y];
-        match (self.has_bias, bias) {
-            (true, Some(b)) => {
-                check_len("bias", b, u64::from(rows))?;
-                storage.push(b);
-            }
-            (false, None) => {}
-            (true, None) => {
-                return Err(Error::invalid("bias", "kernel built with bias, none given"))
-            }
-            (false, Some(_)) => {
-                return Err(Error::invalid(
-                    "bias",
-                    "kernel built without bias, one given",
-                ))
-            }
-        }
-        let grid = dispatch_grid(ctx, "matvec_f32", rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP))?;
-        let params = MatVecParams {
-            rows,
-            cols,
-            _pad: [0; 2],
-        };
-        Ok(KernelBinding::new(
-            ctx,
-            &self.pipeline,
-            "matvec_f32",
-            &params,
-            &storage,
-            grid,
-        ))
-    }
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct NormParams {
-    n: u32,
-    n_rows: u32,
-    eps: f32,
-    _pad: u32,
-}
-
-/// RMSNorm over the last dimension: `y[i, :] = x[i, :] / sqrt(mean(x[i, :]²) + eps) * weight`.
-/// `x, y: [n_rows, n]`, `weight: [n]`.
-#[derive(Debug, Clone)]
-pub struct RmsNorm {
-    pipeline: Arc<wgpu::ComputePipeline>,
-}
-
-impl RmsNorm {
-    /// Builds (or fetches from `cache`) the kernel for the given reduction.
-    pub async fn new(ctx: &GpuContext, cache: &KernelCache, reduction: Reduction) -> Result<Self> {
-        let defines = reduce_defines(ctx, reduction)?;
-        let pipeline = load(ctx, cache, &kernels::NORM, "rms_norm", defines).await?;
-        Ok(Self { pipeline })
-    }
-
-    /// Binds buffers for `n_rows` rows of length `n`; checks shapes and `eps`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn bind(
-        &self,
-        ctx: &GpuContext,
-        x: &wgpu::Buffer,
-        weight: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        n_rows: u32,
-        n: u32,
-        eps: f32,
-    ) -> Result<KernelBinding> {
-        positive("n_rows", n_rows)?;
-        positive("n", n)?;
-        if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::invalid(
-                "eps",
-                format!("must be finite and >= 0, got {eps}"),
-            ));
-        }
-        let total = u64::from(n_rows) * u64::from(n);
-        check_len("x", x, total)?;
-        check_len("weight", weight, u64::from(n))?;
-        check_len("y", y, total)?;
-        let grid = dispatch_grid(ctx, "rms_norm", n_rows)?;
-        let params = NormParams {
-            n,
-            n_rows,
-            eps,
-            _pad: 0,
-        };
-        Ok(KernelBinding::new(
-            ctx,
-            &self.pipeline,
-            "rms_norm",
-            &params,
-            &[x, weight, y],
-            grid,
-        ))
-    }
 }

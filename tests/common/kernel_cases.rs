@@ -60,7 +60,7 @@ pub async fn check_matvec(
         let binding = op
             .bind(ctx, &wb, &xb, bb.as_ref(), &yb, rows, cols)
             .map_err(e)?;
-        ctx.submit_pass("matvec test", |pass| binding.record(pass));
+        ctx.submit_pass("matvec test", |pass| binding.record(pass, 1));
         let got = ctx.read_f32(&yb, r).await.map_err(e)?;
 
         for i in 0..r {
@@ -109,7 +109,7 @@ pub async fn check_rms_norm(
             .storage_zeroed("y", (rows * len) as u64 * 4)
             .map_err(e)?;
         let binding = op.bind(ctx, &xb, &wb, &yb, n_rows, n, eps).map_err(e)?;
-        ctx.submit_pass("rms_norm test", |pass| binding.record(pass));
+        ctx.submit_pass("rms_norm test", |pass| binding.record(pass, 1));
         let got = ctx.read_f32(&yb, rows * len).await.map_err(e)?;
 
         for (i, (&g, &want)) in got.iter().zip(&expect).enumerate() {
@@ -147,7 +147,7 @@ pub async fn check_matvec_deterministic(
     for _ in 0..3 {
         let yb = ctx.storage_zeroed("y", u64::from(rows) * 4).map_err(e)?;
         let binding = op.bind(ctx, &wb, &xb, None, &yb, rows, cols).map_err(e)?;
-        ctx.submit_pass("determinism", |pass| binding.record(pass));
+        ctx.submit_pass("determinism", |pass| binding.record(pass, 1));
         let got = ctx.read_f32(&yb, rows as usize).await.map_err(e)?;
         runs.push(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     }
