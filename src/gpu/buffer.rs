@@ -125,23 +125,47 @@ impl GpuContext {
         if bytes == 0 {
             return Ok(Vec::new());
         }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("emberlm readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.staging_buffer("emberlm readback", bytes);
         let mut encoder = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("emberlm readback"),
             });
         encoder.copy_buffer_to_buffer(src, 0, &staging, 0, bytes);
-        let _submission = self.queue.submit([encoder.finish()]);
+        let submission = self.queue.submit([encoder.finish()]);
+        self.read_staging(&staging, bytes, submission).await
+    }
 
+    /// A buffer the GPU copies results into and the CPU maps (MAP_READ | COPY_DST).
+    pub fn staging_buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(4).div_ceil(4) * 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Maps `staging` after `submission` (which copied into it) and returns its first `bytes`
+    /// bytes; reports the device's recorded failure instead when there is one. The buffer is
+    /// unmapped again, ready for the next step.
+    pub async fn read_staging(
+        &self,
+        staging: &wgpu::Buffer,
+        bytes: u64,
+        submission: wgpu::SubmissionIndex,
+    ) -> Result<Vec<u8>> {
+        let label = || format!("{staging:?}");
+        if bytes > staging.size() {
+            return Err(Error::Readback {
+                buffer: label(),
+                message: format!("asked for {bytes} bytes of {}", staging.size()),
+            });
+        }
+        let _ = &submission;
         let (tx, rx) = futures_channel::oneshot::channel();
         staging
-            .slice(..)
+            .slice(..bytes)
             .map_async(wgpu::MapMode::Read, move |result| {
                 // The receiver is only gone if the caller stopped waiting; nothing to report then.
                 let _ = tx.send(result);
@@ -149,7 +173,7 @@ impl GpuContext {
         #[cfg(not(target_arch = "wasm32"))]
         self.device
             .poll(wgpu::PollType::Wait {
-                submission_index: Some(_submission),
+                submission_index: Some(submission),
                 timeout: Some(self.options().readback_timeout),
             })
             .map_err(|e| {
@@ -171,7 +195,7 @@ impl GpuContext {
             message: e.to_string(),
         })?;
         let data = staging
-            .slice(..)
+            .slice(..bytes)
             .get_mapped_range()
             .map_err(|e| Error::Readback {
                 buffer: label(),
