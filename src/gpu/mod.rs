@@ -6,10 +6,12 @@ mod browser;
 pub mod buffer;
 pub mod device;
 pub mod kernels;
+pub mod kv_cache;
 pub mod ops;
 pub mod tensor;
 
 pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use ops::{Grid, KernelBinding, MatVecF32, Reduction, RmsNorm, StepParams};
+pub use kv_cache::KvCache;
 pub use tensor::GpuTensor;

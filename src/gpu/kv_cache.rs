@@ -1,0 +1,79 @@
+//! The KV cache: K and V for every layer, f32, allocated once for the chosen context length.
+
+use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
+
+use super::device::GpuContext;
+
+/// Per layer, a K and a V buffer of `[context, kv_dim]` f32. Positions advance as tokens are
+/// processed; nothing is ever re-uploaded.
+#[derive(Debug)]
+pub struct KvCache {
+    /// K per layer, `[context, kv_dim]`.
+    pub k: Vec<wgpu::Buffer>,
+    /// V per layer, `[context, kv_dim]`.
+    pub v: Vec<wgpu::Buffer>,
+    context: usize,
+    kv_dim: usize,
+    pos: usize,
+}
+
+impl KvCache {
+    /// Allocates the cache for `context` positions; fails before allocating when one layer's
+    /// buffer exceeds the device's binding limit (the message gives the numbers).
+    pub fn new(ctx: &GpuContext, config: &ModelConfig, context: usize) -> Result<Self> {
+        if context == 0 {
+            return Err(Error::invalid("context", "must be at least 1"));
+        }
+        let kv_dim = config.kv_dim();
+        let bytes = (context as u64)
+            .checked_mul(kv_dim as u64 * 4)
+            .ok_or_else(|| Error::invalid("context", format!("{context} positions overflow")))?;
+        ctx.check_storage_size("KV cache layer", bytes)?;
+        let mut k = Vec::with_capacity(config.n_layers);
+        let mut v = Vec::with_capacity(config.n_layers);
+        for layer in 0..config.n_layers {
+            k.push(ctx.storage_zeroed(&format!("k cache {layer}"), bytes)?);
+            v.push(ctx.storage_zeroed(&format!("v cache {layer}"), bytes)?);
+        }
+        Ok(Self {
+            k,
+            v,
+            context,
+            kv_dim,
+            pos: 0,
+        })
+    }
+
+    /// Positions the cache holds at most.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Width of one cached row.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_dim
+    }
+
+    /// Positions filled so far (the next token's position).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Moves the fill mark: back to reuse a common prefix, forward after a step.
+    pub fn set_pos(&mut self, pos: usize) -> Result<()> {
+        if pos > self.context {
+            return Err(Error::invalid(
+                "pos",
+                format!("{pos} is past the context length {}", self.context),
+            ));
+        }
+        self.pos = pos;
+        Ok(())
+    }
+
+    /// Bytes held on the GPU.
+    pub fn bytes(&self) -> u64 {
+        self.k.iter().chain(&self.v).map(|b| b.size()).sum()
+    }
+}
