@@ -1,0 +1,458 @@
+//! The forward pass on the GPU: weights uploaded once in their stored format, activations and
+//! the KV cache preallocated, and every step (a prefill chunk or one decode token) recorded as
+//! one compute pass in one command buffer with one submit and one readback of the logits.
+//!
+//! The graph of each architecture is a list of [`Node`]s built at load time; a step only
+//! writes the step parameters and the token ids, records the list and reads the logits.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::format::{ModelWeights, Tensor};
+use crate::gpu::ops::attention::Attention;
+use crate::gpu::ops::elementwise::{Gelu, SwiGlu};
+use crate::gpu::ops::embed::{EmbedSource, Embedding};
+use crate::gpu::ops::linear::{Linear, LinearBinding};
+use crate::gpu::ops::norm::{LayerNorm, RmsNorm};
+use crate::gpu::ops::rope::RopeKv;
+use crate::gpu::{GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams};
+use crate::model::config::{Architecture, ModelConfig, NormKind};
+use crate::model::weights::{dequantize, encode_float, DType};
+
+/// Tokens per prefill step: long prompts are processed in chunks of this many.
+pub const DEFAULT_CHUNK: usize = 64;
+
+/// One recorded dispatch of the graph.
+#[derive(Debug)]
+enum Node {
+    Kernel(KernelBinding),
+    Linear(LinearBinding),
+}
+
+impl Node {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
+        match self {
+            Node::Kernel(k) => k.record(pass, n_tokens),
+            Node::Linear(l) => l.record(pass, n_tokens),
+        }
+    }
+}
+
+/// Activation buffers, f32, sized for `chunk` tokens.
+#[derive(Debug)]
+struct Activations {
+    /// Token ids of the step, `[chunk]` u32.
+    ids: wgpu::Buffer,
+    /// Residual stream, `[chunk, d]`.
+    x: wgpu::Buffer,
+    /// Normalised residual, `[chunk, d]`.
+    xn: wgpu::Buffer,
+    /// Queries, `[chunk, q_dim]`.
+    q: wgpu::Buffer,
+    /// Keys and values of the step before they enter the cache, `[chunk, kv_dim]`.
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    /// Attention output, `[chunk, q_dim]`.
+    attn: wgpu::Buffer,
+    /// Feed-forward gate and up projections, `[chunk, ffn]`.
+    gate: wgpu::Buffer,
+    up: wgpu::Buffer,
+    /// Logits, `[chunk, vocab]`.
+    logits: wgpu::Buffer,
+}
+
+/// A model ready to run on the GPU.
+#[derive(Debug)]
+pub struct Forward {
+    config: ModelConfig,
+    chunk: usize,
+    _weights: HashMap<String, GpuTensor>,
+    kv: KvCache,
+    step: wgpu::Buffer,
+    act: Activations,
+    staging: wgpu::Buffer,
+    nodes: Vec<Node>,
+}
+
+fn f32_bytes(bytes: u64) -> u64 {
+    bytes * 4
+}
+
+/// 1-D tensors (norm weights, biases) go to the GPU as f32 whatever their stored type, so the
+/// small kernels read one format.
+fn as_f32_tensor(name: &str, t: &Tensor<'_>) -> Result<Tensor<'static>> {
+    let values = dequantize(t.dtype, &t.data, t.n_elements() as u64, name)?;
+    Ok(Tensor {
+        shape: t.shape.clone(),
+        dtype: DType::F32,
+        data: encode_float(DType::F32, &values)?.into(),
+    })
+}
+
+/// Rows `[from, to)` of a 2-D tensor (or elements of a 1-D one): GPT-2's fused QKV weight and
+/// bias are split so that Q, K and V land in their own buffers.
+fn slice_rows(name: &str, t: &Tensor<'_>, from: usize, to: usize) -> Result<Tensor<'static>> {
+    let cols: usize = t.shape.iter().skip(1).product();
+    let row_bytes = t.dtype.bytes_for(cols as u64, name)? as usize;
+    let data = t
+        .data
+        .get(from * row_bytes..to * row_bytes)
+        .ok_or_else(|| Error::format(name, format!("rows {from}..{to} are outside the tensor")))?;
+    let mut shape = t.shape.clone();
+    shape[0] = to - from;
+    Ok(Tensor {
+        shape,
+        dtype: t.dtype,
+        data: data.to_vec().into(),
+    })
+}
+
+impl Forward {
+    /// Uploads the weights, allocates the KV cache for `context` positions and the activations
+    /// for `chunk`-token steps, and builds the graph.
+    pub async fn new(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+    ) -> Result<Self> {
+        let config = weights.config.clone();
+        if context == 0 || context > config.context_length {
+            return Err(Error::invalid(
+                "context",
+                format!("must be in 1..={} (the model's context)", config.context_length),
+            ));
+        }
+        if chunk == 0 {
+            return Err(Error::invalid("chunk", "must be at least 1"));
+        }
+        let gpu = Self::upload(ctx, weights)?;
+        let kv = KvCache::new(ctx, &config, context)?;
+        let c = chunk as u64;
+        let (d, q, kv_dim, ff, vocab) = (
+            config.hidden_size as u64,
+            config.q_dim() as u64,
+            config.kv_dim() as u64,
+            config.ffn_size as u64,
+            config.vocab_size as u64,
+        );
+        let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
+        let act = Activations {
+            ids: buf("ids", c)?,
+            x: buf("x", c * d)?,
+            xn: buf("xn", c * d)?,
+            q: buf("q", c * q)?,
+            k: buf("k", c * kv_dim)?,
+            v: buf("v", c * kv_dim)?,
+            attn: buf("attn", c * q)?,
+            gate: buf("gate", c * ff)?,
+            up: buf("up", c * ff)?,
+            logits: buf("logits", c * vocab)?,
+        };
+        let step = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("step params"),
+            size: std::mem::size_of::<StepParams>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab));
+        let mut forward = Self {
+            config,
+            chunk,
+            _weights: HashMap::new(),
+            kv,
+            step,
+            act,
+            staging,
+            nodes: Vec::new(),
+        };
+        forward.nodes = forward.build(ctx, cache, &gpu).await?;
+        forward._weights = gpu;
+        Ok(forward)
+    }
+
+    fn upload(ctx: &GpuContext, weights: &ModelWeights<'_>) -> Result<HashMap<String, GpuTensor>> {
+        let d = weights.config.hidden_size;
+        let mut out = HashMap::new();
+        for (name, t) in &weights.tensors {
+            if weights.config.arch == Architecture::Gpt2 && name.contains(".attn_qkv.") {
+                for (i, part) in ["q", "k", "v"].iter().enumerate() {
+                    let mut piece = slice_rows(name, t, i * d, (i + 1) * d)?;
+                    if piece.shape.len() == 1 {
+                        piece = as_f32_tensor(name, &piece)?;
+                    }
+                    let split = name.replace(".attn_qkv.", &format!(".attn_{part}."));
+                    out.insert(split.clone(), GpuTensor::upload(ctx, &split, &piece)?);
+                }
+                continue;
+            }
+            let t = if t.shape.len() == 1 && t.dtype != DType::F32 {
+                as_f32_tensor(name, t)?
+            } else {
+                t.clone()
+            };
+            out.insert(name.clone(), GpuTensor::upload(ctx, name, &t)?);
+        }
+        Ok(out)
+    }
+
+    async fn build(
+        &self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        w: &HashMap<String, GpuTensor>,
+    ) -> Result<Vec<Node>> {
+        let c = &self.config;
+        let red = Reduction::best(ctx);
+        let max = self.chunk as u32;
+        let step = &self.step;
+        let a = &self.act;
+        let get = |name: &str| {
+            w.get(name)
+                .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))
+        };
+        let mut nodes = Vec::new();
+        let embd = get("token_embd.weight")?;
+        let embed = Embedding::new(ctx, cache, embd.dtype, EmbedSource::Tokens, false).await?;
+        nodes.push(Node::Kernel(embed.bind(ctx, step, embd, Some(&a.ids), &a.x, max)?));
+        if c.arch == Architecture::Gpt2 {
+            let pos = get("position_embd.weight")?;
+            let e = Embedding::new(ctx, cache, pos.dtype, EmbedSource::Positions, true).await?;
+            nodes.push(Node::Kernel(e.bind(ctx, step, pos, None, &a.x, max)?));
+        }
+        for layer in 0..c.n_layers {
+            let b = |s: &str| format!("blk.{layer}.{s}");
+            nodes.push(self.norm(ctx, cache, red, w, &b("attn_norm"), &a.x, &a.xn).await?);
+            for (part, y) in [("q", &a.q), ("k", &a.k), ("v", &a.v)] {
+                let name = b(&format!("attn_{part}.weight"));
+                let bias = b(&format!("attn_{part}.bias"));
+                nodes.push(self.linear(ctx, cache, red, w, &name, &bias, &a.xn, y, false).await?);
+            }
+            let rope = RopeKv::new(ctx, cache, c.rope_layout).await?;
+            nodes.push(Node::Kernel(rope.bind(
+                ctx,
+                step,
+                &a.q,
+                &a.k,
+                &a.v,
+                &self.kv.k[layer],
+                &self.kv.v[layer],
+                c.n_heads as u32,
+                c.n_kv_heads as u32,
+                c.head_dim as u32,
+                c.rope_theta,
+                self.kv.context() as u32,
+                max,
+            )?));
+            let attention = Attention::new(ctx, cache, red).await?;
+            nodes.push(Node::Kernel(attention.bind(
+                ctx,
+                step,
+                &a.q,
+                &self.kv.k[layer],
+                &self.kv.v[layer],
+                &a.attn,
+                c.n_heads as u32,
+                c.n_kv_heads as u32,
+                c.head_dim as u32,
+                self.kv.context() as u32,
+                max,
+            )?));
+            let o = b("attn_output.weight");
+            nodes.push(
+                self.linear(ctx, cache, red, w, &o, &o.replace(".weight", ".bias"), &a.attn, &a.x, true)
+                    .await?,
+            );
+            nodes.push(self.norm(ctx, cache, red, w, &b("ffn_norm"), &a.x, &a.xn).await?);
+            let up = b("ffn_up.weight");
+            let down = b("ffn_down.weight");
+            match c.arch {
+                Architecture::Llama => {
+                    let gate = b("ffn_gate.weight");
+                    for (name, y) in [(&gate, &a.gate), (&up, &a.up)] {
+                        let bias = name.replace(".weight", ".bias");
+                        nodes.push(self.linear(ctx, cache, red, w, name, &bias, &a.xn, y, false).await?);
+                    }
+                    let swiglu = SwiGlu::new(ctx, cache).await?;
+                    nodes.push(Node::Kernel(swiglu.bind(ctx, step, &a.gate, &a.up, &a.gate, c.ffn_size as u32, max)?));
+                }
+                Architecture::Gpt2 => {
+                    let bias = up.replace(".weight", ".bias");
+                    nodes.push(self.linear(ctx, cache, red, w, &up, &bias, &a.xn, &a.gate, false).await?);
+                    let gelu = Gelu::new(ctx, cache).await?;
+                    nodes.push(Node::Kernel(gelu.bind(ctx, step, &a.gate, c.ffn_size as u32, max)?));
+                }
+            }
+            let bias = down.replace(".weight", ".bias");
+            nodes.push(self.linear(ctx, cache, red, w, &down, &bias, &a.gate, &a.x, true).await?);
+        }
+        nodes.push(self.norm(ctx, cache, red, w, "output_norm", &a.x, &a.xn).await?);
+        let head = if c.tied_embeddings { "token_embd.weight" } else { "output.weight" };
+        nodes.push(self.linear(ctx, cache, red, w, head, "output.bias", &a.xn, &a.logits, false).await?);
+        Ok(nodes)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn linear(
+        &self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        red: Reduction,
+        w: &HashMap<String, GpuTensor>,
+        name: &str,
+        bias: &str,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        accumulate: bool,
+    ) -> Result<Node> {
+        let weight = w
+            .get(name)
+            .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))?;
+        let bias = w.get(bias);
+        let op = Linear::new(ctx, cache, weight.dtype, red, bias.is_some(), accumulate).await?;
+        Ok(Node::Linear(op.bind(
+            ctx,
+            &self.step,
+            weight,
+            x,
+            bias.map(|b| &b.buffer),
+            y,
+            self.chunk as u32,
+        )?))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn norm(
+        &self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        red: Reduction,
+        w: &HashMap<String, GpuTensor>,
+        prefix: &str,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+    ) -> Result<Node> {
+        let c = &self.config;
+        let weight_name = format!("{prefix}.weight");
+        let weight = w
+            .get(&weight_name)
+            .ok_or_else(|| Error::format("model", format!("missing tensor `{weight_name}`")))?;
+        let (n, max) = (c.hidden_size as u32, self.chunk as u32);
+        Ok(Node::Kernel(match c.norm {
+            NormKind::RmsNorm => {
+                let op = RmsNorm::new(ctx, cache, red).await?;
+                op.bind(ctx, &self.step, x, &weight.buffer, y, n, c.norm_eps, max)?
+            }
+            NormKind::LayerNorm => {
+                let bias_name = format!("{prefix}.bias");
+                let bias = w.get(&bias_name).ok_or_else(|| {
+                    Error::format("model", format!("missing tensor `{bias_name}`"))
+                })?;
+                let op = LayerNorm::new(ctx, cache, red).await?;
+                op.bind(ctx, &self.step, x, &weight.buffer, &bias.buffer, y, n, c.norm_eps, max)?
+            }
+        }))
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The KV cache (its position is the next token's position).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Forgets cached positions from `pos` on (0 starts a new sequence).
+    pub fn truncate(&mut self, pos: usize) -> Result<()> {
+        if pos > self.kv.pos() {
+            return Err(Error::invalid(
+                "pos",
+                format!("{pos} is past the cached {} positions", self.kv.pos()),
+            ));
+        }
+        self.kv.set_pos(pos)
+    }
+
+    /// Runs `tokens` from the cache's position on, in chunks: one submit per chunk. Returns
+    /// the logits of the last token (`[vocab]`), or of every token (`[tokens.len() · vocab]`)
+    /// when `all_logits`.
+    pub async fn forward(
+        &mut self,
+        ctx: &GpuContext,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(Error::invalid("tokens", "at least one token is needed"));
+        }
+        let vocab = self.config.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::invalid(
+                "tokens",
+                format!("token id {bad} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        let end = self.kv.pos() + tokens.len();
+        if end > self.kv.context() {
+            return Err(Error::invalid(
+                "tokens",
+                format!(
+                    "{} tokens after {} cached ones exceed the context of {}",
+                    tokens.len(),
+                    self.kv.pos(),
+                    self.kv.context()
+                ),
+            ));
+        }
+        let mut out = Vec::new();
+        let chunks: Vec<&[u32]> = tokens.chunks(self.chunk).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            let rows = if all_logits { chunk.len() } else { usize::from(last) };
+            let logits = self.step(ctx, chunk, rows).await?;
+            out.extend(logits);
+        }
+        Ok(out)
+    }
+
+    /// One step: writes the parameters and ids, records every node in one compute pass, copies
+    /// the last `rows` rows of logits to the staging buffer, submits once, reads back.
+    async fn step(&mut self, ctx: &GpuContext, tokens: &[u32], rows: usize) -> Result<Vec<f32>> {
+        let n = tokens.len();
+        let pos0 = self.kv.pos();
+        let params = StepParams::new(pos0 as u32, n as u32);
+        ctx.queue.write_buffer(&self.step, 0, bytemuck::bytes_of(&params));
+        ctx.queue.write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("forward step"),
+            });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("forward step"),
+                timestamp_writes: None,
+            });
+            for node in &self.nodes {
+                node.record(&mut pass, n as u32);
+            }
+        }
+        let row_bytes = f32_bytes(self.config.vocab_size as u64);
+        let bytes = rows as u64 * row_bytes;
+        if rows > 0 {
+            let from = (n - rows) as u64 * row_bytes;
+            encoder.copy_buffer_to_buffer(&self.act.logits, from, &self.staging, 0, bytes);
+        }
+        let submission = ctx.queue.submit([encoder.finish()]);
+        self.kv.set_pos(pos0 + n)?;
+        if rows == 0 {
+            ctx.check()?;
+            return Ok(Vec::new());
+        }
+        let data = ctx.read_staging(&self.staging, bytes, submission).await?;
+        Ok(bytemuck::pod_collect_to_vec(&data))
+    }
+}
