@@ -12,6 +12,6 @@ pub mod tensor;
 
 pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
-pub use ops::{Grid, KernelBinding, MatVecF32, Reduction, RmsNorm, StepParams};
 pub use kv_cache::KvCache;
+pub use ops::{Grid, KernelBinding, MatVecF32, Reduction, RmsNorm, StepParams};
 pub use tensor::GpuTensor;

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod golden;
 pub mod kernel_cases;
 
 use rand::SeedableRng;
