@@ -389,3 +389,15 @@ fn bad_tokens_and_positions_are_errors() {
         assert!(err.contains("cache"), "{name}: {err}");
     }
 }
+
+#[test]
+fn gpt2_with_grouped_query_attention_is_refused() {
+    let files = ModelFiles::open(&fixture("tiny-gpt2-f32.gguf")).expect("tiny-gpt2");
+    let mut weights = files.weights().expect("weights");
+    // still a valid config (4 heads of 16 = d 64), but K and V would be narrower than the
+    // fused QKV's thirds
+    weights.config.n_kv_heads = 2;
+    let err = ReferenceModel::new(&weights).unwrap_err().to_string();
+    assert!(err.contains("n_kv_heads = n_heads"), "{err}");
+    assert!(format!("{:?}", load(&fixture("tiny-gpt2-f32.gguf"))).len() < 2000);
+}

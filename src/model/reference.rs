@@ -407,9 +407,9 @@ struct Block {
 }
 
 /// A whole model on the CPU, every weight dequantized exactly to f32 once: the plain forward
-/// pass that the GPU model's logits are checked against. Slow and memory-hungry (4 bytes per
-/// parameter) on purpose: nothing in it is clever enough to be wrong.
-#[derive(Debug, Clone)]
+/// pass that the GPU model's logits are checked against. It spends 4 bytes per parameter and
+/// does no fusing or caching of its own, so that each step can be read against the papers.
+#[derive(Clone)]
 pub struct ReferenceModel {
     /// Shapes and numerics.
     config: ModelConfig,
@@ -427,7 +427,7 @@ pub struct ReferenceModel {
 
 /// The reference model's KV cache: f32 keys and values of every position seen so far, growing
 /// as tokens are fed.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ReferenceCache {
     /// Per layer, `[pos, kv_dim]` (after RoPE).
     k: Vec<Vec<f32>>,
@@ -439,6 +439,26 @@ pub struct ReferenceCache {
     pos: usize,
 }
 
+// Hand-written so that `{:?}` prints the shape, not hundreds of megabytes of floats.
+impl std::fmt::Debug for ReferenceModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceModel")
+            .field("config", &self.config)
+            .field("tied_head", &self.output.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ReferenceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceCache")
+            .field("layers", &self.k.len())
+            .field("kv_dim", &self.kv_dim)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
 impl ReferenceCache {
     /// Number of positions already in the cache, i.e. the position of the next token.
     pub fn pos(&self) -> usize {
@@ -448,7 +468,10 @@ impl ReferenceCache {
 
 impl ReferenceModel {
     /// Validates the configuration and tensor shapes, then dequantizes every weight the forward
-    /// pass reads to f32.
+    /// pass reads to f32 (GPT-2's fused QKV is split into Q, K and V here).
+    ///
+    /// Errors when the configuration is invalid, a tensor is missing or misshapen, its bytes do
+    /// not match its type, or a GPT-2 config asks for grouped-query attention.
     pub fn new(weights: &ModelWeights<'_>) -> Result<Self> {
         let c = &weights.config;
         c.validate(&weights.file)?;
@@ -464,7 +487,17 @@ impl ReferenceModel {
                 NormKind::LayerNorm => Norm::Layer(g, load(&format!("{prefix}.bias"))?),
             })
         };
-        let (d, q_dim, kv_dim) = (c.hidden_size, c.q_dim(), c.kv_dim());
+        let d = c.hidden_size;
+        if c.arch == Architecture::Gpt2 && c.kv_dim() != d {
+            // The fused QKV is `[3d, d]`: K and V are as wide as Q, so GPT-2 has no GQA.
+            return Err(Error::format(
+                &weights.file,
+                format!(
+                    "GPT-2 needs n_kv_heads = n_heads, got {} and {}",
+                    c.n_kv_heads, c.n_heads
+                ),
+            ));
+        }
         let mut blocks = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
@@ -490,8 +523,8 @@ impl ReferenceModel {
                     )
                 }
                 Architecture::Gpt2 => {
-                    // Fused `[3d, d]` rows and `[3d]` bias: q, then k, then v (GPT-2 has no
-                    // GQA, so q_dim = kv_dim = d, checked by `validate`).
+                    // Fused `[3d, d]` rows and `[3d]` bias: q, then k, then v, each `d` wide
+                    // (q_dim = d is checked by `validate`, kv_dim = d above).
                     let qkv = load(&n("attn_qkv.weight"))?;
                     let qkv_b = load(&n("attn_qkv.bias"))?;
                     let (m, b) = (d * d, d);
@@ -508,10 +541,6 @@ impl ReferenceModel {
                     )
                 }
             };
-            debug_assert_eq!(
-                (wq.len(), wk.len(), wv.len()),
-                (q_dim * d, kv_dim * d, kv_dim * d)
-            );
             blocks.push(Block {
                 attn_norm: norm(&n("attn_norm"))?,
                 wq,
@@ -907,6 +936,32 @@ mod tests {
             ..f
         };
         assert!(embedding_row(&flat, 0).is_err());
+    }
+
+    #[test]
+    fn matmul_matches_matvec_per_token_single_and_threaded() {
+        // 300·100·10 multiply-adds is above THREAD_MIN_WORK, so this also runs split over
+        // threads where the machine has more than one core; n = 1 stays on one thread.
+        let (rows, cols) = (300, 100);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37) % 101) as f32 * 0.01 - 0.5)
+            .collect();
+        let bias: Vec<f32> = (0..rows).map(|r| r as f32 * 0.001).collect();
+        for n in [1, 10] {
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| ((i * 13) % 29) as f32 * 0.1 - 1.4)
+                .collect();
+            let y = matmul(&w, &x, Some(&bias), rows, cols);
+            assert_eq!(y.len(), n * rows);
+            for t in 0..n {
+                let want = matvec(&w, &x[t * cols..(t + 1) * cols], Some(&bias), rows, cols);
+                for (a, b) in y[t * rows..(t + 1) * rows].iter().zip(&want) {
+                    assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+                }
+            }
+            // a token's outputs do not depend on which other tokens share the call
+            assert_eq!(matmul(&w, &x[..cols], Some(&bias), rows, cols), y[..rows]);
+        }
     }
 
     #[test]
