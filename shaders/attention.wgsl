@@ -18,7 +18,7 @@
 //   values: invocation (g, d) = (lid / hd, lid % hd) accumulates output dimension d over the
 //           tile's keys g, g + groups, ... (groups = WG_SIZE / hd key groups, so V rows are
 //           read by consecutive invocations, coalesced); the group partials are added at the
-//           end. With hd > WG_SIZE an invocation owns dimensions d, d + WG_SIZE, ...
+//           end. The host checks hd <= WG_SIZE.
 #include "reduce.wgsl"
 
 struct Params {
@@ -144,10 +144,10 @@ fn attention(
     }
     workgroupBarrier();
 
-    let groups = max(WG_SIZE / hd, 1u);
+    let groups = WG_SIZE / hd;
     let g = lid / hd;
-    let d0 = lid % hd;
-    var acc: array<f32, ACC_SLOTS>;
+    let d = lid % hd;
+    var acc = 0.0;
     var m = NEG_BIG;
     var l = 0.0;
     for (var start = 0u; start < n_keys; start += WG_SIZE) {
@@ -163,20 +163,11 @@ fn attention(
         l = l * alpha + p;
         p_sh[lid] = p;
         workgroupBarrier();
-        for (var slot = 0u; slot < ACC_SLOTS; slot++) {
-            acc[slot] *= alpha;
-        }
+        acc *= alpha;
         if g < groups {
             let tile = min(WG_SIZE, n_keys - start);
             for (var kk = g; kk < tile; kk += groups) {
-                let pk = p_sh[kk];
-                let vb = (start + kk) * kv_dim + kv_off;
-                for (var slot = 0u; slot < ACC_SLOTS; slot++) {
-                    let d = d0 + slot * WG_SIZE;
-                    if d < hd {
-                        acc[slot] += pk * v_cache[vb + d];
-                    }
-                }
+                acc += p_sh[kk] * v_cache[(start + kk) * kv_dim + kv_off + d];
             }
         }
         // p_sh is rewritten by the next tile
@@ -185,25 +176,16 @@ fn attention(
     }
     let inv_l = 1.0 / workgroup_sum(vec4<f32>(l, 0.0, 0.0, 0.0), lid, lane).x;
 
-    let out_base = t * params.n_heads * hd + h * hd;
-    if groups > 1u {
-        if g < groups {
-            p_sh[lid] = acc[0];
+    // add the key groups' partials, in group order
+    if g < groups {
+        p_sh[lid] = acc;
+    }
+    workgroupBarrier();
+    if g == 0u {
+        var total = 0.0;
+        for (var gg = 0u; gg < groups; gg++) {
+            total += p_sh[gg * hd + d];
         }
-        workgroupBarrier();
-        if g == 0u {
-            var total = 0.0;
-            for (var gg = 0u; gg < groups; gg++) {
-                total += p_sh[gg * hd + d0];
-            }
-            attn_out[out_base + d0] = total * inv_l;
-        }
-    } else {
-        for (var slot = 0u; slot < ACC_SLOTS; slot++) {
-            let d = d0 + slot * WG_SIZE;
-            if d < hd {
-                attn_out[out_base + d] = acc[slot] * inv_l;
-            }
-        }
+        attn_out[t * params.n_heads * hd + h * hd + d] = total * inv_l;
     }
 }

@@ -13,6 +13,6 @@ pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use ops::{
     Add, Attention, Gelu, Grid, Heads, KernelBinding, LayerNorm, MatVecF32, Qkv, QkvForm,
-    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu,
+    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, MAX_HEAD_DIM,
 };
 pub use tensor::GpuTensor;

@@ -241,6 +241,7 @@ pub const ROPE_CASES: &[StepCase] = &[
     StepCase::new((5, 5, 16), (2, 1, 37), 40),
     StepCase::new((9, 3, 64), (3, 2, 4094), 4096),
     StepCase::new((3, 1, 16), (3, 3, 100_000), 100_003),
+    StepCase::new((2, 1, 256), (2, 2, 10), 12),
 ];
 /// Smaller list for the browser.
 pub const ROPE_CASES_SMALL: &[StepCase] = &[
@@ -427,9 +428,9 @@ pub async fn check_rope(
 // ---------------------------------------------------------------------------------------
 // Attention
 
-/// Attention steps: head_dim 16, 20 (not a multiple of 4: scalar keys), 64, 128; GQA 1/2/3;
-/// odd head counts; decode and prefill chunks at pos0 = 0 and after cached positions; key
-/// counts that are not multiples of the key tile (256 here, 64 on small devices).
+/// Attention steps: head_dim 16, 20 (not a multiple of 4: scalar keys), 64, 128, 256; GQA
+/// 1/2/3; odd head counts; decode and prefill chunks at pos0 = 0 and after cached positions;
+/// key counts below, at and past multiples of the key tile (256).
 pub const ATTENTION_CASES: &[StepCase] = &[
     StepCase::new((3, 1, 16), (1, 1, 0), 8),
     StepCase::new((4, 2, 64), (2, 2, 300), 400),
@@ -438,6 +439,7 @@ pub const ATTENTION_CASES: &[StepCase] = &[
     StepCase::new((3, 3, 20), (3, 2, 513), 520),
     StepCase::new((9, 3, 64), (2, 1, 255), 256),
     StepCase::new((2, 1, 128), (3, 3, 100), 103),
+    StepCase::new((2, 1, 256), (2, 2, 40), 42),
 ];
 /// The long-context case: 3000 cached positions, decode and a two-token chunk.
 pub const ATTENTION_LONG_CASES: &[StepCase] = &[
@@ -556,8 +558,8 @@ pub async fn check_step_sequence(
         head_dim: 16,
     };
     let (max_tokens, max_positions) = (5u32, 300u32);
-    // chunks and decode steps, then enough chunks to cross the key tile (256, or 64 on small
-    // devices) with one chunk straddling it; stops at max_positions
+    // chunks and decode steps, then enough chunks to cross the 256-key tile with one chunk
+    // straddling it; stops at max_positions
     let steps = [5u32, 3, 5, 1, 1];
     let steps_long = [5u32; 57];
     let theta = 500.0f32;

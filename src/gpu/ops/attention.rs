@@ -53,9 +53,8 @@ impl Attention {
     /// maxima and the softmax denominator), in its vec4 and scalar key forms.
     pub async fn new(ctx: &GpuContext, cache: &KernelCache, reduction: Reduction) -> Result<Self> {
         let key_tile = wg_size(ctx);
-        let defines = reduce_defines(ctx, reduction)?
-            .value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u"))
-            .value("ACC_SLOTS", format!("{}u", MAX_HEAD_DIM.div_ceil(key_tile)));
+        let defines =
+            reduce_defines(ctx, reduction)?.value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u"));
         let scalar = load(
             ctx,
             cache,
@@ -88,7 +87,7 @@ impl Attention {
     /// `(n_heads + 2·n_kv_heads)·hd` for a fused qkv buffer), one layer's caches of
     /// `max_positions` rows and `out` with the [`super::StepParams`] uniform `step`, for steps
     /// of at most `max_tokens` tokens. Checks the head geometry (`head_dim` ≤
-    /// [`MAX_HEAD_DIM`]), the buffers' sizes and that `out` is none of the inputs.
+    /// [`MAX_HEAD_DIM`] and the workgroup size), the buffers' sizes and that `out` is none of the inputs.
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         &self,
@@ -106,7 +105,9 @@ impl Attention {
         check_step(step)?;
         check_max_tokens(ctx, max_tokens)?;
         positive("max_positions", max_positions)?;
-        heads.check(MAX_HEAD_DIM)?;
+        // an invocation owns one output dimension: head_dim ≤ the workgroup, which is 256 on
+        // every device wgpu creates (even its downlevel limits), so in practice MAX_HEAD_DIM
+        heads.check(MAX_HEAD_DIM.min(self.key_tile))?;
         let q_dim = heads.q_dim();
         if u64::from(q_row_stride) < q_dim {
             return Err(Error::invalid(
