@@ -49,7 +49,8 @@ fn norm_params(
 
 /// RMSNorm over the last dimension, for the step's tokens:
 /// `y[t, :] = x[t, :] / sqrt(mean(x[t, :]²) + eps) · weight` for `t < step.n_tokens`.
-/// `x, y: [max_tokens, n]`, `weight: [n]`.
+/// `x, y: [max_tokens, n]`, `weight: [n]`; `y` is a different buffer from `x` (a buffer
+/// bound writable cannot be bound again in the same dispatch).
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     pipeline: Arc<wgpu::ComputePipeline>,
@@ -98,7 +99,7 @@ impl RmsNorm {
 /// LayerNorm over the last dimension, for the step's tokens:
 /// `y[t, :] = (x[t, :] − mean) / sqrt(var + eps) · weight + bias` (population variance, from
 /// the deviations in a second pass) for `t < step.n_tokens`.
-/// `x, y: [max_tokens, n]`, `weight, bias: [n]`.
+/// `x, y: [max_tokens, n]`, `weight, bias: [n]`; `y` is a different buffer from `x`.
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
     pipeline: Arc<wgpu::ComputePipeline>,
