@@ -35,6 +35,12 @@ macro_rules! shader_file {
 pub const MATVEC: ShaderFile = shader_file!("matvec.wgsl");
 /// Normalisation kernels.
 pub const NORM: ShaderFile = shader_file!("norm.wgsl");
+/// RoPE fused with the KV-cache write.
+pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
+/// Causal grouped-query attention over the KV cache.
+pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
+/// Elementwise kernels: SwiGLU, GELU, residual add.
+pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
 
 /// Snippets that kernels may `#include`.
 const INCLUDES: &[ShaderFile] = &[shader_file!("reduce.wgsl")];
@@ -329,15 +335,19 @@ mod tests {
 
     #[test]
     fn every_shipped_shader_preprocesses_both_ways() {
-        for file in [MATVEC, NORM] {
+        for file in [MATVEC, NORM, ROPE, ATTENTION, ELEMENTWISE] {
             for d in [
                 Defines::new().value("WG_SIZE", "256u"),
                 Defines::new()
                     .value("WG_SIZE", "256u")
                     .flag("SUBGROUPS")
-                    .flag("HAS_BIAS"),
+                    .flag("HAS_BIAS")
+                    .flag("ROTATE_HALF")
+                    .flag("FUSED_QKV")
+                    .flag("KV_VEC4"),
+                Defines::new().value("WG_SIZE", "64u").flag("NO_ROPE"),
             ] {
-                preprocess(&file, &d).unwrap();
+                preprocess(&file, &d).unwrap_or_else(|e| panic!("{}: {e}", file.name));
             }
         }
     }

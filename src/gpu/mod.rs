@@ -13,5 +13,8 @@ pub mod tensor;
 pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;
-pub use ops::{Grid, KernelBinding, MatVecF32, Reduction, RmsNorm, StepParams};
+pub use ops::{
+    Add, Attention, Gelu, Grid, Heads, KernelBinding, LayerNorm, MatVecF32, Qkv, QkvForm,
+    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, MAX_HEAD_DIM,
+};
 pub use tensor::GpuTensor;

@@ -3,11 +3,17 @@
 //! what every op shares (bindings, grids, per-step parameters, common defines); each kernel
 //! family has its own file beside it.
 
+pub mod attention;
+pub mod elementwise;
 pub mod matvec;
 pub mod norm;
+pub mod rope;
 
+pub use attention::Attention;
+pub use elementwise::{Add, Gelu, SwiGlu};
 pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
-pub use norm::RmsNorm;
+pub use norm::{LayerNorm, RmsNorm};
+pub use rope::{Qkv, QkvForm, RopeKvWrite};
 
 use std::sync::Arc;
 
@@ -19,6 +25,10 @@ use crate::error::{Error, Result};
 
 /// Largest workgroup the kernels are written for.
 const MAX_WG_SIZE: u32 = 256;
+
+/// Largest head dimension RoPE and attention accept (their per-head tables and shared arrays
+/// are sized for it; real models use 64 to 256).
+pub const MAX_HEAD_DIM: u32 = 256;
 
 /// How a kernel reduces across its workgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +50,16 @@ impl Reduction {
     }
 }
 
+/// The workgroup size kernels use: the largest power of two the device allows, up to 256.
+pub(crate) fn wg_size(ctx: &GpuContext) -> u32 {
+    let limits = ctx.limits();
+    let cap = MAX_WG_SIZE
+        .min(limits.max_compute_invocations_per_workgroup)
+        .min(limits.max_compute_workgroup_size_x)
+        .max(1);
+    1u32 << (31 - cap.leading_zeros())
+}
+
 /// Defines every reducing kernel needs: `WG_SIZE` (the largest power of two the device allows,
 /// up to 256) and `SUBGROUPS` when asked for.
 pub(crate) fn reduce_defines(ctx: &GpuContext, reduction: Reduction) -> Result<Defines> {
@@ -49,14 +69,8 @@ pub(crate) fn reduce_defines(ctx: &GpuContext, reduction: Reduction) -> Result<D
             "subgroup reduction asked for, but the device has no `subgroups` feature",
         ));
     }
-    let limits = ctx.limits();
-    let cap = MAX_WG_SIZE
-        .min(limits.max_compute_invocations_per_workgroup)
-        .min(limits.max_compute_workgroup_size_x)
-        .max(1);
-    let wg_size = 1u32 << (31 - cap.leading_zeros());
     Ok(Defines::new()
-        .value("WG_SIZE", format!("{wg_size}u"))
+        .value("WG_SIZE", format!("{}u", wg_size(ctx)))
         .flag_if("SUBGROUPS", reduction == Reduction::Subgroup))
 }
 
@@ -122,6 +136,147 @@ impl StepParams {
             kv_len: pos0 + n_tokens,
             _pad: 0,
         }
+    }
+
+    /// Like [`Self::new`], but checked against the buffers the step's kernels were bound
+    /// with: `1 ≤ n_tokens ≤ max_tokens` and `pos0 + n_tokens ≤ max_positions` (the KV cache
+    /// rows). Kernels cannot report errors, so out-of-range steps must be refused here: a
+    /// kernel given one anyway skips the rows that do not exist rather than writing past them.
+    pub fn checked(pos0: u32, n_tokens: u32, max_tokens: u32, max_positions: u32) -> Result<Self> {
+        if n_tokens == 0 || n_tokens > max_tokens {
+            return Err(Error::invalid(
+                "n_tokens",
+                format!("must be in 1..={max_tokens} (the bound max_tokens), got {n_tokens}"),
+            ));
+        }
+        match pos0.checked_add(n_tokens) {
+            Some(end) if end <= max_positions => Ok(Self::new(pos0, n_tokens)),
+            _ => Err(Error::invalid(
+                "pos0",
+                format!(
+                    "positions {pos0}..{pos0}+{n_tokens} do not fit in the {max_positions} cached positions"
+                ),
+            )),
+        }
+    }
+
+    /// A uniform buffer for step parameters that [`Self::write`] can update every step.
+    pub fn create_buffer(ctx: &GpuContext, label: &str) -> wgpu::Buffer {
+        ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: std::mem::size_of::<Self>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Queues a write of these parameters into `buffer` (seen by the next submit).
+    pub fn write(&self, ctx: &GpuContext, buffer: &wgpu::Buffer) {
+        ctx.queue.write_buffer(buffer, 0, bytemuck::bytes_of(self));
+    }
+}
+
+/// Fails unless `step` can be bound as the [`StepParams`] uniform.
+pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
+    let needed = std::mem::size_of::<StepParams>() as u64;
+    if !step.usage().contains(wgpu::BufferUsages::UNIFORM) || step.size() < needed {
+        return Err(Error::invalid(
+            "step",
+            format!(
+                "must be a uniform buffer of at least {needed} bytes (see StepParams::create_buffer), got {} bytes with usage {:?}",
+                step.size(),
+                step.usage()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails when `written` (bound writable) is the same buffer as `other`: WebGPU forbids a
+/// buffer bound writable and bound again in the same dispatch.
+pub(crate) fn check_distinct(
+    written_name: &'static str,
+    written: &wgpu::Buffer,
+    other_name: &str,
+    other: &wgpu::Buffer,
+) -> Result<()> {
+    if written == other {
+        return Err(Error::invalid(
+            written_name,
+            format!("must be a different buffer from `{other_name}`"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `max_tokens` (rows of the activation buffers) against the dispatch limit, since
+/// token-dependent grids put one workgroup row per token.
+pub(crate) fn check_max_tokens(ctx: &GpuContext, max_tokens: u32) -> Result<()> {
+    positive("max_tokens", max_tokens)?;
+    let max = ctx.limits().max_compute_workgroups_per_dimension;
+    if max_tokens > max {
+        return Err(Error::Limit {
+            what: "max_tokens (one workgroup row per token)".to_string(),
+            limit: "maxComputeWorkgroupsPerDimension",
+            needed: u64::from(max_tokens),
+            allowed: u64::from(max),
+        });
+    }
+    Ok(())
+}
+
+/// The attention geometry shared by RoPE and attention: `n_heads` query heads and
+/// `n_kv_heads` key/value heads of `head_dim` values each (grouped-query attention when
+/// `n_kv_heads < n_heads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub n_heads: u32,
+    /// Key/value heads; must divide `n_heads`.
+    pub n_kv_heads: u32,
+    /// Values per head.
+    pub head_dim: u32,
+}
+
+impl Heads {
+    /// Width of a token's queries: `n_heads · head_dim`.
+    pub fn q_dim(&self) -> u64 {
+        u64::from(self.n_heads) * u64::from(self.head_dim)
+    }
+
+    /// Width of a token's keys (and values): `n_kv_heads · head_dim`.
+    pub fn kv_dim(&self) -> u64 {
+        u64::from(self.n_kv_heads) * u64::from(self.head_dim)
+    }
+
+    /// Checks the counts, the grouping and `head_dim ≤ max_head_dim`; errors name the field.
+    pub(crate) fn check(&self, max_head_dim: u32) -> Result<()> {
+        positive("n_heads", self.n_heads)?;
+        positive("n_kv_heads", self.n_kv_heads)?;
+        positive("head_dim", self.head_dim)?;
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(Error::invalid(
+                "n_kv_heads",
+                format!(
+                    "must divide n_heads = {}, got {}",
+                    self.n_heads, self.n_kv_heads
+                ),
+            ));
+        }
+        if self.head_dim > max_head_dim {
+            return Err(Error::invalid(
+                "head_dim",
+                format!("at most {max_head_dim} supported, got {}", self.head_dim),
+            ));
+        }
+        // Kernels index with u32: every row (q, fused qkv) must fit comfortably.
+        if self.q_dim() + 2 * self.kv_dim() > u64::from(u32::MAX / 2) {
+            return Err(Error::invalid(
+                "n_heads",
+                "q/k/v widths overflow u32 indexing",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -227,6 +382,18 @@ impl KernelBinding {
     pub fn grid(&self) -> Grid {
         self.grid
     }
+}
+
+/// Elements of a `[rows, width]` activation as u64, failing when it cannot be indexed with u32.
+pub(crate) fn elements(name: &'static str, rows: u32, width: u64) -> Result<u64> {
+    let total = u64::from(rows) * width;
+    if total > u64::from(u32::MAX) {
+        return Err(Error::invalid(
+            name,
+            format!("{rows} rows of {width} values overflow u32 indexing"),
+        ));
+    }
+    Ok(total)
 }
 
 pub(crate) async fn load(

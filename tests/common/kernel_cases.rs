@@ -1,7 +1,7 @@
 //! Kernel-vs-CPU-reference cases, run natively on lavapipe and in the browser on WebGPU.
 //! Sizes are deliberately not multiples of the workgroup size or of the rows per workgroup.
 
-use emberlm::gpu::{GpuContext, KernelCache, MatVecF32, Reduction, RmsNorm};
+use emberlm::gpu::{GpuContext, KernelCache, MatVecF32, Reduction, RmsNorm, StepParams};
 use emberlm::model::reference;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -108,8 +108,13 @@ pub async fn check_rms_norm(
         let yb = ctx
             .storage_zeroed("y", (rows * len) as u64 * 4)
             .map_err(e)?;
-        let binding = op.bind(ctx, &xb, &wb, &yb, n_rows, n, eps).map_err(e)?;
-        ctx.submit_pass("rms_norm test", |pass| binding.record(pass, 1));
+        // every row is a token of one step
+        let step = StepParams::create_buffer(ctx, "step");
+        StepParams::new(0, n_rows).write(ctx, &step);
+        let binding = op
+            .bind(ctx, &step, &xb, &wb, &yb, n, eps, n_rows)
+            .map_err(e)?;
+        ctx.submit_pass("rms_norm test", |pass| binding.record(pass, n_rows));
         let got = ctx.read_f32(&yb, rows * len).await.map_err(e)?;
 
         for (i, (&g, &want)) in got.iter().zip(&expect).enumerate() {

@@ -4,6 +4,7 @@
 
 pub mod golden;
 pub mod kernel_cases;
+pub mod ops_cases;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

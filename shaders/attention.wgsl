@@ -1,0 +1,191 @@
+// Causal grouped-query attention over the KV cache, one workgroup per (query head, token):
+//   out[t, h*hd .. (h+1)*hd] = softmax_j(q[t, h] . k_cache[j, kvh] * scale) @ v_cache[j, kvh]
+// for the step's tokens t < n_tokens at positions p = pos0 + t (step_params), over cache rows
+// j = 0..=p, with kv head kvh = h / (n_heads / n_kv_heads).
+// q: [max_tokens, q_stride] (heads at columns 0..n_heads*hd), k_cache, v_cache:
+// [max_positions, n_kv_heads*hd], out: [max_tokens, n_heads*hd].
+//
+// Keys are walked in tiles of WG_SIZE with an online softmax, so shared memory is fixed
+// whatever the context length:
+//   scores: invocation i takes key start+i and computes its whole dot product against q (kept
+//           in shared memory, pre-scaled); no reduction per key is needed. With KV_VEC4
+//           (head_dim % 4 == 0) keys are read as vec4.
+//   max:    one workgroup max per tile (subgroupMax + one slot per subgroup with SUBGROUPS,
+//           a shared-memory tree without); the running max m is the same in every invocation.
+//   weights p_j = exp(s_j - m) go to shared memory; each invocation keeps its own share of the
+//           running sum l (rescaled by alpha = exp(m_old - m) like the outputs) and the shares
+//           are added once at the end with workgroup_sum.
+//   values: invocation (g, d) = (lid / hd, lid % hd) accumulates output dimension d over the
+//           tile's keys g, g + groups, ... (groups = WG_SIZE / hd key groups, so V rows are
+//           read by consecutive invocations, coalesced); the group partials are added at the
+//           end. The host checks hd <= WG_SIZE.
+#include "reduce.wgsl"
+
+struct Params {
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    q_stride: u32,
+    max_positions: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+struct Step {
+    pos0: u32,
+    n_tokens: u32,
+    kv_len: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step_params: Step;
+@group(0) @binding(2) var<storage, read> q: array<f32>;
+#ifdef KV_VEC4
+@group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
+#else
+@group(0) @binding(3) var<storage, read> k_cache: array<f32>;
+#endif
+@group(0) @binding(4) var<storage, read> v_cache: array<f32>;
+@group(0) @binding(5) var<storage, read_write> attn_out: array<f32>;
+
+// Finite stand-in for -infinity (WGSL implementations may assume no infinities).
+const NEG_BIG: f32 = -3.4028234e38;
+
+// The query, times 1/sqrt(hd), as vec4s (dimension d at [d / 4][d % 4]).
+var<workgroup> q_sh: array<vec4<f32>, MAX_HEAD_DIM / 4u>;
+// The tile's softmax weights; at the end, the key groups' output partials.
+var<workgroup> p_sh: array<f32, WG_SIZE>;
+// Tile max: per-subgroup maxima (SUBGROUPS) or the tree's levels.
+var<workgroup> max_sh: array<f32, WG_SIZE>;
+#ifdef SUBGROUPS
+var<workgroup> max_count: atomic<u32>;
+#endif
+
+// Maximum of `v` over the workgroup, returned to every invocation; uniform control flow only.
+// Max is exact, so unlike workgroup_sum the order of the partials does not matter.
+fn workgroup_max(v: f32, lid: u32, lane: u32) -> f32 {
+#ifdef SUBGROUPS
+    if lid == 0u {
+        atomicStore(&max_count, 0u);
+    }
+    workgroupBarrier();
+    let m = subgroupMax(v);
+    if lane == 0u {
+        max_sh[atomicAdd(&max_count, 1u)] = m;
+    }
+    workgroupBarrier();
+    let n = atomicLoad(&max_count);
+    var total = max_sh[0];
+    for (var j = 1u; j < n; j++) {
+        total = max(total, max_sh[j]);
+    }
+    workgroupBarrier();
+    return total;
+#else
+    max_sh[lid] = v;
+    workgroupBarrier();
+    for (var stride = WG_SIZE / 2u; stride > 0u; stride >>= 1u) {
+        if lid < stride {
+            max_sh[lid] = max(max_sh[lid], max_sh[lid + stride]);
+        }
+        workgroupBarrier();
+    }
+    let total = max_sh[0];
+    workgroupBarrier();
+    return total;
+#endif
+}
+
+// q . k for the key whose head starts at element `kb` of k_cache.
+fn score(kb: u32, hd: u32) -> f32 {
+#ifdef KV_VEC4
+    var acc = vec4<f32>(0.0);
+    let k4 = kb / 4u;
+    for (var d = 0u; d < hd / 4u; d++) {
+        acc += q_sh[d] * k_cache[k4 + d];
+    }
+    return (acc.x + acc.y) + (acc.z + acc.w);
+#else
+    var acc = 0.0;
+    for (var d = 0u; d < hd; d++) {
+        acc += q_sh[d / 4u][d % 4u] * k_cache[kb + d];
+    }
+    return acc;
+#endif
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn attention(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+#ifdef SUBGROUPS
+    @builtin(subgroup_invocation_id) lane: u32,
+#endif
+) {
+#ifndef SUBGROUPS
+    let lane = 0u;
+#endif
+    let h = wid.x;
+    let t = wid.y;
+    if t >= step_params.n_tokens {
+        return;
+    }
+    let hd = params.head_dim;
+    let kv_dim = params.n_kv_heads * hd;
+    let kv_off = (h / (params.n_heads / params.n_kv_heads)) * hd;
+    // keys 0..=p; positions past the cache were refused on the host, never read past it
+    let n_keys = min(step_params.pos0 + t + 1u, params.max_positions);
+
+    let q_base = t * params.q_stride + h * hd;
+    for (var d = lid; d < hd; d += WG_SIZE) {
+        q_sh[d / 4u][d % 4u] = q[q_base + d] * params.scale;
+    }
+    workgroupBarrier();
+
+    let groups = WG_SIZE / hd;
+    let g = lid / hd;
+    let d = lid % hd;
+    var acc = 0.0;
+    var m = NEG_BIG;
+    var l = 0.0;
+    for (var start = 0u; start < n_keys; start += WG_SIZE) {
+        let j = start + lid;
+        var s = NEG_BIG;
+        if j < n_keys {
+            s = score(j * kv_dim + kv_off, hd);
+        }
+        let m_new = max(m, workgroup_max(s, lid, lane));
+        // first tile: nothing to rescale (and m - m_new may not be finite)
+        let alpha = select(exp(m - m_new), 0.0, start == 0u);
+        let p = select(0.0, exp(s - m_new), j < n_keys);
+        l = l * alpha + p;
+        p_sh[lid] = p;
+        workgroupBarrier();
+        acc *= alpha;
+        if g < groups {
+            let tile = min(WG_SIZE, n_keys - start);
+            for (var kk = g; kk < tile; kk += groups) {
+                acc += p_sh[kk] * v_cache[(start + kk) * kv_dim + kv_off + d];
+            }
+        }
+        // p_sh is rewritten by the next tile
+        workgroupBarrier();
+        m = m_new;
+    }
+    let inv_l = 1.0 / workgroup_sum(vec4<f32>(l, 0.0, 0.0, 0.0), lid, lane).x;
+
+    // add the key groups' partials, in group order
+    if g < groups {
+        p_sh[lid] = acc;
+    }
+    workgroupBarrier();
+    if g == 0u {
+        var total = 0.0;
+        for (var gg = 0u; gg < groups; gg++) {
+            total += p_sh[gg * hd + d];
+        }
+        attn_out[t * params.n_heads * hd + h * hd + d] = total * inv_l;
+    }
+}

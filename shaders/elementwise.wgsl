@@ -1,0 +1,80 @@
+// Elementwise kernels over the step's tokens, one invocation per value; the grid is
+// (ceil(n / WG_SIZE), n_tokens). Rows t >= step_params.n_tokens are left alone.
+//   swiglu: dst[t, i] = silu(src0[t, in_off0 + i]) * src1[t, in_off1 + i]
+//           (gate = src0, up = src1; both may be the same fused [gate | up] buffer)
+//   gelu:   dst[t, i] = gelu_tanh(dst[t, i])
+//   add:    dst[t, i] += src0[t, i]
+// dst: [max_tokens, n]; src0, src1: [max_tokens, in_stride] (add: in_stride = n, offsets 0).
+// The three entry points share one binding layout (binding 2 the written buffer, then the
+// read ones), so each uses a prefix of it.
+
+struct Params {
+    n: u32,
+    in_stride: u32,
+    in_off0: u32,
+    in_off1: u32,
+}
+
+struct Step {
+    pos0: u32,
+    n_tokens: u32,
+    kv_len: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step_params: Step;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<storage, read> src0: array<f32>;
+@group(0) @binding(4) var<storage, read> src1: array<f32>;
+
+// Largest argument given to exp: exp(80) is finite in f32, and x / (1 + exp(80)) is 0 to
+// within f32's resolution of any activation, so clamping changes nothing but avoids inf.
+const EXP_CLAMP: f32 = 80.0;
+
+// x * sigmoid(x)
+fn silu(x: f32) -> f32 {
+    return x / (1.0 + exp(min(-x, EXP_CLAMP)));
+}
+
+// 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): no tanh, whose
+// large-argument behaviour varies between implementations. The cubic uses x clamped to
+// [-20, 20], where sigmoid(2u) is already 0 or 1 in f32, so it cannot overflow.
+fn gelu_tanh(x: f32) -> f32 {
+    let c = clamp(x, -20.0, 20.0);
+    let u = 0.7978845608028654 * (c + 0.044715 * c * c * c);
+    return x / (1.0 + exp(min(-2.0 * u, EXP_CLAMP)));
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn swiglu(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let i = wid.x * WG_SIZE + lid;
+    let t = wid.y;
+    if i >= params.n || t >= step_params.n_tokens {
+        return;
+    }
+    let src = t * params.in_stride + i;
+    dst[t * params.n + i] = silu(src0[src + params.in_off0]) * src1[src + params.in_off1];
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn gelu(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let i = wid.x * WG_SIZE + lid;
+    let t = wid.y;
+    if i >= params.n || t >= step_params.n_tokens {
+        return;
+    }
+    let at = t * params.n + i;
+    dst[at] = gelu_tanh(dst[at]);
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn add(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let i = wid.x * WG_SIZE + lid;
+    let t = wid.y;
+    if i >= params.n || t >= step_params.n_tokens {
+        return;
+    }
+    let at = t * params.n + i;
+    dst[at] += src0[at];
+}

@@ -1,0 +1,312 @@
+//! Native GPU tests of the step-aware ops (norms, RoPE + KV-cache write, attention,
+//! elementwise) against the CPU reference, and their argument checks; the cases live in
+//! `tests/common/ops_cases.rs` and also run in the browser (`tests/web_ops.rs`).
+//!
+//! Without an adapter these tests print why and pass, unless `EMBERLM_REQUIRE_GPU=1` is set
+//! (as `./build.sh test` does), in which case they fail.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::kernel_cases::reductions;
+use common::ops_cases;
+use emberlm::gpu::{
+    Attention, Heads, KernelCache, LayerNorm, Qkv, QkvForm, Reduction, RmsNorm, RopeKvWrite,
+    StepParams, SwiGlu,
+};
+use emberlm::model::config::RopeLayout;
+use emberlm::{GpuContext, GpuOptions};
+
+fn log(msg: &str) {
+    eprintln!("{msg}");
+}
+
+fn gpu() -> Option<GpuContext> {
+    match pollster::block_on(GpuContext::new(GpuOptions::default())) {
+        Ok(ctx) => {
+            log(&format!("GPU adapter: {}", ctx.report()));
+            Some(ctx)
+        }
+        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
+        }
+        Err(e) => {
+            log(&format!(
+                "SKIPPED: no usable GPU ({e}); set EMBERLM_REQUIRE_GPU=1 to make this a failure"
+            ));
+            None
+        }
+    }
+}
+
+fn ok(what: &str, started: std::time::Instant, result: Result<f32, String>) {
+    match result {
+        Ok(worst) => log(&format!(
+            "{what}: ok (worst error / tolerance {worst:.3}, {:.2} s)",
+            started.elapsed().as_secs_f64()
+        )),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn norms_match_reference() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("norms", &log);
+    for reduction in reductions(&ctx) {
+        let t = std::time::Instant::now();
+        let r = pollster::block_on(ops_cases::check_norms(
+            &ctx,
+            &cache,
+            reduction,
+            ops_cases::NORM_CASES,
+            &mut rng,
+        ));
+        ok(&format!("norms {reduction:?}"), t, r);
+    }
+}
+
+#[test]
+fn rope_kv_write_matches_reference() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("rope", &log);
+    for layout in [
+        RopeLayout::Interleaved,
+        RopeLayout::RotateHalf,
+        RopeLayout::None,
+    ] {
+        for form in [QkvForm::Separate, QkvForm::Fused] {
+            let t = std::time::Instant::now();
+            let r = pollster::block_on(ops_cases::check_rope(
+                &ctx,
+                &cache,
+                layout,
+                form,
+                ops_cases::ROPE_CASES,
+                &mut rng,
+            ));
+            ok(&format!("rope {layout:?} {form:?}"), t, r);
+        }
+    }
+}
+
+#[test]
+fn attention_matches_reference() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("attention", &log);
+    for reduction in reductions(&ctx) {
+        let t = std::time::Instant::now();
+        let r = pollster::block_on(ops_cases::check_attention(
+            &ctx,
+            &cache,
+            reduction,
+            ops_cases::ATTENTION_CASES,
+            &mut rng,
+        ));
+        ok(&format!("attention {reduction:?}"), t, r);
+    }
+}
+
+#[test]
+fn attention_long_context_matches_reference() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("attention long", &log);
+    // the subgroup path where there is one (the faster of the two on a GPU), else the tree
+    let reduction = Reduction::best(&ctx);
+    let t = std::time::Instant::now();
+    let r = pollster::block_on(ops_cases::check_attention(
+        &ctx,
+        &cache,
+        reduction,
+        ops_cases::ATTENTION_LONG_CASES,
+        &mut rng,
+    ));
+    ok(&format!("attention 3000 positions {reduction:?}"), t, r);
+}
+
+#[test]
+fn rope_and_attention_over_a_step_sequence() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("step sequence", &log);
+    for (reduction, layout) in [
+        (Reduction::Workgroup, RopeLayout::RotateHalf),
+        (Reduction::best(&ctx), RopeLayout::Interleaved),
+    ] {
+        let t = std::time::Instant::now();
+        let r = pollster::block_on(ops_cases::check_step_sequence(
+            &ctx, &cache, reduction, layout, &mut rng,
+        ));
+        ok(&format!("step sequence {reduction:?} {layout:?}"), t, r);
+    }
+}
+
+#[test]
+fn elementwise_matches_reference() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("elementwise", &log);
+    let t = std::time::Instant::now();
+    let r = pollster::block_on(ops_cases::check_elementwise(
+        &ctx,
+        &cache,
+        ops_cases::ELEMENTWISE_CASES,
+        &mut rng,
+    ));
+    ok("elementwise", t, r);
+}
+
+/// Asserts that `result` failed naming `name` (as `` `name` ``).
+fn names<T: std::fmt::Debug>(result: emberlm::Result<T>, name: &str) {
+    let err = result.expect_err(&format!("expected an error naming `{name}`"));
+    let msg = err.to_string();
+    assert!(msg.contains(&format!("`{name}`")), "{name}: {msg}");
+}
+
+#[test]
+fn bad_arguments_are_rejected_naming_them() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let buf = |floats: u64| ctx.storage_zeroed("b", floats * 4).unwrap();
+    let step = StepParams::create_buffer(&ctx, "step");
+    let not_uniform = buf(4);
+    let heads = Heads {
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 16,
+    };
+    let (max_tokens, max_positions) = (3u32, 10u32);
+    let (q, k, v) = (buf(3 * 64), buf(3 * 32), buf(3 * 32));
+    let (kc, vc) = (buf(10 * 32), buf(10 * 32));
+    pollster::block_on(async {
+        let r = Reduction::Workgroup;
+        let rms = RmsNorm::new(&ctx, &cache, r).await.unwrap();
+        names(
+            rms.bind(&ctx, &not_uniform, &q, &q, &k, 16, 1e-5, 3),
+            "step",
+        );
+        names(
+            rms.bind(&ctx, &step, &q, &buf(15), &k, 16, 1e-5, 3),
+            "weight",
+        );
+        names(rms.bind(&ctx, &step, &q, &q, &k, 16, 1e-5, 200), "x");
+        names(rms.bind(&ctx, &step, &q, &q, &q, 16, 1e-5, 3), "y");
+        names(rms.bind(&ctx, &step, &q, &k, &v, 16, f32::NAN, 3), "eps");
+        names(rms.bind(&ctx, &step, &q, &k, &v, 16, 1e-5, 0), "max_tokens");
+        let ln = LayerNorm::new(&ctx, &cache, r).await.unwrap();
+        names(
+            ln.bind(&ctx, &step, &q, &k, &buf(8), &v, 16, 1e-5, 3),
+            "bias",
+        );
+
+        let rope = RopeKvWrite::new(&ctx, &cache, RopeLayout::RotateHalf, QkvForm::Separate)
+            .await
+            .unwrap();
+        let sep = Qkv::Separate {
+            q: &q,
+            k: &k,
+            v: &v,
+        };
+        let bind = |qkv, kc, vc, heads, theta, positions| {
+            rope.bind(
+                &ctx, &step, qkv, kc, vc, heads, theta, positions, max_tokens,
+            )
+        };
+        bind(sep, &kc, &vc, heads, 1e4, max_positions).unwrap();
+        names(bind(sep, &kc, &vc, heads, 1e4, 11), "k_cache");
+        names(bind(sep, &kc, &kc, heads, 1e4, max_positions), "k_cache");
+        names(
+            bind(Qkv::Fused(&q), &kc, &vc, heads, 1e4, max_positions),
+            "qkv",
+        );
+        names(bind(sep, &kc, &vc, heads, 0.5, max_positions), "theta");
+        let odd = Heads {
+            head_dim: 15,
+            ..heads
+        };
+        names(bind(sep, &kc, &vc, odd, 1e4, max_positions), "head_dim");
+        let wide = Heads {
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 512,
+        };
+        names(bind(sep, &kc, &vc, wide, 1e4, 1), "head_dim");
+        let ungrouped = Heads {
+            n_kv_heads: 3,
+            ..heads
+        };
+        names(
+            bind(sep, &kc, &vc, ungrouped, 1e4, max_positions),
+            "n_kv_heads",
+        );
+        let aliased = Qkv::Separate {
+            q: &q,
+            k: &kc,
+            v: &v,
+        };
+        names(
+            bind(aliased, &kc, &vc, heads, 1e4, max_positions),
+            "k_cache",
+        );
+        let short_q = buf(3 * 64 - 1);
+        let short = Qkv::Separate {
+            q: &short_q,
+            k: &k,
+            v: &v,
+        };
+        names(bind(short, &kc, &vc, heads, 1e4, max_positions), "q");
+
+        let attn = Attention::new(&ctx, &cache, r).await.unwrap();
+        let out = buf(3 * 64);
+        let bind = |q_stride, out, heads, positions| {
+            attn.bind(
+                &ctx, &step, &q, q_stride, &kc, &vc, out, heads, positions, max_tokens,
+            )
+        };
+        bind(64, &out, heads, max_positions).unwrap();
+        names(bind(63, &out, heads, max_positions), "q_row_stride");
+        names(bind(65, &out, heads, max_positions), "q");
+        names(bind(64, &q, heads, max_positions), "out");
+        names(bind(64, &out, heads, 11), "k_cache");
+        names(
+            bind(
+                64,
+                &out,
+                Heads {
+                    n_heads: 0,
+                    ..heads
+                },
+                max_positions,
+            ),
+            "n_heads",
+        );
+
+        let swiglu = SwiGlu::new(&ctx, &cache).await.unwrap();
+        names(swiglu.bind_fused(&ctx, &step, &k, &out, 17, 3), "gate_up");
+        names(swiglu.bind(&ctx, &step, &q, &k, &buf(10), 16, 3), "out");
+    });
+    ctx.check()
+        .expect("argument errors are caught before reaching the GPU");
+}
+
+#[test]
+fn step_params_are_checked_against_the_bound_sizes() {
+    assert_eq!(
+        StepParams::checked(5, 3, 4, 8).unwrap(),
+        StepParams::new(5, 3)
+    );
+    for (pos0, n, name) in [
+        (0, 0, "n_tokens"),
+        (0, 5, "n_tokens"),
+        (6, 3, "pos0"),
+        (u32::MAX, 1, "pos0"),
+    ] {
+        let msg = StepParams::checked(pos0, n, 4, 8).unwrap_err().to_string();
+        assert!(msg.contains(&format!("`{name}`")), "{msg}");
+    }
+}

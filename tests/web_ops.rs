@@ -1,0 +1,118 @@
+//! Browser tests of the step-aware ops (wasm-bindgen-test in headless Chromium on WebGPU;
+//! SwiftShader in CI, without subgroups): the cases of `tests/common/ops_cases.rs` at the
+//! smaller sizes. A missing WebGPU adapter fails.
+
+#![cfg(target_arch = "wasm32")]
+
+mod common;
+
+use common::kernel_cases::reductions;
+use common::ops_cases;
+use emberlm::gpu::{KernelCache, QkvForm, Reduction};
+use emberlm::model::config::RopeLayout;
+use emberlm::{GpuContext, GpuOptions};
+use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn log(msg: &str) {
+    console_log!("{msg}");
+}
+
+async fn gpu() -> GpuContext {
+    let ctx = GpuContext::new(GpuOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
+    log(&format!("GPU adapter: {}", ctx.report()));
+    ctx
+}
+
+fn ok(what: &str, result: Result<f32, String>) {
+    match result {
+        Ok(worst) => log(&format!("{what}: ok (worst error / tolerance {worst:.3})")),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[wasm_bindgen_test]
+async fn norms_match_reference() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("norms (browser)", &log);
+    for reduction in reductions(&ctx) {
+        let r = ops_cases::check_norms(
+            &ctx,
+            &cache,
+            reduction,
+            ops_cases::NORM_CASES_SMALL,
+            &mut rng,
+        )
+        .await;
+        ok(&format!("norms {reduction:?}"), r);
+    }
+}
+
+#[wasm_bindgen_test]
+async fn rope_kv_write_matches_reference() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("rope (browser)", &log);
+    // every layout and both forms, without building all six pipelines
+    for (layout, form) in [
+        (RopeLayout::Interleaved, QkvForm::Separate),
+        (RopeLayout::RotateHalf, QkvForm::Fused),
+        (RopeLayout::None, QkvForm::Separate),
+    ] {
+        let r = ops_cases::check_rope(
+            &ctx,
+            &cache,
+            layout,
+            form,
+            ops_cases::ROPE_CASES_SMALL,
+            &mut rng,
+        )
+        .await;
+        ok(&format!("rope {layout:?} {form:?}"), r);
+    }
+}
+
+#[wasm_bindgen_test]
+async fn attention_matches_reference() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("attention (browser)", &log);
+    for reduction in reductions(&ctx) {
+        let r = ops_cases::check_attention(
+            &ctx,
+            &cache,
+            reduction,
+            ops_cases::ATTENTION_CASES_SMALL,
+            &mut rng,
+        )
+        .await;
+        ok(&format!("attention {reduction:?}"), r);
+    }
+}
+
+#[wasm_bindgen_test]
+async fn rope_and_attention_over_a_step_sequence() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("step sequence (browser)", &log);
+    let reduction = Reduction::best(&ctx);
+    let r =
+        ops_cases::check_step_sequence(&ctx, &cache, reduction, RopeLayout::RotateHalf, &mut rng)
+            .await;
+    ok(&format!("step sequence {reduction:?}"), r);
+}
+
+#[wasm_bindgen_test]
+async fn elementwise_matches_reference() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("elementwise (browser)", &log);
+    let r =
+        ops_cases::check_elementwise(&ctx, &cache, ops_cases::ELEMENTWISE_CASES_SMALL, &mut rng)
+            .await;
+    ok("elementwise", r);
+}
