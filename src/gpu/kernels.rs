@@ -35,9 +35,13 @@ macro_rules! shader_file {
 pub const MATVEC: ShaderFile = shader_file!("matvec.wgsl");
 /// Normalisation kernels.
 pub const NORM: ShaderFile = shader_file!("norm.wgsl");
+/// Linear layers with weights in their stored type (decode and prefill).
+pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
+/// Dequantizing embedding lookups.
+pub const EMBED: ShaderFile = shader_file!("embed.wgsl");
 
-/// Snippets that kernels may `#include`.
-const INCLUDES: &[ShaderFile] = &[shader_file!("reduce.wgsl")];
+/// Snippets that kernels may `#include`: the workgroup reduction and weight decoding.
+const INCLUDES: &[ShaderFile] = &[shader_file!("reduce.wgsl"), shader_file!("quant.wgsl")];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).
 const MAX_INCLUDE_DEPTH: usize = 8;
@@ -338,6 +342,37 @@ mod tests {
                     .flag("HAS_BIAS"),
             ] {
                 preprocess(&file, &d).unwrap();
+            }
+        }
+        // The weight kernels, once per stored type: each type brings exactly one decoder.
+        const WEIGHTS: [&str; 9] = [
+            "WEIGHT_F32",
+            "WEIGHT_F16",
+            "WEIGHT_BF16",
+            "WEIGHT_Q8_0",
+            "WEIGHT_Q4_0",
+            "WEIGHT_Q4_1",
+            "WEIGHT_Q4_K",
+            "WEIGHT_Q5_K",
+            "WEIGHT_Q6_K",
+        ];
+        for file in [LINEAR, EMBED] {
+            for weight in WEIGHTS {
+                for d in [
+                    Defines::new().value("WG_SIZE", "64u").flag(weight),
+                    Defines::new()
+                        .value("WG_SIZE", "64u")
+                        .flag(weight)
+                        .flag("SUBGROUPS")
+                        .flag("HAS_BIAS")
+                        .flag("ACCUMULATE")
+                        .flag("X_VEC4")
+                        .flag("FROM_IDS"),
+                ] {
+                    let out = preprocess(&file, &d).unwrap();
+                    assert_eq!(out.matches("fn q_load(").count(), 1, "{weight}");
+                    assert!(out.contains("fn q_dequant("), "{weight}");
+                }
             }
         }
     }

@@ -3,9 +3,13 @@
 //! what every op shares (bindings, grids, per-step parameters, common defines); each kernel
 //! family has its own file beside it.
 
+pub mod embed;
+pub mod linear;
 pub mod matvec;
 pub mod norm;
 
+pub use embed::{EmbedSource, Embedding};
+pub use linear::{Linear, LinearBinding, LinearKernel};
 pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
 pub use norm::RmsNorm;
 

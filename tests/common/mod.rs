@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod kernel_cases;
+pub mod linear_cases;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
