@@ -83,12 +83,12 @@ fn linear_k_quants_match_reference() {
 }
 
 #[test]
-fn linear_vocab_sized_output() {
+fn linear_large_shapes() {
     let Some(ctx) = gpu() else { return };
     let cache = KernelCache::new();
-    let mut rng = common::rng("linear vocab", &log);
+    let mut rng = common::rng("linear large", &log);
     for reduction in reductions(&ctx) {
-        pollster::block_on(linear_cases::check_linear_vocab(
+        pollster::block_on(linear_cases::check_linear_large(
             &ctx, &cache, reduction, &mut rng,
         ))
         .unwrap_or_else(|e| panic!("{e}"));

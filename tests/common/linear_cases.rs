@@ -236,9 +236,10 @@ pub async fn check_linear(
 pub const BIAS_ACCUMULATE: [(bool, bool); 4] =
     [(false, false), (true, false), (false, true), (true, true)];
 
-/// A vocabulary-sized output (an LM head: 50000 rows) with both kernels, and a decode whose
-/// 65537 workgroups spill into the grid's y dimension.
-pub async fn check_linear_vocab(
+/// A vocabulary-sized output (an LM head: 50000 rows) with both kernels, a decode whose 65537
+/// workgroups spill into the grid's y dimension, a prefill of two token tiles (40 tokens) and
+/// the decode kernel given several tokens.
+pub async fn check_linear_large(
     ctx: &GpuContext,
     cache: &KernelCache,
     reduction: Reduction,
@@ -265,6 +266,18 @@ pub async fn check_linear_vocab(
         false,
         &[(262_147, 32)],
         &[(LinearKernel::Decode, 1)],
+        rng,
+    )
+    .await?;
+    check_linear(
+        ctx,
+        cache,
+        DType::Q6_K,
+        reduction,
+        true,
+        true,
+        &[(70, 512)],
+        &[(LinearKernel::Prefill, 40), (LinearKernel::Decode, 3)],
         rng,
     )
     .await
@@ -321,7 +334,10 @@ pub async fn check_linear_errors(ctx: &GpuContext, cache: &KernelCache) -> Resul
         .map_err(|e| e.to_string())?;
     expect(embed.bind(ctx, &step, &good, None, &out, 2), "ids")?;
     expect(embed.bind(ctx, &step, &good, Some(&ids), &out, 3), "out")?;
-    expect(embed.bind(ctx, &step, &cases[0], Some(&ids), &out, 2), "table")?;
+    expect(
+        embed.bind(ctx, &step, &cases[0], Some(&ids), &out, 2),
+        "table",
+    )?;
     Ok(())
 }
 

@@ -97,7 +97,12 @@ impl Embedding {
         let mut storage = vec![&table.buffer];
         match (self.source, ids) {
             (EmbedSource::Tokens, Some(ids)) => {
-                check_words("ids", ids, u64::from(max_tokens), &format!("[{max_tokens}] u32"))?;
+                check_words(
+                    "ids",
+                    ids,
+                    u64::from(max_tokens),
+                    &format!("[{max_tokens}] u32"),
+                )?;
                 storage.push(ids);
             }
             (EmbedSource::Positions, None) => {}

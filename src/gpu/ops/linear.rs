@@ -217,8 +217,22 @@ impl Linear {
         let decode_defines = common(reduce_defines(ctx, reduction)?);
         // Prefill does not reduce across the workgroup: the same pipeline serves both reductions.
         let prefill_defines = common(Defines::new());
-        let decode = load(ctx, cache, &kernels::LINEAR, "linear_decode", decode_defines).await?;
-        let prefill = load(ctx, cache, &kernels::LINEAR, "linear_prefill", prefill_defines).await?;
+        let decode = load(
+            ctx,
+            cache,
+            &kernels::LINEAR,
+            "linear_decode",
+            decode_defines,
+        )
+        .await?;
+        let prefill = load(
+            ctx,
+            cache,
+            &kernels::LINEAR,
+            "linear_prefill",
+            prefill_defines,
+        )
+        .await?;
         Ok(Self {
             decode,
             prefill,
@@ -307,11 +321,7 @@ impl Linear {
                 });
             }
         }
-        let decode_grid = dispatch_grid(
-            ctx,
-            "linear_decode",
-            rows.div_ceil(LINEAR_DECODE_ROWS),
-        )?;
+        let decode_grid = dispatch_grid(ctx, "linear_decode", rows.div_ceil(LINEAR_DECODE_ROWS))?;
         let params = LinearParams {
             rows,
             cols,
