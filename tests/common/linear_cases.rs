@@ -314,6 +314,8 @@ pub async fn check_linear_errors(ctx: &GpuContext, cache: &KernelCache) -> Resul
     expect(op.bind(ctx, &step, &good, &x, None, &x, 2), "y")?;
     expect(op.bind(ctx, &step, &good, &x, Some(&x), &y, 2), "bias")?;
     expect(op.bind(ctx, &step, &good, &x, None, &y, 0), "max_tokens")?;
+    let small_step = buf(8)?;
+    expect(op.bind(ctx, &small_step, &good, &x, None, &y, 2), "step")?;
     let cases = [
         matrix(vec![3, 48], DType::Q8_0, 1024)?, // not a whole number of blocks
         matrix(vec![3, 64], DType::Q4_0, 1024)?, // wrong type
@@ -338,7 +340,9 @@ pub async fn check_linear_errors(ctx: &GpuContext, cache: &KernelCache) -> Resul
         embed.bind(ctx, &step, &cases[0], Some(&ids), &out, 2),
         "table",
     )?;
-    Ok(())
+    expect(embed.bind(ctx, &step, &good, Some(&ids), &ids, 2), "out")?;
+    // The good bindings above left no validation error behind.
+    ctx.check().map_err(|e| e.to_string())
 }
 
 /// `(rows, dim)` of the embedding table for `dtype`: a few whole blocks per row (an odd number

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::linear::{check_words, matrix_shape, weight_flag};
+use super::linear::{check_step, check_words, matrix_shape, weight_flag};
 use super::{load, positive, Grid, KernelBinding};
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
@@ -71,6 +71,7 @@ impl Embedding {
     /// Binds one lookup: `step` is the shared [`super::StepParams`] uniform, `table: [rows, dim]`
     /// (from `table.shape`), `ids: u32 [max_tokens]` (given exactly for
     /// [`EmbedSource::Tokens`]), `out: [max_tokens, dim]` f32. Errors name the argument.
+    /// Record the binding with the step's token count (at most `max_tokens`).
     pub fn bind(
         &self,
         ctx: &GpuContext,
@@ -81,6 +82,7 @@ impl Embedding {
         max_tokens: u32,
     ) -> Result<KernelBinding> {
         positive("max_tokens", max_tokens)?;
+        check_step(step)?;
         let (rows, dim) = matrix_shape(table, self.dtype, "table")?;
         check_words(
             "out",

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{dispatch_grid, load, positive, reduce_defines, Grid, KernelBinding, Reduction};
+use super::{
+    dispatch_grid, load, positive, reduce_defines, Grid, KernelBinding, Reduction, StepParams,
+};
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
@@ -123,6 +125,21 @@ pub(crate) fn check_words(
             format!(
                 "buffer holds {} bytes but {what} needs {needed}",
                 buffer.size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails unless `step` can hold the [`StepParams`] uniform.
+pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
+    let needed = std::mem::size_of::<StepParams>() as u64;
+    if step.size() < needed {
+        return Err(Error::invalid(
+            "step",
+            format!(
+                "buffer holds {} bytes but the step parameters take {needed}",
+                step.size()
             ),
         ));
     }
@@ -268,6 +285,7 @@ impl Linear {
         max_tokens: u32,
     ) -> Result<LinearBinding> {
         positive("max_tokens", max_tokens)?;
+        check_step(step)?;
         let (rows, cols) = matrix_shape(w, self.dtype, "w")?;
         let shape = |n: u32| format!("[{max_tokens}, {n}] f32");
         check_words(
@@ -367,8 +385,9 @@ pub struct LinearBinding {
 }
 
 impl LinearBinding {
-    /// Records the layer for a step of `n_tokens` tokens (which must match the step uniform's
-    /// `n_tokens`): the decode kernel for one token, the prefill kernel for more.
+    /// Records the layer for a step of `n_tokens` tokens (at most `max_tokens`, and the value
+    /// the step uniform will hold when the pass runs): the decode kernel for one token, the
+    /// prefill kernel for more.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
         self.record_kernel(pass, n_tokens, LinearKernel::for_tokens(n_tokens));
     }
