@@ -41,9 +41,13 @@ pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
 pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
 /// Elementwise kernels: SwiGLU, GELU, residual add.
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
+/// Linear layers with weights in their stored type (decode and prefill).
+pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
+/// Dequantizing embedding lookups.
+pub const EMBED: ShaderFile = shader_file!("embed.wgsl");
 
-/// Snippets that kernels may `#include`.
-const INCLUDES: &[ShaderFile] = &[shader_file!("reduce.wgsl")];
+/// Snippets that kernels may `#include`: the workgroup reduction and weight decoding.
+const INCLUDES: &[ShaderFile] = &[shader_file!("reduce.wgsl"), shader_file!("quant.wgsl")];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).
 const MAX_INCLUDE_DEPTH: usize = 8;
@@ -348,6 +352,38 @@ mod tests {
                 Defines::new().value("WG_SIZE", "64u").flag("NO_ROPE"),
             ] {
                 preprocess(&file, &d).unwrap_or_else(|e| panic!("{}: {e}", file.name));
+            }
+        }
+        // The weight kernels, once per stored type: each type brings exactly one decoder.
+        const WEIGHTS: [&str; 9] = [
+            "WEIGHT_F32",
+            "WEIGHT_F16",
+            "WEIGHT_BF16",
+            "WEIGHT_Q8_0",
+            "WEIGHT_Q4_0",
+            "WEIGHT_Q4_1",
+            "WEIGHT_Q4_K",
+            "WEIGHT_Q5_K",
+            "WEIGHT_Q6_K",
+        ];
+        for file in [LINEAR, EMBED] {
+            for weight in WEIGHTS {
+                for d in [
+                    Defines::new().value("WG_SIZE", "64u").flag(weight),
+                    Defines::new()
+                        .value("WG_SIZE", "64u")
+                        .flag(weight)
+                        .flag("SUBGROUPS")
+                        .flag("HAS_BIAS")
+                        .flag("ACCUMULATE")
+                        .flag("X_VEC4")
+                        .flag("FROM_IDS"),
+                ] {
+                    let out = preprocess(&file, &d).unwrap();
+                    let defs = |f: &str| out.lines().filter(|l| l.starts_with(f)).count();
+                    assert_eq!(defs("fn q_load("), 1, "{weight}");
+                    assert_eq!(defs("fn q_dequant("), 1, "{weight}");
+                }
             }
         }
     }

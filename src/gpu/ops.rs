@@ -5,12 +5,16 @@
 
 pub mod attention;
 pub mod elementwise;
+pub mod embed;
+pub mod linear;
 pub mod matvec;
 pub mod norm;
 pub mod rope;
 
 pub use attention::Attention;
 pub use elementwise::{Add, Gelu, SwiGlu};
+pub use embed::{EmbedSource, Embedding};
+pub use linear::{Linear, LinearBinding, LinearKernel};
 pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Qkv, QkvForm, RopeKvWrite};

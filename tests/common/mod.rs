@@ -4,6 +4,7 @@
 
 pub mod golden;
 pub mod kernel_cases;
+pub mod linear_cases;
 pub mod ops_cases;
 
 use rand::SeedableRng;

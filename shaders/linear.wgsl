@@ -1,0 +1,220 @@
+// Linear layers with weights in their stored type (see quant.wgsl):
+//   y[t, r] (+)= sum_c W[r, c] * x[t, c] (+ bias[r])   for t < n_tokens
+// W: [rows, cols] as stored, x: [max_tokens, cols] f32, y: [max_tokens, rows] f32,
+// bias: [rows] f32. With ACCUMULATE the result is added to y (a residual connection fused into
+// the layer that produces it); HAS_BIAS adds the bias. X_VEC4 (quantized types, whose cols are
+// multiples of 32) reads x as vec4s.
+//
+// linear_decode (one token; memory-bound): a workgroup of WG_SIZE invocations computes ROWS
+// consecutive rows. Invocation i takes parts i, i + WG_SIZE, ... of the rows (8 values each),
+// so neighbouring invocations read neighbouring bytes of a row; it loads the 8 activations of
+// its part once and uses them for all ROWS rows. The ROWS partial sums are reduced together as
+// one vec4 (reduce.wgsl). Workgroups are numbered across x and y (vocabulary-sized outputs
+// need more than 65535 of them). Given more than one token it repeats per token, which is
+// correct but reads the weights once per token: prefill has its own kernel.
+//
+// linear_prefill (many tokens; compute-bound): a workgroup of 256 invocations computes a tile of
+// TILE_R rows x TILE_T tokens. For each chunk of 32 columns it dequantizes the tile's weights
+// once into shared memory (one part per invocation) and stages the tokens' activations beside
+// them; each invocation then accumulates a 4-row x 2-token block from shared memory. Every
+// weight block is thus read once per tile of 32 tokens, not once per token.
+#include "reduce.wgsl"
+#include "quant.wgsl"
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    max_tokens: u32,
+    _pad: u32,
+}
+
+struct Step {
+    pos0: u32,
+    n_tokens: u32,
+    kv_len: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> qw: array<u32>;
+#ifdef X_VEC4
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+#else
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+#endif
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+#ifdef HAS_BIAS
+@group(0) @binding(5) var<storage, read> bias: array<f32>;
+#endif
+
+// Rows per decode workgroup: one vec4 of partial sums.
+const ROWS: u32 = 4u;
+
+// Prefill tile: rows, tokens, columns per shared-memory chunk, invocations.
+const TILE_R: u32 = 64u;
+const TILE_T: u32 = 32u;
+const TILE_K: u32 = 32u;
+const PREFILL_WG: u32 = 256u;
+
+// Tokens this step computes; never more than the buffers were checked for.
+fn token_count() -> u32 {
+    return min(step.n_tokens, params.max_tokens);
+}
+
+// Activation x[t, c] for one column, 0 past the row (float types have partial parts).
+fn x_at(t: u32, c: u32) -> f32 {
+#ifdef X_VEC4
+    let i = t * params.cols + c;
+    return x[i >> 2u][i & 3u];
+#else
+    if c >= params.cols {
+        return 0.0;
+    }
+    return x[t * params.cols + c];
+#endif
+}
+
+// Activations x[t, c0..c0 + 4] (c0 a multiple of 4).
+fn x4(t: u32, c0: u32) -> vec4<f32> {
+#ifdef X_VEC4
+    return x[(t * params.cols + c0) >> 2u];
+#else
+    return vec4<f32>(x_at(t, c0), x_at(t, c0 + 1u), x_at(t, c0 + 2u), x_at(t, c0 + 3u));
+#endif
+}
+
+// Writes y[t, r] (+)= v (+ bias[r]).
+fn store(t: u32, r: u32, v: f32) {
+    var out = v;
+#ifdef HAS_BIAS
+    out += bias[r];
+#endif
+    let i = t * params.rows + r;
+#ifdef ACCUMULATE
+    out = y[i] + out;
+#endif
+    y[i] = out;
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn linear_decode(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+#ifdef SUBGROUPS
+    @builtin(subgroup_invocation_id) lane: u32,
+#endif
+) {
+#ifndef SUBGROUPS
+    let lane = 0u;
+#endif
+    let row0 = (wid.x + wid.y * nwg.x) * ROWS;
+    if row0 >= params.rows {
+        return;
+    }
+    let live = min(ROWS, params.rows - row0);
+    let cols = params.cols;
+    let parts = q_parts(cols);
+    let n_tokens = token_count();
+    for (var t = 0u; t < n_tokens; t++) {
+        var acc = vec4<f32>(0.0);
+        for (var p = lid; p < parts; p += WG_SIZE) {
+            let xp = Q8(x4(t, 8u * p), x4(t, 8u * p + 4u));
+            acc.x += q_dot(q_load(row0, p, cols), xp);
+            if live > 1u {
+                acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
+            }
+            if live > 2u {
+                acc.z += q_dot(q_load(row0 + 2u, p, cols), xp);
+            }
+            if live > 3u {
+                acc.w += q_dot(q_load(row0 + 3u, p, cols), xp);
+            }
+        }
+        let total = workgroup_sum(acc, lid, lane);
+        if lid < live {
+            store(t, row0 + lid, total[lid]);
+        }
+    }
+}
+
+// The weight tile, [TILE_K columns][TILE_R / 4 row quads]: an invocation reads its 4 rows at
+// one column as one vec4.
+var<workgroup> tile_w: array<vec4<f32>, 512>;
+// The activation tile, [TILE_K columns][TILE_T / 2 token pairs].
+var<workgroup> tile_x: array<vec2<f32>, 512>;
+
+@compute @workgroup_size(PREFILL_WG)
+fn linear_prefill(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let row_base = wid.x * TILE_R;
+    let tok_base = wid.y * TILE_T;
+    let n_tokens = token_count();
+    if row_base >= params.rows || tok_base >= n_tokens {
+        return;
+    }
+    let cols = params.cols;
+    let parts = q_parts(cols);
+
+    // Loading roles: 4 invocations per weight row (one part each: the 32 columns of a chunk),
+    // 8 per token (4 columns each).
+    let load_row = lid / 4u;
+    let load_part = lid % 4u;
+    let load_tok = lid / 8u;
+    let load_col = (lid % 8u) * 4u;
+    let w_row = row_base + load_row;
+    let x_tok = tok_base + load_tok;
+    // Computing roles: rows 4 * quad .. + 4, tokens 2 * pair, 2 * pair + 1 of the tile.
+    let quad = lid % 16u;
+    let pair = lid / 16u;
+
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    let chunks = (cols + TILE_K - 1u) / TILE_K;
+    for (var kc = 0u; kc < chunks; kc++) {
+        let part = kc * 4u + load_part;
+        var v = Q8(vec4<f32>(0.0), vec4<f32>(0.0));
+        if w_row < params.rows && part < parts {
+            v = q_dequant(q_load(w_row, part, cols));
+        }
+        let k0 = load_part * 8u;
+        let slot = load_row / 4u;
+        let comp = load_row % 4u;
+        for (var i = 0u; i < 4u; i++) {
+            tile_w[(k0 + i) * 16u + slot][comp] = v.lo[i];
+            tile_w[(k0 + 4u + i) * 16u + slot][comp] = v.hi[i];
+        }
+        var xv = vec4<f32>(0.0);
+        if x_tok < n_tokens {
+            xv = x4(x_tok, kc * TILE_K + load_col);
+        }
+        for (var i = 0u; i < 4u; i++) {
+            tile_x[(load_col + i) * 16u + load_tok / 2u][load_tok % 2u] = xv[i];
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < TILE_K; k++) {
+            let w4 = tile_w[k * 16u + quad];
+            let x2 = tile_x[k * 16u + pair];
+            acc0 += w4 * x2.x;
+            acc1 += w4 * x2.y;
+        }
+        workgroupBarrier();
+    }
+
+    let r0 = row_base + 4u * quad;
+    let t0 = tok_base + 2u * pair;
+    for (var i = 0u; i < 4u; i++) {
+        let r = r0 + i;
+        if r < params.rows {
+            if t0 < n_tokens {
+                store(t0, r, acc0[i]);
+            }
+            if t0 + 1u < n_tokens {
+                store(t0 + 1u, r, acc1[i]);
+            }
+        }
+    }
+}

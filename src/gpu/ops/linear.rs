@@ -1,0 +1,413 @@
+//! Linear layers with weights in their stored type (`shaders/linear.wgsl`, decoding from
+//! `shaders/quant.wgsl`): `y = W·x (+ bias)`, optionally added to `y`.
+//!
+//! Two kernels: decode (one token: matrix × vector, memory-bound, weights read once) and prefill
+//! (many tokens: tiles of 64 rows × 32 tokens through shared memory, weights read once per tile
+//! of tokens). [`LinearBinding::record`] picks by the step's token count.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{
+    dispatch_grid, load, positive, reduce_defines, Grid, KernelBinding, Reduction, StepParams,
+};
+use crate::error::{Error, Result};
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::{self, Defines, KernelCache};
+use crate::gpu::tensor::GpuTensor;
+use crate::model::weights::DType;
+
+/// Rows one decode workgroup computes (must match `ROWS` in `shaders/linear.wgsl`).
+pub const LINEAR_DECODE_ROWS: u32 = 4;
+/// Rows of one prefill tile (must match `TILE_R` in `shaders/linear.wgsl`).
+pub const LINEAR_PREFILL_ROWS: u32 = 64;
+/// Tokens of one prefill tile (must match `TILE_T` in `shaders/linear.wgsl`).
+pub const LINEAR_PREFILL_TOKENS: u32 = 32;
+/// Invocations of a prefill workgroup (must match `PREFILL_WG` in `shaders/linear.wgsl`).
+const PREFILL_WG: u32 = 256;
+/// Largest decode workgroup. Rows are short in small models (576 columns = 72 parts of 8), so
+/// a bigger workgroup would leave most invocations idle; 64 is two warps, one wave on AMD.
+const DECODE_WG: u32 = 64;
+/// Shared memory of the prefill kernel: the weight and activation tiles (8 KiB + 4 KiB) plus the
+/// reduction snippet's arrays, which the compiler may count even though prefill does not use them.
+const PREFILL_SHARED_BYTES: u32 = 8192 + 4096 + 16 * DECODE_WG;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct LinearParams {
+    rows: u32,
+    cols: u32,
+    max_tokens: u32,
+    _pad: u32,
+}
+
+/// The `quant.wgsl` flag selecting `dtype`.
+pub(crate) fn weight_flag(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "WEIGHT_F32",
+        DType::F16 => "WEIGHT_F16",
+        DType::BF16 => "WEIGHT_BF16",
+        DType::Q8_0 => "WEIGHT_Q8_0",
+        DType::Q4_0 => "WEIGHT_Q4_0",
+        DType::Q4_1 => "WEIGHT_Q4_1",
+        DType::Q4_K => "WEIGHT_Q4_K",
+        DType::Q5_K => "WEIGHT_Q5_K",
+        DType::Q6_K => "WEIGHT_Q6_K",
+    }
+}
+
+/// Checks `w` against the kernel's type and returns `(rows, cols)` from its shape `[rows, cols]`:
+/// both at least 1, `cols` a whole number of blocks, the buffer large enough, and every byte
+/// offset within u32 (the kernels address the tensor in bytes).
+pub(crate) fn matrix_shape(w: &GpuTensor, dtype: DType, name: &'static str) -> Result<(u32, u32)> {
+    if w.dtype != dtype {
+        return Err(Error::invalid(
+            name,
+            format!("tensor is {} but the kernel was built for {dtype}", w.dtype),
+        ));
+    }
+    let &[rows, cols] = w.shape.as_slice() else {
+        return Err(Error::invalid(
+            name,
+            format!("expected a matrix [rows, cols], got shape {:?}", w.shape),
+        ));
+    };
+    let to_u32 = |what: &str, v: usize| {
+        u32::try_from(v).map_err(|_| Error::invalid(name, format!("{what} {v} exceeds u32")))
+    };
+    let (rows, cols) = (to_u32("rows", rows)?, to_u32("cols", cols)?);
+    if rows == 0 || cols == 0 {
+        return Err(Error::invalid(
+            name,
+            format!("shape {:?} is empty", w.shape),
+        ));
+    }
+    let block = dtype.block_elements();
+    if !u64::from(cols).is_multiple_of(block) {
+        return Err(Error::invalid(
+            name,
+            format!("cols {cols} is not a multiple of the {dtype} block size {block}"),
+        ));
+    }
+    let bytes = dtype.bytes_for(u64::from(rows) * u64::from(cols), name)?;
+    if w.buffer.size() < bytes {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "buffer holds {} bytes but [{rows}, {cols}] {dtype} needs {bytes}",
+                w.buffer.size()
+            ),
+        ));
+    }
+    // Byte addresses of blocks (and, for F32, element indices) are u32 in the kernels.
+    if bytes > u64::from(u32::MAX) {
+        return Err(Error::invalid(
+            name,
+            format!("{bytes} bytes: kernels address at most 4 GiB per tensor"),
+        ));
+    }
+    Ok((rows, cols))
+}
+
+/// Fails unless `buffer` holds at least `elements` 4-byte values; `what` names the shape and
+/// type for the message (`[8, 576] f32`).
+pub(crate) fn check_words(
+    name: &'static str,
+    buffer: &wgpu::Buffer,
+    elements: u64,
+    what: &str,
+) -> Result<()> {
+    let needed = elements * 4;
+    if buffer.size() < needed {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "buffer holds {} bytes but {what} needs {needed}",
+                buffer.size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails unless `step` can hold the [`StepParams`] uniform.
+pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
+    let needed = std::mem::size_of::<StepParams>() as u64;
+    if step.size() < needed {
+        return Err(Error::invalid(
+            "step",
+            format!(
+                "buffer holds {} bytes but the step parameters take {needed}",
+                step.size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Which kernel a [`LinearBinding`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinearKernel {
+    /// Matrix × vector, for one token (correct for more, reading the weights once per token).
+    Decode,
+    /// Tiled matrix × matrix, for several tokens (correct for one).
+    Prefill,
+}
+
+impl LinearKernel {
+    /// The kernel [`LinearBinding::record`] uses for a step of `n_tokens` tokens.
+    pub fn for_tokens(n_tokens: u32) -> Self {
+        if n_tokens <= 1 {
+            LinearKernel::Decode
+        } else {
+            LinearKernel::Prefill
+        }
+    }
+}
+
+/// `y[t, r] (+)= Σ_c W[r, c]·x[t, c] (+ bias[r])` for `t < n_tokens`, with `W: [rows, cols]`
+/// kept in its stored type, `x: [max_tokens, cols]`, `y: [max_tokens, rows]` and
+/// `bias: [rows]` f32. Built for one (dtype, reduction, bias, accumulate) combination.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    decode: Arc<wgpu::ComputePipeline>,
+    prefill: Arc<wgpu::ComputePipeline>,
+    dtype: DType,
+    has_bias: bool,
+    accumulate: bool,
+}
+
+impl Linear {
+    /// Builds (or fetches from `cache`) both kernels for weights of `dtype`. `reduction` applies
+    /// to the decode kernel; with `accumulate` the result is added to `y` (a residual connection
+    /// fused into the layer that produces it).
+    pub async fn new(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        dtype: DType,
+        reduction: Reduction,
+        has_bias: bool,
+        accumulate: bool,
+    ) -> Result<Self> {
+        let limits = ctx.limits();
+        for (limit, allowed, needed) in [
+            (
+                "maxComputeInvocationsPerWorkgroup",
+                limits.max_compute_invocations_per_workgroup,
+                PREFILL_WG,
+            ),
+            (
+                "maxComputeWorkgroupSizeX",
+                limits.max_compute_workgroup_size_x,
+                PREFILL_WG,
+            ),
+            (
+                "maxComputeWorkgroupStorageSize",
+                limits.max_compute_workgroup_storage_size,
+                PREFILL_SHARED_BYTES,
+            ),
+        ] {
+            if allowed < needed {
+                return Err(Error::Limit {
+                    what: "linear_prefill workgroup".into(),
+                    limit,
+                    needed: u64::from(needed),
+                    allowed: u64::from(allowed),
+                });
+            }
+        }
+        // The largest power of two up to DECODE_WG the device allows (as reduce_defines does
+        // up to 256); the define below replaces reduce_defines' WG_SIZE.
+        let cap = DECODE_WG
+            .min(limits.max_compute_invocations_per_workgroup)
+            .min(limits.max_compute_workgroup_size_x)
+            .max(1);
+        let decode_wg = 1u32 << (31 - cap.leading_zeros());
+        let common = |d: Defines| {
+            d.flag(weight_flag(dtype))
+                .flag_if("X_VEC4", dtype.block_elements() > 1)
+                .flag_if("HAS_BIAS", has_bias)
+                .flag_if("ACCUMULATE", accumulate)
+                .value("WG_SIZE", format!("{decode_wg}u"))
+        };
+        let decode_defines = common(reduce_defines(ctx, reduction)?);
+        // Prefill does not reduce across the workgroup: the same pipeline serves both reductions.
+        let prefill_defines = common(Defines::new());
+        let decode = load(
+            ctx,
+            cache,
+            &kernels::LINEAR,
+            "linear_decode",
+            decode_defines,
+        )
+        .await?;
+        let prefill = load(
+            ctx,
+            cache,
+            &kernels::LINEAR,
+            "linear_prefill",
+            prefill_defines,
+        )
+        .await?;
+        Ok(Self {
+            decode,
+            prefill,
+            dtype,
+            has_bias,
+            accumulate,
+        })
+    }
+
+    /// The weight type the kernels decode.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Whether the result is added to `y`.
+    pub fn accumulates(&self) -> bool {
+        self.accumulate
+    }
+
+    /// Binds one layer: `step` is the shared [`super::StepParams`] uniform, `w: [rows, cols]`
+    /// (rows and cols from `w.shape`; cols a multiple of the block size), `x: [max_tokens, cols]`,
+    /// `y: [max_tokens, rows]` and `bias: [rows]` f32 buffers (bias given exactly when the kernel
+    /// was built with one). Errors name the argument that does not fit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        w: &GpuTensor,
+        x: &wgpu::Buffer,
+        bias: Option<&wgpu::Buffer>,
+        y: &wgpu::Buffer,
+        max_tokens: u32,
+    ) -> Result<LinearBinding> {
+        positive("max_tokens", max_tokens)?;
+        check_step(step)?;
+        let (rows, cols) = matrix_shape(w, self.dtype, "w")?;
+        let shape = |n: u32| format!("[{max_tokens}, {n}] f32");
+        check_words(
+            "x",
+            x,
+            u64::from(max_tokens) * u64::from(cols),
+            &shape(cols),
+        )?;
+        check_words(
+            "y",
+            y,
+            u64::from(max_tokens) * u64::from(rows),
+            &shape(rows),
+        )?;
+        if y == x || y == &w.buffer || bias.is_some_and(|b| b == y) {
+            return Err(Error::invalid(
+                "y",
+                "the output buffer is also an input of the same layer",
+            ));
+        }
+        let mut storage = vec![&w.buffer, x, y];
+        match (self.has_bias, bias) {
+            (true, Some(b)) => {
+                check_words("bias", b, u64::from(rows), &format!("[{rows}] f32"))?;
+                storage.push(b);
+            }
+            (false, None) => {}
+            (true, None) => {
+                return Err(Error::invalid("bias", "kernel built with bias, none given"))
+            }
+            (false, Some(_)) => {
+                return Err(Error::invalid(
+                    "bias",
+                    "kernel built without bias, one given",
+                ))
+            }
+        }
+        let max_groups = ctx.limits().max_compute_workgroups_per_dimension;
+        let row_tiles = rows.div_ceil(LINEAR_PREFILL_ROWS);
+        let token_tiles = max_tokens.div_ceil(LINEAR_PREFILL_TOKENS);
+        for (what, needed) in [
+            ("linear_prefill row tiles", row_tiles),
+            ("linear_prefill token tiles", token_tiles),
+        ] {
+            if needed > max_groups {
+                return Err(Error::Limit {
+                    what: what.into(),
+                    limit: "maxComputeWorkgroupsPerDimension",
+                    needed: u64::from(needed),
+                    allowed: u64::from(max_groups),
+                });
+            }
+        }
+        let decode_grid = dispatch_grid(ctx, "linear_decode", rows.div_ceil(LINEAR_DECODE_ROWS))?;
+        let params = LinearParams {
+            rows,
+            cols,
+            max_tokens,
+            _pad: 0,
+        };
+        let label = format!("linear {} [{rows}, {cols}]", self.dtype);
+        Ok(LinearBinding {
+            decode: KernelBinding::new(
+                ctx,
+                &self.decode,
+                &label,
+                &params,
+                Some(step),
+                &storage,
+                Grid::Fixed(decode_grid.0, decode_grid.1),
+            ),
+            prefill: KernelBinding::new(
+                ctx,
+                &self.prefill,
+                &label,
+                &params,
+                Some(step),
+                &storage,
+                Grid::TokenTiles {
+                    x: row_tiles,
+                    tile: LINEAR_PREFILL_TOKENS,
+                },
+            ),
+            rows,
+            cols,
+        })
+    }
+}
+
+/// A bound linear layer: both kernels over the same buffers. Create once, record every step.
+#[derive(Debug)]
+pub struct LinearBinding {
+    decode: KernelBinding,
+    prefill: KernelBinding,
+    rows: u32,
+    cols: u32,
+}
+
+impl LinearBinding {
+    /// Records the layer for a step of `n_tokens` tokens (at most `max_tokens`, and the value
+    /// the step uniform will hold when the pass runs): the decode kernel for one token, the
+    /// prefill kernel for more.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
+        self.record_kernel(pass, n_tokens, LinearKernel::for_tokens(n_tokens));
+    }
+
+    /// Records `kernel` for a step of `n_tokens` tokens, whichever is faster (tests use it to
+    /// check both kernels at every token count).
+    pub fn record_kernel(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        n_tokens: u32,
+        kernel: LinearKernel,
+    ) {
+        match kernel {
+            LinearKernel::Decode => self.decode.record(pass, n_tokens),
+            LinearKernel::Prefill => self.prefill.record(pass, n_tokens),
+        }
+    }
+
+    /// `(rows, cols)` of the weight matrix.
+    pub fn shape(&self) -> (u32, u32) {
+        (self.rows, self.cols)
+    }
+}

@@ -1,0 +1,121 @@
+//! Native GPU tests of the weight kernels (Vulkan; Mesa lavapipe in CI): linear layers and
+//! embedding lookups for every stored weight type against the CPU reference.
+//!
+//! Without an adapter these tests print why and pass, unless `EMBERLM_REQUIRE_GPU=1` is set
+//! (as `./build.sh test` does), in which case they fail.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::kernel_cases::reductions;
+use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
+use emberlm::gpu::ops::EmbedSource;
+use emberlm::gpu::KernelCache;
+use emberlm::model::weights::DType;
+use emberlm::{GpuContext, GpuOptions};
+
+fn log(msg: &str) {
+    eprintln!("{msg}");
+}
+
+fn gpu() -> Option<GpuContext> {
+    match pollster::block_on(GpuContext::new(GpuOptions::default())) {
+        Ok(ctx) => {
+            log(&format!("GPU adapter: {}", ctx.report()));
+            Some(ctx)
+        }
+        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
+        }
+        Err(e) => {
+            log(&format!(
+                "SKIPPED: no usable GPU ({e}); set EMBERLM_REQUIRE_GPU=1 to make this a failure"
+            ));
+            None
+        }
+    }
+}
+
+/// Every type × reduction × bias × accumulate, each on four shapes with decode and prefill at
+/// 1, 2, 5 and 17 tokens.
+fn linear_matches_reference(dtypes: &[DType]) {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear", &log);
+    for &dtype in dtypes {
+        let started = std::time::Instant::now();
+        let shapes = linear_cases::linear_shapes(dtype, false);
+        for reduction in reductions(&ctx) {
+            for (bias, accumulate) in BIAS_ACCUMULATE {
+                pollster::block_on(linear_cases::check_linear(
+                    &ctx,
+                    &cache,
+                    dtype,
+                    reduction,
+                    bias,
+                    accumulate,
+                    &shapes,
+                    LINEAR_RUNS,
+                    &mut rng,
+                ))
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        log(&format!("linear {dtype}: ok ({:.1?})", started.elapsed()));
+    }
+}
+
+// Split by type family so that the test harness runs them on separate threads.
+#[test]
+fn linear_float_types_match_reference() {
+    linear_matches_reference(&[DType::F32, DType::F16, DType::BF16]);
+}
+
+#[test]
+fn linear_32_blocks_match_reference() {
+    linear_matches_reference(&[DType::Q8_0, DType::Q4_0, DType::Q4_1]);
+}
+
+#[test]
+fn linear_k_quants_match_reference() {
+    linear_matches_reference(&[DType::Q4_K, DType::Q5_K, DType::Q6_K]);
+}
+
+#[test]
+fn linear_large_shapes() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear large", &log);
+    for reduction in reductions(&ctx) {
+        pollster::block_on(linear_cases::check_linear_large(
+            &ctx, &cache, reduction, &mut rng,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn linear_and_embedding_reject_bad_arguments() {
+    let Some(ctx) = gpu() else { return };
+    pollster::block_on(linear_cases::check_linear_errors(&ctx, &KernelCache::new()))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn embedding_is_bit_exact() {
+    let Some(ctx) = gpu() else { return };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("embedding", &log);
+    for dtype in DType::ALL {
+        for source in [EmbedSource::Tokens, EmbedSource::Positions] {
+            for accumulate in [false, true] {
+                pollster::block_on(linear_cases::check_embedding(
+                    &ctx, &cache, dtype, source, accumulate, &mut rng,
+                ))
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        log(&format!("embed {dtype}: ok"));
+    }
+}

@@ -1,0 +1,83 @@
+//! Browser tests of the weight kernels (wasm-bindgen-test in headless Chromium on WebGPU;
+//! SwiftShader in CI): the native cases on smaller shapes. A missing WebGPU adapter fails.
+
+#![cfg(target_arch = "wasm32")]
+
+mod common;
+
+use common::kernel_cases::reductions;
+use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
+use emberlm::gpu::ops::EmbedSource;
+use emberlm::gpu::KernelCache;
+use emberlm::model::weights::DType;
+use emberlm::{GpuContext, GpuOptions};
+use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn log(msg: &str) {
+    console_log!("{msg}");
+}
+
+async fn gpu() -> GpuContext {
+    let ctx = GpuContext::new(GpuOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
+    log(&format!("GPU adapter: {}", ctx.report()));
+    ctx
+}
+
+/// Every type × reduction × bias × accumulate on two small shapes, decode and prefill at 1, 2,
+/// 5 and 17 tokens.
+#[wasm_bindgen_test]
+async fn linear_matches_reference() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear (browser)", &log);
+    for dtype in DType::ALL {
+        let shapes = linear_cases::linear_shapes(dtype, true);
+        for reduction in reductions(&ctx) {
+            for (bias, accumulate) in BIAS_ACCUMULATE {
+                linear_cases::check_linear(
+                    &ctx,
+                    &cache,
+                    dtype,
+                    reduction,
+                    bias,
+                    accumulate,
+                    &shapes,
+                    LINEAR_RUNS,
+                    &mut rng,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        log(&format!("linear {dtype}: ok"));
+    }
+}
+
+#[wasm_bindgen_test]
+async fn linear_and_embedding_reject_bad_arguments() {
+    let ctx = gpu().await;
+    linear_cases::check_linear_errors(&ctx, &KernelCache::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[wasm_bindgen_test]
+async fn embedding_is_bit_exact() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("embedding (browser)", &log);
+    for dtype in DType::ALL {
+        for source in [EmbedSource::Tokens, EmbedSource::Positions] {
+            for accumulate in [false, true] {
+                linear_cases::check_embedding(&ctx, &cache, dtype, source, accumulate, &mut rng)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        log(&format!("embed {dtype}: ok"));
+    }
+}
