@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use common::golden::Golden;
 use emberlm::format::ModelFiles;
@@ -35,7 +35,7 @@ fn gpu() -> Option<GpuContext> {
 }
 
 /// Runs every golden prompt of `golden_file` through `model` three ways and checks each.
-fn check(ctx: &GpuContext, model: &PathBuf, golden_file: &str, tol: f64, nll_tol: f64) {
+fn check(ctx: &GpuContext, model: &Path, golden_file: &str, tol: f64, nll_tol: f64) {
     let golden = Golden::parse(
         &std::fs::read_to_string(root().join("tests/fixtures/golden").join(golden_file)).unwrap(),
     );

@@ -9,13 +9,13 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::format::{ModelWeights, Tensor};
-use crate::gpu::ops::attention::Attention;
-use crate::gpu::ops::elementwise::{Gelu, SwiGlu};
-use crate::gpu::ops::embed::{EmbedSource, Embedding};
-use crate::gpu::ops::linear::{Linear, LinearBinding};
-use crate::gpu::ops::norm::{LayerNorm, RmsNorm};
-use crate::gpu::ops::rope::RopeKv;
-use crate::gpu::{GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams};
+use crate::gpu::ops::{
+    Attention, EmbedSource, Embedding, Gelu, Heads, LayerNorm, Linear, LinearBinding, Qkv, QkvForm,
+    RmsNorm, RopeKvWrite, SwiGlu,
+};
+use crate::gpu::{
+    GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams,
+};
 use crate::model::config::{Architecture, ModelConfig, NormKind};
 use crate::model::weights::{dequantize, encode_float, DType};
 
@@ -47,16 +47,17 @@ struct Activations {
     x: wgpu::Buffer,
     /// Normalised residual, `[chunk, d]`.
     xn: wgpu::Buffer,
-    /// Queries, `[chunk, q_dim]`.
+    /// Queries, `[chunk, q_dim]` (Llama), or GPT-2's fused `[chunk, q_dim + 2·kv_dim]`.
     q: wgpu::Buffer,
-    /// Keys and values of the step before they enter the cache, `[chunk, kv_dim]`.
+    /// Keys and values of the step before they enter the cache, `[chunk, kv_dim]` (Llama).
     k: wgpu::Buffer,
     v: wgpu::Buffer,
     /// Attention output, `[chunk, q_dim]`.
     attn: wgpu::Buffer,
-    /// Feed-forward gate and up projections, `[chunk, ffn]`.
+    /// Feed-forward gate and up projections and their product, `[chunk, ffn]`.
     gate: wgpu::Buffer,
     up: wgpu::Buffer,
+    hidden: wgpu::Buffer,
     /// Logits, `[chunk, vocab]`.
     logits: wgpu::Buffer,
 }
@@ -89,24 +90,6 @@ fn as_f32_tensor(name: &str, t: &Tensor<'_>) -> Result<Tensor<'static>> {
     })
 }
 
-/// Rows `[from, to)` of a 2-D tensor (or elements of a 1-D one): GPT-2's fused QKV weight and
-/// bias are split so that Q, K and V land in their own buffers.
-fn slice_rows(name: &str, t: &Tensor<'_>, from: usize, to: usize) -> Result<Tensor<'static>> {
-    let cols: usize = t.shape.iter().skip(1).product();
-    let row_bytes = t.dtype.bytes_for(cols as u64, name)? as usize;
-    let data = t
-        .data
-        .get(from * row_bytes..to * row_bytes)
-        .ok_or_else(|| Error::format(name, format!("rows {from}..{to} are outside the tensor")))?;
-    let mut shape = t.shape.clone();
-    shape[0] = to - from;
-    Ok(Tensor {
-        shape,
-        dtype: t.dtype,
-        data: data.to_vec().into(),
-    })
-}
-
 impl Forward {
     /// Uploads the weights, allocates the KV cache for `context` positions and the activations
     /// for `chunk`-token steps, and builds the graph.
@@ -121,7 +104,10 @@ impl Forward {
         if context == 0 || context > config.context_length {
             return Err(Error::invalid(
                 "context",
-                format!("must be in 1..={} (the model's context)", config.context_length),
+                format!(
+                    "must be in 1..={} (the model's context)",
+                    config.context_length
+                ),
             ));
         }
         if chunk == 0 {
@@ -142,20 +128,16 @@ impl Forward {
             ids: buf("ids", c)?,
             x: buf("x", c * d)?,
             xn: buf("xn", c * d)?,
-            q: buf("q", c * q)?,
+            q: buf("q", c * (q + 2 * kv_dim))?,
             k: buf("k", c * kv_dim)?,
             v: buf("v", c * kv_dim)?,
             attn: buf("attn", c * q)?,
             gate: buf("gate", c * ff)?,
             up: buf("up", c * ff)?,
+            hidden: buf("hidden", c * ff)?,
             logits: buf("logits", c * vocab)?,
         };
-        let step = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("step params"),
-            size: std::mem::size_of::<StepParams>() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let step = StepParams::create_buffer(ctx, "step params");
         let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab));
         let mut forward = Self {
             config,
@@ -173,20 +155,8 @@ impl Forward {
     }
 
     fn upload(ctx: &GpuContext, weights: &ModelWeights<'_>) -> Result<HashMap<String, GpuTensor>> {
-        let d = weights.config.hidden_size;
         let mut out = HashMap::new();
         for (name, t) in &weights.tensors {
-            if weights.config.arch == Architecture::Gpt2 && name.contains(".attn_qkv.") {
-                for (i, part) in ["q", "k", "v"].iter().enumerate() {
-                    let mut piece = slice_rows(name, t, i * d, (i + 1) * d)?;
-                    if piece.shape.len() == 1 {
-                        piece = as_f32_tensor(name, &piece)?;
-                    }
-                    let split = name.replace(".attn_qkv.", &format!(".attn_{part}."));
-                    out.insert(split.clone(), GpuTensor::upload(ctx, &split, &piece)?);
-                }
-                continue;
-            }
             let t = if t.shape.len() == 1 && t.dtype != DType::F32 {
                 as_f32_tensor(name, t)?
             } else {
@@ -215,7 +185,14 @@ impl Forward {
         let mut nodes = Vec::new();
         let embd = get("token_embd.weight")?;
         let embed = Embedding::new(ctx, cache, embd.dtype, EmbedSource::Tokens, false).await?;
-        nodes.push(Node::Kernel(embed.bind(ctx, step, embd, Some(&a.ids), &a.x, max)?));
+        nodes.push(Node::Kernel(embed.bind(
+            ctx,
+            step,
+            embd,
+            Some(&a.ids),
+            &a.x,
+            max,
+        )?));
         if c.arch == Architecture::Gpt2 {
             let pos = get("position_embd.weight")?;
             let e = Embedding::new(ctx, cache, pos.dtype, EmbedSource::Positions, true).await?;
@@ -223,26 +200,56 @@ impl Forward {
         }
         for layer in 0..c.n_layers {
             let b = |s: &str| format!("blk.{layer}.{s}");
-            nodes.push(self.norm(ctx, cache, red, w, &b("attn_norm"), &a.x, &a.xn).await?);
-            for (part, y) in [("q", &a.q), ("k", &a.k), ("v", &a.v)] {
-                let name = b(&format!("attn_{part}.weight"));
-                let bias = b(&format!("attn_{part}.bias"));
-                nodes.push(self.linear(ctx, cache, red, w, &name, &bias, &a.xn, y, false).await?);
-            }
-            let rope = RopeKv::new(ctx, cache, c.rope_layout).await?;
+            nodes.push(
+                self.norm(ctx, cache, red, w, &b("attn_norm"), &a.x, &a.xn)
+                    .await?,
+            );
+            let heads = Heads {
+                n_heads: c.n_heads as u32,
+                n_kv_heads: c.n_kv_heads as u32,
+                head_dim: c.head_dim as u32,
+            };
+            let positions = self.kv.context() as u32;
+            let (form, q_stride) = match c.arch {
+                // GPT-2's c_attn is one [3d, d] matrix: one product, rows `q | k | v`.
+                Architecture::Gpt2 => {
+                    let (name, bias) = (b("attn_qkv.weight"), b("attn_qkv.bias"));
+                    nodes.push(
+                        self.linear(ctx, cache, red, w, &name, &bias, &a.xn, &a.q, false)
+                            .await?,
+                    );
+                    (QkvForm::Fused, (c.q_dim() + 2 * c.kv_dim()) as u32)
+                }
+                Architecture::Llama => {
+                    for (part, y) in [("q", &a.q), ("k", &a.k), ("v", &a.v)] {
+                        let name = b(&format!("attn_{part}.weight"));
+                        let bias = b(&format!("attn_{part}.bias"));
+                        nodes.push(
+                            self.linear(ctx, cache, red, w, &name, &bias, &a.xn, y, false)
+                                .await?,
+                        );
+                    }
+                    (QkvForm::Separate, c.q_dim() as u32)
+                }
+            };
+            let qkv = match form {
+                QkvForm::Fused => Qkv::Fused(&a.q),
+                QkvForm::Separate => Qkv::Separate {
+                    q: &a.q,
+                    k: &a.k,
+                    v: &a.v,
+                },
+            };
+            let rope = RopeKvWrite::new(ctx, cache, c.rope_layout, form).await?;
             nodes.push(Node::Kernel(rope.bind(
                 ctx,
                 step,
-                &a.q,
-                &a.k,
-                &a.v,
+                qkv,
                 &self.kv.k[layer],
                 &self.kv.v[layer],
-                c.n_heads as u32,
-                c.n_kv_heads as u32,
-                c.head_dim as u32,
+                heads,
                 c.rope_theta,
-                self.kv.context() as u32,
+                positions,
                 max,
             )?));
             let attention = Attention::new(ctx, cache, red).await?;
@@ -250,21 +257,33 @@ impl Forward {
                 ctx,
                 step,
                 &a.q,
+                q_stride,
                 &self.kv.k[layer],
                 &self.kv.v[layer],
                 &a.attn,
-                c.n_heads as u32,
-                c.n_kv_heads as u32,
-                c.head_dim as u32,
-                self.kv.context() as u32,
+                heads,
+                positions,
                 max,
             )?));
             let o = b("attn_output.weight");
             nodes.push(
-                self.linear(ctx, cache, red, w, &o, &o.replace(".weight", ".bias"), &a.attn, &a.x, true)
+                self.linear(
+                    ctx,
+                    cache,
+                    red,
+                    w,
+                    &o,
+                    &o.replace(".weight", ".bias"),
+                    &a.attn,
+                    &a.x,
+                    true,
+                )
+                .await?,
+            );
+            nodes.push(
+                self.norm(ctx, cache, red, w, &b("ffn_norm"), &a.x, &a.xn)
                     .await?,
             );
-            nodes.push(self.norm(ctx, cache, red, w, &b("ffn_norm"), &a.x, &a.xn).await?);
             let up = b("ffn_up.weight");
             let down = b("ffn_down.weight");
             match c.arch {
@@ -272,24 +291,67 @@ impl Forward {
                     let gate = b("ffn_gate.weight");
                     for (name, y) in [(&gate, &a.gate), (&up, &a.up)] {
                         let bias = name.replace(".weight", ".bias");
-                        nodes.push(self.linear(ctx, cache, red, w, name, &bias, &a.xn, y, false).await?);
+                        nodes.push(
+                            self.linear(ctx, cache, red, w, name, &bias, &a.xn, y, false)
+                                .await?,
+                        );
                     }
                     let swiglu = SwiGlu::new(ctx, cache).await?;
-                    nodes.push(Node::Kernel(swiglu.bind(ctx, step, &a.gate, &a.up, &a.gate, c.ffn_size as u32, max)?));
+                    nodes.push(Node::Kernel(swiglu.bind(
+                        ctx,
+                        step,
+                        &a.gate,
+                        &a.up,
+                        &a.hidden,
+                        c.ffn_size as u32,
+                        max,
+                    )?));
                 }
                 Architecture::Gpt2 => {
                     let bias = up.replace(".weight", ".bias");
-                    nodes.push(self.linear(ctx, cache, red, w, &up, &bias, &a.xn, &a.gate, false).await?);
+                    nodes.push(
+                        self.linear(ctx, cache, red, w, &up, &bias, &a.xn, &a.hidden, false)
+                            .await?,
+                    );
                     let gelu = Gelu::new(ctx, cache).await?;
-                    nodes.push(Node::Kernel(gelu.bind(ctx, step, &a.gate, c.ffn_size as u32, max)?));
+                    nodes.push(Node::Kernel(gelu.bind(
+                        ctx,
+                        step,
+                        &a.hidden,
+                        c.ffn_size as u32,
+                        max,
+                    )?));
                 }
             }
             let bias = down.replace(".weight", ".bias");
-            nodes.push(self.linear(ctx, cache, red, w, &down, &bias, &a.gate, &a.x, true).await?);
+            nodes.push(
+                self.linear(ctx, cache, red, w, &down, &bias, &a.hidden, &a.x, true)
+                    .await?,
+            );
         }
-        nodes.push(self.norm(ctx, cache, red, w, "output_norm", &a.x, &a.xn).await?);
-        let head = if c.tied_embeddings { "token_embd.weight" } else { "output.weight" };
-        nodes.push(self.linear(ctx, cache, red, w, head, "output.bias", &a.xn, &a.logits, false).await?);
+        nodes.push(
+            self.norm(ctx, cache, red, w, "output_norm", &a.x, &a.xn)
+                .await?,
+        );
+        let head = if c.tied_embeddings {
+            "token_embd.weight"
+        } else {
+            "output.weight"
+        };
+        nodes.push(
+            self.linear(
+                ctx,
+                cache,
+                red,
+                w,
+                head,
+                "output.bias",
+                &a.xn,
+                &a.logits,
+                false,
+            )
+            .await?,
+        );
         Ok(nodes)
     }
 
@@ -350,7 +412,17 @@ impl Forward {
                     Error::format("model", format!("missing tensor `{bias_name}`"))
                 })?;
                 let op = LayerNorm::new(ctx, cache, red).await?;
-                op.bind(ctx, &self.step, x, &weight.buffer, &bias.buffer, y, n, c.norm_eps, max)?
+                op.bind(
+                    ctx,
+                    &self.step,
+                    x,
+                    &weight.buffer,
+                    &bias.buffer,
+                    y,
+                    n,
+                    c.norm_eps,
+                    max,
+                )?
             }
         }))
     }
@@ -411,7 +483,11 @@ impl Forward {
         let chunks: Vec<&[u32]> = tokens.chunks(self.chunk).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
-            let rows = if all_logits { chunk.len() } else { usize::from(last) };
+            let rows = if all_logits {
+                chunk.len()
+            } else {
+                usize::from(last)
+            };
             let logits = self.step(ctx, chunk, rows).await?;
             out.extend(logits);
         }
@@ -423,9 +499,15 @@ impl Forward {
     async fn step(&mut self, ctx: &GpuContext, tokens: &[u32], rows: usize) -> Result<Vec<f32>> {
         let n = tokens.len();
         let pos0 = self.kv.pos();
-        let params = StepParams::new(pos0 as u32, n as u32);
-        ctx.queue.write_buffer(&self.step, 0, bytemuck::bytes_of(&params));
-        ctx.queue.write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
+        let params = StepParams::checked(
+            pos0 as u32,
+            n as u32,
+            self.chunk as u32,
+            self.kv.context() as u32,
+        )?;
+        params.write(ctx, &self.step);
+        ctx.queue
+            .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
         let mut encoder = ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {

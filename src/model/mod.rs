@@ -2,5 +2,6 @@
 //! tested against.
 
 pub mod config;
+pub mod forward;
 pub mod reference;
 pub mod weights;
