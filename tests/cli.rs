@@ -114,3 +114,59 @@ fn tokenize_reproduces_golden_prompt_tokens() {
     assert_eq!(v["tokenizer"]["bos_id"], 1);
     assert_eq!(v["chat_template"], false);
 }
+
+#[test]
+fn logits_match_the_golden_top5_in_prefill_and_decode() {
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/golden/tiny-llama-q8_0.golden.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let r = &golden["results"][0];
+    let prompt = r["prompt"].as_str().unwrap();
+    let n = r["prompt_tokens"].as_array().unwrap().len();
+    let want = &r["f64_greedy_path_top5"][0];
+    for decode in [false, true] {
+        let mut args = vec![
+            "logits",
+            "--model",
+            "tests/fixtures/tiny-llama-q8_0.gguf",
+            "--prompt",
+            prompt,
+        ];
+        if decode {
+            args.push("--decode");
+        }
+        let (code, out, err) = emberlm(&args);
+        if code != 0 && err.contains("no GPU adapter") {
+            eprintln!("SKIPPED: {err}");
+            return;
+        }
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["tokens"], r["prompt_tokens"]);
+        let positions = v["positions"].as_array().unwrap();
+        assert_eq!(positions.len(), n);
+        let last = positions[n - 1].as_array().unwrap();
+        assert_eq!(last.len(), 5);
+        for (got, want) in last.iter().zip(want.as_array().unwrap()) {
+            assert_eq!(got[0], want[0], "decode={decode}");
+            let d = (got[1].as_f64().unwrap() - want[1].as_f64().unwrap()).abs();
+            assert!(d <= 2e-3, "decode={decode}: {got} vs {want}");
+        }
+    }
+    let (code, _, err) = emberlm(&["logits", "--model", "tests/fixtures/tiny-llama-q8_0.gguf"]);
+    assert_eq!(code, 2, "--prompt or --tokens is required: {err}");
+    let (code, _, err) = emberlm(&[
+        "logits",
+        "--model",
+        "tests/fixtures/tiny-llama-q8_0.gguf",
+        "--tokens",
+        "1,99999",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("outside the vocabulary"), "{err}");
+}

@@ -63,6 +63,31 @@ mod cli {
             #[arg(long)]
             bos: Option<bool>,
         },
+        /// Run the model on the GPU and print the top logits at every input position (JSON).
+        Logits {
+            /// A GGUF file or a Hugging Face folder (default: the model in models/).
+            #[arg(long)]
+            model: Option<PathBuf>,
+            /// The input text (tokenized with the model's tokenizer).
+            #[arg(long, conflicts_with = "tokens", required_unless_present = "tokens")]
+            prompt: Option<String>,
+            /// Recognise special tokens such as `<|im_start|>` in the prompt.
+            #[arg(long)]
+            special: bool,
+            /// The input as token ids, comma-separated.
+            #[arg(long, value_delimiter = ',')]
+            tokens: Option<Vec<u32>>,
+            /// How many (id, logit) pairs per position.
+            #[arg(long, default_value_t = 5)]
+            top: usize,
+            /// Feed the first token as a prefill, then every later token one at a time
+            /// through the KV cache (the decode path), instead of one prefill.
+            #[arg(long)]
+            decode: bool,
+            /// KV cache length (default: the model's context, at most 4096).
+            #[arg(long)]
+            ctx: Option<usize>,
+        },
         /// Describe a model: configuration, tensors per type, weight bytes, GPU memory.
         Info {
             /// A GGUF file or a Hugging Face folder (default: the model in models/).
@@ -212,8 +237,73 @@ mod cli {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn logits(
+        model: Option<PathBuf>,
+        prompt: Option<String>,
+        special: bool,
+        tokens: Option<Vec<u32>>,
+        top: usize,
+        decode: bool,
+        context: Option<usize>,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let files = ModelFiles::open(&model_path(model)?)?;
+        let weights = files.weights()?;
+        let tokens = match (prompt, tokens) {
+            (Some(text), _) => files.tokenizer()?.encode(&text, special, None)?,
+            (None, Some(ids)) => ids,
+            (None, None) => return Err("give --prompt or --tokens".into()),
+        };
+        if tokens.is_empty() {
+            return Err("the input has no tokens".into());
+        }
+        let context = context.unwrap_or_else(|| default_context(&weights.config));
+        let gpu = pollster::block_on(GpuContext::new(GpuOptions::default()))?;
+        let cache = emberlm::gpu::KernelCache::new();
+        let mut fwd = pollster::block_on(emberlm::model::forward::Forward::new(
+            &gpu,
+            &cache,
+            &weights,
+            context,
+            emberlm::model::forward::DEFAULT_CHUNK,
+        ))?;
+        let vocab = weights.config.vocab_size;
+        let logits = if decode {
+            let mut rows = Vec::with_capacity(tokens.len() * vocab);
+            for &t in &tokens {
+                rows.extend(pollster::block_on(fwd.forward(&gpu, &[t], true))?);
+            }
+            rows
+        } else {
+            pollster::block_on(fwd.forward(&gpu, &tokens, true))?
+        };
+        let positions: Vec<Vec<(usize, f32)>> = logits
+            .chunks(vocab)
+            .map(|row| {
+                let mut ids: Vec<usize> = (0..row.len()).collect();
+                let k = top.min(row.len());
+                ids.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| row[b].total_cmp(&row[a]));
+                ids.truncate(k);
+                ids.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                ids.into_iter().map(|i| (i, row[i])).collect()
+            })
+            .collect();
+        let out = serde_json::json!({ "tokens": tokens, "positions": positions });
+        println!("{}", serde_json::to_string(&out)?);
+        Ok(())
+    }
+
     fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         match cli.command {
+            Command::Logits {
+                model,
+                prompt,
+                special,
+                tokens,
+                top,
+                decode,
+                ctx,
+            } => logits(model, prompt, special, tokens, top, decode, ctx),
             Command::Tokenize {
                 model,
                 prompt,

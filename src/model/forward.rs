@@ -113,6 +113,7 @@ impl Forward {
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
+        Self::check_fits(ctx, weights, context, chunk)?;
         let gpu = Self::upload(ctx, weights)?;
         let kv = KvCache::new(ctx, &config, context)?;
         let c = chunk as u64;
@@ -152,6 +153,48 @@ impl Forward {
         forward.nodes = forward.build(ctx, cache, &gpu).await?;
         forward._weights = gpu;
         Ok(forward)
+    }
+
+    /// Checks every buffer the model will need against the device's limits before anything is
+    /// allocated, so a model that cannot run fails at once with the numbers.
+    fn check_fits(
+        ctx: &GpuContext,
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+    ) -> Result<()> {
+        let c = &weights.config;
+        let limit = ctx.limits().max_storage_buffer_binding_size;
+        for (name, t) in &weights.tensors {
+            let bytes = t.data.len() as u64;
+            if bytes > limit {
+                return Err(Error::Limit {
+                    what: format!("tensor `{name}` ({} {:?})", t.dtype, t.shape),
+                    limit: "maxStorageBufferBindingSize",
+                    needed: bytes,
+                    allowed: limit,
+                });
+            }
+        }
+        let chunk = chunk as u64;
+        let widest = [
+            c.hidden_size,
+            c.q_dim() + 2 * c.kv_dim(),
+            c.ffn_size,
+            c.vocab_size,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0) as u64;
+        ctx.check_storage_size(
+            "activations (chunk × widest layer)",
+            f32_bytes(chunk * widest),
+        )?;
+        ctx.check_storage_size(
+            "KV cache layer (context × kv_dim)",
+            f32_bytes(context as u64 * c.kv_dim() as u64),
+        )?;
+        Ok(())
     }
 
     fn upload(ctx: &GpuContext, weights: &ModelWeights<'_>) -> Result<HashMap<String, GpuTensor>> {
