@@ -8,21 +8,8 @@ mod common;
 use emberlm::format::ModelFiles;
 use emberlm::gpu::KernelCache;
 use emberlm::model::forward::Forward;
-use emberlm::{GpuContext, GpuOptions};
+use emberlm::GpuOptions;
 use rand::Rng;
-
-fn gpu() -> Option<GpuContext> {
-    match pollster::block_on(GpuContext::new(GpuOptions::default())) {
-        Ok(ctx) => Some(ctx),
-        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: no usable GPU ({e})");
-            None
-        }
-    }
-}
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
@@ -34,7 +21,9 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn decode_matches_prefill_up_to_the_context_limit() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let mut rng = common::rng("forward_kv", &|m| eprintln!("{m}"));
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -78,7 +67,9 @@ fn decode_matches_prefill_up_to_the_context_limit() {
 
 #[test]
 fn truncate_reuses_a_cached_prefix() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/tiny-gpt2-f16.gguf"

@@ -10,37 +10,17 @@ mod common;
 
 use common::kernel_cases::{self, reductions};
 use emberlm::gpu::{kernels::ShaderFile, Defines, KernelCache, MatVecF32, Reduction};
-use emberlm::{Error, GpuContext, GpuOptions};
+use emberlm::{Error, GpuOptions};
 
 fn log(msg: &str) {
     eprintln!("{msg}");
 }
 
-fn gpu_with(options: GpuOptions) -> Option<GpuContext> {
-    match pollster::block_on(GpuContext::new(options)) {
-        Ok(ctx) => {
-            log(&format!("GPU adapter: {}", ctx.report()));
-            Some(ctx)
-        }
-        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
-        }
-        Err(e) => {
-            log(&format!(
-                "SKIPPED: no usable GPU ({e}); set EMBERLM_REQUIRE_GPU=1 to make this a failure"
-            ));
-            None
-        }
-    }
-}
-
-fn gpu() -> Option<GpuContext> {
-    gpu_with(GpuOptions::default())
-}
-
 #[test]
 fn matvec_f32_matches_reference() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("matvec_f32", &log);
     for reduction in reductions(&ctx) {
@@ -56,7 +36,9 @@ fn matvec_f32_matches_reference() {
 
 #[test]
 fn rms_norm_matches_reference() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("rms_norm", &log);
     for reduction in reductions(&ctx) {
@@ -70,7 +52,9 @@ fn rms_norm_matches_reference() {
 
 #[test]
 fn reductions_are_deterministic() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("determinism", &log);
     for reduction in reductions(&ctx) {
@@ -83,7 +67,9 @@ fn reductions_are_deterministic() {
 
 #[test]
 fn pipelines_are_cached_by_defines() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let r = Reduction::Workgroup;
     pollster::block_on(async {
@@ -97,7 +83,9 @@ fn pipelines_are_cached_by_defines() {
 
 #[test]
 fn broken_shader_is_an_error_naming_file_and_entry() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let bad = ShaderFile {
         name: "broken.wgsl",
@@ -115,7 +103,9 @@ fn broken_shader_is_an_error_naming_file_and_entry() {
 
 #[test]
 fn shape_mismatch_is_rejected_before_dispatch() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let op = pollster::block_on(MatVecF32::new(&ctx, &cache, Reduction::Workgroup, false)).unwrap();
     let w = ctx.storage_zeroed("w", 4 * 10 * 10).unwrap();
@@ -131,7 +121,9 @@ fn shape_mismatch_is_rejected_before_dispatch() {
 
 #[test]
 fn oversized_buffer_fails_before_allocating() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let too_big = ctx.limits().max_storage_buffer_binding_size + 4;
     let err = ctx.storage_zeroed("kv cache", too_big).unwrap_err();
     let msg = err.to_string();
@@ -144,7 +136,7 @@ fn oversized_buffer_fails_before_allocating() {
 
 #[test]
 fn subgroup_reduction_without_the_feature_is_refused() {
-    let Some(ctx) = gpu_with(GpuOptions {
+    let Some(ctx) = common::native_gpu(GpuOptions {
         allow_subgroups: false,
         ..GpuOptions::default()
     }) else {
@@ -163,7 +155,9 @@ fn subgroup_reduction_without_the_feature_is_refused() {
 
 #[test]
 fn device_loss_is_an_error_not_a_panic() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let buf = ctx.storage_from("data", &[1.0f32, 2.0, 3.0]).unwrap();
     assert_eq!(
         pollster::block_on(ctx.read_f32(&buf, 3)).unwrap(),

@@ -13,34 +13,18 @@ use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
 use emberlm::model::weights::DType;
-use emberlm::{GpuContext, GpuOptions};
+use emberlm::GpuOptions;
 
 fn log(msg: &str) {
     eprintln!("{msg}");
 }
 
-fn gpu() -> Option<GpuContext> {
-    match pollster::block_on(GpuContext::new(GpuOptions::default())) {
-        Ok(ctx) => {
-            log(&format!("GPU adapter: {}", ctx.report()));
-            Some(ctx)
-        }
-        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
-        }
-        Err(e) => {
-            log(&format!(
-                "SKIPPED: no usable GPU ({e}); set EMBERLM_REQUIRE_GPU=1 to make this a failure"
-            ));
-            None
-        }
-    }
-}
-
 /// Every type × reduction × bias × accumulate, each on four shapes with decode and prefill at
 /// 1, 2, 5 and 17 tokens.
 fn linear_matches_reference(dtypes: &[DType]) {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("linear", &log);
     for &dtype in dtypes {
@@ -84,7 +68,9 @@ fn linear_k_quants_match_reference() {
 
 #[test]
 fn linear_large_shapes() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("linear large", &log);
     for reduction in reductions(&ctx) {
@@ -97,14 +83,18 @@ fn linear_large_shapes() {
 
 #[test]
 fn linear_and_embedding_reject_bad_arguments() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     pollster::block_on(linear_cases::check_linear_errors(&ctx, &KernelCache::new()))
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
 fn embedding_is_bit_exact() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("embedding", &log);
     for dtype in DType::ALL {

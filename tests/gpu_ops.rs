@@ -16,28 +16,10 @@ use emberlm::gpu::{
     StepParams, SwiGlu,
 };
 use emberlm::model::config::RopeLayout;
-use emberlm::{GpuContext, GpuOptions};
+use emberlm::GpuOptions;
 
 fn log(msg: &str) {
     eprintln!("{msg}");
-}
-
-fn gpu() -> Option<GpuContext> {
-    match pollster::block_on(GpuContext::new(GpuOptions::default())) {
-        Ok(ctx) => {
-            log(&format!("GPU adapter: {}", ctx.report()));
-            Some(ctx)
-        }
-        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
-        }
-        Err(e) => {
-            log(&format!(
-                "SKIPPED: no usable GPU ({e}); set EMBERLM_REQUIRE_GPU=1 to make this a failure"
-            ));
-            None
-        }
-    }
 }
 
 fn ok(what: &str, started: std::time::Instant, result: Result<f32, String>) {
@@ -52,7 +34,9 @@ fn ok(what: &str, started: std::time::Instant, result: Result<f32, String>) {
 
 #[test]
 fn norms_match_reference() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("norms", &log);
     for reduction in reductions(&ctx) {
@@ -70,7 +54,9 @@ fn norms_match_reference() {
 
 #[test]
 fn rope_kv_write_matches_reference() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("rope", &log);
     for layout in [
@@ -95,7 +81,9 @@ fn rope_kv_write_matches_reference() {
 
 #[test]
 fn attention_matches_reference() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("attention", &log);
     for reduction in reductions(&ctx) {
@@ -113,7 +101,9 @@ fn attention_matches_reference() {
 
 #[test]
 fn attention_long_context_matches_reference() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("attention long", &log);
     // the subgroup path where there is one (the faster of the two on a GPU), else the tree
@@ -131,7 +121,9 @@ fn attention_long_context_matches_reference() {
 
 #[test]
 fn rope_and_attention_over_a_step_sequence() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("step sequence", &log);
     for (reduction, layout) in [
@@ -148,7 +140,9 @@ fn rope_and_attention_over_a_step_sequence() {
 
 #[test]
 fn elementwise_matches_reference() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let mut rng = common::rng("elementwise", &log);
     let t = std::time::Instant::now();
@@ -170,7 +164,9 @@ fn names<T: std::fmt::Debug>(result: emberlm::Result<T>, name: &str) {
 
 #[test]
 fn bad_arguments_are_rejected_naming_them() {
-    let Some(ctx) = gpu() else { return };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
     let cache = KernelCache::new();
     let buf = |floats: u64| ctx.storage_zeroed("b", floats * 4).unwrap();
     let step = StepParams::create_buffer(&ctx, "step");

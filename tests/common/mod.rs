@@ -30,3 +30,25 @@ pub fn rng(test: &str, log: &dyn Fn(&str)) -> ChaCha8Rng {
     ));
     ChaCha8Rng::seed_from_u64(s)
 }
+
+/// A GPU context for native tests, or `None` (with the reason printed) when the machine has no
+/// usable adapter. With `EMBERLM_REQUIRE_GPU=1` (as `./build.sh test` sets) a missing adapter
+/// fails the test instead of skipping it.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn native_gpu(options: emberlm::GpuOptions) -> Option<emberlm::GpuContext> {
+    match pollster::block_on(emberlm::GpuContext::new(options)) {
+        Ok(ctx) => {
+            eprintln!("GPU adapter: {}", ctx.report());
+            Some(ctx)
+        }
+        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "SKIPPED: no usable GPU ({e}); set EMBERLM_REQUIRE_GPU=1 to make this a failure"
+            );
+            None
+        }
+    }
+}
