@@ -8,10 +8,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::forward_cases;
 use common::golden::Golden;
 use emberlm::format::ModelFiles;
 use emberlm::gpu::KernelCache;
-use emberlm::model::forward::Forward;
 use emberlm::{GpuContext, GpuOptions};
 
 fn root() -> PathBuf {
@@ -41,61 +41,13 @@ fn check(ctx: &GpuContext, model: &Path, golden_file: &str, tol: f64, nll_tol: f
     );
     let files = ModelFiles::open(model).unwrap();
     let weights = files.weights().unwrap();
-    let vocab = weights.config.vocab_size;
-    let context = weights.config.context_length.min(256);
     let cache = KernelCache::new();
-    let mut worst = 0.0f64;
-    for chunk in [64, 5] {
-        let mut fwd = pollster::block_on(Forward::new(ctx, &cache, &weights, context, chunk))
-            .unwrap_or_else(|e| panic!("{}: {e}", model.display()));
-        for r in &golden.results {
-            let seq = r.sequence();
-            fwd.truncate(0).unwrap();
-            let logits = pollster::block_on(fwd.forward(ctx, &seq, true)).unwrap();
-            worst = worst
-                .max(r.check(&logits, vocab, tol, nll_tol).unwrap_or_else(|e| {
-                    panic!("{} prefill (chunk {chunk}): {e}", model.display())
-                }));
-            if chunk == 5 {
-                fwd.truncate(0).unwrap();
-                let mut rows = Vec::new();
-                for &t in &seq {
-                    rows.extend(pollster::block_on(fwd.forward(ctx, &[t], true)).unwrap());
-                }
-                worst = worst.max(
-                    r.check(&rows, vocab, tol, nll_tol)
-                        .unwrap_or_else(|e| panic!("{} decode: {e}", model.display())),
-                );
-                // greedy: prefill the prompt, then feed back the argmax
-                fwd.truncate(0).unwrap();
-                let mut last =
-                    pollster::block_on(fwd.forward(ctx, &r.prompt_tokens, false)).unwrap();
-                let mut generated = Vec::new();
-                for _ in 0..r.f64_greedy_tokens.len() {
-                    let next = last
-                        .iter()
-                        .enumerate()
-                        .fold(
-                            (0, f32::NEG_INFINITY),
-                            |b, (i, &v)| if v > b.1 { (i, v) } else { b },
-                        )
-                        .0 as u32;
-                    generated.push(next);
-                    if generated.len() < r.f64_greedy_tokens.len() {
-                        last = pollster::block_on(fwd.forward(ctx, &[next], false)).unwrap();
-                    }
-                }
-                assert_eq!(
-                    generated,
-                    r.f64_greedy_tokens,
-                    "{}: greedy {:?}",
-                    model.display(),
-                    r.prompt
-                );
-            }
-        }
-    }
-    eprintln!("{}: max |Δ logit| vs f64 = {worst:.2e}", model.display());
+    let name = model.display().to_string();
+    let worst = pollster::block_on(forward_cases::check_model(
+        &name, ctx, &cache, &weights, &golden, tol, nll_tol,
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{name}: max |Δ logit| vs f64 = {worst:.2e}");
 }
 
 #[test]
