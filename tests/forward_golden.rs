@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::forward_cases;
+use common::forward_cases::{self, Decode};
 use common::golden::Golden;
 use emberlm::format::ModelFiles;
 use emberlm::gpu::KernelCache;
@@ -44,7 +44,14 @@ fn check(ctx: &GpuContext, model: &Path, golden_file: &str, tol: f64, nll_tol: f
     let cache = KernelCache::new();
     let name = model.display().to_string();
     let worst = pollster::block_on(forward_cases::check_model(
-        &name, ctx, &cache, &weights, &golden, tol, nll_tol,
+        &name,
+        ctx,
+        &cache,
+        &weights,
+        &golden,
+        tol,
+        nll_tol,
+        Decode::All,
     ))
     .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{name}: max |Δ logit| vs f64 = {worst:.2e}");
