@@ -157,6 +157,47 @@ cmd_serve() {
   exec node tools/serve.mjs www "$port"
 }
 
+MODEL_SERVER_PID=
+MODEL_SERVER_LOG=
+MODEL_SERVER_URL=
+
+stop_model_server() {
+  if [ -n "$MODEL_SERVER_PID" ]; then
+    kill "$MODEL_SERVER_PID" 2>/dev/null || true
+    wait "$MODEL_SERVER_PID" 2>/dev/null || true
+    MODEL_SERVER_PID=
+  fi
+  if [ -n "$MODEL_SERVER_LOG" ]; then
+    rm -f "$MODEL_SERVER_LOG"
+    MODEL_SERVER_LOG=
+  fi
+}
+
+# Serves models/ on a free loopback port (tools/serve.mjs, CORS open) until stop_model_server
+# or the script's exit, and sets MODEL_SERVER_URL (ending in /).
+start_model_server() {
+  stop_model_server
+  trap stop_model_server EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  MODEL_SERVER_LOG=$(mktemp -t emberlm-serve.XXXXXX)
+  node tools/serve.mjs "$MODEL_DIR" 0 >"$MODEL_SERVER_LOG" 2>&1 &
+  MODEL_SERVER_PID=$!
+  for _ in $(seq 300); do
+    MODEL_SERVER_URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*/' "$MODEL_SERVER_LOG" | head -n 1 || true)
+    if [ -n "$MODEL_SERVER_URL" ]; then
+      log "serving $MODEL_DIR/ at $MODEL_SERVER_URL"
+      return
+    fi
+    kill -0 "$MODEL_SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  local out
+  out=$(cat "$MODEL_SERVER_LOG")
+  stop_model_server
+  die "the model server did not start: $out"
+}
+
 cmd_test() {
   cmd_setup
   log "cargo fmt --check"
@@ -169,8 +210,14 @@ cmd_test() {
   target/debug/emberlm adapter
   EMBERLM_REQUIRE_GPU=1 cargo test -- --nocapture
   log "browser tests (headless Chromium, WebGPU)"
-  CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
-    wasm-pack test --headless --chrome -- --test web -- --nocapture
+  # A wasm test cannot read files: SmolLM2 is fetched from models/ over loopback, and the URL
+  # is compiled into tests/web_forward.rs.
+  start_model_server
+  EMBERLM_TEST_MODEL_URL="$MODEL_SERVER_URL$MODEL_FILE" CHROMEDRIVER=$CHROMEDRIVER_PATH \
+    WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
+    wasm-pack test --headless --chrome -- \
+    --test web --test web_linear --test web_ops --test web_forward -- --nocapture
+  stop_model_server
   log "demo page test (release build, Playwright driving headless Chromium)"
   cmd_build
   node --test tests/e2e/

@@ -1,5 +1,7 @@
 // Static file server for www/ on 127.0.0.1, used by `./build.sh serve` and the page tests.
 // Serves .wasm as application/wasm (required for streaming compilation) and never caches.
+// Every response allows any origin (CORS), so the browser tests, on the test runner's own
+// origin, can fetch models from it.
 import { createServer } from 'node:http';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
@@ -23,6 +25,7 @@ const TYPES = {
 export function startServer(root, port = 0) {
   const base = resolve(root);
   const server = createServer(async (req, res) => {
+    res.setHeader('Access-Control-Allow-Origin', '*');
     try {
       const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
       let file = normalize(join(base, path));

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod forward_cases;
 pub mod golden;
 pub mod kernel_cases;
 pub mod linear_cases;

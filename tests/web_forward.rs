@@ -1,0 +1,176 @@
+//! Browser tests of the GPU forward pass (wasm-bindgen-test in headless Chromium on WebGPU;
+//! SwiftShader in CI) against the float64 goldens: the checks of `tests/forward_golden.rs` on
+//! the tiny fixture models (compiled in), and SmolLM2-135M fetched from the model server that
+//! `./build.sh test` starts. A missing WebGPU adapter fails.
+
+#![cfg(target_arch = "wasm32")]
+
+mod common;
+
+use common::forward_cases::{self, Decode};
+use common::golden::Golden;
+use emberlm::format::ModelFiles;
+use emberlm::gpu::KernelCache;
+use emberlm::model::forward::Forward;
+use emberlm::{GpuContext, GpuOptions};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn log(msg: &str) {
+    console_log!("{msg}");
+}
+
+async fn gpu() -> GpuContext {
+    let ctx = GpuContext::new(GpuOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
+    log(&format!("GPU adapter: {}", ctx.report()));
+    ctx
+}
+
+/// Milliseconds since the page started.
+fn now_ms() -> f64 {
+    js_sys::Date::now()
+}
+
+macro_rules! fixture {
+    ($name:literal) => {
+        (
+            concat!($name, ".gguf"),
+            include_bytes!(concat!("fixtures/", $name, ".gguf")).as_slice(),
+            include_str!(concat!("fixtures/golden/", $name, ".golden.json")),
+        )
+    };
+}
+
+/// One model per weight type the fixtures cover, both architectures and both tokenizers.
+const TINY: [(&str, &[u8], &str); 6] = [
+    fixture!("tiny-gpt2-f16"),
+    fixture!("tiny-llama-q4_1"),
+    fixture!("tiny-llama-q8_0"),
+    fixture!("tiny-llama-256-q4_k_m"),
+    fixture!("tiny-llama-256-q6_k"),
+    fixture!("tiny-llama-spm-f32"),
+];
+
+/// Every golden prompt of every tiny model: prefill in one chunk and in chunks of 5 and greedy;
+/// decode token by token on the longest one (every step is a submit and a readback, slow on
+/// SwiftShader). Logits within 2e-3 of f64, NLL within 1e-3.
+#[wasm_bindgen_test]
+async fn tiny_models_match_f64_goldens() {
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    for (name, gguf, golden) in TINY {
+        let start = now_ms();
+        let golden = Golden::parse(golden);
+        let files = ModelFiles::from_bytes(gguf.to_vec(), name).unwrap();
+        let weights = files.weights().unwrap();
+        let worst = forward_cases::check_model(
+            name,
+            &ctx,
+            &cache,
+            &weights,
+            &golden,
+            2e-3,
+            1e-3,
+            Decode::Longest,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        log(&format!(
+            "browser: {name}: max |Δ logit| vs f64 = {worst:.2e} ({:.1} s)",
+            (now_ms() - start) / 1e3
+        ));
+    }
+}
+
+/// The SmolLM2 file, served over HTTP by `./build.sh test` (the page cannot read files).
+const SMOLLM2_URL: Option<&str> = option_env!("EMBERLM_TEST_MODEL_URL");
+
+#[wasm_bindgen]
+extern "C" {
+    /// The global `fetch` (window or worker).
+    #[wasm_bindgen(js_name = fetch)]
+    fn fetch_url(url: &str) -> js_sys::Promise;
+}
+
+/// Fetches `url` into one `Vec` in wasm memory (the JS `ArrayBuffer` is garbage afterwards).
+async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+    let js = |e: JsValue| format!("{url}: {e:?}");
+    let response: web_sys::Response = JsFuture::from(fetch_url(url))
+        .await
+        .map_err(js)?
+        .dyn_into()
+        .map_err(js)?;
+    if !response.ok() {
+        return Err(format!(
+            "{url}: HTTP {} {}",
+            response.status(),
+            response.status_text()
+        ));
+    }
+    let buffer = JsFuture::from(response.array_buffer().map_err(js)?)
+        .await
+        .map_err(js)?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
+/// SmolLM2-135M Q4_1 on its first golden prompt: the teacher-forced top-5 within 2e-2 of f64
+/// (NLL within 1e-2) and the 16 greedy tokens.
+#[wasm_bindgen_test]
+async fn smollm2_matches_f64_goldens() {
+    let Some(url) = SMOLLM2_URL.filter(|u| !u.is_empty()) else {
+        log(
+            "SKIPPED smollm2_matches_f64_goldens: EMBERLM_TEST_MODEL_URL was not set at compile \
+             time (`./build.sh test` serves models/ and sets it to the GGUF's URL)",
+        );
+        return;
+    };
+    let ctx = gpu().await;
+    let start = now_ms();
+    let bytes = fetch_bytes(url)
+        .await
+        .unwrap_or_else(|e| panic!("fetching the model failed: {e}"));
+    log(&format!(
+        "browser: fetched {} bytes from {url} ({:.1} s)",
+        bytes.len(),
+        (now_ms() - start) / 1e3
+    ));
+    let golden = Golden::parse(include_str!(
+        "fixtures/golden/smollm2-135m-q4_1.golden.json"
+    ));
+    let r = &golden.results[0];
+    let cache = KernelCache::new();
+    let mut fwd = {
+        let files = ModelFiles::from_bytes(bytes, &golden.model).unwrap();
+        let weights = files.weights().unwrap();
+        let context = r.sequence().len().next_power_of_two();
+        Forward::new(&ctx, &cache, &weights, context, context)
+            .await
+            .unwrap_or_else(|e| panic!("SmolLM2: {e}"))
+        // the file's bytes are freed here: the weights live on the GPU
+    };
+    log(&format!(
+        "browser: SmolLM2 on the GPU ({:.1} s)",
+        (now_ms() - start) / 1e3
+    ));
+    let worst = forward_cases::check_prefill(&ctx, &mut fwd, r, 2e-2, 1e-2)
+        .await
+        .unwrap_or_else(|e| panic!("SmolLM2 prefill: {e}"));
+    log(&format!(
+        "browser: SmolLM2 {:?}: teacher-forced max |Δ logit| vs f64 = {worst:.2e} ({:.1} s)",
+        r.prompt,
+        (now_ms() - start) / 1e3
+    ));
+    forward_cases::check_greedy(&ctx, &mut fwd, r, 16)
+        .await
+        .unwrap_or_else(|e| panic!("SmolLM2 greedy: {e}"));
+    log(&format!(
+        "browser: SmolLM2 greedy: {} tokens as f64 ({:.1} s)",
+        r.f64_greedy_tokens.len().min(16),
+        (now_ms() - start) / 1e3
+    ));
+}
