@@ -46,15 +46,62 @@ macro_rules! fixture {
     };
 }
 
-/// One model per weight type the fixtures cover, both architectures and both tokenizers.
-const TINY: [(&str, &[u8], &str); 6] = [
+/// Every tiny GGUF fixture: both architectures, both tokenizers, every weight type.
+const TINY: [(&str, &[u8], &str); 11] = [
+    fixture!("tiny-gpt2-f32"),
     fixture!("tiny-gpt2-f16"),
-    fixture!("tiny-llama-q4_1"),
+    fixture!("tiny-llama-f32"),
     fixture!("tiny-llama-q8_0"),
+    fixture!("tiny-llama-q4_0"),
+    fixture!("tiny-llama-q4_1"),
+    fixture!("tiny-llama-256-f32"),
     fixture!("tiny-llama-256-q4_k_m"),
+    fixture!("tiny-llama-256-q5_k_m"),
     fixture!("tiny-llama-256-q6_k"),
     fixture!("tiny-llama-spm-f32"),
 ];
+
+/// A Hugging Face folder in the browser (files as a picker would give them): GPT-2, whose
+/// Conv1D weights are transposed on load, against its f32 GGUF twin's goldens.
+#[wasm_bindgen_test]
+async fn hf_folder_matches_its_gguf_twins_goldens() {
+    use emberlm::format::safetensors::HfFolder;
+
+    let ctx = gpu().await;
+    let cache = KernelCache::new();
+    let files = vec![
+        (
+            "config.json".to_string(),
+            include_bytes!("fixtures/tiny-gpt2/config.json").to_vec(),
+        ),
+        (
+            "model.safetensors".to_string(),
+            include_bytes!("fixtures/tiny-gpt2/model.safetensors").to_vec(),
+        ),
+        (
+            "tokenizer.json".to_string(),
+            include_bytes!("fixtures/tiny-gpt2/tokenizer.json").to_vec(),
+        ),
+    ];
+    let folder = HfFolder::from_files("tiny-gpt2", files).unwrap();
+    let weights = folder.load().unwrap();
+    let golden = Golden::parse(include_str!("fixtures/golden/tiny-gpt2-f32.golden.json"));
+    let worst = forward_cases::check_model(
+        "tiny-gpt2 (HF)",
+        &ctx,
+        &cache,
+        &weights,
+        &golden,
+        2e-3,
+        1e-3,
+        Decode::Longest,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    log(&format!(
+        "browser: tiny-gpt2 (HF folder): max |Δ logit| vs f64 = {worst:.2e}"
+    ));
+}
 
 /// Every golden prompt of every tiny model: prefill in one chunk and in chunks of 5 and greedy;
 /// decode token by token on the longest one (every step is a submit and a readback, slow on
