@@ -5,28 +5,17 @@
 
 mod common;
 
+use common::browser_log as log;
+
 use common::kernel_cases::{self, reductions};
 use emberlm::gpu::KernelCache;
-use emberlm::{GpuContext, GpuOptions};
-use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-fn log(msg: &str) {
-    console_log!("{msg}");
-}
-
-async fn gpu() -> GpuContext {
-    let ctx = GpuContext::new(GpuOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
-    log(&format!("GPU adapter: {}", ctx.report()));
-    ctx
-}
-
 #[wasm_bindgen_test]
 async fn adapter_is_webgpu() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let report = ctx.report();
     assert_eq!(report.backend, "webgpu", "{report:?}");
     assert!(
@@ -37,7 +26,7 @@ async fn adapter_is_webgpu() {
 
 #[wasm_bindgen_test]
 async fn matvec_f32_matches_reference() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("matvec_f32 (browser)", &log);
     for reduction in reductions(&ctx) {
@@ -52,7 +41,7 @@ async fn matvec_f32_matches_reference() {
 
 #[wasm_bindgen_test]
 async fn rms_norm_matches_reference() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("rms_norm (browser)", &log);
     for reduction in reductions(&ctx) {
@@ -65,7 +54,7 @@ async fn rms_norm_matches_reference() {
 
 #[wasm_bindgen_test]
 async fn reductions_are_deterministic() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("determinism (browser)", &log);
     for reduction in reductions(&ctx) {
@@ -77,7 +66,7 @@ async fn reductions_are_deterministic() {
 
 #[wasm_bindgen_test]
 async fn device_loss_is_an_error_not_a_panic() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let buf = ctx.storage_from("data", &[1.0f32, 2.0]).unwrap();
     assert_eq!(ctx.read_f32(&buf, 2).await.unwrap(), [1.0, 2.0]);
     ctx.destroy_for_test();

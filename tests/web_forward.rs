@@ -7,29 +7,18 @@
 
 mod common;
 
+use common::browser_log as log;
+
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
 use emberlm::format::ModelFiles;
 use emberlm::gpu::KernelCache;
 use emberlm::model::forward::Forward;
-use emberlm::{GpuContext, GpuOptions};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
-
-fn log(msg: &str) {
-    console_log!("{msg}");
-}
-
-async fn gpu() -> GpuContext {
-    let ctx = GpuContext::new(GpuOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
-    log(&format!("GPU adapter: {}", ctx.report()));
-    ctx
-}
 
 /// Milliseconds since the page started.
 fn now_ms() -> f64 {
@@ -67,7 +56,7 @@ const TINY: [(&str, &[u8], &str); 11] = [
 async fn hf_folder_matches_its_gguf_twins_goldens() {
     use emberlm::format::safetensors::HfFolder;
 
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let files = vec![
         (
@@ -108,7 +97,7 @@ async fn hf_folder_matches_its_gguf_twins_goldens() {
 /// SwiftShader). Logits within 2e-3 of f64, NLL within 1e-3.
 #[wasm_bindgen_test]
 async fn tiny_models_match_f64_goldens() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     for (name, gguf, golden) in TINY {
         let start = now_ms();
@@ -176,7 +165,7 @@ async fn smollm2_matches_f64_goldens() {
         );
         return;
     };
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let start = now_ms();
     let bytes = fetch_bytes(url)
         .await

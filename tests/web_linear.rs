@@ -5,33 +5,22 @@
 
 mod common;
 
+use common::browser_log as log;
+
 use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
 use emberlm::model::weights::DType;
-use emberlm::{GpuContext, GpuOptions};
-use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
-
-fn log(msg: &str) {
-    console_log!("{msg}");
-}
-
-async fn gpu() -> GpuContext {
-    let ctx = GpuContext::new(GpuOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
-    log(&format!("GPU adapter: {}", ctx.report()));
-    ctx
-}
 
 /// Every type × reduction × bias × accumulate on two small shapes, decode and prefill at 1, 2,
 /// 5 and 17 tokens.
 #[wasm_bindgen_test]
 async fn linear_matches_reference() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("linear (browser)", &log);
     for dtype in DType::ALL {
@@ -59,7 +48,7 @@ async fn linear_matches_reference() {
 
 #[wasm_bindgen_test]
 async fn linear_and_embedding_reject_bad_arguments() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     linear_cases::check_linear_errors(&ctx, &KernelCache::new())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -67,7 +56,7 @@ async fn linear_and_embedding_reject_bad_arguments() {
 
 #[wasm_bindgen_test]
 async fn embedding_is_bit_exact() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("embedding (browser)", &log);
     for dtype in DType::ALL {

@@ -6,26 +6,15 @@
 
 mod common;
 
+use common::browser_log as log;
+
 use common::kernel_cases::reductions;
 use common::ops_cases;
 use emberlm::gpu::{KernelCache, QkvForm, Reduction};
 use emberlm::model::config::RopeLayout;
-use emberlm::{GpuContext, GpuOptions};
-use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
-
-fn log(msg: &str) {
-    console_log!("{msg}");
-}
-
-async fn gpu() -> GpuContext {
-    let ctx = GpuContext::new(GpuOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
-    log(&format!("GPU adapter: {}", ctx.report()));
-    ctx
-}
 
 fn ok(what: &str, result: Result<f32, String>) {
     match result {
@@ -36,7 +25,7 @@ fn ok(what: &str, result: Result<f32, String>) {
 
 #[wasm_bindgen_test]
 async fn norms_match_reference() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("norms (browser)", &log);
     for reduction in reductions(&ctx) {
@@ -54,7 +43,7 @@ async fn norms_match_reference() {
 
 #[wasm_bindgen_test]
 async fn rope_kv_write_matches_reference() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("rope (browser)", &log);
     // every layout and both forms, without building all six pipelines
@@ -78,7 +67,7 @@ async fn rope_kv_write_matches_reference() {
 
 #[wasm_bindgen_test]
 async fn attention_matches_reference() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("attention (browser)", &log);
     for reduction in reductions(&ctx) {
@@ -96,7 +85,7 @@ async fn attention_matches_reference() {
 
 #[wasm_bindgen_test]
 async fn rope_and_attention_over_a_step_sequence() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("step sequence (browser)", &log);
     let reduction = Reduction::best(&ctx);
@@ -108,7 +97,7 @@ async fn rope_and_attention_over_a_step_sequence() {
 
 #[wasm_bindgen_test]
 async fn elementwise_matches_reference() {
-    let ctx = gpu().await;
+    let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("elementwise (browser)", &log);
     let r =

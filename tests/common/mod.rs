@@ -53,3 +53,19 @@ pub fn native_gpu(options: emberlm::GpuOptions) -> Option<emberlm::GpuContext> {
         }
     }
 }
+
+/// Writes a line to the browser test's output.
+#[cfg(target_arch = "wasm32")]
+pub fn browser_log(msg: &str) {
+    wasm_bindgen_test::console_log!("{msg}");
+}
+
+/// The browser's WebGPU context; the browser tests require one (no skipping there).
+#[cfg(target_arch = "wasm32")]
+pub async fn browser_gpu() -> emberlm::GpuContext {
+    let ctx = emberlm::GpuContext::new(emberlm::GpuOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
+    browser_log(&format!("GPU adapter: {}", ctx.report()));
+    ctx
+}
