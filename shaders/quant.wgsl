@@ -149,22 +149,26 @@ fn q_load(row: u32, part: u32, cols: u32) -> QPart {
 }
 #endif
 
-#ifdef WEIGHT_F16
-const Q_BLOCK: u32 = 1u;
-const Q_SCALED: bool = false;
-const Q_AFFINE: bool = false;
-fn q_load(row: u32, part: u32, cols: u32) -> QPart {
-    let c0 = part * 8u;
-    let e = row * cols + c0;
-    // Rows of odd length start in the middle of a word: take the 8 halves from 5 words.
+// The 8 consecutive 16-bit values starting at element `e`, as 4 words of 2 halves each. Rows of
+// odd length start in the middle of a word: then the 8 halves come from 5 words.
+fn q_halves8(e: u32) -> vec4<u32> {
     let i = e >> 1u;
     var w = vec4<u32>(q_word_clamped(i), q_word_clamped(i + 1u), q_word_clamped(i + 2u), q_word_clamped(i + 3u));
     if (e & 1u) != 0u {
         let w4 = q_word_clamped(i + 4u);
         w = (w >> vec4<u32>(16u)) | (vec4<u32>(w.yzw, w4) << vec4<u32>(16u));
     }
+    return w;
+}
+
+#ifdef WEIGHT_F16
+const Q_BLOCK: u32 = 1u;
+const Q_SCALED: bool = false;
+const Q_AFFINE: bool = false;
+fn q_load(row: u32, part: u32, cols: u32) -> QPart {
+    let w = q_halves8(row * cols + part * 8u);
     let v = Q8(vec4<f32>(q_f16x2(w.x), q_f16x2(w.y)), vec4<f32>(q_f16x2(w.z), q_f16x2(w.w)));
-    return QPart(q_mask(v, c0, cols), 1.0, 0.0);
+    return QPart(q_mask(v, part * 8u, cols), 1.0, 0.0);
 }
 #endif
 
@@ -176,16 +180,9 @@ fn q_bf16x2(w: u32) -> vec2<f32> {
     return bitcast<vec2<f32>>(vec2<u32>(w << 16u, w & 0xffff0000u));
 }
 fn q_load(row: u32, part: u32, cols: u32) -> QPart {
-    let c0 = part * 8u;
-    let e = row * cols + c0;
-    let i = e >> 1u;
-    var w = vec4<u32>(q_word_clamped(i), q_word_clamped(i + 1u), q_word_clamped(i + 2u), q_word_clamped(i + 3u));
-    if (e & 1u) != 0u {
-        let w4 = q_word_clamped(i + 4u);
-        w = (w >> vec4<u32>(16u)) | (vec4<u32>(w.yzw, w4) << vec4<u32>(16u));
-    }
+    let w = q_halves8(row * cols + part * 8u);
     let v = Q8(vec4<f32>(q_bf16x2(w.x), q_bf16x2(w.y)), vec4<f32>(q_bf16x2(w.z), q_bf16x2(w.w)));
-    return QPart(q_mask(v, c0, cols), 1.0, 0.0);
+    return QPart(q_mask(v, part * 8u, cols), 1.0, 0.0);
 }
 #endif
 
