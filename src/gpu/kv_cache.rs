@@ -76,4 +76,53 @@ impl KvCache {
     pub fn bytes(&self) -> u64 {
         self.k.iter().chain(&self.v).map(|b| b.size()).sum()
     }
+
+    /// Copies rows `[src_row, src_row + rows)` of every layer of `src` into rows
+    /// `[dst_row, dst_row + rows)` of `dst` (one command buffer, one submit; positions unchanged).
+    /// Used to give each beam of a beam search its own KV state.
+    pub fn copy_rows(
+        ctx: &GpuContext,
+        src: &KvCache,
+        src_row: usize,
+        dst: &KvCache,
+        dst_row: usize,
+        rows: usize,
+    ) -> Result<()> {
+        if src.kv_dim != dst.kv_dim || src.k.len() != dst.k.len() {
+            return Err(Error::invalid(
+                "kv",
+                "the two KV caches belong to different model shapes",
+            ));
+        }
+        if src_row + rows > src.context || dst_row + rows > dst.context {
+            return Err(Error::invalid(
+                "rows",
+                format!(
+                    "copying {rows} rows from row {src_row} (of {}) to row {dst_row} (of {}) is out of range",
+                    src.context, dst.context
+                ),
+            ));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let row = src.kv_dim as u64 * 4;
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kv copy"),
+            });
+        let pairs = src.k.iter().zip(&dst.k).chain(src.v.iter().zip(&dst.v));
+        for (from, to) in pairs {
+            encoder.copy_buffer_to_buffer(
+                from,
+                src_row as u64 * row,
+                to,
+                dst_row as u64 * row,
+                rows as u64 * row,
+            );
+        }
+        ctx.queue.submit([encoder.finish()]);
+        Ok(())
+    }
 }

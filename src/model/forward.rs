@@ -480,6 +480,41 @@ impl Forward {
         &self.kv
     }
 
+    /// A spare KV store of `rows` positions with this model's shape (for beam states).
+    pub fn new_kv_slot(&self, ctx: &GpuContext, rows: usize) -> Result<KvCache> {
+        KvCache::new(ctx, &self.config, rows.max(1))
+    }
+
+    /// Copies cached positions `[start, pos)` into rows `[0, pos - start)` of `slot`.
+    pub fn save_kv(&self, ctx: &GpuContext, start: usize, slot: &KvCache) -> Result<()> {
+        let rows = self.kv.pos().checked_sub(start).ok_or_else(|| {
+            Error::invalid(
+                "start",
+                format!("{start} is past the cached {} positions", self.kv.pos()),
+            )
+        })?;
+        KvCache::copy_rows(ctx, &self.kv, start, slot, 0, rows)
+    }
+
+    /// Restores rows `[0, rows)` of `slot` into positions `[start, start + rows)` and sets the
+    /// position to `start + rows`. Positions before `start` must already hold the shared prefix.
+    pub fn load_kv(
+        &mut self,
+        ctx: &GpuContext,
+        start: usize,
+        slot: &KvCache,
+        rows: usize,
+    ) -> Result<()> {
+        if start > self.kv.pos() {
+            return Err(Error::invalid(
+                "start",
+                format!("{start} is past the cached {} positions", self.kv.pos()),
+            ));
+        }
+        KvCache::copy_rows(ctx, slot, 0, &self.kv, start, rows)?;
+        self.kv.set_pos(start + rows)
+    }
+
     /// Forgets cached positions from `pos` on (0 starts a new sequence).
     pub fn truncate(&mut self, pos: usize) -> Result<()> {
         if pos > self.kv.pos() {
