@@ -10,6 +10,7 @@ pub mod error;
 pub mod format;
 pub mod gpu;
 pub mod model;
+pub mod sampling;
 pub mod tokenizer;
 
 #[cfg(target_arch = "wasm32")]
