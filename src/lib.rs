@@ -8,8 +8,10 @@
 pub mod chat;
 pub mod error;
 pub mod format;
+pub mod generate;
 pub mod gpu;
 pub mod model;
+pub mod sampling;
 pub mod tokenizer;
 
 #[cfg(target_arch = "wasm32")]

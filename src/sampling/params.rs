@@ -1,0 +1,363 @@
+//! Generation parameters: defaults, range checks and JSON parsing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Most stop strings accepted in [`SamplingParams::stop`].
+pub const MAX_STOP_STRINGS: usize = 16;
+/// Most beams accepted in [`SamplingParams::num_beams`].
+pub const MAX_BEAMS: usize = 16;
+/// Most sequences accepted in [`SamplingParams::num_return_sequences`].
+pub const MAX_RETURN_SEQUENCES: usize = 64;
+/// Largest magnitude accepted for a [`SamplingParams::logit_bias`] entry.
+pub const MAX_LOGIT_BIAS: f32 = 100.0;
+/// Largest magnitude accepted for the presence and frequency penalties.
+pub const MAX_OPENAI_PENALTY: f32 = 2.0;
+
+/// Everything that controls how tokens are chosen and when generation ends.
+///
+/// Every field has a default (see [`Default`]), so a JSON object only needs the fields it
+/// changes. Field names are snake_case; each multi-word field also accepts its camelCase alias
+/// (`topK`, `maxNewTokens`, ...).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SamplingParams {
+    /// Softmax temperature, `>= 0` and finite; `0` means greedy (argmax). Default 1.0.
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens; `0` turns the filter off. Default 0.
+    #[serde(alias = "topK")]
+    pub top_k: usize,
+    /// Nucleus sampling: keep the smallest most-likely set whose probability reaches `top_p`;
+    /// in `(0, 1]`, `1` is off. Default 1.0.
+    #[serde(alias = "topP")]
+    pub top_p: f32,
+    /// Keep tokens whose probability is at least `min_p` times the largest probability;
+    /// in `[0, 1]`, `0` is off. Default 0.0.
+    #[serde(alias = "minP")]
+    pub min_p: f32,
+    /// Locally typical sampling mass; in `(0, 1]`, `1` is off. Default 1.0.
+    #[serde(alias = "typicalP")]
+    pub typical_p: f32,
+    /// Repetition penalty (Hugging Face semantics), `> 0` and finite; `1` is off. Default 1.0.
+    #[serde(alias = "repetitionPenalty")]
+    pub repetition_penalty: f32,
+    /// Presence penalty (OpenAI semantics), in `[-2, 2]`. Default 0.
+    #[serde(alias = "presencePenalty")]
+    pub presence_penalty: f32,
+    /// Frequency penalty (OpenAI semantics), in `[-2, 2]`. Default 0.
+    #[serde(alias = "frequencyPenalty")]
+    pub frequency_penalty: f32,
+    /// How many of the most recent history tokens the penalties look at; `0` means all. Default 0.
+    #[serde(alias = "penaltyLastN")]
+    pub penalty_last_n: usize,
+    /// Added to the logit of each listed token id; each bias finite and in `[-100, 100]`.
+    #[serde(alias = "logitBias")]
+    pub logit_bias: BTreeMap<u32, f32>,
+    /// Random seed; `None` draws one from the system's random source. Default `None`.
+    pub seed: Option<u64>,
+    /// Most tokens generated after the prompt; `0` is allowed. Default 256.
+    #[serde(alias = "maxNewTokens")]
+    pub max_new_tokens: usize,
+    /// Stop strings (each non-empty, at most 16); generated text ends before the first match.
+    pub stop: Vec<String>,
+    /// Token ids that end generation, besides the model's end-of-sequence tokens.
+    #[serde(alias = "stopTokenIds")]
+    pub stop_token_ids: Vec<u32>,
+    /// Beam count for beam search, `1..=16`; `1` means no beam search. Default 1.
+    #[serde(alias = "numBeams")]
+    pub num_beams: usize,
+    /// Beam-search length penalty exponent, finite. Default 1.0.
+    #[serde(alias = "lengthPenalty")]
+    pub length_penalty: f32,
+    /// Beam search stops as soon as `num_beams` finished candidates exist. Default false.
+    #[serde(alias = "earlyStopping")]
+    pub early_stopping: bool,
+    /// Sequences returned, `1..=64`; with beam search at most `num_beams`. Default 1.
+    #[serde(alias = "numReturnSequences")]
+    pub num_return_sequences: usize,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            typical_p: 1.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_last_n: 0,
+            logit_bias: BTreeMap::new(),
+            seed: None,
+            max_new_tokens: 256,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            num_beams: 1,
+            length_penalty: 1.0,
+            early_stopping: false,
+            num_return_sequences: 1,
+        }
+    }
+}
+
+/// Every field name with its camelCase alias (the same name when there is none); used to name
+/// the field in JSON errors. Kept in step with the struct by a unit test.
+const FIELDS: [(&str, &str); 18] = [
+    ("temperature", "temperature"),
+    ("top_k", "topK"),
+    ("top_p", "topP"),
+    ("min_p", "minP"),
+    ("typical_p", "typicalP"),
+    ("repetition_penalty", "repetitionPenalty"),
+    ("presence_penalty", "presencePenalty"),
+    ("frequency_penalty", "frequencyPenalty"),
+    ("penalty_last_n", "penaltyLastN"),
+    ("logit_bias", "logitBias"),
+    ("seed", "seed"),
+    ("max_new_tokens", "maxNewTokens"),
+    ("stop", "stop"),
+    ("stop_token_ids", "stopTokenIds"),
+    ("num_beams", "numBeams"),
+    ("length_penalty", "lengthPenalty"),
+    ("early_stopping", "earlyStopping"),
+    ("num_return_sequences", "numReturnSequences"),
+];
+
+/// The name reported for errors about the JSON document as a whole (syntax, unknown fields).
+const JSON_NAME: &str = "sampling_params";
+
+fn check_range(name: &'static str, value: f32, lo: f32, hi: f32, range: &str) -> Result<()> {
+    // Written so that NaN fails every comparison and is rejected.
+    if value >= lo && value <= hi {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            name,
+            format!("must be in {range}, got {value}"),
+        ))
+    }
+}
+
+fn check_unit_open_closed(name: &'static str, value: f32) -> Result<()> {
+    if value > 0.0 && value <= 1.0 {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            name,
+            format!("must be in (0, 1], got {value}"),
+        ))
+    }
+}
+
+fn check_count(name: &'static str, value: usize, lo: usize, hi: usize) -> Result<()> {
+    if (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            name,
+            format!("must be in {lo}..={hi}, got {value}"),
+        ))
+    }
+}
+
+impl SamplingParams {
+    /// Greedy defaults (temperature 0).
+    pub fn greedy() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        }
+    }
+
+    /// Checks every range; the error names the parameter (the snake_case field name) and the
+    /// allowed range and the given value.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(Error::invalid(
+                "temperature",
+                format!("must be finite and >= 0, got {}", self.temperature),
+            ));
+        }
+        check_unit_open_closed("top_p", self.top_p)?;
+        check_range("min_p", self.min_p, 0.0, 1.0, "[0, 1]")?;
+        check_unit_open_closed("typical_p", self.typical_p)?;
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return Err(Error::invalid(
+                "repetition_penalty",
+                format!("must be finite and > 0, got {}", self.repetition_penalty),
+            ));
+        }
+        check_range(
+            "presence_penalty",
+            self.presence_penalty,
+            -MAX_OPENAI_PENALTY,
+            MAX_OPENAI_PENALTY,
+            "[-2, 2]",
+        )?;
+        check_range(
+            "frequency_penalty",
+            self.frequency_penalty,
+            -MAX_OPENAI_PENALTY,
+            MAX_OPENAI_PENALTY,
+            "[-2, 2]",
+        )?;
+        for (&id, &bias) in &self.logit_bias {
+            if !(bias >= -MAX_LOGIT_BIAS && bias <= MAX_LOGIT_BIAS) {
+                return Err(Error::invalid(
+                    "logit_bias",
+                    format!("bias for token {id} must be finite and in [-100, 100], got {bias}"),
+                ));
+            }
+        }
+        if self.stop.len() > MAX_STOP_STRINGS {
+            return Err(Error::invalid(
+                "stop",
+                format!(
+                    "at most {MAX_STOP_STRINGS} stop strings are allowed, got {}",
+                    self.stop.len()
+                ),
+            ));
+        }
+        if let Some(i) = self.stop.iter().position(|s| s.is_empty()) {
+            return Err(Error::invalid(
+                "stop",
+                format!("stop strings must be non-empty, got an empty string at index {i}"),
+            ));
+        }
+        check_count("num_beams", self.num_beams, 1, MAX_BEAMS)?;
+        if !self.length_penalty.is_finite() {
+            return Err(Error::invalid(
+                "length_penalty",
+                format!("must be finite, got {}", self.length_penalty),
+            ));
+        }
+        check_count(
+            "num_return_sequences",
+            self.num_return_sequences,
+            1,
+            MAX_RETURN_SEQUENCES,
+        )?;
+        if self.num_beams > 1 && self.num_return_sequences > self.num_beams {
+            return Err(Error::invalid(
+                "num_return_sequences",
+                format!(
+                    "must be <= num_beams ({}) when num_beams > 1, got {}",
+                    self.num_beams, self.num_return_sequences
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// validate() plus ids in logit_bias / stop_token_ids < vocab_size.
+    pub fn validate_for_vocab(&self, vocab_size: usize) -> Result<()> {
+        self.validate()?;
+        let in_vocab = |id: u32| usize::try_from(id).is_ok_and(|id| id < vocab_size);
+        if let Some(&id) = self.logit_bias.keys().find(|&&id| !in_vocab(id)) {
+            return Err(Error::invalid(
+                "logit_bias",
+                format!("token id must be in 0..{vocab_size} (the vocabulary), got {id}"),
+            ));
+        }
+        if let Some(&id) = self.stop_token_ids.iter().find(|&&id| !in_vocab(id)) {
+            return Err(Error::invalid(
+                "stop_token_ids",
+                format!("token id must be in 0..{vocab_size} (the vocabulary), got {id}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parses JSON (snake_case names or the camelCase aliases), then validate(). Unknown fields
+    /// and wrong types give an error naming the field. Never panics, whatever the input.
+    pub fn from_json(json: &str) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| Error::invalid(JSON_NAME, format!("not valid JSON: {e}")))?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(Error::invalid(
+                JSON_NAME,
+                format!("expected a JSON object, got {}", json_kind(&value)),
+            ));
+        };
+        // Check field by field first so that an error names the field it is about.
+        for (key, field_value) in &map {
+            let Some(&(name, _)) = FIELDS.iter().find(|(n, a)| key == n || key == a) else {
+                return Err(Error::invalid(
+                    JSON_NAME,
+                    format!(
+                        "unknown field `{key}`; expected one of: {}",
+                        FIELDS.map(|(n, _)| n).join(", ")
+                    ),
+                ));
+            };
+            let mut single = serde_json::Map::new();
+            single.insert(key.clone(), field_value.clone());
+            if let Err(e) =
+                serde_json::from_value::<SamplingParams>(serde_json::Value::Object(single))
+            {
+                return Err(Error::invalid(name, format!("`{key}`: {e}")));
+            }
+        }
+        // The whole object: catches a field given under both of its names.
+        let params: SamplingParams = serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(|e| Error::invalid(JSON_NAME, e.to_string()))?;
+        params.validate()?;
+        Ok(params)
+    }
+
+    /// True when sampling is deterministic argmax: temperature == 0, or top_k == 1.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0 || self.top_k == 1
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_table_matches_struct() {
+        // Every name and alias in the table is accepted on its own by the derived parser, and
+        // the table lists every serialized field.
+        let defaults = serde_json::to_value(SamplingParams::default()).unwrap_or_default();
+        let serialized = defaults.as_object().cloned().unwrap_or_default();
+        assert_eq!(serialized.len(), FIELDS.len());
+        for (name, alias) in FIELDS {
+            let value = serialized.get(name).cloned();
+            assert!(value.is_some(), "`{name}` is not a field");
+            for key in [name, alias] {
+                let mut single = serde_json::Map::new();
+                single.insert(key.to_string(), value.clone().unwrap_or_default());
+                let parsed = serde_json::from_value::<SamplingParams>(single.into());
+                assert!(parsed.is_ok(), "`{key}` rejected: {parsed:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn greedy_is_greedy() {
+        assert!(SamplingParams::greedy().is_greedy());
+        assert!(!SamplingParams::default().is_greedy());
+        let top1 = SamplingParams {
+            top_k: 1,
+            ..SamplingParams::default()
+        };
+        assert!(top1.is_greedy());
+    }
+}
