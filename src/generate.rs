@@ -486,7 +486,10 @@ impl Session {
     fn n_keep(&self, tokens: &[u32], options: &GenerateOptions) -> Result<usize> {
         let context = self.context();
         let n_keep = options.n_keep.unwrap_or_else(|| {
-            usize::from(self.tokenizer.bos_id().is_some() && tokens.first() == self.tokenizer.bos_id().as_ref())
+            usize::from(
+                self.tokenizer.bos_id().is_some()
+                    && tokens.first() == self.tokenizer.bos_id().as_ref(),
+            )
         });
         if n_keep > context / 2 {
             return Err(Error::invalid(
@@ -719,8 +722,7 @@ impl Session {
         let scorer = Sampler::new(&scoring, self.vocab())?;
         let vocab = self.vocab();
         let prefill_start = Instant::now();
-        stats.cached_tokens =
-            common_prefix(&self.cached, c.prompt).min(p.saturating_sub(1));
+        stats.cached_tokens = common_prefix(&self.cached, c.prompt).min(p.saturating_sub(1));
         let Some(first) = self.prefill(c.prompt).await? else {
             return Ok(vec![self.aborted_sequence()]);
         };
@@ -751,7 +753,9 @@ impl Session {
                 let lp = log_softmax(&processed)?;
                 let mut ids: Vec<u32> = (0..vocab as u32).collect();
                 let k = (2 * width).min(vocab);
-                ids.select_nth_unstable_by(k - 1, |&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
+                ids.select_nth_unstable_by(k - 1, |&a, &b| {
+                    lp[b as usize].total_cmp(&lp[a as usize])
+                });
                 for &id in &ids[..k] {
                     cands.push(Candidate {
                         beam: b,
@@ -829,15 +833,16 @@ impl Session {
                 let parent_rows = tokens.len() - 1;
                 if let Some(slot) = running[b].slot {
                     self.forward.truncate(p.min(self.forward.kv().pos()))?;
-                    self.forward.load_kv(&self.ctx, p, &slots[slot], parent_rows)?;
+                    self.forward
+                        .load_kv(&self.ctx, p, &slots[slot], parent_rows)?;
                 } else {
                     self.forward.truncate(p)?;
                 }
                 let last = tokens[tokens.len() - 1];
                 let logits = self.forward.forward(&self.ctx, &[last], false).await?;
-                let slot = free.pop().ok_or_else(|| {
-                    Error::invalid("num_beams", "internal: no free beam slot")
-                })?;
+                let slot = free
+                    .pop()
+                    .ok_or_else(|| Error::invalid("num_beams", "internal: no free beam slot"))?;
                 self.forward.save_kv(&self.ctx, p, &slots[slot])?;
                 new_running.push(Beam {
                     tokens,

@@ -1,12 +1,88 @@
 //! The `emberlm` command-line tool (native only; on wasm32 this compiles to an empty program).
 
 #[cfg(not(target_arch = "wasm32"))]
+mod generate;
+#[cfg(not(target_arch = "wasm32"))]
+mod sampling_args;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use cli::{load_session, CliResult, Failure};
+
+#[cfg(not(target_arch = "wasm32"))]
 mod cli {
     use std::path::{Path, PathBuf};
 
     use clap::{Parser, Subcommand};
     use emberlm::format::{default_context, ModelFiles};
     use emberlm::{GpuContext, GpuOptions};
+
+    use crate::generate::{GenerateArgs, PerplexityArgs};
+
+    /// Why the program stops: a usage error (exit code 2) or a runtime error (exit code 1).
+    #[derive(Debug)]
+    pub struct Failure {
+        /// 1 or 2.
+        pub code: u8,
+        /// The one-line message.
+        pub message: String,
+    }
+
+    impl Failure {
+        /// A usage error (bad flag value, unreadable input file): exit code 2.
+        pub fn usage(message: impl Into<String>) -> Self {
+            Self {
+                code: 2,
+                message: message.into(),
+            }
+        }
+    }
+
+    impl From<emberlm::Error> for Failure {
+        fn from(e: emberlm::Error) -> Self {
+            let code = match e {
+                emberlm::Error::InvalidArgument { .. } => 2,
+                _ => 1,
+            };
+            Self {
+                code,
+                message: e.to_string(),
+            }
+        }
+    }
+
+    impl From<String> for Failure {
+        fn from(message: String) -> Self {
+            Self { code: 1, message }
+        }
+    }
+
+    impl From<Box<dyn std::error::Error>> for Failure {
+        fn from(e: Box<dyn std::error::Error>) -> Self {
+            Self {
+                code: 1,
+                message: e.to_string(),
+            }
+        }
+    }
+
+    /// What subcommands return.
+    pub type CliResult<T> = Result<T, Failure>;
+
+    /// Opens the model (`--model` or the default) and loads it on the GPU.
+    pub fn load_session(
+        model: Option<PathBuf>,
+        context: Option<usize>,
+    ) -> CliResult<emberlm::generate::Session> {
+        let path = model_path(model)?;
+        let files = ModelFiles::open(&path)?;
+        if context == Some(0) {
+            return Err(Failure::usage("--ctx must be at least 1"));
+        }
+        let gpu = pollster::block_on(GpuContext::new(GpuOptions::default()))?;
+        Ok(pollster::block_on(emberlm::generate::Session::new(
+            gpu, &files, context,
+        ))?)
+    }
 
     /// The default model, fetched by `./build.sh setup`.
     const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -39,6 +115,10 @@ mod cli {
 
     #[derive(Debug, Subcommand)]
     enum Command {
+        /// Generate text from a prompt (sampling, beam search, several sequences).
+        Generate(GenerateArgs),
+        /// Mean negative log-likelihood and perplexity of a text file (JSON).
+        Perplexity(PerplexityArgs),
         /// Describe the GPU adapter and device emberlm would use.
         Adapter {
             /// Print JSON instead of text.
@@ -104,11 +184,16 @@ mod cli {
 
     pub fn main() -> std::process::ExitCode {
         let cli = Cli::parse();
-        match run(cli) {
+        let result = match cli.command {
+            Command::Generate(args) => crate::generate::generate(args),
+            Command::Perplexity(args) => crate::generate::perplexity(args),
+            other => run(other).map_err(Failure::from),
+        };
+        match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("emberlm: {e}");
-                std::process::ExitCode::from(1)
+                eprintln!("emberlm: {}", e.message);
+                std::process::ExitCode::from(e.code)
             }
         }
     }
@@ -293,8 +378,9 @@ mod cli {
         Ok(())
     }
 
-    fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-        match cli.command {
+    fn run(command: Command) -> Result<(), Box<dyn std::error::Error>> {
+        match command {
+            Command::Generate(_) | Command::Perplexity(_) => Ok(()),
             Command::Logits {
                 model,
                 prompt,
