@@ -116,7 +116,7 @@ mod cli {
     #[derive(Debug, Subcommand)]
     enum Command {
         /// Generate text from a prompt (sampling, beam search, several sequences).
-        Generate(GenerateArgs),
+        Generate(Box<GenerateArgs>),
         /// Mean negative log-likelihood and perplexity of a text file (JSON).
         Perplexity(PerplexityArgs),
         /// Describe the GPU adapter and device emberlm would use.
@@ -185,7 +185,7 @@ mod cli {
     pub fn main() -> std::process::ExitCode {
         let cli = Cli::parse();
         let result = match cli.command {
-            Command::Generate(args) => crate::generate::generate(args),
+            Command::Generate(args) => crate::generate::generate(*args),
             Command::Perplexity(args) => crate::generate::perplexity(args),
             other => run(other).map_err(Failure::from),
         };
