@@ -732,9 +732,10 @@ impl Session {
                 ),
             ));
         }
-        // Only the logit bias and the penalties shape beam scores.
+        // Only the logit bias and the penalties shape beam scores (temperature 1 divides by 1;
+        // no filter is on).
         let scoring = SamplingParams {
-            temperature: 0.0,
+            temperature: 1.0,
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
