@@ -23,7 +23,7 @@ use web_time::Instant;
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::{Error, Result};
-use crate::format::{default_context, ModelFiles};
+use crate::format::{auto_context, ContextChoice, ModelFiles};
 use crate::gpu::{GpuContext, KernelCache, KvCache};
 use crate::model::config::ModelConfig;
 use crate::model::forward::{Forward, DEFAULT_CHUNK};
@@ -281,6 +281,7 @@ pub struct Session {
     /// Tokens whose KV rows the cache holds, at positions `0..cached.len()`.
     cached: Vec<u32>,
     abort: AbortHandle,
+    context_choice: ContextChoice,
 }
 
 impl std::fmt::Debug for Session {
@@ -330,7 +331,21 @@ impl Session {
         let template = files.chat_template(&tokenizer)?;
         let has_template = template.is_some();
         let template = template.unwrap_or_else(ChatTemplate::fallback);
-        let context = context.unwrap_or_else(|| default_context(&weights.config));
+        let choice = match context {
+            Some(n) => ContextChoice {
+                context: n,
+                reason: "asked for".into(),
+            },
+            None => {
+                let limits = ctx.limits();
+                auto_context(
+                    &weights.config,
+                    limits.max_storage_buffer_binding_size,
+                    limits.max_buffer_size,
+                )
+            }
+        };
+        let context = choice.context;
         let kernels = KernelCache::new();
         let forward =
             Forward::new_with_progress(&ctx, &kernels, &weights, context, DEFAULT_CHUNK, progress)
@@ -352,6 +367,7 @@ impl Session {
             end_of_turn,
             cached: Vec::new(),
             abort: AbortHandle::default(),
+            context_choice: choice,
         })
     }
 
@@ -389,6 +405,12 @@ impl Session {
     /// KV cache length in positions.
     pub fn context(&self) -> usize {
         self.forward.kv().context()
+    }
+
+    /// The context length and why it was chosen (given by the caller, or picked from the
+    /// model and the device's limits).
+    pub fn context_choice(&self) -> &ContextChoice {
+        &self.context_choice
     }
 
     /// Whether the model brought its own chat template (otherwise a plain fallback is used).
@@ -537,9 +559,7 @@ impl Session {
             };
             (vec![empty; params.num_return_sequences], None)
         } else if params.num_beams > 1 {
-            let seqs = self
-                .beam_search(&ctx, params, &mut stats, &mut warnings, on_token)
-                .await?;
+            let seqs = self.beam_search(&ctx, params, &mut stats, on_token).await?;
             (seqs, None)
         } else {
             let mut sampler = Sampler::new(params, self.vocab())?;
@@ -782,10 +802,8 @@ impl Session {
         c: &Ctx<'_>,
         params: &SamplingParams,
         stats: &mut Stats,
-        warnings: &mut Vec<String>,
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Vec<Sequence>> {
-        let _ = warnings;
         let width = params.num_beams;
         let max_new = params.max_new_tokens;
         let p = c.prompt.len();
@@ -798,9 +816,10 @@ impl Session {
                 ),
             ));
         }
-        // Only the logit bias and the penalties shape beam scores.
+        // Only the logit bias and the penalties shape beam scores (temperature 1 divides by 1;
+        // no filter is on).
         let scoring = SamplingParams {
-            temperature: 0.0,
+            temperature: 1.0,
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
@@ -830,7 +849,6 @@ impl Session {
         let mut finished: Vec<Finished> = Vec::new();
         let decode_start = Instant::now();
         stats.time_to_first_token_ms = elapsed_ms(c.start);
-        let mut aborted = false;
         for step in 0..max_new {
             // Every running beam proposes its best 2·width continuations.
             let mut cands: Vec<Candidate> = Vec::new();
@@ -898,8 +916,7 @@ impl Session {
                 grown.push((b, tokens, score, logprob));
             }
             if step + 1 == max_new || self.abort.is_aborted() {
-                aborted = self.abort.is_aborted();
-                let reason = if aborted {
+                let reason = if self.abort.is_aborted() {
                     FinishReason::Abort
                 } else {
                     FinishReason::Length
@@ -988,7 +1005,6 @@ impl Session {
                 logprob: f.logprob,
             });
         }
-        let _ = aborted;
         Ok(out)
     }
 
