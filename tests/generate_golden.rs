@@ -38,9 +38,9 @@ fn greedy_generation_matches_the_goldens() {
             ..GenerateOptions::default()
         };
         let mut pieces = String::new();
-        let g = pollster::block_on(session.generate(&prompt, &options, &mut |e| {
-            pieces.push_str(&e.text)
-        }))
+        let g = pollster::block_on(
+            session.generate(&prompt, &options, &mut |e| pieces.push_str(&e.text)),
+        )
         .unwrap_or_else(|e| panic!("{model}: {e}"));
         let s = &g.sequences[0];
         eprintln!("{model} {}: {:?}", case["prompt"], s.text);

@@ -95,7 +95,12 @@ impl Events {
     }
 }
 
-async fn generate(engine: &Engine, prompt: &Value, options: Value, events: &Events) -> Result<Value, String> {
+async fn generate(
+    engine: &Engine,
+    prompt: &Value,
+    options: Value,
+    events: &Events,
+) -> Result<Value, String> {
     let promise = engine.generate(js(prompt), js(&options), events.function());
     JsFuture::from(promise)
         .await
@@ -124,14 +129,28 @@ async fn greedy_generation_matches_the_native_goldens() {
             "{model} {}: {:?} ({})",
             case["prompt"], result["text"], result["finishReason"]
         ));
-        assert_eq!(result["tokens"], case["tokens"], "{model} {}", case["prompt"]);
+        assert_eq!(
+            result["tokens"], case["tokens"],
+            "{model} {}",
+            case["prompt"]
+        );
         assert_eq!(result["text"], case["text"], "{model}");
         assert_eq!(result["finishReason"], case["finish_reason"], "{model}");
         assert_eq!(result["promptTokenIds"], case["prompt_tokens"], "{model}");
-        assert_eq!(Value::String(events.text()), result["text"], "events add up to the text");
+        assert_eq!(
+            Value::String(events.text()),
+            result["text"],
+            "events add up to the text"
+        );
         let stats = &result["stats"];
-        assert_eq!(stats["generatedTokens"], json!(case["tokens"].as_array().unwrap().len()));
-        assert!(stats["timeToFirstTokenMs"].as_f64().unwrap() > 0.0, "{stats}");
+        assert_eq!(
+            stats["generatedTokens"],
+            json!(case["tokens"].as_array().unwrap().len())
+        );
+        assert!(
+            stats["timeToFirstTokenMs"].as_f64().unwrap() > 0.0,
+            "{stats}"
+        );
     }
 }
 
@@ -139,12 +158,15 @@ async fn greedy_generation_matches_the_native_goldens() {
 async fn load_reports_progress_and_info() {
     let phases = Rc::new(RefCell::new(Vec::<Value>::new()));
     let sink = Rc::clone(&phases);
-    let on_progress = Closure::<dyn FnMut(JsValue)>::new(move |p: JsValue| sink.borrow_mut().push(rust(&p)));
+    let on_progress =
+        Closure::<dyn FnMut(JsValue)>::new(move |p: JsValue| sink.borrow_mut().push(rust(&p)));
     let options = js_sys::Object::new();
     Reflect::set(&options, &"onProgress".into(), on_progress.as_ref()).unwrap();
     Reflect::set(&options, &"contextLength".into(), &64.into()).unwrap();
     let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
-    let engine = Engine::open(bytes.into(), options.into()).await.unwrap_or_else(|e| panic!("{}", message(&e)));
+    let engine = Engine::open(bytes.into(), options.into())
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)));
     let phases = phases.borrow();
     for phase in ["download", "parse", "upload"] {
         let last = phases
@@ -169,9 +191,15 @@ async fn load_reports_progress_and_info() {
 #[wasm_bindgen_test]
 async fn bad_files_and_bad_options_are_rejected_with_their_names() {
     let bad = Uint8Array::from(&b"GGUF\x03\0\0\0 not really a model"[..]);
-    let err = Engine::open(bad.into(), JsValue::UNDEFINED).await.err().expect("a malformed file is rejected");
+    let err = Engine::open(bad.into(), JsValue::UNDEFINED)
+        .await
+        .err()
+        .expect("a malformed file is rejected");
     assert!(message(&err).starts_with("Format: "), "{}", message(&err));
-    let err = Engine::open(JsValue::from_f64(3.0), JsValue::UNDEFINED).await.err().expect("a number is no source");
+    let err = Engine::open(JsValue::from_f64(3.0), JsValue::UNDEFINED)
+        .await
+        .err()
+        .expect("a number is no source");
     assert!(message(&err).contains("source"), "{}", message(&err));
 
     let engine = load("tiny-llama-q4_1.gguf").await;
@@ -180,9 +208,15 @@ async fn bad_files_and_bad_options_are_rejected_with_their_names() {
         (json!({ "topP": 1.5 }), ["topP", "top_p"]),
         (json!({ "top_p": 0 }), ["topP", "top_p"]),
         (json!({ "temperature": -1 }), ["temperature", "temperature"]),
-        (json!({ "maxNewTokens": "many" }), ["maxNewTokens", "max_new_tokens"]),
+        (
+            json!({ "maxNewTokens": "many" }),
+            ["maxNewTokens", "max_new_tokens"],
+        ),
         (json!({ "special": "yes" }), ["special", "special"]),
-        (json!({ "logitBias": { "9999": 1 } }), ["logitBias", "logit_bias"]),
+        (
+            json!({ "logitBias": { "9999": 1 } }),
+            ["logitBias", "logit_bias"],
+        ),
         (json!({ "bogus": 1 }), ["bogus", "bogus"]),
     ] {
         let err = generate(&engine, &prompt, options.clone(), &Events::new())
@@ -192,12 +226,25 @@ async fn bad_files_and_bad_options_are_rejected_with_their_names() {
         log(&format!("{options}: {err}"));
         assert!(names.iter().any(|n| err.contains(n)), "{options}: {err}");
     }
-    let err = generate(&engine, &json!({ "not": "a prompt" }), json!({}), &Events::new()).await.err().unwrap();
+    let err = generate(
+        &engine,
+        &json!({ "not": "a prompt" }),
+        json!({}),
+        &Events::new(),
+    )
+    .await
+    .err()
+    .unwrap();
     assert!(err.contains("prompt"), "{err}");
     // The engine is still fine.
-    generate(&engine, &prompt, json!({ "temperature": 0, "maxNewTokens": 2 }), &Events::new())
-        .await
-        .unwrap();
+    generate(
+        &engine,
+        &prompt,
+        json!({ "temperature": 0, "maxNewTokens": 2 }),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
 }
 
 #[wasm_bindgen_test]
@@ -210,30 +257,55 @@ async fn abort_from_on_token_stops_after_the_current_token() {
         }
     });
     let options = json!({ "temperature": 0, "maxNewTokens": 64 });
-    let result = generate(&engine, &json!("The software is provided"), options, &events)
-        .await
-        .unwrap();
+    let result = generate(
+        &engine,
+        &json!("The software is provided"),
+        options,
+        &events,
+    )
+    .await
+    .unwrap();
     log(&format!("aborted: {:?}", result["tokens"]));
     assert_eq!(result["finishReason"], "abort");
     assert!(result["tokens"].as_array().unwrap().len() <= 4, "{result}");
     // The next call is not aborted.
-    let next = generate(&engine, &json!("The software is provided"), json!({ "temperature": 0, "maxNewTokens": 5 }), &Events::new())
-        .await
-        .unwrap();
+    let next = generate(
+        &engine,
+        &json!("The software is provided"),
+        json!({ "temperature": 0, "maxNewTokens": 5 }),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(next["finishReason"], "length");
 }
 
 /// Pulls every event out of a `TokenStream` iterator; returns them and the final result.
 async fn drain(stream: &JsValue) -> (Vec<Value>, Value) {
-    let next: Function = Reflect::get(stream, &"next".into()).unwrap().dyn_into().unwrap();
-    let iter_fn: Function = Reflect::get(stream, &js_sys::Symbol::async_iterator()).unwrap().dyn_into().unwrap();
-    assert!(iter_fn.call0(stream).unwrap() == *stream, "[Symbol.asyncIterator]() returns the stream");
+    let next: Function = Reflect::get(stream, &"next".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    let iter_fn: Function = Reflect::get(stream, &js_sys::Symbol::async_iterator())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    assert!(
+        iter_fn.call0(stream).unwrap() == *stream,
+        "[Symbol.asyncIterator]() returns the stream"
+    );
     let mut events = Vec::new();
     loop {
         let step: Promise = next.call0(stream).unwrap().dyn_into().unwrap();
-        let step = JsFuture::from(step).await.unwrap_or_else(|e| panic!("{}", message(&e)));
+        let step = JsFuture::from(step)
+            .await
+            .unwrap_or_else(|e| panic!("{}", message(&e)));
         let value = Reflect::get(&step, &"value".into()).unwrap();
-        if Reflect::get(&step, &"done".into()).unwrap().as_bool().unwrap() {
+        if Reflect::get(&step, &"done".into())
+            .unwrap()
+            .as_bool()
+            .unwrap()
+        {
             return (events, rust(&value));
         }
         events.push(rust(&value));
@@ -246,23 +318,41 @@ async fn streaming_events_and_the_iterator_agree_with_the_result() {
     let prompt = json!([{ "role": "user", "content": "Permission is hereby granted" }]);
     let options = json!({ "temperature": 0, "maxNewTokens": 12, "stop": ["zzzz"] });
     let events = Events::new();
-    let result = generate(&engine, &prompt, options.clone(), &events).await.unwrap();
+    let result = generate(&engine, &prompt, options.clone(), &events)
+        .await
+        .unwrap();
     assert_eq!(Value::String(events.text()), result["text"]);
-    let ids: Vec<Value> = events.seen.borrow().iter().map(|e| e["id"].clone()).filter(|id| !id.is_null()).collect();
+    let ids: Vec<Value> = events
+        .seen
+        .borrow()
+        .iter()
+        .map(|e| e["id"].clone())
+        .filter(|id| !id.is_null())
+        .collect();
     assert_eq!(Value::Array(ids), result["tokens"]);
 
     JsFuture::from(engine.reset()).await.unwrap();
     let stream = engine.stream(js(&prompt), js(&options));
     let (streamed, returned) = drain(&stream).await;
-    assert_eq!(streamed, *events.seen.borrow(), "the iterator yields the same events");
+    assert_eq!(
+        streamed,
+        *events.seen.borrow(),
+        "the iterator yields the same events"
+    );
     assert_eq!(returned["tokens"], result["tokens"]);
     assert_eq!(returned["text"], result["text"]);
 
     // A bad option rejects the first next().
     let stream = engine.stream(js(&prompt), js(&json!({ "topK": -1 })));
-    let next: Function = Reflect::get(&stream, &"next".into()).unwrap().dyn_into().unwrap();
+    let next: Function = Reflect::get(&stream, &"next".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
     let step: Promise = next.call0(&stream).unwrap().dyn_into().unwrap();
-    let err = JsFuture::from(step).await.err().expect("topK -1 is rejected");
+    let err = JsFuture::from(step)
+        .await
+        .err()
+        .expect("topK -1 is rejected");
     assert!(message(&err).contains("top_k"), "{}", message(&err));
 }
 
@@ -274,12 +364,26 @@ async fn concurrent_calls_wait_their_turn() {
     let first = Closure::<dyn FnMut(JsValue)>::new(move |_| a.borrow_mut().push('a'));
     let second = Closure::<dyn FnMut(JsValue)>::new(move |_| b.borrow_mut().push('b'));
     let options = js(&json!({ "temperature": 0, "maxNewTokens": 6 }));
-    let p1 = engine.generate("The software is provided".into(), options.clone(), first.as_ref().clone());
-    let p2 = engine.generate("you may not use this file except".into(), options, second.as_ref().clone());
-    let (r1, r2) = (JsFuture::from(p1).await.unwrap(), JsFuture::from(p2).await.unwrap());
+    let p1 = engine.generate(
+        "The software is provided".into(),
+        options.clone(),
+        first.as_ref().clone(),
+    );
+    let p2 = engine.generate(
+        "you may not use this file except".into(),
+        options,
+        second.as_ref().clone(),
+    );
+    let (r1, r2) = (
+        JsFuture::from(p1).await.unwrap(),
+        JsFuture::from(p2).await.unwrap(),
+    );
     let order: String = order.borrow().iter().collect();
     log(&format!("event order: {order}"));
-    assert!(order.starts_with('a') && order.trim_start_matches('a').chars().all(|c| c == 'b'), "{order}");
+    assert!(
+        order.starts_with('a') && order.trim_start_matches('a').chars().all(|c| c == 'b'),
+        "{order}"
+    );
     assert_eq!(rust(&r1)["finishReason"], "length");
     assert_eq!(rust(&r2)["finishReason"], "length");
 }
@@ -295,7 +399,9 @@ async fn device_loss_rejects_one_call_then_the_engine_recovers() {
         .find(|c| c["model"] == "tiny-llama-q4_1.gguf")
         .unwrap()
         .clone();
-    JsFuture::from(engine.destroy_device_for_test()).await.unwrap();
+    JsFuture::from(engine.destroy_device_for_test())
+        .await
+        .unwrap();
     let err = generate(&engine, &case["prompt"], golden_options(), &Events::new())
         .await
         .expect_err("the call after device loss fails");
@@ -314,7 +420,10 @@ async fn a_url_load_is_cached() {
         return;
     };
     let cache_name = "emberlm-test-cache";
-    let caches: web_sys::CacheStorage = Reflect::get(&js_sys::global(), &"caches".into()).unwrap().dyn_into().unwrap();
+    let caches: web_sys::CacheStorage = Reflect::get(&js_sys::global(), &"caches".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
     JsFuture::from(caches.delete(cache_name)).await.unwrap();
     let options = js(&json!({ "cache": cache_name, "contextLength": 64 }));
     for (round, cached) in [(1, false), (2, true)] {
