@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { chromium } from 'playwright-core';
 import { startServer } from '../../tools/serve.mjs';
@@ -46,7 +46,7 @@ async function nativeReply() {
 function linkModel() {
   assert.ok(existsSync(`models/${MODEL}`), `models/${MODEL} is missing: run ./build.sh setup`);
   mkdirSync('www/models', { recursive: true });
-  if (!existsSync(`www/models/${MODEL}`)) symlinkSync(resolve(`models/${MODEL}`), `www/models/${MODEL}`);
+  if (!existsSync(`www/models/${MODEL}`)) symlinkSync(`../../models/${MODEL}`, `www/models/${MODEL}`);
 }
 
 const seconds = (since) => ((performance.now() - since) / 1000).toFixed(1);
