@@ -23,7 +23,7 @@ use web_time::Instant;
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::{Error, Result};
-use crate::format::{default_context, ModelFiles};
+use crate::format::{auto_context, ContextChoice, ModelFiles};
 use crate::gpu::{GpuContext, KernelCache, KvCache};
 use crate::model::config::ModelConfig;
 use crate::model::forward::{Forward, DEFAULT_CHUNK};
@@ -206,6 +206,7 @@ pub struct Session {
     /// Tokens whose KV rows the cache holds, at positions `0..cached.len()`.
     cached: Vec<u32>,
     abort: AbortHandle,
+    context_choice: ContextChoice,
 }
 
 impl std::fmt::Debug for Session {
@@ -244,7 +245,21 @@ impl Session {
         let template = files.chat_template(&tokenizer)?;
         let has_template = template.is_some();
         let template = template.unwrap_or_else(ChatTemplate::fallback);
-        let context = context.unwrap_or_else(|| default_context(&weights.config));
+        let choice = match context {
+            Some(n) => ContextChoice {
+                context: n,
+                reason: "asked for".into(),
+            },
+            None => {
+                let limits = ctx.limits();
+                auto_context(
+                    &weights.config,
+                    limits.max_storage_buffer_binding_size,
+                    limits.max_buffer_size,
+                )
+            }
+        };
+        let context = choice.context;
         let kernels = KernelCache::new();
         let forward = Forward::new(&ctx, &kernels, &weights, context, DEFAULT_CHUNK).await?;
         let mut eos: Vec<u32> = weights.config.eos_ids.clone();
@@ -264,6 +279,7 @@ impl Session {
             end_of_turn,
             cached: Vec::new(),
             abort: AbortHandle::default(),
+            context_choice: choice,
         })
     }
 
@@ -301,6 +317,12 @@ impl Session {
     /// KV cache length in positions.
     pub fn context(&self) -> usize {
         self.forward.kv().context()
+    }
+
+    /// The context length and why it was chosen (given by the caller, or picked from the
+    /// model and the device's limits).
+    pub fn context_choice(&self) -> &ContextChoice {
+        &self.context_choice
     }
 
     /// Whether the model brought its own chat template (otherwise a plain fallback is used).

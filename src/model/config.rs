@@ -265,7 +265,7 @@ impl ModelConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn tiny_llama() -> ModelConfig {

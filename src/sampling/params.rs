@@ -132,8 +132,8 @@ const FIELDS: [(&str, &str); 18] = [
 const JSON_NAME: &str = "sampling_params";
 
 fn check_range(name: &'static str, value: f32, lo: f32, hi: f32, range: &str) -> Result<()> {
-    // Written so that NaN fails every comparison and is rejected.
-    if value >= lo && value <= hi {
+    // NaN is outside every range.
+    if (lo..=hi).contains(&value) {
         Ok(())
     } else {
         Err(Error::invalid(
@@ -207,7 +207,7 @@ impl SamplingParams {
             "[-2, 2]",
         )?;
         for (&id, &bias) in &self.logit_bias {
-            if !(bias >= -MAX_LOGIT_BIAS && bias <= MAX_LOGIT_BIAS) {
+            if !(-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(&bias) {
                 return Err(Error::invalid(
                     "logit_bias",
                     format!("bias for token {id} must be finite and in [-100, 100], got {bias}"),
@@ -273,8 +273,10 @@ impl SamplingParams {
         Ok(())
     }
 
-    /// Parses JSON (snake_case names or the camelCase aliases), then validate(). Unknown fields
-    /// and wrong types give an error naming the field. Never panics, whatever the input.
+    /// Parses JSON (snake_case names or the camelCase aliases), then validate(). A wrong type
+    /// gives an error named after the field; unknown fields, a field given under both of its
+    /// names, and input that is not a JSON object give an error named `sampling_params` whose
+    /// message quotes the offending key. Never panics, whatever the input.
     pub fn from_json(json: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(json)
             .map_err(|e| Error::invalid(JSON_NAME, format!("not valid JSON: {e}")))?;

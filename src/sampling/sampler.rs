@@ -1,6 +1,6 @@
 //! Logit processing and token drawing.
 
-use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
 use crate::sampling::SamplingParams;
@@ -16,14 +16,206 @@ pub struct Sampled {
     pub logprob: f32,
 }
 
+/// Rejects empty or non-finite logits, naming the first bad index.
+fn check_logits(logits: &[f32]) -> Result<()> {
+    if logits.is_empty() {
+        return Err(Error::invalid("logits", "must not be empty, got 0 logits"));
+    }
+    if let Some((i, x)) = logits.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        return Err(Error::invalid(
+            "logits",
+            format!("every logit must be finite, got {x} at index {i}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Largest element as f64; `-inf` for an empty slice or one holding only `-inf`.
+fn max_f64(values: impl Iterator<Item = f32>) -> f64 {
+    values.fold(f64::NEG_INFINITY, |m, x| m.max(f64::from(x)))
+}
+
+/// `exp(x - max)`, exactly zero for filtered (`-inf`) logits.
+fn weight(x: f32, max: f64) -> f64 {
+    if x == f32::NEG_INFINITY {
+        0.0
+    } else {
+        (f64::from(x) - max).exp()
+    }
+}
+
+/// Log of the sum of exponentials of finite, non-empty `logits`, in f64.
+fn log_sum_exp(logits: &[f32]) -> f64 {
+    let max = max_f64(logits.iter().copied());
+    let sum: f64 = logits.iter().map(|&x| weight(x, max)).sum();
+    max + sum.ln()
+}
+
 /// Log-softmax of `logits` (`[vocab]`), computed stably in f64 and returned as f32; non-finite
 /// input -> Error naming the first bad index.
 pub fn log_softmax(logits: &[f32]) -> Result<Vec<f32>> {
-    let _ = logits;
-    Err(Error::invalid("logits", "not implemented yet"))
+    check_logits(logits)?;
+    let lse = log_sum_exp(logits);
+    Ok(logits
+        .iter()
+        .map(|&x| (f64::from(x) - lse) as f32)
+        .collect())
 }
 
-/// Draws tokens from logits according to [`SamplingParams`].
+/// A uniform draw in `[0, 1)` from the top 53 bits of one `u64`, identical on every target.
+fn uniform(rng: &mut ChaCha20Rng) -> f64 {
+    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Keeps a processed logit finite: an overflow saturates at `±f32::MAX` instead of becoming
+/// infinite (which would turn into NaN in the softmax).
+fn saturate(x: f64) -> f32 {
+    (x as f32).clamp(-f32::MAX, f32::MAX)
+}
+
+/// Token `i` as an index into the logits (ids are checked against the vocabulary beforehand).
+fn ix(id: u32) -> usize {
+    id as usize
+}
+
+/// A candidate token as one sortable integer: the high half ranks its logit (a larger logit
+/// gives a smaller key) and the low half is its id, so ascending keys order candidates by logit,
+/// largest first, ties to the lower id. `logit` must not be NaN.
+fn key(logit: f32, id: u32) -> u64 {
+    // `+ 0.0` turns -0.0 into +0.0 so that the two compare equal, as floats do.
+    let bits = (logit + 0.0).to_bits();
+    // An unsigned integer that grows with the float.
+    let ascending = if bits >> 31 == 1 {
+        !bits
+    } else {
+        bits | 0x8000_0000
+    };
+    (u64::from(!ascending) << 32) | u64::from(id)
+}
+
+/// The token id held in a [`key`].
+fn id_of(key: u64) -> usize {
+    ix(key as u32)
+}
+
+/// Index of the largest logit, ties to the lowest index; `logits` must not be empty.
+fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Removes the `removed` candidates by setting their logits to `-inf`.
+fn filter_out(logits: &mut [f32], removed: &[u64]) {
+    for &k in removed {
+        logits[id_of(k)] = f32::NEG_INFINITY;
+    }
+}
+
+/// Puts the smallest `items` first in ascending order, only as far as needed, and returns the
+/// length of the shortest such prefix whose weights add up to `target` (all of them when rounding
+/// keeps the full sum just below it). Sorts the smallest 256 first, then up to four times as many
+/// as are sorted so far, and so on: a peaked distribution never sorts the whole vocabulary.
+fn shortest_prefix<T: Ord + Copy>(
+    items: &mut [T],
+    target: f64,
+    weight: impl Fn(T) -> f64,
+) -> usize {
+    let mut sorted = 0;
+    let mut cumulative = 0.0;
+    loop {
+        let head = items.len().min((sorted * 4).max(256));
+        let rest = &mut items[sorted..];
+        let grow = head - sorted;
+        if grow < rest.len() {
+            // grow >= 1 here: head > sorted whenever items remain.
+            rest.select_nth_unstable(grow - 1);
+        }
+        rest[..grow].sort_unstable();
+        for (i, &item) in items[sorted..head].iter().enumerate() {
+            cumulative += weight(item);
+            if cumulative >= target {
+                return sorted + i + 1;
+            }
+        }
+        if head == items.len() {
+            return head;
+        }
+        sorted = head;
+    }
+}
+
+/// Locally typical sampling (Meister et al.; the Hugging Face `TypicalLogitsWarper`): orders the
+/// candidates by how far their surprisal `-log p` is from the entropy of the candidate
+/// distribution (closest first, ties to the lower id) and keeps the shortest prefix of that
+/// order whose probability reaches `mass`.
+fn typical(logits: &mut [f32], cand: &mut Vec<u64>, mass: f64) {
+    if cand.len() <= 1 {
+        return;
+    }
+    let max = max_f64(cand.iter().map(|&k| logits[id_of(k)]));
+    let sum: f64 = cand.iter().map(|&k| weight(logits[id_of(k)], max)).sum();
+    let lse = max + sum.ln();
+    let logprob = |id: usize| f64::from(logits[id]) - lse;
+    let entropy: f64 = -cand
+        .iter()
+        .map(|&k| {
+            let lp = logprob(id_of(k));
+            lp.exp() * lp
+        })
+        .sum::<f64>();
+    // (distance from the entropy, id); a non-negative f64's bits order like its value.
+    let mut scored: Vec<(u64, u32)> = cand
+        .iter()
+        .map(|&k| {
+            let id = id_of(k);
+            ((-logprob(id) - entropy).abs().to_bits(), k as u32)
+        })
+        .collect();
+    let keep = shortest_prefix(&mut scored, mass, |(_, id)| logprob(ix(id)).exp());
+    cand.clear();
+    cand.extend(
+        scored[..keep]
+            .iter()
+            .map(|&(_, id)| key(logits[ix(id)], id)),
+    );
+    for &(_, id) in &scored[keep..] {
+        logits[ix(id)] = f32::NEG_INFINITY;
+    }
+}
+
+/// Nucleus sampling: keeps the shortest prefix of the candidates, ordered by logit (largest
+/// first, ties to the lower id), whose probability reaches `top_p`.
+fn top_p(logits: &mut [f32], cand: &mut Vec<u64>, top_p: f64) {
+    let max = max_f64(cand.iter().map(|&k| logits[id_of(k)]));
+    let total: f64 = cand.iter().map(|&k| weight(logits[id_of(k)], max)).sum();
+    let keep = shortest_prefix(cand, top_p * total, |k| weight(logits[id_of(k)], max));
+    filter_out(logits, &cand[keep..]);
+    cand.truncate(keep);
+}
+
+/// Min-p: keeps the candidates whose probability is at least `min_p` times the largest one.
+fn min_p(logits: &mut [f32], cand: &mut Vec<u64>, min_p: f64) {
+    let max = max_f64(cand.iter().map(|&k| logits[id_of(k)]));
+    // p / p_max = exp(logit - max_logit) >= min_p  <=>  logit - max_logit >= ln(min_p).
+    let threshold = min_p.ln();
+    cand.retain(|&k| {
+        let keep = f64::from(logits[id_of(k)]) - max >= threshold;
+        if !keep {
+            logits[id_of(k)] = f32::NEG_INFINITY;
+        }
+        keep
+    });
+}
+
+/// Draws tokens from logits according to [`SamplingParams`]; see the [module
+/// documentation](crate::sampling) for what each parameter does and in which order. A clone
+/// continues the same random sequence independently.
+#[derive(Clone, Debug)]
 pub struct Sampler {
     params: SamplingParams,
     rng: ChaCha20Rng,
@@ -34,8 +226,24 @@ pub struct Sampler {
 impl Sampler {
     /// Validates `params` for `vocab_size`, seeds the RNG from params.seed or getrandom.
     pub fn new(params: &SamplingParams, vocab_size: usize) -> Result<Self> {
+        if vocab_size == 0 || u32::try_from(vocab_size - 1).is_err() {
+            return Err(Error::invalid(
+                "vocab_size",
+                format!("must be in 1..=4294967296, got {vocab_size}"),
+            ));
+        }
         params.validate_for_vocab(vocab_size)?;
-        let seed = params.seed.unwrap_or(0);
+        let seed = match params.seed {
+            Some(seed) => seed,
+            None => getrandom::u64().map_err(|e| {
+                Error::invalid(
+                    "seed",
+                    format!(
+                        "none was given and the system random source failed ({e}); pass a seed"
+                    ),
+                )
+            })?,
+        };
         Ok(Sampler {
             params: params.clone(),
             rng: ChaCha20Rng::seed_from_u64(seed),
@@ -54,26 +262,315 @@ impl Sampler {
         &self.params
     }
 
-    /// Applies every logit processor in place (see the module documentation for the order).
+    /// Rejects a history holding a token id outside the vocabulary.
+    fn check_history(&self, name: &'static str, tokens: &[u32]) -> Result<()> {
+        if let Some((i, id)) = tokens
+            .iter()
+            .enumerate()
+            .find(|&(_, &id)| ix(id) >= self.vocab_size)
+        {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "token ids must be in 0..{} (the vocabulary), got {id} at position {i}",
+                    self.vocab_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The parts of `prompt` and `generated` inside the penalty window: the last
+    /// `penalty_last_n` tokens of `prompt ++ generated` (everything when it is 0).
+    fn window<'a>(&self, prompt: &'a [u32], generated: &'a [u32]) -> (&'a [u32], &'a [u32]) {
+        let n = self.params.penalty_last_n;
+        if n == 0 {
+            return (prompt, generated);
+        }
+        let generated = &generated[generated.len().saturating_sub(n)..];
+        let from_prompt = n - generated.len();
+        (
+            &prompt[prompt.len().saturating_sub(from_prompt)..],
+            generated,
+        )
+    }
+
+    /// Applies, in place and in this order: logit bias -> repetition penalty (HF: over the
+    /// distinct tokens of prompt+generated within the penalty_last_n window; positive logits
+    /// divided by r, negative multiplied) -> presence/frequency penalties (OpenAI: over generated
+    /// tokens within the window: logit -= presence*[count>0] + frequency*count) -> temperature
+    /// (divide; skipped when greedy) -> top-k -> typical -> top-p -> min-p (min-p keeps tokens
+    /// whose probability >= min_p * max probability). Filtered tokens become f32::NEG_INFINITY;
+    /// every filter keeps at least one token. When greedy, the filters are replaced by keeping
+    /// only the argmax (lowest id on ties). `logits.len()` must equal the vocab size; non-finite
+    /// input logits -> Error (name index), never a NaN draw.
+    ///
+    /// `prompt`: the prompt tokens; `generated`: tokens generated so far in this sequence.
     pub fn process(&self, logits: &mut [f32], prompt: &[u32], generated: &[u32]) -> Result<()> {
-        let _ = (logits, prompt, generated, self.vocab_size);
-        Err(Error::invalid("logits", "not implemented yet"))
+        if logits.len() != self.vocab_size {
+            return Err(Error::invalid(
+                "logits",
+                format!(
+                    "length must equal the vocabulary size {}, got {}",
+                    self.vocab_size,
+                    logits.len()
+                ),
+            ));
+        }
+        check_logits(logits)?;
+        self.check_history("prompt", prompt)?;
+        self.check_history("generated", generated)?;
+        let p = &self.params;
+
+        for (&id, &bias) in &p.logit_bias {
+            if let Some(x) = logits.get_mut(ix(id)) {
+                *x = saturate(f64::from(*x) + f64::from(bias));
+            }
+        }
+
+        let (prompt_window, generated_window) = self.window(prompt, generated);
+        if p.repetition_penalty != 1.0 {
+            let mut seen: Vec<u32> = prompt_window
+                .iter()
+                .chain(generated_window)
+                .copied()
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            let r = f64::from(p.repetition_penalty);
+            for id in seen {
+                let x = f64::from(logits[ix(id)]);
+                logits[ix(id)] = saturate(if x > 0.0 { x / r } else { x * r });
+            }
+        }
+
+        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+            let mut counted = generated_window.to_vec();
+            counted.sort_unstable();
+            let (presence, frequency) = (
+                f64::from(p.presence_penalty),
+                f64::from(p.frequency_penalty),
+            );
+            for run in counted.chunk_by(|a, b| a == b) {
+                let id = run[0];
+                let x = f64::from(logits[ix(id)]);
+                logits[ix(id)] = saturate(x - presence - frequency * run.len() as f64);
+            }
+        }
+
+        if p.is_greedy() {
+            let best = argmax(logits);
+            for (i, x) in logits.iter_mut().enumerate() {
+                if i != best {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+            return Ok(());
+        }
+
+        if p.temperature != 1.0 {
+            let t = f64::from(p.temperature);
+            for x in logits.iter_mut() {
+                *x = saturate(f64::from(*x) / t);
+            }
+        }
+
+        let use_top_k = p.top_k > 0 && p.top_k < logits.len();
+        let use_typical = p.typical_p < 1.0;
+        let use_top_p = p.top_p < 1.0;
+        let use_min_p = p.min_p > 0.0;
+        if !(use_top_k || use_typical || use_top_p || use_min_p) {
+            return Ok(());
+        }
+
+        // The surviving candidates, as keys that sort by logit; each filter sorts only as much
+        // as it needs.
+        let mut cand: Vec<u64> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| key(x, i as u32))
+            .collect();
+        if use_top_k {
+            cand.select_nth_unstable(p.top_k - 1);
+            filter_out(logits, &cand[p.top_k..]);
+            cand.truncate(p.top_k);
+        }
+        if use_typical {
+            typical(logits, &mut cand, f64::from(p.typical_p));
+        }
+        if use_top_p {
+            top_p(logits, &mut cand, f64::from(p.top_p));
+        }
+        if use_min_p {
+            min_p(logits, &mut cand, f64::from(p.min_p));
+        }
+        Ok(())
     }
 
-    /// Processes a copy of `logits` and draws one token.
+    /// Processes a copy of `logits` and draws one token. Greedy: the argmax of the processed
+    /// logits, ties to the lowest id, with no random draw. Otherwise exactly one uniform draw
+    /// `u` in `[0, 1)` and inverse-CDF over the softmax of the survivors in token-id order: the
+    /// first id whose cumulative probability exceeds `u`. Returns the id and its logprob per
+    /// [`Sampled`].
     pub fn sample(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> Result<Sampled> {
-        let _ = (logits, prompt, generated, &mut self.rng);
-        Err(Error::invalid("logits", "not implemented yet"))
+        let mut work = logits.to_vec();
+        self.process(&mut work, prompt, generated)?;
+        let id = if self.params.is_greedy() {
+            argmax(&work)
+        } else {
+            let u = uniform(&mut self.rng);
+            let max = max_f64(work.iter().copied());
+            let total: f64 = work.iter().map(|&x| weight(x, max)).sum();
+            let target = u * total;
+            let mut cumulative = 0.0;
+            let mut chosen = None;
+            let mut last = 0;
+            for (i, &x) in work.iter().enumerate() {
+                let w = weight(x, max);
+                if w > 0.0 {
+                    cumulative += w;
+                    last = i;
+                    if cumulative > target {
+                        chosen = Some(i);
+                        break;
+                    }
+                }
+            }
+            // Rounding can leave the running sum a hair below `target`: take the last survivor.
+            chosen.unwrap_or(last)
+        };
+        let logprob = (f64::from(logits[id]) - log_sum_exp(logits)) as f32;
+        Ok(Sampled {
+            id: id as u32,
+            logprob,
+        })
     }
 
-    /// The probability distribution `sample` would draw from.
+    /// The probability distribution `sample` would draw from (softmax of the processed logits;
+    /// zeros for filtered tokens). For tests and for inspection.
     pub fn distribution(
         &self,
         logits: &[f32],
         prompt: &[u32],
         generated: &[u32],
     ) -> Result<Vec<f64>> {
-        let _ = (logits, prompt, generated);
-        Err(Error::invalid("logits", "not implemented yet"))
+        let mut work = logits.to_vec();
+        self.process(&mut work, prompt, generated)?;
+        let max = max_f64(work.iter().copied());
+        let total: f64 = work.iter().map(|&x| weight(x, max)).sum();
+        Ok(work.iter().map(|&x| weight(x, max) / total).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(params: SamplingParams, vocab: usize) -> Sampler {
+        match Sampler::new(&params, vocab) {
+            Ok(s) => s,
+            Err(e) => panic!("sampler: {e}"),
+        }
+    }
+
+    #[test]
+    fn uniform_is_in_unit_interval() {
+        let mut rng = ChaCha20Rng::seed_from_u64(7);
+        for _ in 0..10_000 {
+            let u = uniform(&mut rng);
+            assert!((0.0..1.0).contains(&u), "{u}");
+        }
+    }
+
+    #[test]
+    fn window_takes_the_last_n_tokens_of_the_history() {
+        let mut params = SamplingParams {
+            seed: Some(1),
+            penalty_last_n: 4,
+            ..SamplingParams::default()
+        };
+        let s = sampler(params.clone(), 10);
+        let (p, g) = s.window(&[1, 2, 3, 4], &[5, 6]);
+        assert_eq!((p, g), (&[3u32, 4][..], &[5u32, 6][..]));
+        let (p, g) = s.window(&[1, 2], &[3, 4, 5, 6, 7]);
+        assert_eq!((p, g), (&[][..], &[4u32, 5, 6, 7][..]));
+        params.penalty_last_n = 100;
+        let s = sampler(params, 10);
+        let (p, g) = s.window(&[1, 2], &[3]);
+        assert_eq!((p, g), (&[1u32, 2][..], &[3u32][..]));
+    }
+
+    #[test]
+    fn extreme_temperature_saturates_instead_of_overflowing() {
+        let params = SamplingParams {
+            temperature: 1e-30,
+            seed: Some(3),
+            ..SamplingParams::default()
+        };
+        let mut s = sampler(params, 3);
+        let logits = [3e38, -3e38, 1.0];
+        let dist = s.distribution(&logits, &[], &[]).unwrap_or_default();
+        assert!(dist.iter().all(|p| p.is_finite()), "{dist:?}");
+        assert_eq!(dist[0], 1.0);
+        let drawn = s.sample(&logits, &[], &[]).map(|t| t.id).ok();
+        assert_eq!(drawn, Some(0));
+    }
+
+    #[test]
+    fn keys_sort_by_logit_descending_then_id() {
+        let logits = [
+            0.0,
+            -0.0,
+            1.5,
+            -2.0,
+            f32::MAX,
+            -f32::MAX,
+            1.5,
+            1e-30,
+            -1e-30,
+        ];
+        let mut keys: Vec<u64> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| key(x, i as u32))
+            .collect();
+        keys.sort_unstable();
+        let order: Vec<usize> = keys.iter().map(|&k| id_of(k)).collect();
+        assert_eq!(order, [4, 2, 6, 7, 0, 1, 8, 3, 5]);
+    }
+
+    #[test]
+    fn shortest_prefix_grows_until_the_target_is_reached() {
+        // 1000 items, weight 1 each: the target decides how far the sort has to go.
+        for (target, want) in [
+            (0.5, 1),
+            (256.0, 256),
+            (257.0, 257),
+            (999.5, 1000),
+            (1e9, 1000),
+        ] {
+            let mut items: Vec<u32> = (0..1000u32).rev().collect();
+            let n = shortest_prefix(&mut items, target, |_| 1.0);
+            assert_eq!(n, want, "target {target}");
+            let expected: Vec<u32> = (0..n as u32).collect();
+            assert_eq!(items[..n], expected[..], "target {target}");
+        }
+        let mut empty: Vec<u32> = Vec::new();
+        assert_eq!(shortest_prefix(&mut empty, 1.0, |_| 1.0), 0);
+    }
+
+    #[test]
+    fn top_k_only_keeps_exactly_k() {
+        let params = SamplingParams {
+            top_k: 2,
+            seed: Some(5),
+            ..SamplingParams::default()
+        };
+        let s = sampler(params, 5);
+        let mut logits = [0.5, 2.0, 2.0, 1.0, 2.0];
+        assert!(s.process(&mut logits, &[], &[]).is_ok());
+        // Three-way tie at 2.0: the two lowest ids survive.
+        let inf = f32::NEG_INFINITY;
+        assert_eq!(logits, [inf, 2.0, 2.0, inf, inf]);
     }
 }
