@@ -29,8 +29,8 @@ Output, in input order: with --jsonl one JSON object per line
   {\"index\", \"line\", \"prompt\", \"prompt_tokens\", \"sequences\": [{\"text\", \"tokens\",
    \"finish_reason\", \"logprob\"}], \"stats\", \"seed\", \"warnings\"}
 (index counts prompts from 0; line is the input line number); otherwise text: a
-`=== N ===` header per prompt (N = input line), then each sequence after a
-`--- sequence I/K (finish reason) ---` line.";
+`=== line N: \"prompt\" ===` header per prompt (the prompt quoted, cut at 60 characters),
+then each sequence after a `--- sequence I/K (finish reason) ---` line.";
 
 /// Flags of `emberlm batch`.
 #[derive(Debug, Args)]
@@ -152,7 +152,11 @@ fn read_items(path: &std::path::Path, base: &SamplingParams) -> CliResult<Vec<It
 
 /// The text form of one prompt's result.
 fn write_text(out: &mut dyn Write, item: &Item, g: &Generation) -> std::io::Result<()> {
-    writeln!(out, "=== {} ===", item.line)?;
+    let mut shown: String = item.text.chars().take(60).collect();
+    if shown.len() < item.text.len() {
+        shown.push('…');
+    }
+    writeln!(out, "=== line {}: {shown:?} ===", item.line)?;
     let k = g.sequences.len();
     for (i, s) in g.sequences.iter().enumerate() {
         writeln!(

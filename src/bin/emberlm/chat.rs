@@ -379,8 +379,9 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
     let stdin = std::io::stdin();
     let tty = stdin.is_terminal();
     eprintln!(
-        "emberlm chat: context {} tokens{}; /help lists the commands, /quit leaves",
+        "emberlm chat: context {} tokens ({}){}; /help lists the commands, /quit leaves",
         session.context(),
+        session.context_choice().reason,
         if session.has_chat_template() {
             ""
         } else {
