@@ -73,7 +73,7 @@ fn setting(out: &str, name: &str) -> Option<String> {
     let prefix = format!("# {name} = ");
     out.lines()
         .filter_map(|l| l.strip_prefix(&prefix))
-        .last()
+        .next_back()
         .map(str::to_string)
 }
 
