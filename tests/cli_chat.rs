@@ -275,6 +275,8 @@ fn ctrl_c_at_the_prompt_exits() {
         .spawn()
         .expect("the binary runs");
     let mut stderr = child.stderr.take().expect("piped");
+    // Kept open until the end: `wait` would close it, and end of input also ends the chat.
+    let stdin = child.stdin.take();
     let mut seen = String::new();
     // The banner comes once the handler is in place.
     read_until(&mut stderr, &mut seen, |s| s.contains("/help"));
@@ -284,6 +286,6 @@ fn ctrl_c_at_the_prompt_exits() {
     }
     interrupt(child.id());
     let status = child.wait().expect("finishes");
-    drop(child.stdin.take());
+    drop(stdin);
     assert_eq!(status.code(), Some(130), "{seen}");
 }

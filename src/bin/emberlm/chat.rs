@@ -7,6 +7,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 
 use clap::Args;
@@ -83,21 +84,30 @@ impl Conversation {
     }
 }
 
-/// Ctrl-C: stops the running reply, or ends the program when no reply is running.
+/// What the stdin reader hands to the main loop.
+enum Input {
+    Message(String),
+    Eof,
+    /// Ctrl-C while no reply was running.
+    Interrupt,
+    Failed(Failure),
+}
+
+/// Ctrl-C: stops the running reply, or ends the program (through the main loop, so the model
+/// is released normally) when no reply is running.
 struct Interrupt {
     generating: Arc<AtomicBool>,
 }
 
 impl Interrupt {
-    fn install(abort: AbortHandle) -> Self {
+    fn install(abort: AbortHandle, inputs: Sender<Input>) -> Self {
         let generating = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&generating);
         let installed = ctrlc::set_handler(move || {
             if flag.load(Ordering::SeqCst) {
                 abort.abort();
             } else {
-                let _ = writeln!(std::io::stderr());
-                std::process::exit(130);
+                let _ = inputs.send(Input::Interrupt);
             }
         });
         if let Err(e) = installed {
@@ -109,6 +119,28 @@ impl Interrupt {
     fn set_generating(&self, on: bool) {
         self.generating.store(on, Ordering::SeqCst);
     }
+}
+
+/// Reads stdin on a thread of its own, one message each time the returned sender asks, so
+/// that the main loop can wait for a message or a Ctrl-C alike.
+fn spawn_reader(inputs: Sender<Input>, tty: bool) -> Sender<()> {
+    let (ask, asked) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        while asked.recv().is_ok() {
+            let next = match read_message(&mut input, tty) {
+                Ok(Some(m)) => Input::Message(m),
+                Ok(None) => Input::Eof,
+                Err(f) => Input::Failed(f),
+            };
+            let last = !matches!(next, Input::Message(_));
+            if inputs.send(next).is_err() || last {
+                break;
+            }
+        }
+    });
+    ask
 }
 
 /// The parameter a setting command changes (its SamplingParams name).
@@ -171,6 +203,13 @@ fn with_value(params: &SamplingParams, name: &str, value: &str) -> Result<Sampli
     }
     p.validate().map_err(|e| e.to_string())?;
     Ok(p)
+}
+
+/// Ends the current stdout line (a closed stdout is not an error here).
+fn newline() {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out);
+    let _ = out.flush();
 }
 
 /// Prints command output: every line prefixed with `# `.
@@ -265,7 +304,7 @@ fn read_message(input: &mut impl BufRead, tty: bool) -> CliResult<Option<String>
         match input.read_line(&mut line) {
             Ok(0) => {
                 if tty {
-                    println!();
+                    newline();
                 }
                 return Ok((!message.is_empty()).then_some(message));
             }
@@ -339,7 +378,7 @@ fn reply(
     interrupt.set_generating(false);
     match result {
         Ok(g) => {
-            println!();
+            newline();
             for w in &g.warnings {
                 eprintln!("emberlm: warning: {w}");
             }
@@ -352,7 +391,7 @@ fn reply(
         }
         Err(e) => {
             if printed {
-                println!();
+                newline();
             }
             conv.history.pop();
             eprintln!("emberlm: {e}");
@@ -370,14 +409,14 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
         ));
     }
     let mut session = load_session(args.model, args.ctx)?;
-    let interrupt = Interrupt::install(session.abort_handle());
+    let (inputs, received) = mpsc::channel();
+    let interrupt = Interrupt::install(session.abort_handle(), inputs.clone());
     let mut conv = Conversation {
         params,
         system: args.system,
         history: Vec::new(),
     };
-    let stdin = std::io::stdin();
-    let tty = stdin.is_terminal();
+    let tty = std::io::stdin().is_terminal();
     eprintln!(
         "emberlm chat: context {} tokens ({}){}; /help lists the commands, /quit leaves",
         session.context(),
@@ -388,9 +427,26 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
             ", no chat template in the model (plain fallback)"
         }
     );
-    let mut input = stdin.lock();
+    let ask = spawn_reader(inputs, tty);
     let mut failed = 0usize;
-    while let Some(message) = read_message(&mut input, tty)? {
+    loop {
+        if ask.send(()).is_err() {
+            break;
+        }
+        let message = match received.recv() {
+            Ok(Input::Message(m)) => m,
+            Ok(Input::Eof) | Err(_) => break,
+            Ok(Input::Interrupt) => {
+                if tty {
+                    newline();
+                }
+                return Err(Failure {
+                    code: 130,
+                    message: "interrupted".into(),
+                });
+            }
+            Ok(Input::Failed(f)) => return Err(f),
+        };
         let line = message.trim();
         if line.is_empty() {
             continue;
@@ -413,7 +469,11 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
     if failed > 0 {
         return Err(Failure {
             code: 1,
-            message: format!("{failed} replies failed"),
+            message: if failed == 1 {
+                "1 reply failed".to_string()
+            } else {
+                format!("{failed} replies failed")
+            },
         });
     }
     Ok(())
