@@ -471,9 +471,7 @@ impl Session {
             };
             (vec![empty; params.num_return_sequences], None)
         } else if params.num_beams > 1 {
-            let seqs = self
-                .beam_search(&ctx, params, &mut stats, &mut warnings, on_token)
-                .await?;
+            let seqs = self.beam_search(&ctx, params, &mut stats, on_token).await?;
             (seqs, None)
         } else {
             let mut sampler = Sampler::new(params, self.vocab())?;
@@ -716,10 +714,8 @@ impl Session {
         c: &Ctx<'_>,
         params: &SamplingParams,
         stats: &mut Stats,
-        warnings: &mut Vec<String>,
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Vec<Sequence>> {
-        let _ = warnings;
         let width = params.num_beams;
         let max_new = params.max_new_tokens;
         let p = c.prompt.len();
@@ -732,9 +728,10 @@ impl Session {
                 ),
             ));
         }
-        // Only the logit bias and the penalties shape beam scores.
+        // Only the logit bias and the penalties shape beam scores (temperature 1 divides by 1;
+        // no filter is on).
         let scoring = SamplingParams {
-            temperature: 0.0,
+            temperature: 1.0,
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
@@ -764,7 +761,6 @@ impl Session {
         let mut finished: Vec<Finished> = Vec::new();
         let decode_start = Instant::now();
         stats.time_to_first_token_ms = elapsed_ms(c.start);
-        let mut aborted = false;
         for step in 0..max_new {
             // Every running beam proposes its best 2·width continuations.
             let mut cands: Vec<Candidate> = Vec::new();
@@ -832,8 +828,7 @@ impl Session {
                 grown.push((b, tokens, score, logprob));
             }
             if step + 1 == max_new || self.abort.is_aborted() {
-                aborted = self.abort.is_aborted();
-                let reason = if aborted {
+                let reason = if self.abort.is_aborted() {
                     FinishReason::Abort
                 } else {
                     FinishReason::Length
@@ -922,7 +917,6 @@ impl Session {
                 logprob: f.logprob,
             });
         }
-        let _ = aborted;
         Ok(out)
     }
 

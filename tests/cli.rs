@@ -215,3 +215,108 @@ fn subcommands_share_flags_and_help() {
         "{out}"
     );
 }
+
+#[test]
+fn generate_json_has_the_documented_shape() {
+    let (code, out, err) = emberlm(&[
+        "generate",
+        "--model",
+        "tests/fixtures/tiny-llama-q4_1.gguf",
+        "--prompt",
+        "The software",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "6",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!v["prompt_tokens"].as_array().unwrap().is_empty());
+    let seq = &v["sequences"][0];
+    assert!(seq["tokens"].as_array().unwrap().len() <= 6);
+    assert!(seq["text"].is_string());
+    assert!(["stop", "length"].contains(&seq["finish_reason"].as_str().unwrap()));
+    for key in [
+        "prompt_tokens",
+        "generated_tokens",
+        "prefill_ms",
+        "decode_ms",
+        "time_to_first_token_ms",
+        "decode_tok_per_s",
+    ] {
+        assert!(v["stats"][key].is_number(), "stats.{key} in {out}");
+    }
+    // Plain output is the same text.
+    let (code, plain, _) = emberlm(&[
+        "generate",
+        "--model",
+        "tests/fixtures/tiny-llama-q4_1.gguf",
+        "--prompt",
+        "The software",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "6",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(plain.trim_end_matches('\n'), seq["text"].as_str().unwrap());
+}
+
+#[test]
+fn generate_rejects_bad_parameters_naming_them() {
+    for (flag, value, name) in [
+        ("--top-p", "1.5", "top_p"),
+        ("--temperature", "-1", "temperature"),
+        ("--min-p", "2", "min_p"),
+        ("--num-beams", "0", "num_beams"),
+        ("--presence-penalty", "3", "presence_penalty"),
+    ] {
+        let (code, _, err) = emberlm(&[
+            "generate",
+            "--model",
+            "tests/fixtures/tiny-llama-q4_1.gguf",
+            "--prompt",
+            "x",
+            flag,
+            value,
+        ]);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(name), "{flag} {value}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
+
+#[test]
+fn perplexity_reports_tokens_nll_and_ppl() {
+    let dir = std::env::temp_dir().join(format!("emberlm-ppl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("text.txt");
+    std::fs::write(
+        &file,
+        "Permission is hereby granted, free of charge, to any person",
+    )
+    .unwrap();
+    let (code, out, err) = emberlm(&[
+        "perplexity",
+        "--model",
+        "tests/fixtures/tiny-gpt2-f32.gguf",
+        "--file",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (nll, ppl) = (v["nll"].as_f64().unwrap(), v["ppl"].as_f64().unwrap());
+    assert!(v["tokens"].as_u64().unwrap() > 5);
+    assert!(nll > 0.0 && (ppl - nll.exp()).abs() < 1e-6 * ppl);
+    let (code, _, err) = emberlm(&[
+        "perplexity",
+        "--model",
+        "tests/fixtures/tiny-gpt2-f32.gguf",
+        "--file",
+        "/nonexistent/text.txt",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/text.txt"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

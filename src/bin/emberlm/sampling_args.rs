@@ -10,22 +10,22 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
     /// Softmax temperature; 0 is greedy.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub temperature: Option<f32>,
     /// Keep the K most likely tokens (0: off).
     #[arg(long)]
     pub top_k: Option<usize>,
     /// Nucleus sampling mass in (0, 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub top_p: Option<f32>,
     /// Keep tokens at least this fraction as likely as the best, in [0, 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub min_p: Option<f32>,
     /// Locally typical sampling mass in (0, 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub typical_p: Option<f32>,
     /// Repetition penalty (> 0; 1 is off) over prompt and generated tokens.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub repetition_penalty: Option<f32>,
     /// Presence penalty in [-2, 2] over generated tokens.
     #[arg(long, allow_hyphen_values = true)]
