@@ -132,6 +132,8 @@ fn chat_commands_history_and_reset() {
 fn chat_ends_at_eof_quit_and_exit() {
     for (input, replies_expected) in [
         ("/temp 0\n/max_tokens 3\nhi\n", 1),
+        // `//` escapes a leading slash; a trailing `\` continues the message.
+        ("/max_tokens 2\n//settings\nfirst \\\nsecond\n", 2),
         ("/max_tokens 3\nquit\nhi\n", 0),
         ("exit\n", 0),
         ("", 0),

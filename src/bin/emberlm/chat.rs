@@ -39,6 +39,7 @@ Commands (a line starting with `/`; any other line is a message to the model):
 A setting command without a value shows the value. A bad value is rejected and the old one stays.
 A line ending with `\\` continues on the next line; `//text` sends `/text` as a message.
 Ctrl-C stops the reply being written; at the prompt it leaves (exit status 130).
+Exit status 0 at the end of input, or 1 when a reply failed (the message is dropped).
 Command answers are printed as lines starting with `# `; errors and per-reply stats go to stderr.";
 
 /// Flags of `emberlm chat`.
