@@ -272,6 +272,7 @@ impl KernelCache {
         if let Some(err) = scope.pop().await {
             return Err(shader_error(err.to_string()));
         }
+        ctx.counter_cells().pipeline();
         let pipeline = Arc::new(pipeline);
         self.pipelines
             .lock()
