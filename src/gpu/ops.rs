@@ -4,6 +4,7 @@
 //! family has its own file beside it.
 
 pub mod attention;
+pub mod copy;
 pub mod elementwise;
 pub mod embed;
 pub mod linear;
@@ -12,6 +13,7 @@ pub mod norm;
 pub mod rope;
 
 pub use attention::Attention;
+pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::{Add, Gelu, SwiGlu};
 pub use embed::{EmbedSource, Embedding};
 pub use linear::{Linear, LinearBinding, LinearKernel};

@@ -1,6 +1,8 @@
 //! The `emberlm` command-line tool (native only; on wasm32 this compiles to an empty program).
 
 #[cfg(not(target_arch = "wasm32"))]
+mod bench;
+#[cfg(not(target_arch = "wasm32"))]
 mod generate;
 #[cfg(not(target_arch = "wasm32"))]
 mod sampling_args;
@@ -88,7 +90,7 @@ mod cli {
     const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
     /// `--model`, or the default model in `./models/` (or in the source tree of a dev build).
-    fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    pub fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {
         if let Some(p) = given {
             return Ok(p);
         }
@@ -119,6 +121,8 @@ mod cli {
         Generate(Box<GenerateArgs>),
         /// Mean negative log-likelihood and perplexity of a text file (JSON).
         Perplexity(PerplexityArgs),
+        /// Benchmarks: speed, memory, engine counters, bandwidth, llama.cpp side by side.
+        Bench(Box<crate::bench::BenchArgs>),
         /// Describe the GPU adapter and device emberlm would use.
         Adapter {
             /// Print JSON instead of text.
@@ -187,6 +191,7 @@ mod cli {
         let result = match cli.command {
             Command::Generate(args) => crate::generate::generate(*args),
             Command::Perplexity(args) => crate::generate::perplexity(args),
+            Command::Bench(args) => crate::bench::bench(*args),
             other => run(other).map_err(Failure::from),
         };
         match result {
@@ -380,7 +385,7 @@ mod cli {
 
     fn run(command: Command) -> Result<(), Box<dyn std::error::Error>> {
         match command {
-            Command::Generate(_) | Command::Perplexity(_) => Ok(()),
+            Command::Generate(_) | Command::Perplexity(_) | Command::Bench(_) => Ok(()),
             Command::Logits {
                 model,
                 prompt,
