@@ -3,6 +3,8 @@
 #[cfg(not(target_arch = "wasm32"))]
 mod batch;
 #[cfg(not(target_arch = "wasm32"))]
+mod bench;
+#[cfg(not(target_arch = "wasm32"))]
 mod chat;
 #[cfg(not(target_arch = "wasm32"))]
 mod generate;
@@ -103,7 +105,7 @@ mod cli {
     const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
     /// `--model`, or the default model in `./models/` (or in the source tree of a dev build).
-    fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    pub fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {
         if let Some(p) = given {
             return Ok(p);
         }
@@ -143,6 +145,8 @@ mod cli {
         Batch(Box<BatchArgs>),
         /// Mean negative log-likelihood and perplexity of a text file (JSON).
         Perplexity(PerplexityArgs),
+        /// Benchmarks: speed, memory, engine counters, bandwidth, llama.cpp side by side.
+        Bench(Box<crate::bench::BenchArgs>),
         /// Describe the GPU adapter and device emberlm would use.
         Adapter {
             /// Print JSON instead of text.
@@ -219,6 +223,7 @@ mod cli {
             Command::Perplexity(args) => crate::generate::perplexity(args),
             Command::Chat(args) => crate::chat::chat(*args),
             Command::Batch(args) => crate::batch::batch(*args),
+            Command::Bench(args) => crate::bench::bench(*args),
             other => run(other),
         };
         match result {
@@ -414,7 +419,8 @@ mod cli {
             Command::Generate(_)
             | Command::Perplexity(_)
             | Command::Chat(_)
-            | Command::Batch(_) => Ok(()),
+            | Command::Batch(_)
+            | Command::Bench(_) => Ok(()),
             Command::Logits {
                 model,
                 prompt,
