@@ -15,7 +15,7 @@ use js_sys::{Function, Promise, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use super::source::{self, Source};
-use super::stream::TokenStream;
+use super::stream;
 use super::types::{EngineInfoJs, GenerationJs, SourceNote, TokenEventJs};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::format::ModelFiles;
@@ -395,7 +395,7 @@ impl Engine {
         #[wasm_bindgen(unchecked_param_type = "Prompt")] prompt: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
     ) -> JsValue {
-        TokenStream::start(Rc::clone(&self.inner), parse_call(&prompt, &options))
+        stream::start(Rc::clone(&self.inner), parse_call(&prompt, &options))
     }
 
     /// Stops the running call between two tokens; it resolves with `finishReason: "abort"`.

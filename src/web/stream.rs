@@ -94,106 +94,98 @@ impl State {
     }
 }
 
-/// Builds the iterator object: `next`, `return` and `[Symbol.asyncIterator]`.
-pub(crate) struct TokenStream;
-
-impl TokenStream {
-    /// Starts (queues) the generation and returns its iterator. A parse error surfaces as the
-    /// first `next()` rejecting.
-    pub fn start(inner: Rc<Inner>, parsed: Result<(Prompt, GenerateOptions), JsValue>) -> JsValue {
-        let state = Rc::new(RefCell::new(State {
-            events: VecDeque::new(),
-            waiting: VecDeque::new(),
-            end: End::Running,
-            running: false,
-            cancelled: false,
-        }));
-        match check_alive().and(parsed) {
-            Err(e) => state.borrow_mut().finish(Err(e)),
-            Ok((prompt, options)) => Self::spawn(&inner, &state, prompt, options),
-        }
-        Self::iterator(inner, state)
+/// Starts (queues) the generation and returns its iterator. A parse error surfaces as the
+/// first `next()` rejecting.
+pub(crate) fn start(
+    inner: Rc<Inner>,
+    parsed: Result<(Prompt, GenerateOptions), JsValue>,
+) -> JsValue {
+    let state = Rc::new(RefCell::new(State {
+        events: VecDeque::new(),
+        waiting: VecDeque::new(),
+        end: End::Running,
+        running: false,
+        cancelled: false,
+    }));
+    match check_alive().and(parsed) {
+        Err(e) => state.borrow_mut().finish(Err(e)),
+        Ok((prompt, options)) => spawn(&inner, &state, prompt, options),
     }
+    iterator(inner, state)
+}
 
-    fn spawn(
-        inner: &Rc<Inner>,
-        state: &Rc<RefCell<State>>,
-        prompt: Prompt,
-        options: GenerateOptions,
-    ) {
-        let on_panic: Rejecter = {
-            let state = Rc::clone(state);
-            Rc::new(move |e: &JsValue| {
-                if let Ok(mut s) = state.try_borrow_mut() {
-                    s.finish(Err(e.clone()));
-                }
-            })
-        };
-        let settle = {
-            let state = Rc::clone(state);
-            move |outcome: Result<JsValue, JsValue>| state.borrow_mut().finish(outcome)
-        };
-        let inner = Rc::clone(inner);
+/// Queues the generation; its events and its outcome go to `state`.
+fn spawn(inner: &Rc<Inner>, state: &Rc<RefCell<State>>, prompt: Prompt, options: GenerateOptions) {
+    let on_panic: Rejecter = {
         let state = Rc::clone(state);
-        let run = async move {
-            let mut failure = None;
-            let mut emit = |e: &TokenEvent| match event_js(e) {
-                Ok(v) => state.borrow_mut().push(v),
-                Err(err) => {
-                    failure.get_or_insert(err);
-                    inner.abort();
-                }
-            };
-            let starting = || {
-                let mut s = state.borrow_mut();
-                s.running = true;
-                !s.cancelled
-            };
-            let g = inner
-                .generate(&prompt, &options, &mut emit, &starting)
-                .await?;
-            match failure {
-                Some(err) => Err(err),
-                None => generation_js(&g),
+        Rc::new(move |e: &JsValue| {
+            if let Ok(mut s) = state.try_borrow_mut() {
+                s.finish(Err(e.clone()));
             }
-        };
-        spawn_tracked(run, settle, on_panic);
-    }
-
-    fn iterator(inner: Rc<Inner>, state: Rc<RefCell<State>>) -> JsValue {
-        let it = Object::new();
-        let next = {
-            let state = Rc::clone(&state);
-            Closure::<dyn FnMut() -> Promise>::new(move || state.borrow_mut().next())
-        };
-        let finish_early = Closure::<dyn FnMut() -> Promise>::new(move || {
-            let mut s = state.borrow_mut();
-            s.cancelled = true;
-            if s.running && matches!(s.end, End::Running) {
+        })
+    };
+    let settle = {
+        let state = Rc::clone(state);
+        move |outcome: Result<JsValue, JsValue>| state.borrow_mut().finish(outcome)
+    };
+    let inner = Rc::clone(inner);
+    let state = Rc::clone(state);
+    let run = async move {
+        let mut failure = None;
+        let mut emit = |e: &TokenEvent| match event_js(e) {
+            Ok(v) => state.borrow_mut().push(v),
+            Err(err) => {
+                failure.get_or_insert(err);
                 inner.abort();
             }
-            s.events.clear();
-            s.end = End::Over;
-            while let Some((resolve, _)) = s.waiting.pop_front() {
-                let _ = resolve.call1(&JsValue::UNDEFINED, &step(&JsValue::UNDEFINED, true));
-            }
-            Promise::resolve(&step(&JsValue::UNDEFINED, true))
-        });
-        set(&it, "next", &next.into_js_value());
-        set(&it, "return", &finish_early.into_js_value());
-        // `[Symbol.asyncIterator]() { return this }` without eval and without a Rust closure
-        // holding the object (that cycle would pass through wasm-bindgen's table, which the
-        // garbage collector cannot see through, and keep the engine alive): `valueOf` of a
-        // plain object returns the object itself.
-        if let Ok(value_of) = js_sys::Reflect::get(&it, &JsValue::from_str("valueOf")) {
-            if let Some(value_of) = value_of.dyn_ref::<Function>() {
-                let _ = js_sys::Reflect::set(
-                    &it,
-                    &js_sys::Symbol::async_iterator(),
-                    &value_of.bind0(&it),
-                );
-            }
+        };
+        let starting = || {
+            let mut s = state.borrow_mut();
+            s.running = true;
+            !s.cancelled
+        };
+        let g = inner
+            .generate(&prompt, &options, &mut emit, &starting)
+            .await?;
+        match failure {
+            Some(err) => Err(err),
+            None => generation_js(&g),
         }
-        it.into()
+    };
+    spawn_tracked(run, settle, on_panic);
+}
+
+/// Builds the iterator object: `next`, `return` and `[Symbol.asyncIterator]`.
+fn iterator(inner: Rc<Inner>, state: Rc<RefCell<State>>) -> JsValue {
+    let it = Object::new();
+    let next = {
+        let state = Rc::clone(&state);
+        Closure::<dyn FnMut() -> Promise>::new(move || state.borrow_mut().next())
+    };
+    let finish_early = Closure::<dyn FnMut() -> Promise>::new(move || {
+        let mut s = state.borrow_mut();
+        s.cancelled = true;
+        if s.running && matches!(s.end, End::Running) {
+            inner.abort();
+        }
+        s.events.clear();
+        s.end = End::Over;
+        while let Some((resolve, _)) = s.waiting.pop_front() {
+            let _ = resolve.call1(&JsValue::UNDEFINED, &step(&JsValue::UNDEFINED, true));
+        }
+        Promise::resolve(&step(&JsValue::UNDEFINED, true))
+    });
+    set(&it, "next", &next.into_js_value());
+    set(&it, "return", &finish_early.into_js_value());
+    // `[Symbol.asyncIterator]() { return this }` without eval and without a Rust closure
+    // holding the object (that cycle would pass through wasm-bindgen's table, which the
+    // garbage collector cannot see through, and keep the engine alive): `valueOf` of a
+    // plain object returns the object itself.
+    if let Ok(value_of) = js_sys::Reflect::get(&it, &JsValue::from_str("valueOf")) {
+        if let Some(value_of) = value_of.dyn_ref::<Function>() {
+            let _ =
+                js_sys::Reflect::set(&it, &js_sys::Symbol::async_iterator(), &value_of.bind0(&it));
+        }
     }
+    it.into()
 }
