@@ -209,6 +209,8 @@ cmd_test() {
   cargo build --bin emberlm
   target/debug/emberlm adapter
   EMBERLM_REQUIRE_GPU=1 cargo test -- --nocapture
+  log "endurance: 10,000 tokens through a sliding 64-token context"
+  EMBERLM_REQUIRE_GPU=1 cargo test --test counters -- --ignored --nocapture
   log "browser tests (headless Chromium, WebGPU)"
   # A wasm test cannot read files: SmolLM2 is fetched from models/ over loopback, and the URL
   # is compiled into tests/web_forward.rs.
@@ -216,7 +218,7 @@ cmd_test() {
   EMBERLM_TEST_MODEL_URL="$MODEL_SERVER_URL$MODEL_FILE" CHROMEDRIVER=$CHROMEDRIVER_PATH \
     WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
     wasm-pack test --headless --chrome -- \
-    --test web --test web_linear --test web_ops --test web_forward -- --nocapture
+    --test web --test web_linear --test web_ops --test web_forward --test web_endurance -- --nocapture
   stop_model_server
   log "demo page test (release build, Playwright driving headless Chromium)"
   cmd_build
