@@ -129,6 +129,27 @@ impl Error {
         }
     }
 
+    /// The variant's name (`DeviceLost`, `Limit`, `Format`, `InvalidArgument`, ...), a stable
+    /// tag for callers that react to the kind of failure (the JavaScript API starts its error
+    /// messages with it).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::NoAdapter(_) => "NoAdapter",
+            Error::RequestDevice { .. } => "RequestDevice",
+            Error::DeviceLost { .. } => "DeviceLost",
+            Error::Gpu { .. } => "Gpu",
+            Error::Shader { .. } => "Shader",
+            Error::Readback { .. } => "Readback",
+            Error::Limit { .. } => "Limit",
+            Error::Format { .. } => "Format",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::Io { .. } => "Io",
+            Error::Tokenizer(_) => "Tokenizer",
+            Error::Template(_) => "Template",
+            Error::InvalidArgument { .. } => "InvalidArgument",
+        }
+    }
+
     /// Builds an [`Error::InvalidArgument`].
     pub fn invalid(name: &'static str, message: impl Into<String>) -> Self {
         Error::InvalidArgument {

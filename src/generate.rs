@@ -62,6 +62,81 @@ pub struct GenerateOptions {
     pub n_keep: Option<usize>,
 }
 
+/// Removes option `name` (or its camelCase `alias`) from `map`; both given is an error.
+fn take_option(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    name: &'static str,
+    alias: &str,
+) -> Result<Option<serde_json::Value>> {
+    match (map.remove(name), map.remove(alias)) {
+        (Some(_), Some(_)) => Err(Error::invalid(
+            name,
+            format!("given twice, as `{name}` and as `{alias}`"),
+        )),
+        (Some(v), None) | (None, Some(v)) => Ok(Some(v)),
+        (None, None) => Ok(None),
+    }
+}
+
+fn bool_option(name: &'static str, value: &serde_json::Value) -> Result<bool> {
+    value
+        .as_bool()
+        .ok_or_else(|| Error::invalid(name, format!("`{name}` must be true or false, got {value}")))
+}
+
+impl GenerateOptions {
+    /// Parses one JSON object holding the sampling parameters (snake_case or camelCase, see
+    /// [`SamplingParams::from_json`]) and `special`, `strict` and `n_keep` (`nKeep`). `null`
+    /// means all defaults. Errors name the option.
+    pub fn from_json(json: &str) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| Error::invalid("options", format!("not valid JSON: {e}")))?;
+        let mut map = match value {
+            serde_json::Value::Null => serde_json::Map::new(),
+            serde_json::Value::Object(map) => map,
+            _ => {
+                return Err(Error::invalid(
+                    "options",
+                    "expected an object of generation options",
+                ))
+            }
+        };
+        let mut options = GenerateOptions::default();
+        if let Some(v) = take_option(&mut map, "special", "special")? {
+            options.special = bool_option("special", &v)?;
+        }
+        if let Some(v) = take_option(&mut map, "strict", "strict")? {
+            options.strict = bool_option("strict", &v)?;
+        }
+        if let Some(v) = take_option(&mut map, "n_keep", "nKeep")? {
+            if !v.is_null() {
+                let n = v.as_u64().and_then(|n| usize::try_from(n).ok());
+                options.n_keep = Some(n.ok_or_else(|| {
+                    Error::invalid(
+                        "n_keep",
+                        format!("`n_keep` (`nKeep`) must be a whole number >= 0, got {v}"),
+                    )
+                })?);
+            }
+        }
+        options.sampling = SamplingParams::from_json(&serde_json::Value::Object(map).to_string())?;
+        Ok(options)
+    }
+}
+
+impl Prompt {
+    /// Parses a prompt from JSON: a string, an array of `{ role, content }` messages, or an
+    /// array of token ids.
+    pub fn from_json(json: &str) -> Result<Self> {
+        serde_json::from_str(json).map_err(|_| {
+            Error::invalid(
+                "prompt",
+                "expected a string, an array of { role, content } messages or an array of token ids",
+            )
+        })
+    }
+}
+
 /// Why a sequence ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -240,6 +315,17 @@ impl Session {
     /// Loads `files` onto the GPU of `ctx` with a KV cache of `context` positions (default: the
     /// model's context, at most 4096).
     pub async fn new(ctx: GpuContext, files: &ModelFiles, context: Option<usize>) -> Result<Self> {
+        Self::new_with_progress(ctx, files, context, &mut |_, _| {}).await
+    }
+
+    /// [`Session::new`], calling `progress(uploaded, total)` in weight bytes as the weights go
+    /// to the GPU.
+    pub async fn new_with_progress(
+        ctx: GpuContext,
+        files: &ModelFiles,
+        context: Option<usize>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
         let weights = files.weights()?;
         let tokenizer = files.tokenizer()?;
         let template = files.chat_template(&tokenizer)?;
@@ -261,7 +347,9 @@ impl Session {
         };
         let context = choice.context;
         let kernels = KernelCache::new();
-        let forward = Forward::new(&ctx, &kernels, &weights, context, DEFAULT_CHUNK).await?;
+        let forward =
+            Forward::new_with_progress(&ctx, &kernels, &weights, context, DEFAULT_CHUNK, progress)
+                .await?;
         let mut eos: Vec<u32> = weights.config.eos_ids.clone();
         for &id in tokenizer.eos_ids() {
             if !eos.contains(&id) {
@@ -1035,5 +1123,58 @@ impl Finished {
             logprob,
             reason,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid_name(json: &str) -> Option<&'static str> {
+        match GenerateOptions::from_json(json) {
+            Err(Error::InvalidArgument { name, .. }) => Some(name),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn options_from_json_split_own_fields_from_sampling() {
+        let o = GenerateOptions::from_json(
+            r#"{"topP": 0.5, "maxNewTokens": 3, "special": true, "nKeep": 2, "strict": true}"#,
+        )
+        .unwrap_or_default();
+        assert_eq!(o.sampling.top_p, 0.5);
+        assert_eq!(o.sampling.max_new_tokens, 3);
+        assert!(o.special && o.strict);
+        assert_eq!(o.n_keep, Some(2));
+        let defaults = GenerateOptions::from_json("null").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(defaults, GenerateOptions::default());
+    }
+
+    #[test]
+    fn options_from_json_errors_name_the_option() {
+        assert_eq!(invalid_name(r#"{"topP": 1.5}"#), Some("top_p"));
+        assert_eq!(invalid_name(r#"{"special": 1}"#), Some("special"));
+        assert_eq!(invalid_name(r#"{"nKeep": -1}"#), Some("n_keep"));
+        assert_eq!(invalid_name(r#"{"n_keep": 1, "nKeep": 1}"#), Some("n_keep"));
+        assert_eq!(invalid_name("[1]"), Some("options"));
+        assert_eq!(invalid_name(r#"{"bogus": 1}"#), Some("sampling_params"));
+    }
+
+    #[test]
+    fn prompt_from_json_takes_text_chat_and_ids() {
+        assert_eq!(
+            Prompt::from_json(r#""hi""#).ok(),
+            Some(Prompt::Text("hi".into()))
+        );
+        assert_eq!(
+            Prompt::from_json(r#"[{"role":"user","content":"hi"}]"#).ok(),
+            Some(Prompt::Chat(vec![ChatMessage::new("user", "hi")]))
+        );
+        assert_eq!(
+            Prompt::from_json("[1, 2]").ok(),
+            Some(Prompt::Tokens(vec![1, 2]))
+        );
+        assert!(Prompt::from_json("{}").is_err());
     }
 }

@@ -1,8 +1,106 @@
-// Demo page: loads the wasm module and shows which GPU adapter emberlm gets.
-import init, { gpuInfo, version } from './pkg/emberlm.js';
+// The chat page: a model picker, sampling settings and a conversation with the model, which runs
+// in a Worker (client.js / worker.js) on WebGPU.
+//
+// Element ids and data-* attributes are stable, the page tests rely on them:
+//   #status[data-state = loading | ready | generating | error], #prompt, #send, #stop, #reset,
+//   #messages > .message.user / .message.assistant (.content; data-finish, data-tokens),
+//   #load-progress, #load-phase, #cache-note[data-cached], #error[data-kind], #retry.
+import { EngineClient } from './client.js';
 
-const status = document.getElementById('status');
-const table = document.getElementById('adapter');
+const DEFAULT_MODEL = 'models/SmolLM2-135M-Instruct.Q4_1.gguf';
+const MODEL_CACHE = 'emberlm-models-v1';
+
+const $ = (id) => document.getElementById(id);
+
+/** @type {EngineClient | null} */
+let client = null;
+/** The conversation sent with every turn; the engine reuses the KV cache of the common prefix. */
+let history = [];
+let loaded = false;
+let generating = false;
+let unusable = false;
+
+function refreshControls() {
+  const idle = loaded && !generating && !unusable;
+  $('prompt').disabled = !idle;
+  $('send').disabled = !idle;
+  $('reset').disabled = !idle;
+  $('stop').disabled = !generating;
+  $('load').disabled = generating || unusable;
+}
+
+function setStatus(state, text) {
+  const status = $('status');
+  status.dataset.state = state;
+  status.textContent = text;
+  refreshControls();
+}
+
+const mb = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
+const mib = (bytes) => `${Math.round(bytes / 2 ** 20)} MiB`;
+
+/** The error's kind: the `kind` field, or the message's prefix up to the first colon. */
+function kindOf(e) {
+  return e?.kind ?? /^(\w+):/.exec(e?.message ?? '')?.[1] ?? 'Error';
+}
+
+/** The message without its `Kind: ` prefix. */
+function detailOf(e) {
+  return String(e?.message ?? e).replace(/^\w+: /, '');
+}
+
+const NO_WEBGPU = 'This browser offers no WebGPU, which emberlm needs to run the model on your GPU. '
+  + 'Use a recent Chrome or Edge (version 113 or later) on Windows, macOS or ChromeOS. On Linux, '
+  + 'open chrome://flags, enable "Unsafe WebGPU Support" and "Vulkan", and restart the browser. '
+  + 'Firefox 141+ has WebGPU on Windows (elsewhere set dom.webgpu.enabled in about:config); '
+  + 'Safari 26 has it on (Safari 18: Develop > Feature Flags > WebGPU).';
+
+/** The error in plain words. */
+function explain(e) {
+  const detail = detailOf(e);
+  switch (kindOf(e)) {
+    case 'NoWebGPU':
+      return NO_WEBGPU;
+    case 'NoAdapter':
+    case 'RequestDevice':
+      return `${NO_WEBGPU} (The browser said: ${detail})`;
+    case 'Limit':
+      return `This model is too big for this GPU: ${e.what ?? 'a buffer'} needs ${mib(e.needed)}, but `
+        + `this GPU allows at most ${mib(e.allowed)} (${e.limit}). Try a smaller or more strongly `
+        + 'quantized model, or a shorter context.';
+    case 'Format':
+    case 'Unsupported':
+      return `This file is not a model emberlm can run: ${detail}. emberlm reads GGUF files of `
+        + 'Llama-family and GPT-2 models (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).';
+    case 'DeviceLost':
+      return 'The GPU stopped working for this page (the device was lost: a driver reset, or the '
+        + 'tab stayed in the background too long). The engine kept the model and re-creates the GPU '
+        + 'device on the next try; the conversation is kept. Press Retry.';
+    case 'Io':
+      return `The model could not be read or downloaded: ${detail}`;
+    case 'InvalidArgument':
+      return `A setting is not valid: ${detail}`;
+    case 'Panic':
+    case 'Worker':
+      return `The engine stopped on an internal error; reload the page to start again. (${detail})`;
+    default:
+      return detail;
+  }
+}
+
+function showError(e, { retry = false } = {}) {
+  console.error(e);
+  const box = $('error');
+  box.dataset.kind = kindOf(e);
+  $('error-text').textContent = explain(e);
+  $('retry').hidden = !retry;
+  box.hidden = false;
+}
+
+function hideError() {
+  $('error').hidden = true;
+  delete $('error').dataset.kind;
+}
 
 function row(label, value) {
   const tr = document.createElement('tr');
@@ -14,31 +112,267 @@ function row(label, value) {
   return tr;
 }
 
-async function main() {
-  await init();
-  document.getElementById('version').textContent = `v${version()}`;
-  if (!('gpu' in navigator)) {
-    throw new Error('This browser has no WebGPU. Use a recent Chrome or Edge, or Firefox/Safari with WebGPU enabled.');
-  }
-  const info = await gpuInfo();
-  const mib = (b) => `${Math.round(b / 2 ** 20)} MiB`;
-  table.tBodies[0].append(
-    row('Adapter', info.name || '(not disclosed by the browser)'),
-    row('Backend', `${info.backend} (${info.device_type})`),
-    row('Subgroups', info.subgroups ? 'used' : (info.adapter_features.includes('subgroups') ? 'offered, not used' : 'no')),
-    row('shader-f16', info.shader_f16 ? 'yes' : 'no'),
-    row('Largest storage binding', mib(info.limits.max_storage_buffer_binding_size)),
-    row('Largest buffer', mib(info.limits.max_buffer_size)),
-    row('Adapter features', info.adapter_features.join(', ') || 'none'),
+function showInfo(info) {
+  const m = info.model;
+  $('model-info').tBodies[0].replaceChildren(
+    row('Model', m.name),
+    row('Architecture', `${m.arch}, ${m.layers} layers, d ${m.hiddenSize}, ${m.heads} heads (${m.kvHeads} KV)`),
+    row('Vocabulary', String(m.vocab)),
+    row('Weights', mb(m.weightBytes)),
+    row('Context', `${info.contextLength} (trained: ${m.contextLength})`),
+    row('Chat template', info.hasChatTemplate ? 'the model\'s own' : 'none (a plain fallback)'),
   );
-  table.hidden = false;
-  status.textContent = 'WebGPU is ready.';
-  status.dataset.state = 'ready';
+  $('adapter').tBodies[0].replaceChildren(
+    row('Adapter', info.adapter || '(not disclosed by the browser)'),
+    row('Backend', `${info.backend} (${info.deviceType})`),
+    row('Subgroups', info.subgroups ? 'used' : 'no'),
+    row('shader-f16', info.shaderF16 ? 'yes' : 'no'),
+    row('Largest storage binding', mib(info.limits.maxStorageBufferBindingSize)),
+    row('Largest buffer', mib(info.limits.maxBufferSize)),
+    row('Adapter features', info.adapterFeatures.join(', ') || 'none'),
+  );
 }
 
-main().catch((err) => {
-  status.textContent = `Error: ${err.message ?? err}`;
-  status.classList.add('error');
-  status.dataset.state = 'error';
-  console.error(err);
+/** What the model picker points at: { source, cache, label }. */
+function pickedSource() {
+  const kind = document.querySelector('input[name="model-source"]:checked').value;
+  if (kind === 'file') {
+    const file = $('model-file').files[0];
+    if (!file) throw Object.assign(new Error('Io: choose a .gguf file first'), { kind: 'Io' });
+    return { source: file, cache: undefined, label: file.name };
+  }
+  const url = kind === 'url' ? $('model-url').value.trim() : DEFAULT_MODEL;
+  if (!url) throw Object.assign(new Error('Io: type the URL of a .gguf file first'), { kind: 'Io' });
+  return { source: url, cache: MODEL_CACHE, label: url.split('/').pop() };
+}
+
+async function isCached(url) {
+  try {
+    const cache = await caches.open(MODEL_CACHE);
+    return (await cache.match(new URL(url, document.baseURI).href)) !== undefined;
+  } catch {
+    return false;
+  }
+}
+
+async function load() {
+  hideError();
+  loaded = false;
+  let picked;
+  try {
+    picked = pickedSource();
+  } catch (e) {
+    showError(e);
+    setStatus('error', 'No model loaded.');
+    return;
+  }
+  const fromCache = picked.cache && await isCached(picked.source);
+  setStatus('loading', `Loading ${picked.label}…`);
+  const note = $('cache-note');
+  note.textContent = '';
+  delete note.dataset.cached;
+  const bar = $('load-progress');
+  const phase = $('load-phase');
+  const reading = typeof picked.source === 'string'
+    ? (fromCache ? 'Reading from the browser cache' : 'Downloading')
+    : 'Reading the file';
+  const onProgress = ({ phase: p, loaded: done, total }) => {
+    const fraction = total > 0 ? done / total : 0;
+    // Download, parse and upload share the bar: 80%, 5%, 15%.
+    const [start, width, label] = {
+      download: [0, 0.8, reading],
+      parse: [0.8, 0.05, 'Parsing'],
+      upload: [0.85, 0.15, 'Uploading to the GPU'],
+    }[p];
+    bar.value = start + width * fraction;
+    phase.textContent = p === 'parse'
+      ? `${label}…`
+      : `${label}: ${mb(done)}${total ? ` of ${mb(total)}` : ''}`;
+  };
+  const started = performance.now();
+  try {
+    const contextLength = Number($('context').value) || undefined;
+    const info = await client.load(picked.source, { contextLength, cache: picked.cache, onProgress });
+    bar.value = 1;
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    phase.textContent = `Loaded in ${seconds} s`;
+    if (info.loadedFromCache) {
+      note.textContent = 'Loaded from cache: the browser kept this model from an earlier visit, nothing was downloaded.';
+      note.dataset.cached = 'true';
+    } else if (info.storedInCache) {
+      note.textContent = 'Downloaded and saved in the browser cache: the next visit loads it from there.';
+      note.dataset.cached = 'false';
+    }
+    showInfo(info);
+    newChat();
+    loaded = true;
+    setStatus('ready', `Ready: ${info.model.name} on ${info.adapter || info.backend}.`);
+  } catch (e) {
+    phase.textContent = '';
+    bar.value = 0;
+    showError(e);
+    setStatus('error', 'The model did not load.');
+  }
+}
+
+function addMessage(role, text) {
+  const div = document.createElement('div');
+  div.className = `message ${role}`;
+  const who = document.createElement('span');
+  who.className = 'role';
+  who.textContent = role === 'user' ? 'You' : 'Model';
+  const content = document.createElement('div');
+  content.className = 'content';
+  content.textContent = text;
+  div.append(who, content);
+  $('messages').append(div);
+  div.scrollIntoView({ block: 'end' });
+  return div;
+}
+
+function number(id) {
+  return Number($(id).value);
+}
+
+/** The sampling settings as GenerateOptions. */
+function options() {
+  const o = {
+    temperature: number('temperature'),
+    topP: number('top-p'),
+    topK: number('top-k'),
+    maxNewTokens: number('max-tokens'),
+    minP: number('min-p'),
+    typicalP: number('typical-p'),
+    repetitionPenalty: number('repetition-penalty'),
+    presencePenalty: number('presence-penalty'),
+    frequencyPenalty: number('frequency-penalty'),
+  };
+  const seed = $('seed').value.trim();
+  if (seed !== '') o.seed = Number(seed);
+  const stop = $('stop-strings').value.split('\n').filter((s) => s.length > 0);
+  if (stop.length) o.stop = stop;
+  return o;
+}
+
+function setStat(id, text) {
+  $(id).textContent = text;
+}
+
+async function send() {
+  const text = $('prompt').value.trim();
+  if (!text || !loaded || generating) return;
+  hideError();
+  $('prompt').value = '';
+  history.push({ role: 'user', content: text });
+  const userBubble = addMessage('user', text);
+  const bubble = addMessage('assistant', '');
+  bubble.dataset.state = 'generating';
+  const content = bubble.querySelector('.content');
+  generating = true;
+  setStatus('generating', 'Generating…');
+  const system = $('system').value.trim();
+  const messages = system ? [{ role: 'system', content: system }, ...history] : [...history];
+  const sent = performance.now();
+  let first = null;
+  let count = 0;
+  setStat('ttft', '…');
+  setStat('tps', '…');
+  setStat('tokens', '0');
+  try {
+    const result = await client.generate(messages, options(), (event) => {
+      content.textContent += event.text;
+      if (event.id === null) return;
+      count += 1;
+      const now = performance.now();
+      if (first === null) {
+        first = now;
+        setStat('ttft', `${((now - sent) / 1000).toFixed(2)} s`);
+      } else {
+        setStat('tps', `${((count - 1) / ((now - first) / 1000)).toFixed(2)} tok/s`);
+      }
+      setStat('tokens', String(count));
+      bubble.scrollIntoView({ block: 'end' });
+    });
+    content.textContent = result.text;
+    bubble.dataset.finish = result.finishReason;
+    bubble.dataset.tokens = String(result.tokens.length);
+    bubble.dataset.state = 'done';
+    if (result.finishReason === 'abort') {
+      const stopped = document.createElement('span');
+      stopped.className = 'finish';
+      stopped.textContent = 'stopped';
+      bubble.append(stopped);
+    }
+    history.push({ role: 'assistant', content: result.text });
+    const s = result.stats;
+    setStat('ttft', `${(s.timeToFirstTokenMs / 1000).toFixed(2)} s`);
+    setStat('tps', s.decodeTokPerS > 0 ? `${s.decodeTokPerS.toFixed(2)} tok/s` : '–');
+    setStat('tokens', `${s.generatedTokens} (prompt ${s.promptTokens})`);
+    setStat('cached', `${s.cachedTokens} tokens`);
+    generating = false;
+    setStatus('ready', 'Ready.');
+  } catch (e) {
+    // Undo the turn and give the text back, so Retry (or Send) asks again.
+    history.pop();
+    userBubble.remove();
+    bubble.remove();
+    $('prompt').value = text;
+    generating = false;
+    const kind = kindOf(e);
+    unusable = kind === 'Panic' || kind === 'Worker';
+    showError(e, { retry: !unusable });
+    setStatus(unusable ? 'error' : 'ready', unusable ? 'The engine stopped.' : 'Ready (the last reply failed).');
+  }
+}
+
+function newChat() {
+  history = [];
+  $('messages').replaceChildren();
+  for (const id of ['ttft', 'tps', 'tokens', 'cached']) setStat(id, '–');
+}
+
+async function main() {
+  $('default-model-name').textContent = DEFAULT_MODEL.split('/').pop();
+  $('chat').addEventListener('submit', (event) => {
+    event.preventDefault();
+    send();
+  });
+  $('prompt').addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey) {
+      event.preventDefault();
+      send();
+    }
+  });
+  $('stop').addEventListener('click', () => client?.abort());
+  $('reset').addEventListener('click', async () => {
+    hideError();
+    newChat();
+    await client.reset();
+  });
+  $('retry').addEventListener('click', () => {
+    hideError();
+    send();
+  });
+  $('load').addEventListener('click', () => load());
+  $('model-file').addEventListener('change', () => {
+    document.querySelector('input[name="model-source"][value="file"]').checked = true;
+  });
+  $('model-url').addEventListener('input', () => {
+    document.querySelector('input[name="model-source"][value="url"]').checked = true;
+  });
+
+  if (!('gpu' in navigator)) {
+    unusable = true;
+    showError(Object.assign(new Error('NoWebGPU: navigator.gpu is missing'), { kind: 'NoWebGPU' }));
+    setStatus('error', 'WebGPU is not available.');
+    return;
+  }
+  client = new EngineClient();
+  client.version().then((v) => { $('version').textContent = `v${v}`; }, () => {});
+  await load();
+}
+
+main().catch((e) => {
+  showError(e);
+  setStatus('error', 'The page failed to start.');
 });

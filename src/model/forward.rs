@@ -121,6 +121,19 @@ impl Forward {
         context: usize,
         chunk: usize,
     ) -> Result<Self> {
+        Self::new_with_progress(ctx, cache, weights, context, chunk, &mut |_, _| {}).await
+    }
+
+    /// [`Forward::new`], calling `progress(uploaded, total)` (weight bytes as stored) after
+    /// each tensor is handed to the GPU queue.
+    pub async fn new_with_progress(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
         let config = weights.config.clone();
         if context == 0 || context > config.context_length {
             return Err(Error::invalid(
@@ -135,7 +148,7 @@ impl Forward {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
         Self::check_fits(ctx, weights, context, chunk)?;
-        let gpu = Self::upload(ctx, weights)?;
+        let gpu = Self::upload(ctx, weights, progress)?;
         let kv = KvCache::new(ctx, &config, context)?;
         let c = chunk as u64;
         let (d, q, kv_dim, ff, vocab) = (
@@ -251,15 +264,24 @@ impl Forward {
         Ok(())
     }
 
-    fn upload(ctx: &GpuContext, weights: &ModelWeights<'_>) -> Result<HashMap<String, GpuTensor>> {
+    fn upload(
+        ctx: &GpuContext,
+        weights: &ModelWeights<'_>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<HashMap<String, GpuTensor>> {
         let mut out = HashMap::new();
+        let total = weights.weight_bytes();
+        let mut done = 0u64;
+        progress(0, total);
         for (name, t) in &weights.tensors {
+            done += t.data.len() as u64;
             let t = if t.shape.len() == 1 && t.dtype != DType::F32 {
                 as_f32_tensor(name, t)?
             } else {
                 t.clone()
             };
             out.insert(name.clone(), GpuTensor::upload(ctx, name, &t)?);
+            progress(done, total);
         }
         Ok(out)
     }

@@ -1,0 +1,421 @@
+//! `Engine`: a loaded model behind a queue, as JavaScript uses it.
+//!
+//! The engine's state sits in an `Rc` shared by the `Engine` object and the futures of its
+//! running and queued calls. No `RefCell` borrow is held across an `.await`: a call that uses
+//! the [`Session`] takes it out of the state for the duration and puts it back, and calls wait
+//! their turn on [`Queue`], so `abort()` (and `info()`) can run while a generation awaits the
+//! GPU or while JavaScript runs inside `onToken`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use futures_channel::oneshot;
+use js_sys::{Function, Promise, Uint8Array};
+use wasm_bindgen::prelude::*;
+
+use super::source::{self, Source};
+use super::stream::TokenStream;
+use super::types::{EngineInfoJs, GenerationJs, SourceNote, TokenEventJs};
+use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
+use crate::format::ModelFiles;
+use crate::generate::{AbortHandle, GenerateOptions, Generation, Prompt, Session, TokenEvent};
+use crate::gpu::{GpuContext, GpuOptions};
+use crate::Error;
+
+/// First-come first-served turns: an async mutex for a single-threaded executor.
+#[derive(Default)]
+struct Queue {
+    busy: Cell<bool>,
+    waiting: RefCell<VecDeque<oneshot::Sender<()>>>,
+}
+
+/// Holds the turn until dropped.
+struct Turn(Rc<Queue>);
+
+impl Queue {
+    async fn turn(self: &Rc<Self>) -> Turn {
+        if self.busy.replace(true) {
+            let (tx, rx) = oneshot::channel();
+            self.waiting.borrow_mut().push_back(tx);
+            // The turn is handed over by the previous holder (`busy` stays set).
+            let _ = rx.await;
+        }
+        Turn(Rc::clone(self))
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        loop {
+            let next = self.0.waiting.borrow_mut().pop_front();
+            match next {
+                // A waiter that went away refuses the turn; try the next one.
+                Some(tx) => {
+                    if tx.send(()).is_ok() {
+                        return;
+                    }
+                }
+                None => {
+                    self.0.busy.set(false);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The engine's state, shared with the futures of its calls.
+pub(crate) struct Inner {
+    queue: Rc<Queue>,
+    /// The model's bytes, kept to rebuild the session after device loss.
+    files: Rc<ModelFiles>,
+    /// The KV cache length asked for at load.
+    context: Option<usize>,
+    /// `None` while a call uses it, and after device loss until the next call rebuilds it.
+    session: RefCell<Option<Session>>,
+    /// Stops the running call; replaced when the session is rebuilt.
+    abort: RefCell<AbortHandle>,
+    info: RefCell<EngineInfoJs>,
+    freed: Cell<bool>,
+}
+
+impl Inner {
+    /// Stops the running call, if any, between two tokens.
+    pub fn abort(&self) {
+        self.abort.borrow().abort();
+    }
+
+    /// Takes the session for one call, rebuilding it on a new device after device loss.
+    async fn take_session(&self) -> Result<Session, JsValue> {
+        if self.freed.get() {
+            return Err(js_message("Freed", "the engine was freed"));
+        }
+        if let Some(session) = self.session.borrow_mut().take() {
+            return Ok(session);
+        }
+        let gpu = GpuContext::new(GpuOptions::default())
+            .await
+            .map_err(|e| js_error(&e))?;
+        let session = Session::new(gpu, &self.files, self.context)
+            .await
+            .map_err(|e| js_error(&e))?;
+        *self.abort.borrow_mut() = session.abort_handle();
+        let info = self.info.borrow().rebuilt(&session);
+        *self.info.borrow_mut() = info;
+        Ok(session)
+    }
+
+    /// Returns the session after a call, unless its device was lost (then the next call
+    /// rebuilds it); maps the call's error for JavaScript.
+    fn give_back<T>(&self, session: Session, result: crate::Result<T>) -> Result<T, JsValue> {
+        let lost = match &result {
+            Err(e @ Error::DeviceLost { .. }) => Some(e.clone()),
+            Err(e) if session.gpu().is_lost() => {
+                Some(session.gpu().check().err().unwrap_or(e.clone()))
+            }
+            _ => None,
+        };
+        if let Some(lost) = lost {
+            return Err(js_error(&lost));
+        }
+        *self.session.borrow_mut() = Some(session);
+        result.map_err(|e| js_error(&e))
+    }
+
+    /// Runs one generation in its turn. `starting` runs when the turn comes; when it returns
+    /// false the call is dropped unrun.
+    pub async fn generate(
+        &self,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+        starting: &dyn Fn() -> bool,
+    ) -> Result<Generation, JsValue> {
+        let _turn = self.queue.turn().await;
+        if !starting() {
+            return Err(js_message(
+                "Cancelled",
+                "the call was cancelled before it started",
+            ));
+        }
+        let mut session = self.take_session().await?;
+        let result = session.generate(prompt, options, on_token).await;
+        self.give_back(session, result)
+    }
+
+    async fn reset(&self) -> Result<JsValue, JsValue> {
+        let _turn = self.queue.turn().await;
+        if let Some(session) = self.session.borrow_mut().as_mut() {
+            session.reset();
+        }
+        Ok(JsValue::UNDEFINED)
+    }
+
+    async fn destroy_device(&self) -> Result<JsValue, JsValue> {
+        let _turn = self.queue.turn().await;
+        if let Some(session) = self.session.borrow().as_ref() {
+            session.gpu().destroy_for_test();
+        }
+        Ok(JsValue::UNDEFINED)
+    }
+}
+
+/// The prompt and options of a call, parsed when the call is made.
+pub(crate) fn parse_call(
+    prompt: &JsValue,
+    options: &JsValue,
+) -> Result<(Prompt, GenerateOptions), JsValue> {
+    let prompt = Prompt::from_json(&to_json(prompt, "prompt")?).map_err(|e| js_error(&e))?;
+    let mut options =
+        GenerateOptions::from_json(&to_json(options, "options")?).map_err(|e| js_error(&e))?;
+    // A seed drawn by the engine is reported back in `result.seed`; keeping it below 2^53
+    // lets it round-trip through a JavaScript number.
+    if options.sampling.seed.is_none() && !options.sampling.is_greedy() {
+        let seed = getrandom::u64().map_err(|e| js_message("Random", &e.to_string()))?;
+        options.sampling.seed = Some(seed & ((1 << 53) - 1));
+    }
+    Ok((prompt, options))
+}
+
+/// A token event as a JS object.
+pub(crate) fn event_js(e: &TokenEvent) -> Result<JsValue, JsValue> {
+    to_js(&TokenEventJs::from(e))
+}
+
+/// A generation as a JS `GenerationResult`.
+pub(crate) fn generation_js(g: &Generation) -> Result<JsValue, JsValue> {
+    to_js(&GenerationJs::from(g))
+}
+
+/// A model loaded on the GPU, ready to generate.
+///
+/// Calls that use the model (`generate`, `stream`, `reset`) run one at a time: a call made
+/// while another runs waits its turn (first come, first served) and never interleaves with
+/// it. `abort()` stops only the running call. After a Rust panic every call rejects with
+/// "the engine must be reloaded". After GPU device loss the failing call rejects with an error
+/// whose message starts with `DeviceLost`, and the next call re-creates the device and
+/// re-uploads the model from the bytes the engine kept (the conversation's KV cache is lost;
+/// a chat call re-runs the history).
+#[wasm_bindgen]
+pub struct Engine {
+    inner: Rc<Inner>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // `free()`: a running call stops at its next token, queued calls reject; the model
+        // and its GPU buffers go when the last call finishes.
+        self.inner.freed.set(true);
+        self.inner.abort();
+    }
+}
+
+fn load_option(options: &JsValue, key: &str) -> JsValue {
+    if options.is_undefined() || options.is_null() {
+        return JsValue::UNDEFINED;
+    }
+    js_sys::Reflect::get(options, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn present(v: &JsValue) -> bool {
+    !v.is_undefined() && !v.is_null()
+}
+
+impl Engine {
+    /// `Engine.load` as a Rust future (what the exported `load` runs; also used by tests).
+    pub async fn open(source: JsValue, options: JsValue) -> Result<Engine, JsValue> {
+        install_panic_hook();
+        let context = load_option(&options, "contextLength");
+        let context = if present(&context) {
+            let n = context.as_f64().filter(|n| n.fract() == 0.0 && *n >= 1.0);
+            Some(n.ok_or_else(|| {
+                js_error(&Error::invalid(
+                    "contextLength",
+                    format!("must be a whole number >= 1, got {context:?}"),
+                ))
+            })? as usize)
+        } else {
+            None
+        };
+        let on_progress = load_option(&options, "onProgress");
+        let on_progress: Option<Function> = if present(&on_progress) {
+            Some(
+                on_progress
+                    .dyn_into()
+                    .map_err(|_| js_error(&Error::invalid("onProgress", "must be a function")))?,
+            )
+        } else {
+            None
+        };
+        let string_option = |key: &'static str| -> Result<Option<String>, JsValue> {
+            let v = load_option(&options, key);
+            if !present(&v) {
+                return Ok(None);
+            }
+            v.as_string()
+                .map(Some)
+                .ok_or_else(|| js_error(&Error::invalid(key, "must be a string")))
+        };
+        let cache = string_option("cache")?;
+        let name = string_option("name")?;
+        let source = Source::from_js(&source).map_err(|e| js_error(&e))?;
+        let report = |phase: &str, loaded: u64, total: u64| {
+            if let Some(f) = &on_progress {
+                let event = js_sys::Object::new();
+                super::set(&event, "phase", &JsValue::from_str(phase));
+                super::set(&event, "loaded", &JsValue::from_f64(loaded as f64));
+                super::set(&event, "total", &JsValue::from_f64(total as f64));
+                // A throwing progress callback does not stop the load.
+                let _ = f.call1(&JsValue::UNDEFINED, &event);
+            }
+        };
+
+        // The device first: without WebGPU there is no point downloading the model.
+        let gpu = GpuContext::new(GpuOptions::default())
+            .await
+            .map_err(|e| js_error(&e))?;
+        let fetched = source
+            .read(name, cache.as_deref(), &mut |l, t| report("download", l, t))
+            .await
+            .map_err(|e| js_error(&e))?;
+        let copy = fetched
+            .store
+            .as_ref()
+            .map(|_| Uint8Array::from(&fetched.bytes[..]));
+        report("parse", 0, 1);
+        let files =
+            ModelFiles::from_bytes(fetched.bytes, &fetched.name).map_err(|e| js_error(&e))?;
+        let weight_bytes = files.weights().map_err(|e| js_error(&e))?.weight_bytes();
+        report("parse", 1, 1);
+        let mut stored = false;
+        if let (Some((cache, url)), Some(copy)) = (&fetched.store, &copy) {
+            stored = source::store(cache, url, copy).await;
+        }
+        drop(copy);
+        let session =
+            Session::new_with_progress(gpu, &files, context, &mut |l, t| report("upload", l, t))
+                .await
+                .map_err(|e| js_error(&e))?;
+        let note = SourceNote {
+            loaded_from_cache: fetched.from_cache,
+            stored_in_cache: stored,
+        };
+        let info = EngineInfoJs::new(&session, &fetched.name, weight_bytes, note);
+        Ok(Engine {
+            inner: Rc::new(Inner {
+                queue: Rc::default(),
+                files: Rc::new(files),
+                context,
+                abort: RefCell::new(session.abort_handle()),
+                session: RefCell::new(Some(session)),
+                info: RefCell::new(info),
+                freed: Cell::new(false),
+            }),
+        })
+    }
+}
+
+#[wasm_bindgen]
+impl Engine {
+    /// Loads a GGUF model: fetches, reads or takes its bytes, parses it and uploads it to the
+    /// GPU. Rejects with an Error whose message starts with the failure's kind: `NoAdapter`
+    /// (no WebGPU), `Limit` (the model exceeds this GPU's limits; `needed`/`allowed` give the
+    /// numbers), `Format`/`Unsupported` (a malformed or unsupported file), `Io` (download).
+    #[wasm_bindgen(unchecked_return_type = "Promise<Engine>")]
+    pub fn load(
+        #[wasm_bindgen(unchecked_param_type = "ModelSource")] source: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "LoadOptions")] options: JsValue,
+    ) -> Promise {
+        spawn_promise(async move { Engine::open(source, options).await.map(JsValue::from) })
+    }
+
+    /// The adapter, its limits, the model and the context length.
+    #[wasm_bindgen(unchecked_return_type = "EngineInfo")]
+    pub fn info(&self) -> Result<JsValue, JsValue> {
+        check_alive()?;
+        to_js(&*self.inner.info.borrow())
+    }
+
+    /// Generates from `prompt`; `onToken` sees every token as it is produced (and a last
+    /// event with `id: null` for text held back at the end). A call made while another runs
+    /// waits its turn; calls never interleave. Rejects when an option is invalid (the message
+    /// names it), when `onToken` throws (the generation stops), on device loss (message
+    /// starting with `DeviceLost`; retry) and after a panic.
+    #[wasm_bindgen(unchecked_return_type = "Promise<GenerationResult>")]
+    pub fn generate(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Prompt")] prompt: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
+        #[wasm_bindgen(
+            js_name = onToken,
+            unchecked_optional_param_type = "(event: TokenEvent) => void"
+        )]
+        on_token: JsValue,
+    ) -> Promise {
+        let parsed = parse_call(&prompt, &options);
+        let on_token: Result<Option<Function>, JsValue> = if present(&on_token) {
+            on_token
+                .dyn_into()
+                .map(Some)
+                .map_err(|_| js_error(&Error::invalid("onToken", "must be a function")))
+        } else {
+            Ok(None)
+        };
+        let inner = Rc::clone(&self.inner);
+        spawn_promise(async move {
+            let (prompt, options) = parsed?;
+            let on_token = on_token?;
+            let mut failure: Option<JsValue> = None;
+            let mut emit = |e: &TokenEvent| {
+                let Some(f) = &on_token else { return };
+                if failure.is_some() {
+                    return;
+                }
+                if let Err(err) = event_js(e).and_then(|v| f.call1(&JsValue::UNDEFINED, &v)) {
+                    failure = Some(err);
+                    inner.abort();
+                }
+            };
+            let g = inner
+                .generate(&prompt, &options, &mut emit, &|| true)
+                .await?;
+            match failure {
+                Some(err) => Err(err),
+                None => generation_js(&g),
+            }
+        })
+    }
+
+    /// Generates from `prompt` as an async iterator of token events, whose return value is the
+    /// GenerationResult; leaving the loop early aborts the generation. Queued like `generate`.
+    #[wasm_bindgen(unchecked_return_type = "TokenStream")]
+    pub fn stream(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Prompt")] prompt: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
+    ) -> JsValue {
+        TokenStream::start(Rc::clone(&self.inner), parse_call(&prompt, &options))
+    }
+
+    /// Stops the running call between two tokens; it resolves with `finishReason: "abort"`.
+    pub fn abort(&self) {
+        self.inner.abort();
+    }
+
+    /// Forgets the conversation (in its turn, after calls already queued): the next call starts
+    /// from an empty KV cache.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn reset(&self) -> Promise {
+        let inner = Rc::clone(&self.inner);
+        spawn_promise(async move { inner.reset().await })
+    }
+
+    /// Destroys the GPU device (in its turn) as a driver reset would, to test device-loss
+    /// handling: the next call rejects with `DeviceLost`, the one after it works again.
+    #[wasm_bindgen(js_name = destroyDeviceForTest, unchecked_return_type = "Promise<void>")]
+    pub fn destroy_device_for_test(&self) -> Promise {
+        let inner = Rc::clone(&self.inner);
+        spawn_promise(async move { inner.destroy_device().await })
+    }
+}

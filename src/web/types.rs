@@ -1,0 +1,455 @@
+//! The shapes JavaScript sees: TypeScript declarations for the generated `.d.ts`, and the
+//! camelCase mirrors of the engine's results that are serialized to JS objects.
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use crate::generate::{Generation, Sequence, Session, Stats, TokenEvent};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+/** One turn of a conversation. */
+export interface ChatMessage {
+  /** `system`, `user`, `assistant` (other roles go to the chat template unchanged). */
+  role: string;
+  content: string;
+}
+
+/**
+ * What to generate from: plain text, a conversation (the model's chat template is applied and
+ * the assistant's turn opened), or token ids used as they are.
+ */
+export type Prompt = string | ChatMessage[] | number[];
+
+/** A GGUF model: a URL (fetched, with download progress), its bytes, or a File/Blob. */
+export type ModelSource = string | URL | Uint8Array | ArrayBuffer | ArrayBufferView | Blob;
+
+/** Load progress. `download` also covers reading a File or the Cache API. */
+export interface LoadProgress {
+  phase: 'download' | 'parse' | 'upload';
+  /** Bytes (download, upload) or steps (parse) done. */
+  loaded: number;
+  /** Bytes or steps in all; 0 when unknown (a download without Content-Length). */
+  total: number;
+}
+
+/** Options of `Engine.load`. */
+export interface LoadOptions {
+  /** KV cache length in positions (default: the model's context, at most 4096). */
+  contextLength?: number;
+  /** Called as the model downloads, parses and uploads to the GPU; exceptions are ignored. */
+  onProgress?: (progress: LoadProgress) => void;
+  /**
+   * For URL sources: the Cache API cache to keep the file in (e.g. `'emberlm-models-v1'`),
+   * keyed by URL. A later load of the same URL reads it from there instead of the network.
+   */
+  cache?: string;
+  /** A name for messages when the source is raw bytes (default `model.gguf`). */
+  name?: string;
+}
+
+/**
+ * Generation options. snake_case names (`max_new_tokens`, ...) are accepted too. An unknown or
+ * out-of-range option rejects the call with an Error whose message names it.
+ */
+export interface GenerateOptions {
+  /** Most tokens to generate (default 256). */
+  maxNewTokens?: number;
+  /** Softmax temperature, >= 0; 0 is greedy (default 1). */
+  temperature?: number;
+  /** Keep the k most likely tokens; 0 is off (default 0). */
+  topK?: number;
+  /** Nucleus sampling mass in (0, 1]; 1 is off (default 1). */
+  topP?: number;
+  /** Keep tokens at least this fraction of the best one's probability, [0, 1] (default 0). */
+  minP?: number;
+  /** Locally typical sampling mass in (0, 1]; 1 is off (default 1). */
+  typicalP?: number;
+  /** Hugging Face repetition penalty, > 0; 1 is off (default 1). */
+  repetitionPenalty?: number;
+  /** OpenAI presence penalty in [-2, 2] (default 0). */
+  presencePenalty?: number;
+  /** OpenAI frequency penalty in [-2, 2] (default 0). */
+  frequencyPenalty?: number;
+  /** How many recent tokens the penalties look at; 0 is all (default 0). */
+  penaltyLastN?: number;
+  /** Added to the logits of the given token ids, each in [-100, 100]. */
+  logitBias?: Record<number, number>;
+  /** Random seed (a whole number below 2^53); drawn at random when absent. */
+  seed?: number;
+  /** Stop strings (at most 16); the text ends before the first match. */
+  stop?: string[];
+  /** Token ids that end generation, besides the model's end-of-sequence tokens. */
+  stopTokenIds?: number[];
+  /** Beam search width, 1..=16; 1 is no beam search (default 1). */
+  numBeams?: number;
+  /** Beam search length penalty exponent (default 1). */
+  lengthPenalty?: number;
+  /** Beam search stops once numBeams candidates are finished (default false). */
+  earlyStopping?: boolean;
+  /** Sequences to return, 1..=64; with beam search at most numBeams (default 1). */
+  numReturnSequences?: number;
+  /** Recognise special tokens (`<|im_start|>`, ...) written in a text prompt (default false). */
+  special?: boolean;
+  /** Reject a prompt longer than the context instead of cutting it from the left. */
+  strict?: boolean;
+  /** Tokens at the start that context sliding never drops (default: the BOS token). */
+  nKeep?: number;
+}
+
+/** One streamed piece of output. */
+export interface TokenEvent {
+  /** Text this event adds (may be empty while an incomplete character is held back). */
+  text: string;
+  /** The token id; null on the final event that releases held-back text. */
+  id: number | null;
+  /** The token's log-probability under the model; null with `id`. */
+  logprob: number | null;
+  /** Index of the sequence (with numReturnSequences > 1 or beam search). */
+  sequence: number;
+  /** Index of the prompt (always 0). */
+  prompt: number;
+}
+
+/** `stop`: end of sequence or a stop string; `length`: maxNewTokens; `abort`: abort(). */
+export type FinishReason = 'stop' | 'length' | 'abort';
+
+/** One generated sequence. */
+export interface SequenceResult {
+  text: string;
+  tokens: number[];
+  finishReason: FinishReason;
+  /** Sum of the tokens' log-probabilities. */
+  logprob: number;
+}
+
+/** Timings and counts of one call. */
+export interface GenerationStats {
+  /** Prompt tokens (after the chat template and any cut). */
+  promptTokens: number;
+  /** Prompt tokens whose KV state was reused from the previous call. */
+  cachedTokens: number;
+  generatedTokens: number;
+  prefillMs: number;
+  decodeMs: number;
+  timeToFirstTokenMs: number;
+  /** Decode steps per second (0 when there were none). */
+  decodeTokPerS: number;
+}
+
+/** The result of `generate` (and the return value of `stream`'s iterator). */
+export interface GenerationResult {
+  /** The first sequence's text, tokens and finish reason. */
+  text: string;
+  tokens: number[];
+  finishReason: FinishReason;
+  /** Every sequence, best first for beam search. */
+  sequences: SequenceResult[];
+  /** The seed used (repeat the run with it); null for greedy and beam search. */
+  seed: number | null;
+  /** Things to know: a prompt cut to fit the context, a context slide. */
+  warnings: string[];
+  stats: GenerationStats;
+  /** The prompt as token ids. */
+  promptTokenIds: number[];
+}
+
+/** What `gpuInfo()` reports about the adapter (snake_case, as the native CLI prints it). */
+export interface AdapterReport {
+  name: string;
+  vendor: number;
+  device: number;
+  backend: string;
+  device_type: string;
+  driver: string;
+  driver_info: string;
+  adapter_features: string[];
+  device_features: string[];
+  subgroups: boolean;
+  shader_f16: boolean;
+  subgroup_min_size: number;
+  subgroup_max_size: number;
+  limits: {
+    max_storage_buffer_binding_size: number;
+    max_buffer_size: number;
+    max_storage_buffers_per_shader_stage: number;
+    max_compute_workgroup_storage_size: number;
+    max_compute_invocations_per_workgroup: number;
+    max_compute_workgroups_per_dimension: number;
+  };
+}
+
+/** The model as loaded. */
+export interface ModelInfo {
+  /** The file name. */
+  name: string;
+  arch: 'llama' | 'gpt2';
+  layers: number;
+  vocab: number;
+  hiddenSize: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  ffnSize: number;
+  /** The context the model was trained for. */
+  contextLength: number;
+  /** Weight bytes on the GPU. */
+  weightBytes: number;
+  bosId: number | null;
+  eosIds: number[];
+}
+
+/** What `engine.info()` reports. */
+export interface EngineInfo {
+  /** The adapter's name as the browser reports it. */
+  adapter: string;
+  backend: string;
+  deviceType: string;
+  /** Features requested on the device. */
+  features: string[];
+  /** Every feature the adapter offers. */
+  adapterFeatures: string[];
+  subgroups: boolean;
+  shaderF16: boolean;
+  limits: {
+    maxStorageBufferBindingSize: number;
+    maxBufferSize: number;
+    maxStorageBuffersPerShaderStage: number;
+    maxComputeWorkgroupStorageSize: number;
+    maxComputeInvocationsPerWorkgroup: number;
+    maxComputeWorkgroupsPerDimension: number;
+  };
+  model: ModelInfo;
+  /** KV cache length in positions. */
+  contextLength: number;
+  /** Whether the model brought its own chat template (otherwise a plain fallback is used). */
+  hasChatTemplate: boolean;
+  /** The file came from the Cache API, not the network. */
+  loadedFromCache: boolean;
+  /** The file was stored in the Cache API by this load. */
+  storedInCache: boolean;
+}
+
+/**
+ * The token events of one generation as an async iterator; the iterator's return value
+ * (`done: true`) is the GenerationResult. Leaving a `for await` loop early aborts the
+ * generation.
+ */
+export interface TokenStream extends AsyncIterator<TokenEvent, GenerationResult, undefined> {
+  [Symbol.asyncIterator](): TokenStream;
+}
+"#;
+
+/// A token event as JavaScript sees it.
+#[derive(Serialize)]
+pub(crate) struct TokenEventJs<'a> {
+    text: &'a str,
+    id: Option<u32>,
+    logprob: Option<f32>,
+    sequence: usize,
+    prompt: usize,
+}
+
+impl<'a> From<&'a TokenEvent> for TokenEventJs<'a> {
+    fn from(e: &'a TokenEvent) -> Self {
+        Self {
+            text: &e.text,
+            id: e.id,
+            logprob: e.logprob,
+            sequence: e.sequence,
+            prompt: e.prompt,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SequenceJs<'a> {
+    text: &'a str,
+    tokens: &'a [u32],
+    finish_reason: &'static str,
+    logprob: f64,
+}
+
+impl<'a> From<&'a Sequence> for SequenceJs<'a> {
+    fn from(s: &'a Sequence) -> Self {
+        Self {
+            text: &s.text,
+            tokens: &s.tokens,
+            finish_reason: s.finish_reason.as_str(),
+            logprob: s.logprob,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatsJs {
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    generated_tokens: usize,
+    prefill_ms: f64,
+    decode_ms: f64,
+    time_to_first_token_ms: f64,
+    decode_tok_per_s: f64,
+}
+
+impl From<&Stats> for StatsJs {
+    fn from(s: &Stats) -> Self {
+        Self {
+            prompt_tokens: s.prompt_tokens,
+            cached_tokens: s.cached_tokens,
+            generated_tokens: s.generated_tokens,
+            prefill_ms: s.prefill_ms,
+            decode_ms: s.decode_ms,
+            time_to_first_token_ms: s.time_to_first_token_ms,
+            decode_tok_per_s: s.decode_tok_per_s,
+        }
+    }
+}
+
+/// A generation as JavaScript sees it (`GenerationResult`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GenerationJs<'a> {
+    text: &'a str,
+    tokens: &'a [u32],
+    finish_reason: &'static str,
+    sequences: Vec<SequenceJs<'a>>,
+    seed: Option<u64>,
+    warnings: &'a [String],
+    stats: StatsJs,
+    prompt_token_ids: &'a [u32],
+}
+
+impl<'a> From<&'a Generation> for GenerationJs<'a> {
+    fn from(g: &'a Generation) -> Self {
+        let first = g.sequences.first();
+        Self {
+            text: first.map_or("", |s| s.text.as_str()),
+            tokens: first.map_or(&[], |s| s.tokens.as_slice()),
+            finish_reason: first.map_or("abort", |s| s.finish_reason.as_str()),
+            sequences: g.sequences.iter().map(SequenceJs::from).collect(),
+            seed: g.seed,
+            warnings: &g.warnings,
+            stats: StatsJs::from(&g.stats),
+            prompt_token_ids: &g.prompt_tokens,
+        }
+    }
+}
+
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LimitsJs {
+    max_storage_buffer_binding_size: u64,
+    max_buffer_size: u64,
+    max_storage_buffers_per_shader_stage: u32,
+    max_compute_workgroup_storage_size: u32,
+    max_compute_invocations_per_workgroup: u32,
+    max_compute_workgroups_per_dimension: u32,
+}
+
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ModelInfoJs {
+    name: String,
+    arch: &'static str,
+    layers: usize,
+    vocab: usize,
+    hidden_size: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    ffn_size: usize,
+    context_length: usize,
+    weight_bytes: u64,
+    bos_id: Option<u32>,
+    eos_ids: Vec<u32>,
+}
+
+/// Where the model file came from, for [`EngineInfoJs`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SourceNote {
+    /// Read from the Cache API.
+    pub loaded_from_cache: bool,
+    /// Stored in the Cache API by this load.
+    pub stored_in_cache: bool,
+}
+
+/// What `engine.info()` returns (`EngineInfo`).
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct EngineInfoJs {
+    adapter: String,
+    backend: String,
+    device_type: String,
+    features: Vec<String>,
+    adapter_features: Vec<String>,
+    subgroups: bool,
+    shader_f16: bool,
+    limits: LimitsJs,
+    model: ModelInfoJs,
+    context_length: usize,
+    has_chat_template: bool,
+    loaded_from_cache: bool,
+    stored_in_cache: bool,
+}
+
+impl EngineInfoJs {
+    /// Describes a loaded session; `name` is the model file's name, `weight_bytes` its weights.
+    pub fn new(session: &Session, name: &str, weight_bytes: u64, source: SourceNote) -> Self {
+        let r = session.gpu().report();
+        let c = session.config();
+        Self {
+            adapter: r.name.clone(),
+            backend: r.backend.clone(),
+            device_type: r.device_type.clone(),
+            features: r.device_features.clone(),
+            adapter_features: r.adapter_features.clone(),
+            subgroups: r.subgroups,
+            shader_f16: r.shader_f16,
+            limits: LimitsJs {
+                max_storage_buffer_binding_size: r.limits.max_storage_buffer_binding_size,
+                max_buffer_size: r.limits.max_buffer_size,
+                max_storage_buffers_per_shader_stage: r.limits.max_storage_buffers_per_shader_stage,
+                max_compute_workgroup_storage_size: r.limits.max_compute_workgroup_storage_size,
+                max_compute_invocations_per_workgroup: r
+                    .limits
+                    .max_compute_invocations_per_workgroup,
+                max_compute_workgroups_per_dimension: r.limits.max_compute_workgroups_per_dimension,
+            },
+            model: ModelInfoJs {
+                name: name.to_string(),
+                arch: c.arch.name(),
+                layers: c.n_layers,
+                vocab: c.vocab_size,
+                hidden_size: c.hidden_size,
+                heads: c.n_heads,
+                kv_heads: c.n_kv_heads,
+                head_dim: c.head_dim,
+                ffn_size: c.ffn_size,
+                context_length: c.context_length,
+                weight_bytes,
+                bos_id: c.bos_id,
+                eos_ids: c.eos_ids.clone(),
+            },
+            context_length: session.context(),
+            has_chat_template: session.has_chat_template(),
+            loaded_from_cache: source.loaded_from_cache,
+            stored_in_cache: source.stored_in_cache,
+        }
+    }
+
+    /// The same description for a session rebuilt on a new device.
+    pub fn rebuilt(&self, session: &Session) -> Self {
+        Self::new(
+            session,
+            &self.model.name,
+            self.model.weight_bytes,
+            SourceNote {
+                loaded_from_cache: self.loaded_from_cache,
+                stored_in_cache: self.stored_in_cache,
+            },
+        )
+    }
+}

@@ -1,0 +1,62 @@
+//! Greedy generation through the native `Session` against `fixtures/golden/generate.json`, the
+//! CLI's own output (`tools/generate_golden.mjs` writes it). `tests/web_engine.rs` checks the
+//! same file through the JavaScript `Engine` in the browser, so both sides must agree.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::path::PathBuf;
+
+use emberlm::format::ModelFiles;
+use emberlm::generate::{GenerateOptions, Prompt, Session};
+use emberlm::sampling::SamplingParams;
+use emberlm::GpuOptions;
+use serde_json::Value;
+
+#[test]
+fn greedy_generation_matches_the_goldens() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("tests/fixtures/golden/generate.json")).unwrap();
+    let golden: Value = serde_json::from_str(&text).unwrap();
+    let max_new_tokens = golden["max_new_tokens"].as_u64().unwrap() as usize;
+    let cases = golden["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+            return;
+        };
+        let model = case["model"].as_str().unwrap();
+        let files = ModelFiles::open(&root.join("tests/fixtures").join(model)).unwrap();
+        let mut session = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
+        let prompt = Prompt::from_json(&case["prompt"].to_string()).unwrap();
+        let options = GenerateOptions {
+            sampling: SamplingParams {
+                max_new_tokens,
+                ..SamplingParams::greedy()
+            },
+            ..GenerateOptions::default()
+        };
+        let mut pieces = String::new();
+        let g = pollster::block_on(
+            session.generate(&prompt, &options, &mut |e| pieces.push_str(&e.text)),
+        )
+        .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let s = &g.sequences[0];
+        eprintln!("{model} {}: {:?}", case["prompt"], s.text);
+        assert_eq!(
+            serde_json::to_value(&g.prompt_tokens).unwrap(),
+            case["prompt_tokens"],
+            "{model}"
+        );
+        assert_eq!(
+            serde_json::to_value(&s.tokens).unwrap(),
+            case["tokens"],
+            "{model} {}",
+            case["prompt"]
+        );
+        assert_eq!(s.text, case["text"].as_str().unwrap(), "{model}");
+        assert_eq!(s.finish_reason.as_str(), case["finish_reason"], "{model}");
+        assert_eq!(pieces, s.text, "{model}: the events add up to the text");
+    }
+}

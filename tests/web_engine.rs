@@ -1,0 +1,444 @@
+//! Browser tests of the JavaScript `Engine` (wasm-bindgen-test in headless Chromium on
+//! WebGPU): greedy generation against the goldens the native CLI wrote
+//! (`fixtures/golden/generate.json`, also checked natively by `tests/generate_golden.rs`),
+//! option validation, abort, streaming, the call queue, device loss, and a URL load through the
+//! Cache API (SmolLM2 from the model server `./build.sh test` starts).
+
+#![cfg(target_arch = "wasm32")]
+
+mod common;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use common::browser_log as log;
+use emberlm::web::Engine;
+use js_sys::{Function, Promise, Reflect, Uint8Array};
+use serde_json::{json, Value};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+const GOLDEN: &str = include_str!("fixtures/golden/generate.json");
+const SMOLLM2_URL: Option<&str> = option_env!("EMBERLM_TEST_MODEL_URL");
+
+fn fixture(name: &str) -> &'static [u8] {
+    match name {
+        "tiny-llama-q4_1.gguf" => include_bytes!("fixtures/tiny-llama-q4_1.gguf"),
+        "tiny-gpt2-f32.gguf" => include_bytes!("fixtures/tiny-gpt2-f32.gguf"),
+        "tiny-llama-spm-f32.gguf" => include_bytes!("fixtures/tiny-llama-spm-f32.gguf"),
+        other => panic!("no fixture {other} compiled into the browser test"),
+    }
+}
+
+fn js(value: &Value) -> JsValue {
+    js_sys::JSON::parse(&value.to_string()).unwrap()
+}
+
+fn rust(value: &JsValue) -> Value {
+    let text = js_sys::JSON::stringify(value).unwrap().as_string().unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn message(error: &JsValue) -> String {
+    error
+        .dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .unwrap_or_else(|| format!("{error:?}"))
+}
+
+async fn load(name: &str) -> Rc<Engine> {
+    let bytes = Uint8Array::from(fixture(name));
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"name".into(), &name.into()).unwrap();
+    let engine = Engine::open(bytes.into(), options.into())
+        .await
+        .unwrap_or_else(|e| panic!("loading {name}: {}", message(&e)));
+    Rc::new(engine)
+}
+
+/// Collects token events in a JS callback.
+struct Events {
+    seen: Rc<RefCell<Vec<Value>>>,
+    callback: Closure<dyn FnMut(JsValue)>,
+}
+
+impl Events {
+    fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    /// Also runs `each(count so far)` after every event.
+    fn with(mut each: impl FnMut(usize) + 'static) -> Self {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let sink = Rc::clone(&seen);
+        let callback = Closure::new(move |e: JsValue| {
+            sink.borrow_mut().push(rust(&e));
+            let n = sink.borrow().len();
+            each(n);
+        });
+        Self { seen, callback }
+    }
+
+    fn function(&self) -> JsValue {
+        self.callback.as_ref().clone()
+    }
+
+    fn text(&self) -> String {
+        self.seen
+            .borrow()
+            .iter()
+            .map(|e| e["text"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+async fn generate(
+    engine: &Engine,
+    prompt: &Value,
+    options: Value,
+    events: &Events,
+) -> Result<Value, String> {
+    let promise = engine.generate(js(prompt), js(&options), events.function());
+    JsFuture::from(promise)
+        .await
+        .map(|v| rust(&v))
+        .map_err(|e| message(&e))
+}
+
+fn golden_options() -> Value {
+    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
+    json!({ "temperature": 0, "maxNewTokens": golden["max_new_tokens"] })
+}
+
+#[wasm_bindgen_test]
+async fn greedy_generation_matches_the_native_goldens() {
+    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
+    let cases = golden["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let model = case["model"].as_str().unwrap();
+        let engine = load(model).await;
+        let events = Events::new();
+        let result = generate(&engine, &case["prompt"], golden_options(), &events)
+            .await
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        log(&format!(
+            "{model} {}: {:?} ({})",
+            case["prompt"], result["text"], result["finishReason"]
+        ));
+        assert_eq!(
+            result["tokens"], case["tokens"],
+            "{model} {}",
+            case["prompt"]
+        );
+        assert_eq!(result["text"], case["text"], "{model}");
+        assert_eq!(result["finishReason"], case["finish_reason"], "{model}");
+        assert_eq!(result["promptTokenIds"], case["prompt_tokens"], "{model}");
+        assert_eq!(
+            Value::String(events.text()),
+            result["text"],
+            "events add up to the text"
+        );
+        let stats = &result["stats"];
+        assert_eq!(
+            stats["generatedTokens"],
+            json!(case["tokens"].as_array().unwrap().len())
+        );
+        assert!(
+            stats["timeToFirstTokenMs"].as_f64().unwrap() > 0.0,
+            "{stats}"
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+async fn load_reports_progress_and_info() {
+    let phases = Rc::new(RefCell::new(Vec::<Value>::new()));
+    let sink = Rc::clone(&phases);
+    let on_progress =
+        Closure::<dyn FnMut(JsValue)>::new(move |p: JsValue| sink.borrow_mut().push(rust(&p)));
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"onProgress".into(), on_progress.as_ref()).unwrap();
+    Reflect::set(&options, &"contextLength".into(), &64.into()).unwrap();
+    let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
+    let engine = Engine::open(bytes.into(), options.into())
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)));
+    let phases = phases.borrow();
+    for phase in ["download", "parse", "upload"] {
+        let last = phases
+            .iter()
+            .rev()
+            .find(|p| p["phase"] == phase)
+            .unwrap_or_else(|| panic!("no {phase} progress in {phases:?}"));
+        assert_eq!(last["loaded"], last["total"], "{phase} ends complete");
+    }
+    let info = rust(&engine.info().unwrap());
+    log(&format!("info: {info}"));
+    assert_eq!(info["backend"], "webgpu");
+    assert_eq!(info["contextLength"], 64);
+    assert_eq!(info["model"]["arch"], "llama");
+    assert_eq!(info["model"]["layers"], 2);
+    assert_eq!(info["model"]["vocab"], 512);
+    assert_eq!(info["model"]["kvHeads"], 2);
+    assert_eq!(info["model"]["contextLength"], 128);
+    assert_eq!(info["hasChatTemplate"], false);
+}
+
+#[wasm_bindgen_test]
+async fn bad_files_and_bad_options_are_rejected_with_their_names() {
+    let bad = Uint8Array::from(&b"GGUF\x03\0\0\0 not really a model"[..]);
+    let err = Engine::open(bad.into(), JsValue::UNDEFINED)
+        .await
+        .err()
+        .expect("a malformed file is rejected");
+    assert!(message(&err).starts_with("Format: "), "{}", message(&err));
+    let err = Engine::open(JsValue::from_f64(3.0), JsValue::UNDEFINED)
+        .await
+        .err()
+        .expect("a number is no source");
+    assert!(message(&err).contains("source"), "{}", message(&err));
+
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let prompt = json!("The software is provided");
+    for (options, names) in [
+        (json!({ "topP": 1.5 }), ["topP", "top_p"]),
+        (json!({ "top_p": 0 }), ["topP", "top_p"]),
+        (json!({ "temperature": -1 }), ["temperature", "temperature"]),
+        (
+            json!({ "maxNewTokens": "many" }),
+            ["maxNewTokens", "max_new_tokens"],
+        ),
+        (json!({ "special": "yes" }), ["special", "special"]),
+        (
+            json!({ "logitBias": { "9999": 1 } }),
+            ["logitBias", "logit_bias"],
+        ),
+        (json!({ "bogus": 1 }), ["bogus", "bogus"]),
+    ] {
+        let err = generate(&engine, &prompt, options.clone(), &Events::new())
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{options} was accepted"));
+        log(&format!("{options}: {err}"));
+        assert!(names.iter().any(|n| err.contains(n)), "{options}: {err}");
+    }
+    let err = generate(
+        &engine,
+        &json!({ "not": "a prompt" }),
+        json!({}),
+        &Events::new(),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(err.contains("prompt"), "{err}");
+    // The engine is still fine.
+    generate(
+        &engine,
+        &prompt,
+        json!({ "temperature": 0, "maxNewTokens": 2 }),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn abort_from_on_token_stops_after_the_current_token() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let handle = Rc::clone(&engine);
+    let events = Events::with(move |n| {
+        if n == 3 {
+            handle.abort();
+        }
+    });
+    let options = json!({ "temperature": 0, "maxNewTokens": 64 });
+    let result = generate(
+        &engine,
+        &json!("The software is provided"),
+        options,
+        &events,
+    )
+    .await
+    .unwrap();
+    log(&format!("aborted: {:?}", result["tokens"]));
+    assert_eq!(result["finishReason"], "abort");
+    assert!(result["tokens"].as_array().unwrap().len() <= 4, "{result}");
+    // The next call is not aborted.
+    let next = generate(
+        &engine,
+        &json!("The software is provided"),
+        json!({ "temperature": 0, "maxNewTokens": 5 }),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next["finishReason"], "length");
+}
+
+/// Pulls every event out of a `TokenStream` iterator; returns them and the final result.
+async fn drain(stream: &JsValue) -> (Vec<Value>, Value) {
+    let next: Function = Reflect::get(stream, &"next".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    let iter_fn: Function = Reflect::get(stream, &js_sys::Symbol::async_iterator())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    assert!(
+        iter_fn.call0(stream).unwrap() == *stream,
+        "[Symbol.asyncIterator]() returns the stream"
+    );
+    let mut events = Vec::new();
+    loop {
+        let step: Promise = next.call0(stream).unwrap().dyn_into().unwrap();
+        let step = JsFuture::from(step)
+            .await
+            .unwrap_or_else(|e| panic!("{}", message(&e)));
+        let value = Reflect::get(&step, &"value".into()).unwrap();
+        if Reflect::get(&step, &"done".into())
+            .unwrap()
+            .as_bool()
+            .unwrap()
+        {
+            return (events, rust(&value));
+        }
+        events.push(rust(&value));
+    }
+}
+
+#[wasm_bindgen_test]
+async fn streaming_events_and_the_iterator_agree_with_the_result() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let prompt = json!([{ "role": "user", "content": "Permission is hereby granted" }]);
+    let options = json!({ "temperature": 0, "maxNewTokens": 12, "stop": ["zzzz"] });
+    let events = Events::new();
+    let result = generate(&engine, &prompt, options.clone(), &events)
+        .await
+        .unwrap();
+    assert_eq!(Value::String(events.text()), result["text"]);
+    let ids: Vec<Value> = events
+        .seen
+        .borrow()
+        .iter()
+        .map(|e| e["id"].clone())
+        .filter(|id| !id.is_null())
+        .collect();
+    assert_eq!(Value::Array(ids), result["tokens"]);
+
+    JsFuture::from(engine.reset()).await.unwrap();
+    let stream = engine.stream(js(&prompt), js(&options));
+    let (streamed, returned) = drain(&stream).await;
+    assert_eq!(
+        streamed,
+        *events.seen.borrow(),
+        "the iterator yields the same events"
+    );
+    assert_eq!(returned["tokens"], result["tokens"]);
+    assert_eq!(returned["text"], result["text"]);
+
+    // A bad option rejects the first next().
+    let stream = engine.stream(js(&prompt), js(&json!({ "topK": -1 })));
+    let next: Function = Reflect::get(&stream, &"next".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    let step: Promise = next.call0(&stream).unwrap().dyn_into().unwrap();
+    let err = JsFuture::from(step).await.expect_err("topK -1 is rejected");
+    assert!(message(&err).contains("top_k"), "{}", message(&err));
+}
+
+#[wasm_bindgen_test]
+async fn concurrent_calls_wait_their_turn() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let order = Rc::new(RefCell::new(Vec::<char>::new()));
+    let (a, b) = (Rc::clone(&order), Rc::clone(&order));
+    let first = Closure::<dyn FnMut(JsValue)>::new(move |_| a.borrow_mut().push('a'));
+    let second = Closure::<dyn FnMut(JsValue)>::new(move |_| b.borrow_mut().push('b'));
+    let options = js(&json!({ "temperature": 0, "maxNewTokens": 6 }));
+    let p1 = engine.generate(
+        "The software is provided".into(),
+        options.clone(),
+        first.as_ref().clone(),
+    );
+    let p2 = engine.generate(
+        "you may not use this file except".into(),
+        options,
+        second.as_ref().clone(),
+    );
+    let (r1, r2) = (
+        JsFuture::from(p1).await.unwrap(),
+        JsFuture::from(p2).await.unwrap(),
+    );
+    let order: String = order.borrow().iter().collect();
+    log(&format!("event order: {order}"));
+    assert!(
+        order.starts_with('a') && order.trim_start_matches('a').chars().all(|c| c == 'b'),
+        "{order}"
+    );
+    assert_eq!(rust(&r1)["finishReason"], "length");
+    assert_eq!(rust(&r2)["finishReason"], "length");
+}
+
+#[wasm_bindgen_test]
+async fn device_loss_rejects_one_call_then_the_engine_recovers() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
+    let case = golden["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["model"] == "tiny-llama-q4_1.gguf")
+        .unwrap()
+        .clone();
+    JsFuture::from(engine.destroy_device_for_test())
+        .await
+        .unwrap();
+    let err = generate(&engine, &case["prompt"], golden_options(), &Events::new())
+        .await
+        .expect_err("the call after device loss fails");
+    log(&format!("after destroy: {err}"));
+    assert!(err.starts_with("DeviceLost"), "{err}");
+    let result = generate(&engine, &case["prompt"], golden_options(), &Events::new())
+        .await
+        .unwrap_or_else(|e| panic!("the engine did not recover: {e}"));
+    assert_eq!(result["tokens"], case["tokens"]);
+}
+
+#[wasm_bindgen_test]
+async fn a_url_load_is_cached() {
+    let Some(url) = SMOLLM2_URL else {
+        log("SKIPPED a_url_load_is_cached: EMBERLM_TEST_MODEL_URL was not set at compile time");
+        return;
+    };
+    let cache_name = "emberlm-test-cache";
+    let caches: web_sys::CacheStorage = Reflect::get(&js_sys::global(), &"caches".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    JsFuture::from(caches.delete(cache_name)).await.unwrap();
+    let options = js(&json!({ "cache": cache_name, "contextLength": 64 }));
+    for (round, cached) in [(1, false), (2, true)] {
+        let t = js_sys::Date::now();
+        let engine = Engine::open(url.into(), options.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{}", message(&e)));
+        let info = rust(&engine.info().unwrap());
+        log(&format!(
+            "load {round} of {url}: {:.1} s, loadedFromCache {}, storedInCache {}",
+            (js_sys::Date::now() - t) / 1000.0,
+            info["loadedFromCache"],
+            info["storedInCache"]
+        ));
+        assert_eq!(info["loadedFromCache"], cached);
+        assert_eq!(info["storedInCache"], !cached);
+        assert_eq!(info["model"]["layers"], 30);
+        assert_eq!(info["hasChatTemplate"], true);
+    }
+    JsFuture::from(caches.delete(cache_name)).await.unwrap();
+}

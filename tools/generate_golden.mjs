@@ -1,0 +1,45 @@
+// Writes tests/fixtures/golden/generate.json: greedy continuations of a few prompts on the tiny
+// fixtures, as the native CLI produces them. tests/generate_golden.rs (native Session) and
+// tests/web_engine.rs (the JavaScript Engine in the browser) both check against this file.
+//
+//   cargo build --bin emberlm && node tools/generate_golden.mjs
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+
+const MAX_NEW_TOKENS = 16;
+const CASES = [
+  { model: 'tiny-llama-q4_1.gguf', prompt: 'The software is provided' },
+  { model: 'tiny-gpt2-f32.gguf', prompt: 'Permission is hereby granted, free of charge, to any person' },
+  { model: 'tiny-llama-spm-f32.gguf', prompt: 'The software is provided' },
+  { model: 'tiny-llama-q4_1.gguf', prompt: [{ role: 'user', content: 'Permission is hereby granted' }] },
+];
+
+const cases = CASES.map(({ model, prompt }) => {
+  const chat = Array.isArray(prompt);
+  const text = chat ? prompt[0].content : prompt;
+  const args = [
+    'generate', '--model', `tests/fixtures/${model}`, '--prompt', text,
+    '--temperature', '0', '--max-new-tokens', String(MAX_NEW_TOKENS), '--json',
+    ...(chat ? ['--chat'] : []),
+  ];
+  const out = JSON.parse(execFileSync('target/debug/emberlm', args, { encoding: 'utf8' }));
+  const [seq] = out.sequences;
+  console.log(`${model} ${JSON.stringify(prompt)}: ${JSON.stringify(seq.text)} (${seq.finish_reason})`);
+  return {
+    model,
+    prompt,
+    prompt_tokens: out.prompt_tokens,
+    tokens: seq.tokens,
+    text: seq.text,
+    finish_reason: seq.finish_reason,
+  };
+});
+
+const golden = {
+  about: 'Greedy continuations by `emberlm generate --model tests/fixtures/MODEL --prompt TEXT '
+    + `--temperature 0 --max-new-tokens ${MAX_NEW_TOKENS} --json` + '` (with --chat for a one-message '
+    + 'conversation); written by tools/generate_golden.mjs',
+  max_new_tokens: MAX_NEW_TOKENS,
+  cases,
+};
+writeFileSync('tests/fixtures/golden/generate.json', `${JSON.stringify(golden, null, 2)}\n`);

@@ -1,0 +1,157 @@
+// EngineClient: the wasm Engine's API, run in a dedicated Worker (www/worker.js) so the page
+// never blocks. Every method returns a promise (info() too, since it crosses to the worker);
+// calls that use the model run one at a time in the order made, as with Engine itself.
+
+/** Rebuilds an Error from the plain object the worker sent, keeping `kind` and the limit fields. */
+function toError(plain) {
+  const e = new Error(plain.message);
+  for (const [key, value] of Object.entries(plain)) {
+    if (key !== 'message') e[key] = value;
+  }
+  return e;
+}
+
+export class EngineClient {
+  /** Starts the worker (`worker.js` next to this file unless given). */
+  constructor(workerUrl = new URL('./worker.js', import.meta.url)) {
+    this.worker = new Worker(workerUrl, { type: 'module' });
+    this.calls = new Map();
+    this.nextId = 1;
+    this.worker.onmessage = ({ data }) => this.#receive(data);
+    this.worker.onerror = (event) => {
+      // A failure outside any call (the worker script did not load, a wasm trap): settle
+      // everything so nothing waits forever.
+      const error = new Error(`Worker: ${event.message || 'the engine worker failed'}`);
+      error.kind = 'Worker';
+      for (const call of this.calls.values()) call.reject(error);
+      this.calls.clear();
+    };
+  }
+
+  #receive({ id, progress, token, result, error }) {
+    const call = this.calls.get(id);
+    if (!call) return;
+    if (progress) call.onProgress?.(progress);
+    else if (token) call.onToken?.(token);
+    else {
+      this.calls.delete(id);
+      if (error) call.reject(toError(error));
+      else call.resolve(result);
+    }
+  }
+
+  #call(op, args = {}, handlers = {}, transfer = []) {
+    const id = this.nextId++;
+    return {
+      id,
+      promise: new Promise((resolve, reject) => {
+        this.calls.set(id, { resolve, reject, ...handlers });
+        this.worker.postMessage({ id, op, ...args }, transfer);
+      }),
+    };
+  }
+
+  /**
+   * Loads a GGUF model: a URL (resolved against this page), a File/Blob, or bytes (an
+   * ArrayBuffer is transferred to the worker). Options as Engine.load: { contextLength,
+   * onProgress, cache, name }. Resolves to engine.info().
+   */
+  load(source, { onProgress, ...options } = {}) {
+    let transfer = [];
+    if (typeof source === 'string' || source instanceof URL) {
+      source = new URL(source, document.baseURI).href;
+    } else if (source instanceof ArrayBuffer) {
+      transfer = [source];
+    }
+    return this.#call('load', { source, options }, { onProgress }, transfer).promise;
+  }
+
+  /** Generates; `onToken(event)` sees every token. Resolves to the GenerationResult. */
+  generate(prompt, options = {}, onToken = undefined) {
+    return this.#call('generate', { prompt, options }, { onToken }).promise;
+  }
+
+  /**
+   * The token events as an async iterator whose return value is the GenerationResult; leaving a
+   * `for await` loop early aborts the generation.
+   */
+  stream(prompt, options = {}) {
+    const queue = [];
+    const waiting = [];
+    let end = null; // { result } or { error } once the call settled
+    const deliver = (step) => (waiting.length ? waiting.shift().resolve(step) : queue.push(step));
+    const { id, promise } = this.#call('stream', { prompt, options }, {
+      onToken: (token) => deliver({ value: token, done: false }),
+    });
+    promise.then(
+      (result) => {
+        end = { result };
+        while (waiting.length) waiting.shift().resolve({ value: result, done: true });
+      },
+      (error) => {
+        end = { error };
+        while (waiting.length) waiting.shift().reject(error);
+      },
+    );
+    let finished = false;
+    const client = this;
+    return {
+      next() {
+        if (queue.length) return Promise.resolve(queue.shift());
+        if (finished) return Promise.resolve({ value: undefined, done: true });
+        if (end) {
+          finished = true;
+          return end.error ? Promise.reject(end.error) : Promise.resolve({ value: end.result, done: true });
+        }
+        return new Promise((resolve, reject) => waiting.push({ resolve, reject }));
+      },
+      async return(value) {
+        finished = true;
+        queue.length = 0;
+        if (!end) await client.#call('cancel', { target: id }).promise;
+        return { value, done: true };
+      },
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+    };
+  }
+
+  /** Stops the running generation between two tokens (finishReason "abort"). */
+  abort() {
+    return this.#call('abort').promise;
+  }
+
+  /** Forgets the conversation: the next call starts from an empty KV cache. */
+  reset() {
+    return this.#call('reset').promise;
+  }
+
+  /** The adapter, its limits, the model and the context length (EngineInfo). */
+  info() {
+    return this.#call('info').promise;
+  }
+
+  /** Frees the model (GPU buffers and bytes); the worker stays for another load. */
+  free() {
+    return this.#call('free').promise;
+  }
+
+  /** Destroys the GPU device as a driver reset would (for tests). */
+  destroyDeviceForTest() {
+    return this.#call('destroyDeviceForTest').promise;
+  }
+
+  /** The emberlm version. */
+  version() {
+    return this.#call('version').promise;
+  }
+
+  /** Stops the worker; pending calls reject. */
+  terminate() {
+    this.worker.terminate();
+    const error = Object.assign(new Error('Worker: the engine was terminated'), { kind: 'Worker' });
+    for (const call of this.calls.values()) call.reject(error);
+    this.calls.clear();
+  }
+}

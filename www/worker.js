@@ -1,0 +1,92 @@
+// The engine in a dedicated module Worker, so that loading and generation never block the page.
+// www/client.js (EngineClient) is the other end of this protocol:
+//   page -> worker: { id, op, ...args }     op: load | generate | stream | cancel | abort |
+//                                               reset | info | free | destroyDeviceForTest |
+//                                               version
+//   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
+import init, { Engine, version } from './pkg/emberlm.js';
+
+const ready = init();
+/** @type {Engine | null} */
+let engine = null;
+/** Running streams by call id, so that `cancel` can end them early. */
+const streams = new Map();
+
+// Errors do not keep their extra fields through postMessage: copy them into a plain object.
+function plainError(e) {
+  const out = { message: String(e?.message ?? e), name: e?.name ?? 'Error' };
+  for (const key of ['kind', 'option', 'what', 'limit', 'needed', 'allowed']) {
+    if (e && e[key] !== undefined) out[key] = e[key];
+  }
+  return out;
+}
+
+function requireEngine() {
+  if (!engine) throw Object.assign(new Error('NoModel: load a model first'), { kind: 'NoModel' });
+  return engine;
+}
+
+const ops = {
+  async load(id, { source, options = {} }) {
+    if (engine) {
+      engine.free();
+      engine = null;
+    }
+    engine = await Engine.load(source, {
+      ...options,
+      onProgress: (progress) => postMessage({ id, progress }),
+    });
+    return engine.info();
+  },
+  async generate(id, { prompt, options }) {
+    return requireEngine().generate(prompt, options, (token) => postMessage({ id, token }));
+  },
+  async stream(id, { prompt, options }) {
+    const it = requireEngine().stream(prompt, options);
+    streams.set(id, it);
+    try {
+      for (;;) {
+        const step = await it.next();
+        if (step.done) return step.value;
+        postMessage({ id, token: step.value });
+      }
+    } finally {
+      streams.delete(id);
+    }
+  },
+  async cancel(id, { target }) {
+    await streams.get(target)?.return();
+  },
+  async abort() {
+    engine?.abort();
+  },
+  async reset() {
+    await requireEngine().reset();
+  },
+  async info() {
+    return requireEngine().info();
+  },
+  async free() {
+    engine?.free();
+    engine = null;
+  },
+  async destroyDeviceForTest() {
+    await requireEngine().destroyDeviceForTest();
+  },
+  async version() {
+    return version();
+  },
+};
+
+self.onmessage = async ({ data }) => {
+  const { id, op } = data;
+  try {
+    await ready;
+    const run = ops[op];
+    if (!run) throw new Error(`unknown operation ${op}`);
+    const result = await run(id, data);
+    postMessage({ id, result });
+  } catch (e) {
+    postMessage({ id, error: plainError(e) });
+  }
+};
