@@ -224,10 +224,58 @@ cmd_test() {
   log "all tests passed"
 }
 
+BENCH_CACHE=.cache/bench
+WLLAMA_VERSION=3.8.1
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+
+# wllama (llama.cpp compiled to wasm) from npm, into a git-ignored folder served next to www/.
+setup_bench_wllama() {
+  local dir=$BENCH_CACHE/wllama
+  if [ -f "$dir/node_modules/@wllama/wllama/package.json" ] &&
+    grep -q "\"version\": \"$WLLAMA_VERSION\"" "$dir/node_modules/@wllama/wllama/package.json"; then
+    return 0
+  fi
+  log "installing @wllama/wllama@$WLLAMA_VERSION into $dir"
+  mkdir -p "$dir"
+  [ -f "$dir/package.json" ] || echo '{"private": true}' >"$dir/package.json"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+    "@wllama/wllama@$WLLAMA_VERSION"
+}
+
+# llama.cpp through llama-cpp-python, built from source for the CPU once into a private venv.
+setup_bench_llama_cpp() {
+  local venv=$BENCH_CACHE/venv
+  if "$venv/bin/python" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_PYTHON_VERSION')" 2>/dev/null; then
+    return 0
+  fi
+  log "building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION from source (CPU only; ~10+ minutes on 2 cores)"
+  mkdir -p "$BENCH_CACHE"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" \
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+    nice "$venv/bin/python" -m pip install --no-binary llama-cpp-python --no-cache-dir \
+    "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+}
+
 cmd_bench() {
   cmd_setup
-  log "the benchmark harness is not written yet; this prints the adapter it will measure"
-  cargo run --release --bin emberlm -- adapter
+  local model="$MODEL_DIR/$MODEL_FILE" args=() quick=
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --model) model=$2; args+=(--model "$2"); shift 2 ;;
+      --quick) quick=1; args+=(--quick); shift ;;
+      *) args+=("$1"); shift ;;
+    esac
+  done
+  [ -f "$model" ] || die "model not found: $model"
+  # A peer that cannot be installed is reported by the bench, which goes on without it.
+  setup_bench_llama_cpp || log "llama.cpp (llama-cpp-python) could not be installed; its figures will be missing"
+  log "native bench"
+  cargo build --release --bin emberlm
+  target/release/emberlm bench "${args[@]}" \
+    --llama-cpp-python "$BENCH_CACHE/venv/bin/python"
+  # The browser half (emberlm and wllama in headless Chromium) is not written yet.
+  log "browser bench: not available yet (native figures only)"
 }
 
 usage() {
@@ -238,7 +286,8 @@ usage: ./build.sh <command>
   build         build the release wasm module into www/pkg/
   serve [PORT]  setup + build + serve www/ on http://127.0.0.1:PORT (default 8080)
   test          setup + fmt + clippy + native tests (GPU on Vulkan) + browser tests (WebGPU)
-  bench         setup + benchmarks
+  bench [--model PATH] [--quick]
+                setup + native and browser benchmarks, side by side with llama.cpp and wllama
 EOF
 }
 
@@ -247,7 +296,7 @@ case "${1:-}" in
   build) cmd_build ;;
   serve) shift; cmd_serve "$@" ;;
   test) cmd_test ;;
-  bench) cmd_bench ;;
+  bench) shift; cmd_bench "$@" ;;
   -h | --help | help) usage ;;
   *) usage; exit 2 ;;
 esac

@@ -392,6 +392,11 @@ impl Session {
         &self.ctx
     }
 
+    /// The model on the GPU (graph, KV cache, memory).
+    pub fn forward(&self) -> &Forward {
+        &self.forward
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
         self.forward.config()

@@ -167,8 +167,53 @@ fn logits_match_the_golden_top5_in_prefill_and_decode() {
         "--tokens",
         "1,99999",
     ]);
-    assert_eq!(code, 1);
+    assert_eq!(
+        code, 2,
+        "a token id outside the vocabulary is a usage error"
+    );
     assert!(err.contains("outside the vocabulary"), "{err}");
+}
+
+#[test]
+fn subcommands_share_flags_and_help() {
+    for sub in [
+        "generate",
+        "chat",
+        "batch",
+        "perplexity",
+        "adapter",
+        "tokenize",
+        "logits",
+        "info",
+    ] {
+        let (code, out, err) = emberlm(&[sub, "--help"]);
+        assert_eq!(code, 0, "{sub}: {err}");
+        assert!(out.contains("Usage: emberlm"), "{sub}: {out}");
+        if sub != "adapter" {
+            assert!(out.contains("--model"), "{sub}: {out}");
+        }
+        if !matches!(sub, "adapter" | "tokenize") {
+            assert!(out.contains("--ctx"), "{sub}: {out}");
+        }
+    }
+    // `info --ctx`, and `--context` as its alias.
+    let model = "tests/fixtures/tiny-llama-q4_1.gguf";
+    for flag in ["--ctx", "--context"] {
+        let (code, out, err) = emberlm(&["info", "--model", model, flag, "64", "--json"]);
+        assert_eq!(code, 0, "{flag}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["memory"]["context"], 64, "{flag}");
+    }
+    let (code, _, err) = emberlm(&["info", "--model", model, "--ctx", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--ctx"), "{err}");
+    // `--json` is accepted where JSON is the only output.
+    let (code, out, err) = emberlm(&["tokenize", "--model", model, "--prompt", "MIT", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&out).is_ok(),
+        "{out}"
+    );
 }
 
 #[test]

@@ -349,10 +349,7 @@ async fn streaming_events_and_the_iterator_agree_with_the_result() {
         .dyn_into()
         .unwrap();
     let step: Promise = next.call0(&stream).unwrap().dyn_into().unwrap();
-    let err = JsFuture::from(step)
-        .await
-        .err()
-        .expect("topK -1 is rejected");
+    let err = JsFuture::from(step).await.expect_err("topK -1 is rejected");
     assert!(message(&err).contains("top_k"), "{}", message(&err));
 }
 

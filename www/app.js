@@ -314,7 +314,7 @@ async function send() {
     history.push({ role: 'assistant', content: result.text });
     const s = result.stats;
     setStat('ttft', `${(s.timeToFirstTokenMs / 1000).toFixed(2)} s`);
-    setStat('tps', `${s.decodeTokPerS.toFixed(2)} tok/s`);
+    setStat('tps', s.decodeTokPerS > 0 ? `${s.decodeTokPerS.toFixed(2)} tok/s` : '–');
     setStat('tokens', `${s.generatedTokens} (prompt ${s.promptTokens})`);
     setStat('cached', `${s.cachedTokens} tokens`);
     generating = false;

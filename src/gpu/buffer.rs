@@ -39,6 +39,8 @@ impl GpuContext {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         self.check_storage_size(label, bytes.len() as u64)?;
         let contents: &[u8] = if bytes.is_empty() { &[0; 4] } else { bytes };
+        self.counter_cells()
+            .buffer_created(contents.len().div_ceil(4) as u64 * 4);
         Ok(self
             .device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -52,6 +54,7 @@ impl GpuContext {
     pub fn storage_zeroed(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
         let size = bytes.max(4).div_ceil(4) * 4;
         self.check_storage_size(label, size)?;
+        self.counter_cells().buffer_created(size);
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
@@ -62,6 +65,8 @@ impl GpuContext {
 
     /// A uniform buffer holding one `value` (kernel parameters).
     pub fn uniform_from<T: Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
+        self.counter_cells()
+            .buffer_created(std::mem::size_of::<T>() as u64);
         self.device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -79,6 +84,8 @@ impl GpuContext {
         let mut encoder = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        self.counter_cells().compute_pass();
+        self.counter_cells().submit(1);
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(label),
@@ -126,21 +133,25 @@ impl GpuContext {
             return Ok(Vec::new());
         }
         let staging = self.staging_buffer("emberlm readback", bytes);
+        let _alive = super::AliveBuffers::new(self.counter_cells(), [staging.size()]);
         let mut encoder = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("emberlm readback"),
             });
         encoder.copy_buffer_to_buffer(src, 0, &staging, 0, bytes);
+        self.counter_cells().submit(1);
         let submission = self.queue.submit([encoder.finish()]);
         self.read_staging(&staging, bytes, submission).await
     }
 
     /// A buffer the GPU copies results into and the CPU maps (MAP_READ | COPY_DST).
     pub fn staging_buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        let size = bytes.max(4).div_ceil(4) * 4;
+        self.counter_cells().buffer_created(size);
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: bytes.max(4).div_ceil(4) * 4,
+            size,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
@@ -163,6 +174,7 @@ impl GpuContext {
             });
         }
         let _ = &submission;
+        self.counter_cells().readback(bytes);
         let (tx, rx) = futures_channel::oneshot::channel();
         staging
             .slice(..bytes)

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 
+use super::counters::CounterCells;
 use crate::error::{Error, Result};
 
 /// What the caller may ask of [`GpuContext::new`].
@@ -124,6 +125,7 @@ pub struct GpuContext {
     limits: wgpu::Limits,
     health: Arc<Mutex<Health>>,
     options: GpuOptions,
+    counters: Arc<CounterCells>,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -293,6 +295,7 @@ impl GpuContext {
             limits,
             health,
             options,
+            counters: Arc::default(),
         })
     }
 
@@ -309,6 +312,11 @@ impl GpuContext {
     /// The options the context was created with.
     pub fn options(&self) -> &GpuOptions {
         &self.options
+    }
+
+    /// The live engine counters, for the structures that count into them.
+    pub(crate) fn counter_cells(&self) -> &Arc<CounterCells> {
+        &self.counters
     }
 
     /// Whether kernels may use subgroup operations.

@@ -43,6 +43,8 @@ pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
 /// Linear layers with weights in their stored type (decode and prefill).
 pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
+/// Buffer copy (bandwidth measurement).
+pub const COPY: ShaderFile = shader_file!("copy.wgsl");
 /// Dequantizing embedding lookups.
 pub const EMBED: ShaderFile = shader_file!("embed.wgsl");
 
@@ -272,6 +274,7 @@ impl KernelCache {
         if let Some(err) = scope.pop().await {
             return Err(shader_error(err.to_string()));
         }
+        ctx.counter_cells().pipeline();
         let pipeline = Arc::new(pipeline);
         self.pipelines
             .lock()
@@ -339,7 +342,7 @@ mod tests {
 
     #[test]
     fn every_shipped_shader_preprocesses_both_ways() {
-        for file in [MATVEC, NORM, ROPE, ATTENTION, ELEMENTWISE] {
+        for file in [MATVEC, NORM, ROPE, ATTENTION, ELEMENTWISE, COPY] {
             for d in [
                 Defines::new().value("WG_SIZE", "256u"),
                 Defines::new()

@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 
+use super::counters::AliveBuffers;
 use super::device::GpuContext;
 
 /// Per layer, a K and a V buffer of `[context, kv_dim]` f32. Positions advance as tokens are
@@ -16,6 +17,7 @@ pub struct KvCache {
     context: usize,
     kv_dim: usize,
     pos: usize,
+    _alive: AliveBuffers,
 }
 
 impl KvCache {
@@ -36,7 +38,12 @@ impl KvCache {
             k.push(ctx.storage_zeroed(&format!("k cache {layer}"), bytes)?);
             v.push(ctx.storage_zeroed(&format!("v cache {layer}"), bytes)?);
         }
+        let alive = AliveBuffers::new(
+            ctx.counter_cells(),
+            k.iter().chain(&v).map(wgpu::Buffer::size),
+        );
         Ok(Self {
+            _alive: alive,
             k,
             v,
             context,
@@ -122,6 +129,7 @@ impl KvCache {
                 rows as u64 * row,
             );
         }
+        ctx.counter_cells().submit(1);
         ctx.queue.submit([encoder.finish()]);
         Ok(())
     }

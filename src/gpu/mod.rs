@@ -4,17 +4,19 @@
 #[cfg(target_arch = "wasm32")]
 mod browser;
 pub mod buffer;
+pub mod counters;
 pub mod device;
 pub mod kernels;
 pub mod kv_cache;
 pub mod ops;
 pub mod tensor;
 
+pub use counters::{AliveBuffers, Counters, CountersPer};
 pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;
 pub use ops::{
     Add, Attention, Gelu, Grid, Heads, KernelBinding, LayerNorm, MatVecF32, Qkv, QkvForm,
-    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, MAX_HEAD_DIM,
+    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
 };
 pub use tensor::GpuTensor;

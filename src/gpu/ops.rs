@@ -4,6 +4,7 @@
 //! family has its own file beside it.
 
 pub mod attention;
+pub mod copy;
 pub mod elementwise;
 pub mod embed;
 pub mod linear;
@@ -12,6 +13,7 @@ pub mod norm;
 pub mod rope;
 
 pub use attention::Attention;
+pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::{Add, Gelu, SwiGlu};
 pub use embed::{EmbedSource, Embedding};
 pub use linear::{Linear, LinearBinding, LinearKernel};
@@ -23,6 +25,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::counters::{AliveBuffers, CounterCells};
 use super::device::GpuContext;
 use super::kernels::{Defines, KernelCache, ShaderFile};
 use crate::error::{Error, Result};
@@ -166,6 +169,8 @@ impl StepParams {
 
     /// A uniform buffer for step parameters that [`Self::write`] can update every step.
     pub fn create_buffer(ctx: &GpuContext, label: &str) -> wgpu::Buffer {
+        ctx.counter_cells()
+            .buffer_created(std::mem::size_of::<Self>() as u64);
         ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: std::mem::size_of::<Self>() as u64,
@@ -323,6 +328,20 @@ pub struct KernelBinding {
     bind_group: wgpu::BindGroup,
     grid: Grid,
     _params: wgpu::Buffer,
+    weights: WeightRead,
+    counters: Arc<CounterCells>,
+    _alive: AliveBuffers,
+}
+
+/// Model weights a dispatch binds, for the `weight_bytes_bound` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightRead {
+    /// None (activations, the KV cache).
+    None,
+    /// A whole tensor of this many bytes (linear layers).
+    Whole(u64),
+    /// This many bytes per token of the step (embedding rows).
+    PerToken(u64),
 }
 
 impl KernelBinding {
@@ -360,6 +379,7 @@ impl KernelBinding {
                     resource: b.as_entire_binding(),
                 }),
         );
+        ctx.counter_cells().bind_group();
         let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),
             layout: &pipeline.get_bind_group_layout(0),
@@ -369,14 +389,28 @@ impl KernelBinding {
             pipeline: Arc::clone(pipeline),
             bind_group,
             grid,
+            _alive: AliveBuffers::new(ctx.counter_cells(), [params_buffer.size()]),
             _params: params_buffer,
+            weights: WeightRead::None,
+            counters: Arc::clone(ctx.counter_cells()),
         }
+    }
+
+    /// Declares the model weights this binding reads (counted per dispatch).
+    pub fn with_weights(mut self, weights: WeightRead) -> Self {
+        self.weights = weights;
+        self
     }
 
     /// Records the dispatch into `pass` for a step of `n_tokens` tokens (ignored by fixed
     /// grids).
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
         let (x, y, z) = self.grid.size(n_tokens);
+        self.counters.dispatch(match self.weights {
+            WeightRead::None => 0,
+            WeightRead::Whole(bytes) => bytes,
+            WeightRead::PerToken(bytes) => bytes * u64::from(n_tokens.max(1)),
+        });
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(x, y, z);

@@ -14,7 +14,7 @@ use crate::gpu::ops::{
     RmsNorm, RopeKvWrite, SwiGlu,
 };
 use crate::gpu::{
-    GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams,
+    AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams,
 };
 use crate::model::config::{Architecture, ModelConfig, NormKind};
 use crate::model::weights::{dequantize, encode_float, DType};
@@ -73,6 +73,27 @@ pub struct Forward {
     act: Activations,
     staging: wgpu::Buffer,
     nodes: Vec<Node>,
+    memory: MemoryReport,
+    _alive: AliveBuffers,
+}
+
+/// GPU memory a [`Forward`] allocated at load, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryReport {
+    /// Model weights as uploaded (stored type; 1-D tensors as f32).
+    pub weights: u64,
+    /// The KV cache (`2 · layers · context · kv_dim · 4`).
+    pub kv_cache: u64,
+    /// Activations for one chunk, the step uniform, the readback staging buffer and the
+    /// kernels' parameter uniforms.
+    pub activations: u64,
+}
+
+impl MemoryReport {
+    /// Everything.
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.activations
+    }
 }
 
 fn f32_bytes(bytes: u64) -> u64 {
@@ -153,7 +174,37 @@ impl Forward {
         };
         let step = StepParams::create_buffer(ctx, "step params");
         let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab));
+        let weight_bytes: u64 = gpu.values().map(|t| t.buffer.size()).sum();
+        let act_buffers = [
+            &act.ids,
+            &act.x,
+            &act.xn,
+            &act.q,
+            &act.k,
+            &act.v,
+            &act.attn,
+            &act.gate,
+            &act.up,
+            &act.hidden,
+            &act.logits,
+            &step,
+            &staging,
+        ];
+        let activation_bytes: u64 = act_buffers.iter().map(|b| b.size()).sum();
+        let alive = AliveBuffers::new(
+            ctx.counter_cells(),
+            gpu.values()
+                .map(|t| t.buffer.size())
+                .chain(act_buffers.iter().map(|b| b.size())),
+        );
+        let memory = MemoryReport {
+            weights: weight_bytes,
+            kv_cache: kv.bytes(),
+            activations: activation_bytes,
+        };
         let mut forward = Self {
+            memory,
+            _alive: alive,
             config,
             chunk,
             _weights: HashMap::new(),
@@ -163,7 +214,10 @@ impl Forward {
             staging,
             nodes: Vec::new(),
         };
+        let before = ctx.counters();
         forward.nodes = forward.build(ctx, cache, &gpu).await?;
+        // The kernels' parameter uniforms are part of the activations' footprint.
+        forward.memory.activations += ctx.counters().since(&before).buffer_bytes_created;
         forward._weights = gpu;
         Ok(forward)
     }
@@ -492,6 +546,21 @@ impl Forward {
         }))
     }
 
+    /// Dispatches one step records: the graph's node count.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// GPU memory allocated at load.
+    pub fn memory(&self) -> MemoryReport {
+        self.memory
+    }
+
+    /// Tokens per prefill step.
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
         &self.config
@@ -618,6 +687,7 @@ impl Forward {
                 label: Some("forward step"),
                 timestamp_writes: None,
             });
+            ctx.counter_cells().compute_pass();
             for node in &self.nodes {
                 node.record(&mut pass, n as u32);
             }
@@ -628,6 +698,8 @@ impl Forward {
             let from = (n - rows) as u64 * row_bytes;
             encoder.copy_buffer_to_buffer(&self.act.logits, from, &self.staging, 0, bytes);
         }
+        ctx.counter_cells().submit(1);
+        ctx.counter_cells().forward_step(n as u64);
         let submission = ctx.queue.submit([encoder.finish()]);
         self.kv.set_pos(pos0 + n)?;
         if rows == 0 {

@@ -1,10 +1,18 @@
-// The demo page, built by `./build.sh build`, opened in headless Chromium with WebGPU:
-// the wasm module must load and report a real WebGPU adapter, with no console errors.
+// The chat page, built by `./build.sh build`, in headless Chromium with WebGPU (SwiftShader on
+// machines without a GPU, where SmolLM2 runs at seconds per token: the replies are kept short).
+// Timeouts are generous because a shared CI machine can be several times slower than an idle
+// one; on an idle 2-core machine the whole test takes about two minutes.
+// One browser, in order: the default model loads and is stored in the Cache API; a greedy reply
+// streams in and equals the native CLI's; Stop ends a longer reply with finish "abort"; after a
+// reload the model comes from the cache, with no download. A screenshot goes to
+// target/e2e/chat.png.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { chromium } from 'playwright-core';
 import { startServer } from '../../tools/serve.mjs';
 
@@ -19,30 +27,129 @@ export const CHROMIUM_ARGS = [
   '--disable-quic',
   '--disable-dev-shm-usage',
 ];
+const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+const PROMPT = 'What is the capital of France?';
+const MAX_TOKENS = 8;
+const CLI = 'target/debug/emberlm';
 
-test('demo page loads the wasm module and shows the WebGPU adapter', async (t) => {
+/** The native CLI's greedy reply to PROMPT as a one-message chat (no system message). */
+async function nativeReply() {
+  const xdg = mkdtempSync(join(tmpdir(), 'emberlm-xdg-'));
+  const { stdout } = await promisify(execFile)(CLI, [
+    'generate', '--model', `models/${MODEL}`, '--chat', '--prompt', PROMPT,
+    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json',
+  ], { env: { ...process.env, XDG_RUNTIME_DIR: xdg }, maxBuffer: 1 << 20 });
+  return JSON.parse(stdout).sequences[0];
+}
+
+/** www/models/ holds the default model, as `./build.sh serve` arranges. */
+function linkModel() {
+  assert.ok(existsSync(`models/${MODEL}`), `models/${MODEL} is missing: run ./build.sh setup`);
+  mkdirSync('www/models', { recursive: true });
+  if (!existsSync(`www/models/${MODEL}`)) symlinkSync(`../../models/${MODEL}`, `www/models/${MODEL}`);
+}
+
+const seconds = (since) => ((performance.now() - since) / 1000).toFixed(1);
+
+test('chat page: load, greedy reply equal to the CLI, stop, reload from the cache', async (t) => {
+  assert.ok(existsSync('www/pkg/emberlm.js'), 'www/pkg is missing: run ./build.sh build');
+  assert.ok(existsSync(CLI), `${CLI} is missing: run cargo build --bin emberlm`);
+  linkModel();
+  const expected = nativeReply();
+  expected.catch(() => {}); // awaited below; keeps an early failure from going unhandled
+
   const { server, url } = await startServer('www');
   t.after(() => server.close());
+  // Counted at the server: the worker's fetches are what matter.
+  const modelRequests = [];
+  server.on('request', (req) => { if (req.url.endsWith('.gguf')) modelRequests.push(req.url); });
   const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'emberlm-e2e-')), {
     executablePath: CHROMIUM,
     headless: true,
     args: CHROMIUM_ARGS,
+    viewport: { width: 1200, height: 900 },
   });
   t.after(() => browser.close());
   const page = await browser.newPage();
   const problems = [];
   page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
   page.on('pageerror', (e) => problems.push(String(e)));
+  const status = () => page.textContent('#status');
+  const waitState = async (state, timeout) => {
+    await page.waitForSelector(`#status[data-state="${state}"]`, { timeout });
+  };
+  const waitLoaded = async () => {
+    await page.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
+    const state = await page.getAttribute('#status', 'data-state');
+    assert.equal(state, 'ready', `${await status()} ${await page.textContent('#error-text')}`);
+  };
 
+  let since = performance.now();
   await page.goto(url);
-  await page.waitForSelector('#status[data-state]', { timeout: 120_000 });
-  const state = await page.getAttribute('#status', 'data-state');
-  const status = await page.textContent('#status');
-  assert.equal(state, 'ready', `page status: ${status}`);
+  await waitLoaded();
+  console.log(`loaded from the network in ${seconds(since)} s: ${await status()}`);
+  assert.equal(await page.getAttribute('#cache-note', 'data-cached'), 'false', 'stored in the cache');
+  assert.ok(modelRequests.length > 0, 'the first load downloads the model');
   const rows = Object.fromEntries(await page.$$eval('#adapter tr', (trs) =>
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
-  console.log(`page adapter: ${rows.Adapter} | backend: ${rows.Backend} | subgroups: ${rows.Subgroups}`);
+  console.log(`adapter: ${rows.Adapter} | backend: ${rows.Backend}`);
   assert.match(rows.Backend, /^webgpu/);
-  assert.ok(rows.Adapter && !rows.Adapter.startsWith('('), `the adapter has a name: ${rows.Adapter}`);
+
+  // A greedy reply, streamed: record every state of the reply's text as it grows.
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', String(MAX_TOKENS));
+  await page.evaluate(() => {
+    window.snapshots = [];
+    new MutationObserver(() => {
+      const last = document.querySelector('#messages .message.assistant:last-child .content');
+      if (last && last.textContent !== window.snapshots.at(-1)) window.snapshots.push(last.textContent);
+    }).observe(document.getElementById('messages'), { subtree: true, childList: true, characterData: true });
+  });
+  since = performance.now();
+  await page.fill('#prompt', PROMPT);
+  await page.click('#send');
+  await waitState('generating', 10_000);
+  await waitState('ready', 900_000);
+  const reply = await page.textContent('#messages .message.assistant:last-child .content');
+  const finish = await page.getAttribute('#messages .message.assistant:last-child', 'data-finish');
+  const snapshots = await page.evaluate(() => window.snapshots);
+  const stats = await page.textContent('#stats');
+  console.log(`reply in ${seconds(since)} s: ${JSON.stringify(reply)} (${finish}); ${stats.replace(/\s+/g, ' ')}`);
+  const native = await expected;
+  console.log(`native CLI: ${JSON.stringify(native.text)} (${native.finish_reason})`);
+  assert.equal(reply, native.text, 'the page replies as the native CLI does');
+  assert.equal(finish, native.finish_reason);
+  assert.ok(snapshots.length >= 2, `the reply streamed in pieces: ${JSON.stringify(snapshots)}`);
+  assert.match(await page.textContent('#tps'), /tok\/s/);
+
+  // Stop during a longer reply.
+  await page.fill('#max-tokens', '200');
+  since = performance.now();
+  await page.fill('#prompt', 'Tell me a long story about a dragon.');
+  await page.click('#send');
+  await page.waitForFunction(() => {
+    const last = document.querySelector('#messages .message.assistant:last-child .content');
+    return last && last.textContent.length > 0;
+  }, null, { timeout: 600_000 });
+  await page.click('#stop');
+  await waitState('ready', 300_000);
+  const stopped = await page.getAttribute('#messages .message.assistant:last-child', 'data-finish');
+  const tokens = Number(await page.getAttribute('#messages .message.assistant:last-child', 'data-tokens'));
+  console.log(`stopped after ${tokens} tokens, ${seconds(since)} s`);
+  assert.equal(stopped, 'abort');
+  assert.ok(tokens < 200, `${tokens} tokens`);
+
+  mkdirSync('target/e2e', { recursive: true });
+  await page.screenshot({ path: 'target/e2e/chat.png', fullPage: true });
+
+  // A reload reads the model from the Cache API.
+  modelRequests.length = 0;
+  since = performance.now();
+  await page.reload();
+  await waitLoaded();
+  console.log(`reloaded in ${seconds(since)} s: ${await page.textContent('#cache-note')}`);
+  assert.equal(await page.getAttribute('#cache-note', 'data-cached'), 'true');
+  assert.match(await page.textContent('#cache-note'), /loaded from cache/i);
+  assert.deepEqual(modelRequests, [], 'no download after the reload');
   assert.deepEqual(problems, [], 'no console errors');
 });

@@ -1,7 +1,7 @@
 //! `emberlm generate` and `emberlm perplexity`.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
@@ -64,9 +64,13 @@ pub struct PerplexityArgs {
     /// Context window length (default: the model's context, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// JSON output: the default and only format (accepted for symmetry with `info`).
+    #[arg(long)]
+    pub json: bool,
 }
 
-fn read_text(path: &PathBuf) -> CliResult<String> {
+/// Reads a text file named on the command line (unreadable: a usage error).
+pub fn read_text(path: &Path) -> CliResult<String> {
     std::fs::read_to_string(path)
         .map_err(|e| Failure::usage(format!("cannot read `{}`: {e}", path.display())))
 }

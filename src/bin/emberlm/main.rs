@@ -1,6 +1,12 @@
 //! The `emberlm` command-line tool (native only; on wasm32 this compiles to an empty program).
 
 #[cfg(not(target_arch = "wasm32"))]
+mod batch;
+#[cfg(not(target_arch = "wasm32"))]
+mod bench;
+#[cfg(not(target_arch = "wasm32"))]
+mod chat;
+#[cfg(not(target_arch = "wasm32"))]
 mod generate;
 #[cfg(not(target_arch = "wasm32"))]
 mod sampling_args;
@@ -16,6 +22,8 @@ mod cli {
     use emberlm::format::{default_context, ModelFiles};
     use emberlm::{GpuContext, GpuOptions};
 
+    use crate::batch::BatchArgs;
+    use crate::chat::ChatArgs;
     use crate::generate::{GenerateArgs, PerplexityArgs};
 
     /// Why the program stops: a usage error (exit code 2) or a runtime error (exit code 1).
@@ -56,6 +64,15 @@ mod cli {
         }
     }
 
+    impl From<serde_json::Error> for Failure {
+        fn from(e: serde_json::Error) -> Self {
+            Self {
+                code: 1,
+                message: e.to_string(),
+            }
+        }
+    }
+
     impl From<Box<dyn std::error::Error>> for Failure {
         fn from(e: Box<dyn std::error::Error>) -> Self {
             Self {
@@ -88,7 +105,7 @@ mod cli {
     const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
     /// `--model`, or the default model in `./models/` (or in the source tree of a dev build).
-    fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    pub fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {
         if let Some(p) = given {
             return Ok(p);
         }
@@ -106,8 +123,13 @@ mod cli {
     }
 
     /// Run large language models on the GPU through wgpu.
+    ///
+    /// Every subcommand takes `--model PATH` (a GGUF file or a Hugging Face folder; default: the
+    /// model in models/) and, where it runs the model, `--ctx N` (KV cache length). Exit status:
+    /// 0 success, 2 usage error (bad flag or value, unreadable input file), 1 runtime error.
+    /// Messages go to stderr.
     #[derive(Debug, Parser)]
-    #[command(name = "emberlm", version, about)]
+    #[command(name = "emberlm", version, about, long_about)]
     struct Cli {
         #[command(subcommand)]
         command: Command,
@@ -117,8 +139,14 @@ mod cli {
     enum Command {
         /// Generate text from a prompt (sampling, beam search, several sequences).
         Generate(Box<GenerateArgs>),
+        /// Talk with the model: one line per message on stdin, replies streamed to stdout.
+        Chat(Box<ChatArgs>),
+        /// Generate for every prompt of a file (plain lines or JSON lines), in input order.
+        Batch(Box<BatchArgs>),
         /// Mean negative log-likelihood and perplexity of a text file (JSON).
         Perplexity(PerplexityArgs),
+        /// Benchmarks: speed, memory, engine counters, bandwidth, llama.cpp side by side.
+        Bench(Box<crate::bench::BenchArgs>),
         /// Describe the GPU adapter and device emberlm would use.
         Adapter {
             /// Print JSON instead of text.
@@ -142,6 +170,9 @@ mod cli {
             /// Add the BOS token (`true`/`false`; default: what the model asks for).
             #[arg(long)]
             bos: Option<bool>,
+            /// JSON output: the default and only format (accepted for symmetry with `info`).
+            #[arg(long)]
+            json: bool,
         },
         /// Run the model on the GPU and print the top logits at every input position (JSON).
         Logits {
@@ -167,6 +198,9 @@ mod cli {
             /// KV cache length (default: the model's context, at most 4096).
             #[arg(long)]
             ctx: Option<usize>,
+            /// JSON output: the default and only format (accepted for symmetry with `info`).
+            #[arg(long)]
+            json: bool,
         },
         /// Describe a model: configuration, tensors per type, weight bytes, GPU memory.
         Info {
@@ -174,8 +208,8 @@ mod cli {
             #[arg(long)]
             model: Option<PathBuf>,
             /// Context length for the memory estimate (default: the model's, at most 4096).
-            #[arg(long)]
-            context: Option<usize>,
+            #[arg(long = "ctx", visible_alias = "context")]
+            ctx: Option<usize>,
             /// Print JSON instead of text.
             #[arg(long)]
             json: bool,
@@ -187,7 +221,10 @@ mod cli {
         let result = match cli.command {
             Command::Generate(args) => crate::generate::generate(*args),
             Command::Perplexity(args) => crate::generate::perplexity(args),
-            other => run(other).map_err(Failure::from),
+            Command::Chat(args) => crate::chat::chat(*args),
+            Command::Batch(args) => crate::batch::batch(*args),
+            Command::Bench(args) => crate::bench::bench(*args),
+            other => run(other),
         };
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
@@ -202,19 +239,15 @@ mod cli {
         format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
     }
 
-    fn info(
-        model: Option<PathBuf>,
-        context: Option<usize>,
-        json: bool,
-    ) -> Result<(), Box<dyn std::error::Error>> {
+    fn info(model: Option<PathBuf>, context: Option<usize>, json: bool) -> CliResult<()> {
+        if context == Some(0) {
+            return Err(Failure::usage("--ctx must be at least 1"));
+        }
         let path = model_path(model)?;
         let files = ModelFiles::open(&path)?;
         let weights = files.weights()?;
         let c = &weights.config;
         let context = context.unwrap_or_else(|| default_context(c));
-        if context == 0 {
-            return Err("--context must be at least 1".into());
-        }
         let memory = weights.memory_estimate(context);
         let tally = weights.tally();
         let tokenizer = files.tokenizer()?;
@@ -309,7 +342,7 @@ mod cli {
         text: &str,
         special: bool,
         bos: Option<bool>,
-    ) -> Result<(), Box<dyn std::error::Error>> {
+    ) -> CliResult<()> {
         let files = ModelFiles::open(&model_path(model)?)?;
         let tokenizer = files.tokenizer()?;
         let ids = tokenizer.encode(text, special, bos)?;
@@ -331,16 +364,19 @@ mod cli {
         top: usize,
         decode: bool,
         context: Option<usize>,
-    ) -> Result<(), Box<dyn std::error::Error>> {
+    ) -> CliResult<()> {
+        if context == Some(0) {
+            return Err(Failure::usage("--ctx must be at least 1"));
+        }
         let files = ModelFiles::open(&model_path(model)?)?;
         let weights = files.weights()?;
         let tokens = match (prompt, tokens) {
             (Some(text), _) => files.tokenizer()?.encode(&text, special, None)?,
             (None, Some(ids)) => ids,
-            (None, None) => return Err("give --prompt or --tokens".into()),
+            (None, None) => return Err(Failure::usage("give --prompt or --tokens")),
         };
         if tokens.is_empty() {
-            return Err("the input has no tokens".into());
+            return Err(Failure::usage("the input has no tokens"));
         }
         let context = context.unwrap_or_else(|| default_context(&weights.config));
         let gpu = pollster::block_on(GpuContext::new(GpuOptions::default()))?;
@@ -378,9 +414,13 @@ mod cli {
         Ok(())
     }
 
-    fn run(command: Command) -> Result<(), Box<dyn std::error::Error>> {
+    fn run(command: Command) -> CliResult<()> {
         match command {
-            Command::Generate(_) | Command::Perplexity(_) => Ok(()),
+            Command::Generate(_)
+            | Command::Perplexity(_)
+            | Command::Chat(_)
+            | Command::Batch(_)
+            | Command::Bench(_) => Ok(()),
             Command::Logits {
                 model,
                 prompt,
@@ -389,18 +429,16 @@ mod cli {
                 top,
                 decode,
                 ctx,
+                json: _,
             } => logits(model, prompt, special, tokens, top, decode, ctx),
             Command::Tokenize {
                 model,
                 prompt,
                 special,
                 bos,
+                json: _,
             } => tokenize(model, &prompt, special, bos),
-            Command::Info {
-                model,
-                context,
-                json,
-            } => info(model, context, json),
+            Command::Info { model, ctx, json } => info(model, ctx, json),
             Command::Adapter { json, no_subgroups } => {
                 let options = GpuOptions {
                     allow_subgroups: !no_subgroups,

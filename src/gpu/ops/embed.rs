@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::linear::{check_step, check_words, matrix_shape, weight_flag};
-use super::{load, positive, Grid, KernelBinding};
+use super::{load, positive, Grid, KernelBinding, WeightRead};
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
@@ -145,6 +145,9 @@ impl Embedding {
             Some(step),
             &storage,
             Grid::PerToken(x),
-        ))
+        )
+        .with_weights(WeightRead::PerToken(
+            self.dtype.bytes_for(u64::from(dim), "table")?,
+        )))
     }
 }

@@ -11,6 +11,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::{
     dispatch_grid, load, positive, reduce_defines, Grid, KernelBinding, Reduction, StepParams,
+    WeightRead,
 };
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
@@ -347,6 +348,10 @@ impl Linear {
             _pad: 0,
         };
         let label = format!("linear {} [{rows}, {cols}]", self.dtype);
+        let weights = WeightRead::Whole(
+            self.dtype
+                .bytes_for(u64::from(rows) * u64::from(cols), "w")?,
+        );
         Ok(LinearBinding {
             decode: KernelBinding::new(
                 ctx,
@@ -356,7 +361,8 @@ impl Linear {
                 Some(step),
                 &storage,
                 Grid::Fixed(decode_grid.0, decode_grid.1),
-            ),
+            )
+            .with_weights(weights),
             prefill: KernelBinding::new(
                 ctx,
                 &self.prefill,
@@ -368,7 +374,8 @@ impl Linear {
                     x: row_tiles,
                     tile: LINEAR_PREFILL_TOKENS,
                 },
-            ),
+            )
+            .with_weights(weights),
             rows,
             cols,
         })

@@ -1,0 +1,184 @@
+//! Engine counters on the tiny fixtures: one decode token and one prefill chunk are one pass,
+//! one command buffer, one submit and one readback, allocate nothing and dispatch exactly the
+//! graph's nodes; long and repeated generations leave the buffers alive unchanged.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::path::Path;
+
+use emberlm::format::ModelFiles;
+use emberlm::generate::{FinishReason, GenerateOptions, Prompt, Session};
+use emberlm::gpu::{Counters, KernelCache};
+use emberlm::model::forward::Forward;
+use emberlm::sampling::SamplingParams;
+use emberlm::GpuOptions;
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Weight bytes one decode token should bind: every linear matrix once (the tied embedding as
+/// the LM head too) plus the one embedding row gathered.
+fn expected_weight_bytes_per_token(files: &ModelFiles) -> u64 {
+    let weights = files.weights().unwrap();
+    let embd = &weights.tensors["token_embd.weight"];
+    let row = embd.data.len() as u64 / embd.shape[0] as u64;
+    let matrices: u64 = weights
+        .tensors
+        .iter()
+        .filter(|(name, t)| t.shape.len() == 2 && name.as_str() != "token_embd.weight")
+        .map(|(_, t)| t.data.len() as u64)
+        .sum();
+    let head = if weights.config.tied_embeddings {
+        embd.data.len() as u64
+    } else {
+        0
+    };
+    matrices + head + row
+}
+
+fn assert_one_sync(d: &Counters, what: &str) {
+    assert_eq!(d.submits, 1, "{what}: submits {d:?}");
+    assert_eq!(d.compute_passes, 1, "{what}: compute passes {d:?}");
+    assert_eq!(d.command_buffers, 1, "{what}: command buffers {d:?}");
+    assert_eq!(d.readback_waits, 1, "{what}: readbacks {d:?}");
+    assert_eq!(d.buffers_created, 0, "{what}: buffers created {d:?}");
+    assert_eq!(d.bind_groups_created, 0, "{what}: bind groups {d:?}");
+    assert_eq!(d.pipelines_created, 0, "{what}: pipelines {d:?}");
+    assert_eq!(d.buffers_alive, 0, "{what}: buffers alive {d:?}");
+    assert_eq!(d.forward_steps, 1, "{what}: steps {d:?}");
+}
+
+#[test]
+fn a_decode_token_and_a_prefill_chunk_are_one_submit_and_allocate_nothing() {
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    for model in [
+        "tiny-llama-q4_1.gguf",
+        "tiny-llama-f32.gguf",
+        "tiny-gpt2-f32.gguf",
+    ] {
+        let files = ModelFiles::open(Path::new(&fixture(model))).unwrap();
+        let weights = files.weights().unwrap();
+        let (vocab, chunk) = (weights.config.vocab_size as u64, 16usize);
+        let cache = KernelCache::new();
+        let mut fwd = pollster::block_on(Forward::new(&ctx, &cache, &weights, 64, chunk)).unwrap();
+        let nodes = fwd.node_count() as u64;
+        let layers = weights.config.n_layers as u64;
+        eprintln!(
+            "{model}: {nodes} dispatches per step ({layers} layers: {:.1} per layer + rest)",
+            nodes as f64 / layers as f64
+        );
+
+        // prefill: one full chunk
+        let tokens: Vec<u32> = (0..chunk as u32)
+            .map(|i| (i * 7 + 3) % vocab as u32)
+            .collect();
+        let before = ctx.counters();
+        pollster::block_on(fwd.forward(&ctx, &tokens, false)).unwrap();
+        let d = ctx.counters().since(&before);
+        eprintln!("{model} prefill chunk of {chunk}: {d:?}");
+        assert_one_sync(&d, "prefill chunk");
+        assert_eq!(d.dispatches, nodes, "prefill chunk dispatches");
+        assert_eq!(
+            d.readback_bytes,
+            4 * vocab,
+            "prefill reads back the last row only"
+        );
+        assert_eq!(d.forward_tokens, chunk as u64);
+
+        // decode: one token
+        let before = ctx.counters();
+        pollster::block_on(fwd.forward(&ctx, &[5], false)).unwrap();
+        let d = ctx.counters().since(&before);
+        eprintln!("{model} decode token: {d:?}");
+        assert_one_sync(&d, "decode token");
+        assert_eq!(d.dispatches, nodes, "decode dispatches");
+        assert_eq!(
+            d.readback_bytes,
+            4 * vocab,
+            "decode reads back one logits row"
+        );
+        if model.starts_with("tiny-llama") {
+            assert_eq!(
+                d.weight_bytes_bound,
+                expected_weight_bytes_per_token(&files),
+                "every weight bound once per token"
+            );
+        }
+    }
+}
+
+fn session(model: &str, context: Option<usize>) -> Option<Session> {
+    let ctx = common::native_gpu(GpuOptions::default())?;
+    let files = ModelFiles::open(Path::new(&fixture(model))).unwrap();
+    Some(pollster::block_on(Session::new(ctx, &files, context)).unwrap())
+}
+
+fn never_stop(s: &Session, max_new_tokens: usize) -> GenerateOptions {
+    let mut sampling = SamplingParams {
+        max_new_tokens,
+        ..SamplingParams::greedy()
+    };
+    for &id in s.eos_ids() {
+        sampling.logit_bias.insert(id, -100.0);
+    }
+    GenerateOptions {
+        sampling,
+        ..GenerateOptions::default()
+    }
+}
+
+#[test]
+fn a_hundred_generations_leave_the_buffers_alive_unchanged() {
+    let Some(mut s) = session("tiny-llama-q4_1.gguf", Some(64)) else {
+        return;
+    };
+    let before = s.gpu().counters();
+    for i in 0..100 {
+        let prompt = Prompt::Text(format!("Run {i}: permission is hereby granted"));
+        let opts = never_stop(&s, 4 + i % 5);
+        let g = pollster::block_on(s.generate(&prompt, &opts, &mut |_| {})).unwrap();
+        assert_eq!(g.sequences[0].tokens.len(), 4 + i % 5);
+    }
+    let d = s.gpu().counters().since(&before);
+    eprintln!("100 generations: {d:?}");
+    assert_eq!(d.buffers_alive, 0, "buffers alive changed: {d:?}");
+    assert_eq!(d.buffer_bytes_alive, 0, "bytes alive changed: {d:?}");
+    assert_eq!(d.pipelines_created, 0, "pipelines built: {d:?}");
+    assert_eq!(d.bind_groups_created, 0, "bind groups created: {d:?}");
+    assert_eq!(d.buffers_created, 0, "buffers created: {d:?}");
+    assert_eq!(d.submits, d.forward_steps, "one submit per step: {d:?}");
+    assert_eq!(
+        d.readback_waits, d.forward_steps,
+        "one readback per step: {d:?}"
+    );
+}
+
+// About 3 minutes in a debug build on lavapipe (55 tok/s with 2 shared cores): run it with
+// `cargo test --test counters -- --ignored`.
+#[test]
+#[ignore = "takes about 3 minutes in a debug build on lavapipe"]
+fn ten_thousand_tokens_through_a_sliding_64_token_context() {
+    let Some(mut s) = session("tiny-llama-q4_1.gguf", Some(64)) else {
+        return;
+    };
+    let before = s.gpu().counters();
+    let opts = never_stop(&s, 10_000);
+    let prompt = Prompt::Text("Permission is hereby granted".into());
+    let g = pollster::block_on(s.generate(&prompt, &opts, &mut |_| {})).unwrap();
+    let seq = &g.sequences[0];
+    assert_eq!(seq.tokens.len(), 10_000);
+    assert_eq!(seq.finish_reason, FinishReason::Length);
+    let d = s.gpu().counters().since(&before);
+    eprintln!(
+        "10,000 tokens: {d:?}, decode {:.1} tok/s",
+        g.stats.decode_tok_per_s
+    );
+    assert_eq!(d.buffers_alive, 0, "buffers alive changed: {d:?}");
+    assert_eq!(d.buffer_bytes_alive, 0, "bytes alive changed: {d:?}");
+    assert_eq!(d.buffers_created, 0, "buffers created: {d:?}");
+}

@@ -1,0 +1,55 @@
+"""llama.cpp (through llama-cpp-python, CPU) on the same GGUF and token ids as `emberlm bench`.
+
+Reads a JSON request {model, prompts: [[ids]], decode_prompt: [ids], decode: n} and prints JSON:
+load time, prefill tok/s per prompt (fresh KV each), greedy decode tok/s over `decode` tokens.
+"""
+import json
+import os
+import sys
+import time
+
+import llama_cpp
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        req = json.load(f)
+    longest = max(len(p) for p in req["prompts"] + [req["decode_prompt"]])
+    n_ctx = longest + req["decode"] + 16
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(
+        model_path=req["model"],
+        n_ctx=n_ctx,
+        n_batch=512,
+        n_threads=os.cpu_count() or 1,
+        logits_all=False,
+        verbose=False,
+    )
+    load_s = time.perf_counter() - t0
+    prefill = []
+    for ids in req["prompts"]:
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(ids)
+        prefill.append(len(ids) / (time.perf_counter() - t))
+    llm.reset()
+    llm.eval(req["decode_prompt"])
+    # The first token comes from the prompt's logits; then decode - 1 single-token steps, as
+    # emberlm's decode figure counts them.
+    tok = llm.sample(temp=0.0)
+    t = time.perf_counter()
+    for _ in range(req["decode"] - 1):
+        llm.eval([tok])
+        tok = llm.sample(temp=0.0)
+    decode_s = time.perf_counter() - t
+    print(json.dumps({
+        "version": llama_cpp.__version__,
+        "load_s": load_s,
+        "prefill_tok_s": prefill,
+        "decode_tok_s": (req["decode"] - 1) / decode_s,
+        "threads": os.cpu_count(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
