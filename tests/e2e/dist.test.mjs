@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -95,6 +95,17 @@ test('single-file demo from file://: pick a model, greedy reply equal to the CLI
   assert.equal(reply, native.text, 'the page replies as the native CLI does');
   assert.equal(finish, native.finish_reason);
   assert.ok(snapshots.length >= 2, `the reply streamed in pieces: ${JSON.stringify(snapshots)}`);
+
+  // Dropping a .gguf on the page loads it too (the same file, sent as bytes through a drop).
+  const bytes = readFileSync(MODEL).toString('base64');
+  await page.evaluate((b64) => {
+    const data = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    const dataTransfer = new DataTransfer();
+    dataTransfer.items.add(new File([data], 'dropped.gguf'));
+    document.body.dispatchEvent(new DragEvent('drop', { dataTransfer, bubbles: true, cancelable: true }));
+  }, bytes);
+  await page.waitForSelector('#status[data-state="ready"]:has-text("dropped.gguf"), #status[data-state="error"]', { timeout: 120_000 });
+  assert.match(await status(), /Ready: dropped\.gguf/, await page.textContent('#error-text'));
 
   const remote = requests.filter((url) => !/^(file|blob|data):/.test(url));
   assert.deepEqual(remote, [], 'no request left the page');
