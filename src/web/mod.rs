@@ -46,11 +46,18 @@ pub fn start() {
 
 fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| std::panic::set_hook(Box::new(on_panic)));
+    ONCE.call_once(|| {
+        // Whatever hook was there (a test harness's) still runs.
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            console_error_panic_hook::hook(info);
+            previous(info);
+            on_panic(info);
+        }));
+    });
 }
 
 fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
-    console_error_panic_hook::hook(info);
     let message = info.to_string();
     PANICKED.with(|p| {
         if let Ok(mut p) = p.try_borrow_mut() {
