@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# emberlm's one entry point: ./build.sh setup | build | serve [PORT] | test | bench
+# emberlm's one entry point: ./build.sh setup | build | serve [PORT] | dist | test | bench
 # Every step is idempotent: it installs only what is missing and skips what is already there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -81,10 +81,12 @@ setup_wasm_tools() {
   fi
 }
 
-# Node tools pinned in package.json / package-lock.json: wasm-opt (binaryen) and playwright-core
-# (a driver only: it uses Debian's Chromium and downloads no browser).
+# Node tools pinned in package.json / package-lock.json: wasm-opt (binaryen), playwright-core
+# (a driver only: it uses Debian's Chromium and downloads no browser), and typescript and vite
+# for the npm package's tests.
 setup_node() {
   if [ -x node_modules/.bin/wasm-opt ] && [ -d node_modules/playwright-core ] &&
+    [ -x node_modules/.bin/tsc ] && [ -x node_modules/.bin/vite ] &&
     [ node_modules/.package-lock.json -nt package-lock.json ]; then
     return
   fi
@@ -209,6 +211,8 @@ cmd_test() {
   cargo build --bin emberlm
   target/debug/emberlm adapter
   EMBERLM_REQUIRE_GPU=1 cargo test -- --nocapture
+  log "endurance: 10,000 tokens through a sliding 64-token context"
+  EMBERLM_REQUIRE_GPU=1 cargo test --test counters -- --ignored --nocapture
   log "browser tests (headless Chromium, WebGPU)"
   # A wasm test cannot read files: SmolLM2 is fetched from models/ over loopback, and the URL
   # is compiled into tests/web_forward.rs.
@@ -216,12 +220,32 @@ cmd_test() {
   EMBERLM_TEST_MODEL_URL="$MODEL_SERVER_URL$MODEL_FILE" CHROMEDRIVER=$CHROMEDRIVER_PATH \
     WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
     wasm-pack test --headless --chrome -- \
-    --test web --test web_linear --test web_ops --test web_forward --test web_engine -- --nocapture
+    --test web --test web_linear --test web_ops --test web_forward --test web_engine \
+    --test web_endurance -- --nocapture
   stop_model_server
   log "demo page test (release build, Playwright driving headless Chromium)"
   cmd_build
-  node --test tests/e2e/
+  node --test tests/e2e/page.test.mjs
+  log "offline demo, npm package and examples (dist/)"
+  dist_only
+  node --test --test-concurrency=1 tests/e2e/dist.test.mjs tests/e2e/npm.test.mjs
   log "all tests passed"
+}
+
+# dist/emberlm-demo.html and dist/npm/ from www/ and www/pkg/ (tools/dist.mjs), then the npm
+# tarball dist/emberlm-VERSION.tgz.
+dist_only() {
+  node tools/dist.mjs
+  rm -f dist/emberlm-*.tgz
+  (cd dist/npm && npm pack --pack-destination .. --loglevel=error >/dev/null)
+  local tgz
+  tgz=$(ls dist/emberlm-*.tgz)
+  log "$tgz: $(stat -c %s "$tgz") bytes"
+}
+
+cmd_dist() {
+  cmd_build
+  dist_only
 }
 
 BENCH_CACHE=.cache/bench
@@ -285,6 +309,8 @@ usage: ./build.sh <command>
                 Mesa Vulkan, binaryen) and fetch the default model into models/
   build         build the release wasm module into www/pkg/
   serve [PORT]  setup + build + serve www/ on http://127.0.0.1:PORT (default 8080)
+  dist          build + dist/emberlm-demo.html (the chat page in one file, works offline),
+                dist/npm/ (the npm package emberlm) and its tarball dist/emberlm-VERSION.tgz
   test          setup + fmt + clippy + native tests (GPU on Vulkan) + browser tests (WebGPU)
   bench [--model PATH] [--quick]
                 setup + native and browser benchmarks, side by side with llama.cpp and wllama
@@ -296,6 +322,7 @@ case "${1:-}" in
   build) cmd_build ;;
   serve) shift; cmd_serve "$@" ;;
   test) cmd_test ;;
+  dist) cmd_dist ;;
   bench) shift; cmd_bench "$@" ;;
   -h | --help | help) usage ;;
   *) usage; exit 2 ;;

@@ -5,7 +5,15 @@
 //   #status[data-state = loading | ready | generating | error], #prompt, #send, #stop, #reset,
 //   #messages > .message.user / .message.assistant (.content; data-finish, data-tokens),
 //   #load-progress, #load-phase, #cache-note[data-cached], #error[data-kind], #retry.
+// #status is `idle` while an offline page waits for a model file.
+//
+// globalThis.EMBERLM_OFFLINE (set by the single-file build, tools/dist.mjs) keeps only the file
+// picker and drag-and-drop: a page opened from file:// cannot fetch the files next to it.
+// globalThis.EMBERLM_WORKER_URL and EMBERLM_WORKER_TYPE, when set, are the worker script to start
+// and its type ('module' or 'classic').
 import { EngineClient } from './client.js';
+
+const OFFLINE = globalThis.EMBERLM_OFFLINE === true;
 
 const DEFAULT_MODEL = 'models/SmolLM2-135M-Instruct.Q4_1.gguf';
 const MODEL_CACHE = 'emberlm-models-v1';
@@ -360,6 +368,25 @@ async function main() {
   $('model-url').addEventListener('input', () => {
     document.querySelector('input[name="model-source"][value="url"]').checked = true;
   });
+  // A .gguf dropped anywhere on the page becomes the picked file and loads.
+  document.addEventListener('dragover', (event) => event.preventDefault());
+  document.addEventListener('drop', (event) => {
+    event.preventDefault();
+    const files = event.dataTransfer?.files;
+    if (!files?.length || !client || generating || unusable) return;
+    $('model-file').files = files;
+    document.querySelector('input[name="model-source"][value="file"]').checked = true;
+    load();
+  });
+  if (OFFLINE) {
+    for (const el of document.querySelectorAll('.online-only')) el.hidden = true;
+    $('offline-note').hidden = false;
+    document.querySelector('input[name="model-source"][value="file"]').checked = true;
+    // Picking a file is enough: no Load click needed.
+    $('model-file').addEventListener('change', () => {
+      if ($('model-file').files.length && !generating && !unusable) load();
+    });
+  }
 
   if (!('gpu' in navigator)) {
     unusable = true;
@@ -367,9 +394,10 @@ async function main() {
     setStatus('error', 'WebGPU is not available.');
     return;
   }
-  client = new EngineClient();
+  client = new EngineClient(globalThis.EMBERLM_WORKER_URL, { type: globalThis.EMBERLM_WORKER_TYPE });
   client.version().then((v) => { $('version').textContent = `v${v}`; }, () => {});
-  await load();
+  if (OFFLINE) setStatus('idle', 'Pick a GGUF model file (or drop one on this page).');
+  else await load();
 }
 
 main().catch((e) => {

@@ -12,9 +12,18 @@ function toError(plain) {
 }
 
 export class EngineClient {
-  /** Starts the worker (`worker.js` next to this file unless given). */
-  constructor(workerUrl = new URL('./worker.js', import.meta.url)) {
-    this.worker = new Worker(workerUrl, { type: 'module' });
+  /**
+   * Starts the worker: `worker.js` next to this file, or the script at `workerUrl`, as a module
+   * worker unless `type` is 'classic' (a page opened from file:// can only start classic ones).
+   */
+  constructor(workerUrl = undefined, { type = 'module' } = {}) {
+    // Written out as `new Worker(new URL(...))` so that bundlers (Vite, webpack) find the worker
+    // and bundle it with the wasm module.
+    this.worker = workerUrl
+      ? new Worker(workerUrl, { type })
+      : new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+    /** Set once the worker failed: later calls reject with it at once. */
+    this.failure = null;
     this.calls = new Map();
     this.nextId = 1;
     this.worker.onmessage = ({ data }) => this.#receive(data);
@@ -23,6 +32,7 @@ export class EngineClient {
       // everything so nothing waits forever.
       const error = new Error(`Worker: ${event.message || 'the engine worker failed'}`);
       error.kind = 'Worker';
+      this.failure = error;
       for (const call of this.calls.values()) call.reject(error);
       this.calls.clear();
     };
@@ -45,6 +55,10 @@ export class EngineClient {
     return {
       id,
       promise: new Promise((resolve, reject) => {
+        if (this.failure) {
+          reject(this.failure);
+          return;
+        }
         this.calls.set(id, { resolve, reject, ...handlers });
         this.worker.postMessage({ id, op, ...args }, transfer);
       }),
@@ -151,6 +165,7 @@ export class EngineClient {
   terminate() {
     this.worker.terminate();
     const error = Object.assign(new Error('Worker: the engine was terminated'), { kind: 'Worker' });
+    this.failure = error;
     for (const call of this.calls.values()) call.reject(error);
     this.calls.clear();
   }

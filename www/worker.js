@@ -6,7 +6,9 @@
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
 import init, { Engine, version } from './pkg/emberlm.js';
 
-const ready = init();
+// The wasm module: fetched next to the glue unless a build that inlines it (the single-file
+// demo, tools/dist.mjs) set globalThis.EMBERLM_WASM to its bytes (or a promise of them).
+const ready = init(globalThis.EMBERLM_WASM ? { module_or_path: globalThis.EMBERLM_WASM } : undefined);
 /** @type {Engine | null} */
 let engine = null;
 /** Running streams by call id, so that `cancel` can end them early. */

@@ -1,0 +1,97 @@
+// The npm package built by `./build.sh dist` (dist/npm/, packed to dist/emberlm-VERSION.tgz):
+// the tarball holds only the package files; installed into a scratch project, its entry points
+// import in Node with the expected names and its types check with tsc; the Vite example builds
+// with the worker and the wasm emitted.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+const ROOT = resolve('.');
+const VERSION = /^\[package\][^[]*?^version\s*=\s*"([^"]+)"/ms.exec(readFileSync('Cargo.toml', 'utf8'))[1];
+const TARBALL = resolve(`dist/emberlm-${VERSION}.tgz`);
+const PACKAGE_FILES = [
+  'README.md', 'client.d.ts', 'client.js', 'emberlm.d.ts', 'emberlm.js', 'emberlm_bg.wasm',
+  'package.json', 'worker.d.ts', 'worker.js',
+];
+const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, maxBuffer: 1 << 24 });
+
+test('npm pack lists only the package files', async () => {
+  assert.ok(existsSync('dist/npm/package.json'), 'dist/npm is missing: run ./build.sh dist');
+  const { stdout } = await npm(['pack', '--dry-run', '--json'], 'dist/npm');
+  const [pack] = JSON.parse(stdout);
+  assert.equal(pack.name, 'emberlm');
+  assert.equal(pack.version, VERSION);
+  assert.deepEqual(pack.files.map((f) => f.path).sort(), PACKAGE_FILES);
+  const manifest = JSON.parse(readFileSync('dist/npm/package.json', 'utf8'));
+  assert.equal(manifest.license, 'Apache-2.0');
+  assert.equal(manifest.type, 'module');
+  console.log(`${pack.filename}: ${pack.size} bytes packed, ${pack.unpackedSize} unpacked`);
+});
+
+test('the tarball installs; entry points import in Node; tsc accepts the usage file', async (t) => {
+  assert.ok(existsSync(TARBALL), `${TARBALL} is missing: run ./build.sh dist`);
+  const dir = mkdtempSync(join(tmpdir(), 'emberlm-npm-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ private: true, type: 'module' }));
+  await npm(['install', '--offline', TARBALL], dir);
+
+  const check = `
+    import { readFileSync } from 'node:fs';
+    import init, { Engine, version, initSync, gpuInfo } from 'emberlm';
+    import { EngineClient } from 'emberlm/client';
+    const out = {
+      init: typeof init, Engine: typeof Engine, load: typeof Engine.load, version: typeof version,
+      gpuInfo: typeof gpuInfo, EngineClient: typeof EngineClient,
+      methods: ['load', 'generate', 'stream', 'abort', 'reset', 'info', 'free', 'version', 'terminate']
+        .filter((m) => typeof EngineClient.prototype[m] !== 'function'),
+    };
+    // The wasm instantiates in Node too (no GPU is touched): version() is the crate's.
+    const wasm = readFileSync(new URL(import.meta.resolve('emberlm/emberlm_bg.wasm')));
+    initSync({ module: wasm });
+    out.crateVersion = version();
+    console.log(JSON.stringify(out));
+  `;
+  writeFileSync(join(dir, 'check.mjs'), check);
+  const { stdout } = await run(process.execPath, ['check.mjs'], { cwd: dir });
+  assert.deepEqual(JSON.parse(stdout), {
+    init: 'function', Engine: 'function', load: 'function', version: 'function',
+    gpuInfo: 'function', EngineClient: 'function', methods: [], crateVersion: VERSION,
+  });
+
+  copyFileSync('tests/e2e/npm-usage.ts', join(dir, 'usage.ts'));
+  writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({
+    compilerOptions: {
+      target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true,
+      lib: ['es2022', 'esnext.disposable', 'dom', 'dom.iterable'], types: [], noEmit: true, skipLibCheck: false,
+    },
+    files: ['usage.ts'],
+  }));
+  try {
+    await run(join(ROOT, 'node_modules/.bin/tsc'), ['--noEmit', '-p', 'tsconfig.json'], { cwd: dir });
+  } catch (e) {
+    assert.fail(`tsc found errors:\n${e.stdout}${e.stderr}`);
+  }
+});
+
+test('the Vite example builds with the worker and the wasm emitted', async () => {
+  const dir = 'examples/vite';
+  const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
+  assert.equal(manifest.dependencies.emberlm, `file:../../dist/emberlm-${VERSION}.tgz`);
+  // A fresh copy of the tarball each time: npm keeps an installed file: tarball otherwise.
+  rmSync(join(dir, 'node_modules/emberlm'), { recursive: true, force: true });
+  await npm(['install', '--no-package-lock'], dir);
+  rmSync(join(dir, 'dist'), { recursive: true, force: true });
+  await run(join(ROOT, dir, 'node_modules/.bin/vite'), ['build', '--logLevel', 'warn'], { cwd: dir });
+  const assets = readdirSync(join(dir, 'dist/assets'));
+  console.log(`vite output: ${assets.join(', ')}`);
+  assert.ok(existsSync(join(dir, 'dist/index.html')), 'index.html');
+  assert.ok(assets.some((f) => f.endsWith('.wasm')), 'a .wasm asset');
+  const worker = assets.find((f) => /^worker.*\.js$/.test(f));
+  assert.ok(worker, 'the worker chunk');
+  assert.match(readFileSync(join(dir, 'dist/assets', worker), 'utf8'), /\.wasm/, 'the worker refers to the wasm');
+});

@@ -1,0 +1,148 @@
+// Builds the distributable forms of emberlm from www/ and the wasm-bindgen output in www/pkg/
+// (`./build.sh build` makes it):
+//   dist/emberlm-demo.html  the chat page as one file that works from file://: styles, the
+//                           worker (a Blob URL) and the wasm (gzip, base64) all inlined
+//   dist/npm/               the npm package `emberlm`: engine glue, wasm, EngineClient, worker
+//
+//   node tools/dist.mjs
+import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
+
+const PKG = 'www/pkg';
+const OUT = 'dist';
+
+const read = (path) => readFileSync(path, 'utf8');
+const kib = (bytes) => `${(bytes / 1024).toFixed(0)} KiB`;
+
+/** `text` with `from` replaced by `to`; fails when `from` is missing, so a changed source is noticed. */
+function replaceOnce(text, from, to, where) {
+  if (!text.includes(from)) throw new Error(`${where}: expected to find ${JSON.stringify(from)}`);
+  return text.replace(from, () => to);
+}
+
+/** Version from Cargo.toml's [package] section. */
+function crateVersion() {
+  const m = /^\[package\][^[]*?^version\s*=\s*"([^"]+)"/ms.exec(read('Cargo.toml'));
+  if (!m) throw new Error('Cargo.toml: no package version');
+  return m[1];
+}
+
+// The worker imports the glue from ./pkg/ in www/; in the package both sit side by side.
+const WORKER_IMPORT = /^import init, \{ ([\w, ]+) \} from '\.\/pkg\/emberlm\.js';$/m;
+
+function workerSource() {
+  const source = read('www/worker.js');
+  if (!WORKER_IMPORT.test(source)) throw new Error('www/worker.js: the import of ./pkg/emberlm.js changed');
+  return source;
+}
+
+/**
+ * The worker as one classic script (a page on file:// cannot start module workers): the glue,
+ * its exports removed, in place of the worker's import line, then the wasm, gzipped and
+ * base64-encoded, decoded once here into globalThis.EMBERLM_WASM (a promise of its bytes) for
+ * the worker's init().
+ */
+function inlineWorker(wasm) {
+  const glue = read(`${PKG}/emberlm.js`);
+  if (/^\s*import\s/m.test(glue)) throw new Error(`${PKG}/emberlm.js imports other files (snippets?)`);
+  const init = /^export default (\w+);$/m.exec(glue)?.[1] ?? /^export \{[^}]*\b(\w+) as default\b/m.exec(glue)?.[1];
+  if (!init) throw new Error(`${PKG}/emberlm.js: no default export`);
+  const classic = glue
+    .replace(/^export \{[^}]*\};?$/m, '')
+    .replace(/^export default \w+;$/m, '')
+    .replace(/^export (class|function|const|let|async function) /gm, '$1 ')
+    // Only reached without EMBERLM_WASM, which is always set here.
+    .replaceAll('import.meta.url', 'self.location.href');
+  if (/^export\s/m.test(classic) || /import\.meta/.test(classic)) throw new Error(`${PKG}/emberlm.js: module syntax left`);
+  const base64 = gzipSync(wasm, { level: 9 }).toString('base64');
+  const decode = [
+    '// The wasm module (gzip, base64), decoded once.',
+    'globalThis.EMBERLM_WASM = (() => {',
+    `  const text = atob('${base64}');`,
+    '  const bytes = new Uint8Array(text.length);',
+    '  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);',
+    "  const unzipped = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));",
+    '  return new Response(unzipped).arrayBuffer();',
+    '})();',
+  ].join('\n');
+  const inlined = `// wasm-bindgen glue (www/pkg/emberlm.js)\n${classic}\nconst init = ${init};\n${decode}\n`;
+  return { source: workerSource().replace(WORKER_IMPORT, () => inlined), base64Bytes: base64.length };
+}
+
+/** A module's source as a JS string literal that is safe inside <script>. */
+function scriptString(text) {
+  return JSON.stringify(text).replace(/<\/(script)/gi, '<\\/$1').replace(/<!--/g, '<\\!--');
+}
+
+/** Page code inlined as it is: it must not end the <script> element early. */
+function checkInlineCode(text, where) {
+  if (/<\/script|<!--/i.test(text)) throw new Error(`${where}: contains </script or <!--; cannot inline`);
+  return text;
+}
+
+function buildDemo(wasm) {
+  const { source: worker, base64Bytes } = inlineWorker(wasm);
+  const client = replaceOnce(read('www/client.js'), 'export class EngineClient', 'class EngineClient', 'www/client.js');
+  const app = replaceOnce(read('www/app.js'), "import { EngineClient } from './client.js';\n", '', 'www/app.js');
+  const css = read('www/style.css');
+  if (/<\/style/i.test(css)) throw new Error('www/style.css contains </style');
+  const script = [
+    "<script>globalThis.EMBERLM_OFFLINE = true; globalThis.EMBERLM_WORKER_TYPE = 'classic';</script>",
+    '<script type="module">',
+    '// The engine worker: its whole source (glue and wasm included) as text, started from a Blob URL',
+    '// as a classic worker.',
+    `const WORKER_SOURCE = ${scriptString(worker)};`,
+    "globalThis.EMBERLM_WORKER_URL = URL.createObjectURL(new Blob([WORKER_SOURCE], { type: 'text/javascript' }));",
+    '// www/client.js',
+    checkInlineCode(client, 'www/client.js'),
+    '// www/app.js',
+    checkInlineCode(app, 'www/app.js'),
+    '</script>',
+  ].join('\n');
+  let html = read('www/index.html');
+  html = replaceOnce(html, '<link rel="stylesheet" href="style.css">', `<style>\n${css}</style>`, 'www/index.html');
+  html = replaceOnce(html, '<title>emberlm chat</title>', '<title>emberlm chat (offline)</title>', 'www/index.html');
+  html = replaceOnce(html, '<script type="module" src="app.js"></script>', script, 'www/index.html');
+  const path = `${OUT}/emberlm-demo.html`;
+  writeFileSync(path, html);
+  console.log(`${path}: ${kib(statSync(path).size)} (wasm ${kib(wasm.length)}, inlined as ${kib(base64Bytes)} of gzip+base64)`);
+}
+
+function buildPackage(version) {
+  const dir = `${OUT}/npm`;
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  for (const file of ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
+  copyFileSync('www/client.js', `${dir}/client.js`);
+  writeFileSync(`${dir}/worker.js`, workerSource().replace(WORKER_IMPORT, "import init, { $1 } from './emberlm.js';"));
+  for (const file of ['client.d.ts', 'worker.d.ts', 'README.md']) copyFileSync(`tools/npm/${file}`, `${dir}/${file}`);
+  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts'];
+  const manifest = {
+    name: 'emberlm',
+    version,
+    description: 'LLM text generation in the browser on WebGPU: GGUF models, streaming, a Worker client',
+    license: 'Apache-2.0',
+    type: 'module',
+    main: './emberlm.js',
+    types: './emberlm.d.ts',
+    exports: {
+      '.': { types: './emberlm.d.ts', default: './emberlm.js' },
+      './client': { types: './client.d.ts', default: './client.js' },
+      './worker': { types: './worker.d.ts', default: './worker.js' },
+      './emberlm_bg.wasm': './emberlm_bg.wasm',
+      './package.json': './package.json',
+    },
+    files,
+    // The worker installs its message handler when it runs.
+    sideEffects: ['./worker.js'],
+    keywords: ['llm', 'webgpu', 'wasm', 'gguf', 'inference', 'worker'],
+  };
+  writeFileSync(`${dir}/package.json`, `${JSON.stringify(manifest, null, 2)}\n`);
+  const wasm = statSync(`${dir}/emberlm_bg.wasm`).size;
+  console.log(`${dir}/: emberlm ${version} (wasm ${kib(wasm)})`);
+}
+
+mkdirSync(OUT, { recursive: true });
+const wasm = readFileSync(`${PKG}/emberlm_bg.wasm`);
+buildDemo(wasm);
+buildPackage(crateVersion());

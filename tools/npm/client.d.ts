@@ -1,0 +1,105 @@
+// EngineClient: the engine in a dedicated module Worker, driven over postMessage. The types of
+// options, events and results are the engine's own (./emberlm.js).
+import type {
+  EngineInfo,
+  FinishReason,
+  GenerateOptions,
+  GenerationResult,
+  GenerationStats,
+  LoadOptions,
+  LoadProgress,
+  ModelInfo,
+  ModelSource,
+  Prompt,
+  ChatMessage,
+  SequenceResult,
+  TokenEvent,
+  TokenStream,
+} from './emberlm.js';
+
+export type {
+  ChatMessage,
+  EngineInfo,
+  FinishReason,
+  GenerateOptions,
+  GenerationResult,
+  GenerationStats,
+  LoadOptions,
+  LoadProgress,
+  ModelInfo,
+  ModelSource,
+  Prompt,
+  SequenceResult,
+  TokenEvent,
+  TokenStream,
+};
+
+/** What an error's `kind` can be: the message starts with it too (`Limit: ...`). */
+export type EngineErrorKind =
+  | 'NoWebGPU'
+  | 'NoAdapter'
+  | 'RequestDevice'
+  | 'DeviceLost'
+  | 'Gpu'
+  | 'Shader'
+  | 'Readback'
+  | 'Limit'
+  | 'Format'
+  | 'Unsupported'
+  | 'Io'
+  | 'Tokenizer'
+  | 'Template'
+  | 'InvalidArgument'
+  | 'NoModel'
+  | 'Panic'
+  | 'Internal'
+  | 'Worker';
+
+/** The errors EngineClient's promises reject with. */
+export interface EngineError extends Error {
+  kind: EngineErrorKind | (string & {});
+  /** InvalidArgument: the option that was refused. */
+  option?: string;
+  /** Limit: the buffer that does not fit, the device limit, and the bytes needed and allowed. */
+  what?: string;
+  limit?: string;
+  needed?: number;
+  allowed?: number;
+}
+
+export declare class EngineClient {
+  /**
+   * Starts the worker: `worker.js` next to this file unless another script URL is given, as a
+   * module worker unless `type` is `'classic'`.
+   */
+  constructor(workerUrl?: string | URL, options?: { type?: WorkerType });
+  /** The worker running the engine. */
+  readonly worker: Worker;
+  /**
+   * Loads a GGUF model: a URL (resolved against the page), a File/Blob, or bytes (an
+   * ArrayBuffer is transferred to the worker). Resolves to the engine's info.
+   */
+  load(source: ModelSource, options?: LoadOptions): Promise<EngineInfo>;
+  /** Generates; `onToken` sees every token as it comes. */
+  generate(
+    prompt: Prompt,
+    options?: GenerateOptions,
+    onToken?: (event: TokenEvent) => void,
+  ): Promise<GenerationResult>;
+  /** The token events as an async iterator; leaving a `for await` loop early aborts. */
+  stream(prompt: Prompt, options?: GenerateOptions): TokenStream;
+  /** Stops the running generation between two tokens (finishReason `abort`). */
+  abort(): Promise<void>;
+  /** Forgets the conversation: the next call starts from an empty KV cache. */
+  reset(): Promise<void>;
+  /** The adapter, its limits, the model and the context length. */
+  info(): Promise<EngineInfo>;
+  /** Frees the model; the worker stays for another load. */
+  free(): Promise<void>;
+  /** Destroys the GPU device as a driver reset would (for tests). */
+  destroyDeviceForTest(): Promise<void>;
+  /** The emberlm version. */
+  version(): Promise<string>;
+  /** Stops the worker; pending calls reject with kind `Worker`. */
+  terminate(): void;
+}
