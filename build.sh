@@ -90,8 +90,10 @@ setup_node() {
     [ node_modules/.package-lock.json -nt package-lock.json ]; then
     return
   fi
-  log "installing Node tools (npm ci)"
-  npm ci --no-audit --no-fund --loglevel=error
+  # `npm install --no-save` rather than `npm ci`: registry mirrors may lack the optional
+  # platform builds of some packages (rollup's), which `npm ci` refuses to skip.
+  log "installing Node tools (npm install from package-lock.json)"
+  npm install --no-save --no-audit --no-fund --loglevel=error
 }
 
 model_ok() {
