@@ -179,7 +179,23 @@ impl Tokenizer {
         tokenizer_config_json: Option<&[u8]>,
         file: &str,
     ) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_bytes(tokenizer_json)
+        // `tokenizers` panics on some malformed inputs (a syntax error inside `decoder`, a bad
+        // `Precompiled` normalizer), so the JSON is parsed and checked here first, and what it
+        // reads is this parse written back: valid JSON, without duplicate keys.
+        let json: serde_json::Value = serde_json::from_slice(tokenizer_json)
+            .map_err(|e| Error::format(file, format!("not a valid tokenizer.json: {e}")))?;
+        let normalizer = json.get("normalizer").unwrap_or(&serde_json::Value::Null);
+        if let Some(at) = find_precompiled(normalizer, "normalizer") {
+            return Err(Error::Unsupported {
+                file: file.to_string(),
+                what: format!(
+                    "normalizer `Precompiled` (a compiled SentencePiece character map) at `{at}`"
+                ),
+            });
+        }
+        let inner: tokenizers::Tokenizer = json
+            .to_string()
+            .parse()
             .map_err(|e| Error::format(file, format!("not a valid tokenizer.json: {e}")))?;
         let config = match tokenizer_config_json {
             Some(bytes) => {
@@ -416,6 +432,29 @@ fn is_special_id(inner: &tokenizers::Tokenizer, id: u32) -> bool {
     inner
         .id_to_token(id)
         .is_some_and(|t| inner.get_added_vocabulary().is_special_token(&t))
+}
+
+/// Where in a tokenizer.json's `normalizer` (at path `at`) a `Precompiled` normalizer is (an
+/// object of that `type`, or with a `precompiled_charsmap`), as a path like
+/// `normalizer.normalizers[0]`. `tokenizers` trusts that binary trie: a malformed one makes it
+/// panic or allocate without bound.
+fn find_precompiled(v: &serde_json::Value, at: &str) -> Option<String> {
+    match v {
+        serde_json::Value::Object(o) => {
+            if o.get("type").and_then(|t| t.as_str()) == Some("Precompiled")
+                || o.contains_key("precompiled_charsmap")
+            {
+                return Some(at.to_string());
+            }
+            o.iter()
+                .find_map(|(k, v)| find_precompiled(v, &format!("{at}.{k}")))
+        }
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_precompiled(v, &format!("{at}[{i}]"))),
+        _ => None,
+    }
 }
 
 /// A `tokenizer_config.json` token entry: a string, or an AddedToken object with `content`.
@@ -843,7 +882,21 @@ impl StreamDecoder<'_> {
                 .strip_prefix(&self.emitted)
                 .map(str::to_string)
                 .ok_or_else(|| self.not_incremental(&tail, &self.emitted))?;
-            self.ids.drain(..self.context);
+            if tail.is_empty() {
+                // The pending ids show nothing (skipped special tokens, empty pieces): keep the
+                // old context, or the decoder's rules for the start of a text (SentencePiece's
+                // leading-space strip) would apply to the next token. Skipped ids are invisible
+                // to the decoder and can go.
+                let pending = self.ids.split_off(self.context);
+                let (tokenizer, skip) = (self.tokenizer, self.skip_special);
+                self.ids.extend(
+                    pending
+                        .into_iter()
+                        .filter(|&id| !(skip && tokenizer.is_special(id))),
+                );
+            } else {
+                self.ids.drain(..self.context);
+            }
             self.context = self.ids.len();
             self.emitted.clear();
             return Ok(new);
