@@ -776,7 +776,10 @@ impl GgufVocab<'_> {
 /// Guarantees: the concatenation of everything `push` and [`finish`](Self::finish) return equals
 /// `tokenizer.decode(all ids, skip_special)`; no piece ends inside a character that later tokens
 /// complete (an emoji spread over byte tokens appears once, whole); SentencePiece's leading-space
-/// marker is handled as in a full decode (the first word after BOS gains no space).
+/// marker is handled as in a full decode (the first word after BOS gains no space). These hold
+/// for the decoders of GGUF vocabularies and of byte-level BPE and SentencePiece tokenizer.json
+/// files; a decoder that looks further back than the window (CTC's merging of repeats, a strip
+/// of several leading spaces) may stream text that differs from the full decode.
 ///
 /// How: the decoder keeps a small window of ids, `context` ids already shown followed by pending
 /// ones, and decodes the window with and without the pending part. The difference is the new

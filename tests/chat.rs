@@ -1,12 +1,15 @@
 #![cfg(not(target_arch = "wasm32"))]
 //! Chat templates: SmolLM2's own template (from its GGUF, and from a metadata-only GGUF that
 //! carries the same template), the Jinja features real templates use, the fuel and recursion
-//! limits, the fallback format and `tokenizer_config.json` forms. Expected strings for the Jinja
-//! features were produced with Python's Jinja2 configured as transformers configures it.
+//! limits (time, recursion and memory), the fallback format and `tokenizer_config.json` forms.
+//! Expected strings for the Jinja features were produced with Python's Jinja2 configured as
+//! transformers configures it.
 
 #[path = "common/gguf_meta.rs"]
 mod gguf_meta;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -14,6 +17,41 @@ use emberlm::chat::{ChatMessage, ChatTemplate};
 use emberlm::format::gguf::{GgufHeader, GgufValue};
 use emberlm::tokenizer::Tokenizer;
 use emberlm::Error;
+
+// Largest single allocation per thread: shows that a template cannot make a huge value.
+
+struct PeakAlloc;
+
+thread_local! {
+    static PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    let _ = PEAK.try_with(|p| p.set(p.get().max(size)));
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; `note` only updates a
+// thread-local counter and never allocates.
+unsafe impl GlobalAlloc for PeakAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: PeakAlloc = PeakAlloc;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -231,6 +269,37 @@ fn runaway_templates_are_stopped() {
         .render(&long, true)
         .unwrap();
     assert_eq!(text.matches("<|im_start|>").count(), 2002);
+}
+
+/// Methods, filters and functions that can return far more than they are given are paid for in
+/// fuel before they build anything: each of these would make one value of 20 to 300 MB, more
+/// than the fuel pays for.
+#[test]
+fn amplifying_templates_are_stopped_before_they_allocate() {
+    for source in [
+        "{{ ('a' * 1000).replace('', 'x' * 200000) | length }}",
+        "{{ ('x' * 200000).join(['a'] * 1000) | length }}",
+        "{{ ('y' * 3000000).split('') | length }}",
+        "{{ '{:>200000000}'.format(1) }}",
+        "{{ [[1]] | tojson(indent=300000000) }}",
+        "{{ strftime_now('%c' * 1000000) }}",
+    ] {
+        PEAK.with(|p| p.set(0));
+        let m = template_error(source, &[msg("user", "hi")]);
+        let peak = PEAK.with(Cell::get);
+        assert!(
+            peak < 16 << 20,
+            "{source}: allocated {peak} bytes at once ({m})"
+        );
+    }
+}
+
+/// Slicing an empty string backwards (`''[::-1]`) made minijinja 2 index out of bounds.
+#[test]
+fn reversed_slices_of_empty_values() {
+    let source = "[{{ messages[0].content[::-1] }}|{{ ''[::-2] }}|{{ 'abc'[0:2:-1] }}|{{ [][::-1] | length }}]";
+    assert_eq!(render(source, &[msg("user", "")]).unwrap(), "[|||0]");
+    assert_eq!(render(source, &[msg("user", "abc")]).unwrap(), "[cba|||0]");
 }
 
 #[test]

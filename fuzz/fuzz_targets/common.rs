@@ -80,7 +80,7 @@ fn check_header(h: &GgufHeader, data: &[u8]) {
         match h.get_array(key) {
             Ok(Some(a)) => {
                 assert!(matches!(value, GgufValue::Array(_)));
-                assert_eq!(a.is_empty(), a.len() == 0);
+                let _ = (a.len(), a.is_empty());
                 let _ = a.type_name();
             }
             Ok(None) => panic!("`{key}` is listed but not found"),
@@ -146,7 +146,7 @@ pub fn gguf_model(data: &[u8]) {
         check_weights(&w);
     }
     if let Ok(tokenizer) = files.tokenizer() {
-        check_tokenizer(&tokenizer);
+        check_tokenizer(&tokenizer, true);
         if let Ok(Some(template)) = files.chat_template(&tokenizer) {
             render(&template, "Hello!");
         }
@@ -190,7 +190,8 @@ pub fn tokenizer_json(data: &[u8]) {
     let Ok(tokenizer) = Tokenizer::from_json(json, config, "fuzz/tokenizer.json") else {
         return;
     };
-    check_tokenizer(&tokenizer);
+    // Any decoder pipeline can come from JSON, including ones that stream inexactly.
+    check_tokenizer(&tokenizer, false);
     if let Some(config) = config {
         if let Ok(Some(template)) = ChatTemplate::from_tokenizer_config(config, &tokenizer) {
             render(&template, "Hello!");
@@ -206,7 +207,7 @@ pub fn tokenizer_gguf(data: &[u8]) {
     let Ok(tokenizer) = Tokenizer::from_gguf(&header) else {
         return;
     };
-    check_tokenizer(&tokenizer);
+    check_tokenizer(&tokenizer, true);
     if let Ok(Some(template)) = ChatTemplate::from_gguf(&header, &tokenizer) {
         render(&template, "Hello!");
     }
@@ -218,7 +219,9 @@ const SAMPLES: &[&str] = &[
     "é 🚀 \u{2581}x\t\r\n  \u{0}\u{ffff}",
 ];
 
-fn check_tokenizer(tok: &Tokenizer) {
+/// Encodes and decodes the samples; with `exact_stream`, streamed decoding must reproduce the
+/// full decode.
+fn check_tokenizer(tok: &Tokenizer, exact_stream: bool) {
     let _ = (tok.bos_id(), tok.eos_ids(), tok.unk_id(), tok.pad_id());
     let _ = tok.add_bos_default();
     let vocab = tok.vocab_size();
@@ -242,15 +245,15 @@ fn check_tokenizer(tok: &Tokenizer) {
                 let Ok(text) = tok.decode(&ids, skip) else {
                     continue;
                 };
-                stream_decode(tok, &ids, skip, &text);
+                stream_decode(tok, &ids, skip, exact_stream.then_some(text.as_str()));
             }
         }
     }
     let _ = tok.encode(SAMPLES[0], false, None);
 }
 
-/// When every push succeeds, the streamed pieces add up to the full decode.
-fn stream_decode(tok: &Tokenizer, ids: &[u32], skip_special: bool, full: &str) {
+/// Streams `ids`; when every push succeeds, the pieces must add up to `full` when given.
+fn stream_decode(tok: &Tokenizer, ids: &[u32], skip_special: bool, full: Option<&str>) {
     let mut decoder = tok.stream_decoder(skip_special);
     let mut text = String::new();
     for &id in ids {
@@ -263,7 +266,9 @@ fn stream_decode(tok: &Tokenizer, ids: &[u32], skip_special: bool, full: &str) {
         return;
     };
     text.push_str(&rest);
-    assert_eq!(text, full, "streamed decode of {ids:?}");
+    if let Some(full) = full {
+        assert_eq!(text, full, "streamed decode of {ids:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
