@@ -427,12 +427,13 @@ FILTERS = ("{{ messages | tojson(indent=2) }}\n{{ messages | map(attribute='role
            "{{ 'x' * 3 }}{{ 7 // 2 }}{{ 2 ** 8 }}{{ 'abc'[::-1] }}{{ {'k': none} | items | list }}"
            "{{ messages | rejectattr('content') | first | default('none') }}")
 
+# Templates that burn the whole fuel budget are left out: they take seconds each in the debug
+# build that replays the corpus (tests/chat.rs covers them).
 HOSTILE = [
-    "{% for i in range(100000) %}{% for j in range(100000) %}{{ i + j }}{% endfor %}{% endfor %}",
     "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     "{% for a in messages %}{% for b in messages %}{% for c in messages %}{{ a.content }}"
     "{% endfor %}{% endfor %}{% endfor %}",
-    "{{ 'x' * 99999999 }}",
+    "{{ 'x' * 999999 | length }}",
     "{% set s = 'ab' %}{% set s = s ~ s %}{% set s = s ~ s %}{% set s = s ~ s %}{{ s | length }}",
     "{% set ns = namespace(s='x') %}{% for i in range(4) %}{% set ns.s = ns.s + ns.s %}"
     "{% endfor %}{{ ns.s }}",

@@ -7,9 +7,9 @@
 
 #[path = "common/gguf_meta.rs"]
 mod gguf_meta;
+#[path = "common/peak_alloc.rs"]
+mod peak_alloc;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -17,41 +17,6 @@ use emberlm::chat::{ChatMessage, ChatTemplate};
 use emberlm::format::gguf::{GgufHeader, GgufValue};
 use emberlm::tokenizer::Tokenizer;
 use emberlm::Error;
-
-// Largest single allocation per thread: shows that a template cannot make a huge value.
-
-struct PeakAlloc;
-
-thread_local! {
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = PEAK.try_with(|p| p.set(p.get().max(size)));
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; `note` only updates a
-// thread-local counter and never allocates.
-unsafe impl GlobalAlloc for PeakAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: PeakAlloc = PeakAlloc;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -284,9 +249,7 @@ fn amplifying_templates_are_stopped_before_they_allocate() {
         "{{ [[1]] | tojson(indent=300000000) }}",
         "{{ strftime_now('%c' * 1000000) }}",
     ] {
-        PEAK.with(|p| p.set(0));
-        let m = template_error(source, &[msg("user", "hi")]);
-        let peak = PEAK.with(Cell::get);
+        let (m, peak) = peak_alloc::with_peak(|| template_error(source, &[msg("user", "hi")]));
         assert!(
             peak < 16 << 20,
             "{source}: allocated {peak} bytes at once ({m})"

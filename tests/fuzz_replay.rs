@@ -10,7 +10,11 @@ mod fuzz_common;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Inputs slower than this are named in the output (the whole replay should stay well under
+/// half a minute in a debug build).
+const SLOW: Duration = Duration::from_secs(1);
 
 /// The files saved for `target`, in name order.
 fn inputs(target: &str) -> Vec<PathBuf> {
@@ -41,8 +45,12 @@ fn replay(target: &str, body: fn(&[u8])) {
     let mut failed = Vec::new();
     for path in &files {
         let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let t0 = Instant::now();
         if panic::catch_unwind(AssertUnwindSafe(|| body(&data))).is_err() {
             failed.push(path.display().to_string());
+        }
+        if t0.elapsed() > SLOW {
+            eprintln!("{target}: {} took {:.1?}", path.display(), t0.elapsed());
         }
     }
     eprintln!(
