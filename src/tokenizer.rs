@@ -193,6 +193,15 @@ impl Tokenizer {
                 ),
             });
         }
+        if let Some(processor) = json.get("post_processor") {
+            check_templates(processor, file)?;
+        }
+        if let Some(decoder) = json.get("decoder") {
+            check_strip_decoders(decoder, file)?;
+        }
+        if let Some(model) = json.get("model") {
+            check_bpe_prefix(model, file)?;
+        }
         let inner: tokenizers::Tokenizer = json
             .to_string()
             .parse()
@@ -455,6 +464,105 @@ fn find_precompiled(v: &serde_json::Value, at: &str) -> Option<String> {
             .find_map(|(i, v)| find_precompiled(v, &format!("{at}[{i}]"))),
         _ => None,
     }
+}
+
+/// Checks every `TemplateProcessing` in a tokenizer.json's `post_processor` (any object with
+/// `special_tokens`) the way `tokenizers` does when it builds one, but not when it reads one, and
+/// then panics applying it: each special token piece must name an entry of `special_tokens`,
+/// whose `ids` and `tokens` have the same length, and `single` has no sequence `B`.
+fn check_templates(v: &serde_json::Value, file: &str) -> Result<()> {
+    use serde_json::Value;
+    let bad = |m: String| Err(Error::format(file, format!("post_processor: {m}")));
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::Object(tokens)) = o.get("special_tokens") {
+                for (key, token) in tokens {
+                    let len =
+                        |field: &str| token.get(field).and_then(Value::as_array).map(Vec::len);
+                    if len("ids") != len("tokens") {
+                        return bad(format!(
+                            "special token `{key}` has {:?} ids but {:?} tokens",
+                            len("ids"),
+                            len("tokens")
+                        ));
+                    }
+                }
+                for template in ["single", "pair"] {
+                    let pieces = o.get(template).and_then(Value::as_array);
+                    for piece in pieces.into_iter().flatten() {
+                        if let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str)
+                        {
+                            if !tokens.contains_key(id) {
+                                return bad(format!(
+                                    "`{template}` uses special token `{id}`, which \
+                                     `special_tokens` does not define"
+                                ));
+                            }
+                        }
+                        if template == "single"
+                            && piece.pointer("/Sequence/id").and_then(Value::as_str) == Some("B")
+                        {
+                            return bad("`single` uses the second sequence `$B`".to_string());
+                        }
+                    }
+                }
+            }
+            o.values().try_for_each(|v| check_templates(v, file))
+        }
+        Value::Array(a) => a.iter().try_for_each(|v| check_templates(v, file)),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses `Strip` decoders that strip from the end (`stop` > 0): `tokenizers` panics when a
+/// token is shorter than that.
+fn check_strip_decoders(v: &serde_json::Value, file: &str) -> Result<()> {
+    use serde_json::Value;
+    match v {
+        Value::Object(o) => {
+            if o.get("stop").and_then(Value::as_u64).is_some_and(|n| n > 0) {
+                return Err(Error::Unsupported {
+                    file: file.to_string(),
+                    what: "decoder `Strip` with `stop` > 0".to_string(),
+                });
+            }
+            o.values().try_for_each(|v| check_strip_decoders(v, file))
+        }
+        Value::Array(a) => a.iter().try_for_each(|v| check_strip_decoders(v, file)),
+        _ => Ok(()),
+    }
+}
+
+/// A BPE model with a `continuing_subword_prefix` merges a token with a continuation, which
+/// must start with that prefix: `tokenizers` cuts the prefix off by length and panics when the
+/// token is shorter or the cut falls inside a character.
+fn check_bpe_prefix(model: &serde_json::Value, file: &str) -> Result<()> {
+    use serde_json::Value;
+    let Some(prefix) = model
+        .get("continuing_subword_prefix")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(());
+    };
+    let merges = model.get("merges").and_then(Value::as_array);
+    for (i, merge) in merges.into_iter().flatten().enumerate() {
+        let right = match merge {
+            Value::String(m) => m.split_once(' ').map(|(_, r)| r),
+            Value::Array(parts) => parts.get(1).and_then(Value::as_str),
+            _ => None,
+        };
+        if right.is_some_and(|r| !r.starts_with(prefix)) {
+            return Err(Error::format(
+                file,
+                format!(
+                    "model: merge #{i} {merge} does not continue with the \
+                     continuing_subword_prefix `{prefix}`"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A `tokenizer_config.json` token entry: a string, or an AddedToken object with `content`.

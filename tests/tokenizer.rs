@@ -757,6 +757,50 @@ fn tokenizer_json_that_would_panic_is_refused() {
     );
     let t = Tokenizer::from_json(json.as_bytes(), None, "dup.json").unwrap();
     assert_eq!(t.encode("a", false, Some(false)).unwrap(), [0]);
+    // A template naming a special token `special_tokens` lacks; one whose ids and tokens
+    // differ in number; `$B` in the single-sequence template.
+    let template = |single: &str, tokens: &str| {
+        format!(
+            r#"{{{model}, "post_processor": {{"type": "TemplateProcessing", "single": {single},
+                "pair": [], "special_tokens": {tokens}}}}}"#
+        )
+    };
+    let cls = r#"{"SpecialToken": {"id": "[CLS]", "type_id": 0}}"#;
+    for (json, needle) in [
+        (template(&format!("[{cls}]"), "{}"), "[CLS]"),
+        (
+            template(
+                &format!("[{cls}]"),
+                r#"{"[CLS]": {"id": "[CLS]", "ids": [0, 0], "tokens": ["a"]}}"#,
+            ),
+            "[CLS]",
+        ),
+        (
+            template(r#"[{"Sequence": {"id": "B", "type_id": 0}}]"#, "{}"),
+            "$B",
+        ),
+    ] {
+        let e = Tokenizer::from_json(json.as_bytes(), None, "t.json").unwrap_err();
+        assert!(
+            matches!(&e, Error::Format { message, .. } if message.contains(needle)),
+            "{json}: {e:?}"
+        );
+    }
+    // A Strip decoder cutting from the end, which panicked on tokens shorter than the cut.
+    let json = format!(
+        r#"{{{model}, "decoder": {{"type": "Sequence", "decoders": [
+            {{"type": "Strip", "content": " ", "start": 0, "stop": 2}}]}}}}"#
+    );
+    let e = Tokenizer::from_json(json.as_bytes(), None, "s.json").unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    // BPE merges whose continuation lacks the continuing_subword_prefix.
+    let json = r###"{"model": {"type": "BPE", "continuing_subword_prefix": "##",
+        "vocab": {"a": 0, "b": 1, "##b": 2, "a##b": 3, "ab": 4}, "merges": ["a ##b", "a b"]}}"###;
+    let e = Tokenizer::from_json(json.as_bytes(), None, "b.json").unwrap_err();
+    assert!(
+        matches!(&e, Error::Format { message, .. } if message.contains("merge #1")),
+        "{e:?}"
+    );
     // A syntax error inside `decoder`.
     let json = format!(r#"{{{model}, "decoder": {{"type": "Fuse"]}}"#);
     let e = Tokenizer::from_json(json.as_bytes(), None, "d.json").unwrap_err();
