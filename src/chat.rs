@@ -14,7 +14,7 @@
 use std::fmt::{self, Write as _};
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Kwargs, Serde, ValueKind};
+use minijinja::value::{Kwargs, Rest, Serde, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, ErrorKind, State, Value};
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +116,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.add_filter("format", format_filter);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| Error::Template(format!("cannot compile the template: {e:#}")))?;
         Ok(Self {
@@ -345,6 +346,7 @@ fn method_output_bound(
             total
         }
         "format" => {
+            check_format_keys(s, "{", '}')?;
             // Widths and precisions are the digit runs of the format string.
             let widest = s
                 .split(|c: char| !c.is_ascii_digit())
@@ -369,6 +371,40 @@ fn method_output_bound(
         // Case mapping makes a string at most three times longer; the others return less.
         _ => len.saturating_mul(3),
     })
+}
+
+/// minijinja's format-string parsers step through a field's key byte by byte and panic inside a
+/// character of several bytes (`'%(é)s' | format(...)`, `'{0[é]}'.format(...)`): keys of fields
+/// opened by `open` (up to `close`) must be ASCII.
+fn check_format_keys(
+    s: &str,
+    open: &str,
+    close: char,
+) -> std::result::Result<(), minijinja::Error> {
+    let mut rest = s;
+    while let Some(at) = rest.find(open) {
+        rest = &rest[at + open.len()..];
+        let field = rest.split(close).next().unwrap_or_default();
+        if !field.is_ascii() {
+            return Err(minijinja::Error::new(
+                ErrorKind::InvalidOperation,
+                format!("format: the field `{open}{field}` has a non-ASCII key"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `format` filter (printf style), with field keys checked first.
+fn format_filter(
+    state: &mut State,
+    format_str: &Value,
+    args: Rest<ValueOrKwargs>,
+) -> std::result::Result<Value, minijinja::Error> {
+    if let Some(s) = format_str.as_str() {
+        check_format_keys(s, "%(", ')')?;
+    }
+    minijinja::filters::format(state, format_str, args)
 }
 
 /// `raise_exception(message)`: templates call it to reject a conversation.

@@ -257,6 +257,28 @@ fn amplifying_templates_are_stopped_before_they_allocate() {
     }
 }
 
+/// minijinja's format parsers stepped byte by byte through field keys and panicked inside a
+/// character of several bytes.
+#[test]
+fn format_keys_must_be_ascii() {
+    for source in [
+        "{{ '%s-%(é' | format('x', 42) }}",
+        "{{ '%(ключ)s' | format(1) }}",
+        "{{ '{0[é]}'.format({'é': 1}) }}",
+    ] {
+        let m = template_error(source, &[]);
+        assert!(m.contains("non-ASCII"), "{source}: {m}");
+    }
+    assert_eq!(
+        render(
+            "{{ '%(a)s' | format(a='é') }}|{{ '{0[a]}'.format({'a': 'é'}) }}",
+            &[]
+        )
+        .unwrap(),
+        "é|é"
+    );
+}
+
 /// Slicing an empty string backwards (`''[::-1]`) made minijinja 2 index out of bounds.
 #[test]
 fn reversed_slices_of_empty_values() {
