@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# emberlm's one entry point: ./build.sh setup | build | serve [PORT] | dist | test | bench
+# emberlm's one entry point:
+#   ./build.sh setup | build | serve [PORT] | dist | test | bench | fuzz [SECONDS]
 # Every step is idempotent: it installs only what is missing and skips what is already there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -304,6 +305,70 @@ cmd_bench() {
   log "browser bench: not available yet (native figures only)"
 }
 
+# Fuzz targets (fuzz/fuzz_targets/) and the longest input each may receive.
+FUZZ_TARGETS=(gguf_header gguf_model safetensors_hf tokenizer_json tokenizer_gguf chat_template)
+fuzz_max_len() {
+  case "$1" in
+    gguf_header | gguf_model) echo 1048576 ;;
+    chat_template) echo 16384 ;;
+    *) echo 262144 ;;
+  esac
+}
+
+setup_fuzz() {
+  if ! rustup toolchain list | grep -q '^nightly'; then
+    log "installing the nightly toolchain (cargo fuzz needs it)"
+    rustup toolchain install nightly --profile minimal
+  fi
+  if ! have cargo-fuzz; then
+    log "installing cargo-fuzz"
+    cargo install cargo-fuzz
+  fi
+}
+
+# Runs every fuzz target for SECONDS (default 60) from the saved corpus fuzz/corpus/<target>/,
+# one job at a time. New inputs go to fuzz/work/<target>/ (not committed), crashes to
+# fuzz/artifacts/<target>/; the summary is printed and written to fuzz/work/summary.txt.
+cmd_fuzz() {
+  local seconds=${1:-60}
+  [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || die "fuzz: SECONDS must be a positive whole number, not '$seconds'"
+  setup_fuzz
+  log "building the fuzz targets (nightly, release with debug assertions, no sanitizer)"
+  cargo +nightly fuzz build --sanitizer none 2>&1 | tail -n 3 || die "building the fuzz targets failed"
+  mkdir -p fuzz/work
+  local summary=fuzz/work/summary.txt failed=0 t
+  printf '%-16s %8s %12s %10s %9s %s\n' target seconds executions 'exec/s' 'new units' crashes >"$summary"
+  for t in "${FUZZ_TARGETS[@]}"; do
+    local out=fuzz/work/$t.log artifacts=fuzz/artifacts/$t
+    mkdir -p "fuzz/corpus/$t" "fuzz/work/$t" "$artifacts"
+    local before
+    before=$(find "$artifacts" -maxdepth 1 -type f | wc -l)
+    log "fuzzing $t for ${seconds}s"
+    # The first corpus folder receives new inputs; the saved corpus is only read.
+    cargo +nightly fuzz run --sanitizer none "$t" "fuzz/work/$t" "fuzz/corpus/$t" -- \
+      -max_total_time="$seconds" -max_len="$(fuzz_max_len "$t")" -rss_limit_mb=512 \
+      -timeout=10 -print_final_stats=1 >"$out" 2>&1 || true
+    local runs rate added found
+    runs=$(awk '/stat::number_of_executed_units/ { print $2 }' "$out" | tail -n 1)
+    rate=$(awk '/stat::average_exec_per_sec/ { print $2 }' "$out" | tail -n 1)
+    added=$(awk '/stat::new_units_added/ { print $2 }' "$out" | tail -n 1)
+    if [ -z "$runs" ]; then
+      runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$out" | tail -n 1)
+    fi
+    found=$(($(find "$artifacts" -maxdepth 1 -type f | wc -l) - before))
+    if [ "$found" -gt 0 ] || ! grep -q '^Done [0-9]* runs' "$out"; then
+      failed=1
+      [ "$found" -gt 0 ] || found="? (see $out)"
+      grep -m 3 -E 'panicked at|ERROR: libFuzzer|SUMMARY' "$out" >&2 || true
+    fi
+    printf '%-16s %8s %12s %10s %9s %s\n' "$t" "$seconds" "${runs:-?}" "${rate:-?}" "${added:-?}" \
+      "$found" >>"$summary"
+  done
+  cat "$summary"
+  [ "$failed" -eq 0 ] || die "fuzzing found crashes: inputs in fuzz/artifacts/<target>/, logs in fuzz/work/"
+  log "no crashes; summary in $summary"
+}
+
 usage() {
   cat <<'EOF'
 usage: ./build.sh <command>
@@ -316,6 +381,8 @@ usage: ./build.sh <command>
   test          setup + fmt + clippy + native tests (GPU on Vulkan) + browser tests (WebGPU)
   bench [--model PATH] [--quick]
                 setup + native and browser benchmarks, side by side with llama.cpp and wllama
+  fuzz [SECONDS]  run every fuzz target for SECONDS (default 60) on nightly with cargo-fuzz,
+                from the saved corpus fuzz/corpus/; prints executions and crashes per target
 EOF
 }
 
@@ -326,6 +393,7 @@ case "${1:-}" in
   test) cmd_test ;;
   dist) cmd_dist ;;
   bench) shift; cmd_bench "$@" ;;
+  fuzz) shift; cmd_fuzz "$@" ;;
   -h | --help | help) usage ;;
   *) usage; exit 2 ;;
 esac

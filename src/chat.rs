@@ -6,12 +6,16 @@
 //! `raise_exception`, `strftime_now`, a `tojson` that writes what Python's `json.dumps` writes,
 //! and Python string/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) from
 //! `minijinja-contrib`. Templates are untrusted input: every render runs on a fuel budget and a
-//! recursion limit, so a template cannot loop forever or exhaust the stack.
+//! recursion limit, so a template cannot loop forever or exhaust the stack. Fuel also pays for
+//! data (one unit per 64 bytes made): minijinja charges its own operators and filters, and the
+//! functions, filters and methods added here charge for what they build before building it, so
+//! a render allocates at most about `64 × RENDER_FUEL` bytes.
 
 use std::fmt::{self, Write as _};
 
-use minijinja::value::{Kwargs, ValueKind};
-use minijinja::{AutoEscape, Environment, ErrorKind, Value};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Kwargs, Rest, Serde, ValueKind, ValueOrKwargs};
+use minijinja::{AutoEscape, Environment, ErrorKind, State, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::format::gguf::GgufHeader;
@@ -21,10 +25,22 @@ use crate::{Error, Result};
 /// Name under which the template is stored in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// Instructions one render may execute. Real templates spend a few hundred per message; this
-/// allows conversations of thousands of turns and stops a runaway template in well under a
-/// second.
+/// Fuel for one render: an instruction costs one unit, and 64 bytes of data made cost one. Real
+/// templates spend a few hundred per message; this allows conversations of thousands of turns
+/// and stops a runaway template in well under a second, before it has built 128 MiB.
 pub const RENDER_FUEL: u64 = 2_000_000;
+
+/// Bytes of data one unit of fuel pays for (minijinja's rate).
+const BYTES_PER_FUEL: u64 = 64;
+
+/// Bytes charged for each element a method or `tojson` visits or makes (a value and its slot).
+const ITEM_BYTES: u64 = 64;
+
+/// Widest field (or longest precision) `str.format` may ask for.
+const MAX_FORMAT_WIDTH: u64 = 4096;
+
+/// Longest `strftime_now` format string.
+const MAX_STRFTIME_FORMAT: usize = 256;
 
 /// Nesting depth (macro calls, loops, includes) one render may reach.
 const RECURSION_LIMIT: usize = 200;
@@ -86,16 +102,21 @@ impl ChatTemplate {
     /// sees as `bos_token` / `eos_token`.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
         let mut env = Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_keep_trailing_newline(false);
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(false)
+            .build()
+            .map_err(|e| Error::Template(format!("cannot configure the template syntax: {e}")))?;
+        env.set_syntax(syntax);
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_fuel(Some(RENDER_FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(python_method);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.add_filter("format", format_filter);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| Error::Template(format!("cannot compile the template: {e:#}")))?;
         Ok(Self {
@@ -197,7 +218,7 @@ impl ChatTemplate {
             .get_template(TEMPLATE_NAME)
             .map_err(|e| Error::Template(e.to_string()))?;
         let context = minijinja::context! {
-            messages => Value::from_serialize(messages),
+            messages => Value::from(Serde(messages)),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
@@ -254,6 +275,138 @@ fn render_error(e: minijinja::Error) -> Error {
     Error::Template(format!("rendering failed: {e}"))
 }
 
+/// Charges `bytes` of data to the render's fuel.
+fn charge(state: &State, bytes: u64) -> std::result::Result<(), minijinja::Error> {
+    state.consume_fuel(bytes.div_ceil(BYTES_PER_FUEL))
+}
+
+/// Python's `str`, `dict` and `list` methods (`.strip()`, `.split()`, `.items()`, ... from
+/// `minijinja-contrib`), with what each may build paid for before it is built: `replace`,
+/// `join`, `split` and `format` can return far more than they are given.
+fn python_method(
+    state: &mut State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<Value, minijinja::Error> {
+    charge(state, method_output_bound(state, value, method, args)?)?;
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// An upper bound on the bytes `value.method(*args)` makes.
+fn method_output_bound(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> std::result::Result<u64, minijinja::Error> {
+    let Some(s) = value.as_str() else {
+        // `keys()`, `items()`, `get()`, `count()` on a map or list: an item per element.
+        let n = value.len().unwrap_or(1) as u64;
+        return Ok(n.saturating_add(1).saturating_mul(ITEM_BYTES));
+    };
+    let len = s.len() as u64;
+    let arg_str = |i: usize| args.get(i).and_then(Value::as_str);
+    // Places `pat` matches: between every two characters when it is empty.
+    let matches = |pat: &str| {
+        if pat.is_empty() {
+            s.chars().count() as u64 + 1
+        } else {
+            s.matches(pat).count() as u64
+        }
+    };
+    Ok(match method {
+        "replace" => {
+            let new = arg_str(1).unwrap_or_default().len() as u64;
+            let mut n = matches(arg_str(0).unwrap_or_default());
+            if let Some(count) = args.get(2).and_then(|c| u64::try_from(c.clone()).ok()) {
+                n = n.min(count);
+            }
+            len.saturating_add(n.saturating_mul(new))
+        }
+        "split" | "splitlines" => {
+            let pieces = match (method, arg_str(0)) {
+                ("split", Some(sep)) => matches(sep),
+                _ => len / 2,
+            };
+            len.saturating_add(pieces.saturating_add(1).saturating_mul(ITEM_BYTES))
+        }
+        "join" => {
+            let mut total = 0u64;
+            if let Some(Ok(items)) = args.first().map(Value::try_iter) {
+                for item in items {
+                    charge(state, ITEM_BYTES)?;
+                    let item_len = match item.as_str() {
+                        Some(text) => text.len(),
+                        None => item.to_string().len(),
+                    };
+                    total = total.saturating_add(len + item_len as u64);
+                }
+            }
+            total
+        }
+        "format" => {
+            check_format_keys(s, "{", '}')?;
+            // Widths and precisions are the digit runs of the format string.
+            let widest = s
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|run| !run.is_empty())
+                .map(|run| run.parse::<u64>().unwrap_or(u64::MAX))
+                .max()
+                .unwrap_or(0);
+            if widest > MAX_FORMAT_WIDTH {
+                return Err(minijinja::Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("format: width or precision {widest} is over the limit of {MAX_FORMAT_WIDTH}"),
+                ));
+            }
+            let longest_arg = args
+                .iter()
+                .map(|a| a.as_str().map_or(ITEM_BYTES, |t| t.len() as u64))
+                .max()
+                .unwrap_or(0);
+            let fields = s.matches('{').count() as u64;
+            len.saturating_add(fields.saturating_mul(longest_arg.saturating_add(MAX_FORMAT_WIDTH)))
+        }
+        // Case mapping makes a string at most three times longer; the others return less.
+        _ => len.saturating_mul(3),
+    })
+}
+
+/// minijinja's format-string parsers step through a field's key byte by byte and panic inside a
+/// character of several bytes (`'%(é)s' | format(...)`, `'{0[é]}'.format(...)`): keys of fields
+/// opened by `open` (up to `close`) must be ASCII.
+fn check_format_keys(
+    s: &str,
+    open: &str,
+    close: char,
+) -> std::result::Result<(), minijinja::Error> {
+    let mut rest = s;
+    while let Some(at) = rest.find(open) {
+        rest = &rest[at + open.len()..];
+        let field = rest.split(close).next().unwrap_or_default();
+        if !field.is_ascii() {
+            return Err(minijinja::Error::new(
+                ErrorKind::InvalidOperation,
+                format!("format: the field `{open}{field}` has a non-ASCII key"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `format` filter (printf style), with field keys checked first.
+fn format_filter(
+    state: &mut State,
+    format_str: &Value,
+    args: Rest<ValueOrKwargs>,
+) -> std::result::Result<Value, minijinja::Error> {
+    if let Some(s) = format_str.as_str() {
+        check_format_keys(s, "%(", ')')?;
+    }
+    minijinja::filters::format(state, format_str, args)
+}
+
 /// `raise_exception(message)`: templates call it to reject a conversation.
 fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
     Err(
@@ -266,6 +419,16 @@ fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Err
 /// that print today's date (Llama 3.x) expect.
 fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error> {
     use chrono::format::{Item, StrftimeItems};
+    if format.len() > MAX_STRFTIME_FORMAT {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "strftime_now: the format is {} bytes long, over the limit of \
+                 {MAX_STRFTIME_FORMAT}",
+                format.len()
+            ),
+        ));
+    }
     let items: Vec<Item<'_>> = StrftimeItems::new(&format).collect();
     if items.iter().any(|i| matches!(i, Item::Error)) {
         return Err(minijinja::Error::new(
@@ -288,18 +451,21 @@ fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error>
     Ok(out)
 }
 
-/// How `tojson` lays out its output (Python `json.dumps` options).
-struct JsonStyle {
+/// How `tojson` lays out its output (Python `json.dumps` options), and what pays for it.
+struct JsonStyle<'a> {
     indent: Option<usize>,
     item_sep: String,
     key_sep: String,
     sort_keys: bool,
     ensure_ascii: bool,
+    /// Called with the bytes about to be written (or an item about to be visited) first.
+    charge: &'a dyn Fn(u64) -> std::result::Result<(), minijinja::Error>,
 }
 
 /// `value | tojson(indent=None, sort_keys=False, ensure_ascii=False, separators=None)`: what
 /// transformers' `tojson` (Python `json.dumps`) produces, without Jinja's HTML escaping.
 fn tojson(
+    state: &State,
     value: &Value,
     indent: Option<usize>,
     kwargs: Kwargs,
@@ -327,6 +493,7 @@ fn tojson(
         key_sep,
         sort_keys: kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false),
         ensure_ascii: kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false),
+        charge: &|bytes| charge(state, bytes),
     };
     kwargs.assert_all_used()?;
     let mut out = String::new();
@@ -338,12 +505,18 @@ fn json_error(message: impl Into<String>) -> minijinja::Error {
     minijinja::Error::new(ErrorKind::InvalidOperation, message.into())
 }
 
-fn write_json_string(s: &str, ensure_ascii: bool, out: &mut String) {
+fn write_json_string(
+    s: &str,
+    style: &JsonStyle<'_>,
+    out: &mut String,
+) -> std::result::Result<(), minijinja::Error> {
+    // At most 6 bytes per byte (`\u0001`) once quoted and escaped.
+    (style.charge)((s.len() as u64).saturating_mul(6).saturating_add(2))?;
     // serde_json escapes exactly what Python's json.dumps(ensure_ascii=False) escapes.
     let quoted = serde_json::Value::String(s.to_string()).to_string();
-    if !ensure_ascii {
+    if !style.ensure_ascii {
         out.push_str(&quoted);
-        return;
+        return Ok(());
     }
     for c in quoted.chars() {
         if c.is_ascii() {
@@ -355,24 +528,44 @@ fn write_json_string(s: &str, ensure_ascii: bool, out: &mut String) {
             }
         }
     }
+    Ok(())
 }
 
-fn newline_indent(style: &JsonStyle, depth: usize, out: &mut String) {
+fn newline_indent(
+    style: &JsonStyle<'_>,
+    depth: usize,
+    out: &mut String,
+) -> std::result::Result<(), minijinja::Error> {
     if let Some(width) = style.indent {
+        let spaces = width.saturating_mul(depth);
+        (style.charge)((spaces as u64).saturating_add(1))?;
         out.push('\n');
-        out.extend(std::iter::repeat_n(' ', width * depth));
+        out.extend(std::iter::repeat_n(' ', spaces));
     }
+    Ok(())
+}
+
+/// Writes a separator, paid for first (`separators` may be long strings).
+fn separator(
+    sep: &str,
+    style: &JsonStyle<'_>,
+    out: &mut String,
+) -> std::result::Result<(), minijinja::Error> {
+    (style.charge)(sep.len() as u64)?;
+    out.push_str(sep);
+    Ok(())
 }
 
 fn write_json(
     value: &Value,
-    style: &JsonStyle,
+    style: &JsonStyle<'_>,
     depth: usize,
     out: &mut String,
 ) -> std::result::Result<(), minijinja::Error> {
     if depth > JSON_DEPTH_LIMIT {
         return Err(json_error("tojson: value is nested too deeply"));
     }
+    (style.charge)(ITEM_BYTES)?;
     match value.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
@@ -392,15 +585,17 @@ fn write_json(
                 let _ = write!(out, "{value}");
             }
         }
-        ValueKind::String => {
-            write_json_string(value.as_str().unwrap_or_default(), style.ensure_ascii, out)
-        }
+        ValueKind::String => write_json_string(value.as_str().unwrap_or_default(), style, out)?,
         ValueKind::Bytes => {
             let bytes = value.as_bytes().unwrap_or_default();
-            write_json_string(&String::from_utf8_lossy(bytes), style.ensure_ascii, out);
+            write_json_string(&String::from_utf8_lossy(bytes), style, out)?;
         }
         ValueKind::Seq | ValueKind::Iterable => {
-            let items: Vec<Value> = value.try_iter()?.collect();
+            // An iterable may be lazy and long: each item is paid for as it comes.
+            let items = value
+                .try_iter()?
+                .map(|item| (style.charge)(ITEM_BYTES).map(|()| item))
+                .collect::<std::result::Result<Vec<Value>, _>>()?;
             if items.is_empty() {
                 out.push_str("[]");
                 return Ok(());
@@ -408,12 +603,12 @@ fn write_json(
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(&style.item_sep);
+                    separator(&style.item_sep, style, out)?;
                 }
-                newline_indent(style, depth + 1, out);
+                newline_indent(style, depth + 1, out)?;
                 write_json(item, style, depth + 1, out)?;
             }
-            newline_indent(style, depth, out);
+            newline_indent(style, depth, out)?;
             out.push(']');
         }
         ValueKind::Map => {
@@ -428,9 +623,9 @@ fn write_json(
             out.push('{');
             for (i, key) in keys.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(&style.item_sep);
+                    separator(&style.item_sep, style, out)?;
                 }
-                newline_indent(style, depth + 1, out);
+                newline_indent(style, depth + 1, out)?;
                 // JSON keys are strings; Python converts numbers, booleans and None.
                 let key_text = match key.kind() {
                     ValueKind::String => key.as_str().unwrap_or_default().to_string(),
@@ -438,11 +633,11 @@ fn write_json(
                     ValueKind::Bool => (if key.is_true() { "true" } else { "false" }).to_string(),
                     _ => key.to_string(),
                 };
-                write_json_string(&key_text, style.ensure_ascii, out);
-                out.push_str(&style.key_sep);
+                write_json_string(&key_text, style, out)?;
+                separator(&style.key_sep, style, out)?;
                 write_json(&value.get_item(key)?, style, depth + 1, out)?;
             }
-            newline_indent(style, depth, out);
+            newline_indent(style, depth, out)?;
             out.push('}');
         }
         _ => {
@@ -466,6 +661,7 @@ mod tests {
             key_sep: ": ".into(),
             sort_keys: false,
             ensure_ascii,
+            charge: &|_| Ok(()),
         };
         let mut out = String::new();
         write_json(&v, &style, 0, &mut out).unwrap();
@@ -493,6 +689,7 @@ mod tests {
             key_sep: ":".into(),
             sort_keys: false,
             ensure_ascii: false,
+            charge: &|_| Ok(()),
         };
         assert!(write_json(&deep, &style, 0, &mut String::new()).is_err());
     }

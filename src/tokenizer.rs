@@ -179,7 +179,32 @@ impl Tokenizer {
         tokenizer_config_json: Option<&[u8]>,
         file: &str,
     ) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_bytes(tokenizer_json)
+        // `tokenizers` panics on some malformed inputs (a syntax error inside `decoder`, a bad
+        // `Precompiled` normalizer), so the JSON is parsed and checked here first, and what it
+        // reads is this parse written back: valid JSON, without duplicate keys.
+        let json: serde_json::Value = serde_json::from_slice(tokenizer_json)
+            .map_err(|e| Error::format(file, format!("not a valid tokenizer.json: {e}")))?;
+        let normalizer = json.get("normalizer").unwrap_or(&serde_json::Value::Null);
+        if let Some(at) = find_precompiled(normalizer, "normalizer") {
+            return Err(Error::Unsupported {
+                file: file.to_string(),
+                what: format!(
+                    "normalizer `Precompiled` (a compiled SentencePiece character map) at `{at}`"
+                ),
+            });
+        }
+        if let Some(processor) = json.get("post_processor") {
+            check_templates(processor, file)?;
+        }
+        if let Some(decoder) = json.get("decoder") {
+            check_strip_decoders(decoder, file)?;
+        }
+        if let Some(model) = json.get("model") {
+            check_bpe_prefix(model, file)?;
+        }
+        let inner: tokenizers::Tokenizer = json
+            .to_string()
+            .parse()
             .map_err(|e| Error::format(file, format!("not a valid tokenizer.json: {e}")))?;
         let config = match tokenizer_config_json {
             Some(bytes) => {
@@ -416,6 +441,128 @@ fn is_special_id(inner: &tokenizers::Tokenizer, id: u32) -> bool {
     inner
         .id_to_token(id)
         .is_some_and(|t| inner.get_added_vocabulary().is_special_token(&t))
+}
+
+/// Where in a tokenizer.json's `normalizer` (at path `at`) a `Precompiled` normalizer is (an
+/// object of that `type`, or with a `precompiled_charsmap`), as a path like
+/// `normalizer.normalizers[0]`. `tokenizers` trusts that binary trie: a malformed one makes it
+/// panic or allocate without bound.
+fn find_precompiled(v: &serde_json::Value, at: &str) -> Option<String> {
+    match v {
+        serde_json::Value::Object(o) => {
+            if o.get("type").and_then(|t| t.as_str()) == Some("Precompiled")
+                || o.contains_key("precompiled_charsmap")
+            {
+                return Some(at.to_string());
+            }
+            o.iter()
+                .find_map(|(k, v)| find_precompiled(v, &format!("{at}.{k}")))
+        }
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_precompiled(v, &format!("{at}[{i}]"))),
+        _ => None,
+    }
+}
+
+/// Checks every `TemplateProcessing` in a tokenizer.json's `post_processor` (any object with
+/// `special_tokens`) the way `tokenizers` does when it builds one, but not when it reads one, and
+/// then panics applying it: each special token piece must name an entry of `special_tokens`,
+/// whose `ids` and `tokens` have the same length, and `single` has no sequence `B`.
+fn check_templates(v: &serde_json::Value, file: &str) -> Result<()> {
+    use serde_json::Value;
+    let bad = |m: String| Err(Error::format(file, format!("post_processor: {m}")));
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::Object(tokens)) = o.get("special_tokens") {
+                for (key, token) in tokens {
+                    let len =
+                        |field: &str| token.get(field).and_then(Value::as_array).map(Vec::len);
+                    if len("ids") != len("tokens") {
+                        return bad(format!(
+                            "special token `{key}` has {:?} ids but {:?} tokens",
+                            len("ids"),
+                            len("tokens")
+                        ));
+                    }
+                }
+                for template in ["single", "pair"] {
+                    let pieces = o.get(template).and_then(Value::as_array);
+                    for piece in pieces.into_iter().flatten() {
+                        if let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str)
+                        {
+                            if !tokens.contains_key(id) {
+                                return bad(format!(
+                                    "`{template}` uses special token `{id}`, which \
+                                     `special_tokens` does not define"
+                                ));
+                            }
+                        }
+                        if template == "single"
+                            && piece.pointer("/Sequence/id").and_then(Value::as_str) == Some("B")
+                        {
+                            return bad("`single` uses the second sequence `$B`".to_string());
+                        }
+                    }
+                }
+            }
+            o.values().try_for_each(|v| check_templates(v, file))
+        }
+        Value::Array(a) => a.iter().try_for_each(|v| check_templates(v, file)),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses `Strip` decoders that strip from the end (`stop` > 0): `tokenizers` panics when a
+/// token is shorter than that.
+fn check_strip_decoders(v: &serde_json::Value, file: &str) -> Result<()> {
+    use serde_json::Value;
+    match v {
+        Value::Object(o) => {
+            if o.get("stop").and_then(Value::as_u64).is_some_and(|n| n > 0) {
+                return Err(Error::Unsupported {
+                    file: file.to_string(),
+                    what: "decoder `Strip` with `stop` > 0".to_string(),
+                });
+            }
+            o.values().try_for_each(|v| check_strip_decoders(v, file))
+        }
+        Value::Array(a) => a.iter().try_for_each(|v| check_strip_decoders(v, file)),
+        _ => Ok(()),
+    }
+}
+
+/// A BPE model with a `continuing_subword_prefix` merges a token with a continuation, which
+/// must start with that prefix: `tokenizers` cuts the prefix off by length and panics when the
+/// token is shorter or the cut falls inside a character.
+fn check_bpe_prefix(model: &serde_json::Value, file: &str) -> Result<()> {
+    use serde_json::Value;
+    let Some(prefix) = model
+        .get("continuing_subword_prefix")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(());
+    };
+    let merges = model.get("merges").and_then(Value::as_array);
+    for (i, merge) in merges.into_iter().flatten().enumerate() {
+        let right = match merge {
+            Value::String(m) => m.split_once(' ').map(|(_, r)| r),
+            Value::Array(parts) => parts.get(1).and_then(Value::as_str),
+            _ => None,
+        };
+        if right.is_some_and(|r| !r.starts_with(prefix)) {
+            return Err(Error::format(
+                file,
+                format!(
+                    "model: merge #{i} {merge} does not continue with the \
+                     continuing_subword_prefix `{prefix}`"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A `tokenizer_config.json` token entry: a string, or an AddedToken object with `content`.
@@ -737,7 +884,10 @@ impl GgufVocab<'_> {
 /// Guarantees: the concatenation of everything `push` and [`finish`](Self::finish) return equals
 /// `tokenizer.decode(all ids, skip_special)`; no piece ends inside a character that later tokens
 /// complete (an emoji spread over byte tokens appears once, whole); SentencePiece's leading-space
-/// marker is handled as in a full decode (the first word after BOS gains no space).
+/// marker is handled as in a full decode (the first word after BOS gains no space). These hold
+/// for the decoders of GGUF vocabularies and of byte-level BPE and SentencePiece tokenizer.json
+/// files; a decoder that looks further back than the window (CTC's merging of repeats, a strip
+/// of several leading spaces) may stream text that differs from the full decode.
 ///
 /// How: the decoder keeps a small window of ids, `context` ids already shown followed by pending
 /// ones, and decodes the window with and without the pending part. The difference is the new
@@ -843,7 +993,21 @@ impl StreamDecoder<'_> {
                 .strip_prefix(&self.emitted)
                 .map(str::to_string)
                 .ok_or_else(|| self.not_incremental(&tail, &self.emitted))?;
-            self.ids.drain(..self.context);
+            if tail.is_empty() {
+                // The pending ids show nothing (skipped special tokens, empty pieces): keep the
+                // old context, or the decoder's rules for the start of a text (SentencePiece's
+                // leading-space strip) would apply to the next token. Skipped ids are invisible
+                // to the decoder and can go.
+                let pending = self.ids.split_off(self.context);
+                let (tokenizer, skip) = (self.tokenizer, self.skip_special);
+                self.ids.extend(
+                    pending
+                        .into_iter()
+                        .filter(|&id| !(skip && tokenizer.is_special(id))),
+                );
+            } else {
+                self.ids.drain(..self.context);
+            }
             self.context = self.ids.len();
             self.emitted.clear();
             return Ok(new);

@@ -1,11 +1,14 @@
 #![cfg(not(target_arch = "wasm32"))]
 //! Chat templates: SmolLM2's own template (from its GGUF, and from a metadata-only GGUF that
 //! carries the same template), the Jinja features real templates use, the fuel and recursion
-//! limits, the fallback format and `tokenizer_config.json` forms. Expected strings for the Jinja
-//! features were produced with Python's Jinja2 configured as transformers configures it.
+//! limits (time, recursion and memory), the fallback format and `tokenizer_config.json` forms.
+//! Expected strings for the Jinja features were produced with Python's Jinja2 configured as
+//! transformers configures it.
 
 #[path = "common/gguf_meta.rs"]
 mod gguf_meta;
+#[path = "common/peak_alloc.rs"]
+mod peak_alloc;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -231,6 +234,57 @@ fn runaway_templates_are_stopped() {
         .render(&long, true)
         .unwrap();
     assert_eq!(text.matches("<|im_start|>").count(), 2002);
+}
+
+/// Methods, filters and functions that can return far more than they are given are paid for in
+/// fuel before they build anything: each of these would make one value of 20 to 300 MB, more
+/// than the fuel pays for.
+#[test]
+fn amplifying_templates_are_stopped_before_they_allocate() {
+    for source in [
+        "{{ ('a' * 1000).replace('', 'x' * 200000) | length }}",
+        "{{ ('x' * 200000).join(['a'] * 1000) | length }}",
+        "{{ ('y' * 3000000).split('') | length }}",
+        "{{ '{:>200000000}'.format(1) }}",
+        "{{ [[1]] | tojson(indent=300000000) }}",
+        "{{ strftime_now('%c' * 1000000) }}",
+    ] {
+        let (m, peak) = peak_alloc::with_peak(|| template_error(source, &[msg("user", "hi")]));
+        assert!(
+            peak < 16 << 20,
+            "{source}: allocated {peak} bytes at once ({m})"
+        );
+    }
+}
+
+/// minijinja's format parsers stepped byte by byte through field keys and panicked inside a
+/// character of several bytes.
+#[test]
+fn format_keys_must_be_ascii() {
+    for source in [
+        "{{ '%s-%(é' | format('x', 42) }}",
+        "{{ '%(ключ)s' | format(1) }}",
+        "{{ '{0[é]}'.format({'é': 1}) }}",
+    ] {
+        let m = template_error(source, &[]);
+        assert!(m.contains("non-ASCII"), "{source}: {m}");
+    }
+    assert_eq!(
+        render(
+            "{{ '%(a)s' | format(a='é') }}|{{ '{0[a]}'.format({'a': 'é'}) }}",
+            &[]
+        )
+        .unwrap(),
+        "é|é"
+    );
+}
+
+/// Slicing an empty string backwards (`''[::-1]`) made minijinja 2 index out of bounds.
+#[test]
+fn reversed_slices_of_empty_values() {
+    let source = "[{{ messages[0].content[::-1] }}|{{ ''[::-2] }}|{{ 'abc'[0:2:-1] }}|{{ [][::-1] | length }}]";
+    assert_eq!(render(source, &[msg("user", "")]).unwrap(), "[|||0]");
+    assert_eq!(render(source, &[msg("user", "abc")]).unwrap(), "[cba|||0]");
 }
 
 #[test]

@@ -3,6 +3,9 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "common/peak_alloc.rs"]
+mod peak_alloc;
+
 use std::path::PathBuf;
 
 use emberlm::format::safetensors::HfFolder;
@@ -133,6 +136,23 @@ fn load_err(files: Files) -> String {
         Ok(()) => panic!("malformed folder loaded"),
         Err(e) => e.to_string(),
     }
+}
+
+/// A layer count from config.json is checked tensor by tensor, up to the first one missing:
+/// listing 200 000 layers' tensors first took one allocation of 100 MB (at the limit of 2^24
+/// layers, 14 GB).
+#[test]
+fn huge_layer_count_stops_at_the_first_missing_layer() {
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("tiny-llama/config.json")).unwrap()).unwrap();
+    config["num_hidden_layers"] = 200_000.into();
+    let files = with_replaced("tiny-llama", "config.json", config.to_string().into_bytes());
+    let (err, peak) = peak_alloc::with_peak(|| load_err(files));
+    assert!(
+        err.contains("missing tensor `blk.2.attn_norm.weight`"),
+        "{err}"
+    );
+    assert!(peak < 16 << 20, "allocated {peak} bytes at once");
 }
 
 #[test]

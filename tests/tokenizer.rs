@@ -499,6 +499,30 @@ fn stream_decoder_spm_leading_space() {
     }
 }
 
+/// SentencePiece: a skipped control token between two spaces hides nothing. The decoder strips
+/// one space at the start of the text only, so the space after `</s>` must survive streaming.
+#[test]
+fn stream_decoder_spm_space_after_skipped_control_token() {
+    for (name, tok) in [
+        (
+            "spm gguf",
+            gguf_tokenizer(&fixtures().join("tiny-llama-spm-f32.gguf")),
+        ),
+        ("spm json", json_tokenizer("tiny-llama-spm")),
+    ] {
+        let space = tok.token_to_id("\u{2581}").unwrap();
+        let word = tok.token_to_id("\u{2581}the").unwrap();
+        for ids in [
+            vec![space, 2, space, 2, space],
+            vec![word, 2, word, 1, 1, word],
+            vec![1, space, 2, word],
+        ] {
+            let pieces = stream(&tok, &ids, true, name);
+            assert_eq!(pieces.concat(), tok.decode(&ids, true).unwrap(), "{name}");
+        }
+    }
+}
+
 /// A stray byte-fallback token followed by valid bytes: the decoder turns the whole run into
 /// U+FFFDs, so nothing of the run may come out before the run ends.
 #[test]
@@ -707,6 +731,80 @@ fn malformed_tokenizer_json_is_refused() {
         (t.bos_id(), t.eos_ids(), t.add_bos_default()),
         (Some(1), &[2][..], false)
     );
+}
+
+/// Inputs on which `tokenizers` itself panics are refused before it sees them.
+#[test]
+fn tokenizer_json_that_would_panic_is_refused() {
+    let model = r#""model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}"#;
+    // A Precompiled normalizer whose charsmap is not a string, alone or in a Sequence.
+    for normalizer in [
+        r#"{"type": "Precompiled", "precompiled_charsmap": null}"#,
+        r#"{"type": "Sequence", "normalizers": [{"type": "NFC"},
+            {"type": "Precompiled", "precompiled_charsmap": 7}]}"#,
+    ] {
+        let json = format!(r#"{{"normalizer": {normalizer}, {model}}}"#);
+        let e = Tokenizer::from_json(json.as_bytes(), None, "p.json").unwrap_err();
+        assert!(
+            matches!(&e, Error::Unsupported { what, .. } if what.contains("Precompiled")),
+            "{normalizer}: {e:?}"
+        );
+    }
+    // Behind a duplicate key: the last one counts, as in any JSON reader here.
+    let json = format!(
+        r#"{{"normalizer": {{"type": "Precompiled", "precompiled_charsmap": []}},
+            "normalizer": null, {model}}}"#
+    );
+    let t = Tokenizer::from_json(json.as_bytes(), None, "dup.json").unwrap();
+    assert_eq!(t.encode("a", false, Some(false)).unwrap(), [0]);
+    // A template naming a special token `special_tokens` lacks; one whose ids and tokens
+    // differ in number; `$B` in the single-sequence template.
+    let template = |single: &str, tokens: &str| {
+        format!(
+            r#"{{{model}, "post_processor": {{"type": "TemplateProcessing", "single": {single},
+                "pair": [], "special_tokens": {tokens}}}}}"#
+        )
+    };
+    let cls = r#"{"SpecialToken": {"id": "[CLS]", "type_id": 0}}"#;
+    for (json, needle) in [
+        (template(&format!("[{cls}]"), "{}"), "[CLS]"),
+        (
+            template(
+                &format!("[{cls}]"),
+                r#"{"[CLS]": {"id": "[CLS]", "ids": [0, 0], "tokens": ["a"]}}"#,
+            ),
+            "[CLS]",
+        ),
+        (
+            template(r#"[{"Sequence": {"id": "B", "type_id": 0}}]"#, "{}"),
+            "$B",
+        ),
+    ] {
+        let e = Tokenizer::from_json(json.as_bytes(), None, "t.json").unwrap_err();
+        assert!(
+            matches!(&e, Error::Format { message, .. } if message.contains(needle)),
+            "{json}: {e:?}"
+        );
+    }
+    // A Strip decoder cutting from the end, which panicked on tokens shorter than the cut.
+    let json = format!(
+        r#"{{{model}, "decoder": {{"type": "Sequence", "decoders": [
+            {{"type": "Strip", "content": " ", "start": 0, "stop": 2}}]}}}}"#
+    );
+    let e = Tokenizer::from_json(json.as_bytes(), None, "s.json").unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    // BPE merges whose continuation lacks the continuing_subword_prefix.
+    let json = r###"{"model": {"type": "BPE", "continuing_subword_prefix": "##",
+        "vocab": {"a": 0, "b": 1, "##b": 2, "a##b": 3, "ab": 4}, "merges": ["a ##b", "a b"]}}"###;
+    let e = Tokenizer::from_json(json.as_bytes(), None, "b.json").unwrap_err();
+    assert!(
+        matches!(&e, Error::Format { message, .. } if message.contains("merge #1")),
+        "{e:?}"
+    );
+    // A syntax error inside `decoder`.
+    let json = format!(r#"{{{model}, "decoder": {{"type": "Fuse"]}}"#);
+    let e = Tokenizer::from_json(json.as_bytes(), None, "d.json").unwrap_err();
+    assert!(matches!(e, Error::Format { .. }), "{e:?}");
 }
 
 /// Builds the tiny GPT-2 GGUF's metadata with one change and returns the tokenizer's error.

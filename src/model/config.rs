@@ -133,6 +133,14 @@ impl ModelConfig {
                 return bad(format!("{name} = {v} is outside 1..={MAX_DIM}"));
             }
         }
+        for (name, heads) in [("n_heads", self.n_heads), ("n_kv_heads", self.n_kv_heads)] {
+            if heads.checked_mul(self.head_dim).is_none_or(|n| n > MAX_DIM) {
+                return bad(format!(
+                    "{name} · head_dim = {heads} · {} is over {MAX_DIM}",
+                    self.head_dim
+                ));
+            }
+        }
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "n_heads = {} is not a multiple of n_kv_heads = {}",
@@ -179,56 +187,71 @@ impl ModelConfig {
     /// Every tensor the forward pass reads, with its logical shape (outermost first; matrices
     /// are `[out, in]`).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
+        let mut t = Vec::new();
+        let all: Result<(), std::convert::Infallible> = self.visit_expected(&mut |name, shape| {
+            t.push((name, shape));
+            Ok(())
+        });
+        let Ok(()) = all;
+        t
+    }
+
+    /// Calls `f` on each of [`expected_tensors`](Self::expected_tensors) in order, stopping at
+    /// its first error: checking a layer count from a hostile file costs nothing past the first
+    /// tensor that is missing.
+    fn visit_expected<E>(
+        &self,
+        f: &mut dyn FnMut(String, Vec<usize>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let (d, ff, v) = (self.hidden_size, self.ffn_size, self.vocab_size);
-        let mut t: Vec<(String, Vec<usize>)> = vec![("token_embd.weight".into(), vec![v, d])];
-        let mut add = |name: String, shape: Vec<usize>| t.push((name, shape));
+        f("token_embd.weight".into(), vec![v, d])?;
         match self.arch {
             Architecture::Llama => {
                 let (q, kv) = (self.q_dim(), self.kv_dim());
                 for i in 0..self.n_layers {
                     let b = |s: &str| format!("blk.{i}.{s}");
-                    add(b("attn_norm.weight"), vec![d]);
-                    add(b("attn_q.weight"), vec![q, d]);
-                    add(b("attn_k.weight"), vec![kv, d]);
-                    add(b("attn_v.weight"), vec![kv, d]);
+                    f(b("attn_norm.weight"), vec![d])?;
+                    f(b("attn_q.weight"), vec![q, d])?;
+                    f(b("attn_k.weight"), vec![kv, d])?;
+                    f(b("attn_v.weight"), vec![kv, d])?;
                     if self.qkv_bias {
-                        add(b("attn_q.bias"), vec![q]);
-                        add(b("attn_k.bias"), vec![kv]);
-                        add(b("attn_v.bias"), vec![kv]);
+                        f(b("attn_q.bias"), vec![q])?;
+                        f(b("attn_k.bias"), vec![kv])?;
+                        f(b("attn_v.bias"), vec![kv])?;
                     }
-                    add(b("attn_output.weight"), vec![d, q]);
-                    add(b("ffn_norm.weight"), vec![d]);
-                    add(b("ffn_gate.weight"), vec![ff, d]);
-                    add(b("ffn_up.weight"), vec![ff, d]);
-                    add(b("ffn_down.weight"), vec![d, ff]);
+                    f(b("attn_output.weight"), vec![d, q])?;
+                    f(b("ffn_norm.weight"), vec![d])?;
+                    f(b("ffn_gate.weight"), vec![ff, d])?;
+                    f(b("ffn_up.weight"), vec![ff, d])?;
+                    f(b("ffn_down.weight"), vec![d, ff])?;
                 }
-                add("output_norm.weight".into(), vec![d]);
+                f("output_norm.weight".into(), vec![d])?;
             }
             Architecture::Gpt2 => {
-                add("position_embd.weight".into(), vec![self.context_length, d]);
+                f("position_embd.weight".into(), vec![self.context_length, d])?;
                 for i in 0..self.n_layers {
                     let b = |s: &str| format!("blk.{i}.{s}");
-                    add(b("attn_norm.weight"), vec![d]);
-                    add(b("attn_norm.bias"), vec![d]);
-                    add(b("attn_qkv.weight"), vec![3 * d, d]);
-                    add(b("attn_qkv.bias"), vec![3 * d]);
-                    add(b("attn_output.weight"), vec![d, d]);
-                    add(b("attn_output.bias"), vec![d]);
-                    add(b("ffn_norm.weight"), vec![d]);
-                    add(b("ffn_norm.bias"), vec![d]);
-                    add(b("ffn_up.weight"), vec![ff, d]);
-                    add(b("ffn_up.bias"), vec![ff]);
-                    add(b("ffn_down.weight"), vec![d, ff]);
-                    add(b("ffn_down.bias"), vec![d]);
+                    f(b("attn_norm.weight"), vec![d])?;
+                    f(b("attn_norm.bias"), vec![d])?;
+                    f(b("attn_qkv.weight"), vec![3 * d, d])?;
+                    f(b("attn_qkv.bias"), vec![3 * d])?;
+                    f(b("attn_output.weight"), vec![d, d])?;
+                    f(b("attn_output.bias"), vec![d])?;
+                    f(b("ffn_norm.weight"), vec![d])?;
+                    f(b("ffn_norm.bias"), vec![d])?;
+                    f(b("ffn_up.weight"), vec![ff, d])?;
+                    f(b("ffn_up.bias"), vec![ff])?;
+                    f(b("ffn_down.weight"), vec![d, ff])?;
+                    f(b("ffn_down.bias"), vec![d])?;
                 }
-                add("output_norm.weight".into(), vec![d]);
-                add("output_norm.bias".into(), vec![d]);
+                f("output_norm.weight".into(), vec![d])?;
+                f("output_norm.bias".into(), vec![d])?;
             }
         }
         if !self.tied_embeddings {
-            add("output.weight".into(), vec![v, d]);
+            f("output.weight".into(), vec![v, d])?;
         }
-        t
+        Ok(())
     }
 
     /// Checks that `shape_of(name)` gives the expected shape for every tensor the forward
@@ -238,29 +261,24 @@ impl ModelConfig {
         file: &str,
         shape_of: impl Fn(&str) -> Option<&'s [usize]>,
     ) -> Result<()> {
-        for (name, want) in self.expected_tensors() {
-            match shape_of(&name) {
-                None => {
-                    return Err(Error::format(
-                        file,
-                        format!("missing tensor `{name}` (expected shape {want:?})"),
-                    ))
-                }
-                Some(got) if got != want.as_slice() => {
-                    return Err(Error::format(
-                        file,
-                        format!("tensor `{name}` has shape {got:?}, but the config needs {want:?}"),
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
-        Ok(())
+        self.visit_expected(&mut |name, want| match shape_of(&name) {
+            None => Err(Error::format(
+                file,
+                format!("missing tensor `{name}` (expected shape {want:?})"),
+            )),
+            Some(got) if got != want.as_slice() => Err(Error::format(
+                file,
+                format!("tensor `{name}` has shape {got:?}, but the config needs {want:?}"),
+            )),
+            Some(_) => Ok(()),
+        })
     }
 
     /// Bytes of an f32 KV cache for `context` positions: K and V for every layer.
     pub fn kv_cache_bytes(&self, context: usize) -> u64 {
-        2 * self.n_layers as u64 * context as u64 * self.kv_dim() as u64 * 4
+        [self.n_layers, context, self.kv_dim()]
+            .iter()
+            .fold(2 * 4, |n: u64, &x| n.saturating_mul(x as u64))
     }
 }
 
@@ -303,6 +321,12 @@ pub(crate) mod tests {
             (|c| c.rope_theta = 0.0, "rope theta"),
             (|c| c.eos_ids = vec![512], "outside the vocabulary"),
             (|c| c.n_layers = 1 << 30, "n_layers"),
+            (
+                |c| {
+                    (c.n_heads, c.n_kv_heads, c.head_dim) = (1 << 16, 1 << 16, 1 << 10);
+                },
+                "n_heads · head_dim",
+            ),
         ];
         for (mutate, needle) in cases {
             let mut c = tiny_llama();

@@ -1,0 +1,297 @@
+//! What each fuzz target runs on one input, shared by `fuzz_targets/*.rs` and by
+//! `tests/fuzz_replay.rs`, which replays the saved corpora on stable. Malformed input must come
+//! back as an `Err`; a panic here is a bug (in emberlm, or an assertion below that fails).
+//!
+//! Inputs made of two files are split at the first NUL byte, which no JSON text or template
+//! contains: `config.json \0 model.safetensors`, `tokenizer.json \0 tokenizer_config.json`,
+//! `template \0 message content`.
+
+#![allow(dead_code)]
+
+use emberlm::chat::{ChatMessage, ChatTemplate};
+use emberlm::format::gguf::{GgufHeader, GgufValue};
+use emberlm::format::gguf_stream::GgufStream;
+use emberlm::format::safetensors::HfFolder;
+use emberlm::format::{default_context, ModelFiles, ModelWeights};
+use emberlm::tokenizer::Tokenizer;
+
+const FILE: &str = "fuzz.gguf";
+
+/// `(before, after)` the first NUL byte; `(data, None)` without one.
+fn split_nul(data: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], Some(&data[i + 1..])),
+        None => (data, None),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GGUF header
+
+/// `GgufHeader::parse`, every accessor on what parsed, `parse_prefix` on prefixes and
+/// `GgufStream` in two chunkings, all of which must agree with each other.
+pub fn gguf_header(data: &[u8]) {
+    let parsed = GgufHeader::parse(data, FILE);
+    if let Ok(h) = &parsed {
+        check_header(h, data);
+    }
+    let total = data.len() as u64;
+    for cut in [
+        0,
+        8,
+        24,
+        data.len() / 2,
+        data.len().saturating_sub(1),
+        data.len(),
+    ] {
+        let cut = cut.min(data.len());
+        match GgufHeader::parse_prefix(&data[..cut], total, FILE) {
+            Ok(Some(h)) => match &parsed {
+                Ok(p) => assert_same_header(&h, p),
+                Err(e) => panic!("a {cut}-byte prefix parses but the whole file fails: {e}"),
+            },
+            Ok(None) => assert!(cut < data.len(), "the whole file asks for more bytes"),
+            Err(e) => assert!(
+                parsed.is_err(),
+                "a {cut}-byte prefix fails ({e}) but the whole file parses"
+            ),
+        }
+    }
+    for chunk in [data.len() / 3 + 1, 4096] {
+        stream(data, chunk, parsed.as_ref().ok());
+    }
+}
+
+fn check_header(h: &GgufHeader, data: &[u8]) {
+    assert!(h.alignment.is_power_of_two());
+    assert_eq!(h.data_offset % h.alignment, 0);
+    assert_eq!(h.file(), FILE);
+    for (key, value) in h.metadata() {
+        assert!(h.get(key).is_some_and(|v| std::ptr::eq(v, value)));
+        let _ = value.type_name();
+        let _ = h.get_str(key);
+        let _ = h.get_u64(key);
+        let _ = h.get_u32(key);
+        let _ = h.get_f32(key);
+        let _ = h.get_bool(key);
+        let _ = h.get_str_array(key);
+        let _ = h.get_f32_array(key);
+        let _ = h.get_i32_array(key);
+        match h.get_array(key) {
+            Ok(Some(a)) => {
+                assert!(matches!(value, GgufValue::Array(_)));
+                let _ = (a.len(), a.is_empty());
+                let _ = a.type_name();
+            }
+            Ok(None) => panic!("`{key}` is listed but not found"),
+            Err(_) => assert!(!matches!(value, GgufValue::Array(_))),
+        }
+    }
+    assert!(h.get("no.such.key").is_none());
+    let _ = h.architecture();
+    for t in h.tensors() {
+        assert!(h.tensor(&t.name).is_some_and(|u| std::ptr::eq(u, t)));
+        assert_eq!(t.shape().len(), t.dims.len());
+        let _ = t.n_elements();
+        let range = h.tensor_range(t);
+        let bytes = match h.tensor_data(data, t) {
+            Ok(b) => b,
+            Err(e) => panic!("tensor `{}` of a parsed header: {e}", t.name),
+        };
+        assert_eq!(bytes.len() as u64, t.n_bytes);
+        assert_eq!(range.end - range.start, t.n_bytes);
+    }
+}
+
+/// Headers compared field by field (metadata through `Debug`, so that NaN equals NaN).
+fn assert_same_header(a: &GgufHeader, b: &GgufHeader) {
+    assert_eq!(a.version, b.version);
+    assert_eq!(a.alignment, b.alignment);
+    assert_eq!(a.data_offset, b.data_offset);
+    assert_eq!(format!("{:?}", a.metadata()), format!("{:?}", b.metadata()));
+    assert_eq!(a.tensors(), b.tensors());
+}
+
+/// Streams `data` in `chunk`-byte pieces: a stream that finishes must agree with `parsed` and
+/// hand over exactly the bytes `tensor_data` gives.
+fn stream(data: &[u8], chunk: usize, parsed: Option<&GgufHeader>) {
+    let mut s = GgufStream::new(FILE, data.len() as u64);
+    let mut result = Ok(());
+    for piece in data.chunks(chunk.max(1)) {
+        result = s.push(piece, |h, t, bytes| {
+            assert_eq!(h.tensor_data(data, t).ok(), Some(bytes), "`{}`", t.name);
+            Ok(())
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    match (result.and_then(|()| s.finish()), parsed) {
+        (Ok(h), Some(p)) => assert_same_header(&h, p),
+        (Ok(_), None) => panic!("the stream accepts a file the parser refuses"),
+        (Err(_), _) => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole models
+
+/// A GGUF file as a model: configuration and tensors, tokenizer, chat template.
+pub fn gguf_model(data: &[u8]) {
+    let Ok(files) = ModelFiles::from_bytes(data.to_vec(), FILE) else {
+        return;
+    };
+    let _ = files.name();
+    if let Ok(w) = files.weights() {
+        check_weights(&w);
+    }
+    if let Ok(tokenizer) = files.tokenizer() {
+        check_tokenizer(&tokenizer, true);
+        if let Ok(Some(template)) = files.chat_template(&tokenizer) {
+            render(&template, "Hello!");
+        }
+    }
+}
+
+/// `config.json \0 model.safetensors` as a Hugging Face folder.
+pub fn safetensors_hf(data: &[u8]) {
+    let (config, weights) = split_nul(data);
+    let mut files = vec![("config.json".to_string(), config.to_vec())];
+    if let Some(w) = weights {
+        files.push(("model.safetensors".to_string(), w.to_vec()));
+    }
+    let Ok(folder) = HfFolder::from_files("fuzz", files) else {
+        return;
+    };
+    if let Ok(w) = ModelFiles::Hf(folder).weights() {
+        check_weights(&w);
+    }
+}
+
+fn check_weights(w: &ModelWeights<'_>) {
+    if let Err(e) = w.check_shapes() {
+        panic!("weights were returned but fail the shape check: {e}");
+    }
+    let _ = w.tally();
+    let _ = w.memory_estimate(default_context(&w.config));
+    for (name, t) in &w.tensors {
+        let values = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let bytes = values.and_then(|n| t.dtype.bytes_for(n as u64, name).ok());
+        assert_eq!(bytes, Some(t.data.len() as u64), "tensor `{name}`");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizers
+
+/// `tokenizer.json \0 tokenizer_config.json`, then the config's chat template if any.
+pub fn tokenizer_json(data: &[u8]) {
+    let (json, config) = split_nul(data);
+    let Ok(tokenizer) = Tokenizer::from_json(json, config, "fuzz/tokenizer.json") else {
+        return;
+    };
+    // Any decoder pipeline can come from JSON, including ones that stream inexactly.
+    check_tokenizer(&tokenizer, false);
+    if let Some(config) = config {
+        if let Ok(Some(template)) = ChatTemplate::from_tokenizer_config(config, &tokenizer) {
+            render(&template, "Hello!");
+        }
+    }
+}
+
+/// A GGUF header's `tokenizer.ggml.*` metadata as a tokenizer, then its chat template if any.
+pub fn tokenizer_gguf(data: &[u8]) {
+    let Ok(header) = GgufHeader::parse(data, FILE) else {
+        return;
+    };
+    let Ok(tokenizer) = Tokenizer::from_gguf(&header) else {
+        return;
+    };
+    check_tokenizer(&tokenizer, true);
+    if let Ok(Some(template)) = ChatTemplate::from_gguf(&header, &tokenizer) {
+        render(&template, "Hello!");
+    }
+}
+
+const SAMPLES: &[&str] = &[
+    "Hello, world! 123 4567",
+    " <s> </s> <|im_start|>user\n<|im_end|> <|endoftext|>",
+    "é 🚀 \u{2581}x\t\r\n  \u{0}\u{ffff}",
+];
+
+/// Encodes and decodes the samples; with `exact_stream`, streamed decoding must reproduce the
+/// full decode.
+fn check_tokenizer(tok: &Tokenizer, exact_stream: bool) {
+    let _ = (tok.bos_id(), tok.eos_ids(), tok.unk_id(), tok.pad_id());
+    let _ = tok.add_bos_default();
+    let vocab = tok.vocab_size();
+    for id in (0..vocab.min(8)).chain(vocab.saturating_sub(2)..vocab) {
+        let id = id as u32;
+        let _ = (tok.id_to_token(id), tok.is_special(id));
+    }
+    if let Ok(outside) = u32::try_from(vocab) {
+        assert!(tok.decode(&[outside], false).is_err());
+        assert!(tok.stream_decoder(false).push(outside).is_err());
+    }
+    for text in SAMPLES {
+        for special in [false, true] {
+            let Ok(ids) = tok.encode(text, special, Some(false)) else {
+                continue;
+            };
+            if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                panic!("encode({text:?}) gave id {bad}, outside the vocabulary of {vocab}");
+            }
+            for skip in [false, true] {
+                let Ok(text) = tok.decode(&ids, skip) else {
+                    continue;
+                };
+                stream_decode(tok, &ids, skip, exact_stream.then_some(text.as_str()));
+            }
+        }
+    }
+    let _ = tok.encode(SAMPLES[0], false, None);
+}
+
+/// Streams `ids`; when every push succeeds, the pieces must add up to `full` when given.
+fn stream_decode(tok: &Tokenizer, ids: &[u32], skip_special: bool, full: Option<&str>) {
+    let mut decoder = tok.stream_decoder(skip_special);
+    let mut text = String::new();
+    for &id in ids {
+        match decoder.push(id) {
+            Ok(piece) => text.push_str(&piece),
+            Err(_) => return,
+        }
+    }
+    let Ok(rest) = decoder.finish() else {
+        return;
+    };
+    text.push_str(&rest);
+    if let Some(full) = full {
+        assert_eq!(text, full, "streamed decode of {ids:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat templates
+
+/// `template \0 message content`: compile, then render a short conversation.
+pub fn chat_template(data: &[u8]) {
+    let (source, content) = split_nul(data);
+    let source = String::from_utf8_lossy(source);
+    let content = content.map(String::from_utf8_lossy).unwrap_or_default();
+    let Ok(template) = ChatTemplate::new(&source, "<s>", "</s>") else {
+        return;
+    };
+    render(&template, &content);
+}
+
+fn render(template: &ChatTemplate, content: &str) {
+    let messages = [
+        ChatMessage::new("system", "You are terse."),
+        ChatMessage::new("user", content),
+        ChatMessage::new("assistant", "Yes."),
+        ChatMessage::new("user", "And?"),
+    ];
+    let _ = template.render(&messages, true);
+    let _ = template.render(&messages[1..2], false);
+}
