@@ -326,8 +326,10 @@ fn method_output_bound(
         }
         "split" | "splitlines" => {
             let pieces = match (method, arg_str(0)) {
-                ("split", Some(sep)) => matches(sep),
-                _ => len / 2,
+                ("splitlines", _) => matches("\n"),
+                (_, Some(sep)) => matches(sep),
+                // On runs of whitespace: at most one piece per two bytes.
+                (_, None) => len / 2,
             };
             len.saturating_add(pieces.saturating_add(1).saturating_mul(ITEM_BYTES))
         }

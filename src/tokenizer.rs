@@ -179,9 +179,10 @@ impl Tokenizer {
         tokenizer_config_json: Option<&[u8]>,
         file: &str,
     ) -> Result<Self> {
-        // `tokenizers` panics on some malformed inputs (a syntax error inside `decoder`, a bad
-        // `Precompiled` normalizer), so the JSON is parsed and checked here first, and what it
-        // reads is this parse written back: valid JSON, without duplicate keys.
+        // `tokenizers` panics on some malformed inputs instead of returning an error (a syntax
+        // error inside `decoder`, a bad `Precompiled` normalizer, a template post-processor
+        // naming a token it lacks, ...), so the JSON is parsed and those parts are checked here
+        // first; `tokenizers` then reads this parse written back: valid JSON, no duplicate keys.
         let json: serde_json::Value = serde_json::from_slice(tokenizer_json)
             .map_err(|e| Error::format(file, format!("not a valid tokenizer.json: {e}")))?;
         let normalizer = json.get("normalizer").unwrap_or(&serde_json::Value::Null);
