@@ -96,3 +96,12 @@ fn tokenizer_gguf() {
 fn chat_template() {
     replay("chat_template", fuzz_common::chat_template);
 }
+
+#[test]
+fn sampling_params() {
+    replay("sampling_params", |data| {
+        if let Ok(text) = std::str::from_utf8(data) {
+            let _ = emberlm::sampling::SamplingParams::from_json(text);
+        }
+    });
+}
