@@ -5,9 +5,9 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
+#[path = "common/peak_alloc.rs"]
+mod peak_alloc;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use emberlm::format::gguf::{
@@ -17,49 +17,6 @@ use emberlm::format::gguf::{
 use emberlm::model::weights::DType;
 use emberlm::Error;
 use rand::Rng;
-
-// ---------------------------------------------------------------------------------------------
-// Largest single allocation per thread: shows that absurd lengths are refused before reserving.
-
-struct PeakAlloc;
-
-thread_local! {
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = PEAK.try_with(|p| p.set(p.get().max(size)));
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; `note` only updates a
-// thread-local counter and never allocates.
-unsafe impl GlobalAlloc for PeakAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: PeakAlloc = PeakAlloc;
-
-/// Runs `f` and returns its result with the largest single allocation it made.
-fn with_peak<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    PEAK.with(|p| p.set(0));
-    let out = f();
-    (out, PEAK.with(Cell::get))
-}
 
 // ---------------------------------------------------------------------------------------------
 // A GGUF writer
@@ -1034,7 +991,7 @@ fn malformed_inputs_are_rejected() {
     for c in &cases {
         assert!(names.insert(c.name), "duplicate case name {}", c.name);
         let start = Instant::now();
-        let (result, peak) = with_peak(|| GgufHeader::parse(&c.bytes, "bad.gguf"));
+        let (result, peak) = peak_alloc::with_peak(|| GgufHeader::parse(&c.bytes, "bad.gguf"));
         let elapsed = start.elapsed();
         let err = match result {
             Ok(_) => {
@@ -1145,7 +1102,8 @@ fn streaming_claims_do_not_reserve_memory() {
         ),
     ];
     for (i, bytes) in claims.iter().enumerate() {
-        let (result, peak) = with_peak(|| GgufHeader::parse_prefix(bytes, total, "stream.gguf"));
+        let (result, peak) =
+            peak_alloc::with_peak(|| GgufHeader::parse_prefix(bytes, total, "stream.gguf"));
         assert!(matches!(result, Ok(None)), "claim {i}: {result:?}");
         assert!(
             peak < 64 * 1024,
