@@ -28,23 +28,7 @@ struct Step {
 @group(0) @binding(3) var<storage, read> src0: array<f32>;
 @group(0) @binding(4) var<storage, read> src1: array<f32>;
 
-// Largest argument given to exp: exp(80) is finite in f32, and x / (1 + exp(80)) is 0 to
-// within f32's resolution of any activation, so clamping changes nothing but avoids inf.
-const EXP_CLAMP: f32 = 80.0;
-
-// x * sigmoid(x)
-fn silu(x: f32) -> f32 {
-    return x / (1.0 + exp(min(-x, EXP_CLAMP)));
-}
-
-// 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): no tanh, whose
-// large-argument behaviour varies between implementations. The cubic uses x clamped to
-// [-20, 20], where sigmoid(2u) is already 0 or 1 in f32, so it cannot overflow.
-fn gelu_tanh(x: f32) -> f32 {
-    let c = clamp(x, -20.0, 20.0);
-    let u = 0.7978845608028654 * (c + 0.044715 * c * c * c);
-    return x / (1.0 + exp(min(-2.0 * u, EXP_CLAMP)));
-}
+#include "activation.wgsl"
 
 @compute @workgroup_size(WG_SIZE)
 fn swiglu(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {

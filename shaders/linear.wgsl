@@ -5,6 +5,16 @@
 // the layer that produces it); HAS_BIAS adds the bias. X_VEC4 (quantized types, whose cols are
 // multiples of 32) reads x as vec4s.
 //
+// Fusions, each a define:
+// - NORM (with NORM_RMS or NORM_LAYER): x is first normalised per token (the RMS or layer norm before the
+//   layer), with norm_w (and norm_b) [cols] and params.eps; each workgroup computes the
+//   token's statistics itself, which costs a read of x but saves a dispatch and a buffer.
+// - GLU: rows are interleaved pairs (gate 0, up 0, gate 1, up 1, ...) and y[t, r] =
+//   silu(gate_r) * up_r for r < rows / 2: the SwiGLU of a feed-forward layer in its producer.
+// - GELU: y = gelu_tanh(W·x + bias).
+// - LAST_ROW: only the step's last token is computed, written to row 0 of y (an LM head whose
+//   other rows nobody reads). Decode kernel only.
+//
 // linear_decode (one token; memory-bound): a workgroup of WG_SIZE invocations computes ROWS
 // consecutive rows. Invocation i takes parts i, i + WG_SIZE, ... of the rows (8 values each),
 // so neighbouring invocations read neighbouring bytes of a row; it loads the 8 activations of
@@ -20,12 +30,13 @@
 // weight block is thus read once per tile of 32 tokens, not once per token.
 #include "reduce.wgsl"
 #include "quant.wgsl"
+#include "activation.wgsl"
 
 struct Params {
     rows: u32,
     cols: u32,
     max_tokens: u32,
-    _pad: u32,
+    eps: f32,
 }
 
 struct Step {
@@ -47,6 +58,22 @@ struct Step {
 #ifdef HAS_BIAS
 @group(0) @binding(5) var<storage, read> bias: array<f32>;
 #endif
+// The norm's buffers follow the bias, or take its place when there is none.
+#ifdef HAS_BIAS
+#ifdef NORM
+@group(0) @binding(6) var<storage, read> norm_w: array<f32>;
+#endif
+#ifdef NORM_LAYER
+@group(0) @binding(7) var<storage, read> norm_b: array<f32>;
+#endif
+#else
+#ifdef NORM
+@group(0) @binding(5) var<storage, read> norm_w: array<f32>;
+#endif
+#ifdef NORM_LAYER
+@group(0) @binding(6) var<storage, read> norm_b: array<f32>;
+#endif
+#endif
 
 // Rows per decode workgroup: one vec4 of partial sums.
 const ROWS: u32 = 4u;
@@ -64,19 +91,19 @@ fn token_count() -> u32 {
 
 // Activation x[t, c] for one column, 0 past the row (float types have partial parts).
 fn x_at(t: u32, c: u32) -> f32 {
+    if c >= params.cols {
+        return 0.0;
+    }
 #ifdef X_VEC4
     let i = t * params.cols + c;
     return x[i >> 2u][i & 3u];
 #else
-    if c >= params.cols {
-        return 0.0;
-    }
     return x[t * params.cols + c];
 #endif
 }
 
-// Activations x[t, c0..c0 + 4] (c0 a multiple of 4).
-fn x4(t: u32, c0: u32) -> vec4<f32> {
+// Raw activations x[t, c0..c0 + 4] (c0 a multiple of 4).
+fn x4_raw(t: u32, c0: u32) -> vec4<f32> {
 #ifdef X_VEC4
     return x[(t * params.cols + c0) >> 2u];
 #else
@@ -84,17 +111,80 @@ fn x4(t: u32, c0: u32) -> vec4<f32> {
 #endif
 }
 
-// Writes y[t, r] (+)= v (+ bias[r]).
-fn store(t: u32, r: u32, v: f32) {
-    var out = v;
+#ifdef NORM
+// norm_w[c] (and norm_b[c]), 0 past the row.
+fn norm_w_at(c: u32) -> f32 {
+    return select(0.0, norm_w[min(c, params.cols - 1u)], c < params.cols);
+}
+#ifdef NORM_LAYER
+fn norm_b_at(c: u32) -> f32 {
+    return select(0.0, norm_b[min(c, params.cols - 1u)], c < params.cols);
+}
+#endif
+#endif
+
+// The layer's input at x[t, c0..c0 + 4]: normalised with `stats` = (mean, 1 / sqrt(var + eps))
+// under NORM (mean 0 for RMS), raw otherwise.
+fn x4(t: u32, c0: u32, stats: vec2<f32>) -> vec4<f32> {
+    let v = x4_raw(t, c0);
+#ifdef NORM
+    let w = vec4<f32>(norm_w_at(c0), norm_w_at(c0 + 1u), norm_w_at(c0 + 2u), norm_w_at(c0 + 3u));
+    var out = (v - stats.x) * stats.y * w;
+#ifdef NORM_LAYER
+    out += vec4<f32>(norm_b_at(c0), norm_b_at(c0 + 1u), norm_b_at(c0 + 2u), norm_b_at(c0 + 3u));
+#endif
+    return out;
+#else
+    return v;
+#endif
+}
+
+// (mean, 1 / sqrt(var + eps)) of token t from per-invocation partial sums over the columns
+// c = first, first + stride, ...: `sum_of` reduces them. Mean is 0 for RMS norms.
+fn partial_sum(t: u32, first: u32, stride: u32, mean: f32) -> f32 {
+    var s = 0.0;
+    for (var c = first; c < params.cols; c += stride) {
+        let d = x_at(t, c) - mean;
+        s += d * d;
+    }
+    return s;
+}
+
+fn partial_plain_sum(t: u32, first: u32, stride: u32) -> f32 {
+    var s = 0.0;
+    for (var c = first; c < params.cols; c += stride) {
+        s += x_at(t, c);
+    }
+    return s;
+}
+
+// Bias of row r, 0 without HAS_BIAS.
+fn bias_at(r: u32) -> f32 {
 #ifdef HAS_BIAS
-    out += bias[r];
+    return bias[r];
+#else
+    return 0.0;
+#endif
+}
+
+// Writes output (t, r) from the dot products: `v` is row r's; with GLU, `v` and `u` are the
+// gate and up rows of output r.
+fn store(t: u32, r: u32, v: f32, u: f32) {
+#ifdef GLU
+    let out_rows = params.rows / 2u;
+    let i = t * out_rows + r;
+    y[i] = silu(v + bias_at(2u * r)) * (u + bias_at(2u * r + 1u));
+#else
+    var out = v + bias_at(r);
+#ifdef GELU
+    out = gelu_tanh(out);
 #endif
     let i = t * params.rows + r;
 #ifdef ACCUMULATE
     out = y[i] + out;
 #endif
     y[i] = out;
+#endif
 }
 
 @compute @workgroup_size(WG_SIZE)
@@ -117,10 +207,23 @@ fn linear_decode(
     let cols = params.cols;
     let parts = q_parts(cols);
     let n_tokens = token_count();
-    for (var t = 0u; t < n_tokens; t++) {
+    var first = 0u;
+#ifdef LAST_ROW
+    first = max(n_tokens, 1u) - 1u;
+#endif
+    for (var t = first; t < n_tokens; t++) {
+        var stats = vec2<f32>(0.0, 1.0);
+#ifdef NORM
+#ifdef NORM_LAYER
+        let sum = workgroup_sum(vec4<f32>(partial_plain_sum(t, lid, WG_SIZE), 0.0, 0.0, 0.0), lid, lane).x;
+        stats.x = sum / f32(cols);
+#endif
+        let sq = workgroup_sum(vec4<f32>(partial_sum(t, lid, WG_SIZE, stats.x), 0.0, 0.0, 0.0), lid, lane).x;
+        stats.y = inverseSqrt(sq / f32(cols) + params.eps);
+#endif
         var acc = vec4<f32>(0.0);
         for (var p = lid; p < parts; p += WG_SIZE) {
-            let xp = Q8(x4(t, 8u * p), x4(t, 8u * p + 4u));
+            let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
             acc.x += q_dot(q_load(row0, p, cols), xp);
             if live > 1u {
                 acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
@@ -133,9 +236,17 @@ fn linear_decode(
             }
         }
         let total = workgroup_sum(acc, lid, lane);
-        if lid < live {
-            store(t, row0 + lid, total[lid]);
+        let out_t = t - first;
+#ifdef GLU
+        // row0 and live are even: pairs never straddle workgroups
+        if lid < live / 2u {
+            store(out_t, row0 / 2u + lid, total[2u * lid], total[2u * lid + 1u]);
         }
+#else
+        if lid < live {
+            store(out_t, row0 + lid, total[lid], 0.0);
+        }
+#endif
     }
 }
 
@@ -144,6 +255,12 @@ fn linear_decode(
 var<workgroup> tile_w: array<vec4<f32>, 512>;
 // The activation tile, [TILE_K columns][TILE_T / 2 token pairs].
 var<workgroup> tile_x: array<vec2<f32>, 512>;
+#ifdef NORM
+// Partial sums of the tile's tokens (8 invocations per token), then each token's
+// (mean, 1 / sqrt(var + eps)).
+var<workgroup> stat_part: array<f32, PREFILL_WG>;
+var<workgroup> tile_stats: array<vec2<f32>, TILE_T>;
+#endif
 
 @compute @workgroup_size(PREFILL_WG)
 fn linear_prefill(
@@ -171,6 +288,38 @@ fn linear_prefill(
     let quad = lid % 16u;
     let pair = lid / 16u;
 
+#ifdef NORM
+    {
+        // 8 invocations per token, columns lane, lane + 8, ...
+        let lane8 = lid % 8u;
+        let live_tok = x_tok < n_tokens;
+        var mean = 0.0;
+#ifdef NORM_LAYER
+        stat_part[lid] = select(0.0, partial_plain_sum(x_tok, lane8, 8u), live_tok);
+        workgroupBarrier();
+        var sum = 0.0;
+        for (var i = 0u; i < 8u; i++) {
+            sum += stat_part[load_tok * 8u + i];
+        }
+        mean = sum / f32(cols);
+        workgroupBarrier();
+#endif
+        stat_part[lid] = select(0.0, partial_sum(x_tok, lane8, 8u, mean), live_tok);
+        workgroupBarrier();
+        if lane8 == 0u {
+            var sq = 0.0;
+            for (var i = 0u; i < 8u; i++) {
+                sq += stat_part[load_tok * 8u + i];
+            }
+            tile_stats[load_tok] = vec2<f32>(mean, inverseSqrt(sq / f32(cols) + params.eps));
+        }
+        workgroupBarrier();
+    }
+    let x_stats = tile_stats[load_tok];
+#else
+    let x_stats = vec2<f32>(0.0, 1.0);
+#endif
+
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     let chunks = (cols + TILE_K - 1u) / TILE_K;
@@ -189,7 +338,7 @@ fn linear_prefill(
         }
         var xv = vec4<f32>(0.0);
         if x_tok < n_tokens {
-            xv = x4(x_tok, kc * TILE_K + load_col);
+            xv = x4(x_tok, kc * TILE_K + load_col, x_stats);
         }
         for (var i = 0u; i < 4u; i++) {
             tile_x[(load_col + i) * 16u + load_tok / 2u][load_tok % 2u] = xv[i];
@@ -206,15 +355,30 @@ fn linear_prefill(
 
     let r0 = row_base + 4u * quad;
     let t0 = tok_base + 2u * pair;
+#ifdef GLU
+    // rows r0 .. r0 + 4 are two (gate, up) pairs: outputs r0 / 2 and r0 / 2 + 1
+    for (var i = 0u; i < 2u; i++) {
+        let r = r0 + 2u * i;
+        if r < params.rows {
+            if t0 < n_tokens {
+                store(t0, r / 2u, acc0[2u * i], acc0[2u * i + 1u]);
+            }
+            if t0 + 1u < n_tokens {
+                store(t0 + 1u, r / 2u, acc1[2u * i], acc1[2u * i + 1u]);
+            }
+        }
+    }
+#else
     for (var i = 0u; i < 4u; i++) {
         let r = r0 + i;
         if r < params.rows {
             if t0 < n_tokens {
-                store(t0, r, acc0[i]);
+                store(t0, r, acc0[i], 0.0);
             }
             if t0 + 1u < n_tokens {
-                store(t0 + 1u, r, acc1[i]);
+                store(t0 + 1u, r, acc1[i], 0.0);
             }
         }
     }
+#endif
 }

@@ -48,8 +48,13 @@ pub const COPY: ShaderFile = shader_file!("copy.wgsl");
 /// Dequantizing embedding lookups.
 pub const EMBED: ShaderFile = shader_file!("embed.wgsl");
 
-/// Snippets that kernels may `#include`: the workgroup reduction and weight decoding.
-const INCLUDES: &[ShaderFile] = &[shader_file!("reduce.wgsl"), shader_file!("quant.wgsl")];
+/// Snippets that kernels may `#include`: the workgroup reduction, weight decoding and the
+/// activation functions.
+const INCLUDES: &[ShaderFile] = &[
+    shader_file!("reduce.wgsl"),
+    shader_file!("quant.wgsl"),
+    shader_file!("activation.wgsl"),
+];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).
 const MAX_INCLUDE_DEPTH: usize = 8;

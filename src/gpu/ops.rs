@@ -16,7 +16,9 @@ pub use attention::Attention;
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::{Add, Gelu, SwiGlu};
 pub use embed::{EmbedSource, Embedding};
-pub use linear::{Linear, LinearBinding, LinearKernel};
+pub use linear::{
+    Epilogue, InputNorm, Linear, LinearBinding, LinearKernel, LinearOptions, NormBinding,
+};
 pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Qkv, QkvForm, RopeKvWrite};

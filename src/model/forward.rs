@@ -10,13 +10,14 @@ use std::collections::HashMap;
 use crate::error::{Error, Result};
 use crate::format::{ModelWeights, Tensor};
 use crate::gpu::ops::{
-    Attention, EmbedSource, Embedding, Gelu, Heads, LayerNorm, Linear, LinearBinding, Qkv, QkvForm,
-    RmsNorm, RopeKvWrite, SwiGlu,
+    Attention, EmbedSource, Embedding, Epilogue, Heads, InputNorm, Linear, LinearBinding,
+    LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite, SwiGlu,
 };
 use crate::gpu::{
     AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams,
 };
 use crate::model::config::{Architecture, ModelConfig, NormKind};
+use crate::model::fuse::{self, FusionPlan};
 use crate::model::weights::{dequantize, encode_float, DType};
 
 /// Tokens per prefill step: long prompts are processed in chunks of this many.
@@ -43,22 +44,23 @@ impl Node {
 struct Activations {
     /// Token ids of the step, `[chunk]` u32.
     ids: wgpu::Buffer,
-    /// Residual stream, `[chunk, d]`.
+    /// Residual stream, `[chunk, d]`. Norms are folded into the linears that read it.
     x: wgpu::Buffer,
-    /// Normalised residual, `[chunk, d]`.
-    xn: wgpu::Buffer,
-    /// Queries, `[chunk, q_dim]` (Llama), or GPT-2's fused `[chunk, q_dim + 2·kv_dim]`.
+    /// Queries, `[chunk, q_dim]`, or stacked `[chunk, q_dim + 2·kv_dim]` (`q | k | v`).
     q: wgpu::Buffer,
-    /// Keys and values of the step before they enter the cache, `[chunk, kv_dim]` (Llama).
+    /// Keys and values of the step before they enter the cache, `[chunk, kv_dim]`, for layers
+    /// whose Q, K and V are separate (one value otherwise).
     k: wgpu::Buffer,
     v: wgpu::Buffer,
     /// Attention output, `[chunk, q_dim]`.
     attn: wgpu::Buffer,
-    /// Feed-forward gate and up projections and their product, `[chunk, ffn]`.
+    /// Feed-forward gate and up projections, `[chunk, ffn]`, for layers where they are
+    /// separate (one value otherwise).
     gate: wgpu::Buffer,
     up: wgpu::Buffer,
+    /// The feed-forward's hidden activations, `[chunk, ffn]`.
     hidden: wgpu::Buffer,
-    /// Logits, `[chunk, vocab]`.
+    /// Logits, `[chunk, vocab]`; a step that needs only its last token's has them in row 0.
     logits: wgpu::Buffer,
 }
 
@@ -73,6 +75,10 @@ pub struct Forward {
     act: Activations,
     staging: wgpu::Buffer,
     nodes: Vec<Node>,
+    /// The final norm and LM head for the last token only (row 0 of the logits) and for
+    /// every token of the step.
+    head_last: LinearBinding,
+    head_all: LinearBinding,
     memory: MemoryReport,
     _alive: AliveBuffers,
 }
@@ -148,7 +154,8 @@ impl Forward {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
         Self::check_fits(ctx, weights, context, chunk)?;
-        let gpu = Self::upload(ctx, weights, progress)?;
+        let plan = fuse::plan(weights);
+        let gpu = Self::upload(ctx, weights, &plan, progress)?;
         let kv = KvCache::new(ctx, &config, context)?;
         let c = chunk as u64;
         let (d, q, kv_dim, ff, vocab) = (
@@ -159,16 +166,19 @@ impl Forward {
             config.vocab_size as u64,
         );
         let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
+        let (sep_qkv, sep_ffn) = (
+            u64::from(plan.any_separate_qkv()),
+            u64::from(plan.any_separate_gate_up()),
+        );
         let act = Activations {
             ids: buf("ids", c)?,
             x: buf("x", c * d)?,
-            xn: buf("xn", c * d)?,
             q: buf("q", c * (q + 2 * kv_dim))?,
-            k: buf("k", c * kv_dim)?,
-            v: buf("v", c * kv_dim)?,
+            k: buf("k", (c * kv_dim * sep_qkv).max(1))?,
+            v: buf("v", (c * kv_dim * sep_qkv).max(1))?,
             attn: buf("attn", c * q)?,
-            gate: buf("gate", c * ff)?,
-            up: buf("up", c * ff)?,
+            gate: buf("gate", (c * ff * sep_ffn).max(1))?,
+            up: buf("up", (c * ff * sep_ffn).max(1))?,
             hidden: buf("hidden", c * ff)?,
             logits: buf("logits", c * vocab)?,
         };
@@ -178,7 +188,6 @@ impl Forward {
         let act_buffers = [
             &act.ids,
             &act.x,
-            &act.xn,
             &act.q,
             &act.k,
             &act.v,
@@ -202,24 +211,33 @@ impl Forward {
             kv_cache: kv.bytes(),
             activations: activation_bytes,
         };
-        let mut forward = Self {
+        let before = ctx.counters();
+        let graph = Graph {
+            config: &config,
+            chunk,
+            kv: &kv,
+            step: &step,
+            act: &act,
+            w: &gpu,
+        };
+        let (nodes, head_last, head_all) = graph.build(ctx, cache).await?;
+        let mut memory = memory;
+        // The kernels' parameter uniforms are part of the activations' footprint.
+        memory.activations += ctx.counters().since(&before).buffer_bytes_created;
+        Ok(Self {
             memory,
             _alive: alive,
             config,
             chunk,
-            _weights: HashMap::new(),
+            _weights: gpu,
             kv,
             step,
             act,
             staging,
-            nodes: Vec::new(),
-        };
-        let before = ctx.counters();
-        forward.nodes = forward.build(ctx, cache, &gpu).await?;
-        // The kernels' parameter uniforms are part of the activations' footprint.
-        forward.memory.activations += ctx.counters().since(&before).buffer_bytes_created;
-        forward._weights = gpu;
-        Ok(forward)
+            nodes,
+            head_last,
+            head_all,
+        })
     }
 
     /// Checks every buffer the model will need against the device's limits before anything is
@@ -264,9 +282,12 @@ impl Forward {
         Ok(())
     }
 
+    /// Uploads every tensor, replacing those that `plan` fuses by the fused ones (built one
+    /// layer at a time, so at most one layer's copies exist at once).
     fn upload(
         ctx: &GpuContext,
         weights: &ModelWeights<'_>,
+        plan: &FusionPlan,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<HashMap<String, GpuTensor>> {
         let mut out = HashMap::new();
@@ -275,6 +296,9 @@ impl Forward {
         progress(0, total);
         for (name, t) in &weights.tensors {
             done += t.data.len() as u64;
+            if plan.replaced(name) {
+                continue;
+            }
             let t = if t.shape.len() == 1 && t.dtype != DType::F32 {
                 as_f32_tensor(name, t)?
             } else {
@@ -283,272 +307,19 @@ impl Forward {
             out.insert(name.clone(), GpuTensor::upload(ctx, name, &t)?);
             progress(done, total);
         }
+        for layer in 0..weights.config.n_layers {
+            for (name, t) in fuse::fused_tensors(weights, plan, layer)? {
+                out.insert(name.clone(), GpuTensor::upload(ctx, &name, &t)?);
+            }
+        }
+        progress(total, total);
         Ok(out)
     }
 
-    async fn build(
-        &self,
-        ctx: &GpuContext,
-        cache: &KernelCache,
-        w: &HashMap<String, GpuTensor>,
-    ) -> Result<Vec<Node>> {
-        let c = &self.config;
-        let red = Reduction::best(ctx);
-        let max = self.chunk as u32;
-        let step = &self.step;
-        let a = &self.act;
-        let get = |name: &str| {
-            w.get(name)
-                .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))
-        };
-        let mut nodes = Vec::new();
-        let embd = get("token_embd.weight")?;
-        let embed = Embedding::new(ctx, cache, embd.dtype, EmbedSource::Tokens, false).await?;
-        nodes.push(Node::Kernel(embed.bind(
-            ctx,
-            step,
-            embd,
-            Some(&a.ids),
-            &a.x,
-            max,
-        )?));
-        if c.arch == Architecture::Gpt2 {
-            let pos = get("position_embd.weight")?;
-            let e = Embedding::new(ctx, cache, pos.dtype, EmbedSource::Positions, true).await?;
-            nodes.push(Node::Kernel(e.bind(ctx, step, pos, None, &a.x, max)?));
-        }
-        for layer in 0..c.n_layers {
-            let b = |s: &str| format!("blk.{layer}.{s}");
-            nodes.push(
-                self.norm(ctx, cache, red, w, &b("attn_norm"), &a.x, &a.xn)
-                    .await?,
-            );
-            let heads = Heads {
-                n_heads: c.n_heads as u32,
-                n_kv_heads: c.n_kv_heads as u32,
-                head_dim: c.head_dim as u32,
-            };
-            let positions = self.kv.context() as u32;
-            let (form, q_stride) = match c.arch {
-                // GPT-2's c_attn is one [3d, d] matrix: one product, rows `q | k | v`.
-                Architecture::Gpt2 => {
-                    let (name, bias) = (b("attn_qkv.weight"), b("attn_qkv.bias"));
-                    nodes.push(
-                        self.linear(ctx, cache, red, w, &name, &bias, &a.xn, &a.q, false)
-                            .await?,
-                    );
-                    (QkvForm::Fused, (c.q_dim() + 2 * c.kv_dim()) as u32)
-                }
-                Architecture::Llama => {
-                    for (part, y) in [("q", &a.q), ("k", &a.k), ("v", &a.v)] {
-                        let name = b(&format!("attn_{part}.weight"));
-                        let bias = b(&format!("attn_{part}.bias"));
-                        nodes.push(
-                            self.linear(ctx, cache, red, w, &name, &bias, &a.xn, y, false)
-                                .await?,
-                        );
-                    }
-                    (QkvForm::Separate, c.q_dim() as u32)
-                }
-            };
-            let qkv = match form {
-                QkvForm::Fused => Qkv::Fused(&a.q),
-                QkvForm::Separate => Qkv::Separate {
-                    q: &a.q,
-                    k: &a.k,
-                    v: &a.v,
-                },
-            };
-            let rope = RopeKvWrite::new(ctx, cache, c.rope_layout, form).await?;
-            nodes.push(Node::Kernel(rope.bind(
-                ctx,
-                step,
-                qkv,
-                &self.kv.k[layer],
-                &self.kv.v[layer],
-                heads,
-                c.rope_theta,
-                positions,
-                max,
-            )?));
-            let attention = Attention::new(ctx, cache, red).await?;
-            nodes.push(Node::Kernel(attention.bind(
-                ctx,
-                step,
-                &a.q,
-                q_stride,
-                &self.kv.k[layer],
-                &self.kv.v[layer],
-                &a.attn,
-                heads,
-                positions,
-                max,
-            )?));
-            let o = b("attn_output.weight");
-            nodes.push(
-                self.linear(
-                    ctx,
-                    cache,
-                    red,
-                    w,
-                    &o,
-                    &o.replace(".weight", ".bias"),
-                    &a.attn,
-                    &a.x,
-                    true,
-                )
-                .await?,
-            );
-            nodes.push(
-                self.norm(ctx, cache, red, w, &b("ffn_norm"), &a.x, &a.xn)
-                    .await?,
-            );
-            let up = b("ffn_up.weight");
-            let down = b("ffn_down.weight");
-            match c.arch {
-                Architecture::Llama => {
-                    let gate = b("ffn_gate.weight");
-                    for (name, y) in [(&gate, &a.gate), (&up, &a.up)] {
-                        let bias = name.replace(".weight", ".bias");
-                        nodes.push(
-                            self.linear(ctx, cache, red, w, name, &bias, &a.xn, y, false)
-                                .await?,
-                        );
-                    }
-                    let swiglu = SwiGlu::new(ctx, cache).await?;
-                    nodes.push(Node::Kernel(swiglu.bind(
-                        ctx,
-                        step,
-                        &a.gate,
-                        &a.up,
-                        &a.hidden,
-                        c.ffn_size as u32,
-                        max,
-                    )?));
-                }
-                Architecture::Gpt2 => {
-                    let bias = up.replace(".weight", ".bias");
-                    nodes.push(
-                        self.linear(ctx, cache, red, w, &up, &bias, &a.xn, &a.hidden, false)
-                            .await?,
-                    );
-                    let gelu = Gelu::new(ctx, cache).await?;
-                    nodes.push(Node::Kernel(gelu.bind(
-                        ctx,
-                        step,
-                        &a.hidden,
-                        c.ffn_size as u32,
-                        max,
-                    )?));
-                }
-            }
-            let bias = down.replace(".weight", ".bias");
-            nodes.push(
-                self.linear(ctx, cache, red, w, &down, &bias, &a.hidden, &a.x, true)
-                    .await?,
-            );
-        }
-        nodes.push(
-            self.norm(ctx, cache, red, w, "output_norm", &a.x, &a.xn)
-                .await?,
-        );
-        let head = if c.tied_embeddings {
-            "token_embd.weight"
-        } else {
-            "output.weight"
-        };
-        nodes.push(
-            self.linear(
-                ctx,
-                cache,
-                red,
-                w,
-                head,
-                "output.bias",
-                &a.xn,
-                &a.logits,
-                false,
-            )
-            .await?,
-        );
-        Ok(nodes)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn linear(
-        &self,
-        ctx: &GpuContext,
-        cache: &KernelCache,
-        red: Reduction,
-        w: &HashMap<String, GpuTensor>,
-        name: &str,
-        bias: &str,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        accumulate: bool,
-    ) -> Result<Node> {
-        let weight = w
-            .get(name)
-            .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))?;
-        let bias = w.get(bias);
-        let op = Linear::new(ctx, cache, weight.dtype, red, bias.is_some(), accumulate).await?;
-        Ok(Node::Linear(op.bind(
-            ctx,
-            &self.step,
-            weight,
-            x,
-            bias.map(|b| &b.buffer),
-            y,
-            self.chunk as u32,
-        )?))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn norm(
-        &self,
-        ctx: &GpuContext,
-        cache: &KernelCache,
-        red: Reduction,
-        w: &HashMap<String, GpuTensor>,
-        prefix: &str,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-    ) -> Result<Node> {
-        let c = &self.config;
-        let weight_name = format!("{prefix}.weight");
-        let weight = w
-            .get(&weight_name)
-            .ok_or_else(|| Error::format("model", format!("missing tensor `{weight_name}`")))?;
-        let (n, max) = (c.hidden_size as u32, self.chunk as u32);
-        Ok(Node::Kernel(match c.norm {
-            NormKind::RmsNorm => {
-                let op = RmsNorm::new(ctx, cache, red).await?;
-                op.bind(ctx, &self.step, x, &weight.buffer, y, n, c.norm_eps, max)?
-            }
-            NormKind::LayerNorm => {
-                let bias_name = format!("{prefix}.bias");
-                let bias = w.get(&bias_name).ok_or_else(|| {
-                    Error::format("model", format!("missing tensor `{bias_name}`"))
-                })?;
-                let op = LayerNorm::new(ctx, cache, red).await?;
-                op.bind(
-                    ctx,
-                    &self.step,
-                    x,
-                    &weight.buffer,
-                    &bias.buffer,
-                    y,
-                    n,
-                    c.norm_eps,
-                    max,
-                )?
-            }
-        }))
-    }
-
-    /// Dispatches one step records: the graph's node count.
+    /// Dispatches of a step that computes logits: the graph's nodes and the LM head (a
+    /// prefill chunk whose logits nobody reads skips the head: one fewer).
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.nodes.len() + 1
     }
 
     /// GPU memory allocated at load.
@@ -691,11 +462,22 @@ impl Forward {
             for node in &self.nodes {
                 node.record(&mut pass, n as u32);
             }
+            // The head runs only for logits someone reads: the last row alone into row 0,
+            // or every row.
+            match rows {
+                0 => {}
+                1 => self.head_last.record(&mut pass, n as u32),
+                _ => self.head_all.record(&mut pass, n as u32),
+            }
         }
         let row_bytes = f32_bytes(self.config.vocab_size as u64);
         let bytes = rows as u64 * row_bytes;
         if rows > 0 {
-            let from = (n - rows) as u64 * row_bytes;
+            let from = if rows == 1 {
+                0
+            } else {
+                (n - rows) as u64 * row_bytes
+            };
             encoder.copy_buffer_to_buffer(&self.act.logits, from, &self.staging, 0, bytes);
         }
         ctx.counter_cells().submit(1);
@@ -708,5 +490,313 @@ impl Forward {
         }
         let data = ctx.read_staging(&self.staging, bytes, submission).await?;
         Ok(bytemuck::pod_collect_to_vec(&data))
+    }
+}
+
+/// What building the graph reads: the model, its uploaded weights and the buffers.
+struct Graph<'a> {
+    config: &'a ModelConfig,
+    chunk: usize,
+    kv: &'a KvCache,
+    step: &'a wgpu::Buffer,
+    act: &'a Activations,
+    w: &'a HashMap<String, GpuTensor>,
+}
+
+/// The extras of one linear node (the plain layer by default).
+#[derive(Default)]
+struct LinearSpec<'p> {
+    /// Prefix of the norm folded into the input (`blk.3.attn_norm`).
+    norm: Option<&'p str>,
+    accumulate: bool,
+    epilogue: Epilogue,
+    last_row: bool,
+}
+
+impl Graph<'_> {
+    fn get(&self, name: &str) -> Result<&GpuTensor> {
+        self.w
+            .get(name)
+            .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))
+    }
+
+    /// The per-step nodes of every layer, then the LM head for the last row and for all rows.
+    async fn build(
+        &self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+    ) -> Result<(Vec<Node>, LinearBinding, LinearBinding)> {
+        let c = self.config;
+        let red = Reduction::best(ctx);
+        let max = self.chunk as u32;
+        let step = self.step;
+        let a = self.act;
+        let mut nodes = Vec::new();
+        let embd = self.get("token_embd.weight")?;
+        let embed = Embedding::new(ctx, cache, embd.dtype, EmbedSource::Tokens, false).await?;
+        nodes.push(Node::Kernel(embed.bind(
+            ctx,
+            step,
+            embd,
+            Some(&a.ids),
+            &a.x,
+            max,
+        )?));
+        if c.arch == Architecture::Gpt2 {
+            let pos = self.get("position_embd.weight")?;
+            let e = Embedding::new(ctx, cache, pos.dtype, EmbedSource::Positions, true).await?;
+            nodes.push(Node::Kernel(e.bind(ctx, step, pos, None, &a.x, max)?));
+        }
+        let heads = Heads {
+            n_heads: c.n_heads as u32,
+            n_kv_heads: c.n_kv_heads as u32,
+            head_dim: c.head_dim as u32,
+        };
+        let positions = self.kv.context() as u32;
+        for layer in 0..c.n_layers {
+            let b = |s: &str| format!("blk.{layer}.{s}");
+            let attn_norm = b("attn_norm");
+            let normed = || LinearSpec {
+                norm: Some(&attn_norm),
+                ..LinearSpec::default()
+            };
+            // GPT-2's c_attn is stored stacked; Llama's Q, K, V are stacked at load when they
+            // share a type (`fuse`): one product, rows `q | k | v`.
+            let stacked = match c.arch {
+                Architecture::Gpt2 => Some(b("attn_qkv")),
+                Architecture::Llama => {
+                    let name = fuse::qkv_name(layer, "weight");
+                    self.w.contains_key(&name).then(|| b("attn_qkv"))
+                }
+            };
+            let form = match &stacked {
+                Some(prefix) => {
+                    nodes.push(
+                        self.linear(ctx, cache, red, prefix, &a.x, &a.q, normed())
+                            .await?,
+                    );
+                    QkvForm::Fused
+                }
+                None => {
+                    for (part, y) in [("q", &a.q), ("k", &a.k), ("v", &a.v)] {
+                        let prefix = b(&format!("attn_{part}"));
+                        nodes.push(
+                            self.linear(ctx, cache, red, &prefix, &a.x, y, normed())
+                                .await?,
+                        );
+                    }
+                    QkvForm::Separate
+                }
+            };
+            let (qkv, q_stride) = match form {
+                QkvForm::Fused => (Qkv::Fused(&a.q), (c.q_dim() + 2 * c.kv_dim()) as u32),
+                QkvForm::Separate => (
+                    Qkv::Separate {
+                        q: &a.q,
+                        k: &a.k,
+                        v: &a.v,
+                    },
+                    c.q_dim() as u32,
+                ),
+            };
+            let rope = RopeKvWrite::new(ctx, cache, c.rope_layout, form).await?;
+            nodes.push(Node::Kernel(rope.bind(
+                ctx,
+                step,
+                qkv,
+                &self.kv.k[layer],
+                &self.kv.v[layer],
+                heads,
+                c.rope_theta,
+                positions,
+                max,
+            )?));
+            let attention = Attention::new(ctx, cache, red).await?;
+            nodes.push(Node::Kernel(attention.bind(
+                ctx,
+                step,
+                &a.q,
+                q_stride,
+                &self.kv.k[layer],
+                &self.kv.v[layer],
+                &a.attn,
+                heads,
+                positions,
+                max,
+            )?));
+            let residual = LinearSpec {
+                accumulate: true,
+                ..LinearSpec::default()
+            };
+            let o = b("attn_output");
+            nodes.push(
+                self.linear(ctx, cache, red, &o, &a.attn, &a.x, residual)
+                    .await?,
+            );
+            let ffn_norm = b("ffn_norm");
+            match c.arch {
+                Architecture::Llama => {
+                    let stacked = fuse::gate_up_name(layer, "weight");
+                    if self.w.contains_key(&stacked) {
+                        let spec = LinearSpec {
+                            norm: Some(&ffn_norm),
+                            epilogue: Epilogue::SwiGlu,
+                            ..LinearSpec::default()
+                        };
+                        let prefix = b("ffn_gate_up");
+                        nodes.push(
+                            self.linear(ctx, cache, red, &prefix, &a.x, &a.hidden, spec)
+                                .await?,
+                        );
+                    } else {
+                        for (part, y) in [("gate", &a.gate), ("up", &a.up)] {
+                            let spec = LinearSpec {
+                                norm: Some(&ffn_norm),
+                                ..LinearSpec::default()
+                            };
+                            let prefix = b(&format!("ffn_{part}"));
+                            nodes.push(self.linear(ctx, cache, red, &prefix, &a.x, y, spec).await?);
+                        }
+                        let swiglu = SwiGlu::new(ctx, cache).await?;
+                        nodes.push(Node::Kernel(swiglu.bind(
+                            ctx,
+                            step,
+                            &a.gate,
+                            &a.up,
+                            &a.hidden,
+                            c.ffn_size as u32,
+                            max,
+                        )?));
+                    }
+                }
+                Architecture::Gpt2 => {
+                    let spec = LinearSpec {
+                        norm: Some(&ffn_norm),
+                        epilogue: Epilogue::Gelu,
+                        ..LinearSpec::default()
+                    };
+                    let prefix = b("ffn_up");
+                    nodes.push(
+                        self.linear(ctx, cache, red, &prefix, &a.x, &a.hidden, spec)
+                            .await?,
+                    );
+                }
+            }
+            let down = b("ffn_down");
+            let residual = LinearSpec {
+                accumulate: true,
+                ..LinearSpec::default()
+            };
+            nodes.push(
+                self.linear(ctx, cache, red, &down, &a.hidden, &a.x, residual)
+                    .await?,
+            );
+        }
+        let head = if c.tied_embeddings {
+            "token_embd"
+        } else {
+            "output"
+        };
+        let mut heads_bound = Vec::new();
+        for last_row in [true, false] {
+            let spec = LinearSpec {
+                norm: Some("output_norm"),
+                last_row,
+                ..LinearSpec::default()
+            };
+            // The head's bias, if any, is `output.bias` even when the matrix is tied.
+            let weight = format!("{head}.weight");
+            heads_bound.push(
+                self.linear_named(
+                    ctx,
+                    cache,
+                    red,
+                    &weight,
+                    "output.bias",
+                    &a.x,
+                    &a.logits,
+                    spec,
+                )
+                .await?,
+            );
+        }
+        let head_all = heads_bound.pop();
+        let head_last = heads_bound.pop();
+        match (head_last, head_all) {
+            (Some(last), Some(all)) => Ok((nodes, last, all)),
+            _ => Err(Error::format("model", "LM head could not be bound")),
+        }
+    }
+
+    /// A linear node over `{prefix}.weight` (and `{prefix}.bias` when the file has it).
+    #[allow(clippy::too_many_arguments)]
+    async fn linear(
+        &self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        red: Reduction,
+        prefix: &str,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        spec: LinearSpec<'_>,
+    ) -> Result<Node> {
+        let (weight, bias) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
+        let binding = self
+            .linear_named(ctx, cache, red, &weight, &bias, x, y, spec)
+            .await?;
+        Ok(Node::Linear(binding))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn linear_named(
+        &self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        red: Reduction,
+        name: &str,
+        bias: &str,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        spec: LinearSpec<'_>,
+    ) -> Result<LinearBinding> {
+        let weight = self.get(name)?;
+        let bias = self.w.get(bias);
+        let norm_kind = match self.config.norm {
+            NormKind::RmsNorm => InputNorm::Rms,
+            NormKind::LayerNorm => InputNorm::Layer,
+        };
+        let norm = match spec.norm {
+            Some(prefix) => {
+                let weight = self.get(&format!("{prefix}.weight"))?;
+                let bias = match norm_kind {
+                    InputNorm::Rms => None,
+                    InputNorm::Layer => Some(&self.get(&format!("{prefix}.bias"))?.buffer),
+                };
+                Some(NormBinding {
+                    weight: &weight.buffer,
+                    bias,
+                    eps: self.config.norm_eps,
+                })
+            }
+            None => None,
+        };
+        let options = LinearOptions {
+            has_bias: bias.is_some(),
+            accumulate: spec.accumulate,
+            norm: spec.norm.map(|_| norm_kind),
+            epilogue: spec.epilogue,
+            last_row: spec.last_row,
+        };
+        let op = Linear::with_options(ctx, cache, weight.dtype, red, options).await?;
+        op.bind_with_norm(
+            ctx,
+            self.step,
+            weight,
+            x,
+            bias.map(|b| &b.buffer),
+            norm,
+            y,
+            self.chunk as u32,
+        )
     }
 }

@@ -3,5 +3,6 @@
 
 pub mod config;
 pub mod forward;
+pub mod fuse;
 pub mod reference;
 pub mod weights;

@@ -30,9 +30,10 @@ const PREFILL_WG: u32 = 256;
 /// Largest decode workgroup. Rows are short in small models (576 columns = 72 parts of 8), so
 /// a bigger workgroup would leave most invocations idle; 64 is two warps, one wave on AMD.
 const DECODE_WG: u32 = 64;
-/// Shared memory of the prefill kernel: the weight and activation tiles (8 KiB + 4 KiB) plus the
-/// reduction snippet's arrays, which the compiler may count even though prefill does not use them.
-const PREFILL_SHARED_BYTES: u32 = 8192 + 4096 + 16 * DECODE_WG;
+/// Shared memory of the prefill kernel: the weight and activation tiles (8 KiB + 4 KiB), the
+/// norm statistics (1 KiB + 256 B) plus the reduction snippet's arrays, which the compiler may
+/// count even though prefill does not use them.
+const PREFILL_SHARED_BYTES: u32 = 8192 + 4096 + 1024 + 256 + 16 * DECODE_WG;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
@@ -40,7 +41,58 @@ struct LinearParams {
     rows: u32,
     cols: u32,
     max_tokens: u32,
-    _pad: u32,
+    eps: f32,
+}
+
+/// A normalisation folded into a linear layer's input (see [`LinearOptions::norm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputNorm {
+    /// `x / sqrt(mean(x²) + eps) · w`.
+    Rms,
+    /// `(x − mean) / sqrt(var + eps) · w + b`.
+    Layer,
+}
+
+/// An activation applied to a linear layer's output (see [`LinearOptions::epilogue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Epilogue {
+    /// `y = W·x (+ bias)`.
+    #[default]
+    None,
+    /// Rows are interleaved (gate, up) pairs, `W: [2·n, cols]`, and `y: [tokens, n]` is
+    /// `silu(gate + b) · (up + b)`: a SwiGLU feed-forward's first half in one kernel.
+    SwiGlu,
+    /// `y = gelu_tanh(W·x + bias)`.
+    Gelu,
+}
+
+/// What a [`Linear`] fuses around its product. The default is the plain layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LinearOptions {
+    /// A bias `[rows]` is added.
+    pub has_bias: bool,
+    /// The result is added to `y` (a residual connection fused into its producer).
+    pub accumulate: bool,
+    /// The input is normalised per token first (the norm's weight, and bias for
+    /// [`InputNorm::Layer`], are bound with [`Linear::bind_with_norm`]).
+    pub norm: Option<InputNorm>,
+    /// The activation applied to the output.
+    pub epilogue: Epilogue,
+    /// Only the step's last token is computed and written to row 0 of `y` (an LM head of
+    /// which only the last row is read). The decode kernel runs whatever the token count.
+    pub last_row: bool,
+}
+
+/// The bound norm of a [`Linear`] built with [`LinearOptions::norm`]: `weight` and, for layer
+/// norms, `bias`, both `[cols]` f32.
+#[derive(Debug, Clone, Copy)]
+pub struct NormBinding<'a> {
+    /// `[cols]` f32.
+    pub weight: &'a wgpu::Buffer,
+    /// `[cols]` f32, exactly for [`InputNorm::Layer`].
+    pub bias: Option<&'a wgpu::Buffer>,
+    /// Added to the variance.
+    pub eps: f32,
 }
 
 /// The `quant.wgsl` flag selecting `dtype`.
@@ -175,8 +227,7 @@ pub struct Linear {
     decode: Arc<wgpu::ComputePipeline>,
     prefill: Arc<wgpu::ComputePipeline>,
     dtype: DType,
-    has_bias: bool,
-    accumulate: bool,
+    options: LinearOptions,
 }
 
 impl Linear {
@@ -191,6 +242,29 @@ impl Linear {
         has_bias: bool,
         accumulate: bool,
     ) -> Result<Self> {
+        let options = LinearOptions {
+            has_bias,
+            accumulate,
+            ..LinearOptions::default()
+        };
+        Self::with_options(ctx, cache, dtype, reduction, options).await
+    }
+
+    /// [`Linear::new`] with fusions: an input norm, an output activation, last-row only.
+    /// SwiGLU does not combine with `accumulate` (nothing needs it).
+    pub async fn with_options(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        dtype: DType,
+        reduction: Reduction,
+        options: LinearOptions,
+    ) -> Result<Self> {
+        if options.accumulate && options.epilogue != Epilogue::None {
+            return Err(Error::invalid(
+                "options",
+                "an activation epilogue cannot be combined with accumulate",
+            ));
+        }
         let limits = ctx.limits();
         for (limit, allowed, needed) in [
             (
@@ -228,8 +302,14 @@ impl Linear {
         let common = |d: Defines| {
             d.flag(weight_flag(dtype))
                 .flag_if("X_VEC4", dtype.block_elements() > 1)
-                .flag_if("HAS_BIAS", has_bias)
-                .flag_if("ACCUMULATE", accumulate)
+                .flag_if("HAS_BIAS", options.has_bias)
+                .flag_if("ACCUMULATE", options.accumulate)
+                .flag_if("NORM", options.norm.is_some())
+                .flag_if("NORM_RMS", options.norm == Some(InputNorm::Rms))
+                .flag_if("NORM_LAYER", options.norm == Some(InputNorm::Layer))
+                .flag_if("GLU", options.epilogue == Epilogue::SwiGlu)
+                .flag_if("GELU", options.epilogue == Epilogue::Gelu)
+                .flag_if("LAST_ROW", options.last_row)
                 .value("WG_SIZE", format!("{decode_wg}u"))
         };
         let decode_defines = common(reduce_defines(ctx, reduction)?);
@@ -255,9 +335,13 @@ impl Linear {
             decode,
             prefill,
             dtype,
-            has_bias,
-            accumulate,
+            options,
         })
+    }
+
+    /// What the kernels fuse.
+    pub fn options(&self) -> LinearOptions {
+        self.options
     }
 
     /// The weight type the kernels decode.
@@ -267,7 +351,7 @@ impl Linear {
 
     /// Whether the result is added to `y`.
     pub fn accumulates(&self) -> bool {
-        self.accumulate
+        self.options.accumulate
     }
 
     /// Binds one layer: `step` is the shared [`super::StepParams`] uniform, `w: [rows, cols]`
@@ -285,21 +369,52 @@ impl Linear {
         y: &wgpu::Buffer,
         max_tokens: u32,
     ) -> Result<LinearBinding> {
+        self.bind_with_norm(ctx, step, w, x, bias, None, y, max_tokens)
+    }
+
+    /// [`Linear::bind`] for a layer built with an input norm: `norm` holds its `[cols]` f32
+    /// weight (and bias for layer norms). With [`Epilogue::SwiGlu`] `y` is `[max_tokens,
+    /// rows / 2]`; with `last_row` it needs only one row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_with_norm(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        w: &GpuTensor,
+        x: &wgpu::Buffer,
+        bias: Option<&wgpu::Buffer>,
+        norm: Option<NormBinding<'_>>,
+        y: &wgpu::Buffer,
+        max_tokens: u32,
+    ) -> Result<LinearBinding> {
         positive("max_tokens", max_tokens)?;
         check_step(step)?;
         let (rows, cols) = matrix_shape(w, self.dtype, "w")?;
-        let shape = |n: u32| format!("[{max_tokens}, {n}] f32");
+        let opts = self.options;
+        let out_rows = if opts.epilogue == Epilogue::SwiGlu {
+            if !rows.is_multiple_of(2) {
+                return Err(Error::invalid(
+                    "w",
+                    format!("SwiGLU needs (gate, up) row pairs, got {rows} rows"),
+                ));
+            }
+            rows / 2
+        } else {
+            rows
+        };
+        let out_tokens = if opts.last_row { 1 } else { max_tokens };
+        let shape = |t: u32, n: u32| format!("[{t}, {n}] f32");
         check_words(
             "x",
             x,
             u64::from(max_tokens) * u64::from(cols),
-            &shape(cols),
+            &shape(max_tokens, cols),
         )?;
         check_words(
             "y",
             y,
-            u64::from(max_tokens) * u64::from(rows),
-            &shape(rows),
+            u64::from(out_tokens) * u64::from(out_rows),
+            &shape(out_tokens, out_rows),
         )?;
         if y == x || y == &w.buffer || bias.is_some_and(|b| b == y) {
             return Err(Error::invalid(
@@ -308,7 +423,7 @@ impl Linear {
             ));
         }
         let mut storage = vec![&w.buffer, x, y];
-        match (self.has_bias, bias) {
+        match (opts.has_bias, bias) {
             (true, Some(b)) => {
                 check_words("bias", b, u64::from(rows), &format!("[{rows}] f32"))?;
                 storage.push(b);
@@ -321,6 +436,53 @@ impl Linear {
                 return Err(Error::invalid(
                     "bias",
                     "kernel built without bias, one given",
+                ))
+            }
+        }
+        let mut eps = 0.0;
+        match (opts.norm, norm) {
+            (None, None) => {}
+            (Some(kind), Some(n)) => {
+                if !(n.eps.is_finite() && n.eps >= 0.0) {
+                    return Err(Error::invalid(
+                        "norm",
+                        format!("eps {} must be finite and >= 0", n.eps),
+                    ));
+                }
+                eps = n.eps;
+                if n.weight == y || n.bias.is_some_and(|b| b == y) {
+                    return Err(Error::invalid(
+                        "y",
+                        "the output buffer is also the norm's weight or bias",
+                    ));
+                }
+                let words = |b| check_words("norm", b, u64::from(cols), &format!("[{cols}] f32"));
+                words(n.weight)?;
+                storage.push(n.weight);
+                match (kind, n.bias) {
+                    (InputNorm::Rms, None) => {}
+                    (InputNorm::Layer, Some(b)) => {
+                        words(b)?;
+                        storage.push(b);
+                    }
+                    (InputNorm::Rms, Some(_)) => {
+                        return Err(Error::invalid("norm", "an RMS norm has no bias"))
+                    }
+                    (InputNorm::Layer, None) => {
+                        return Err(Error::invalid("norm", "a layer norm needs its bias"))
+                    }
+                }
+            }
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "norm",
+                    "kernel built with a norm, none given",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    "norm",
+                    "kernel built without a norm, one given",
                 ))
             }
         }
@@ -345,7 +507,7 @@ impl Linear {
             rows,
             cols,
             max_tokens,
-            _pad: 0,
+            eps,
         };
         let label = format!("linear {} [{rows}, {cols}]", self.dtype);
         let weights = WeightRead::Whole(
@@ -378,6 +540,7 @@ impl Linear {
             .with_weights(weights),
             rows,
             cols,
+            last_row: opts.last_row,
         })
     }
 }
@@ -389,6 +552,7 @@ pub struct LinearBinding {
     prefill: KernelBinding,
     rows: u32,
     cols: u32,
+    last_row: bool,
 }
 
 impl LinearBinding {
@@ -400,16 +564,18 @@ impl LinearBinding {
     }
 
     /// Records `kernel` for a step of `n_tokens` tokens, whichever is faster (tests use it to
-    /// check both kernels at every token count).
+    /// check both kernels at every token count). Last-row layers always record the decode
+    /// kernel.
     pub fn record_kernel(
         &self,
         pass: &mut wgpu::ComputePass<'_>,
         n_tokens: u32,
         kernel: LinearKernel,
     ) {
+        // Last-row layers compute one token: only the decode kernel does that.
         match kernel {
-            LinearKernel::Decode => self.decode.record(pass, n_tokens),
-            LinearKernel::Prefill => self.prefill.record(pass, n_tokens),
+            LinearKernel::Prefill if !self.last_row => self.prefill.record(pass, n_tokens),
+            _ => self.decode.record(pass, n_tokens),
         }
     }
 

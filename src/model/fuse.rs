@@ -1,0 +1,300 @@
+//! Weights rearranged at load so that the graph needs fewer dispatches: a Llama layer's Q, K
+//! and V matrices stacked into one `[q_dim + 2·kv_dim, d]` matrix (one linear instead of
+//! three), and its gate and up matrices interleaved row by row into one `[2·ffn, d]` matrix
+//! whose linear applies SwiGLU in its epilogue (one dispatch instead of three).
+//!
+//! Rows are moved as stored bytes, so every weight type works unchanged (a row is a whole
+//! number of blocks). Layers whose matrices differ in type or width keep the separate form.
+
+use std::borrow::Cow;
+
+use crate::error::{Error, Result};
+use crate::format::{ModelWeights, Tensor};
+use crate::model::config::Architecture;
+use crate::model::weights::{dequantize, DType};
+
+/// Name of layer `layer`'s stacked `[q | k | v]` matrix (and, with `.bias`, its bias).
+pub fn qkv_name(layer: usize, suffix: &str) -> String {
+    format!("blk.{layer}.attn_qkv.{suffix}")
+}
+
+/// Name of layer `layer`'s interleaved `[gate₀, up₀, gate₁, up₁, …]` matrix (and bias).
+pub fn gate_up_name(layer: usize, suffix: &str) -> String {
+    format!("blk.{layer}.ffn_gate_up.{suffix}")
+}
+
+/// What [`plan`] fuses in each layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FusionPlan {
+    /// Layers whose Q, K and V are stacked (`attn_qkv`).
+    pub qkv: Vec<bool>,
+    /// Layers whose gate and up are interleaved (`ffn_gate_up`).
+    pub gate_up: Vec<bool>,
+}
+
+impl FusionPlan {
+    /// Whether some layer keeps separate Q, K, V (so their activation buffers are needed).
+    pub fn any_separate_qkv(&self) -> bool {
+        self.qkv.iter().any(|f| !f)
+    }
+
+    /// Whether some layer keeps separate gate and up.
+    pub fn any_separate_gate_up(&self) -> bool {
+        self.gate_up.iter().any(|f| !f)
+    }
+
+    /// Tensors of the file that the fused ones replace (not uploaded themselves).
+    pub fn replaced(&self, name: &str) -> bool {
+        let Some(rest) = name.strip_prefix("blk.") else {
+            return false;
+        };
+        let Some((layer, part)) = rest.split_once('.') else {
+            return false;
+        };
+        let Ok(layer) = layer.parse::<usize>() else {
+            return false;
+        };
+        let base = part.split('.').next().unwrap_or("");
+        let fused = |v: &Vec<bool>| v.get(layer).copied().unwrap_or(false);
+        match base {
+            "attn_q" | "attn_k" | "attn_v" => fused(&self.qkv),
+            "ffn_gate" | "ffn_up" => fused(&self.gate_up),
+            _ => false,
+        }
+    }
+}
+
+/// Same type, two dimensions, same width: rows can be stacked or interleaved.
+fn compatible(parts: &[Option<&Tensor<'_>>]) -> bool {
+    let mut first: Option<(DType, usize)> = None;
+    for part in parts {
+        let Some(t) = part else { return false };
+        let &[_, cols] = t.shape.as_slice() else {
+            return false;
+        };
+        match first {
+            None => first = Some((t.dtype, cols)),
+            Some(f) if f != (t.dtype, cols) => return false,
+            Some(_) => {}
+        }
+    }
+    first.is_some()
+}
+
+/// Decides, layer by layer, which matrices of `weights` can be fused (Llama layers whose
+/// matrices share type and width; GPT-2 already stores Q, K, V stacked and has no gate).
+pub fn plan(weights: &ModelWeights<'_>) -> FusionPlan {
+    let c = &weights.config;
+    let mut out = FusionPlan::default();
+    for layer in 0..c.n_layers {
+        let get = |s: &str| weights.tensors.get(&format!("blk.{layer}.{s}.weight"));
+        let llama = c.arch == Architecture::Llama;
+        out.qkv
+            .push(llama && compatible(&[get("attn_q"), get("attn_k"), get("attn_v")]));
+        out.gate_up
+            .push(llama && compatible(&[get("ffn_gate"), get("ffn_up")]));
+    }
+    out
+}
+
+/// The fused tensors of `layer` that `plan` asks for, as `(name, tensor)`, built from the
+/// file's tensors (biases as f32, zeros where a part has none; no bias when no part has one).
+pub fn fused_tensors(
+    weights: &ModelWeights<'_>,
+    plan: &FusionPlan,
+    layer: usize,
+) -> Result<Vec<(String, Tensor<'static>)>> {
+    let mut out = Vec::new();
+    let get = |s: &str| {
+        let name = format!("blk.{layer}.{s}");
+        weights
+            .tensors
+            .get(&name)
+            .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))
+    };
+    let bias = |s: &str| weights.tensors.get(&format!("blk.{layer}.{s}.bias"));
+    if plan.qkv.get(layer).copied().unwrap_or(false) {
+        let parts = ["attn_q", "attn_k", "attn_v"];
+        let mats = parts
+            .iter()
+            .map(|p| get(&format!("{p}.weight")))
+            .collect::<Result<Vec<_>>>()?;
+        out.push((qkv_name(layer, "weight"), stack_rows(&mats)?));
+        if let Some(b) = stacked_bias(&mats, &parts.map(bias), &qkv_name(layer, "bias"))? {
+            out.push((qkv_name(layer, "bias"), b));
+        }
+    }
+    if plan.gate_up.get(layer).copied().unwrap_or(false) {
+        let (gate, up) = (get("ffn_gate.weight")?, get("ffn_up.weight")?);
+        out.push((gate_up_name(layer, "weight"), interleave_rows(gate, up)?));
+        let (gb, ub) = (bias("ffn_gate"), bias("ffn_up"));
+        if gb.is_some() || ub.is_some() {
+            let rows = gate.shape[0];
+            let g = bias_values(gb, rows, "ffn_gate.bias")?;
+            let u = bias_values(ub, rows, "ffn_up.bias")?;
+            let values: Vec<f32> = g.iter().zip(&u).flat_map(|(&a, &b)| [a, b]).collect();
+            out.push((gate_up_name(layer, "bias"), f32_tensor(values)));
+        }
+    }
+    Ok(out)
+}
+
+/// Bytes of one row of `t` (`[rows, cols]`).
+fn row_bytes(t: &Tensor<'_>) -> Result<usize> {
+    let cols = t.shape.get(1).copied().unwrap_or(0) as u64;
+    let bytes = t.dtype.bytes_for(cols, "row")?;
+    let rows = t.shape.first().copied().unwrap_or(0);
+    if (bytes as usize).checked_mul(rows) != Some(t.data.len()) {
+        return Err(Error::format(
+            "model",
+            format!(
+                "tensor {:?} {} holds {} bytes, not {rows} rows of {bytes}",
+                t.shape,
+                t.dtype,
+                t.data.len()
+            ),
+        ));
+    }
+    Ok(bytes as usize)
+}
+
+/// `[Σ rows, cols]`: the parts' rows one after the other.
+pub fn stack_rows(parts: &[&Tensor<'_>]) -> Result<Tensor<'static>> {
+    let first = parts
+        .first()
+        .ok_or_else(|| Error::invalid("parts", "nothing to stack"))?;
+    let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+    let mut rows = 0;
+    for p in parts {
+        row_bytes(p)?;
+        data.extend_from_slice(&p.data);
+        rows += p.shape[0];
+    }
+    Ok(Tensor {
+        shape: vec![rows, first.shape[1]],
+        dtype: first.dtype,
+        data: Cow::Owned(data),
+    })
+}
+
+/// `[2·rows, cols]`: rows `a₀, b₀, a₁, b₁, …` of two matrices of the same shape and type.
+pub fn interleave_rows(a: &Tensor<'_>, b: &Tensor<'_>) -> Result<Tensor<'static>> {
+    if a.shape != b.shape || a.dtype != b.dtype {
+        return Err(Error::invalid(
+            "b",
+            format!(
+                "{:?} {} cannot interleave with {:?} {}",
+                b.shape, b.dtype, a.shape, a.dtype
+            ),
+        ));
+    }
+    let rb = row_bytes(a)?;
+    let mut data = Vec::with_capacity(a.data.len() * 2);
+    for (ra, rbytes) in a.data.chunks_exact(rb).zip(b.data.chunks_exact(rb)) {
+        data.extend_from_slice(ra);
+        data.extend_from_slice(rbytes);
+    }
+    Ok(Tensor {
+        shape: vec![a.shape[0] * 2, a.shape[1]],
+        dtype: a.dtype,
+        data: Cow::Owned(data),
+    })
+}
+
+fn f32_tensor(values: Vec<f32>) -> Tensor<'static> {
+    Tensor {
+        shape: vec![values.len()],
+        dtype: DType::F32,
+        data: Cow::Owned(bytemuck::cast_slice(&values).to_vec()),
+    }
+}
+
+/// A bias of `rows` values as f32 (zeros when absent).
+fn bias_values(t: Option<&Tensor<'_>>, rows: usize, what: &str) -> Result<Vec<f32>> {
+    let Some(t) = t else {
+        return Ok(vec![0.0; rows]);
+    };
+    if t.n_elements() != rows {
+        return Err(Error::format(
+            "model",
+            format!(
+                "bias `{what}` has {} values for {rows} rows",
+                t.n_elements()
+            ),
+        ));
+    }
+    dequantize(t.dtype, &t.data, rows as u64, what)
+}
+
+fn stacked_bias(
+    mats: &[&Tensor<'_>],
+    biases: &[Option<&Tensor<'_>>],
+    what: &str,
+) -> Result<Option<Tensor<'static>>> {
+    if biases.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let mut values = Vec::new();
+    for (m, b) in mats.iter().zip(biases) {
+        values.extend(bias_values(*b, m.shape[0], what)?);
+    }
+    Ok(Some(f32_tensor(values)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(rows: usize, cols: usize, dtype: DType, fill: u8) -> Tensor<'static> {
+        let bytes = dtype.bytes_for((rows * cols) as u64, "t").unwrap() as usize;
+        Tensor {
+            shape: vec![rows, cols],
+            dtype,
+            data: Cow::Owned((0..bytes).map(|i| fill.wrapping_add(i as u8)).collect()),
+        }
+    }
+
+    #[test]
+    fn stacking_and_interleaving_move_whole_rows() {
+        let (a, b) = (t(3, 64, DType::Q8_0, 0), t(3, 64, DType::Q8_0, 100));
+        let rb = 2 * 34;
+        let s = stack_rows(&[&a, &b]).unwrap();
+        assert_eq!(s.shape, vec![6, 64]);
+        assert_eq!(&s.data[..3 * rb], &a.data[..]);
+        assert_eq!(&s.data[3 * rb..], &b.data[..]);
+        let i = interleave_rows(&a, &b).unwrap();
+        assert_eq!(i.shape, vec![6, 64]);
+        for r in 0..3 {
+            assert_eq!(
+                &i.data[2 * r * rb..(2 * r + 1) * rb],
+                &a.data[r * rb..(r + 1) * rb]
+            );
+            assert_eq!(
+                &i.data[(2 * r + 1) * rb..(2 * r + 2) * rb],
+                &b.data[r * rb..(r + 1) * rb]
+            );
+        }
+        let c = t(3, 64, DType::F16, 0);
+        assert!(interleave_rows(&a, &c).is_err());
+        assert!(!compatible(&[Some(&a), Some(&c)]));
+        assert!(!compatible(&[Some(&a), None]));
+        assert!(compatible(&[Some(&a), Some(&b)]));
+    }
+
+    #[test]
+    fn replaced_names_follow_the_plan() {
+        let plan = FusionPlan {
+            qkv: vec![true, false],
+            gate_up: vec![false, true],
+        };
+        assert!(plan.replaced("blk.0.attn_q.weight"));
+        assert!(plan.replaced("blk.0.attn_v.bias"));
+        assert!(!plan.replaced("blk.1.attn_k.weight"));
+        assert!(!plan.replaced("blk.0.ffn_up.weight"));
+        assert!(plan.replaced("blk.1.ffn_gate.weight"));
+        assert!(!plan.replaced("blk.1.attn_output.weight"));
+        assert!(!plan.replaced("blk.7.attn_q.weight"));
+        assert!(!plan.replaced("token_embd.weight"));
+        assert!(plan.any_separate_qkv() && plan.any_separate_gate_up());
+    }
+}
