@@ -142,7 +142,7 @@ cmd_build() {
   cargo build --lib --release --target wasm32-unknown-unknown
   rm -rf www/pkg
   wasm-bindgen --target web --out-dir www/pkg --out-name emberlm \
-    target/wasm32-unknown-unknown/release/emberlm.wasm
+    "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/emberlm.wasm"
   local wasm=www/pkg/emberlm_bg.wasm before
   before=$(stat -c %s "$wasm")
   # The features enabled are exactly those rustc's wasm32 target emits by default.
