@@ -142,7 +142,7 @@ cmd_build() {
   cargo build --lib --release --target wasm32-unknown-unknown
   rm -rf www/pkg
   wasm-bindgen --target web --out-dir www/pkg --out-name emberlm \
-    target/wasm32-unknown-unknown/release/emberlm.wasm
+    "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/emberlm.wasm"
   local wasm=www/pkg/emberlm_bg.wasm before
   before=$(stat -c %s "$wasm")
   # The features enabled are exactly those rustc's wasm32 target emits by default.
@@ -299,10 +299,16 @@ cmd_bench() {
   setup_bench_llama_cpp || log "llama.cpp (llama-cpp-python) could not be installed; its figures will be missing"
   log "native bench"
   cargo build --release --bin emberlm
-  target/release/emberlm bench "${args[@]}" \
+  "${CARGO_TARGET_DIR:-target}/release/emberlm" bench "${args[@]}" \
     --llama-cpp-python "$BENCH_CACHE/venv/bin/python"
-  # The browser half (emberlm and wllama in headless Chromium) is not written yet.
-  log "browser bench: not available yet (native figures only)"
+  # The browser half: emberlm (WebGPU) and wllama in the same headless Chromium; it writes
+  # bench/results/<date>-browser-<adapter>.json. Without wllama it reports it as not run.
+  setup_bench_wllama || log "wllama could not be installed; its browser figures will be missing"
+  cmd_build
+  log "browser bench"
+  local browser_args=(--model "$model")
+  [ -z "$quick" ] || browser_args+=(--quick)
+  node tools/bench_browser.mjs "${browser_args[@]}"
 }
 
 # Fuzz targets (fuzz/fuzz_targets/) and the longest input each may receive.

@@ -1,7 +1,9 @@
 // Static file server for www/ on 127.0.0.1, used by `./build.sh serve` and the page tests.
 // Serves .wasm as application/wasm (required for streaming compilation) and never caches.
 // Every response allows any origin (CORS), so the browser tests, on the test runner's own
-// origin, can fetch models from it.
+// origin, can fetch models from it. With `{ isolated: true }` (or `--isolated` on the command
+// line) pages are also cross-origin isolated (COOP same-origin + COEP require-corp), which
+// SharedArrayBuffer and so multi-threaded wasm (wllama's, in tools/bench_browser.mjs) need.
 import { createServer } from 'node:http';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
@@ -21,11 +23,19 @@ const TYPES = {
   '.gguf': 'application/octet-stream',
 };
 
-/** Starts serving `root`; resolves to { server, url } once listening. Port 0 picks a free one. */
-export function startServer(root, port = 0) {
+/**
+ * Starts serving `root`; resolves to { server, url } once listening. Port 0 picks a free one.
+ * `options.isolated` adds the cross-origin isolation headers.
+ */
+export function startServer(root, port = 0, { isolated = false } = {}) {
   const base = resolve(root);
   const server = createServer(async (req, res) => {
     res.setHeader('Access-Control-Allow-Origin', '*');
+    if (isolated) {
+      res.setHeader('Cross-Origin-Opener-Policy', 'same-origin');
+      res.setHeader('Cross-Origin-Embedder-Policy', 'require-corp');
+      res.setHeader('Cross-Origin-Resource-Policy', 'cross-origin');
+    }
     try {
       const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
       let file = normalize(join(base, path));
@@ -61,8 +71,9 @@ export function startServer(root, port = 0) {
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
-  const root = process.argv[2] ?? 'www';
-  const port = Number(process.argv[3] ?? 8080);
-  const { url } = await startServer(root, port);
+  const args = process.argv.slice(2);
+  const isolated = args.includes('--isolated');
+  const [root = 'www', port = '8080'] = args.filter((a) => a !== '--isolated');
+  const { url } = await startServer(root, Number(port), { isolated });
   console.log(`serving ${root}/ at ${url}  (Ctrl-C stops)`);
 }

@@ -16,7 +16,7 @@ use wasm_bindgen::prelude::*;
 
 use super::source::{self, Source};
 use super::stream;
-use super::types::{EngineInfoJs, GenerationJs, SourceNote, TokenEventJs};
+use super::types::{CountersJs, EngineInfoJs, GenerationJs, SourceNote, TokenEventJs};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::format::ModelFiles;
 use crate::generate::{AbortHandle, GenerateOptions, Generation, Prompt, Session, TokenEvent};
@@ -150,6 +150,18 @@ impl Inner {
             session.reset();
         }
         Ok(JsValue::UNDEFINED)
+    }
+
+    /// Runs `f` on the session in its turn (after calls already queued), rebuilding the
+    /// session after device loss as a generation would.
+    async fn with_session<T>(
+        &self,
+        f: impl FnOnce(&Session) -> crate::Result<T>,
+    ) -> Result<T, JsValue> {
+        let _turn = self.queue.turn().await;
+        let session = self.take_session().await?;
+        let result = f(&session);
+        self.give_back(session, result)
     }
 
     async fn destroy_device(&self) -> Result<JsValue, JsValue> {
@@ -409,6 +421,52 @@ impl Engine {
     pub fn reset(&self) -> Promise {
         let inner = Rc::clone(&self.inner);
         spawn_promise(async move { inner.reset().await })
+    }
+
+    /// The token ids of `text` under the model's tokenizer (in its turn, after calls already
+    /// queued), as a `number[]` prompt would give them to `generate`. Options: `special`
+    /// (recognise special tokens written in the text, default false) and `addBos` (default:
+    /// what the tokenizer asks for). Rejects when an option is invalid (the message names it).
+    #[wasm_bindgen(unchecked_return_type = "Promise<number[]>")]
+    pub fn tokenize(
+        &self,
+        text: String,
+        #[wasm_bindgen(unchecked_optional_param_type = "TokenizeOptions")] options: JsValue,
+    ) -> Promise {
+        let flag = |key: &'static str| -> Result<Option<bool>, JsValue> {
+            let v = load_option(&options, key);
+            if !present(&v) {
+                return Ok(None);
+            }
+            v.as_bool()
+                .map(Some)
+                .ok_or_else(|| js_error(&Error::invalid(key, "must be a boolean")))
+        };
+        let flags = flag("special").and_then(|special| Ok((special, flag("addBos")?)));
+        let inner = Rc::clone(&self.inner);
+        spawn_promise(async move {
+            let (special, add_bos) = flags?;
+            let ids = inner
+                .with_session(|s| {
+                    s.tokenizer()
+                        .encode(&text, special.unwrap_or(false), add_bos)
+                })
+                .await?;
+            to_js(&ids)
+        })
+    }
+
+    /// The GPU work counters (dispatches, submits, readbacks, buffers, weight bytes bound,
+    /// forward steps) as totals since the device was created, with the GPU memory the model
+    /// holds; taken in its turn, after calls already queued. Subtract two snapshots to get
+    /// what one call did.
+    #[wasm_bindgen(unchecked_return_type = "Promise<EngineCounters>")]
+    pub fn counters(&self) -> Promise {
+        let inner = Rc::clone(&self.inner);
+        spawn_promise(async move {
+            let counters = inner.with_session(|s| Ok(CountersJs::new(s))).await?;
+            to_js(&counters)
+        })
     }
 
     /// Destroys the GPU device (in its turn) as a driver reset would, to test device-loss

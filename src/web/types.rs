@@ -5,6 +5,7 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use crate::generate::{Generation, Sequence, Session, Stats, TokenEvent};
+use crate::gpu::Counters;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -238,6 +239,53 @@ export interface EngineInfo {
 export interface TokenStream extends AsyncIterator<TokenEvent, GenerationResult, undefined> {
   [Symbol.asyncIterator](): TokenStream;
 }
+
+/** Options of `engine.tokenize`. */
+export interface TokenizeOptions {
+  /** Recognise special tokens (`<|im_start|>`, ...) written in the text (default false). */
+  special?: boolean;
+  /** Put the BOS token first (default: what the model's tokenizer asks for). */
+  addBos?: boolean;
+}
+
+/**
+ * The engine's GPU work counters, totals since the device was created (they restart after
+ * device loss): subtract two snapshots to get what one call did. `engine.counters()`.
+ */
+export interface EngineCounters {
+  /** Compute dispatches recorded. */
+  dispatches: number;
+  /** Compute passes begun. */
+  computePasses: number;
+  /** Command buffers submitted. */
+  commandBuffers: number;
+  /** `queue.submit` calls. */
+  submits: number;
+  /** Waits for a mapped buffer (GPU to CPU syncs). */
+  readbackWaits: number;
+  /** Bytes copied from the GPU to the CPU. */
+  readbackBytes: number;
+  /** Buffers created, and their bytes. */
+  buffersCreated: number;
+  bufferBytesCreated: number;
+  /** Buffers held now, and their bytes. */
+  buffersAlive: number;
+  bufferBytesAlive: number;
+  bindGroupsCreated: number;
+  /** Compute pipelines built (kernel cache misses). */
+  pipelinesCreated: number;
+  /** Model weight bytes bound by the dispatches recorded. */
+  weightBytesBound: number;
+  /** Forward steps (one prefill chunk or one decode token each), and the tokens they ran. */
+  forwardSteps: number;
+  forwardTokens: number;
+  /** GPU memory the model holds, in bytes. */
+  memory: { weights: number; kvCache: number; activations: number; total: number };
+  /** Graph nodes (dispatches) of one forward step. */
+  nodes: number;
+  /** Prompt tokens per prefill step. */
+  prefillChunk: number;
+}
 "#;
 
 /// A token event as JavaScript sees it.
@@ -451,5 +499,72 @@ impl EngineInfoJs {
                 stored_in_cache: self.stored_in_cache,
             },
         )
+    }
+}
+
+/// GPU memory of a session, for [`CountersJs`].
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MemoryJs {
+    weights: u64,
+    kv_cache: u64,
+    activations: u64,
+    total: u64,
+}
+
+/// What `engine.counters()` returns (`EngineCounters`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CountersJs {
+    dispatches: u64,
+    compute_passes: u64,
+    command_buffers: u64,
+    submits: u64,
+    readback_waits: u64,
+    readback_bytes: u64,
+    buffers_created: u64,
+    buffer_bytes_created: u64,
+    buffers_alive: i64,
+    buffer_bytes_alive: i64,
+    bind_groups_created: u64,
+    pipelines_created: u64,
+    weight_bytes_bound: u64,
+    forward_steps: u64,
+    forward_tokens: u64,
+    memory: MemoryJs,
+    nodes: usize,
+    prefill_chunk: usize,
+}
+
+impl CountersJs {
+    /// The session's counters now, with its memory and graph size.
+    pub fn new(session: &Session) -> Self {
+        let c: Counters = session.gpu().counters();
+        let m = session.forward().memory();
+        Self {
+            dispatches: c.dispatches,
+            compute_passes: c.compute_passes,
+            command_buffers: c.command_buffers,
+            submits: c.submits,
+            readback_waits: c.readback_waits,
+            readback_bytes: c.readback_bytes,
+            buffers_created: c.buffers_created,
+            buffer_bytes_created: c.buffer_bytes_created,
+            buffers_alive: c.buffers_alive,
+            buffer_bytes_alive: c.buffer_bytes_alive,
+            bind_groups_created: c.bind_groups_created,
+            pipelines_created: c.pipelines_created,
+            weight_bytes_bound: c.weight_bytes_bound,
+            forward_steps: c.forward_steps,
+            forward_tokens: c.forward_tokens,
+            memory: MemoryJs {
+                weights: m.weights,
+                kv_cache: m.kv_cache,
+                activations: m.activations,
+                total: m.total(),
+            },
+            nodes: session.forward().node_count(),
+            prefill_chunk: session.forward().chunk(),
+        }
     }
 }
