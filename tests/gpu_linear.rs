@@ -109,3 +109,31 @@ fn embedding_is_bit_exact() {
         log(&format!("embed {dtype}: ok"));
     }
 }
+
+/// Norms folded into the input, SwiGLU / GELU epilogues and last-row heads, for a float, a
+/// 32-block and a K-quant type, both kernels and both reductions.
+#[test]
+fn fused_linears_match_reference() {
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear fused", &log);
+    for dtype in [DType::F16, DType::Q4_1, DType::Q4_K] {
+        for reduction in reductions(&ctx) {
+            for options in linear_cases::fused_options() {
+                pollster::block_on(linear_cases::check_linear_fused(
+                    &ctx,
+                    &cache,
+                    dtype,
+                    reduction,
+                    options,
+                    &linear_cases::linear_shapes(dtype, true),
+                    LINEAR_RUNS,
+                    &mut rng,
+                ))
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+}

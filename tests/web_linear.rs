@@ -46,6 +46,32 @@ async fn linear_matches_reference() {
     }
 }
 
+/// Norms folded into the input, SwiGLU / GELU epilogues and last-row heads (the native cases).
+#[wasm_bindgen_test]
+async fn fused_linears_match_reference() {
+    let ctx = common::browser_gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear fused (browser)", &log);
+    for dtype in [DType::F16, DType::Q4_1, DType::Q4_K] {
+        for reduction in reductions(&ctx) {
+            for options in linear_cases::fused_options() {
+                linear_cases::check_linear_fused(
+                    &ctx,
+                    &cache,
+                    dtype,
+                    reduction,
+                    options,
+                    &linear_cases::linear_shapes(dtype, true),
+                    LINEAR_RUNS,
+                    &mut rng,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+}
+
 #[wasm_bindgen_test]
 async fn linear_and_embedding_reject_bad_arguments() {
     let ctx = common::browser_gpu().await;
