@@ -12,6 +12,11 @@
 // - GLU: rows are interleaved pairs (gate 0, up 0, gate 1, up 1, ...) and y[t, r] =
 //   silu(gate_r) * up_r for r < rows / 2: the SwiGLU of a feed-forward layer in its producer.
 // - GELU: y = gelu_tanh(W·x + bias).
+// - KV_WRITE: the layer is a stacked Q/K/V projection (rows q | k | v, params.q_rows and
+//   params.kv_rows of them): its k and v rows of token t are also written to k_cache and
+//   v_cache at position step.pos0 + t, and with ROPE the q and k rows are first rotated (pairs
+//   of adjacent rows (2i, 2i + 1) within a head of params.head_dim, by the angle of rope_freqs[i]
+//   at the position): the RoPE + KV-cache kernel folded into its producer.
 // - LAST_ROW: only the step's last token is computed, written to row 0 of y (an LM head whose
 //   other rows nobody reads). Decode kernel only.
 //
@@ -31,12 +36,18 @@
 #include "reduce.wgsl"
 #include "quant.wgsl"
 #include "activation.wgsl"
+#include "rope_angle.wgsl"
 
 struct Params {
     rows: u32,
     cols: u32,
     max_tokens: u32,
     eps: f32,
+    // KV_WRITE only
+    q_rows: u32,
+    kv_rows: u32,
+    head_dim: u32,
+    max_positions: u32,
 }
 
 struct Step {
@@ -55,24 +66,23 @@ struct Step {
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 #endif
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+// Optional buffers keep fixed binding numbers.
 #ifdef HAS_BIAS
 @group(0) @binding(5) var<storage, read> bias: array<f32>;
 #endif
-// The norm's buffers follow the bias, or take its place when there is none.
-#ifdef HAS_BIAS
 #ifdef NORM
 @group(0) @binding(6) var<storage, read> norm_w: array<f32>;
 #endif
 #ifdef NORM_LAYER
 @group(0) @binding(7) var<storage, read> norm_b: array<f32>;
 #endif
-#else
-#ifdef NORM
-@group(0) @binding(5) var<storage, read> norm_w: array<f32>;
+#ifdef KV_WRITE
+@group(0) @binding(8) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding(9) var<storage, read_write> v_cache: array<f32>;
 #endif
-#ifdef NORM_LAYER
-@group(0) @binding(6) var<storage, read> norm_b: array<f32>;
-#endif
+#ifdef ROPE
+// Pair i's turns per position, (hi, lo) 0.64 fixed point.
+@group(0) @binding(10) var<storage, read> rope_freqs: array<vec2<u32>>;
 #endif
 
 // Rows per decode workgroup: one vec4 of partial sums.
@@ -168,8 +178,35 @@ fn bias_at(r: u32) -> f32 {
 }
 
 // Writes output (t, r) from the dot products: `v` is row r's; with GLU, `v` and `u` are the
-// gate and up rows of output r.
+// gate and up rows of output r; with ROPE, `u` is row r ^ 1's (the other half of its pair).
 fn store(t: u32, r: u32, v: f32, u: f32) {
+#ifdef KV_WRITE
+    var out = v + bias_at(r);
+    let pos = step.pos0 + t;
+    let kv_end = params.q_rows + params.kv_rows;
+#ifdef ROPE
+    if r < kv_end {
+        let other = u + bias_at(r ^ 1u);
+        let within = select(r, r - params.q_rows, r >= params.q_rows) % params.head_dim;
+        let f = rope_freqs[within / 2u];
+        let sc = rope_sin_cos_fixed(pos, f.x, f.y);
+        if (r & 1u) == 0u {
+            out = out * sc.y - other * sc.x;
+        } else {
+            out = other * sc.x + out * sc.y;
+        }
+    }
+#endif
+    y[t * params.rows + r] = out;
+    // positions past the cache were refused on the host; never write outside it anyway
+    if pos < params.max_positions {
+        if r >= kv_end {
+            v_cache[pos * params.kv_rows + r - kv_end] = out;
+        } else if r >= params.q_rows {
+            k_cache[pos * params.kv_rows + r - params.q_rows] = out;
+        }
+    }
+#else
 #ifdef GLU
     let out_rows = params.rows / 2u;
     let i = t * out_rows + r;
@@ -184,6 +221,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
     out = y[i] + out;
 #endif
     y[i] = out;
+#endif
 #endif
 }
 
@@ -244,7 +282,8 @@ fn linear_decode(
         }
 #else
         if lid < live {
-            store(out_t, row0 + lid, total[lid], 0.0);
+            // the pair partner (RoPE) is the neighbouring row: rows come in even groups
+            store(out_t, row0 + lid, total[lid], total[min(lid ^ 1u, 3u)]);
         }
 #endif
     }
@@ -373,10 +412,10 @@ fn linear_prefill(
         let r = r0 + i;
         if r < params.rows {
             if t0 < n_tokens {
-                store(t0, r, acc0[i], 0.0);
+                store(t0, r, acc0[i], acc0[i ^ 1u]);
             }
             if t0 + 1u < n_tokens {
-                store(t0 + 1u, r, acc1[i], 0.0);
+                store(t0 + 1u, r, acc1[i], acc1[i ^ 1u]);
             }
         }
     }

@@ -79,45 +79,14 @@ fn load_v(i: u32) -> f32 {
 }
 #endif
 
-// High 32 bits of the 64-bit product a * b, from 16-bit halves (WGSL has no mulhi).
-fn mul_hi(a: u32, b: u32) -> u32 {
-    let a0 = a & 0xffffu;
-    let a1 = a >> 16u;
-    let b0 = b & 0xffffu;
-    let b1 = b >> 16u;
-    let lo_hi = a0 * b1;
-    let hi_lo = a1 * b0;
-    let mid = ((a0 * b0) >> 16u) + (lo_hi & 0xffffu) + (hi_lo & 0xffffu);
-    return a1 * b1 + (lo_hi >> 16u) + (hi_lo >> 16u) + (mid >> 16u);
-}
+#include "rope_angle.wgsl"
 
 // (sin, cos) of pair `i`'s angle at position `pos`.
 fn rope_sin_cos(pos: u32, i: u32) -> vec2<f32> {
     let f = params.freqs[i / 2u];
     let hi = select(f.x, f.z, (i & 1u) == 1u);
     let lo = select(f.y, f.w, (i & 1u) == 1u);
-    // fraction of a turn, 0.32 fixed point: (pos * (hi.lo)) mod 1
-    let turn = pos * hi + mul_hi(pos, lo);
-    // nearest quarter turn, and the remainder in [-1/8, 1/8] turn
-    let quadrant = ((turn + 0x20000000u) >> 30u) & 3u;
-    let rest = bitcast<i32>(turn - (quadrant << 30u));
-    // 2 pi / 2^32
-    let r = f32(rest) * 1.4629180792671596e-9;
-    let r2 = r * r;
-    // Taylor series to r^11 / r^12: |error| < 2e-10 for |r| <= pi/4
-    let s = r * (1.0 + r2 * (-1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0
-        + r2 * (1.0 / 362880.0 + r2 * (-1.0 / 39916800.0))))));
-    let c = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24.0 + r2 * (-1.0 / 720.0 + r2 * (1.0 / 40320.0
-        + r2 * (-1.0 / 3628800.0 + r2 * (1.0 / 479001600.0))))));
-    // sin/cos of r + quadrant * pi/2
-    var sc = vec2<f32>(s, c);
-    if (quadrant & 1u) == 1u {
-        sc = vec2<f32>(c, -s);
-    }
-    if quadrant >= 2u {
-        sc = -sc;
-    }
-    return sc;
+    return rope_sin_cos_fixed(pos, hi, lo);
 }
 
 // Offsets within a head of the two dimensions of pair `i`.

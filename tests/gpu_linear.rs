@@ -137,3 +137,21 @@ fn fused_linears_match_reference() {
         }
     }
 }
+
+/// The stacked Q/K/V layer with RoPE and the KV-cache write in its epilogue.
+#[test]
+fn qkv_linear_writes_the_rotated_cache() {
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear qkv", &log);
+    for dtype in [DType::F32, DType::Q8_0, DType::Q4_K] {
+        for reduction in reductions(&ctx) {
+            pollster::block_on(linear_cases::check_linear_qkv(
+                &ctx, &cache, dtype, reduction, &mut rng,
+            ))
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}

@@ -96,3 +96,18 @@ async fn embedding_is_bit_exact() {
         log(&format!("embed {dtype}: ok"));
     }
 }
+
+/// The stacked Q/K/V layer with RoPE and the KV-cache write in its epilogue.
+#[wasm_bindgen_test]
+async fn qkv_linear_writes_the_rotated_cache() {
+    let ctx = common::browser_gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear qkv (browser)", &log);
+    for dtype in [DType::F32, DType::Q8_0, DType::Q4_K] {
+        for reduction in reductions(&ctx) {
+            linear_cases::check_linear_qkv(&ctx, &cache, dtype, reduction, &mut rng)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}

@@ -48,12 +48,13 @@ pub const COPY: ShaderFile = shader_file!("copy.wgsl");
 /// Dequantizing embedding lookups.
 pub const EMBED: ShaderFile = shader_file!("embed.wgsl");
 
-/// Snippets that kernels may `#include`: the workgroup reduction, weight decoding and the
-/// activation functions.
+/// Snippets that kernels may `#include`: the workgroup reduction, weight decoding, the
+/// activation functions and the RoPE angle.
 const INCLUDES: &[ShaderFile] = &[
     shader_file!("reduce.wgsl"),
     shader_file!("quant.wgsl"),
     shader_file!("activation.wgsl"),
+    shader_file!("rope_angle.wgsl"),
 ];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).

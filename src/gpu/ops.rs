@@ -17,7 +17,8 @@ pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::{Add, Gelu, SwiGlu};
 pub use embed::{EmbedSource, Embedding};
 pub use linear::{
-    Epilogue, InputNorm, Linear, LinearBinding, LinearKernel, LinearOptions, NormBinding,
+    Epilogue, InputNorm, KvWriteBinding, Linear, LinearBinding, LinearKernel, LinearOptions,
+    NormBinding,
 };
 pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
 pub use norm::{LayerNorm, RmsNorm};
@@ -357,30 +358,37 @@ impl KernelBinding {
         storage: &[&wgpu::Buffer],
         grid: Grid,
     ) -> Self {
+        let first = if step.is_some() { 2u32 } else { 1u32 };
+        let numbered: Vec<(u32, &wgpu::Buffer)> = (first..).zip(storage.iter().copied()).collect();
+        Self::new_at(ctx, pipeline, label, params, step, &numbered, grid)
+    }
+
+    /// [`KernelBinding::new`] with each storage buffer at the binding number given beside it
+    /// (kernels whose optional buffers keep fixed numbers).
+    pub fn new_at<P: Pod>(
+        ctx: &GpuContext,
+        pipeline: &Arc<wgpu::ComputePipeline>,
+        label: &str,
+        params: &P,
+        step: Option<&wgpu::Buffer>,
+        storage: &[(u32, &wgpu::Buffer)],
+        grid: Grid,
+    ) -> Self {
         let params_buffer = ctx.uniform_from(label, params);
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: params_buffer.as_entire_binding(),
         }];
-        let first_storage = match step {
-            Some(step) => {
-                entries.push(wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: step.as_entire_binding(),
-                });
-                2u32
-            }
-            None => 1u32,
-        };
-        entries.extend(
-            storage
-                .iter()
-                .zip(first_storage..)
-                .map(|(b, i)| wgpu::BindGroupEntry {
-                    binding: i,
-                    resource: b.as_entire_binding(),
-                }),
-        );
+        if let Some(step) = step {
+            entries.push(wgpu::BindGroupEntry {
+                binding: 1,
+                resource: step.as_entire_binding(),
+            });
+        }
+        entries.extend(storage.iter().map(|&(i, b)| wgpu::BindGroupEntry {
+            binding: i,
+            resource: b.as_entire_binding(),
+        }));
         ctx.counter_cells().bind_group();
         let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),

@@ -10,13 +10,13 @@ use std::collections::HashMap;
 use crate::error::{Error, Result};
 use crate::format::{ModelWeights, Tensor};
 use crate::gpu::ops::{
-    Attention, EmbedSource, Embedding, Epilogue, Heads, InputNorm, Linear, LinearBinding,
-    LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite, SwiGlu,
+    Attention, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KvWriteBinding, Linear,
+    LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite, SwiGlu,
 };
 use crate::gpu::{
     AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams,
 };
-use crate::model::config::{Architecture, ModelConfig, NormKind};
+use crate::model::config::{Architecture, ModelConfig, NormKind, RopeLayout};
 use crate::model::fuse::{self, FusionPlan};
 use crate::model::weights::{dequantize, encode_float, DType};
 
@@ -511,6 +511,8 @@ struct LinearSpec<'p> {
     accumulate: bool,
     epilogue: Epilogue,
     last_row: bool,
+    /// The stacked Q/K/V layer of this layer index, writing its KV cache (rotating with RoPE).
+    kv_layer: Option<usize>,
 }
 
 impl Graph<'_> {
@@ -571,8 +573,14 @@ impl Graph<'_> {
             };
             let form = match &stacked {
                 Some(prefix) => {
+                    // RoPE and the KV-cache write happen in the projection's epilogue (its
+                    // Q/K rows are in adjacent-pair order: GGUF's own, or permuted by `fuse`).
+                    let spec = LinearSpec {
+                        kv_layer: Some(layer),
+                        ..normed()
+                    };
                     nodes.push(
-                        self.linear(ctx, cache, red, prefix, &a.x, &a.q, normed())
+                        self.linear(ctx, cache, red, prefix, &a.x, &a.q, spec)
                             .await?,
                     );
                     QkvForm::Fused
@@ -599,18 +607,20 @@ impl Graph<'_> {
                     c.q_dim() as u32,
                 ),
             };
-            let rope = RopeKvWrite::new(ctx, cache, c.rope_layout, form).await?;
-            nodes.push(Node::Kernel(rope.bind(
-                ctx,
-                step,
-                qkv,
-                &self.kv.k[layer],
-                &self.kv.v[layer],
-                heads,
-                c.rope_theta,
-                positions,
-                max,
-            )?));
+            if let Qkv::Separate { .. } = qkv {
+                let rope = RopeKvWrite::new(ctx, cache, c.rope_layout, form).await?;
+                nodes.push(Node::Kernel(rope.bind(
+                    ctx,
+                    step,
+                    qkv,
+                    &self.kv.k[layer],
+                    &self.kv.v[layer],
+                    heads,
+                    c.rope_theta,
+                    positions,
+                    max,
+                )?));
+            }
             let attention = Attention::new(ctx, cache, red).await?;
             nodes.push(Node::Kernel(attention.bind(
                 ctx,
@@ -780,21 +790,43 @@ impl Graph<'_> {
             }
             None => None,
         };
+        let c = self.config;
+        let rope = c.rope_layout != RopeLayout::None;
+        let kv =
+            match spec.kv_layer {
+                Some(layer) => Some(KvWriteBinding {
+                    k_cache: self.kv.k.get(layer).ok_or_else(|| {
+                        Error::invalid("layer", format!("no KV cache for {layer}"))
+                    })?,
+                    v_cache: self.kv.v.get(layer).ok_or_else(|| {
+                        Error::invalid("layer", format!("no KV cache for {layer}"))
+                    })?,
+                    q_rows: c.q_dim() as u32,
+                    kv_rows: c.kv_dim() as u32,
+                    head_dim: c.head_dim as u32,
+                    theta: c.rope_theta,
+                    max_positions: self.kv.context() as u32,
+                }),
+                None => None,
+            };
         let options = LinearOptions {
             has_bias: bias.is_some(),
             accumulate: spec.accumulate,
             norm: spec.norm.map(|_| norm_kind),
             epilogue: spec.epilogue,
             last_row: spec.last_row,
+            kv_write: kv.is_some(),
+            rope: kv.is_some() && rope,
         };
         let op = Linear::with_options(ctx, cache, weight.dtype, red, options).await?;
-        op.bind_with_norm(
+        op.bind_qkv(
             ctx,
             self.step,
             weight,
             x,
             bias.map(|b| &b.buffer),
             norm,
+            kv,
             y,
             self.chunk as u32,
         )

@@ -5,12 +5,18 @@
 //!
 //! Rows are moved as stored bytes, so every weight type works unchanged (a row is a whole
 //! number of blocks). Layers whose matrices differ in type or width keep the separate form.
+//!
+//! The stacked Q/K/V layer rotates its own output (RoPE in its epilogue), which needs the two
+//! values of a rotated pair in adjacent rows `(2i, 2i+1)` of a head. Models whose RoPE pairs
+//! `(i, i + head_dim/2)` (Hugging Face Llama) get their Q and K rows permuted into that order
+//! here, as llama.cpp's converter does for GGUF files: q·k is unchanged because both sides are
+//! permuted alike, and V is not touched.
 
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
 use crate::format::{ModelWeights, Tensor};
-use crate::model::config::Architecture;
+use crate::model::config::{Architecture, RopeLayout};
 use crate::model::weights::{dequantize, DType};
 
 /// Name of layer `layer`'s stacked `[q | k | v]` matrix (and, with `.bias`, its bias).
@@ -114,13 +120,27 @@ pub fn fused_tensors(
     };
     let bias = |s: &str| weights.tensors.get(&format!("blk.{layer}.{s}.bias"));
     if plan.qkv.get(layer).copied().unwrap_or(false) {
+        let c = &weights.config;
         let parts = ["attn_q", "attn_k", "attn_v"];
-        let mats = parts
+        let mut mats = parts
             .iter()
-            .map(|p| get(&format!("{p}.weight")))
-            .collect::<Result<Vec<_>>>()?;
-        out.push((qkv_name(layer, "weight"), stack_rows(&mats)?));
-        if let Some(b) = stacked_bias(&mats, &parts.map(bias), &qkv_name(layer, "bias"))? {
+            .map(|p| get(&format!("{p}.weight")).map(Cow::Borrowed))
+            .collect::<Result<Vec<Cow<'_, Tensor<'_>>>>>()?;
+        let mut biases: Vec<Option<Tensor<'_>>> = parts.iter().map(|p| bias(p).cloned()).collect();
+        if c.rope_layout == RopeLayout::RotateHalf {
+            for (i, heads) in [(0, c.n_heads), (1, c.n_kv_heads)] {
+                let order = half_to_pairs(heads, c.head_dim);
+                mats[i] = Cow::Owned(permute_rows(&mats[i], &order)?);
+                if let Some(b) = &biases[i] {
+                    let values = bias_values(Some(b), order.len(), "bias")?;
+                    biases[i] = Some(f32_tensor(order.iter().map(|&r| values[r]).collect()));
+                }
+            }
+        }
+        let refs: Vec<&Tensor<'_>> = mats.iter().map(|m| m.as_ref()).collect();
+        out.push((qkv_name(layer, "weight"), stack_rows(&refs)?));
+        let bias_refs: Vec<Option<&Tensor<'_>>> = biases.iter().map(Option::as_ref).collect();
+        if let Some(b) = stacked_bias(&refs, &bias_refs, &qkv_name(layer, "bias"))? {
             out.push((qkv_name(layer, "bias"), b));
         }
     }
@@ -173,6 +193,43 @@ pub fn stack_rows(parts: &[&Tensor<'_>]) -> Result<Tensor<'static>> {
     Ok(Tensor {
         shape: vec![rows, first.shape[1]],
         dtype: first.dtype,
+        data: Cow::Owned(data),
+    })
+}
+
+/// The source row of each new row when the pairs `(i, i + head_dim/2)` of `heads` heads move
+/// to rows `(2i, 2i+1)` of their head.
+pub fn half_to_pairs(heads: usize, head_dim: usize) -> Vec<usize> {
+    let half = head_dim / 2;
+    (0..heads * head_dim)
+        .map(|r| {
+            let (head, j) = (r / head_dim, r % head_dim);
+            head * head_dim + if j % 2 == 0 { j / 2 } else { half + j / 2 }
+        })
+        .collect()
+}
+
+/// The rows of `t` in the order `order` names them (`order[new] = old`).
+pub fn permute_rows(t: &Tensor<'_>, order: &[usize]) -> Result<Tensor<'static>> {
+    let rb = row_bytes(t)?;
+    let rows = t.shape[0];
+    if order.len() != rows || order.iter().any(|&r| r >= rows) {
+        return Err(Error::format(
+            "model",
+            format!(
+                "cannot permute {rows} rows of {:?} into {} rows",
+                t.shape,
+                order.len()
+            ),
+        ));
+    }
+    let mut data = Vec::with_capacity(t.data.len());
+    for &r in order {
+        data.extend_from_slice(&t.data[r * rb..(r + 1) * rb]);
+    }
+    Ok(Tensor {
+        shape: t.shape.clone(),
+        dtype: t.dtype,
         data: Cow::Owned(data),
     })
 }
@@ -279,6 +336,17 @@ mod tests {
         assert!(!compatible(&[Some(&a), Some(&c)]));
         assert!(!compatible(&[Some(&a), None]));
         assert!(compatible(&[Some(&a), Some(&b)]));
+    }
+
+    #[test]
+    fn half_pairs_become_adjacent_rows() {
+        // head_dim 4: pairs (0, 2), (1, 3) -> rows (0, 1), (2, 3); second head likewise
+        assert_eq!(half_to_pairs(2, 4), vec![0, 2, 1, 3, 4, 6, 5, 7]);
+        let m = t(4, 32, DType::Q8_0, 7);
+        let p = permute_rows(&m, &[3, 2, 1, 0]).unwrap();
+        assert_eq!(&p.data[..34], &m.data[3 * 34..]);
+        assert!(permute_rows(&m, &[0, 1]).is_err());
+        assert!(permute_rows(&m, &[0, 1, 2, 4]).is_err());
     }
 
     #[test]

@@ -10,9 +10,11 @@ use std::borrow::Cow;
 
 use emberlm::format::Tensor;
 use emberlm::gpu::ops::{
-    EmbedSource, Embedding, Epilogue, InputNorm, Linear, LinearKernel, LinearOptions, NormBinding,
+    EmbedSource, Embedding, Epilogue, InputNorm, KvWriteBinding, Linear, LinearKernel,
+    LinearOptions, NormBinding,
 };
 use emberlm::gpu::{GpuContext, GpuTensor, KernelCache, Reduction, StepParams};
+use emberlm::model::config::RopeLayout;
 use emberlm::model::reference;
 use emberlm::model::weights::{dequantize, DType};
 use rand::Rng;
@@ -629,4 +631,163 @@ pub fn fused_options() -> Vec<LinearOptions> {
             ..base
         },
     ]
+}
+
+/// A stacked Q/K/V projection writing the KV cache (with and without RoPE, with an RMS norm
+/// and a bias): `y` holds q (rotated) | k (rotated) | v, and cache rows `pos0 .. pos0 + n`
+/// hold k and v while every other cache row stays as it was. Heads of 6 values (3 pairs),
+/// 3 query heads and 1 KV head; positions from 1000 on so the angles are large.
+pub async fn check_linear_qkv(
+    ctx: &GpuContext,
+    cache: &KernelCache,
+    dtype: DType,
+    reduction: Reduction,
+    rng: &mut ChaCha8Rng,
+) -> Result<(), String> {
+    let (n_heads, n_kv, hd, theta, positions) = (3usize, 1usize, 6usize, 10000.0f32, 1040usize);
+    let (q_rows, kv_rows) = (n_heads * hd, n_kv * hd);
+    let rows = q_rows + 2 * kv_rows;
+    let cols = match dtype.block_elements() {
+        1 => 45,
+        32 => 96,
+        _ => 256,
+    };
+    for rope in [true, false] {
+        let options = LinearOptions {
+            has_bias: true,
+            norm: Some(InputNorm::Rms),
+            kv_write: true,
+            rope,
+            ..LinearOptions::default()
+        };
+        let what = format!("linear qkv {dtype} {reduction:?} rope={rope}");
+        let e = |e: emberlm::Error| format!("{what}: {e}");
+        let op = Linear::with_options(ctx, cache, dtype, reduction, options)
+            .await
+            .map_err(e)?;
+        let max_tokens = 17usize;
+        let (w, wv) = upload_matrix(ctx, rng, dtype, rows, cols)?;
+        let x = random_vec(rng, max_tokens * cols, 1.0);
+        let bias = random_vec(rng, rows, 0.5);
+        let nw = random_vec(rng, cols, 2.0);
+        let kc0 = random_vec(rng, positions * kv_rows, 1.0);
+        let vc0 = random_vec(rng, positions * kv_rows, 1.0);
+        let step = step_buffer(ctx);
+        let xb = ctx.storage_from("x", &x).map_err(e)?;
+        let bb = ctx.storage_from("bias", &bias).map_err(e)?;
+        let nwb = ctx.storage_from("norm w", &nw).map_err(e)?;
+        let yb = ctx
+            .storage_zeroed("y", (max_tokens * rows * 4) as u64)
+            .map_err(e)?;
+        let kb = ctx.storage_from("k cache", &kc0).map_err(e)?;
+        let vb = ctx.storage_from("v cache", &vc0).map_err(e)?;
+        let norm = NormBinding {
+            weight: &nwb,
+            bias: None,
+            eps: 1e-6,
+        };
+        let kv = KvWriteBinding {
+            k_cache: &kb,
+            v_cache: &vb,
+            q_rows: q_rows as u32,
+            kv_rows: kv_rows as u32,
+            head_dim: hd as u32,
+            theta,
+            max_positions: positions as u32,
+        };
+        let binding = op
+            .bind_qkv(
+                ctx,
+                &step,
+                &w,
+                &xb,
+                Some(&bb),
+                Some(norm),
+                Some(kv),
+                &yb,
+                max_tokens as u32,
+            )
+            .map_err(e)?;
+        for &(kernel, n_tokens) in LINEAR_RUNS {
+            let (n, pos0) = (n_tokens as usize, 1000 + n_tokens as usize);
+            ctx.queue.write_buffer(&kb, 0, bytemuck::cast_slice(&kc0));
+            ctx.queue.write_buffer(&vb, 0, bytemuck::cast_slice(&vc0));
+            ctx.queue.write_buffer(
+                &step,
+                0,
+                bytemuck::bytes_of(&StepParams::new(pos0 as u32, n_tokens)),
+            );
+            ctx.submit_pass("linear qkv test", |pass| {
+                binding.record_kernel(pass, n_tokens, kernel)
+            });
+            let y = ctx.read_f32(&yb, max_tokens * rows).await.map_err(e)?;
+            let kc = ctx.read_f32(&kb, positions * kv_rows).await.map_err(e)?;
+            let vc = ctx.read_f32(&vb, positions * kv_rows).await.map_err(e)?;
+            for p in (0..positions).filter(|p| !(pos0..pos0 + n).contains(p)) {
+                let range = p * kv_rows..(p + 1) * kv_rows;
+                if kc[range.clone()] != kc0[range.clone()] || vc[range.clone()] != vc0[range] {
+                    return Err(format!("{what} {kernel:?} n={n}: cache row {p} written"));
+                }
+            }
+            for t in 0..n {
+                let raw = &x[t * cols..(t + 1) * cols];
+                let ms = raw
+                    .iter()
+                    .map(|&v| f64::from(v) * f64::from(v))
+                    .sum::<f64>()
+                    / cols as f64;
+                let inv = 1.0 / (ms + 1e-6).sqrt();
+                let xin: Vec<f32> = raw
+                    .iter()
+                    .zip(&nw)
+                    .map(|(&v, &g)| (f64::from(v) * inv * f64::from(g)) as f32)
+                    .collect();
+                let mut want = reference::matvec(&wv, &xin, Some(&bias), rows, cols);
+                let layout = if rope {
+                    RopeLayout::Interleaved
+                } else {
+                    RopeLayout::None
+                };
+                let pos = pos0 + t;
+                reference::rope(&mut want[..q_rows], n_heads, hd, pos, theta, layout);
+                reference::rope(
+                    &mut want[q_rows..q_rows + kv_rows],
+                    n_kv,
+                    hd,
+                    pos,
+                    theta,
+                    layout,
+                );
+                let magnitude: f64 =
+                    xin.iter().map(|v| f64::from(v.abs())).sum::<f64>() * 0.2 + 1.0;
+                let tol = 1e-5 * magnitude * 4.0;
+                let check = |got: f32, want: f32, at: String| -> Result<(), String> {
+                    let diff = (f64::from(got) - f64::from(want)).abs();
+                    if diff <= tol {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "{what} {kernel:?} n={n} token {t} {at}: gpu {got} vs reference {want} (|diff| {diff:e} > {tol:e})"
+                        ))
+                    }
+                };
+                for r in 0..rows {
+                    check(y[t * rows + r], want[r], format!("y row {r}"))?;
+                }
+                for j in 0..kv_rows {
+                    check(
+                        kc[pos * kv_rows + j],
+                        want[q_rows + j],
+                        format!("k cache {j}"),
+                    )?;
+                    check(
+                        vc[pos * kv_rows + j],
+                        want[q_rows + kv_rows + j],
+                        format!("v cache {j}"),
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -14,6 +14,7 @@ use super::{
     WeightRead,
 };
 use crate::error::{Error, Result};
+use crate::gpu::counters::AliveBuffers;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
 use crate::gpu::tensor::GpuTensor;
@@ -42,6 +43,10 @@ struct LinearParams {
     cols: u32,
     max_tokens: u32,
     eps: f32,
+    q_rows: u32,
+    kv_rows: u32,
+    head_dim: u32,
+    max_positions: u32,
 }
 
 /// A normalisation folded into a linear layer's input (see [`LinearOptions::norm`]).
@@ -81,6 +86,30 @@ pub struct LinearOptions {
     /// Only the step's last token is computed and written to row 0 of `y` (an LM head of
     /// which only the last row is read). The decode kernel runs whatever the token count.
     pub last_row: bool,
+    /// The layer is a stacked `q | k | v` projection whose k and v rows also go to the KV
+    /// cache at the step's positions (bound with [`Linear::bind_qkv`]).
+    pub kv_write: bool,
+    /// With `kv_write`: q and k are rotated first (RoPE over adjacent row pairs `(2i, 2i+1)`
+    /// within each head).
+    pub rope: bool,
+}
+
+/// The KV cache of a [`Linear`] built with [`LinearOptions::kv_write`].
+#[derive(Debug, Clone, Copy)]
+pub struct KvWriteBinding<'a> {
+    /// One layer's caches, `[max_positions, kv_rows]` f32 each.
+    pub k_cache: &'a wgpu::Buffer,
+    pub v_cache: &'a wgpu::Buffer,
+    /// Query rows (`n_heads · head_dim`) and key/value rows each (`n_kv_heads · head_dim`);
+    /// the weight has `q_rows + 2 · kv_rows` rows.
+    pub q_rows: u32,
+    pub kv_rows: u32,
+    /// Values per head (even with RoPE, at most [`super::MAX_HEAD_DIM`]).
+    pub head_dim: u32,
+    /// RoPE base (finite, ≥ 1; ignored without RoPE).
+    pub theta: f32,
+    /// Rows of each cache.
+    pub max_positions: u32,
 }
 
 /// The bound norm of a [`Linear`] built with [`LinearOptions::norm`]: `weight` and, for layer
@@ -265,6 +294,20 @@ impl Linear {
                 "an activation epilogue cannot be combined with accumulate",
             ));
         }
+        if options.kv_write
+            && (options.accumulate || options.epilogue != Epilogue::None || options.last_row)
+        {
+            return Err(Error::invalid(
+                "options",
+                "a Q/K/V projection writing the KV cache has no other epilogue",
+            ));
+        }
+        if options.rope && !options.kv_write {
+            return Err(Error::invalid(
+                "options",
+                "RoPE is applied with kv_write only",
+            ));
+        }
         let limits = ctx.limits();
         for (limit, allowed, needed) in [
             (
@@ -310,6 +353,8 @@ impl Linear {
                 .flag_if("GLU", options.epilogue == Epilogue::SwiGlu)
                 .flag_if("GELU", options.epilogue == Epilogue::Gelu)
                 .flag_if("LAST_ROW", options.last_row)
+                .flag_if("KV_WRITE", options.kv_write)
+                .flag_if("ROPE", options.rope)
                 .value("WG_SIZE", format!("{decode_wg}u"))
         };
         let decode_defines = common(reduce_defines(ctx, reduction)?);
@@ -387,6 +432,25 @@ impl Linear {
         y: &wgpu::Buffer,
         max_tokens: u32,
     ) -> Result<LinearBinding> {
+        self.bind_qkv(ctx, step, w, x, bias, norm, None, y, max_tokens)
+    }
+
+    /// [`Linear::bind_with_norm`] for a layer built with [`LinearOptions::kv_write`]: `kv`
+    /// gives the caches and the head geometry; `y: [max_tokens, q_rows + 2·kv_rows]` still
+    /// receives every row (q rotated).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_qkv(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        w: &GpuTensor,
+        x: &wgpu::Buffer,
+        bias: Option<&wgpu::Buffer>,
+        norm: Option<NormBinding<'_>>,
+        kv: Option<KvWriteBinding<'_>>,
+        y: &wgpu::Buffer,
+        max_tokens: u32,
+    ) -> Result<LinearBinding> {
         positive("max_tokens", max_tokens)?;
         check_step(step)?;
         let (rows, cols) = matrix_shape(w, self.dtype, "w")?;
@@ -422,11 +486,11 @@ impl Linear {
                 "the output buffer is also an input of the same layer",
             ));
         }
-        let mut storage = vec![&w.buffer, x, y];
+        let mut storage = vec![(2, &w.buffer), (3, x), (4, y)];
         match (opts.has_bias, bias) {
             (true, Some(b)) => {
                 check_words("bias", b, u64::from(rows), &format!("[{rows}] f32"))?;
-                storage.push(b);
+                storage.push((5, b));
             }
             (false, None) => {}
             (true, None) => {
@@ -458,12 +522,12 @@ impl Linear {
                 }
                 let words = |b| check_words("norm", b, u64::from(cols), &format!("[{cols}] f32"));
                 words(n.weight)?;
-                storage.push(n.weight);
+                storage.push((6, n.weight));
                 match (kind, n.bias) {
                     (InputNorm::Rms, None) => {}
                     (InputNorm::Layer, Some(b)) => {
                         words(b)?;
-                        storage.push(b);
+                        storage.push((7, b));
                     }
                     (InputNorm::Rms, Some(_)) => {
                         return Err(Error::invalid("norm", "an RMS norm has no bias"))
@@ -485,6 +549,14 @@ impl Linear {
                     "kernel built without a norm, one given",
                 ))
             }
+        }
+        let (kv_params, freqs) = self.check_kv(ctx, kv, rows, &storage)?;
+        if let Some(kv) = kv {
+            storage.push((8, kv.k_cache));
+            storage.push((9, kv.v_cache));
+        }
+        if let Some(f) = &freqs {
+            storage.push((10, f));
         }
         let max_groups = ctx.limits().max_compute_workgroups_per_dimension;
         let row_tiles = rows.div_ceil(LINEAR_PREFILL_ROWS);
@@ -508,6 +580,10 @@ impl Linear {
             cols,
             max_tokens,
             eps,
+            q_rows: kv_params[0],
+            kv_rows: kv_params[1],
+            head_dim: kv_params[2],
+            max_positions: kv_params[3],
         };
         let label = format!("linear {} [{rows}, {cols}]", self.dtype);
         let weights = WeightRead::Whole(
@@ -515,7 +591,7 @@ impl Linear {
                 .bytes_for(u64::from(rows) * u64::from(cols), "w")?,
         );
         Ok(LinearBinding {
-            decode: KernelBinding::new(
+            decode: KernelBinding::new_at(
                 ctx,
                 &self.decode,
                 &label,
@@ -525,7 +601,7 @@ impl Linear {
                 Grid::Fixed(decode_grid.0, decode_grid.1),
             )
             .with_weights(weights),
-            prefill: KernelBinding::new(
+            prefill: KernelBinding::new_at(
                 ctx,
                 &self.prefill,
                 &label,
@@ -541,7 +617,97 @@ impl Linear {
             rows,
             cols,
             last_row: opts.last_row,
+            _alive: AliveBuffers::new(ctx.counter_cells(), freqs.iter().map(|f| f.size())),
+            _freqs: freqs,
         })
+    }
+}
+
+impl Linear {
+    /// Checks the KV-cache binding against the options and the weight's `rows`, and returns
+    /// the kernel's `(q_rows, kv_rows, head_dim, max_positions)` and, with RoPE, the frequency
+    /// table buffer (bound by the bind group, which keeps it alive).
+    fn check_kv(
+        &self,
+        ctx: &GpuContext,
+        kv: Option<KvWriteBinding<'_>>,
+        rows: u32,
+        inputs: &[(u32, &wgpu::Buffer)],
+    ) -> Result<([u32; 4], Option<wgpu::Buffer>)> {
+        let kv = match (self.options.kv_write, kv) {
+            (false, None) => return Ok(([0; 4], None)),
+            (true, Some(kv)) => kv,
+            (true, None) => {
+                return Err(Error::invalid(
+                    "kv",
+                    "kernel built to write the KV cache, none given",
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(Error::invalid(
+                    "kv",
+                    "kernel built without a KV-cache write, one given",
+                ))
+            }
+        };
+        positive("max_positions", kv.max_positions)?;
+        positive("head_dim", kv.head_dim)?;
+        let stacked = u64::from(kv.q_rows) + 2 * u64::from(kv.kv_rows);
+        if stacked != u64::from(rows) {
+            return Err(Error::invalid(
+                "kv",
+                format!(
+                    "q_rows {} + 2 · kv_rows {} is not the weight's {rows} rows",
+                    kv.q_rows, kv.kv_rows
+                ),
+            ));
+        }
+        let hd = kv.head_dim;
+        if !kv.q_rows.is_multiple_of(hd) || !kv.kv_rows.is_multiple_of(hd) || kv.kv_rows == 0 {
+            return Err(Error::invalid(
+                "head_dim",
+                format!(
+                    "{hd} does not divide q_rows {} and kv_rows {}",
+                    kv.q_rows, kv.kv_rows
+                ),
+            ));
+        }
+        let cache_words = u64::from(kv.max_positions) * u64::from(kv.kv_rows);
+        let what = format!("[{}, {}] f32", kv.max_positions, kv.kv_rows);
+        check_words("k_cache", kv.k_cache, cache_words, &what)?;
+        check_words("v_cache", kv.v_cache, cache_words, &what)?;
+        if kv.k_cache == kv.v_cache
+            || inputs
+                .iter()
+                .any(|&(_, b)| b == kv.k_cache || b == kv.v_cache)
+        {
+            return Err(Error::invalid(
+                "kv",
+                "the caches must be distinct from each other and from the layer's buffers",
+            ));
+        }
+        let freqs = if self.options.rope {
+            if !hd.is_multiple_of(2) || hd > super::MAX_HEAD_DIM {
+                return Err(Error::invalid(
+                    "head_dim",
+                    format!(
+                        "must be even and at most {} for RoPE, got {hd}",
+                        super::MAX_HEAD_DIM
+                    ),
+                ));
+            }
+            if !(kv.theta.is_finite() && kv.theta >= 1.0) {
+                return Err(Error::invalid(
+                    "theta",
+                    format!("must be finite and >= 1, got {}", kv.theta),
+                ));
+            }
+            let pairs = super::rope::freq_pairs(kv.theta, hd);
+            Some(ctx.storage_from("rope frequencies", &pairs)?)
+        } else {
+            None
+        };
+        Ok(([kv.q_rows, kv.kv_rows, hd, kv.max_positions], freqs))
     }
 }
 
@@ -553,6 +719,9 @@ pub struct LinearBinding {
     rows: u32,
     cols: u32,
     last_row: bool,
+    /// The RoPE frequency table of a Q/K/V layer (the bind groups use it).
+    _freqs: Option<wgpu::Buffer>,
+    _alive: AliveBuffers,
 }
 
 impl LinearBinding {

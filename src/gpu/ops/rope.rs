@@ -57,6 +57,15 @@ fn freq_table(theta: f32, head_dim: u32) -> [[u32; 4]; FREQ_VEC4S] {
     table
 }
 
+/// [`freq_table`] as one `[hi, lo]` pair per rotated pair `i < head_dim / 2` (the fused
+/// Q/K/V linear's table).
+pub(crate) fn freq_pairs(theta: f32, head_dim: u32) -> Vec<[u32; 2]> {
+    let table = freq_table(theta, head_dim);
+    (0..(head_dim / 2) as usize)
+        .map(|i| [table[i / 2][2 * (i % 2)], table[i / 2][2 * (i % 2) + 1]])
+        .collect()
+}
+
 /// How the step's q, k and v are laid out, fixed when the kernel is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QkvForm {
