@@ -41,10 +41,12 @@
 //!
 //! [`Sampled::logprob`] is always the log-softmax of the *raw* logits (before any processor).
 
+pub mod candidates;
 pub mod params;
 pub mod sampler;
 pub mod stop;
 
+pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
 pub use params::SamplingParams;
 pub use sampler::{log_softmax, Sampled, Sampler};
 pub use stop::{StopMatcher, StopOutput};
