@@ -55,10 +55,7 @@ fn params(name: &str) -> SamplingParams {
             min_p: 0.05,
             ..base
         },
-        "top_p only" => SamplingParams {
-            top_p: 0.9,
-            ..base
-        },
+        "top_p only" => SamplingParams { top_p: 0.9, ..base },
         "top_p cold" => SamplingParams {
             temperature: 0.6,
             top_p: 0.5,
@@ -66,10 +63,7 @@ fn params(name: &str) -> SamplingParams {
             ..base
         },
         "min_p only" => SamplingParams { min_p: 0.1, ..base },
-        "top_k too large" => SamplingParams {
-            top_k: 300,
-            ..base
-        },
+        "top_k too large" => SamplingParams { top_k: 300, ..base },
         _ => unreachable!("{name}"),
     }
 }
@@ -117,7 +111,9 @@ fn compare(name: &str, rng: &mut impl Rng, steps: usize) -> usize {
 
 #[test]
 fn candidates_give_the_full_rows_tokens() {
-    let mut rng = common::rng("candidates_give_the_full_rows_tokens", &|m| eprintln!("{m}"));
+    let mut rng = common::rng("candidates_give_the_full_rows_tokens", &|m| {
+        eprintln!("{m}")
+    });
     let steps = 150;
     for (name, must_serve) in [
         ("greedy", true),
