@@ -14,6 +14,11 @@
 //! - **Stopping.** End-of-sequence ids (the model's, the caller's and, in chat form, the
 //!   template's end-of-turn token), stop strings matched across token boundaries,
 //!   `max_new_tokens`, and [`AbortHandle::abort`], honoured between tokens and prefill chunks.
+//! - **Small readbacks.** A sampled decode step reads back only the GPU's selection of
+//!   candidates (at most 4 KB, see [`Sampler::select_request`]) instead of the whole logits
+//!   row; when the candidates cannot prove the token the full path would draw, the step reads
+//!   the row as well and samples from it. Tokens and seeded sequences are the same either way;
+//!   [`Session::set_full_row_readback`] forces the row on every step.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,8 +31,8 @@ use crate::error::{Error, Result};
 use crate::format::{auto_context, ContextChoice, ModelFiles};
 use crate::gpu::{GpuContext, KernelCache, KvCache};
 use crate::model::config::ModelConfig;
-use crate::model::forward::{Forward, DEFAULT_CHUNK};
-use crate::sampling::{log_softmax, Sampler, SamplingParams, StopMatcher};
+use crate::model::forward::{Forward, StepLogits, DEFAULT_CHUNK};
+use crate::sampling::{log_softmax, Sampled, Sampler, SamplingParams, SelectRequest, StopMatcher};
 use crate::tokenizer::Tokenizer;
 
 /// What to generate from.
@@ -206,6 +211,14 @@ pub struct Stats {
     pub time_to_first_token_ms: f64,
     /// Decode steps per second (0 when there were none).
     pub decode_tok_per_s: f64,
+    /// Sampled tokens drawn from the GPU's candidates alone.
+    pub candidate_steps: usize,
+    /// Sampled tokens drawn from a whole logits row read back (the first token after the
+    /// prompt, a forced full readback, parameters the candidates cannot serve, fallbacks).
+    pub full_row_steps: usize,
+    /// Of those, decode steps that read the candidates first and then, as they did not
+    /// suffice, the row too.
+    pub select_fallbacks: usize,
 }
 
 /// The result of one call.
@@ -282,6 +295,8 @@ pub struct Session {
     cached: Vec<u32>,
     abort: AbortHandle,
     context_choice: ContextChoice,
+    /// Read back the whole logits row on every decode step (no candidate selection).
+    full_row_readback: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -368,6 +383,7 @@ impl Session {
             cached: Vec::new(),
             abort: AbortHandle::default(),
             context_choice: choice,
+            full_row_readback: false,
         })
     }
 
@@ -431,6 +447,13 @@ impl Session {
     /// Tokens the KV cache currently holds.
     pub fn cached_tokens(&self) -> &[u32] {
         &self.cached
+    }
+
+    /// Reads back the whole logits row on every sampled decode step instead of the GPU's
+    /// candidates when `on` (off by default). The tokens are the same either way; this exists
+    /// to compare the two paths and to measure them.
+    pub fn set_full_row_readback(&mut self, on: bool) {
+        self.full_row_readback = on;
     }
 
     /// A handle that stops the running call between two tokens.
@@ -665,16 +688,22 @@ impl Session {
         Ok(logits)
     }
 
-    /// Feeds one generated token, sliding the context first when it is full. Returns the logits
-    /// after it (`None` when aborted during a slide).
+    /// Feeds one generated token, sliding the context first when it is full. Returns what the
+    /// step read back after it: the candidates `request` asks for, or the whole row (without a
+    /// request, when forced, or after a slide); `None` when aborted during a slide.
     async fn advance(
         &mut self,
         token: u32,
         n_keep: usize,
         warnings: &mut Vec<String>,
-    ) -> Result<Option<Vec<f32>>> {
+        request: Option<&SelectRequest>,
+    ) -> Result<Option<StepLogits>> {
         if self.cached.len() < self.context() {
-            let logits = self.forward.forward(&self.ctx, &[token], false).await?;
+            let request = request.filter(|_| !self.full_row_readback);
+            let logits = self
+                .forward
+                .decode_select(&self.ctx, token, request)
+                .await?;
             self.cached.push(token);
             return Ok(Some(logits));
         }
@@ -692,7 +721,36 @@ impl Session {
         // Everything after `n_keep` moved to a new position: run it again.
         self.forward.truncate(n_keep.min(self.cached.len()))?;
         self.cached.truncate(n_keep);
-        self.prefill(&seq).await
+        Ok(self.prefill(&seq).await?.map(StepLogits::Full))
+    }
+
+    /// Samples from what a step read back: from the candidates when they suffice, else from
+    /// the whole row (read now if the step did not).
+    async fn sample_step(
+        &mut self,
+        sampler: &mut Sampler,
+        logits: &StepLogits,
+        request: Option<&SelectRequest>,
+        prompt: &[u32],
+        generated: &[u32],
+        stats: &mut Stats,
+    ) -> Result<Sampled> {
+        let vocab = self.vocab();
+        if let (StepLogits::Candidates(c), Some(request)) = (logits, request) {
+            if let Some(s) = sampler.sample_candidates(c, request, prompt, generated)? {
+                stats.candidate_steps += 1;
+                return Ok(s);
+            }
+            stats.select_fallbacks += 1;
+        }
+        stats.full_row_steps += 1;
+        match logits {
+            StepLogits::Full(row) => sampler.sample(&row[..vocab], prompt, generated),
+            StepLogits::Candidates(_) => {
+                let row = self.forward.last_logits(&self.ctx).await?;
+                sampler.sample(&row[..vocab], prompt, generated)
+            }
+        }
     }
 
     /// Samples one sequence after the prompt.
@@ -713,10 +771,11 @@ impl Session {
             stats.cached_tokens = cached_before.min(c.prompt.len().saturating_sub(1));
             stats.prefill_ms = elapsed_ms(prefill_start);
         }
-        let Some(mut logits) = logits else {
+        let Some(logits) = logits else {
             return Ok(self.aborted_sequence());
         };
-        let vocab = self.vocab();
+        let mut logits = StepLogits::Full(logits);
+        let mut request = None;
         let tokenizer = Arc::clone(&self.tokenizer);
         let mut run = Running {
             tokens: Vec::new(),
@@ -730,7 +789,16 @@ impl Session {
             if self.abort.is_aborted() {
                 break FinishReason::Abort;
             }
-            let s = sampler.sample(&logits[..vocab], c.prompt, &run.tokens)?;
+            let s = self
+                .sample_step(
+                    sampler,
+                    &logits,
+                    request.as_ref(),
+                    c.prompt,
+                    &run.tokens,
+                    stats,
+                )
+                .await?;
             if decode_start.is_none() {
                 decode_start = Some(Instant::now());
                 if sequence == 0 {
@@ -758,7 +826,11 @@ impl Session {
             if run.tokens.len() >= params.max_new_tokens {
                 break FinishReason::Length;
             }
-            match self.advance(s.id, c.n_keep, warnings).await? {
+            request = sampler.select_request(c.prompt, &run.tokens)?;
+            match self
+                .advance(s.id, c.n_keep, warnings, request.as_ref())
+                .await?
+            {
                 Some(next) => logits = next,
                 None => break FinishReason::Abort,
             }

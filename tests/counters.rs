@@ -1,6 +1,7 @@
 //! Engine counters on the tiny fixtures: one decode token and one prefill chunk are one pass,
 //! one command buffer, one submit and one readback, allocate nothing and dispatch exactly the
-//! graph's nodes; long and repeated generations leave the buffers alive unchanged.
+//! graph's nodes (plus the candidate selection for a sampled decode token, which reads back at
+//! most 4 KB); long and repeated generations leave the buffers alive unchanged.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -11,8 +12,8 @@ use std::path::Path;
 use emberlm::format::ModelFiles;
 use emberlm::generate::{FinishReason, GenerateOptions, Prompt, Session};
 use emberlm::gpu::{Counters, KernelCache};
-use emberlm::model::forward::Forward;
-use emberlm::sampling::SamplingParams;
+use emberlm::model::forward::{Forward, StepLogits};
+use emberlm::sampling::{Sampler, SamplingParams};
 use emberlm::GpuOptions;
 
 fn fixture(name: &str) -> String {
@@ -72,6 +73,11 @@ fn a_decode_token_and_a_prefill_chunk_are_one_submit_and_allocate_nothing() {
             "{model}: {nodes} dispatches per step ({layers} layers: {:.1} per layer + rest)",
             nodes as f64 / layers as f64
         );
+        // Per layer: Q/K/V (norm, RoPE and the KV write fused), attention, output projection
+        // (+ residual), feed-forward up or gate+up (norm and activation fused), down
+        // (+ residual). Outside the layers: the embedding(s) and the LM head (final norm fused).
+        let outside = if model.starts_with("tiny-gpt2") { 3 } else { 2 };
+        assert_eq!(nodes, 5 * layers + outside, "{model}: dispatches per step");
 
         // prefill: one full chunk
         let tokens: Vec<u32> = (0..chunk as u32)
@@ -90,17 +96,17 @@ fn a_decode_token_and_a_prefill_chunk_are_one_submit_and_allocate_nothing() {
         );
         assert_eq!(d.forward_tokens, chunk as u64);
 
-        // decode: one token
+        // decode: one token, the whole row (what beam search and scoring read)
         let before = ctx.counters();
         pollster::block_on(fwd.forward(&ctx, &[5], false)).unwrap();
         let d = ctx.counters().since(&before);
-        eprintln!("{model} decode token: {d:?}");
+        eprintln!("{model} decode token, full row: {d:?}");
         assert_one_sync(&d, "decode token");
         assert_eq!(d.dispatches, nodes, "decode dispatches");
         assert_eq!(
             d.readback_bytes,
             4 * vocab,
-            "decode reads back one logits row"
+            "a full decode step reads back one logits row"
         );
         if model.starts_with("tiny-llama") {
             assert_eq!(
@@ -108,6 +114,41 @@ fn a_decode_token_and_a_prefill_chunk_are_one_submit_and_allocate_nothing() {
                 expected_weight_bytes_per_token(&files),
                 "every weight bound once per token"
             );
+        }
+
+        // decode: one sampled token reads back the GPU's candidates only
+        for (name, params) in [
+            ("greedy", SamplingParams::greedy()),
+            (
+                "default sampling",
+                SamplingParams {
+                    temperature: 0.7,
+                    top_k: 40,
+                    top_p: 0.9,
+                    seed: Some(1),
+                    ..SamplingParams::default()
+                },
+            ),
+        ] {
+            let sampler = Sampler::new(&params, vocab as usize).unwrap();
+            let request = sampler.select_request(&[1, 2, 3], &[4]).unwrap().unwrap();
+            let before = ctx.counters();
+            let step = pollster::block_on(fwd.decode_select(&ctx, 5, Some(&request))).unwrap();
+            let d = ctx.counters().since(&before);
+            eprintln!("{model} decode token, {name}: {d:?}");
+            assert!(matches!(step, StepLogits::Candidates(_)), "{name}");
+            assert_one_sync(&d, name);
+            assert_eq!(
+                d.dispatches,
+                nodes + 1,
+                "{name}: the graph and the selection"
+            );
+            assert!(
+                d.readback_bytes <= 4096,
+                "{name}: reads back {} bytes",
+                d.readback_bytes
+            );
+            assert_eq!(d.readback_bytes, request.result_bytes(), "{name}");
         }
     }
 }
@@ -181,4 +222,41 @@ fn ten_thousand_tokens_through_a_sliding_64_token_context() {
     assert_eq!(d.buffers_alive, 0, "buffers alive changed: {d:?}");
     assert_eq!(d.buffer_bytes_alive, 0, "bytes alive changed: {d:?}");
     assert_eq!(d.buffers_created, 0, "buffers created: {d:?}");
+}
+
+#[test]
+fn sampled_decode_steps_read_back_at_most_4_kb() {
+    let Some(mut s) = session("tiny-llama-q4_1.gguf", Some(64)) else {
+        return;
+    };
+    let vocab = s.config().vocab_size as u64;
+    let prompt = Prompt::Text("Permission is hereby granted".into());
+    for (name, temperature, top_k, top_p) in [("greedy", 0.0, 0, 1.0), ("default", 0.7, 40, 0.9)] {
+        let mut opts = never_stop(&s, 12);
+        opts.sampling.temperature = temperature;
+        opts.sampling.top_k = top_k;
+        opts.sampling.top_p = top_p;
+        opts.sampling.seed = Some(9);
+        s.reset();
+        let before = s.gpu().counters();
+        let g = pollster::block_on(s.generate(&prompt, &opts, &mut |_| {})).unwrap();
+        let d = s.gpu().counters().since(&before);
+        let decode_steps = 11;
+        assert_eq!(
+            g.stats.candidate_steps, decode_steps,
+            "{name}: {:?}",
+            g.stats
+        );
+        assert_eq!(d.readback_waits, d.forward_steps, "{name}: {d:?}");
+        assert_eq!(d.submits, d.forward_steps, "{name}: {d:?}");
+        assert_eq!(d.buffers_created, 0, "{name}: {d:?}");
+        // The prompt is one prefill step reading one row; every decode step at most 4 KB.
+        let prefill = 4 * vocab;
+        let per_token = (d.readback_bytes - prefill) as f64 / decode_steps as f64;
+        eprintln!("{name}: {per_token:.0} bytes read back per decode token ({d:?})");
+        assert!(
+            d.readback_bytes <= prefill + 4096 * decode_steps as u64,
+            "{name}: {d:?}"
+        );
+    }
 }

@@ -47,6 +47,8 @@ pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
 pub const COPY: ShaderFile = shader_file!("copy.wgsl");
 /// Dequantizing embedding lookups.
 pub const EMBED: ShaderFile = shader_file!("embed.wgsl");
+/// Candidate selection for sampling (top-k of the adjusted logits, sums).
+pub const SELECT: ShaderFile = shader_file!("select.wgsl");
 
 /// Snippets that kernels may `#include`: the workgroup reduction, weight decoding, the
 /// activation functions and the RoPE angle.
@@ -348,7 +350,7 @@ mod tests {
 
     #[test]
     fn every_shipped_shader_preprocesses_both_ways() {
-        for file in [MATVEC, NORM, ROPE, ATTENTION, ELEMENTWISE, COPY] {
+        for file in [MATVEC, NORM, ROPE, ATTENTION, ELEMENTWISE, COPY, SELECT] {
             for d in [
                 Defines::new().value("WG_SIZE", "256u"),
                 Defines::new()

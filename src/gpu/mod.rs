@@ -17,6 +17,6 @@ pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;
 pub use ops::{
     Add, Attention, Gelu, Grid, Heads, KernelBinding, LayerNorm, MatVecF32, Qkv, QkvForm,
-    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
+    Reduction, RmsNorm, RopeKvWrite, Select, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
 };
 pub use tensor::GpuTensor;

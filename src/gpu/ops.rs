@@ -11,6 +11,7 @@ pub mod linear;
 pub mod matvec;
 pub mod norm;
 pub mod rope;
+pub mod select;
 
 pub use attention::Attention;
 pub use copy::{copy_bandwidth, CopyBandwidth};
@@ -23,6 +24,7 @@ pub use linear::{
 pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Qkv, QkvForm, RopeKvWrite};
+pub use select::Select;
 
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::format::{ModelWeights, Tensor};
 use crate::gpu::ops::{
     Attention, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KvWriteBinding, Linear,
-    LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite, SwiGlu,
+    LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite, Select, SwiGlu,
 };
 use crate::gpu::{
     AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams,
@@ -19,6 +19,7 @@ use crate::gpu::{
 use crate::model::config::{Architecture, ModelConfig, NormKind, RopeLayout};
 use crate::model::fuse::{self, FusionPlan};
 use crate::model::weights::{dequantize, encode_float, DType};
+use crate::sampling::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
 
 /// Tokens per prefill step: long prompts are processed in chunks of this many.
 pub const DEFAULT_CHUNK: usize = 64;
@@ -81,6 +82,20 @@ pub struct Forward {
     head_all: LinearBinding,
     memory: MemoryReport,
     _alive: AliveBuffers,
+    /// Candidate selection over row 0 of the logits, recorded after the graph by
+    /// [`Forward::decode_select`]; `None` on devices it cannot run on.
+    select: Option<Select>,
+    /// Readback of the selection result, `MAX_RESULT_BYTES`.
+    select_staging: wgpu::Buffer,
+}
+
+/// What a one-token decode step read back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepLogits {
+    /// The GPU's selection from the logits row (at most `MAX_RESULT_BYTES` read back).
+    Candidates(Candidates),
+    /// The whole logits row, `[vocab]`.
+    Full(Vec<f32>),
 }
 
 /// GPU memory a [`Forward`] allocated at load, bytes.
@@ -221,6 +236,15 @@ impl Forward {
             w: &gpu,
         };
         let (nodes, head_last, head_all) = graph.build(ctx, cache).await?;
+        let select = match Select::new(ctx, cache, &act.logits, vocab as u32).await {
+            Ok(select) => Some(select),
+            // Decode steps then read the whole row.
+            Err(Error::Limit { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        let select_staging = ctx.staging_buffer("select readback", MAX_RESULT_BYTES as u64);
+        let mut alive = alive;
+        alive.extend([select_staging.size()]);
         let mut memory = memory;
         // The kernels' parameter uniforms are part of the activations' footprint.
         memory.activations += ctx.counters().since(&before).buffer_bytes_created;
@@ -237,6 +261,8 @@ impl Forward {
             nodes,
             head_last,
             head_all,
+            select,
+            select_staging,
         })
     }
 
@@ -488,6 +514,78 @@ impl Forward {
             ctx.check()?;
             return Ok(Vec::new());
         }
+        let data = ctx.read_staging(&self.staging, bytes, submission).await?;
+        Ok(bytemuck::pod_collect_to_vec(&data))
+    }
+
+    /// One decode step for `token` (one pass, one submit, one readback, like [`Self::forward`]):
+    /// with `request`, the candidate selection runs after the graph in the same pass and only
+    /// its result is read back ([`StepLogits::Candidates`]); without one, or when the device
+    /// cannot run the selection, the whole row ([`StepLogits::Full`], `[vocab]`).
+    pub async fn decode_select(
+        &mut self,
+        ctx: &GpuContext,
+        token: u32,
+        request: Option<&SelectRequest>,
+    ) -> Result<StepLogits> {
+        let Some((select, request)) = self.select.as_ref().zip(request) else {
+            return Ok(StepLogits::Full(self.forward(ctx, &[token], false).await?));
+        };
+        let vocab = self.config.vocab_size;
+        if token as usize >= vocab {
+            return Err(Error::invalid(
+                "token",
+                format!("token id {token} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        let pos0 = self.kv.pos();
+        let params =
+            StepParams::checked(pos0 as u32, 1, self.chunk as u32, self.kv.context() as u32)?;
+        select.write(ctx, request)?;
+        params.write(ctx, &self.step);
+        ctx.queue
+            .write_buffer(&self.act.ids, 0, bytemuck::bytes_of(&token));
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("decode step"),
+            });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("decode step"),
+                timestamp_writes: None,
+            });
+            ctx.counter_cells().compute_pass();
+            for node in &self.nodes {
+                node.record(&mut pass, 1);
+            }
+            self.head_last.record(&mut pass, 1);
+            select.record(&mut pass);
+        }
+        let bytes = request.result_bytes();
+        encoder.copy_buffer_to_buffer(select.result(), 0, &self.select_staging, 0, bytes);
+        ctx.counter_cells().submit(1);
+        ctx.counter_cells().forward_step(1);
+        let submission = ctx.queue.submit([encoder.finish()]);
+        self.kv.set_pos(pos0 + 1)?;
+        let data = ctx
+            .read_staging(&self.select_staging, bytes, submission)
+            .await?;
+        Ok(StepLogits::Candidates(Select::parse(&data, request)?))
+    }
+
+    /// Reads back the logits row of the last one-token step (`[vocab]`, row 0), for a decode
+    /// step whose candidates did not suffice: one more submit and readback, no forward step.
+    pub async fn last_logits(&self, ctx: &GpuContext) -> Result<Vec<f32>> {
+        let bytes = f32_bytes(self.config.vocab_size as u64);
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("logits readback"),
+            });
+        encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, bytes);
+        ctx.counter_cells().submit(1);
+        let submission = ctx.queue.submit([encoder.finish()]);
         let data = ctx.read_staging(&self.staging, bytes, submission).await?;
         Ok(bytemuck::pod_collect_to_vec(&data))
     }

@@ -40,11 +40,25 @@
 //! [`Sampler::distribution`] returns exactly the probabilities this walk uses.
 //!
 //! [`Sampled::logprob`] is always the log-softmax of the *raw* logits (before any processor).
+//!
+//! # Candidates instead of the row
+//!
+//! A decode step can read back only the GPU's top candidates ([`candidates`]):
+//! [`Sampler::select_request`] says what to select (or that the row is needed), and
+//! [`Sampler::sample_candidates`] returns exactly the token [`Sampler::sample`] would draw
+//! from the full row, with the same use of the random generator, or declines. Greedy and
+//! `top_k <= 256` are served whenever the selection proves the order of the kept tokens; top-p
+//! without top-k when the nucleus provably ends inside the candidates; min-p or typical without
+//! top-k never. On that path the log-probability comes from the GPU's f32 max and sum of the
+//! raw row and may differ from the full path's in the last bits; the token never does. To make
+//! the kept set's order canonical, top-k's survivors are sorted by logit before the filters.
 
+pub mod candidates;
 pub mod params;
 pub mod sampler;
 pub mod stop;
 
+pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
 pub use params::SamplingParams;
 pub use sampler::{log_softmax, Sampled, Sampler};
 pub use stop::{StopMatcher, StopOutput};

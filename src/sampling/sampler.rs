@@ -1,10 +1,26 @@
 //! Logit processing and token drawing.
 
+use std::collections::BTreeMap;
+
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
+use crate::sampling::candidates::{
+    Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES,
+};
 use crate::sampling::SamplingParams;
 use crate::{Error, Result};
+
+/// Candidates asked for beyond what greedy or top-k strictly need: the slack that lets the
+/// exactness check pass when a penalised token's GPU value differs in the last bit.
+const CANDIDATE_MARGIN: usize = 16;
+
+/// Relative error allowed for the GPU's f32 tail sum (exp and summation rounding) when bounding
+/// the total probability mass for top-p.
+const TAIL_SUM_TOLERANCE: f64 = 1e-3;
+
+/// Relative slack for the order in which the full path adds its f64 weights.
+const F64_SUM_TOLERANCE: f64 = 1e-12;
 
 /// The chosen token and its log-probability under the model's raw distribution (log-softmax of
 /// the logits as the model produced them, before any processor).
@@ -69,7 +85,7 @@ fn uniform(rng: &mut ChaCha20Rng) -> f64 {
 
 /// Keeps a processed logit finite: an overflow saturates at `±f32::MAX` instead of becoming
 /// infinite (which would turn into NaN in the softmax).
-fn saturate(x: f64) -> f32 {
+pub(super) fn saturate(x: f64) -> f32 {
     (x as f32).clamp(-f32::MAX, f32::MAX)
 }
 
@@ -107,6 +123,49 @@ fn argmax(logits: &[f32]) -> usize {
         }
     }
     best
+}
+
+/// Inverse-CDF draw over the softmax of `work` in index order: the first index whose
+/// cumulative weight exceeds `u` times the total (`u` in `[0, 1)`).
+fn draw(work: &[f32], u: f64) -> usize {
+    let max = max_f64(work.iter().copied());
+    let total: f64 = work.iter().map(|&x| weight(x, max)).sum();
+    let target = u * total;
+    let mut cumulative = 0.0;
+    let mut last = 0;
+    for (i, &x) in work.iter().enumerate() {
+        let w = weight(x, max);
+        if w > 0.0 {
+            cumulative += w;
+            last = i;
+            if cumulative > target {
+                return i;
+            }
+        }
+    }
+    // Rounding can leave the running sum a hair below `target`: take the last survivor.
+    last
+}
+
+/// The filters after top-k, on the survivors `cand` (keys) of `logits`: typical, top-p and
+/// min-p, each when asked for. Reads nothing outside `cand`.
+fn filter_candidates(
+    logits: &mut [f32],
+    cand: &mut Vec<u64>,
+    p: &SamplingParams,
+    use_typical: bool,
+    use_top_p: bool,
+    use_min_p: bool,
+) {
+    if use_typical {
+        typical(logits, cand, f64::from(p.typical_p));
+    }
+    if use_top_p {
+        top_p(logits, cand, f64::from(p.top_p));
+    }
+    if use_min_p {
+        min_p(logits, cand, f64::from(p.min_p));
+    }
 }
 
 /// Removes the `removed` candidates by setting their logits to `-inf`.
@@ -318,44 +377,12 @@ impl Sampler {
             ));
         }
         check_logits(logits)?;
-        self.check_history("prompt", prompt)?;
-        self.check_history("generated", generated)?;
         let p = &self.params;
 
-        for (&id, &bias) in &p.logit_bias {
-            if let Some(x) = logits.get_mut(ix(id)) {
-                *x = saturate(f64::from(*x) + f64::from(bias));
-            }
-        }
-
-        let (prompt_window, generated_window) = self.window(prompt, generated);
-        if p.repetition_penalty != 1.0 {
-            let mut seen: Vec<u32> = prompt_window
-                .iter()
-                .chain(generated_window)
-                .copied()
-                .collect();
-            seen.sort_unstable();
-            seen.dedup();
-            let r = f64::from(p.repetition_penalty);
-            for id in seen {
-                let x = f64::from(logits[ix(id)]);
-                logits[ix(id)] = saturate(if x > 0.0 { x / r } else { x * r });
-            }
-        }
-
-        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
-            let mut counted = generated_window.to_vec();
-            counted.sort_unstable();
-            let (presence, frequency) = (
-                f64::from(p.presence_penalty),
-                f64::from(p.frequency_penalty),
-            );
-            for run in counted.chunk_by(|a, b| a == b) {
-                let id = run[0];
-                let x = f64::from(logits[ix(id)]);
-                logits[ix(id)] = saturate(x - presence - frequency * run.len() as f64);
-            }
+        // Each token's adjustments depend only on its own logit, so applying them token by
+        // token gives the same values as applying each processor to the whole row in turn.
+        for a in self.adjustments(prompt, generated)? {
+            logits[ix(a.id)] = a.apply(logits[ix(a.id)]);
         }
 
         if p.is_greedy() {
@@ -394,17 +421,298 @@ impl Sampler {
             cand.select_nth_unstable(p.top_k - 1);
             filter_out(logits, &cand[p.top_k..]);
             cand.truncate(p.top_k);
+            // In logit order, so that the sums below do not depend on how the selection left
+            // them (and a kept set read from elsewhere gives the same bits).
+            cand.sort_unstable();
         }
-        if use_typical {
-            typical(logits, &mut cand, f64::from(p.typical_p));
-        }
-        if use_top_p {
-            top_p(logits, &mut cand, f64::from(p.top_p));
-        }
-        if use_min_p {
-            min_p(logits, &mut cand, f64::from(p.min_p));
-        }
+        filter_candidates(logits, &mut cand, p, use_typical, use_top_p, use_min_p);
         Ok(())
+    }
+
+    /// The bias and penalties for `prompt` and `generated`, one entry per affected token,
+    /// sorted by id: what [`Self::process`] applies before temperature. Ids of `logit_bias`
+    /// outside the vocabulary are left out; a history id outside it -> Error.
+    pub fn adjustments(&self, prompt: &[u32], generated: &[u32]) -> Result<Vec<LogitAdjustment>> {
+        self.check_history("prompt", prompt)?;
+        self.check_history("generated", generated)?;
+        let p = &self.params;
+        let mut map: BTreeMap<u32, LogitAdjustment> = BTreeMap::new();
+        fn at(map: &mut BTreeMap<u32, LogitAdjustment>, id: u32) -> &mut LogitAdjustment {
+            map.entry(id).or_insert(LogitAdjustment {
+                id,
+                bias: None,
+                repetition: None,
+                penalty: None,
+            })
+        }
+        for (&id, &bias) in &p.logit_bias {
+            if ix(id) < self.vocab_size {
+                at(&mut map, id).bias = Some(bias);
+            }
+        }
+        let (prompt_window, generated_window) = self.window(prompt, generated);
+        if p.repetition_penalty != 1.0 {
+            for &id in prompt_window.iter().chain(generated_window) {
+                at(&mut map, id).repetition = Some(p.repetition_penalty);
+            }
+        }
+        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+            let mut counted = generated_window.to_vec();
+            counted.sort_unstable();
+            for run in counted.chunk_by(|a, b| a == b) {
+                at(&mut map, run[0]).penalty = Some(OpenAiPenalty {
+                    presence: p.presence_penalty,
+                    frequency: p.frequency_penalty,
+                    count: run.len() as u32,
+                });
+            }
+        }
+        Ok(map.into_values().collect())
+    }
+
+    /// What the GPU should select for the next token when the candidates can stand in for the
+    /// whole row, or `None` when they cannot by the parameters alone (read the row instead):
+    /// greedy -> a few candidates; `top_k <= MAX_CANDIDATES` -> top_k plus a margin; top-p
+    /// without top-k or typical -> [`MAX_CANDIDATES`]; a vocabulary of at most
+    /// [`MAX_CANDIDATES`] -> all of it. `None` too with more than [`MAX_ADJUSTMENTS`]
+    /// adjusted tokens. History ids outside the vocabulary -> Error.
+    pub fn select_request(
+        &self,
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> Result<Option<SelectRequest>> {
+        let adjustments = self.adjustments(prompt, generated)?;
+        if adjustments.len() > MAX_ADJUSTMENTS {
+            return Ok(None);
+        }
+        let p = &self.params;
+        let n = self.vocab_size;
+        let k = if n <= MAX_CANDIDATES {
+            n
+        } else if p.is_greedy() {
+            1 + CANDIDATE_MARGIN
+        } else if p.top_k > 0 && p.top_k < n {
+            if p.top_k > MAX_CANDIDATES {
+                return Ok(None);
+            }
+            p.top_k + CANDIDATE_MARGIN
+        } else if p.top_p < 1.0 && p.typical_p >= 1.0 {
+            MAX_CANDIDATES
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(SelectRequest {
+            n: n as u32,
+            k: k.min(MAX_CANDIDATES).min(n) as u32,
+            temperature: if p.is_greedy() { 1.0 } else { p.temperature },
+            adjustments,
+        }))
+    }
+
+    /// [`Self::sample`] from the GPU's selection `c` for `request` instead of the whole row:
+    /// `Some` with exactly the token `sample` would return on the full row (and the same use of
+    /// the random generator), or `None`, consuming nothing, when the candidates cannot prove it
+    /// (read the whole row and call `sample`). The log-probability comes from the GPU's raw max
+    /// and sum: it may differ from `sample`'s in the last bits.
+    ///
+    /// The adjusted logits of the candidates and of every adjusted token are recomputed here
+    /// from their raw values with [`LogitAdjustment::apply`]; every other token's adjusted
+    /// logit equals its raw one and, not being selected, is at most the last candidate's.
+    /// From that bound the leading candidates whose place in the full order is certain are
+    /// known; greedy and top-k need the kept tokens among them; top-p without top-k also needs
+    /// the nucleus to end there for every total mass within the GPU's tail sum (with a
+    /// tolerance) and a rigorous bound on it. Non-finite rows give `None` (then `sample`
+    /// reports them).
+    pub fn sample_candidates(
+        &mut self,
+        c: &Candidates,
+        request: &SelectRequest,
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> Result<Option<Sampled>> {
+        self.check_history("prompt", prompt)?;
+        self.check_history("generated", generated)?;
+        let n = self.vocab_size;
+        let k = c.ids.len();
+        if c.non_finite
+            || c.n as usize != n
+            || k == 0
+            || c.raw.len() != k
+            || c.adjusted.len() != k
+            || c.adjusted_raw.len() != request.adjustments.len()
+            || c.ids.iter().any(|&id| ix(id) >= n)
+        {
+            return Ok(None);
+        }
+        let adjustment = |id: u32| {
+            request
+                .adjustments
+                .binary_search_by_key(&id, |a| a.id)
+                .ok()
+                .map(|i| &request.adjustments[i])
+        };
+        if k == n {
+            // Every token is a candidate: rebuild the row and take the full path.
+            let mut row = vec![0.0f32; n];
+            for (&id, &raw) in c.ids.iter().zip(&c.raw) {
+                row[ix(id)] = raw;
+            }
+            return self.sample(&row, prompt, generated).map(Some);
+        }
+
+        // The pool: candidates and adjusted tokens, as (id, raw, exact adjusted logit).
+        let mut pool: Vec<(u32, f32, f32)> = Vec::with_capacity(k + request.adjustments.len());
+        for (&id, &raw) in c.ids.iter().zip(&c.raw) {
+            pool.push((id, raw, adjustment(id).map_or(raw, |a| a.apply(raw))));
+        }
+        let mut chosen: Vec<u32> = c.ids.clone();
+        chosen.sort_unstable();
+        for (a, &raw) in request.adjustments.iter().zip(&c.adjusted_raw) {
+            if ix(a.id) < n && chosen.binary_search(&a.id).is_err() {
+                pool.push((a.id, raw, a.apply(raw)));
+            }
+        }
+        // Every token outside the pool has an adjusted logit of at most `bound`, and equal
+        // to it only with an id above `bound_id`.
+        let (bound, bound_id) = (c.adjusted[k - 1], c.ids[k - 1]);
+        let p = &self.params;
+        let logprob =
+            |raw: f32| (f64::from(raw) - (f64::from(c.raw_max) + f64::from(c.raw_sum).ln())) as f32;
+
+        if p.is_greedy() {
+            let Some(&(id, raw, value)) = pool.iter().min_by_key(|e| key(e.2, e.0)) else {
+                return Ok(None);
+            };
+            if key(value, id) > key(bound, bound_id) {
+                return Ok(None);
+            }
+            return Ok(Some(Sampled {
+                id,
+                logprob: logprob(raw),
+            }));
+        }
+
+        let t = f64::from(p.temperature);
+        let scale = |x: f32| {
+            if p.temperature != 1.0 {
+                saturate(f64::from(x) / t)
+            } else {
+                x
+            }
+        };
+        // (key of the processed logit, id, raw, processed logit), in the full order.
+        let mut order: Vec<(u64, u32, f32, f32)> = pool
+            .iter()
+            .map(|&(id, raw, value)| {
+                let s = scale(value);
+                (key(s, id), id, raw, s)
+            })
+            .collect();
+        order.sort_unstable_by_key(|e| e.0);
+        let s_bound = scale(bound);
+        // Whether a logit below `bound` can be processed into `s_bound` too (then an equal
+        // processed value says nothing about the id order).
+        let below_reaches = scale(bound.next_down()) >= s_bound;
+        let certain = order
+            .iter()
+            .take_while(|e| e.3 > s_bound || (e.3 == s_bound && !below_reaches && e.1 <= bound_id))
+            .count();
+
+        let use_top_k = p.top_k > 0 && p.top_k < n;
+        let use_typical = p.typical_p < 1.0;
+        let use_top_p = p.top_p < 1.0;
+        let use_min_p = p.min_p > 0.0;
+        let (kept, filters) = if use_top_k {
+            if certain < p.top_k {
+                return Ok(None);
+            }
+            (p.top_k, (use_typical, use_top_p, use_min_p))
+        } else if use_top_p && !use_typical {
+            let Some(keep) = self.nucleus(c, &order[..certain], &pool, bound, n) else {
+                return Ok(None);
+            };
+            (keep, (false, false, use_min_p))
+        } else {
+            return Ok(None);
+        };
+
+        // The kept tokens in id order, indexed 0.. in that order: keys over these indices sort
+        // exactly as keys over the ids, so the filters and the draw see the same order.
+        let mut kept: Vec<(u32, f32, f32)> = order[..kept]
+            .iter()
+            .map(|&(_, id, raw, s)| (id, raw, s))
+            .collect();
+        kept.sort_unstable_by_key(|e| e.0);
+        let mut values: Vec<f32> = kept.iter().map(|e| e.2).collect();
+        let mut cand: Vec<u64> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| key(x, i as u32))
+            .collect();
+        cand.sort_unstable();
+        let (typical_on, top_p_on, min_p_on) = filters;
+        filter_candidates(&mut values, &mut cand, p, typical_on, top_p_on, min_p_on);
+        let i = draw(&values, uniform(&mut self.rng));
+        let (id, raw, _) = kept[i];
+        Ok(Some(Sampled {
+            id,
+            logprob: logprob(raw),
+        }))
+    }
+
+    /// Top-p over the whole vocabulary from the certain prefix `order` of the processed
+    /// candidates: the nucleus length when it is the same for every total mass the row can
+    /// have, else `None`. The total is the pool's exact mass plus the rest, bounded by the
+    /// GPU's tail sum (within [`TAIL_SUM_TOLERANCE`]) and by `rest count × weight(bound)`.
+    fn nucleus(
+        &self,
+        c: &Candidates,
+        order: &[(u64, u32, f32, f32)],
+        pool: &[(u32, f32, f32)],
+        bound: f32,
+        n: usize,
+    ) -> Option<usize> {
+        let p = &self.params;
+        let &(_, _, _, s_max) = order.first()?;
+        let max = f64::from(s_max);
+        let t = f64::from(p.temperature);
+        let scale = |x: f32| {
+            if p.temperature != 1.0 {
+                saturate(f64::from(x) / t)
+            } else {
+                x
+            }
+        };
+        let pool_mass: f64 = pool.iter().map(|e| weight(scale(e.2), max)).sum();
+        let rest = (n - pool.len()) as f64;
+        let rigorous = rest * weight(scale(bound), max);
+        // The GPU's weights are relative to its adjusted max; the exact max is `order[0]`'s.
+        let exact_max = pool.iter().find(|e| e.0 == order[0].1).map(|e| e.2)?;
+        // Near saturation the GPU's scaled differences no longer match the processed logits.
+        if !(f64::from(exact_max) / t).abs().lt(&1e37) || !(f64::from(bound) / t).abs().lt(&1e37) {
+            return None;
+        }
+        let factor = ((f64::from(c.adjusted_max) - f64::from(exact_max)) / t).exp();
+        let gpu_rest = (f64::from(c.tail_sum) - f64::from(c.adjusted_tail_sum)).max(0.0) * factor;
+        let slack =
+            TAIL_SUM_TOLERANCE * (f64::from(c.tail_sum) + f64::from(c.adjusted_tail_sum)) * factor;
+        if !(gpu_rest.is_finite() && slack.is_finite() && pool_mass.is_finite()) {
+            return None;
+        }
+        let hi_rest = (gpu_rest + slack).min(rigorous);
+        let lo_rest = (gpu_rest - slack).max(0.0).min(hi_rest);
+        let top_p = f64::from(p.top_p);
+        let lo = top_p * (pool_mass + lo_rest) * (1.0 - F64_SUM_TOLERANCE);
+        let hi = top_p * (pool_mass + hi_rest) * (1.0 + F64_SUM_TOLERANCE);
+        let mut cumulative = 0.0;
+        for (i, e) in order.iter().enumerate() {
+            cumulative += weight(e.3, max);
+            if cumulative >= lo {
+                // The full path stops here only if it would for the largest total too.
+                return (cumulative >= hi).then_some(i + 1);
+            }
+        }
+        None
     }
 
     /// Processes a copy of `logits` and draws one token. Greedy: the argmax of the processed
@@ -418,26 +726,7 @@ impl Sampler {
         let id = if self.params.is_greedy() {
             argmax(&work)
         } else {
-            let u = uniform(&mut self.rng);
-            let max = max_f64(work.iter().copied());
-            let total: f64 = work.iter().map(|&x| weight(x, max)).sum();
-            let target = u * total;
-            let mut cumulative = 0.0;
-            let mut chosen = None;
-            let mut last = 0;
-            for (i, &x) in work.iter().enumerate() {
-                let w = weight(x, max);
-                if w > 0.0 {
-                    cumulative += w;
-                    last = i;
-                    if cumulative > target {
-                        chosen = Some(i);
-                        break;
-                    }
-                }
-            }
-            // Rounding can leave the running sum a hair below `target`: take the last survivor.
-            chosen.unwrap_or(last)
+            draw(&work, uniform(&mut self.rng))
         };
         let logprob = (f64::from(logits[id]) - log_sum_exp(logits)) as f32;
         Ok(Sampled {

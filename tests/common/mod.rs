@@ -7,6 +7,7 @@ pub mod golden;
 pub mod kernel_cases;
 pub mod linear_cases;
 pub mod ops_cases;
+pub mod select_ref;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
