@@ -57,7 +57,8 @@ struct Adjust {
 const HEADER = 16u;
 const MAX_K = 256u;
 const BINS = 256u;
-const FLT_MAX = 3.40282347e38;
+// f32::MAX exactly (a decimal literal may round past it, which WGSL compilers reject)
+const FLT_MAX: f32 = 0x1.fffffep+127f;
 const FLAG_NON_FINITE = 1u;
 
 var<workgroup> hist: array<atomic<u32>, BINS>;
