@@ -136,6 +136,12 @@ export interface GenerationStats {
   timeToFirstTokenMs: number;
   /** Decode steps per second (0 when there were none). */
   decodeTokPerS: number;
+  /** Sampled tokens drawn from the GPU-selected candidates alone (a few hundred bytes read). */
+  candidateSteps: number;
+  /** Sampled tokens drawn from a whole logits row read back. */
+  fullRowSteps: number;
+  /** Of those, steps whose candidates did not suffice, so the row was read as well. */
+  selectFallbacks: number;
 }
 
 /** The result of `generate` (and the return value of `stream`'s iterator). */
@@ -340,6 +346,9 @@ struct StatsJs {
     decode_ms: f64,
     time_to_first_token_ms: f64,
     decode_tok_per_s: f64,
+    candidate_steps: usize,
+    full_row_steps: usize,
+    select_fallbacks: usize,
 }
 
 impl From<&Stats> for StatsJs {
@@ -352,6 +361,9 @@ impl From<&Stats> for StatsJs {
             decode_ms: s.decode_ms,
             time_to_first_token_ms: s.time_to_first_token_ms,
             decode_tok_per_s: s.decode_tok_per_s,
+            candidate_steps: s.candidate_steps,
+            full_row_steps: s.full_row_steps,
+            select_fallbacks: s.select_fallbacks,
         }
     }
 }
