@@ -251,16 +251,24 @@ fn linear_decode(
 #endif
     for (var t = first; t < n_tokens; t++) {
         var stats = vec2<f32>(0.0, 1.0);
-#ifdef NORM
 #ifdef NORM_LAYER
+        // Layer norms: mean and variance first, in two passes (see norm.wgsl for why).
         let sum = workgroup_sum(vec4<f32>(partial_plain_sum(t, lid, WG_SIZE), 0.0, 0.0, 0.0), lid, lane).x;
         stats.x = sum / f32(cols);
-#endif
         let sq = workgroup_sum(vec4<f32>(partial_sum(t, lid, WG_SIZE, stats.x), 0.0, 0.0, 0.0), lid, lane).x;
         stats.y = inverseSqrt(sq / f32(cols) + params.eps);
 #endif
+        // RMS norms: the products use x * w and are scaled by 1 / rms at the end, and the
+        // squares are summed in the same pass over x, so x is read once and the two sums share
+        // one reduction.
+        var sum_sq = 0.0;
         var acc = vec4<f32>(0.0);
         for (var p = lid; p < parts; p += WG_SIZE) {
+#ifdef NORM_RMS
+            let lo = x4_raw(t, 8u * p);
+            let hi = x4_raw(t, 8u * p + 4u);
+            sum_sq += dot(lo, lo) + dot(hi, hi);
+#endif
             let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
             acc.x += q_dot(q_load(row0, p, cols), xp);
             if live > 1u {
@@ -273,7 +281,12 @@ fn linear_decode(
                 acc.w += q_dot(q_load(row0 + 3u, p, cols), xp);
             }
         }
+#ifdef NORM_RMS
+        let sums = workgroup_sum_pair(acc, vec4<f32>(sum_sq, 0.0, 0.0, 0.0), lid, lane);
+        let total = sums[0] * inverseSqrt(sums[1].x / f32(cols) + params.eps);
+#else
         let total = workgroup_sum(acc, lid, lane);
+#endif
         let out_t = t - first;
 #ifdef GLU
         // row0 and live are even: pairs never straddle workgroups

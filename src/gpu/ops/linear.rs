@@ -349,6 +349,8 @@ impl Linear {
                 .flag_if("ACCUMULATE", options.accumulate)
                 .flag_if("NORM", options.norm.is_some())
                 .flag_if("NORM_RMS", options.norm == Some(InputNorm::Rms))
+                // RMS norms reduce their squares together with the products (decode kernel)
+                .flag_if("REDUCE_PAIR", options.norm == Some(InputNorm::Rms))
                 .flag_if("NORM_LAYER", options.norm == Some(InputNorm::Layer))
                 .flag_if("GLU", options.epilogue == Epilogue::SwiGlu)
                 .flag_if("GELU", options.epilogue == Epilogue::Gelu)
