@@ -70,11 +70,21 @@ struct Step {
 #ifdef HAS_BIAS
 @group(0) @binding(5) var<storage, read> bias: array<f32>;
 #endif
+// With X_VEC4 (cols a multiple of 32) the norm's vectors are read as vec4s too.
+#ifdef X_VEC4
+#ifdef NORM
+@group(0) @binding(6) var<storage, read> norm_w: array<vec4<f32>>;
+#endif
+#ifdef NORM_LAYER
+@group(0) @binding(7) var<storage, read> norm_b: array<vec4<f32>>;
+#endif
+#else
 #ifdef NORM
 @group(0) @binding(6) var<storage, read> norm_w: array<f32>;
 #endif
 #ifdef NORM_LAYER
 @group(0) @binding(7) var<storage, read> norm_b: array<f32>;
+#endif
 #endif
 #ifdef KV_WRITE
 @group(0) @binding(8) var<storage, read_write> k_cache: array<f32>;
@@ -122,13 +132,31 @@ fn x4_raw(t: u32, c0: u32) -> vec4<f32> {
 }
 
 #ifdef NORM
-// norm_w[c] (and norm_b[c]), 0 past the row.
-fn norm_w_at(c: u32) -> f32 {
-    return select(0.0, norm_w[min(c, params.cols - 1u)], c < params.cols);
+// norm_w[c0..c0 + 4] (and norm_b), 0 past the row (c0 a multiple of 4).
+fn norm_w4(c0: u32) -> vec4<f32> {
+#ifdef X_VEC4
+    return norm_w[c0 >> 2u];
+#else
+    var out = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        let c = c0 + i;
+        out[i] = select(0.0, norm_w[min(c, params.cols - 1u)], c < params.cols);
+    }
+    return out;
+#endif
 }
 #ifdef NORM_LAYER
-fn norm_b_at(c: u32) -> f32 {
-    return select(0.0, norm_b[min(c, params.cols - 1u)], c < params.cols);
+fn norm_b4(c0: u32) -> vec4<f32> {
+#ifdef X_VEC4
+    return norm_b[c0 >> 2u];
+#else
+    var out = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        let c = c0 + i;
+        out[i] = select(0.0, norm_b[min(c, params.cols - 1u)], c < params.cols);
+    }
+    return out;
+#endif
 }
 #endif
 #endif
@@ -138,10 +166,9 @@ fn norm_b_at(c: u32) -> f32 {
 fn x4(t: u32, c0: u32, stats: vec2<f32>) -> vec4<f32> {
     let v = x4_raw(t, c0);
 #ifdef NORM
-    let w = vec4<f32>(norm_w_at(c0), norm_w_at(c0 + 1u), norm_w_at(c0 + 2u), norm_w_at(c0 + 3u));
-    var out = (v - stats.x) * stats.y * w;
+    var out = (v - stats.x) * stats.y * norm_w4(c0);
 #ifdef NORM_LAYER
-    out += vec4<f32>(norm_b_at(c0), norm_b_at(c0 + 1u), norm_b_at(c0 + 2u), norm_b_at(c0 + 3u));
+    out += norm_b4(c0);
 #endif
     return out;
 #else
