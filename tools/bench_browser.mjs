@@ -24,23 +24,12 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_ARGS } from './chromium.mjs';
 import { startServer } from './serve.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const WWW = join(ROOT, 'www');
 const WLLAMA_ESM = join(ROOT, '.cache/bench/wllama/node_modules/@wllama/wllama/esm');
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-// As tests/e2e/page.test.mjs launches it.
-const CHROMIUM_ARGS = [
-  '--enable-unsafe-webgpu',
-  '--no-sandbox',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--no-first-run',
-  '--disable-quic',
-  '--disable-dev-shm-usage',
-];
 // The native bench's prompt text (src/bin/emberlm/bench.rs).
 const TEXT = 'The history of computing is a story of machines that became smaller, '
   + 'faster and cheaper, and of the people who learned to program them. ';
