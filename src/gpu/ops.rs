@@ -117,6 +117,27 @@ pub(crate) fn check_len(name: &'static str, buffer: &wgpu::Buffer, elements: u64
     Ok(())
 }
 
+/// An optional input of a kernel built with or without it: `given` must be present exactly
+/// when `built` (`what` names it in the message: "bias", "a norm", ...).
+pub(crate) fn optional_input<T>(
+    name: &'static str,
+    what: &str,
+    built: bool,
+    given: Option<T>,
+) -> Result<Option<T>> {
+    match (built, given) {
+        (true, None) => Err(Error::invalid(
+            name,
+            format!("kernel built with {what}, none given"),
+        )),
+        (false, Some(_)) => Err(Error::invalid(
+            name,
+            format!("kernel built without {what}, one given"),
+        )),
+        (_, given) => Ok(given),
+    }
+}
+
 pub(crate) fn positive(name: &'static str, value: u32) -> Result<()> {
     if value == 0 {
         return Err(Error::invalid(name, "must be at least 1"));

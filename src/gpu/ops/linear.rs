@@ -10,8 +10,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{
-    dispatch_grid, load, positive, reduce_defines, Grid, KernelBinding, Reduction, StepParams,
-    WeightRead,
+    dispatch_grid, load, optional_input, positive, reduce_defines, Grid, KernelBinding, Reduction,
+    StepParams, WeightRead,
 };
 use crate::error::{Error, Result};
 use crate::gpu::counters::AliveBuffers;
@@ -489,67 +489,41 @@ impl Linear {
             ));
         }
         let mut storage = vec![(2, &w.buffer), (3, x), (4, y)];
-        match (opts.has_bias, bias) {
-            (true, Some(b)) => {
-                check_words("bias", b, u64::from(rows), &format!("[{rows}] f32"))?;
-                storage.push((5, b));
-            }
-            (false, None) => {}
-            (true, None) => {
-                return Err(Error::invalid("bias", "kernel built with bias, none given"))
-            }
-            (false, Some(_)) => {
-                return Err(Error::invalid(
-                    "bias",
-                    "kernel built without bias, one given",
-                ))
-            }
+        if let Some(b) = optional_input("bias", "bias", opts.has_bias, bias)? {
+            check_words("bias", b, u64::from(rows), &format!("[{rows}] f32"))?;
+            storage.push((5, b));
         }
         let mut eps = 0.0;
-        match (opts.norm, norm) {
-            (None, None) => {}
-            (Some(kind), Some(n)) => {
-                if !(n.eps.is_finite() && n.eps >= 0.0) {
-                    return Err(Error::invalid(
-                        "norm",
-                        format!("eps {} must be finite and >= 0", n.eps),
-                    ));
-                }
-                eps = n.eps;
-                if n.weight == y || n.bias.is_some_and(|b| b == y) {
-                    return Err(Error::invalid(
-                        "y",
-                        "the output buffer is also the norm's weight or bias",
-                    ));
-                }
-                let words = |b| check_words("norm", b, u64::from(cols), &format!("[{cols}] f32"));
-                words(n.weight)?;
-                storage.push((6, n.weight));
-                match (kind, n.bias) {
-                    (InputNorm::Rms, None) => {}
-                    (InputNorm::Layer, Some(b)) => {
-                        words(b)?;
-                        storage.push((7, b));
-                    }
-                    (InputNorm::Rms, Some(_)) => {
-                        return Err(Error::invalid("norm", "an RMS norm has no bias"))
-                    }
-                    (InputNorm::Layer, None) => {
-                        return Err(Error::invalid("norm", "a layer norm needs its bias"))
-                    }
-                }
-            }
-            (Some(_), None) => {
+        let norm = optional_input("norm", "a norm", opts.norm.is_some(), norm)?;
+        if let (Some(kind), Some(n)) = (opts.norm, norm) {
+            if !(n.eps.is_finite() && n.eps >= 0.0) {
                 return Err(Error::invalid(
                     "norm",
-                    "kernel built with a norm, none given",
-                ))
+                    format!("eps {} must be finite and >= 0", n.eps),
+                ));
             }
-            (None, Some(_)) => {
+            eps = n.eps;
+            if n.weight == y || n.bias.is_some_and(|b| b == y) {
                 return Err(Error::invalid(
-                    "norm",
-                    "kernel built without a norm, one given",
-                ))
+                    "y",
+                    "the output buffer is also the norm's weight or bias",
+                ));
+            }
+            let words = |b| check_words("norm", b, u64::from(cols), &format!("[{cols}] f32"));
+            words(n.weight)?;
+            storage.push((6, n.weight));
+            match (kind, n.bias) {
+                (InputNorm::Rms, None) => {}
+                (InputNorm::Layer, Some(b)) => {
+                    words(b)?;
+                    storage.push((7, b));
+                }
+                (InputNorm::Rms, Some(_)) => {
+                    return Err(Error::invalid("norm", "an RMS norm has no bias"))
+                }
+                (InputNorm::Layer, None) => {
+                    return Err(Error::invalid("norm", "a layer norm needs its bias"))
+                }
             }
         }
         let (kv_params, freqs) = self.check_kv(ctx, kv, rows, &storage)?;
@@ -636,21 +610,8 @@ impl Linear {
         rows: u32,
         inputs: &[(u32, &wgpu::Buffer)],
     ) -> Result<([u32; 4], Option<wgpu::Buffer>)> {
-        let kv = match (self.options.kv_write, kv) {
-            (false, None) => return Ok(([0; 4], None)),
-            (true, Some(kv)) => kv,
-            (true, None) => {
-                return Err(Error::invalid(
-                    "kv",
-                    "kernel built to write the KV cache, none given",
-                ))
-            }
-            (false, Some(_)) => {
-                return Err(Error::invalid(
-                    "kv",
-                    "kernel built without a KV-cache write, one given",
-                ))
-            }
+        let Some(kv) = optional_input("kv", "a KV-cache write", self.options.kv_write, kv)? else {
+            return Ok(([0; 4], None));
         };
         positive("max_positions", kv.max_positions)?;
         positive("head_dim", kv.head_dim)?;

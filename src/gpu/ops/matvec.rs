@@ -5,9 +5,10 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{
-    check_len, dispatch_grid, load, positive, reduce_defines, Grid, KernelBinding, Reduction,
+    check_len, dispatch_grid, load, optional_input, positive, reduce_defines, Grid, KernelBinding,
+    Reduction,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, KernelCache};
 
@@ -61,21 +62,9 @@ impl MatVecF32 {
         check_len("x", x, u64::from(cols))?;
         check_len("y", y, u64::from(rows))?;
         let mut storage = vec![w, x, y];
-        match (self.has_bias, bias) {
-            (true, Some(b)) => {
-                check_len("bias", b, u64::from(rows))?;
-                storage.push(b);
-            }
-            (false, None) => {}
-            (true, None) => {
-                return Err(Error::invalid("bias", "kernel built with bias, none given"))
-            }
-            (false, Some(_)) => {
-                return Err(Error::invalid(
-                    "bias",
-                    "kernel built without bias, one given",
-                ))
-            }
+        if let Some(b) = optional_input("bias", "bias", self.has_bias, bias)? {
+            check_len("bias", b, u64::from(rows))?;
+            storage.push(b);
         }
         let grid = dispatch_grid(ctx, "matvec_f32", rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP))?;
         let params = MatVecParams {
