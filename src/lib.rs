@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod model;
 pub mod sampling;
 pub mod tokenizer;
+pub mod tune;
 
 #[cfg(target_arch = "wasm32")]
 pub mod web;

@@ -43,6 +43,8 @@ pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
 /// Linear layers with weights in their stored type (decode and prefill).
 pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
+/// Linear layers in the rows shape (each invocation owns whole rows; no barriers).
+pub const LINEAR_ROWS: ShaderFile = shader_file!("linear_rows.wgsl");
 /// Buffer copy (bandwidth measurement).
 pub const COPY: ShaderFile = shader_file!("copy.wgsl");
 /// Dequantizing embedding lookups.
@@ -57,6 +59,7 @@ const INCLUDES: &[ShaderFile] = &[
     shader_file!("quant.wgsl"),
     shader_file!("activation.wgsl"),
     shader_file!("rope_angle.wgsl"),
+    shader_file!("linear_io.wgsl"),
 ];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).
@@ -377,7 +380,7 @@ mod tests {
             "WEIGHT_Q5_K",
             "WEIGHT_Q6_K",
         ];
-        for file in [LINEAR, EMBED] {
+        for file in [LINEAR, LINEAR_ROWS, EMBED] {
             for weight in WEIGHTS {
                 for d in [
                     Defines::new().value("WG_SIZE", "64u").flag(weight),

@@ -9,6 +9,7 @@ pub mod device;
 pub mod kernels;
 pub mod kv_cache;
 pub mod ops;
+pub mod plan;
 pub mod tensor;
 
 pub use counters::{AliveBuffers, Counters, CountersPer};
@@ -19,4 +20,5 @@ pub use ops::{
     Add, Attention, Gelu, Grid, Heads, KernelBinding, LayerNorm, MatVecF32, Qkv, QkvForm,
     Reduction, RmsNorm, RopeKvWrite, Select, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
 };
+pub use plan::{Family, KernelOverrides, KernelPlan, Variant};
 pub use tensor::GpuTensor;

@@ -12,6 +12,7 @@ pub mod matvec;
 pub mod norm;
 pub mod rope;
 pub mod select;
+mod weight_checks;
 
 pub use attention::Attention;
 pub use copy::{copy_bandwidth, CopyBandwidth};

@@ -13,7 +13,7 @@ use emberlm::gpu::ops::{
     EmbedSource, Embedding, Epilogue, InputNorm, KvWriteBinding, Linear, LinearKernel,
     LinearOptions, NormBinding,
 };
-use emberlm::gpu::{GpuContext, GpuTensor, KernelCache, Reduction, StepParams};
+use emberlm::gpu::{GpuContext, GpuTensor, KernelCache, Reduction, StepParams, Variant};
 use emberlm::model::config::RopeLayout;
 use emberlm::model::reference;
 use emberlm::model::weights::{dequantize, DType};
@@ -138,6 +138,15 @@ pub fn linear_shapes(dtype: DType, small: bool) -> Vec<(usize, usize)> {
     shapes.to_vec()
 }
 
+/// Every run in every variant: the rows shape and the workgroup shape must both match.
+pub fn with_variants(
+    runs: &[(LinearKernel, u32)],
+) -> impl Iterator<Item = (Variant, &(LinearKernel, u32))> {
+    Variant::ALL
+        .into_iter()
+        .flat_map(move |v| runs.iter().map(move |r| (v, r)))
+}
+
 /// The kernel and token count of each run: decode for one token, prefill for 1 to 17.
 pub const LINEAR_RUNS: &[(LinearKernel, u32)] = &[
     (LinearKernel::Decode, 1),
@@ -162,9 +171,22 @@ pub async fn check_linear(
     rng: &mut ChaCha8Rng,
 ) -> Result<(), String> {
     let what = format!("linear {dtype} {reduction:?} bias={has_bias} accumulate={accumulate}");
-    let op = Linear::new(ctx, cache, dtype, reduction, has_bias, accumulate)
-        .await
-        .map_err(|e| format!("{what}: {e}"))?;
+    let options = LinearOptions {
+        has_bias,
+        accumulate,
+        ..LinearOptions::default()
+    };
+    let op = Linear::with_variants(
+        ctx,
+        cache,
+        dtype,
+        reduction,
+        options,
+        &Variant::ALL,
+        &Variant::ALL,
+    )
+    .await
+    .map_err(|e| format!("{what}: {e}"))?;
     let max_tokens = runs.iter().map(|r| r.1).max().unwrap_or(1) as usize;
     let step = step_buffer(ctx);
     for &(rows, cols) in shapes {
@@ -183,13 +205,13 @@ pub async fn check_linear(
         let binding = op
             .bind(ctx, &step, &w, &xb, bb.as_ref(), &yb, max_tokens as u32)
             .map_err(e)?;
-        for &(kernel, n_tokens) in runs {
+        for (variant, &(kernel, n_tokens)) in with_variants(runs) {
             let n = n_tokens as usize;
             ctx.queue.write_buffer(&yb, 0, bytemuck::cast_slice(&y0));
             ctx.queue
                 .write_buffer(&step, 0, bytemuck::bytes_of(&StepParams::new(0, n_tokens)));
             ctx.submit_pass("linear test", |pass| {
-                binding.record_kernel(pass, n_tokens, kernel)
+                binding.record_variant(pass, n_tokens, kernel, Some(variant))
             });
             let got = ctx.read_f32(&yb, max_tokens * rows).await.map_err(e)?;
             for t in 0..max_tokens {
@@ -198,7 +220,7 @@ pub async fn check_linear(
                 if t >= n {
                     if let Some(r) = (0..rows).find(|&r| got_t[r].to_bits() != y0_t[r].to_bits()) {
                         return Err(format!(
-                            "{what} {kernel:?} n_tokens={n}: token {t} row {r} written ({} -> {}) past n_tokens",
+                            "{what} {variant} {kernel:?} n_tokens={n}: token {t} row {r} written ({} -> {}) past n_tokens",
                             y0_t[r], got_t[r]
                         ));
                     }
@@ -225,7 +247,7 @@ pub async fn check_linear(
                     let within = diff <= tol;
                     if !within {
                         return Err(format!(
-                            "{what} {kernel:?} n_tokens={n}: token {t} row {r}: gpu {} vs reference {want} (|diff| {diff:e} > tol {tol:e})",
+                            "{what} {variant} {kernel:?} n_tokens={n}: token {t} row {r}: gpu {} vs reference {want} (|diff| {diff:e} > tol {tol:e})",
                             got_t[r]
                         ));
                     }
@@ -440,9 +462,17 @@ pub async fn check_linear_fused(
     rng: &mut ChaCha8Rng,
 ) -> Result<(), String> {
     let what = format!("linear {dtype} {reduction:?} {options:?}");
-    let op = Linear::with_options(ctx, cache, dtype, reduction, options)
-        .await
-        .map_err(|e| format!("{what}: {e}"))?;
+    let op = Linear::with_variants(
+        ctx,
+        cache,
+        dtype,
+        reduction,
+        options,
+        &Variant::ALL,
+        &Variant::ALL,
+    )
+    .await
+    .map_err(|e| format!("{what}: {e}"))?;
     let max_tokens = runs.iter().map(|r| r.1).max().unwrap_or(1) as usize;
     let step = step_buffer(ctx);
     let glu = options.epilogue == Epilogue::SwiGlu;
@@ -487,13 +517,13 @@ pub async fn check_linear_fused(
                 max_tokens as u32,
             )
             .map_err(e)?;
-        for &(kernel, n_tokens) in runs {
+        for (variant, &(kernel, n_tokens)) in with_variants(runs) {
             let n = n_tokens as usize;
             ctx.queue.write_buffer(&yb, 0, bytemuck::cast_slice(&y0));
             ctx.queue
                 .write_buffer(&step, 0, bytemuck::bytes_of(&StepParams::new(0, n_tokens)));
             ctx.submit_pass("linear test", |pass| {
-                binding.record_kernel(pass, n_tokens, kernel)
+                binding.record_variant(pass, n_tokens, kernel, Some(variant))
             });
             let got = ctx.read_f32(&yb, out_tokens * out_rows).await.map_err(e)?;
             let computed: Vec<usize> = if options.last_row {
@@ -509,7 +539,7 @@ pub async fn check_linear_fused(
                         (0..out_rows).find(|&r| got_t[r].to_bits() != y0_t[r].to_bits())
                     {
                         return Err(format!(
-                            "{what} {kernel:?} n_tokens={n}: row {ot} output {r} written past the computed rows"
+                            "{what} {variant} {kernel:?} n_tokens={n}: row {ot} output {r} written past the computed rows"
                         ));
                     }
                     continue;
@@ -580,7 +610,7 @@ pub async fn check_linear_fused(
                     let within = diff <= tol;
                     if !within {
                         return Err(format!(
-                            "{what} {kernel:?} n_tokens={n}: token {t} output {r}: gpu {} vs reference {want} (|diff| {diff:e} > tol {tol:e})",
+                            "{what} {variant} {kernel:?} n_tokens={n}: token {t} output {r}: gpu {} vs reference {want} (|diff| {diff:e} > tol {tol:e})",
                             got_t[r]
                         ));
                     }
@@ -662,9 +692,17 @@ pub async fn check_linear_qkv(
         };
         let what = format!("linear qkv {dtype} {reduction:?} rope={rope}");
         let e = |e: emberlm::Error| format!("{what}: {e}");
-        let op = Linear::with_options(ctx, cache, dtype, reduction, options)
-            .await
-            .map_err(e)?;
+        let op = Linear::with_variants(
+            ctx,
+            cache,
+            dtype,
+            reduction,
+            options,
+            &Variant::ALL,
+            &Variant::ALL,
+        )
+        .await
+        .map_err(e)?;
         let max_tokens = 17usize;
         let (w, wv) = upload_matrix(ctx, rng, dtype, rows, cols)?;
         let x = random_vec(rng, max_tokens * cols, 1.0);
@@ -708,7 +746,7 @@ pub async fn check_linear_qkv(
                 max_tokens as u32,
             )
             .map_err(e)?;
-        for &(kernel, n_tokens) in LINEAR_RUNS {
+        for (variant, &(kernel, n_tokens)) in with_variants(LINEAR_RUNS) {
             let (n, pos0) = (n_tokens as usize, 1000 + n_tokens as usize);
             ctx.queue.write_buffer(&kb, 0, bytemuck::cast_slice(&kc0));
             ctx.queue.write_buffer(&vb, 0, bytemuck::cast_slice(&vc0));
@@ -718,7 +756,7 @@ pub async fn check_linear_qkv(
                 bytemuck::bytes_of(&StepParams::new(pos0 as u32, n_tokens)),
             );
             ctx.submit_pass("linear qkv test", |pass| {
-                binding.record_kernel(pass, n_tokens, kernel)
+                binding.record_variant(pass, n_tokens, kernel, Some(variant))
             });
             let y = ctx.read_f32(&yb, max_tokens * rows).await.map_err(e)?;
             let kc = ctx.read_f32(&kb, positions * kv_rows).await.map_err(e)?;
@@ -726,7 +764,9 @@ pub async fn check_linear_qkv(
             for p in (0..positions).filter(|p| !(pos0..pos0 + n).contains(p)) {
                 let range = p * kv_rows..(p + 1) * kv_rows;
                 if kc[range.clone()] != kc0[range.clone()] || vc[range.clone()] != vc0[range] {
-                    return Err(format!("{what} {kernel:?} n={n}: cache row {p} written"));
+                    return Err(format!(
+                        "{what} {variant} {kernel:?} n={n}: cache row {p} written"
+                    ));
                 }
             }
             for t in 0..n {
@@ -767,7 +807,7 @@ pub async fn check_linear_qkv(
                         Ok(())
                     } else {
                         Err(format!(
-                            "{what} {kernel:?} n={n} token {t} {at}: gpu {got} vs reference {want} (|diff| {diff:e} > {tol:e})"
+                            "{what} {variant} {kernel:?} n={n} token {t} {at}: gpu {got} vs reference {want} (|diff| {diff:e} > {tol:e})"
                         ))
                     }
                 };

@@ -2,21 +2,28 @@
 //! `shaders/quant.wgsl`): `y = W·x (+ bias)`, optionally added to `y`.
 //!
 //! Two kernels: decode (one token: matrix × vector, memory-bound, weights read once) and prefill
-//! (many tokens: tiles of 64 rows × 32 tokens through shared memory, weights read once per tile
-//! of tokens). [`LinearBinding::record`] picks by the step's token count.
+//! (many tokens, weights read once per tile of tokens). [`LinearBinding::record`] picks by the
+//! step's token count. Each comes in the plan's two shapes ([`Variant`]): `linear.wgsl` holds
+//! the workgroup shapes (a shared-memory reduction per row group; 64 × 32 tiles through shared
+//! memory), `linear_rows.wgsl` the rows shapes (each invocation owns 4 whole rows, and for
+//! prefill 4 tokens; no barriers). A layer is built with the variants the plan asks for and
+//! records the one the plan chose.
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::weight_checks::check_kv;
+pub(crate) use super::weight_checks::{check_step, check_words, matrix_shape, weight_flag};
 use super::{
     dispatch_grid, load, optional_input, positive, reduce_defines, Grid, KernelBinding, Reduction,
-    StepParams, WeightRead,
+    WeightRead,
 };
 use crate::error::{Error, Result};
 use crate::gpu::counters::AliveBuffers;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
+use crate::gpu::plan::{Family, KernelPlan, Variant};
 use crate::gpu::tensor::GpuTensor;
 use crate::model::weights::DType;
 
@@ -26,6 +33,13 @@ pub const LINEAR_DECODE_ROWS: u32 = 4;
 pub const LINEAR_PREFILL_ROWS: u32 = 64;
 /// Tokens of one prefill tile (must match `TILE_T` in `shaders/linear.wgsl`).
 pub const LINEAR_PREFILL_TOKENS: u32 = 32;
+/// Rows one invocation of the rows shapes computes (`RROWS` in `shaders/linear_rows.wgsl`).
+const ROWS_PER_INVOCATION: u32 = 4;
+/// Tokens one invocation of the rows prefill shape computes (`RTOK` there).
+pub const LINEAR_PREFILL_ROWS_TOKENS: u32 = 4;
+/// Invocations of a rows-shape workgroup: one subgroup on lavapipe (8 lanes), two on
+/// SwiftShader (4); the barrier-free shape gains nothing from more.
+const ROWS_WG: u32 = 8;
 /// Invocations of a prefill workgroup (must match `PREFILL_WG` in `shaders/linear.wgsl`).
 const PREFILL_WG: u32 = 256;
 /// Largest decode workgroup. Rows are short in small models (576 columns = 72 parts of 8), so
@@ -124,110 +138,6 @@ pub struct NormBinding<'a> {
     pub eps: f32,
 }
 
-/// The `quant.wgsl` flag selecting `dtype`.
-pub(crate) fn weight_flag(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F32 => "WEIGHT_F32",
-        DType::F16 => "WEIGHT_F16",
-        DType::BF16 => "WEIGHT_BF16",
-        DType::Q8_0 => "WEIGHT_Q8_0",
-        DType::Q4_0 => "WEIGHT_Q4_0",
-        DType::Q4_1 => "WEIGHT_Q4_1",
-        DType::Q4_K => "WEIGHT_Q4_K",
-        DType::Q5_K => "WEIGHT_Q5_K",
-        DType::Q6_K => "WEIGHT_Q6_K",
-    }
-}
-
-/// Checks `w` against the kernel's type and returns `(rows, cols)` from its shape `[rows, cols]`:
-/// both at least 1, `cols` a whole number of blocks, the buffer large enough, and every byte
-/// offset within u32 (the kernels address the tensor in bytes).
-pub(crate) fn matrix_shape(w: &GpuTensor, dtype: DType, name: &'static str) -> Result<(u32, u32)> {
-    if w.dtype != dtype {
-        return Err(Error::invalid(
-            name,
-            format!("tensor is {} but the kernel was built for {dtype}", w.dtype),
-        ));
-    }
-    let &[rows, cols] = w.shape.as_slice() else {
-        return Err(Error::invalid(
-            name,
-            format!("expected a matrix [rows, cols], got shape {:?}", w.shape),
-        ));
-    };
-    let to_u32 = |what: &str, v: usize| {
-        u32::try_from(v).map_err(|_| Error::invalid(name, format!("{what} {v} exceeds u32")))
-    };
-    let (rows, cols) = (to_u32("rows", rows)?, to_u32("cols", cols)?);
-    if rows == 0 || cols == 0 {
-        return Err(Error::invalid(
-            name,
-            format!("shape {:?} is empty", w.shape),
-        ));
-    }
-    let block = dtype.block_elements();
-    if !u64::from(cols).is_multiple_of(block) {
-        return Err(Error::invalid(
-            name,
-            format!("cols {cols} is not a multiple of the {dtype} block size {block}"),
-        ));
-    }
-    let bytes = dtype.bytes_for(u64::from(rows) * u64::from(cols), name)?;
-    if w.buffer.size() < bytes {
-        return Err(Error::invalid(
-            name,
-            format!(
-                "buffer holds {} bytes but [{rows}, {cols}] {dtype} needs {bytes}",
-                w.buffer.size()
-            ),
-        ));
-    }
-    // Byte addresses of blocks (and, for F32, element indices) are u32 in the kernels.
-    if bytes > u64::from(u32::MAX) {
-        return Err(Error::invalid(
-            name,
-            format!("{bytes} bytes: kernels address at most 4 GiB per tensor"),
-        ));
-    }
-    Ok((rows, cols))
-}
-
-/// Fails unless `buffer` holds at least `elements` 4-byte values; `what` names the shape and
-/// type for the message (`[8, 576] f32`).
-pub(crate) fn check_words(
-    name: &'static str,
-    buffer: &wgpu::Buffer,
-    elements: u64,
-    what: &str,
-) -> Result<()> {
-    let needed = elements * 4;
-    if buffer.size() < needed {
-        return Err(Error::invalid(
-            name,
-            format!(
-                "buffer holds {} bytes but {what} needs {needed}",
-                buffer.size()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Fails unless `step` can hold the [`StepParams`] uniform.
-pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
-    let needed = std::mem::size_of::<StepParams>() as u64;
-    if step.size() < needed {
-        return Err(Error::invalid(
-            "step",
-            format!(
-                "buffer holds {} bytes but the step parameters take {needed}",
-                step.size()
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// Which kernel a [`LinearBinding`] records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinearKernel {
@@ -250,19 +160,20 @@ impl LinearKernel {
 
 /// `y[t, r] (+)= Σ_c W[r, c]·x[t, c] (+ bias[r])` for `t < n_tokens`, with `W: [rows, cols]`
 /// kept in its stored type, `x: [max_tokens, cols]`, `y: [max_tokens, rows]` and
-/// `bias: [rows]` f32. Built for one (dtype, reduction, bias, accumulate) combination.
+/// `bias: [rows]` f32. Built for one (dtype, reduction, options) combination, in the decode and
+/// prefill variants asked for.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    decode: Arc<wgpu::ComputePipeline>,
-    prefill: Arc<wgpu::ComputePipeline>,
+    decode: Vec<(Variant, Arc<wgpu::ComputePipeline>)>,
+    prefill: Vec<(Variant, Arc<wgpu::ComputePipeline>)>,
     dtype: DType,
     options: LinearOptions,
 }
 
 impl Linear {
-    /// Builds (or fetches from `cache`) both kernels for weights of `dtype`. `reduction` applies
-    /// to the decode kernel; with `accumulate` the result is added to `y` (a residual connection
-    /// fused into the layer that produces it).
+    /// Builds (or fetches from `cache`) both kernels for weights of `dtype`, in the workgroup
+    /// shape. `reduction` applies to the decode kernel; with `accumulate` the result is added
+    /// to `y` (a residual connection fused into the layer that produces it).
     pub async fn new(
         ctx: &GpuContext,
         cache: &KernelCache,
@@ -288,6 +199,27 @@ impl Linear {
         reduction: Reduction,
         options: LinearOptions,
     ) -> Result<Self> {
+        let wg = [Variant::Workgroup];
+        Self::with_variants(ctx, cache, dtype, reduction, options, &wg, &wg).await
+    }
+
+    /// [`Linear::with_options`] in the given decode and prefill variants (at least one each;
+    /// the first is what [`LinearBinding::record`] runs unless a plan says otherwise).
+    pub async fn with_variants(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        dtype: DType,
+        reduction: Reduction,
+        options: LinearOptions,
+        decode_variants: &[Variant],
+        prefill_variants: &[Variant],
+    ) -> Result<Self> {
+        if decode_variants.is_empty() || prefill_variants.is_empty() {
+            return Err(Error::invalid(
+                "variants",
+                "at least one variant per kernel",
+            ));
+        }
         if options.accumulate && options.epilogue != Epilogue::None {
             return Err(Error::invalid(
                 "options",
@@ -309,39 +241,44 @@ impl Linear {
             ));
         }
         let limits = ctx.limits();
-        for (limit, allowed, needed) in [
-            (
-                "maxComputeInvocationsPerWorkgroup",
-                limits.max_compute_invocations_per_workgroup,
-                PREFILL_WG,
-            ),
-            (
-                "maxComputeWorkgroupSizeX",
-                limits.max_compute_workgroup_size_x,
-                PREFILL_WG,
-            ),
-            (
-                "maxComputeWorkgroupStorageSize",
-                limits.max_compute_workgroup_storage_size,
-                PREFILL_SHARED_BYTES,
-            ),
-        ] {
-            if allowed < needed {
-                return Err(Error::Limit {
-                    what: "linear_prefill workgroup".into(),
-                    limit,
-                    needed: u64::from(needed),
-                    allowed: u64::from(allowed),
-                });
+        if prefill_variants.contains(&Variant::Workgroup) {
+            for (limit, allowed, needed) in [
+                (
+                    "maxComputeInvocationsPerWorkgroup",
+                    limits.max_compute_invocations_per_workgroup,
+                    PREFILL_WG,
+                ),
+                (
+                    "maxComputeWorkgroupSizeX",
+                    limits.max_compute_workgroup_size_x,
+                    PREFILL_WG,
+                ),
+                (
+                    "maxComputeWorkgroupStorageSize",
+                    limits.max_compute_workgroup_storage_size,
+                    PREFILL_SHARED_BYTES,
+                ),
+            ] {
+                if allowed < needed {
+                    return Err(Error::Limit {
+                        what: "linear_prefill workgroup".into(),
+                        limit,
+                        needed: u64::from(needed),
+                        allowed: u64::from(allowed),
+                    });
+                }
             }
         }
-        // The largest power of two up to DECODE_WG the device allows (as reduce_defines does
-        // up to 256); the define below replaces reduce_defines' WG_SIZE.
-        let cap = DECODE_WG
-            .min(limits.max_compute_invocations_per_workgroup)
-            .min(limits.max_compute_workgroup_size_x)
-            .max(1);
-        let decode_wg = 1u32 << (31 - cap.leading_zeros());
+        // The largest power of two up to `max` the device allows (as reduce_defines does up
+        // to 256); the define below replaces reduce_defines' WG_SIZE.
+        let pow2_cap = |max: u32| {
+            let cap = max
+                .min(limits.max_compute_invocations_per_workgroup)
+                .min(limits.max_compute_workgroup_size_x)
+                .max(1);
+            1u32 << (31 - cap.leading_zeros())
+        };
+        let decode_wg = pow2_cap(DECODE_WG);
         let common = |d: Defines| {
             d.flag(weight_flag(dtype))
                 .flag_if("X_VEC4", dtype.block_elements() > 1)
@@ -357,27 +294,40 @@ impl Linear {
                 .flag_if("LAST_ROW", options.last_row)
                 .flag_if("KV_WRITE", options.kv_write)
                 .flag_if("ROPE", options.rope)
-                .value("WG_SIZE", format!("{decode_wg}u"))
         };
-        let decode_defines = common(reduce_defines(ctx, reduction)?);
-        // Prefill does not reduce across the workgroup: the same pipeline serves both reductions.
-        let prefill_defines = common(Defines::new());
-        let decode = load(
-            ctx,
-            cache,
-            &kernels::LINEAR,
-            "linear_decode",
-            decode_defines,
-        )
-        .await?;
-        let prefill = load(
-            ctx,
-            cache,
-            &kernels::LINEAR,
-            "linear_prefill",
-            prefill_defines,
-        )
-        .await?;
+        let rows_defines =
+            || common(Defines::new()).value("RWG_SIZE", format!("{}u", pow2_cap(ROWS_WG)));
+        let mut decode = Vec::new();
+        for &v in decode_variants {
+            let pipeline = match v {
+                Variant::Workgroup => {
+                    let d = common(reduce_defines(ctx, reduction)?)
+                        .value("WG_SIZE", format!("{decode_wg}u"));
+                    load(ctx, cache, &kernels::LINEAR, "linear_decode", d).await?
+                }
+                Variant::Rows => {
+                    let d = rows_defines();
+                    load(ctx, cache, &kernels::LINEAR_ROWS, "linear_decode_rows", d).await?
+                }
+            };
+            decode.push((v, pipeline));
+        }
+        let mut prefill = Vec::new();
+        for &v in prefill_variants {
+            let pipeline = match v {
+                // Prefill does not reduce across the workgroup: one pipeline serves both
+                // reductions.
+                Variant::Workgroup => {
+                    let d = common(Defines::new()).value("WG_SIZE", format!("{decode_wg}u"));
+                    load(ctx, cache, &kernels::LINEAR, "linear_prefill", d).await?
+                }
+                Variant::Rows => {
+                    let d = rows_defines();
+                    load(ctx, cache, &kernels::LINEAR_ROWS, "linear_prefill_rows", d).await?
+                }
+            };
+            prefill.push((v, pipeline));
+        }
         Ok(Self {
             decode,
             prefill,
@@ -526,7 +476,7 @@ impl Linear {
                 }
             }
         }
-        let (kv_params, freqs) = self.check_kv(ctx, kv, rows, &storage)?;
+        let (kv_params, freqs) = check_kv(ctx, opts, kv, rows, &storage)?;
         if let Some(kv) = kv {
             storage.push((8, kv.k_cache));
             storage.push((9, kv.v_cache));
@@ -535,22 +485,6 @@ impl Linear {
             storage.push((10, f));
         }
         let max_groups = ctx.limits().max_compute_workgroups_per_dimension;
-        let row_tiles = rows.div_ceil(LINEAR_PREFILL_ROWS);
-        let token_tiles = max_tokens.div_ceil(LINEAR_PREFILL_TOKENS);
-        for (what, needed) in [
-            ("linear_prefill row tiles", row_tiles),
-            ("linear_prefill token tiles", token_tiles),
-        ] {
-            if needed > max_groups {
-                return Err(Error::Limit {
-                    what: what.into(),
-                    limit: "maxComputeWorkgroupsPerDimension",
-                    needed: u64::from(needed),
-                    allowed: u64::from(max_groups),
-                });
-            }
-        }
-        let decode_grid = dispatch_grid(ctx, "linear_decode", rows.div_ceil(LINEAR_DECODE_ROWS))?;
         let params = LinearParams {
             rows,
             cols,
@@ -566,30 +500,48 @@ impl Linear {
             self.dtype
                 .bytes_for(u64::from(rows) * u64::from(cols), "w")?,
         );
+        let bind = |pipeline: &Arc<wgpu::ComputePipeline>, grid: Grid| {
+            KernelBinding::new_at(ctx, pipeline, &label, &params, Some(step), &storage, grid)
+                .with_weights(weights)
+        };
+        let rows_groups = rows.div_ceil(ROWS_PER_INVOCATION * ROWS_WG);
+        let mut decode = Vec::new();
+        for (v, pipeline) in &self.decode {
+            let groups = match v {
+                Variant::Workgroup => rows.div_ceil(LINEAR_DECODE_ROWS),
+                Variant::Rows => rows_groups,
+            };
+            let (x, y) = dispatch_grid(ctx, "linear_decode", groups)?;
+            decode.push((*v, bind(pipeline, Grid::Fixed(x, y))));
+        }
+        let mut prefill = Vec::new();
+        for (v, pipeline) in &self.prefill {
+            let (row_groups, tile) = match v {
+                Variant::Workgroup => (rows.div_ceil(LINEAR_PREFILL_ROWS), LINEAR_PREFILL_TOKENS),
+                Variant::Rows => (rows_groups, LINEAR_PREFILL_ROWS_TOKENS),
+            };
+            for (what, needed) in [
+                ("linear_prefill row groups", row_groups),
+                ("linear_prefill token tiles", max_tokens.div_ceil(tile)),
+            ] {
+                if needed > max_groups {
+                    return Err(Error::Limit {
+                        what: what.into(),
+                        limit: "maxComputeWorkgroupsPerDimension",
+                        needed: u64::from(needed),
+                        allowed: u64::from(max_groups),
+                    });
+                }
+            }
+            let grid = Grid::TokenTiles {
+                x: row_groups,
+                tile,
+            };
+            prefill.push((*v, bind(pipeline, grid)));
+        }
         Ok(LinearBinding {
-            decode: KernelBinding::new_at(
-                ctx,
-                &self.decode,
-                &label,
-                &params,
-                Some(step),
-                &storage,
-                Grid::Fixed(decode_grid.0, decode_grid.1),
-            )
-            .with_weights(weights),
-            prefill: KernelBinding::new_at(
-                ctx,
-                &self.prefill,
-                &label,
-                &params,
-                Some(step),
-                &storage,
-                Grid::TokenTiles {
-                    x: row_tiles,
-                    tile: LINEAR_PREFILL_TOKENS,
-                },
-            )
-            .with_weights(weights),
+            decode,
+            prefill,
             rows,
             cols,
             last_row: opts.last_row,
@@ -599,86 +551,12 @@ impl Linear {
     }
 }
 
-impl Linear {
-    /// Checks the KV-cache binding against the options and the weight's `rows`, and returns
-    /// the kernel's `(q_rows, kv_rows, head_dim, max_positions)` and, with RoPE, the frequency
-    /// table buffer (bound by the bind group, which keeps it alive).
-    fn check_kv(
-        &self,
-        ctx: &GpuContext,
-        kv: Option<KvWriteBinding<'_>>,
-        rows: u32,
-        inputs: &[(u32, &wgpu::Buffer)],
-    ) -> Result<([u32; 4], Option<wgpu::Buffer>)> {
-        let Some(kv) = optional_input("kv", "a KV-cache write", self.options.kv_write, kv)? else {
-            return Ok(([0; 4], None));
-        };
-        positive("max_positions", kv.max_positions)?;
-        positive("head_dim", kv.head_dim)?;
-        let stacked = u64::from(kv.q_rows) + 2 * u64::from(kv.kv_rows);
-        if stacked != u64::from(rows) {
-            return Err(Error::invalid(
-                "kv",
-                format!(
-                    "q_rows {} + 2 · kv_rows {} is not the weight's {rows} rows",
-                    kv.q_rows, kv.kv_rows
-                ),
-            ));
-        }
-        let hd = kv.head_dim;
-        if !kv.q_rows.is_multiple_of(hd) || !kv.kv_rows.is_multiple_of(hd) || kv.kv_rows == 0 {
-            return Err(Error::invalid(
-                "head_dim",
-                format!(
-                    "{hd} does not divide q_rows {} and kv_rows {}",
-                    kv.q_rows, kv.kv_rows
-                ),
-            ));
-        }
-        let cache_words = u64::from(kv.max_positions) * u64::from(kv.kv_rows);
-        let what = format!("[{}, {}] f32", kv.max_positions, kv.kv_rows);
-        check_words("k_cache", kv.k_cache, cache_words, &what)?;
-        check_words("v_cache", kv.v_cache, cache_words, &what)?;
-        if kv.k_cache == kv.v_cache
-            || inputs
-                .iter()
-                .any(|&(_, b)| b == kv.k_cache || b == kv.v_cache)
-        {
-            return Err(Error::invalid(
-                "kv",
-                "the caches must be distinct from each other and from the layer's buffers",
-            ));
-        }
-        let freqs = if self.options.rope {
-            if !hd.is_multiple_of(2) || hd > super::MAX_HEAD_DIM {
-                return Err(Error::invalid(
-                    "head_dim",
-                    format!(
-                        "must be even and at most {} for RoPE, got {hd}",
-                        super::MAX_HEAD_DIM
-                    ),
-                ));
-            }
-            if !(kv.theta.is_finite() && kv.theta >= 1.0) {
-                return Err(Error::invalid(
-                    "theta",
-                    format!("must be finite and >= 1, got {}", kv.theta),
-                ));
-            }
-            let pairs = super::rope::freq_pairs(kv.theta, hd);
-            Some(ctx.storage_from("rope frequencies", &pairs)?)
-        } else {
-            None
-        };
-        Ok(([kv.q_rows, kv.kv_rows, hd, kv.max_positions], freqs))
-    }
-}
-
-/// A bound linear layer: both kernels over the same buffers. Create once, record every step.
+/// A bound linear layer: both kernels, in every variant built, over the same buffers. Create
+/// once, record every step.
 #[derive(Debug)]
 pub struct LinearBinding {
-    decode: KernelBinding,
-    prefill: KernelBinding,
+    decode: Vec<(Variant, KernelBinding)>,
+    prefill: Vec<(Variant, KernelBinding)>,
     rows: u32,
     cols: u32,
     last_row: bool,
@@ -687,12 +565,35 @@ pub struct LinearBinding {
     _alive: AliveBuffers,
 }
 
+/// The binding of `variant` in `built`, or the first one when that variant was not built.
+fn pick(built: &[(Variant, KernelBinding)], variant: Option<Variant>) -> Option<&KernelBinding> {
+    variant
+        .and_then(|v| built.iter().find(|(b, _)| *b == v))
+        .or(built.first())
+        .map(|(_, k)| k)
+}
+
 impl LinearBinding {
     /// Records the layer for a step of `n_tokens` tokens (at most `max_tokens`, and the value
     /// the step uniform will hold when the pass runs): the decode kernel for one token, the
-    /// prefill kernel for more.
+    /// prefill kernel for more, each in its first built variant.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
-        self.record_kernel(pass, n_tokens, LinearKernel::for_tokens(n_tokens));
+        self.record_variant(pass, n_tokens, LinearKernel::for_tokens(n_tokens), None);
+    }
+
+    /// [`Self::record`] in the variants `plan` chose.
+    pub fn record_planned(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        n_tokens: u32,
+        plan: &KernelPlan,
+    ) {
+        let kernel = LinearKernel::for_tokens(n_tokens);
+        let family = match kernel {
+            LinearKernel::Decode => Family::LinearDecode,
+            LinearKernel::Prefill => Family::LinearPrefill,
+        };
+        self.record_variant(pass, n_tokens, kernel, Some(plan.variant(family)));
     }
 
     /// Records `kernel` for a step of `n_tokens` tokens, whichever is faster (tests use it to
@@ -704,10 +605,24 @@ impl LinearBinding {
         n_tokens: u32,
         kernel: LinearKernel,
     ) {
+        self.record_variant(pass, n_tokens, kernel, None);
+    }
+
+    /// Records `kernel` in `variant` (the first built variant when `None` or not built).
+    pub fn record_variant(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        n_tokens: u32,
+        kernel: LinearKernel,
+        variant: Option<Variant>,
+    ) {
         // Last-row layers compute one token: only the decode kernel does that.
-        match kernel {
-            LinearKernel::Prefill if !self.last_row => self.prefill.record(pass, n_tokens),
-            _ => self.decode.record(pass, n_tokens),
+        let binding = match kernel {
+            LinearKernel::Prefill if !self.last_row => pick(&self.prefill, variant),
+            _ => pick(&self.decode, variant),
+        };
+        if let Some(b) = binding {
+            b.record(pass, n_tokens);
         }
     }
 

@@ -1,0 +1,212 @@
+// What every linear kernel shares (included by linear.wgsl and linear_rows.wgsl): the
+// parameters, the bindings with their fixed numbers, activation reads (normalised under NORM)
+// and the fused epilogue `store`. See linear.wgsl for the defines.
+#include "quant.wgsl"
+#include "activation.wgsl"
+#include "rope_angle.wgsl"
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    max_tokens: u32,
+    eps: f32,
+    // KV_WRITE only
+    q_rows: u32,
+    kv_rows: u32,
+    head_dim: u32,
+    max_positions: u32,
+}
+
+struct Step {
+    pos0: u32,
+    n_tokens: u32,
+    kv_len: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> qw: array<u32>;
+#ifdef X_VEC4
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+#else
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+#endif
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+// Optional buffers keep fixed binding numbers.
+#ifdef HAS_BIAS
+@group(0) @binding(5) var<storage, read> bias: array<f32>;
+#endif
+// With X_VEC4 (cols a multiple of 32) the norm's vectors are read as vec4s too.
+#ifdef X_VEC4
+#ifdef NORM
+@group(0) @binding(6) var<storage, read> norm_w: array<vec4<f32>>;
+#endif
+#ifdef NORM_LAYER
+@group(0) @binding(7) var<storage, read> norm_b: array<vec4<f32>>;
+#endif
+#else
+#ifdef NORM
+@group(0) @binding(6) var<storage, read> norm_w: array<f32>;
+#endif
+#ifdef NORM_LAYER
+@group(0) @binding(7) var<storage, read> norm_b: array<f32>;
+#endif
+#endif
+#ifdef KV_WRITE
+@group(0) @binding(8) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding(9) var<storage, read_write> v_cache: array<f32>;
+#endif
+#ifdef ROPE
+// Pair i's turns per position, (hi, lo) 0.64 fixed point.
+@group(0) @binding(10) var<storage, read> rope_freqs: array<vec2<u32>>;
+#endif
+
+// Tokens this step computes; never more than the buffers were checked for.
+fn token_count() -> u32 {
+    return min(step.n_tokens, params.max_tokens);
+}
+
+// Activation x[t, c] for one column, 0 past the row (float types have partial parts).
+fn x_at(t: u32, c: u32) -> f32 {
+    if c >= params.cols {
+        return 0.0;
+    }
+#ifdef X_VEC4
+    let i = t * params.cols + c;
+    return x[i >> 2u][i & 3u];
+#else
+    return x[t * params.cols + c];
+#endif
+}
+
+// Raw activations x[t, c0..c0 + 4] (c0 a multiple of 4).
+fn x4_raw(t: u32, c0: u32) -> vec4<f32> {
+#ifdef X_VEC4
+    return x[(t * params.cols + c0) >> 2u];
+#else
+    return vec4<f32>(x_at(t, c0), x_at(t, c0 + 1u), x_at(t, c0 + 2u), x_at(t, c0 + 3u));
+#endif
+}
+
+#ifdef NORM
+// norm_w[c0..c0 + 4] (and norm_b), 0 past the row (c0 a multiple of 4).
+fn norm_w4(c0: u32) -> vec4<f32> {
+#ifdef X_VEC4
+    return norm_w[c0 >> 2u];
+#else
+    var out = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        let c = c0 + i;
+        out[i] = select(0.0, norm_w[min(c, params.cols - 1u)], c < params.cols);
+    }
+    return out;
+#endif
+}
+#ifdef NORM_LAYER
+fn norm_b4(c0: u32) -> vec4<f32> {
+#ifdef X_VEC4
+    return norm_b[c0 >> 2u];
+#else
+    var out = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        let c = c0 + i;
+        out[i] = select(0.0, norm_b[min(c, params.cols - 1u)], c < params.cols);
+    }
+    return out;
+#endif
+}
+#endif
+#endif
+
+// The layer's input at x[t, c0..c0 + 4]: normalised with `stats` = (mean, 1 / sqrt(var + eps))
+// under NORM (mean 0 for RMS), raw otherwise.
+fn x4(t: u32, c0: u32, stats: vec2<f32>) -> vec4<f32> {
+    let v = x4_raw(t, c0);
+#ifdef NORM
+    var out = (v - stats.x) * stats.y * norm_w4(c0);
+#ifdef NORM_LAYER
+    out += norm_b4(c0);
+#endif
+    return out;
+#else
+    return v;
+#endif
+}
+
+// (mean, 1 / sqrt(var + eps)) of token t from per-invocation partial sums over the columns
+// c = first, first + stride, ...: `sum_of` reduces them. Mean is 0 for RMS norms.
+fn partial_sum(t: u32, first: u32, stride: u32, mean: f32) -> f32 {
+    var s = 0.0;
+    for (var c = first; c < params.cols; c += stride) {
+        let d = x_at(t, c) - mean;
+        s += d * d;
+    }
+    return s;
+}
+
+fn partial_plain_sum(t: u32, first: u32, stride: u32) -> f32 {
+    var s = 0.0;
+    for (var c = first; c < params.cols; c += stride) {
+        s += x_at(t, c);
+    }
+    return s;
+}
+
+// Bias of row r, 0 without HAS_BIAS.
+fn bias_at(r: u32) -> f32 {
+#ifdef HAS_BIAS
+    return bias[r];
+#else
+    return 0.0;
+#endif
+}
+
+// Writes output (t, r) from the dot products: `v` is row r's; with GLU, `v` and `u` are the
+// gate and up rows of output r; with ROPE, `u` is row r ^ 1's (the other half of its pair).
+fn store(t: u32, r: u32, v: f32, u: f32) {
+#ifdef KV_WRITE
+    var out = v + bias_at(r);
+    let pos = step.pos0 + t;
+    let kv_end = params.q_rows + params.kv_rows;
+#ifdef ROPE
+    if r < kv_end {
+        let other = u + bias_at(r ^ 1u);
+        let within = select(r, r - params.q_rows, r >= params.q_rows) % params.head_dim;
+        let f = rope_freqs[within / 2u];
+        let sc = rope_sin_cos_fixed(pos, f.x, f.y);
+        if (r & 1u) == 0u {
+            out = out * sc.y - other * sc.x;
+        } else {
+            out = other * sc.x + out * sc.y;
+        }
+    }
+#endif
+    y[t * params.rows + r] = out;
+    // positions past the cache were refused on the host; never write outside it anyway
+    if pos < params.max_positions {
+        if r >= kv_end {
+            v_cache[pos * params.kv_rows + r - kv_end] = out;
+        } else if r >= params.q_rows {
+            k_cache[pos * params.kv_rows + r - params.q_rows] = out;
+        }
+    }
+#else
+#ifdef GLU
+    let out_rows = params.rows / 2u;
+    let i = t * out_rows + r;
+    y[i] = silu(v + bias_at(2u * r)) * (u + bias_at(2u * r + 1u));
+#else
+    var out = v + bias_at(r);
+#ifdef GELU
+    out = gelu_tanh(out);
+#endif
+    let i = t * params.rows + r;
+#ifdef ACCUMULATE
+    out = y[i] + out;
+#endif
+    y[i] = out;
+#endif
+#endif
+}
+

@@ -1,0 +1,187 @@
+//! Argument checks shared by the weight-reading kernels (linear layers, embeddings): the
+//! weight type's shader flag, matrix shapes against their buffers, activation sizes, the step
+//! uniform and a Q/K/V layer's KV-cache binding.
+
+use super::linear::{KvWriteBinding, LinearOptions};
+use super::{optional_input, positive, StepParams};
+use crate::error::{Error, Result};
+use crate::gpu::device::GpuContext;
+use crate::gpu::tensor::GpuTensor;
+use crate::model::weights::DType;
+
+/// The `quant.wgsl` flag selecting `dtype`.
+pub(crate) fn weight_flag(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "WEIGHT_F32",
+        DType::F16 => "WEIGHT_F16",
+        DType::BF16 => "WEIGHT_BF16",
+        DType::Q8_0 => "WEIGHT_Q8_0",
+        DType::Q4_0 => "WEIGHT_Q4_0",
+        DType::Q4_1 => "WEIGHT_Q4_1",
+        DType::Q4_K => "WEIGHT_Q4_K",
+        DType::Q5_K => "WEIGHT_Q5_K",
+        DType::Q6_K => "WEIGHT_Q6_K",
+    }
+}
+
+/// Checks `w` against the kernel's type and returns `(rows, cols)` from its shape `[rows, cols]`:
+/// both at least 1, `cols` a whole number of blocks, the buffer large enough, and every byte
+/// offset within u32 (the kernels address the tensor in bytes).
+pub(crate) fn matrix_shape(w: &GpuTensor, dtype: DType, name: &'static str) -> Result<(u32, u32)> {
+    if w.dtype != dtype {
+        return Err(Error::invalid(
+            name,
+            format!("tensor is {} but the kernel was built for {dtype}", w.dtype),
+        ));
+    }
+    let &[rows, cols] = w.shape.as_slice() else {
+        return Err(Error::invalid(
+            name,
+            format!("expected a matrix [rows, cols], got shape {:?}", w.shape),
+        ));
+    };
+    let to_u32 = |what: &str, v: usize| {
+        u32::try_from(v).map_err(|_| Error::invalid(name, format!("{what} {v} exceeds u32")))
+    };
+    let (rows, cols) = (to_u32("rows", rows)?, to_u32("cols", cols)?);
+    if rows == 0 || cols == 0 {
+        return Err(Error::invalid(
+            name,
+            format!("shape {:?} is empty", w.shape),
+        ));
+    }
+    let block = dtype.block_elements();
+    if !u64::from(cols).is_multiple_of(block) {
+        return Err(Error::invalid(
+            name,
+            format!("cols {cols} is not a multiple of the {dtype} block size {block}"),
+        ));
+    }
+    let bytes = dtype.bytes_for(u64::from(rows) * u64::from(cols), name)?;
+    if w.buffer.size() < bytes {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "buffer holds {} bytes but [{rows}, {cols}] {dtype} needs {bytes}",
+                w.buffer.size()
+            ),
+        ));
+    }
+    // Byte addresses of blocks (and, for F32, element indices) are u32 in the kernels.
+    if bytes > u64::from(u32::MAX) {
+        return Err(Error::invalid(
+            name,
+            format!("{bytes} bytes: kernels address at most 4 GiB per tensor"),
+        ));
+    }
+    Ok((rows, cols))
+}
+
+/// Fails unless `buffer` holds at least `elements` 4-byte values; `what` names the shape and
+/// type for the message (`[8, 576] f32`).
+pub(crate) fn check_words(
+    name: &'static str,
+    buffer: &wgpu::Buffer,
+    elements: u64,
+    what: &str,
+) -> Result<()> {
+    let needed = elements * 4;
+    if buffer.size() < needed {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "buffer holds {} bytes but {what} needs {needed}",
+                buffer.size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails unless `step` can hold the [`StepParams`] uniform.
+pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
+    let needed = std::mem::size_of::<StepParams>() as u64;
+    if step.size() < needed {
+        return Err(Error::invalid(
+            "step",
+            format!(
+                "buffer holds {} bytes but the step parameters take {needed}",
+                step.size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the KV-cache binding against the options and the weight's `rows`, and returns
+/// the kernel's `(q_rows, kv_rows, head_dim, max_positions)` and, with RoPE, the frequency
+/// table buffer (bound by the bind group, which keeps it alive).
+pub(crate) fn check_kv(
+    ctx: &GpuContext,
+    options: LinearOptions,
+    kv: Option<KvWriteBinding<'_>>,
+    rows: u32,
+    inputs: &[(u32, &wgpu::Buffer)],
+) -> Result<([u32; 4], Option<wgpu::Buffer>)> {
+    let Some(kv) = optional_input("kv", "a KV-cache write", options.kv_write, kv)? else {
+        return Ok(([0; 4], None));
+    };
+    positive("max_positions", kv.max_positions)?;
+    positive("head_dim", kv.head_dim)?;
+    let stacked = u64::from(kv.q_rows) + 2 * u64::from(kv.kv_rows);
+    if stacked != u64::from(rows) {
+        return Err(Error::invalid(
+            "kv",
+            format!(
+                "q_rows {} + 2 · kv_rows {} is not the weight's {rows} rows",
+                kv.q_rows, kv.kv_rows
+            ),
+        ));
+    }
+    let hd = kv.head_dim;
+    if !kv.q_rows.is_multiple_of(hd) || !kv.kv_rows.is_multiple_of(hd) || kv.kv_rows == 0 {
+        return Err(Error::invalid(
+            "head_dim",
+            format!(
+                "{hd} does not divide q_rows {} and kv_rows {}",
+                kv.q_rows, kv.kv_rows
+            ),
+        ));
+    }
+    let cache_words = u64::from(kv.max_positions) * u64::from(kv.kv_rows);
+    let what = format!("[{}, {}] f32", kv.max_positions, kv.kv_rows);
+    check_words("k_cache", kv.k_cache, cache_words, &what)?;
+    check_words("v_cache", kv.v_cache, cache_words, &what)?;
+    if kv.k_cache == kv.v_cache
+        || inputs
+            .iter()
+            .any(|&(_, b)| b == kv.k_cache || b == kv.v_cache)
+    {
+        return Err(Error::invalid(
+            "kv",
+            "the caches must be distinct from each other and from the layer's buffers",
+        ));
+    }
+    let freqs = if options.rope {
+        if !hd.is_multiple_of(2) || hd > super::MAX_HEAD_DIM {
+            return Err(Error::invalid(
+                "head_dim",
+                format!(
+                    "must be even and at most {} for RoPE, got {hd}",
+                    super::MAX_HEAD_DIM
+                ),
+            ));
+        }
+        if !(kv.theta.is_finite() && kv.theta >= 1.0) {
+            return Err(Error::invalid(
+                "theta",
+                format!("must be finite and >= 1, got {}", kv.theta),
+            ));
+        }
+        let pairs = super::rope::freq_pairs(kv.theta, hd);
+        Some(ctx.storage_from("rope frequencies", &pairs)?)
+    } else {
+        None
+    };
+    Ok(([kv.q_rows, kv.kv_rows, hd, kv.max_positions], freqs))
+}

@@ -1,0 +1,421 @@
+//! The kernel plan: which variant (shape) each kernel family runs on this device, and why.
+//!
+//! Kernel families with more than one shape declare their variants here; the kernels build the
+//! variants they are asked for, and nothing but the plan picks which one runs. A plan is forced
+//! (`--kernels`, `EMBERLM_KERNELS`, `Engine.load(..., { kernels })`), reused from the
+//! [`crate::tune`] store, or measured on the device when a model loads (see
+//! [`crate::model::forward`]).
+//!
+//! The two shapes:
+//! - [`Variant::Workgroup`]: the GPU shape. Many invocations share a row and reduce through
+//!   shared memory (and subgroup operations where the device has them); tiles in shared memory.
+//! - [`Variant::Rows`]: the shape for CPU-like adapters (SwiftShader, lavapipe), which run a
+//!   workgroup's subgroups as fibres or coroutines and switch at every barrier: no barriers,
+//!   no workgroup memory, a workgroup of one or two subgroups, each invocation owning whole
+//!   output rows.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The shape a kernel runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Variant {
+    /// Invocations cooperate on a row through shared memory (the GPU shape).
+    Workgroup,
+    /// Each invocation owns whole rows; no barriers (the CPU-adapter shape).
+    Rows,
+}
+
+impl Variant {
+    /// Every variant.
+    pub const ALL: [Variant; 2] = [Variant::Workgroup, Variant::Rows];
+
+    /// The name used by `--kernels` and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Workgroup => "workgroup",
+            Variant::Rows => "rows",
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Variant {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Variant::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "kernels",
+                    format!("unknown kernel variant `{s}` (known: workgroup, rows)"),
+                )
+            })
+    }
+}
+
+/// A kernel family that has variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// Linear layers for one token (every fusion: norm, Q/K/V with RoPE and KV write,
+    /// SwiGLU, GELU, residual, last-row LM head).
+    LinearDecode,
+    /// Linear layers for a prefill chunk.
+    LinearPrefill,
+    /// Attention over the KV cache (decode and prefill).
+    Attention,
+}
+
+impl Family {
+    /// Every family, in the order plans list them.
+    pub const ALL: [Family; 3] = [
+        Family::LinearDecode,
+        Family::LinearPrefill,
+        Family::Attention,
+    ];
+
+    /// The name used by `--kernels` and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::LinearDecode => "linear_decode",
+            Family::LinearPrefill => "linear_prefill",
+            Family::Attention => "attention",
+        }
+    }
+
+    /// The variant a device gets before (or without) measuring: rows on CPU adapters,
+    /// workgroup elsewhere.
+    pub fn guess(self, cpu_adapter: bool) -> Variant {
+        if cpu_adapter {
+            Variant::Rows
+        } else {
+            Variant::Workgroup
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Family {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Family::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "kernels",
+                    format!(
+                        "unknown kernel family `{s}` (known: {})",
+                        Family::ALL.map(Family::name).join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+/// Variants forced by the user: `linear_decode=rows,attention=workgroup`, or one variant name
+/// alone for every family (`rows`). Empty forces nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelOverrides(BTreeMap<Family, Variant>);
+
+impl KernelOverrides {
+    /// Nothing forced.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Every family forced to `variant`.
+    pub fn all(variant: Variant) -> Self {
+        Self(Family::ALL.into_iter().map(|f| (f, variant)).collect())
+    }
+
+    /// `family` forced to `variant` (replacing what was forced for it).
+    pub fn with(mut self, family: Family, variant: Variant) -> Self {
+        self.0.insert(family, variant);
+        self
+    }
+
+    /// The forced variant of `family`, if any.
+    pub fn get(&self, family: Family) -> Option<Variant> {
+        self.0.get(&family).copied()
+    }
+
+    /// Whether nothing is forced.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The overrides in `EMBERLM_KERNELS` (natively; none in the browser or when unset).
+    pub fn from_env() -> Result<Self> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Ok(s) = std::env::var("EMBERLM_KERNELS") {
+            return s.parse().map_err(|e: Error| match e {
+                Error::InvalidArgument { message, .. } => {
+                    Error::invalid("EMBERLM_KERNELS", message)
+                }
+                other => other,
+            });
+        }
+        Ok(Self::none())
+    }
+
+    /// These overrides, then `other`'s on top.
+    pub fn merged(mut self, other: &KernelOverrides) -> Self {
+        self.0.extend(other.0.iter().map(|(f, v)| (*f, *v)));
+        self
+    }
+}
+
+impl FromStr for KernelOverrides {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let mut out = Self::none();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some((family, variant)) => {
+                    out.0
+                        .insert(family.trim().parse()?, variant.trim().parse()?);
+                }
+                None => out = out.merged(&Self::all(item.parse()?)),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for KernelOverrides {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let items: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        f.write_str(&items.join(","))
+    }
+}
+
+/// How a family's variant was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Timed on this device at this load.
+    Measured,
+    /// Read from the store (timed at an earlier load).
+    Reused,
+    /// Forced by the user.
+    Forced,
+    /// Not timed (the measuring budget ran out first): the adapter-type guess.
+    Guessed,
+}
+
+/// One timing of one variant: seconds per run of every distinct node of the family.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// The family timed.
+    pub family: Family,
+    /// The variant timed.
+    pub variant: Variant,
+    /// Seconds for one dispatch of each distinct shape of the family, summed.
+    pub seconds: f64,
+}
+
+/// The chosen variant of every family, why, and the timings behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelPlan {
+    /// Family → (variant, how it was chosen).
+    pub choices: BTreeMap<Family, (Variant, Source)>,
+    /// What was measured (empty when nothing was).
+    pub timings: Vec<Timing>,
+    /// Seconds spent measuring at this load.
+    pub measure_seconds: f64,
+    /// Where the plan is kept (a file or a Cache API URL), when it is.
+    pub stored_at: Option<String>,
+}
+
+impl KernelPlan {
+    /// The variant `family` runs.
+    pub fn variant(&self, family: Family) -> Variant {
+        self.choices
+            .get(&family)
+            .map(|c| c.0)
+            .unwrap_or(Variant::Workgroup)
+    }
+
+    /// A plan with every family at the adapter-type guess, or forced where `overrides` says.
+    pub fn guessed(cpu_adapter: bool, overrides: &KernelOverrides) -> Self {
+        let choices = Family::ALL
+            .into_iter()
+            .map(|f| {
+                let choice = match overrides.get(f) {
+                    Some(v) => (v, Source::Forced),
+                    None => (f.guess(cpu_adapter), Source::Guessed),
+                };
+                (f, choice)
+            })
+            .collect();
+        Self {
+            choices,
+            timings: Vec::new(),
+            measure_seconds: 0.0,
+            stored_at: None,
+        }
+    }
+
+    /// The variants to build for `family`: the chosen one, or every one while it is to be
+    /// measured (`Guessed` means "not decided yet" until measuring ends).
+    pub fn candidates(&self, family: Family) -> Vec<Variant> {
+        match self.choices.get(&family) {
+            Some((v, Source::Guessed)) => {
+                let mut all = vec![*v];
+                all.extend(Variant::ALL.into_iter().filter(|o| o != v));
+                all
+            }
+            Some((v, _)) => vec![*v],
+            None => Variant::ALL.to_vec(),
+        }
+    }
+
+    /// One line per family: `linear_decode = rows (measured: rows 1.2 ms, workgroup 6.0 ms)`.
+    pub fn describe(&self) -> Vec<String> {
+        self.choices
+            .iter()
+            .map(|(family, (variant, source))| {
+                let times: Vec<String> = self
+                    .timings
+                    .iter()
+                    .filter(|t| t.family == *family)
+                    .map(|t| format!("{} {:.3} ms", t.variant, t.seconds * 1e3))
+                    .collect();
+                let source = match source {
+                    Source::Measured => "measured",
+                    Source::Reused => "reused",
+                    Source::Forced => "forced",
+                    Source::Guessed => "guessed",
+                };
+                if times.is_empty() {
+                    format!("{family} = {variant} ({source})")
+                } else {
+                    format!("{family} = {variant} ({source}: {})", times.join(", "))
+                }
+            })
+            .collect()
+    }
+}
+
+/// What a stored plan holds: the chosen variant per family and the timings behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredPlan {
+    pub choices: BTreeMap<Family, Variant>,
+    pub timings: Vec<Timing>,
+}
+
+impl StoredPlan {
+    /// The plan `self` gives under `overrides`, or `None` if it lacks a family (a plan from an
+    /// older engine: measure again).
+    pub fn apply(&self, overrides: &KernelOverrides) -> Option<KernelPlan> {
+        let mut choices = BTreeMap::new();
+        for f in Family::ALL {
+            let choice = match overrides.get(f) {
+                Some(v) => (v, Source::Forced),
+                None => (*self.choices.get(&f)?, Source::Reused),
+            };
+            choices.insert(f, choice);
+        }
+        Some(KernelPlan {
+            choices,
+            timings: self.timings.clone(),
+            measure_seconds: 0.0,
+            stored_at: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_parse_pairs_and_blanket_names() {
+        let o: KernelOverrides = "linear_decode=rows, attention=workgroup".parse().unwrap();
+        assert_eq!(o.get(Family::LinearDecode), Some(Variant::Rows));
+        assert_eq!(o.get(Family::Attention), Some(Variant::Workgroup));
+        assert_eq!(o.get(Family::LinearPrefill), None);
+        let all: KernelOverrides = "rows".parse().unwrap();
+        assert!(Family::ALL
+            .iter()
+            .all(|f| all.get(*f) == Some(Variant::Rows)));
+        let mixed: KernelOverrides = "rows,attention=workgroup".parse().unwrap();
+        assert_eq!(mixed.get(Family::Attention), Some(Variant::Workgroup));
+        assert_eq!(mixed.get(Family::LinearDecode), Some(Variant::Rows));
+        assert!("".parse::<KernelOverrides>().unwrap().is_empty());
+        assert_eq!(o.to_string().parse::<KernelOverrides>().unwrap(), o);
+    }
+
+    #[test]
+    fn bad_overrides_name_what_is_unknown() {
+        for (s, needle) in [
+            ("linear=rows", "unknown kernel family `linear`"),
+            ("attention=fast", "unknown kernel variant `fast`"),
+            ("tiles", "unknown kernel variant `tiles`"),
+        ] {
+            let e = s.parse::<KernelOverrides>().unwrap_err().to_string();
+            assert!(e.contains(needle), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn guessed_plans_measure_every_variant_forced_ones_build_one() {
+        let forced = KernelOverrides::none().with(Family::Attention, Variant::Workgroup);
+        let plan = KernelPlan::guessed(true, &forced);
+        assert_eq!(plan.candidates(Family::Attention), vec![Variant::Workgroup]);
+        assert_eq!(
+            plan.candidates(Family::LinearDecode),
+            vec![Variant::Rows, Variant::Workgroup]
+        );
+        assert_eq!(plan.variant(Family::LinearDecode), Variant::Rows);
+        let gpu = KernelPlan::guessed(false, &KernelOverrides::none());
+        assert_eq!(gpu.variant(Family::LinearPrefill), Variant::Workgroup);
+    }
+
+    #[test]
+    fn stored_plans_missing_a_family_are_stale() {
+        let mut choices = BTreeMap::new();
+        choices.insert(Family::LinearDecode, Variant::Rows);
+        let stored = StoredPlan {
+            choices: choices.clone(),
+            timings: Vec::new(),
+        };
+        assert!(stored.apply(&KernelOverrides::none()).is_none());
+        for f in Family::ALL {
+            choices.insert(f, Variant::Rows);
+        }
+        let stored = StoredPlan {
+            choices,
+            timings: Vec::new(),
+        };
+        let forced = KernelOverrides::none().with(Family::Attention, Variant::Workgroup);
+        let plan = stored.apply(&forced).unwrap();
+        assert_eq!(
+            plan.choices[&Family::Attention],
+            (Variant::Workgroup, Source::Forced)
+        );
+        assert_eq!(
+            plan.choices[&Family::LinearDecode],
+            (Variant::Rows, Source::Reused)
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! One mechanism for per-device choices: a choice is measured once on the device at hand, kept
+//! under a [`TuneKey`] (what is chosen, adapter, driver, engine version, model shape) in a
+//! [`Store`], and reused on the next load without measuring. A record that cannot be read, was
+//! written for another key or no longer fits what the caller expects is ignored and replaced:
+//! the caller measures again. Nothing here knows what is being chosen.
+//!
+//! Natively the store is one JSON file per key under the user's cache directory
+//! (`$EMBERLM_CACHE_DIR`, else `$XDG_CACHE_HOME/emberlm`, else `~/.cache/emberlm`), written
+//! to a temporary file and renamed, so a crash never leaves half a record. In the browser it is
+//! the Cache API (`emberlm-tune-v1`), keyed by a synthetic URL.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// What a tuned choice depends on: records are reused only when every field matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TuneKey {
+    /// What is chosen (`kernel-plan`, ...).
+    pub what: String,
+    /// Adapter name, backend and device type.
+    pub adapter: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// The engine's version (kernels change between versions).
+    pub engine: String,
+    /// The model's shape as far as the choice depends on it (dims, weight types, context).
+    pub shape: String,
+}
+
+impl TuneKey {
+    /// A key for `what` on this engine version.
+    pub fn new(what: &str, adapter: String, driver: String, shape: String) -> Self {
+        Self {
+            what: what.to_string(),
+            adapter,
+            driver,
+            engine: env!("CARGO_PKG_VERSION").to_string(),
+            shape,
+        }
+    }
+
+    /// A short stable name for the record: `what` and a 64-bit FNV-1a hash of every field.
+    pub fn slot(&self) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for field in [
+            &self.what,
+            &self.adapter,
+            &self.driver,
+            &self.engine,
+            &self.shape,
+        ] {
+            for b in field.bytes().chain([0u8]) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        let what: String = self
+            .what
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        format!("{what}-{h:016x}")
+    }
+}
+
+/// A stored choice: the key it was made for and the value.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record<T> {
+    key: TuneKey,
+    value: T,
+}
+
+/// Where tuned choices are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    /// Nothing is kept: every load measures.
+    None,
+    /// One file per key in this folder (native only).
+    Dir(std::path::PathBuf),
+    /// The browser's Cache API (wasm32 only).
+    Browser,
+}
+
+impl Store {
+    /// The platform's store: natively the cache folder (see the module docs; `None` when
+    /// `EMBERLM_CACHE_DIR` is set but empty, or no home is known), the Cache API in the browser.
+    pub fn platform() -> Self {
+        #[cfg(target_arch = "wasm32")]
+        {
+            Store::Browser
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let env = |k: &str| std::env::var_os(k);
+            let dir = match env("EMBERLM_CACHE_DIR") {
+                Some(d) if d.is_empty() => return Store::None,
+                Some(d) => std::path::PathBuf::from(d),
+                None => match (env("XDG_CACHE_HOME"), env("HOME")) {
+                    (Some(x), _) if !x.is_empty() => std::path::PathBuf::from(x).join("emberlm"),
+                    (_, Some(h)) if !h.is_empty() => {
+                        std::path::PathBuf::from(h).join(".cache").join("emberlm")
+                    }
+                    _ => return Store::None,
+                },
+            };
+            Store::Dir(dir.join("tune"))
+        }
+    }
+
+    /// Where this store keeps `key` (for reports): a file path or a cache URL.
+    pub fn location(&self, key: &TuneKey) -> Option<String> {
+        match self {
+            Store::None => None,
+            Store::Dir(dir) => Some(
+                dir.join(format!("{}.json", key.slot()))
+                    .display()
+                    .to_string(),
+            ),
+            Store::Browser => Some(browser_url(key)),
+        }
+    }
+
+    /// The value stored under `key`, or `None` when there is none, it cannot be read or parsed,
+    /// or it was written for a different key (a hash collision or a hand-edited file).
+    pub async fn load<T: DeserializeOwned>(&self, key: &TuneKey) -> Option<T> {
+        let text = self.read(key).await?;
+        let record: Record<T> = serde_json::from_str(&text).ok()?;
+        (record.key == *key).then_some(record.value)
+    }
+
+    /// Keeps `value` under `key`, replacing what was there. Failing to persist is not an error
+    /// for the caller (the choice still holds for this load): the reason comes back as text.
+    pub async fn save<T: Serialize>(&self, key: &TuneKey, value: &T) -> Result<(), String> {
+        let record = Record {
+            key: key.clone(),
+            value,
+        };
+        let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
+        self.write(key, &text).await
+    }
+
+    async fn read(&self, key: &TuneKey) -> Option<String> {
+        match self {
+            Store::None => None,
+            #[cfg(not(target_arch = "wasm32"))]
+            Store::Dir(dir) => {
+                std::fs::read_to_string(dir.join(format!("{}.json", key.slot()))).ok()
+            }
+            #[cfg(target_arch = "wasm32")]
+            Store::Dir(_) => None,
+            #[cfg(target_arch = "wasm32")]
+            Store::Browser => browser::read(&browser_url(key)).await,
+            #[cfg(not(target_arch = "wasm32"))]
+            Store::Browser => None,
+        }
+    }
+
+    async fn write(&self, key: &TuneKey, text: &str) -> Result<(), String> {
+        match self {
+            Store::None => Ok(()),
+            #[cfg(not(target_arch = "wasm32"))]
+            Store::Dir(dir) => {
+                let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", dir.display());
+                std::fs::create_dir_all(dir).map_err(|e| io("creating", e))?;
+                let path = dir.join(format!("{}.json", key.slot()));
+                let tmp = dir.join(format!("{}.json.{}.tmp", key.slot(), std::process::id()));
+                std::fs::write(&tmp, text).map_err(|e| io("writing in", e))?;
+                std::fs::rename(&tmp, &path).map_err(|e| {
+                    let _ = std::fs::remove_file(&tmp);
+                    io("renaming in", e)
+                })
+            }
+            #[cfg(target_arch = "wasm32")]
+            Store::Dir(_) => Err("no file system in the browser".into()),
+            #[cfg(target_arch = "wasm32")]
+            Store::Browser => browser::write(&browser_url(key), text).await,
+            #[cfg(not(target_arch = "wasm32"))]
+            Store::Browser => Err("the Cache API exists only in the browser".into()),
+        }
+    }
+}
+
+/// The synthetic URL a record is kept under in the Cache API (never fetched).
+fn browser_url(key: &TuneKey) -> String {
+    format!("https://emberlm.tune/v1/{}.json", key.slot())
+}
+
+#[cfg(target_arch = "wasm32")]
+mod browser {
+    use wasm_bindgen::{JsCast, JsValue};
+    use wasm_bindgen_futures::JsFuture;
+    use web_sys::{Cache, CacheStorage, Response};
+
+    const CACHE: &str = "emberlm-tune-v1";
+
+    async fn open() -> Option<Cache> {
+        let global = js_sys::global();
+        let caches: CacheStorage = js_sys::Reflect::get(&global, &JsValue::from_str("caches"))
+            .ok()?
+            .dyn_into()
+            .ok()?;
+        JsFuture::from(caches.open(CACHE))
+            .await
+            .ok()?
+            .dyn_into()
+            .ok()
+    }
+
+    pub(super) async fn read(url: &str) -> Option<String> {
+        let cache = open().await?;
+        let found = JsFuture::from(cache.match_with_str(url)).await.ok()?;
+        let response: Response = found.dyn_into().ok()?;
+        JsFuture::from(response.text().ok()?)
+            .await
+            .ok()?
+            .as_string()
+    }
+
+    pub(super) async fn write(url: &str, text: &str) -> Result<(), String> {
+        let cache = open().await.ok_or("the Cache API is not available")?;
+        let response = Response::new_with_opt_str(Some(text)).map_err(|e| format!("{e:?}"))?;
+        JsFuture::from(cache.put_with_str(url, &response))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("Cache API put failed: {e:?}"))
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    fn key(shape: &str) -> TuneKey {
+        TuneKey::new(
+            "kernel-plan",
+            "llvmpipe [Vulkan, Cpu]".into(),
+            "Mesa".into(),
+            shape.into(),
+        )
+    }
+
+    fn temp_store(name: &str) -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("emberlm-tune-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        (Store::Dir(dir.clone()), dir)
+    }
+
+    #[test]
+    fn saved_values_come_back_for_their_key_only() {
+        let (store, dir) = temp_store("roundtrip");
+        let a = key("d=576");
+        pollster::block_on(store.save(&a, &vec![1u32, 2, 3])).unwrap();
+        assert_eq!(
+            pollster::block_on(store.load::<Vec<u32>>(&a)),
+            Some(vec![1, 2, 3])
+        );
+        assert_eq!(
+            pollster::block_on(store.load::<Vec<u32>>(&key("d=64"))),
+            None
+        );
+        // the wrong type reads as missing, not as an error
+        assert_eq!(pollster::block_on(store.load::<String>(&a)), None);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn corrupt_or_foreign_records_are_ignored() {
+        let (store, dir) = temp_store("corrupt");
+        let a = key("d=576");
+        let path = std::path::PathBuf::from(store.location(&a).unwrap());
+        std::fs::create_dir_all(&dir).unwrap();
+        for bad in [
+            "",
+            "{",
+            "null",
+            "{\"key\": 1, \"value\": 2}",
+            "\u{0}\u{1}garbage",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert_eq!(pollster::block_on(store.load::<u32>(&a)), None, "{bad:?}");
+        }
+        // a record written for another key, copied into this slot (a stale file)
+        let other = Record {
+            key: key("d=64"),
+            value: 7u32,
+        };
+        std::fs::write(&path, serde_json::to_string(&other).unwrap()).unwrap();
+        assert_eq!(pollster::block_on(store.load::<u32>(&a)), None);
+        // and rewriting repairs it
+        pollster::block_on(store.save(&a, &9u32)).unwrap();
+        assert_eq!(pollster::block_on(store.load::<u32>(&a)), Some(9));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn slots_differ_by_every_field() {
+        let base = key("s");
+        let mut seen = std::collections::HashSet::new();
+        seen.insert(base.slot());
+        for f in 0..5 {
+            let mut k = base.clone();
+            match f {
+                0 => k.what.push('x'),
+                1 => k.adapter.push('x'),
+                2 => k.driver.push('x'),
+                3 => k.engine.push('x'),
+                _ => k.shape.push('x'),
+            }
+            assert!(seen.insert(k.slot()), "field {f}");
+        }
+        assert!(base.slot().starts_with("kernel-plan-"));
+    }
+
+    #[test]
+    fn none_store_keeps_nothing() {
+        pollster::block_on(Store::None.save(&key("s"), &1u32)).unwrap();
+        assert_eq!(pollster::block_on(Store::None.load::<u32>(&key("s"))), None);
+    }
+}
