@@ -22,6 +22,9 @@ pub struct GpuOptions {
     /// (software adapters are slow, so this is generous). Ignored in the browser, where the
     /// browser's own watchdog turns a stuck queue into device loss.
     pub readback_timeout: std::time::Duration,
+    /// Kernel variants forced for every model loaded on this context (on top of
+    /// `EMBERLM_KERNELS`); the rest follow the measured plan.
+    pub kernels: super::plan::KernelOverrides,
 }
 
 impl Default for GpuOptions {
@@ -31,6 +34,7 @@ impl Default for GpuOptions {
             allow_subgroups: true,
             allow_shader_f16: true,
             readback_timeout: std::time::Duration::from_secs(300),
+            kernels: super::plan::KernelOverrides::none(),
         }
     }
 }

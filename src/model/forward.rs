@@ -13,13 +13,18 @@ use crate::gpu::ops::{
     Attention, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KvWriteBinding, Linear,
     LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite, Select, SwiGlu,
 };
+use crate::gpu::plan::Family;
 use crate::gpu::{
-    AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KvCache, Reduction, StepParams,
+    AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KernelPlan, KvCache,
+    Reduction, StepParams, Variant,
 };
+
+mod measure;
 use crate::model::config::{Architecture, ModelConfig, NormKind, RopeLayout};
 use crate::model::fuse::{self, FusionPlan};
 use crate::model::weights::{dequantize, encode_float, DType};
 use crate::sampling::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
+pub use measure::plan_key;
 
 /// Tokens per prefill step: long prompts are processed in chunks of this many.
 pub const DEFAULT_CHUNK: usize = 64;
@@ -29,15 +34,31 @@ pub const DEFAULT_CHUNK: usize = 64;
 enum Node {
     Kernel(KernelBinding),
     Linear(LinearBinding),
+    /// A kernel of a family with variants, bound in each variant the plan may choose.
+    Variants(Family, Vec<(Variant, KernelBinding)>),
 }
 
 impl Node {
-    fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, plan: &KernelPlan) {
         match self {
             Node::Kernel(k) => k.record(pass, n_tokens),
-            Node::Linear(l) => l.record(pass, n_tokens),
+            Node::Linear(l) => l.record_planned(pass, n_tokens, plan),
+            Node::Variants(family, built) => {
+                if let Some(k) = pick_variant(built, plan.variant(*family)) {
+                    k.record(pass, n_tokens);
+                }
+            }
         }
     }
+}
+
+/// The binding of `variant`, or the first built when that variant was not built.
+fn pick_variant(built: &[(Variant, KernelBinding)], variant: Variant) -> Option<&KernelBinding> {
+    built
+        .iter()
+        .find(|(v, _)| *v == variant)
+        .or(built.first())
+        .map(|(_, k)| k)
 }
 
 /// Activation buffers, f32, sized for `chunk` tokens.
@@ -87,6 +108,8 @@ pub struct Forward {
     select: Option<Select>,
     /// Readback of the selection result, `MAX_RESULT_BYTES`.
     select_staging: wgpu::Buffer,
+    /// Which variant each kernel family runs, and why.
+    plan: KernelPlan,
 }
 
 /// What a one-token decode step read back.
@@ -227,6 +250,7 @@ impl Forward {
             activations: activation_bytes,
         };
         let before = ctx.counters();
+        let (plan, key) = measure::initial_plan(ctx, weights, chunk).await?;
         let graph = Graph {
             config: &config,
             chunk,
@@ -234,6 +258,7 @@ impl Forward {
             step: &step,
             act: &act,
             w: &gpu,
+            plan: &plan,
         };
         let (nodes, head_last, head_all) = graph.build(ctx, cache).await?;
         let select = match Select::new(ctx, cache, &act.logits, vocab as u32).await {
@@ -248,7 +273,7 @@ impl Forward {
         let mut memory = memory;
         // The kernels' parameter uniforms are part of the activations' footprint.
         memory.activations += ctx.counters().since(&before).buffer_bytes_created;
-        Ok(Self {
+        let mut forward = Self {
             memory,
             _alive: alive,
             config,
@@ -263,7 +288,15 @@ impl Forward {
             head_all,
             select,
             select_staging,
-        })
+            plan,
+        };
+        forward.finish_plan(ctx, &key).await?;
+        Ok(forward)
+    }
+
+    /// The kernel plan this model runs with.
+    pub fn plan(&self) -> &KernelPlan {
+        &self.plan
     }
 
     /// Checks every buffer the model will need against the device's limits before anything is
@@ -486,14 +519,18 @@ impl Forward {
             });
             ctx.counter_cells().compute_pass();
             for node in &self.nodes {
-                node.record(&mut pass, n as u32);
+                node.record(&mut pass, n as u32, &self.plan);
             }
             // The head runs only for logits someone reads: the last row alone into row 0,
             // or every row.
             match rows {
                 0 => {}
-                1 => self.head_last.record(&mut pass, n as u32),
-                _ => self.head_all.record(&mut pass, n as u32),
+                1 => self
+                    .head_last
+                    .record_planned(&mut pass, n as u32, &self.plan),
+                _ => self
+                    .head_all
+                    .record_planned(&mut pass, n as u32, &self.plan),
             }
         }
         let row_bytes = f32_bytes(self.config.vocab_size as u64);
@@ -557,9 +594,9 @@ impl Forward {
             });
             ctx.counter_cells().compute_pass();
             for node in &self.nodes {
-                node.record(&mut pass, 1);
+                node.record(&mut pass, 1, &self.plan);
             }
-            self.head_last.record(&mut pass, 1);
+            self.head_last.record_planned(&mut pass, 1, &self.plan);
             select.record(&mut pass);
         }
         let bytes = request.result_bytes();
@@ -599,6 +636,7 @@ struct Graph<'a> {
     step: &'a wgpu::Buffer,
     act: &'a Activations,
     w: &'a HashMap<String, GpuTensor>,
+    plan: &'a KernelPlan,
 }
 
 /// The extras of one linear node (the plain layer by default).
@@ -916,7 +954,16 @@ impl Graph<'_> {
             kv_write: kv.is_some(),
             rope: kv.is_some() && rope,
         };
-        let op = Linear::with_options(ctx, cache, weight.dtype, red, options).await?;
+        let op = Linear::with_variants(
+            ctx,
+            cache,
+            weight.dtype,
+            red,
+            options,
+            &self.plan.candidates(Family::LinearDecode),
+            &self.plan.candidates(Family::LinearPrefill),
+        )
+        .await?;
         op.bind_qkv(
             ctx,
             self.step,

@@ -1,0 +1,259 @@
+//! The kernel plan of a loaded model: forced, reused from the [`crate::tune`] store, or measured
+//! here on the model's own bound kernels.
+//!
+//! Measuring times, for each family still undecided, every variant over the family's distinct
+//! shapes in this model (one node per distinct weight shape, not every layer): batches of
+//! dispatches in one pass and one submit, doubled until a batch takes long enough for coarse
+//! timers, within a budget of ~2 s on CPU-like adapters and ~0.3 s on GPUs. A family the budget
+//! did not reach keeps the adapter-type guess and the plan is not stored, so the next load
+//! measures again.
+
+use std::collections::BTreeSet;
+
+use web_time::{Duration, Instant};
+
+use super::{Forward, Node};
+use crate::error::Result;
+use crate::format::ModelWeights;
+use crate::gpu::plan::{Family, KernelOverrides, Source, StoredPlan, Timing};
+use crate::gpu::{GpuContext, KernelPlan, StepParams, Variant};
+use crate::tune::{Store, TuneKey};
+
+/// A batch that takes at least this long is timed well enough by any timer.
+const MIN_BATCH: Duration = Duration::from_millis(25);
+/// Most repetitions of one batch.
+const MAX_REPS: u32 = 256;
+
+/// Whether the adapter is a CPU in disguise (lavapipe, SwiftShader, WARP).
+pub(crate) fn cpu_adapter(ctx: &GpuContext) -> bool {
+    let r = ctx.report();
+    let name = r.name.to_lowercase();
+    r.device_type == "cpu"
+        || ["swiftshader", "llvmpipe", "lavapipe", "warp", "software"]
+            .iter()
+            .any(|n| name.contains(n))
+}
+
+/// The store key of a model's kernel plan on this device: adapter, driver, engine version and
+/// the shapes the kernels see (dimensions, weight types, chunk).
+pub fn plan_key(ctx: &GpuContext, weights: &ModelWeights<'_>, chunk: usize) -> TuneKey {
+    let r = ctx.report();
+    let c = &weights.config;
+    let types: BTreeSet<String> = weights
+        .tensors
+        .values()
+        .map(|t| t.dtype.to_string())
+        .collect();
+    let shape = format!(
+        "{:?} layers={} d={} heads={}/{}x{} ffn={} vocab={} chunk={chunk} types={}",
+        c.arch,
+        c.n_layers,
+        c.hidden_size,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim,
+        c.ffn_size,
+        c.vocab_size,
+        types.into_iter().collect::<Vec<_>>().join(",")
+    );
+    TuneKey::new(
+        "kernel-plan",
+        format!(
+            "{} [{}, {}] subgroups={}",
+            r.name, r.backend, r.device_type, r.subgroups
+        ),
+        format!("{} {}", r.driver, r.driver_info),
+        shape,
+    )
+}
+
+/// The plan before the graph is built: forced families fixed, the rest reused from the store
+/// or left to measure (built in every variant).
+pub(super) async fn initial_plan(
+    ctx: &GpuContext,
+    weights: &ModelWeights<'_>,
+    chunk: usize,
+) -> Result<(KernelPlan, TuneKey)> {
+    let overrides = KernelOverrides::from_env()?.merged(&ctx.options().kernels);
+    let key = plan_key(ctx, weights, chunk);
+    let store = Store::platform();
+    let all_forced = Family::ALL.iter().all(|f| overrides.get(*f).is_some());
+    if !all_forced {
+        if let Some(mut plan) = store
+            .load::<StoredPlan>(&key)
+            .await
+            .and_then(|s| s.apply(&overrides))
+        {
+            plan.stored_at = store.location(&key);
+            return Ok((plan, key));
+        }
+    }
+    Ok((KernelPlan::guessed(cpu_adapter(ctx), &overrides), key))
+}
+
+impl Forward {
+    /// Measures the families the plan left undecided, then stores the plan when every family
+    /// was decided by measuring or reuse.
+    pub(super) async fn finish_plan(&mut self, ctx: &GpuContext, key: &TuneKey) -> Result<()> {
+        let pending: Vec<Family> = Family::ALL
+            .into_iter()
+            .filter(|f| matches!(self.plan.choices.get(f), Some((_, Source::Guessed))))
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let budget = if cpu_adapter(ctx) {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_millis(300)
+        };
+        let start = Instant::now();
+        for family in pending {
+            let mut timings = Vec::new();
+            for variant in self.plan.candidates(family) {
+                if start.elapsed() > budget {
+                    break;
+                }
+                let seconds = self
+                    .time_family(ctx, family, variant, start, budget)
+                    .await?;
+                timings.push(Timing {
+                    family,
+                    variant,
+                    seconds,
+                });
+            }
+            // Only a family whose every variant was timed is decided.
+            if timings.len() == self.plan.candidates(family).len() {
+                if let Some(best) = timings
+                    .iter()
+                    .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
+                {
+                    self.plan
+                        .choices
+                        .insert(family, (best.variant, Source::Measured));
+                }
+            }
+            self.plan.timings.extend(timings);
+        }
+        self.plan.measure_seconds = start.elapsed().as_secs_f64();
+        let decided = self
+            .plan
+            .choices
+            .values()
+            .all(|(_, s)| *s != Source::Guessed);
+        if decided {
+            let stored = StoredPlan {
+                choices: self.plan.choices.iter().map(|(f, c)| (*f, c.0)).collect(),
+                timings: self.plan.timings.clone(),
+            };
+            let store = Store::platform();
+            // A plan that cannot be persisted still holds for this load.
+            if store.save(key, &stored).await.is_ok() {
+                self.plan.stored_at = store.location(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Seconds per run of `family`'s distinct nodes in `variant`: the step shapes the family
+    /// serves (one decode token at a mid-context position; a full prefill chunk).
+    async fn time_family(
+        &mut self,
+        ctx: &GpuContext,
+        family: Family,
+        variant: Variant,
+        start: Instant,
+        budget: Duration,
+    ) -> Result<f64> {
+        let context = self.kv.context() as u32;
+        let chunk = (self.chunk as u32).min(context);
+        let decode_pos = context.min(512) - 1;
+        let steps: &[(u32, u32)] = match family {
+            Family::LinearDecode => &[(decode_pos, 1)],
+            Family::LinearPrefill => &[(0, chunk)],
+            Family::Attention => &[(decode_pos, 1), (context - chunk, chunk)],
+        };
+        let mut plan = self.plan.clone();
+        plan.choices.insert(family, (variant, Source::Forced));
+        let nodes = self.distinct_nodes(family);
+        // the LM head is the largest decode linear
+        let head = (family == Family::LinearDecode).then_some(&self.head_last);
+        let mut total = 0.0;
+        for &(pos0, n_tokens) in steps {
+            StepParams::new(pos0, n_tokens).write(ctx, &self.step);
+            let record = |pass: &mut wgpu::ComputePass<'_>| {
+                for node in &nodes {
+                    node.record(pass, n_tokens, &plan);
+                }
+                if let Some(h) = head {
+                    h.record_planned(pass, n_tokens, &plan);
+                }
+            };
+            // warm-up: first dispatches may compile or fault in memory
+            self.run_batch(ctx, 1, &record).await?;
+            let mut reps = 1u32;
+            loop {
+                let elapsed = self.run_batch(ctx, reps, &record).await?;
+                let enough = elapsed >= MIN_BATCH || reps >= MAX_REPS;
+                if enough || start.elapsed() > budget {
+                    total += elapsed.as_secs_f64() / f64::from(reps);
+                    break;
+                }
+                reps = (reps * 4).min(MAX_REPS);
+            }
+        }
+        Ok(total)
+    }
+
+    /// One node per distinct shape of `family` (layers repeat the same shapes).
+    fn distinct_nodes(&self, family: Family) -> Vec<&Node> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            match (family, node) {
+                (Family::LinearDecode | Family::LinearPrefill, Node::Linear(l)) => {
+                    if seen.insert(l.shape()) {
+                        out.push(node);
+                    }
+                }
+                (f, Node::Variants(g, _)) if f == *g => {
+                    if seen.insert((0, 0)) {
+                        out.push(node);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Records `record` `reps` times in one pass, submits, waits; the wall time.
+    async fn run_batch(
+        &self,
+        ctx: &GpuContext,
+        reps: u32,
+        record: &dyn Fn(&mut wgpu::ComputePass<'_>),
+    ) -> Result<Duration> {
+        let t0 = Instant::now();
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kernel plan timing"),
+            });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("kernel plan timing"),
+                timestamp_writes: None,
+            });
+            for _ in 0..reps {
+                record(&mut pass);
+            }
+        }
+        encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.select_staging, 0, 4);
+        let submission = ctx.queue.submit([encoder.finish()]);
+        ctx.read_staging(&self.select_staging, 4, submission)
+            .await?;
+        Ok(t0.elapsed())
+    }
+}
