@@ -14,6 +14,10 @@
 // linear_prefill_rows (many tokens): invocation (i, j) computes rows 4i .. 4i + 4 for tokens
 // RTOK·j .. RTOK·j + RTOK: each part of its four weight rows is decoded once and used for all
 // RTOK tokens, so weights are read once per RTOK tokens, with no shared tile.
+//
+// Loops: llvmpipe stops a shader's loops after about 65k iterations in all (a guard against
+// runaway shaders), so loops with a runtime bound stay per row or per column, never per part
+// and token: a row of 14,336 columns is 1,792 parts.
 #include "linear_io.wgsl"
 
 // Rows per invocation: one vec4 of sums (GLU pairs and RoPE pairs never straddle invocations).
@@ -144,7 +148,12 @@ fn linear_prefill_rows(
         let w1 = part_or_zero(row0 + 1u, p, cols);
         let w2 = part_or_zero(row0 + 2u, p, cols);
         let w3 = part_or_zero(row0 + 3u, p, cols);
-        for (var j = 0u; j < live_t; j++) {
+        // a constant trip count (unrolled): llvmpipe caps the loop iterations of a shader
+        // in all, so per-part loops must not count against it
+        for (var j = 0u; j < RTOK; j++) {
+            if j >= live_t {
+                break;
+            }
             let t = t0 + j;
 #ifdef NORM_RMS
             let lo = x4_raw(t, 8u * p);

@@ -39,6 +39,8 @@ pub const NORM: ShaderFile = shader_file!("norm.wgsl");
 pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
 /// Causal grouped-query attention over the KV cache.
 pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
+/// Attention in the rows shape (an invocation per head and token; no barriers).
+pub const ATTENTION_ROWS: ShaderFile = shader_file!("attention_rows.wgsl");
 /// Elementwise kernels: SwiGLU, GELU, residual add.
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
 /// Linear layers with weights in their stored type (decode and prefill).
@@ -353,7 +355,16 @@ mod tests {
 
     #[test]
     fn every_shipped_shader_preprocesses_both_ways() {
-        for file in [MATVEC, NORM, ROPE, ATTENTION, ELEMENTWISE, COPY, SELECT] {
+        for file in [
+            MATVEC,
+            NORM,
+            ROPE,
+            ATTENTION,
+            ATTENTION_ROWS,
+            ELEMENTWISE,
+            COPY,
+            SELECT,
+        ] {
             for d in [
                 Defines::new().value("WG_SIZE", "256u"),
                 Defines::new()

@@ -757,19 +757,38 @@ impl Graph<'_> {
                     max,
                 )?));
             }
-            let attention = Attention::new(ctx, cache, red).await?;
-            nodes.push(Node::Kernel(attention.bind(
-                ctx,
-                step,
-                &a.q,
-                q_stride,
-                &self.kv.k[layer],
-                &self.kv.v[layer],
-                &a.attn,
-                heads,
-                positions,
-                max,
-            )?));
+            let mut built = Vec::new();
+            for variant in self.plan.candidates(Family::Attention) {
+                let attention =
+                    match Attention::with_variant(ctx, cache, red, variant, heads.head_dim).await {
+                        Ok(a) => a,
+                        // heads too large for the rows shape: measure without it (a forced
+                        // rows plan still fails with the reason)
+                        Err(Error::InvalidArgument { .. })
+                            if variant == Variant::Rows
+                                && self.plan.candidates(Family::Attention).len() > 1 =>
+                        {
+                            continue
+                        }
+                        Err(e) => return Err(e),
+                    };
+                built.push((
+                    variant,
+                    attention.bind(
+                        ctx,
+                        step,
+                        &a.q,
+                        q_stride,
+                        &self.kv.k[layer],
+                        &self.kv.v[layer],
+                        &a.attn,
+                        heads,
+                        positions,
+                        max,
+                    )?,
+                ));
+            }
+            nodes.push(Node::Variants(Family::Attention, built));
             let residual = LinearSpec {
                 accumulate: true,
                 ..LinearSpec::default()

@@ -10,9 +10,10 @@
 //! Each check returns the worst `|gpu − reference| / tolerance` seen (≤ 1 when it passes), so
 //! the margins can be logged.
 
+use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
 use emberlm::gpu::{
     Add, Attention, Gelu, GpuContext, Heads, KernelBinding, KernelCache, LayerNorm, Qkv, QkvForm,
-    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu,
+    Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, Variant,
 };
 use emberlm::model::config::RopeLayout;
 use emberlm::model::reference;
@@ -460,6 +461,7 @@ pub const ATTENTION_TOL: f32 = 1e-5;
 
 /// Attention against `reference::attention`, each case with mild and peaked scores and, for
 /// the second, q read from rows wider than the queries (as from a fused qkv buffer).
+/// Every variant (the workgroup and rows shapes) is checked; the worst error comes back.
 pub async fn check_attention(
     ctx: &GpuContext,
     cache: &KernelCache,
@@ -467,13 +469,40 @@ pub async fn check_attention(
     cases: &[StepCase],
     rng: &mut ChaCha8Rng,
 ) -> Result<f32, String> {
-    let op = Attention::new(ctx, cache, reduction)
-        .await
-        .map_err(err("attention"))?;
+    let mut worst = 0.0f32;
+    for variant in Variant::ALL {
+        let w = check_attention_variant(ctx, cache, reduction, variant, cases, rng).await?;
+        worst = worst.max(w);
+    }
+    Ok(worst)
+}
+
+async fn check_attention_variant(
+    ctx: &GpuContext,
+    cache: &KernelCache,
+    reduction: Reduction,
+    variant: Variant,
+    cases: &[StepCase],
+    rng: &mut ChaCha8Rng,
+) -> Result<f32, String> {
     let mut worst = 0.0f32;
     for c in cases {
+        let built = Attention::with_variant(ctx, cache, reduction, variant, c.head_dim).await;
+        if variant == Variant::Rows && c.head_dim > ROWS_MAX_HEAD_DIM {
+            // refused with the reason, never run with a silently short head loop
+            match built {
+                Err(e) if e.to_string().contains("at most 128") => continue,
+                other => {
+                    return Err(format!(
+                        "rows attention, head_dim {}: {other:?}",
+                        c.head_dim
+                    ))
+                }
+            }
+        }
+        let op = built.map_err(err("attention"))?;
         for (q_scale, fused_stride) in [(1.0f32, false), (6.0, true)] {
-            let what = format!("attention {reduction:?} {c:?} q_scale={q_scale}");
+            let what = format!("attention {variant} {reduction:?} {c:?} q_scale={q_scale}");
             let e = err(&what);
             let hd = c.head_dim as usize;
             let (q_dim, kv_dim) = (c.n_heads as usize * hd, c.n_kv_heads as usize * hd);

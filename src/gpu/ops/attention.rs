@@ -1,7 +1,9 @@
 //! Causal grouped-query attention over the KV cache (`shaders/attention.wgsl`), for decode
 //! (one token) and prefill chunks (after earlier chunks) alike.
 //!
-//! One workgroup per (query head, token), in one dispatch. Splitting long contexts over
+//! Two shapes ([`Variant`]): the workgroup shape (`attention.wgsl`) runs one workgroup per
+//! (query head, token); the rows shape (`attention_rows.wgsl`) one invocation per (query head,
+//! token), with no barriers, for CPU-like adapters. Both in one dispatch. Splitting long contexts over
 //! several workgroups (flash-decoding) would need a second dispatch to merge the splits, and
 //! in the browser a dispatch costs about as much as a whole layer's attention at a few
 //! thousand positions; the keys are instead walked in tiles with an online softmax, so the
@@ -17,7 +19,16 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
-use crate::gpu::kernels::{self, KernelCache};
+use crate::gpu::kernels::{self, Defines, KernelCache};
+use crate::gpu::plan::Variant;
+
+/// Heads per workgroup of the rows shape: one subgroup on lavapipe, one on SwiftShader (4
+/// lanes); small models have few heads, so a bigger group would leave most invocations idle.
+const ROWS_WG: u32 = 4;
+
+/// Largest head the rows shape is built for: its per-head loops must stay short enough for
+/// shader compilers to unroll them (see `attention_rows.wgsl`).
+pub const ROWS_MAX_HEAD_DIM: u32 = 128;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
@@ -46,12 +57,56 @@ pub struct Attention {
     /// Keys read as `f32`.
     scalar: Arc<wgpu::ComputePipeline>,
     key_tile: u32,
+    variant: Variant,
+    /// The head size the rows shape was built for (`None`: any).
+    head_dim: Option<u32>,
 }
 
 impl Attention {
     /// Builds (or fetches from `cache`) the kernel for the given reduction (used for the tile
     /// maxima and the softmax denominator), in its vec4 and scalar key forms.
     pub async fn new(ctx: &GpuContext, cache: &KernelCache, reduction: Reduction) -> Result<Self> {
+        Self::with_variant(ctx, cache, reduction, Variant::Workgroup, MAX_HEAD_DIM).await
+    }
+
+    /// [`Attention::new`] in `variant`'s shape (`reduction` matters to the workgroup shape
+    /// only). The rows shape is built for one `head_dim` (its loops over a head have a
+    /// constant trip count; see `attention_rows.wgsl`) of at most [`ROWS_MAX_HEAD_DIM`]; the
+    /// workgroup shape serves every head size.
+    pub async fn with_variant(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        reduction: Reduction,
+        variant: Variant,
+        head_dim: u32,
+    ) -> Result<Self> {
+        if variant == Variant::Rows {
+            positive("head_dim", head_dim)?;
+            if head_dim > ROWS_MAX_HEAD_DIM {
+                return Err(Error::invalid(
+                    "head_dim",
+                    format!(
+                        "the rows attention shape supports heads of at most {ROWS_MAX_HEAD_DIM}, got {head_dim}"
+                    ),
+                ));
+            }
+            let wg = ROWS_WG
+                .min(ctx.limits().max_compute_workgroup_size_x)
+                .max(1);
+            let defines = Defines::new()
+                .value("RWG_SIZE", format!("{wg}u"))
+                .value("HEAD_QUADS", format!("{}u", head_dim.div_ceil(4)));
+            let file = &kernels::ATTENTION_ROWS;
+            let scalar = load(ctx, cache, file, "attention_rows", defines.clone()).await?;
+            let vec4 = load(ctx, cache, file, "attention_rows", defines.flag("KV_VEC4")).await?;
+            return Ok(Self {
+                vec4,
+                scalar,
+                key_tile: wg,
+                variant,
+                head_dim: Some(head_dim),
+            });
+        }
         let key_tile = wg_size(ctx);
         let defines =
             reduce_defines(ctx, reduction)?.value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u"));
@@ -75,10 +130,18 @@ impl Attention {
             vec4,
             scalar,
             key_tile,
+            variant,
+            head_dim: None,
         })
     }
 
-    /// Keys per tile of the online softmax (the workgroup size).
+    /// The shape this kernel runs in.
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// Keys per tile of the online softmax (the workgroup size; heads per workgroup in the
+    /// rows shape).
     pub fn key_tile(&self) -> u32 {
         self.key_tile
     }
@@ -107,7 +170,21 @@ impl Attention {
         positive("max_positions", max_positions)?;
         // an invocation owns one output dimension: head_dim ≤ the workgroup, which is 256 on
         // every device wgpu creates (even its downlevel limits), so in practice MAX_HEAD_DIM
-        heads.check(MAX_HEAD_DIM.min(self.key_tile))?;
+        // (the rows shape has no such bound: an invocation owns a whole head)
+        let max_hd = match self.variant {
+            Variant::Workgroup => MAX_HEAD_DIM.min(self.key_tile),
+            Variant::Rows => MAX_HEAD_DIM,
+        };
+        heads.check(max_hd)?;
+        if let Some(hd) = self.head_dim.filter(|&hd| hd != heads.head_dim) {
+            return Err(Error::invalid(
+                "head_dim",
+                format!(
+                    "kernel built for heads of {hd}, bound with {}",
+                    heads.head_dim
+                ),
+            ));
+        }
         let q_dim = heads.q_dim();
         if u64::from(q_row_stride) < q_dim {
             return Err(Error::invalid(
@@ -127,7 +204,11 @@ impl Attention {
         for (name, other) in [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] {
             check_distinct("out", out, name, other)?;
         }
-        let (x, y) = dispatch_grid(ctx, "attention", heads.n_heads)?;
+        let groups = match self.variant {
+            Variant::Workgroup => heads.n_heads,
+            Variant::Rows => heads.n_heads.div_ceil(self.key_tile),
+        };
+        let (x, y) = dispatch_grid(ctx, "attention", groups)?;
         if y != 1 {
             return Err(Error::invalid(
                 "n_heads",

@@ -1,0 +1,136 @@
+// Causal grouped-query attention in the shape that suits CPU-like adapters: no barrier, no
+// workgroup memory, and each invocation owning one (query head, token) whole. The same math as
+// attention.wgsl (see there for shapes): the invocation keeps its scaled query and its output
+// accumulator in private memory and walks the keys 0..=p once with an online softmax,
+// rescaling only when the running maximum grows. Invocations of a workgroup take neighbouring
+// heads of the same token, so heads sharing a KV head read the same keys (a broadcast).
+// Workgroup: RWG_SIZE heads of one token; grid (ceil(n_heads / RWG_SIZE), n_tokens).
+//
+// HEAD_QUADS (ceil(head_dim / 4)) is a constant of the pipeline, not a runtime value: the loops
+// over a head then have a constant trip count and are unrolled. llvmpipe bounds the iterations
+// a shader's loops may run in all (about 65k, to stop runaway shaders), and a runtime-bounded
+// loop per key would reach that bound at a couple of thousand keys and silently cut attention
+// short. Only the loop over keys remains (contexts stay far below that bound).
+
+struct Params {
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    q_stride: u32,
+    max_positions: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+struct Step {
+    pos0: u32,
+    n_tokens: u32,
+    kv_len: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step_params: Step;
+@group(0) @binding(2) var<storage, read> q: array<f32>;
+#ifdef KV_VEC4
+@group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> v_cache: array<vec4<f32>>;
+#else
+@group(0) @binding(3) var<storage, read> k_cache: array<f32>;
+@group(0) @binding(4) var<storage, read> v_cache: array<f32>;
+#endif
+@group(0) @binding(5) var<storage, read_write> attn_out: array<f32>;
+
+// Finite stand-in for -infinity (WGSL implementations may assume no infinities).
+const NEG_BIG: f32 = -3.4028234e38;
+
+// Four values of a cache row from element `base + 4 * i` (zeros past the head under scalar
+// reads, whose head_dim need not be a multiple of 4).
+fn k4(base: u32, i: u32, hd: u32) -> vec4<f32> {
+#ifdef KV_VEC4
+    return k_cache[base / 4u + i];
+#else
+    var out = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        let d = 4u * i + c;
+        if d < hd {
+            out[c] = k_cache[base + d];
+        }
+    }
+    return out;
+#endif
+}
+
+fn v4(base: u32, i: u32, hd: u32) -> vec4<f32> {
+#ifdef KV_VEC4
+    return v_cache[base / 4u + i];
+#else
+    var out = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        let d = 4u * i + c;
+        if d < hd {
+            out[c] = v_cache[base + d];
+        }
+    }
+    return out;
+#endif
+}
+
+fn score(base: u32, hd: u32, qv: ptr<function, array<vec4<f32>, HEAD_QUADS>>) -> f32 {
+    var s4 = vec4<f32>(0.0);
+    for (var i = 0u; i < HEAD_QUADS; i++) {
+        s4 += (*qv)[i] * k4(base, i, hd);
+    }
+    return (s4.x + s4.y) + (s4.z + s4.w);
+}
+
+@compute @workgroup_size(RWG_SIZE)
+fn attention_rows(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let h = wid.x * RWG_SIZE + lid;
+    let t = wid.y;
+    if h >= params.n_heads || t >= step_params.n_tokens {
+        return;
+    }
+    let hd = params.head_dim;
+    let kv_dim = params.n_kv_heads * hd;
+    let kv_off = (h / (params.n_heads / params.n_kv_heads)) * hd;
+    // keys 0..=p; positions past the cache were refused on the host, never read past it
+    let n_keys = min(step_params.pos0 + t + 1u, params.max_positions);
+
+    var qv: array<vec4<f32>, HEAD_QUADS>;
+    let q_base = t * params.q_stride + h * hd;
+    for (var d = 0u; d < hd; d++) {
+        qv[d / 4u][d % 4u] = q[q_base + d] * params.scale;
+    }
+    var acc: array<vec4<f32>, HEAD_QUADS>;
+    var m = NEG_BIG;
+    var l = 0.0;
+    for (var j = 0u; j < n_keys; j++) {
+        let base = j * kv_dim + kv_off;
+        let s = score(base, hd, &qv);
+        if s > m {
+            // rescale what was summed under the old maximum (nothing at the first key, where
+            // exp(NEG_BIG - s) underflows to 0)
+            let alpha = exp(m - s);
+            l *= alpha;
+            for (var i = 0u; i < HEAD_QUADS; i++) {
+                acc[i] *= alpha;
+            }
+            m = s;
+        }
+        let p = exp(s - m);
+        l += p;
+        for (var i = 0u; i < HEAD_QUADS; i++) {
+            acc[i] += p * v4(base, i, hd);
+        }
+    }
+    let inv_l = 1.0 / l;
+    let out_base = t * params.n_heads * hd + h * hd;
+    for (var d = 0u; d < hd; d++) {
+        attn_out[out_base + d] = acc[d / 4u][d % 4u] * inv_l;
+    }
+}
