@@ -166,13 +166,15 @@ impl Forward {
         start: Instant,
         budget: Duration,
     ) -> Result<f64> {
+        // a decode step at a mid-length context, and a chunk after a short prompt
         let context = self.kv.context() as u32;
         let chunk = (self.chunk as u32).min(context);
         let decode_pos = context.min(512) - 1;
+        let chunk_pos = (context - chunk).min(256);
         let steps: &[(u32, u32)] = match family {
             Family::LinearDecode => &[(decode_pos, 1)],
             Family::LinearPrefill => &[(0, chunk)],
-            Family::Attention => &[(decode_pos, 1), (context - chunk, chunk)],
+            Family::Attention => &[(decode_pos, 1), (chunk_pos, chunk)],
         };
         let mut plan = self.plan.clone();
         plan.choices.insert(family, (variant, Source::Forced));
@@ -190,17 +192,21 @@ impl Forward {
                     h.record_planned(pass, n_tokens, &plan);
                 }
             };
-            // warm-up: first dispatches may compile or fault in memory
-            self.run_batch(ctx, 1, &record).await?;
+            // The first batch also warms up (first dispatches may compile or fault in
+            // memory): it is timed again unless it already took long enough to stand alone.
             let mut reps = 1u32;
+            let mut warm = false;
             loop {
                 let elapsed = self.run_batch(ctx, reps, &record).await?;
-                let enough = elapsed >= MIN_BATCH || reps >= MAX_REPS;
-                if enough || start.elapsed() > budget {
+                let enough = elapsed >= MIN_BATCH * 4 || (warm && elapsed >= MIN_BATCH);
+                if enough || reps >= MAX_REPS || start.elapsed() > budget {
                     total += elapsed.as_secs_f64() / f64::from(reps);
                     break;
                 }
-                reps = (reps * 4).min(MAX_REPS);
+                if warm {
+                    reps = (reps * 4).min(MAX_REPS);
+                }
+                warm = true;
             }
         }
         Ok(total)
