@@ -351,6 +351,7 @@ impl Grid {
 /// the step, then its storage buffers in order.
 #[derive(Debug)]
 pub struct KernelBinding {
+    label: String,
     pipeline: Arc<wgpu::ComputePipeline>,
     bind_group: wgpu::BindGroup,
     grid: Grid,
@@ -420,6 +421,7 @@ impl KernelBinding {
             entries: &entries,
         });
         Self {
+            label: label.to_string(),
             pipeline: Arc::clone(pipeline),
             bind_group,
             grid,
@@ -440,11 +442,7 @@ impl KernelBinding {
     /// grids).
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
         let (x, y, z) = self.grid.size(n_tokens);
-        self.counters.dispatch(match self.weights {
-            WeightRead::None => 0,
-            WeightRead::Whole(bytes) => bytes,
-            WeightRead::PerToken(bytes) => bytes * u64::from(n_tokens.max(1)),
-        });
+        self.counters.dispatch(self.weight_bytes(n_tokens));
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(x, y, z);
@@ -453,6 +451,20 @@ impl KernelBinding {
     /// The grid this binding dispatches.
     pub fn grid(&self) -> Grid {
         self.grid
+    }
+
+    /// The label it was bound with (the kernel and its shape, `linear Q4_1 [960, 576]`).
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Model-weight bytes one dispatch reads for a step of `n_tokens` tokens.
+    pub fn weight_bytes(&self, n_tokens: u32) -> u64 {
+        match self.weights {
+            WeightRead::None => 0,
+            WeightRead::Whole(bytes) => bytes,
+            WeightRead::PerToken(bytes) => bytes * u64::from(n_tokens.max(1)),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use emberlm::gpu::ops::copy_bandwidth;
 use emberlm::gpu::{Counters, CountersPer, KernelCache};
 use emberlm::model::forward::Forward;
 use emberlm::sampling::SamplingParams;
-use emberlm::{GpuContext, GpuOptions};
+use emberlm::GpuContext;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -257,7 +257,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         drop(session.take());
         let start = Instant::now();
         let files = ModelFiles::open(&model)?;
-        let ctx = pollster::block_on(GpuContext::new(GpuOptions::default()))?;
+        let ctx = pollster::block_on(GpuContext::new(crate::cli::gpu_options()))?;
         let s = pollster::block_on(Session::new(ctx, &files, Some(context)))?;
         load_s.push(start.elapsed().as_secs_f64());
         session = Some(s);
@@ -369,7 +369,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         }
     };
     drop(session);
-    let ctx = pollster::block_on(GpuContext::new(GpuOptions::default()))?;
+    let ctx = pollster::block_on(GpuContext::new(crate::cli::gpu_options()))?;
     let kv_context = kv_prompt.len() + kv_tokens.iter().copied().max().unwrap_or(0) + 1;
     let mut fwd = pollster::block_on(Forward::new(
         &ctx,

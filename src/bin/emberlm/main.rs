@@ -9,6 +9,8 @@ mod chat;
 #[cfg(not(target_arch = "wasm32"))]
 mod generate;
 #[cfg(not(target_arch = "wasm32"))]
+mod profile;
+#[cfg(not(target_arch = "wasm32"))]
 mod sampling_args;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -20,6 +22,7 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use emberlm::format::{default_context, ModelFiles};
+    use emberlm::gpu::KernelOverrides;
     use emberlm::{GpuContext, GpuOptions};
 
     use crate::batch::BatchArgs;
@@ -95,7 +98,7 @@ mod cli {
         if context == Some(0) {
             return Err(Failure::usage("--ctx must be at least 1"));
         }
-        let gpu = pollster::block_on(GpuContext::new(GpuOptions::default()))?;
+        let gpu = pollster::block_on(GpuContext::new(gpu_options()))?;
         Ok(pollster::block_on(emberlm::generate::Session::new(
             gpu, &files, context,
         ))?)
@@ -131,8 +134,24 @@ mod cli {
     #[derive(Debug, Parser)]
     #[command(name = "emberlm", version, about, long_about)]
     struct Cli {
+        /// Force kernel variants instead of the measured plan: `rows` or `workgroup` for every
+        /// kernel family, or `linear_decode=rows,attention=workgroup` (families:
+        /// linear_decode, linear_prefill, attention). Also read from `EMBERLM_KERNELS`.
+        #[arg(long, global = true, value_name = "SPEC")]
+        kernels: Option<String>,
         #[command(subcommand)]
         command: Command,
+    }
+
+    /// `--kernels`, parsed once by `main`.
+    static KERNELS: std::sync::OnceLock<KernelOverrides> = std::sync::OnceLock::new();
+
+    /// The GPU options every subcommand uses: the defaults with `--kernels` applied.
+    pub fn gpu_options() -> GpuOptions {
+        GpuOptions {
+            kernels: KERNELS.get().cloned().unwrap_or_default(),
+            ..GpuOptions::default()
+        }
     }
 
     #[derive(Debug, Subcommand)]
@@ -147,6 +166,8 @@ mod cli {
         Perplexity(PerplexityArgs),
         /// Benchmarks: speed, memory, engine counters, bandwidth, llama.cpp side by side.
         Bench(Box<crate::bench::BenchArgs>),
+        /// Time per kernel of one decode step and one prefill chunk, with the kernel plan.
+        Profile(crate::profile::ProfileArgs),
         /// Describe the GPU adapter and device emberlm would use.
         Adapter {
             /// Print JSON instead of text.
@@ -218,12 +239,24 @@ mod cli {
 
     pub fn main() -> std::process::ExitCode {
         let cli = Cli::parse();
+        if let Some(spec) = &cli.kernels {
+            match spec.parse::<KernelOverrides>() {
+                Ok(k) => {
+                    let _ = KERNELS.set(k);
+                }
+                Err(e) => {
+                    eprintln!("emberlm: --kernels: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            }
+        }
         let result = match cli.command {
             Command::Generate(args) => crate::generate::generate(*args),
             Command::Perplexity(args) => crate::generate::perplexity(args),
             Command::Chat(args) => crate::chat::chat(*args),
             Command::Batch(args) => crate::batch::batch(*args),
             Command::Bench(args) => crate::bench::bench(*args),
+            Command::Profile(args) => crate::profile::profile(args),
             other => run(other),
         };
         match result {
@@ -379,7 +412,7 @@ mod cli {
             return Err(Failure::usage("the input has no tokens"));
         }
         let context = context.unwrap_or_else(|| default_context(&weights.config));
-        let gpu = pollster::block_on(GpuContext::new(GpuOptions::default()))?;
+        let gpu = pollster::block_on(GpuContext::new(gpu_options()))?;
         let cache = emberlm::gpu::KernelCache::new();
         let mut fwd = pollster::block_on(emberlm::model::forward::Forward::new(
             &gpu,
@@ -420,7 +453,8 @@ mod cli {
             | Command::Perplexity(_)
             | Command::Chat(_)
             | Command::Batch(_)
-            | Command::Bench(_) => Ok(()),
+            | Command::Bench(_)
+            | Command::Profile(_) => Ok(()),
             Command::Logits {
                 model,
                 prompt,
@@ -442,7 +476,7 @@ mod cli {
             Command::Adapter { json, no_subgroups } => {
                 let options = GpuOptions {
                     allow_subgroups: !no_subgroups,
-                    ..GpuOptions::default()
+                    ..gpu_options()
                 };
                 let ctx = pollster::block_on(GpuContext::new(options))?;
                 let report = ctx.report();

@@ -545,6 +545,10 @@ impl Linear {
             rows,
             cols,
             last_row: opts.last_row,
+            options: opts,
+            weight_bytes: self
+                .dtype
+                .bytes_for(u64::from(rows) * u64::from(cols), "w")?,
             _alive: AliveBuffers::new(ctx.counter_cells(), freqs.iter().map(|f| f.size())),
             _freqs: freqs,
         })
@@ -560,6 +564,8 @@ pub struct LinearBinding {
     rows: u32,
     cols: u32,
     last_row: bool,
+    options: LinearOptions,
+    weight_bytes: u64,
     /// The RoPE frequency table of a Q/K/V layer (the bind groups use it).
     _freqs: Option<wgpu::Buffer>,
     _alive: AliveBuffers,
@@ -629,5 +635,48 @@ impl LinearBinding {
     /// `(rows, cols)` of the weight matrix.
     pub fn shape(&self) -> (u32, u32) {
         (self.rows, self.cols)
+    }
+
+    /// What the layer fuses.
+    pub fn options(&self) -> LinearOptions {
+        self.options
+    }
+
+    /// Bytes of its weight matrix as stored (read once per dispatch).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    /// A short name of the layer by its fusions, for profiles: `qkv+rope+kv`, `gate_up+swiglu`,
+    /// `residual`, `lm_head`, ...
+    pub fn kind(&self) -> String {
+        let o = self.options;
+        let mut parts: Vec<&str> = Vec::new();
+        if o.last_row {
+            parts.push("lm_head");
+        } else if o.kv_write {
+            parts.push("qkv");
+        }
+        if o.norm.is_some() && !o.last_row {
+            parts.push("norm");
+        }
+        if o.rope {
+            parts.push("rope");
+        }
+        if o.kv_write {
+            parts.push("kv_write");
+        }
+        match o.epilogue {
+            Epilogue::SwiGlu => parts.push("swiglu"),
+            Epilogue::Gelu => parts.push("gelu"),
+            Epilogue::None => {}
+        }
+        if o.accumulate {
+            parts.push("residual");
+        }
+        if parts.is_empty() {
+            parts.push("plain");
+        }
+        parts.join("+")
     }
 }

@@ -235,7 +235,7 @@ impl Forward {
     }
 
     /// Records `record` `reps` times in one pass, submits, waits; the wall time.
-    async fn run_batch(
+    pub(super) async fn run_batch(
         &self,
         ctx: &GpuContext,
         reps: u32,
