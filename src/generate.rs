@@ -461,6 +461,23 @@ impl Session {
         self.abort.clone()
     }
 
+    /// Profiles the model's kernels (see [`Forward::profile`]): a decode step at `decode_pos`
+    /// and a prefill chunk of `prompt_tokens`. The conversation is forgotten (the profile
+    /// overwrites the KV cache).
+    pub async fn profile(
+        &mut self,
+        decode_pos: u32,
+        prompt_tokens: u32,
+    ) -> Result<crate::model::forward::Profile> {
+        self.cached.clear();
+        let result = self
+            .forward
+            .profile(&self.ctx, decode_pos, prompt_tokens)
+            .await;
+        self.reset();
+        result
+    }
+
     /// Forgets the conversation: the next call starts from an empty KV cache.
     pub fn reset(&mut self) {
         self.cached.clear();

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
 use emberlm::format::ModelFiles;
-use emberlm::gpu::KernelCache;
+use emberlm::gpu::{KernelCache, KernelOverrides, Variant};
 use emberlm::{GpuContext, GpuOptions};
 
 fn root() -> PathBuf {
@@ -41,39 +41,64 @@ fn check(ctx: &GpuContext, model: &Path, golden_file: &str, tol: f64, decode: De
     eprintln!("{name}: max |Δ logit| vs f64 = {worst:.2e}");
 }
 
+/// Every fixture model and its golden.
+const TINY: &[(&str, &str)] = &[
+    ("tiny-gpt2-f32.gguf", "tiny-gpt2-f32.golden.json"),
+    ("tiny-gpt2-f16.gguf", "tiny-gpt2-f16.golden.json"),
+    ("tiny-gpt2", "tiny-gpt2-f32.golden.json"),
+    ("tiny-llama-f32.gguf", "tiny-llama-f32.golden.json"),
+    ("tiny-llama-q8_0.gguf", "tiny-llama-q8_0.golden.json"),
+    ("tiny-llama-q4_0.gguf", "tiny-llama-q4_0.golden.json"),
+    ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json"),
+    ("tiny-llama", "tiny-llama-f32.golden.json"),
+    ("tiny-llama-256-f32.gguf", "tiny-llama-256-f32.golden.json"),
+    (
+        "tiny-llama-256-q4_k_m.gguf",
+        "tiny-llama-256-q4_k_m.golden.json",
+    ),
+    (
+        "tiny-llama-256-q5_k_m.gguf",
+        "tiny-llama-256-q5_k_m.golden.json",
+    ),
+    (
+        "tiny-llama-256-q6_k.gguf",
+        "tiny-llama-256-q6_k.golden.json",
+    ),
+    ("tiny-llama-256", "tiny-llama-256-f32.golden.json"),
+    ("tiny-llama-spm-f32.gguf", "tiny-llama-spm-f32.golden.json"),
+    ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),
+];
+
+/// A context whose every kernel family runs `variant`.
+fn forced(variant: Variant) -> GpuOptions {
+    GpuOptions {
+        kernels: KernelOverrides::all(variant),
+        ..GpuOptions::default()
+    }
+}
+
 #[test]
 fn tiny_models_match_f64_goldens() {
     let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
         return;
     };
     let fx = root().join("tests/fixtures");
-    for (model, golden) in [
-        ("tiny-gpt2-f32.gguf", "tiny-gpt2-f32.golden.json"),
-        ("tiny-gpt2-f16.gguf", "tiny-gpt2-f16.golden.json"),
-        ("tiny-gpt2", "tiny-gpt2-f32.golden.json"),
-        ("tiny-llama-f32.gguf", "tiny-llama-f32.golden.json"),
-        ("tiny-llama-q8_0.gguf", "tiny-llama-q8_0.golden.json"),
-        ("tiny-llama-q4_0.gguf", "tiny-llama-q4_0.golden.json"),
-        ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json"),
-        ("tiny-llama", "tiny-llama-f32.golden.json"),
-        ("tiny-llama-256-f32.gguf", "tiny-llama-256-f32.golden.json"),
-        (
-            "tiny-llama-256-q4_k_m.gguf",
-            "tiny-llama-256-q4_k_m.golden.json",
-        ),
-        (
-            "tiny-llama-256-q5_k_m.gguf",
-            "tiny-llama-256-q5_k_m.golden.json",
-        ),
-        (
-            "tiny-llama-256-q6_k.gguf",
-            "tiny-llama-256-q6_k.golden.json",
-        ),
-        ("tiny-llama-256", "tiny-llama-256-f32.golden.json"),
-        ("tiny-llama-spm-f32.gguf", "tiny-llama-spm-f32.golden.json"),
-        ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),
-    ] {
+    for (model, golden) in TINY {
         check(&ctx, &fx.join(model), golden, 2e-3, Decode::All);
+    }
+}
+
+#[test]
+fn tiny_models_match_f64_goldens_in_every_kernel_variant() {
+    for variant in Variant::ALL {
+        let Some(ctx) = common::native_gpu(forced(variant)) else {
+            return;
+        };
+        eprintln!("every kernel family forced to {variant}");
+        let fx = root().join("tests/fixtures");
+        for (model, golden) in TINY {
+            check(&ctx, &fx.join(model), golden, 2e-3, Decode::All);
+        }
     }
 }
 
@@ -87,15 +112,18 @@ fn smollm2_matches_f64_goldens() {
         );
         return;
     }
-    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
-        return;
-    };
-    // token-by-token decode on the longest prompt only: lavapipe takes about a second a token
-    check(
-        &ctx,
-        &model,
-        "smollm2-135m-q4_1.golden.json",
-        2e-2,
-        Decode::Longest,
-    );
+    // both kernel shapes; token-by-token decode on the longest prompt only
+    for variant in Variant::ALL {
+        let Some(ctx) = common::native_gpu(forced(variant)) else {
+            return;
+        };
+        eprintln!("every kernel family forced to {variant}");
+        check(
+            &ctx,
+            &model,
+            "smollm2-135m-q4_1.golden.json",
+            2e-2,
+            Decode::Longest,
+        );
+    }
 }

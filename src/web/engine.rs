@@ -20,7 +20,7 @@ use super::types::{CountersJs, EngineInfoJs, GenerationJs, SourceNote, TokenEven
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::format::ModelFiles;
 use crate::generate::{AbortHandle, GenerateOptions, Generation, Prompt, Session, TokenEvent};
-use crate::gpu::{GpuContext, GpuOptions};
+use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
 use crate::Error;
 
 /// First-come first-served turns: an async mutex for a single-threaded executor.
@@ -72,6 +72,8 @@ pub(crate) struct Inner {
     files: Rc<ModelFiles>,
     /// The KV cache length asked for at load.
     context: Option<usize>,
+    /// The device options asked for at load (kernel variants forced), kept for rebuilds.
+    gpu_options: GpuOptions,
     /// `None` while a call uses it, and after device loss until the next call rebuilds it.
     session: RefCell<Option<Session>>,
     /// Stops the running call; replaced when the session is rebuilt.
@@ -94,7 +96,7 @@ impl Inner {
         if let Some(session) = self.session.borrow_mut().take() {
             return Ok(session);
         }
-        let gpu = GpuContext::new(GpuOptions::default())
+        let gpu = GpuContext::new(self.gpu_options.clone())
             .await
             .map_err(|e| js_error(&e))?;
         let session = Session::new(gpu, &self.files, self.context)
@@ -162,6 +164,15 @@ impl Inner {
         let session = self.take_session().await?;
         let result = f(&session);
         self.give_back(session, result)
+    }
+
+    /// Profiles the kernels in its turn (the conversation is forgotten).
+    async fn profile(&self, decode_pos: u32, prompt_tokens: u32) -> Result<JsValue, JsValue> {
+        let _turn = self.queue.turn().await;
+        let mut session = self.take_session().await?;
+        let result = session.profile(decode_pos, prompt_tokens).await;
+        let profile = self.give_back(session, result)?;
+        to_js(&profile)
     }
 
     async fn destroy_device(&self) -> Result<JsValue, JsValue> {
@@ -271,6 +282,14 @@ impl Engine {
         };
         let cache = string_option("cache")?;
         let name = string_option("name")?;
+        let kernels = match string_option("kernels")? {
+            Some(spec) => spec.parse::<KernelOverrides>().map_err(|e| js_error(&e))?,
+            None => KernelOverrides::none(),
+        };
+        let gpu_options = GpuOptions {
+            kernels,
+            ..GpuOptions::default()
+        };
         let source = Source::from_js(&source).map_err(|e| js_error(&e))?;
         let report = |phase: &str, loaded: u64, total: u64| {
             if let Some(f) = &on_progress {
@@ -284,7 +303,7 @@ impl Engine {
         };
 
         // The device first: without WebGPU there is no point downloading the model.
-        let gpu = GpuContext::new(GpuOptions::default())
+        let gpu = GpuContext::new(gpu_options.clone())
             .await
             .map_err(|e| js_error(&e))?;
         let fetched = source
@@ -319,6 +338,7 @@ impl Engine {
                 queue: Rc::default(),
                 files: Rc::new(files),
                 context,
+                gpu_options,
                 abort: RefCell::new(session.abort_handle()),
                 session: RefCell::new(Some(session)),
                 info: RefCell::new(info),
@@ -466,6 +486,32 @@ impl Engine {
         spawn_promise(async move {
             let counters = inner.with_session(|s| Ok(CountersJs::new(s))).await?;
             to_js(&counters)
+        })
+    }
+
+    /// Times every kernel of one decode step (at position `decodePos`, default 32) and one
+    /// prefill chunk (`promptTokens` tokens, default 32, at most 64) under the kernel plan, in
+    /// its turn. The conversation is forgotten (the profile overwrites the KV cache).
+    #[wasm_bindgen(unchecked_return_type = "Promise<KernelProfile>")]
+    pub fn profile(
+        &self,
+        #[wasm_bindgen(unchecked_optional_param_type = "ProfileOptions")] options: JsValue,
+    ) -> Promise {
+        let number = |key: &'static str, default: u32| -> Result<u32, JsValue> {
+            let v = load_option(&options, key);
+            if !present(&v) {
+                return Ok(default);
+            }
+            v.as_f64()
+                .filter(|n| n.fract() == 0.0 && *n >= 0.0 && *n <= f64::from(u32::MAX))
+                .map(|n| n as u32)
+                .ok_or_else(|| js_error(&Error::invalid(key, "must be a whole number >= 0")))
+        };
+        let args = number("decodePos", 32).and_then(|d| Ok((d, number("promptTokens", 32)?)));
+        let inner = Rc::clone(&self.inner);
+        spawn_promise(async move {
+            let (decode_pos, prompt_tokens) = args?;
+            inner.profile(decode_pos, prompt_tokens).await
         })
     }
 

@@ -47,6 +47,62 @@ export interface LoadOptions {
   cache?: string;
   /** A name for messages when the source is raw bytes (default `model.gguf`). */
   name?: string;
+  /**
+   * Force kernel variants instead of the plan measured on this device: `'rows'` or
+   * `'workgroup'` for every kernel family, or `'linear_decode=rows,attention=workgroup'`.
+   */
+  kernels?: string;
+}
+
+/** Options of `engine.profile`. */
+export interface ProfileOptions {
+  /** Position of the profiled decode step (default 32). */
+  decodePos?: number;
+  /** Tokens of the profiled prefill chunk (default 32, at most one chunk). */
+  promptTokens?: number;
+}
+
+/** One kernel of a profiled step (every node of the same kernel, variant and shape). */
+export interface KernelProfileRow {
+  kernel: string;
+  shape: string;
+  variant: 'workgroup' | 'rows' | null;
+  /** Dispatches per step. */
+  count: number;
+  /** Seconds per step, all its dispatches. */
+  seconds: number;
+  /** Model weights and KV cache read per step, bytes. */
+  bytes: number;
+}
+
+/** One profiled step. */
+export interface StepProfile {
+  n_tokens: number;
+  pos0: number;
+  /** Slowest first. */
+  rows: KernelProfileRow[];
+  kernels_seconds: number;
+  /** The whole step in one pass, timed the same way. */
+  step_seconds: number;
+}
+
+/** What `engine.profile()` resolves to. */
+export interface KernelProfile {
+  plan: KernelPlanInfo;
+  decode: StepProfile;
+  prefill: StepProfile;
+}
+
+/** The kernel plan: which shape each kernel family runs, and why. */
+export interface KernelPlanInfo {
+  /** Family (`linear_decode`, `linear_prefill`, `attention`) → [variant, how it was chosen]. */
+  choices: Record<string, ['workgroup' | 'rows', 'measured' | 'reused' | 'forced' | 'guessed']>;
+  /** Seconds per run of each timed variant (empty when nothing was timed). */
+  timings: { family: string; variant: string; seconds: number }[];
+  /** Seconds spent measuring at this load. */
+  measure_seconds: number;
+  /** Where the plan is kept (a Cache API URL), when it is. */
+  stored_at: string | null;
 }
 
 /**
@@ -235,6 +291,8 @@ export interface EngineInfo {
   loadedFromCache: boolean;
   /** The file was stored in the Cache API by this load. */
   storedInCache: boolean;
+  /** The kernel plan of this device and model. */
+  kernelPlan: KernelPlanInfo;
 }
 
 /**
@@ -453,6 +511,7 @@ pub(crate) struct EngineInfoJs {
     has_chat_template: bool,
     loaded_from_cache: bool,
     stored_in_cache: bool,
+    kernel_plan: crate::gpu::KernelPlan,
 }
 
 impl EngineInfoJs {
@@ -497,6 +556,7 @@ impl EngineInfoJs {
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,
+            kernel_plan: session.forward().plan().clone(),
         }
     }
 
