@@ -217,18 +217,14 @@ impl Forward {
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
         for node in &self.nodes {
-            match (family, node) {
-                (Family::LinearDecode | Family::LinearPrefill, Node::Linear(l)) => {
-                    if seen.insert(l.shape()) {
-                        out.push(node);
-                    }
-                }
-                (f, Node::Variants(g, _)) if f == *g => {
-                    if seen.insert((0, 0)) {
-                        out.push(node);
-                    }
-                }
-                _ => {}
+            let key = match (family, node) {
+                (Family::LinearDecode | Family::LinearPrefill, Node::Linear(l)) => l.shape(),
+                // every layer's attention has the same shape
+                (f, Node::Variants(g, _)) if f == *g => (0, 0),
+                _ => continue,
+            };
+            if seen.insert(key) {
+                out.push(node);
             }
         }
         out

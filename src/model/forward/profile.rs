@@ -73,6 +73,9 @@ struct Item<'a> {
     bytes: u64,
 }
 
+/// (kernel, shape, variant): what profile rows are grouped by.
+type GroupKey = (String, String, Option<Variant>);
+
 #[derive(Clone, Copy)]
 enum Timed<'a> {
     Node(&'a Node),
@@ -166,8 +169,7 @@ impl Forward {
             variant: Some(plan.variant(Family::LinearDecode)),
             bytes: self.head_last.weight_bytes(),
         });
-        let mut groups: BTreeMap<(String, String, Option<Variant>), (Timed<'_>, usize, u64)> =
-            BTreeMap::new();
+        let mut groups: BTreeMap<GroupKey, (Timed<'_>, usize, u64)> = BTreeMap::new();
         for item in items {
             let e = groups
                 .entry((item.kernel, item.shape, item.variant))
