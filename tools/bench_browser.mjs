@@ -5,7 +5,11 @@
 // bench/results/<YYYY-MM-DD>-browser-<adapter>.json (a file of its own, beside the native one).
 //
 //   node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH]
-//                                [--wllama-threads N] [--wllama-gpu-layers N]
+//                                [--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC]
+//
+// --kernels forces emberlm's kernel variants (as Engine.load's `kernels`); without it the plan
+// measured (or reused) on the adapter runs. The first emberlm run also profiles the kernels
+// (engine.profile()) and the table prints the plan and the profile.
 //
 // Full settings: prompts of 128 and 512 tokens, 128 generated tokens after the 128-token one.
 // --quick: a 32-token prompt and 8 generated tokens (minutes on a software adapter).
@@ -37,14 +41,14 @@ const TEXT = 'The history of computing is a story of machines that became smalle
 function usage(message) {
   if (message) console.error(`bench_browser: ${message}`);
   console.error('usage: node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH] '
-    + '[--wllama-threads N] [--wllama-gpu-layers N]');
+    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC]');
   process.exit(2);
 }
 
 function parseArgs(argv) {
   const o = {
     model: 'models/SmolLM2-135M-Instruct.Q4_1.gguf', quick: false, runs: 3, out: null,
-    wllamaThreads: null, wllamaGpuLayers: 0,
+    wllamaThreads: null, wllamaGpuLayers: 0, kernels: null,
   };
   const int = (flag, v, min) => {
     const n = Number(v);
@@ -63,6 +67,7 @@ function parseArgs(argv) {
     else if (a === '--out') o.out = next();
     else if (a === '--wllama-threads') o.wllamaThreads = int(a, next(), 1);
     else if (a === '--wllama-gpu-layers') o.wllamaGpuLayers = int(a, next(), 0);
+    else if (a === '--kernels') o.kernels = next();
     else if (a === '-h' || a === '--help') usage();
     else usage(`unknown argument ${a}`);
   }
@@ -181,7 +186,8 @@ async function main() {
       if (!ours.error) {
         try {
           const t0 = performance.now();
-          const load = await page.evaluate(([u, c]) => bench.emberLoad(u, { contextLength: c }), [modelUrl, context]);
+          const load = await page.evaluate(([u, c, k]) => bench.emberLoad(u, { contextLength: c, kernels: k }),
+            [modelUrl, context, o.kernels]);
           ours.info = load.info;
           ours.version = load.version;
           if (!prompts) {
@@ -199,6 +205,9 @@ async function main() {
           for (const p of prompts.slice(1)) {
             const r = await page.evaluate(([ids]) => bench.emberRun(ids, 1), [p.ids]);
             rec.prefill.push({ tokens: p.ids.length, ms: r.stats.prefillMs, counters: r.counters });
+          }
+          if (run === 0) {
+            ours.profile = await page.evaluate(() => bench.emberProfile());
           }
           await page.evaluate(() => bench.emberFree());
           ours.runs.push(rec);
@@ -323,6 +332,9 @@ async function main() {
         memory: lastOurs.decode.memory,
         graph_nodes: lastOurs.decode.nodes,
         prefill_chunk: lastOurs.decode.prefillChunk,
+        kernels_forced: o.kernels,
+        kernel_plan: ours.info.kernelPlan,
+        profile: ours.profile ?? null,
         counters_decode_run: decodeCounters,
         counters_per_forward_step_decode_run: perStep,
         error_after_some_runs: ours.error,
@@ -377,6 +389,23 @@ async function main() {
       const mib = (b) => (b / 1048576).toFixed(1);
       lines.push(`emberlm GPU memory: weights ${mib(m.weights)} MiB, KV ${mib(m.kvCache)} MiB, activations ${mib(m.activations)} MiB (total ${mib(m.total)} MiB)`);
       lines.push(`emberlm per forward step (decode run, ${steps} steps): ${perStep.dispatches.toFixed(1)} dispatches, ${perStep.submits.toFixed(1)} submits, ${perStep.readbackWaits.toFixed(1)} readbacks (${perStep.readbackBytes.toFixed(0)} B), ${perStep.buffersCreated.toFixed(1)} buffers created`);
+    }
+    if (oursFig && ours.info.kernelPlan) {
+      const plan = ours.info.kernelPlan;
+      lines.push('emberlm kernel plan: ' + Object.entries(plan.choices).map(([f, [v, src]]) => {
+        const other = plan.timings.filter((t) => t.family === f)
+          .map((t) => `${t.variant} ${(t.seconds * 1e3).toFixed(2)} ms`).join(' / ');
+        return `${f}=${v} (${src}${other ? `: ${other}` : ''})`;
+      }).join(', ') + (plan.measure_seconds ? `; measured in ${plan.measure_seconds.toFixed(2)} s` : ''));
+    }
+    if (ours.profile) {
+      for (const [name, step] of [['decode', ours.profile.decode], ['prefill', ours.profile.prefill]]) {
+        lines.push(`emberlm profile, ${name} (${step.n_tokens} tokens at ${step.pos0}): step ${(step.step_seconds * 1e3).toFixed(2)} ms, kernels alone ${(step.kernels_seconds * 1e3).toFixed(2)} ms`);
+        for (const r of step.rows) {
+          const share = (100 * r.seconds / step.kernels_seconds).toFixed(1);
+          lines.push(`  ${r.kernel.padEnd(32)} ${r.shape.padEnd(22)} ${String(r.variant ?? '-').padEnd(9)} x${String(r.count).padEnd(3)} ${(r.seconds * 1e3).toFixed(3).padStart(9)} ms ${share.padStart(5)}%  ${(r.bytes / 1e6).toFixed(2)} MB`);
+        }
+      }
     }
     if (ratios) {
       for (const p of ratios.prefill) lines.push(`ours/theirs prefill ${p.tokens}: ${p.ours_over_theirs.toFixed(3)}`);

@@ -45,14 +45,14 @@ const bench = {
   // emberlm
 
   /** Loads emberlm's wasm module and the model; returns the load time and `engine.info()`. */
-  async emberLoad(url, { contextLength } = {}) {
+  async emberLoad(url, { contextLength, kernels } = {}) {
     if (!ember) {
       ember = await import('./pkg/emberlm.js');
       await ember.default();
     }
     if (engine) bench.emberFree();
     const start = now();
-    engine = await ember.Engine.load(url, { contextLength });
+    engine = await ember.Engine.load(url, { contextLength, kernels: kernels ?? undefined });
     const ms = now() - start;
     return { ms, info: engine.info(), version: ember.version() };
   },
@@ -97,6 +97,11 @@ const bench = {
       nodes: after.nodes,
       prefillChunk: after.prefillChunk,
     };
+  },
+
+  /** engine.profile(): time per kernel of a decode step and a prefill chunk, and the plan. */
+  async emberProfile() {
+    return engine.profile({ decodePos: 32, promptTokens: 32 });
   },
 
   emberFree() {
