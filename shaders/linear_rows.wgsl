@@ -140,7 +140,7 @@ fn linear_prefill_rows(
     for (var j = 0u; j < live_t; j++) {
         stats[j] = row_stats(t0 + j);
     }
-    var sum_sq = vec4<f32>(0.0);
+    var sum_sq: array<f32, RTOK>;
     // acc[j]: the four rows' sums for token t0 + j
     var acc: array<vec4<f32>, RTOK>;
     for (var p = 0u; p < parts; p++) {

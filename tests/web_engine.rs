@@ -442,3 +442,55 @@ async fn a_url_load_is_cached() {
     }
     JsFuture::from(caches.delete(cache_name)).await.unwrap();
 }
+
+#[wasm_bindgen_test]
+async fn kernel_plan_is_reported_forced_and_profiled() {
+    // the plan of the default load: every family decided (measured, or reused from the Cache API)
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let info = rust(&engine.info().unwrap());
+    let plan = &info["kernelPlan"];
+    for family in ["linear_decode", "linear_prefill", "attention"] {
+        let choice = &plan["choices"][family];
+        assert!(
+            ["measured", "reused"].contains(&choice[1].as_str().unwrap_or("")),
+            "{family}: {plan}"
+        );
+    }
+    // both shapes forced compute the same greedy tokens
+    let mut outputs = Vec::new();
+    for variant in ["rows", "workgroup"] {
+        let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
+        let options = js(&json!({ "name": "tiny-llama-q4_1.gguf", "kernels": variant }));
+        let engine = Engine::open(bytes.into(), options).await.unwrap();
+        let info = rust(&engine.info().unwrap());
+        assert_eq!(
+            info["kernelPlan"]["choices"]["attention"],
+            json!([variant, "forced"])
+        );
+        let result = generate(&engine, &json!([1, 5, 9]), golden_options(), &Events::new())
+            .await
+            .unwrap();
+        outputs.push(result["tokens"].clone());
+        let profile = rust(
+            &JsFuture::from(engine.profile(JsValue::UNDEFINED))
+                .await
+                .unwrap(),
+        );
+        let rows = profile["decode"]["rows"].as_array().unwrap();
+        assert!(rows.iter().any(|r| r["kernel"] == "attention"), "{profile}");
+        assert!(
+            rows.iter().all(|r| r["seconds"].as_f64().unwrap() > 0.0),
+            "{profile}"
+        );
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    // an unknown variant is refused with the option's reason
+    let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
+    let options = js(&json!({ "kernels": "attention=fast" }));
+    let err = Engine::open(bytes.into(), options).await.err().unwrap();
+    assert!(
+        message(&err).contains("unknown kernel variant `fast`"),
+        "{}",
+        message(&err)
+    );
+}
