@@ -22,7 +22,8 @@
 
 // Rows per invocation: one vec4 of sums (GLU pairs and RoPE pairs never straddle invocations).
 const RROWS: u32 = 4u;
-// Tokens per prefill invocation (must match LINEAR_PREFILL_ROWS_TOKENS in linear.rs).
+// Tokens per prefill invocation (must match LINEAR_PREFILL_ROWS_TOKENS in linear.rs; the
+// kernel spells out four).
 const RTOK: u32 = 4u;
 
 // (mean, 1 / sqrt(var + eps)) of token t's whole row, computed by one invocation; (0, 1) when
@@ -118,6 +119,22 @@ fn dot8(a: Q8, b: Q8) -> f32 {
     return dot(a.lo, b.lo) + dot(a.hi, b.hi);
 }
 
+// The four rows' products with token t's part p (input normalised with `stats`).
+fn rows4(w0: Q8, w1: Q8, w2: Q8, w3: Q8, t: u32, p: u32, stats: vec2<f32>) -> vec4<f32> {
+    let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
+    return vec4<f32>(dot8(w0, xp), dot8(w1, xp), dot8(w2, xp), dot8(w3, xp));
+}
+
+// Squares of token t's raw part p (the RMS statistic, summed with the products).
+fn sq8(t: u32, p: u32) -> f32 {
+    let lo = x4_raw(t, 8u * p);
+    let hi = x4_raw(t, 8u * p + 4u);
+    return dot(lo, lo) + dot(hi, hi);
+}
+
+// The four tokens are spelled out (no per-token array or loop): private arrays indexed in a
+// loop live in memory on SwiftShader, and plain variables stay in registers. Tokens past the
+// step read the step's last token and are not stored.
 @compute @workgroup_size(RWG_SIZE)
 fn linear_prefill_rows(
     @builtin(local_invocation_index) lid: u32,
@@ -133,42 +150,50 @@ fn linear_prefill_rows(
         return;
     }
     let live = min(RROWS, params.rows - row0);
-    let live_t = min(RTOK, n_tokens - t0);
+    let last = n_tokens - 1u;
+    let ta = t0;
+    let tb = min(t0 + 1u, last);
+    let tc = min(t0 + 2u, last);
+    let td = min(t0 + 3u, last);
     let cols = params.cols;
     let parts = q_parts(cols);
-    var stats: array<vec2<f32>, RTOK>;
-    for (var j = 0u; j < live_t; j++) {
-        stats[j] = row_stats(t0 + j);
-    }
-    var sum_sq: array<f32, RTOK>;
-    // acc[j]: the four rows' sums for token t0 + j
-    var acc: array<vec4<f32>, RTOK>;
+    let sa = row_stats(ta);
+    let sb = row_stats(tb);
+    let sc = row_stats(tc);
+    let sd = row_stats(td);
+    var sq = vec4<f32>(0.0);
+    var acc_a = vec4<f32>(0.0);
+    var acc_b = vec4<f32>(0.0);
+    var acc_c = vec4<f32>(0.0);
+    var acc_d = vec4<f32>(0.0);
     for (var p = 0u; p < parts; p++) {
         let w0 = part_or_zero(row0, p, cols);
         let w1 = part_or_zero(row0 + 1u, p, cols);
         let w2 = part_or_zero(row0 + 2u, p, cols);
         let w3 = part_or_zero(row0 + 3u, p, cols);
-        // a constant trip count (unrolled): llvmpipe caps the loop iterations of a shader
-        // in all, so per-part loops must not count against it
-        for (var j = 0u; j < RTOK; j++) {
-            if j >= live_t {
-                break;
-            }
-            let t = t0 + j;
+        acc_a += rows4(w0, w1, w2, w3, ta, p, sa);
+        acc_b += rows4(w0, w1, w2, w3, tb, p, sb);
+        acc_c += rows4(w0, w1, w2, w3, tc, p, sc);
+        acc_d += rows4(w0, w1, w2, w3, td, p, sd);
 #ifdef NORM_RMS
-            let lo = x4_raw(t, 8u * p);
-            let hi = x4_raw(t, 8u * p + 4u);
-            sum_sq[j] += dot(lo, lo) + dot(hi, hi);
+        sq += vec4<f32>(sq8(ta, p), sq8(tb, p), sq8(tc, p), sq8(td, p));
 #endif
-            let xp = Q8(x4(t, 8u * p, stats[j]), x4(t, 8u * p + 4u, stats[j]));
-            acc[j] += vec4<f32>(dot8(w0, xp), dot8(w1, xp), dot8(w2, xp), dot8(w3, xp));
-        }
     }
-    for (var j = 0u; j < live_t; j++) {
-        var total = acc[j];
 #ifdef NORM_RMS
-        total *= inverseSqrt(sum_sq[j] / f32(cols) + params.eps);
+    let scale = inverseSqrt(sq / f32(cols) + params.eps);
+    acc_a *= scale.x;
+    acc_b *= scale.y;
+    acc_c *= scale.z;
+    acc_d *= scale.w;
 #endif
-        store_rows(t0 + j, row0, live, total);
+    store_rows(ta, row0, live, acc_a);
+    if t0 + 1u <= last {
+        store_rows(tb, row0, live, acc_b);
+    }
+    if t0 + 2u <= last {
+        store_rows(tc, row0, live, acc_c);
+    }
+    if t0 + 3u <= last {
+        store_rows(td, row0, live, acc_d);
     }
 }

@@ -95,10 +95,16 @@ impl Forward {
     /// Measures the families the plan left undecided, then stores the plan when every family
     /// was decided by measuring or reuse.
     pub(super) async fn finish_plan(&mut self, ctx: &GpuContext, key: &TuneKey) -> Result<()> {
-        let pending: Vec<Family> = Family::ALL
-            .into_iter()
-            .filter(|f| matches!(self.plan.choices.get(f), Some((_, Source::Guessed))))
-            .collect();
+        // cheapest to time first: when the budget runs out, the family left on the adapter-type
+        // guess is the decode linear, whose guess is the surest
+        let pending: Vec<Family> = [
+            Family::Attention,
+            Family::LinearPrefill,
+            Family::LinearDecode,
+        ]
+        .into_iter()
+        .filter(|f| matches!(self.plan.choices.get(f), Some((_, Source::Guessed))))
+        .collect();
         if pending.is_empty() {
             return Ok(());
         }
@@ -109,13 +115,14 @@ impl Forward {
         };
         let start = Instant::now();
         for family in pending {
-            let mut timings = Vec::new();
+            let mut timings: Vec<Timing> = Vec::new();
             for variant in self.plan.candidates(family) {
+                let best = timings.iter().map(|t| t.seconds).reduce(f64::min);
                 if start.elapsed() > budget {
                     break;
                 }
                 let seconds = self
-                    .time_family(ctx, family, variant, start, budget)
+                    .time_family(ctx, family, variant, start, budget, best)
                     .await?;
                 timings.push(Timing {
                     family,
@@ -165,6 +172,7 @@ impl Forward {
         variant: Variant,
         start: Instant,
         budget: Duration,
+        beat: Option<f64>,
     ) -> Result<f64> {
         // a decode step at a mid-length context, and a chunk after a short prompt
         let context = self.kv.context() as u32;
@@ -198,6 +206,12 @@ impl Forward {
             let mut warm = false;
             loop {
                 let elapsed = self.run_batch(ctx, reps, &record).await?;
+                // clearly slower than the best variant so far (twice as slow even with its
+                // warm-up counted): no need to time it better
+                let so_far = total + elapsed.as_secs_f64() / f64::from(reps);
+                if beat.is_some_and(|b| so_far > 2.0 * b) {
+                    return Ok(so_far);
+                }
                 let enough = elapsed >= MIN_BATCH * 4 || (warm && elapsed >= MIN_BATCH);
                 if enough || reps >= MAX_REPS || start.elapsed() > budget {
                     total += elapsed.as_secs_f64() / f64::from(reps);
