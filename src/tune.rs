@@ -163,7 +163,14 @@ impl Store {
                 let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", dir.display());
                 std::fs::create_dir_all(dir).map_err(|e| io("creating", e))?;
                 let path = dir.join(format!("{}.json", key.slot()));
-                let tmp = dir.join(format!("{}.json.{}.tmp", key.slot(), std::process::id()));
+                // unique per process and per call: loads in several threads may save at once
+                static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let tmp = dir.join(format!(
+                    "{}.json.{}-{n}.tmp",
+                    key.slot(),
+                    std::process::id()
+                ));
                 std::fs::write(&tmp, text).map_err(|e| io("writing in", e))?;
                 std::fs::rename(&tmp, &path).map_err(|e| {
                     let _ = std::fs::remove_file(&tmp);
