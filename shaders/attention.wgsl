@@ -19,28 +19,15 @@
 //           tile's keys g, g + groups, ... (groups = WG_SIZE / hd key groups, so V rows are
 //           read by consecutive invocations, coalesced); the group partials are added at the
 //           end. The host checks hd <= WG_SIZE.
+//
+// With SPLIT (flash-decoding, for long contexts and few tokens), workgroup (h, t, s) walks
+// only the keys of split s, [s * keys_per_split, (s + 1) * keys_per_split) ∩ [0, p], and
+// writes its unnormalised partial (running max m, sum l, the output accumulator) to `split_part`
+// instead of attn_out; attention_merge.wgsl combines the splits. Grid (n_heads, n_tokens,
+// n_splits).
 #include "reduce.wgsl"
+#include "attention_common.wgsl"
 
-struct Params {
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    q_stride: u32,
-    max_positions: u32,
-    scale: f32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-struct Step {
-    pos0: u32,
-    n_tokens: u32,
-    kv_len: u32,
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step_params: Step;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
 #ifdef KV_VEC4
 @group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
@@ -48,10 +35,11 @@ struct Step {
 @group(0) @binding(3) var<storage, read> k_cache: array<f32>;
 #endif
 @group(0) @binding(4) var<storage, read> v_cache: array<f32>;
+#ifdef SPLIT
+@group(0) @binding(5) var<storage, read_write> split_part: array<f32>;
+#else
 @group(0) @binding(5) var<storage, read_write> attn_out: array<f32>;
-
-// Finite stand-in for -infinity (WGSL implementations may assume no infinities).
-const NEG_BIG: f32 = -3.4028234e38;
+#endif
 
 // The query, times 1/sqrt(hd), as vec4s (dimension d at [d / 4][d % 4]).
 var<workgroup> q_sh: array<vec4<f32>, MAX_HEAD_DIM / 4u>;
@@ -135,8 +123,9 @@ fn attention(
     let hd = params.head_dim;
     let kv_dim = params.n_kv_heads * hd;
     let kv_off = (h / (params.n_heads / params.n_kv_heads)) * hd;
-    // keys 0..=p; positions past the cache were refused on the host, never read past it
-    let n_keys = min(step_params.pos0 + t + 1u, params.max_positions);
+    let keys = split_keys(wid.z, t);
+    let first_key = keys.x;
+    let n_keys = keys.y;
 
     let q_base = t * params.q_stride + h * hd;
     for (var d = lid; d < hd; d += WG_SIZE) {
@@ -150,7 +139,7 @@ fn attention(
     var acc = 0.0;
     var m = NEG_BIG;
     var l = 0.0;
-    for (var start = 0u; start < n_keys; start += WG_SIZE) {
+    for (var start = first_key; start < n_keys; start += WG_SIZE) {
         let j = start + lid;
         var s = NEG_BIG;
         if j < n_keys {
@@ -158,7 +147,7 @@ fn attention(
         }
         let m_new = max(m, workgroup_max(s, lid, lane));
         // first tile: nothing to rescale (and m - m_new may not be finite)
-        let alpha = select(exp(m - m_new), 0.0, start == 0u);
+        let alpha = select(exp(m - m_new), 0.0, start == first_key);
         let p = select(0.0, exp(s - m_new), j < n_keys);
         l = l * alpha + p;
         p_sh[lid] = p;
@@ -174,7 +163,7 @@ fn attention(
         workgroupBarrier();
         m = m_new;
     }
-    let inv_l = 1.0 / workgroup_sum(vec4<f32>(l, 0.0, 0.0, 0.0), lid, lane).x;
+    let l_total = workgroup_sum(vec4<f32>(l, 0.0, 0.0, 0.0), lid, lane).x;
 
     // add the key groups' partials, in group order
     if g < groups {
@@ -186,6 +175,15 @@ fn attention(
         for (var gg = 0u; gg < groups; gg++) {
             total += p_sh[gg * hd + d];
         }
-        attn_out[t * params.n_heads * hd + h * hd + d] = total * inv_l;
+#ifdef SPLIT
+        let r = partial_index(t, h, wid.z);
+        split_part[r + d] = total;
+        if d == 0u {
+            split_part[r + hd] = m;
+            split_part[r + hd + 1u] = l_total;
+        }
+#else
+        attn_out[t * params.n_heads * hd + h * hd + d] = total * (1.0 / l_total);
+#endif
     }
 }

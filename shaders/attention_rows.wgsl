@@ -11,27 +11,12 @@
 // a shader's loops may run in all (about 65k, to stop runaway shaders), and a runtime-bounded
 // loop per key would reach that bound at a couple of thousand keys and silently cut attention
 // short. Only the loop over keys remains (contexts stay far below that bound).
+//
+// With SPLIT (flash-decoding), invocation (h, t, s) walks only split s's keys and writes its
+// unnormalised partial to split_part (see attention_common.wgsl); attention_merge.wgsl
+// combines the splits. Grid (ceil(n_heads / RWG_SIZE), n_tokens, n_splits).
+#include "attention_common.wgsl"
 
-struct Params {
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    q_stride: u32,
-    max_positions: u32,
-    scale: f32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-struct Step {
-    pos0: u32,
-    n_tokens: u32,
-    kv_len: u32,
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step_params: Step;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
 #ifdef KV_VEC4
 @group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
@@ -40,10 +25,11 @@ struct Step {
 @group(0) @binding(3) var<storage, read> k_cache: array<f32>;
 @group(0) @binding(4) var<storage, read> v_cache: array<f32>;
 #endif
+#ifdef SPLIT
+@group(0) @binding(5) var<storage, read_write> split_part: array<f32>;
+#else
 @group(0) @binding(5) var<storage, read_write> attn_out: array<f32>;
-
-// Finite stand-in for -infinity (WGSL implementations may assume no infinities).
-const NEG_BIG: f32 = -3.4028234e38;
+#endif
 
 // Four values of a cache row from element `base + 4 * i` (zeros past the head under scalar
 // reads, whose head_dim need not be a multiple of 4).
@@ -98,8 +84,7 @@ fn attention_rows(
     let hd = params.head_dim;
     let kv_dim = params.n_kv_heads * hd;
     let kv_off = (h / (params.n_heads / params.n_kv_heads)) * hd;
-    // keys 0..=p; positions past the cache were refused on the host, never read past it
-    let n_keys = min(step_params.pos0 + t + 1u, params.max_positions);
+    let keys = split_keys(wid.z, t);
 
     var qv: array<vec4<f32>, HEAD_QUADS>;
     let q_base = t * params.q_stride + h * hd;
@@ -109,7 +94,7 @@ fn attention_rows(
     var acc: array<vec4<f32>, HEAD_QUADS>;
     var m = NEG_BIG;
     var l = 0.0;
-    for (var j = 0u; j < n_keys; j++) {
+    for (var j = keys.x; j < keys.y; j++) {
         let base = j * kv_dim + kv_off;
         let s = score(base, hd, &qv);
         if s > m {
@@ -128,9 +113,18 @@ fn attention_rows(
             acc[i] += p * v4(base, i, hd);
         }
     }
+#ifdef SPLIT
+    let r = partial_index(t, h, wid.z);
+    for (var d = 0u; d < hd; d++) {
+        split_part[r + d] = acc[d / 4u][d % 4u];
+    }
+    split_part[r + hd] = m;
+    split_part[r + hd + 1u] = l;
+#else
     let inv_l = 1.0 / l;
     let out_base = t * params.n_heads * hd + h * hd;
     for (var d = 0u; d < hd; d++) {
         attn_out[out_base + d] = acc[d / 4u][d % 4u] * inv_l;
     }
+#endif
 }

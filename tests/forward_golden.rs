@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
 use emberlm::format::ModelFiles;
-use emberlm::gpu::{KernelCache, KernelOverrides, Variant};
+use emberlm::gpu::{KernelCache, KernelOverrides, SplitOverride, Variant};
 use emberlm::{GpuContext, GpuOptions};
 
 fn root() -> PathBuf {
@@ -69,10 +69,13 @@ const TINY: &[(&str, &str)] = &[
     ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),
 ];
 
-/// A context whose every kernel family runs `variant`.
+/// A context whose every kernel family runs `variant`, with attention splitting the keys of
+/// decode steps from 14 keys on into splits of 7 (flash-decoding, which the engine's policy
+/// keeps for contexts far longer than these models'), so the goldens cover the split path
+/// through the whole graph too.
 fn forced(variant: Variant) -> GpuOptions {
     GpuOptions {
-        kernels: KernelOverrides::all(variant),
+        kernels: KernelOverrides::all(variant).with_split(SplitOverride::Keys(7)),
         ..GpuOptions::default()
     }
 }

@@ -12,8 +12,8 @@ mod common;
 use common::kernel_cases::reductions;
 use common::ops_cases;
 use emberlm::gpu::{
-    Attention, Heads, KernelCache, LayerNorm, Qkv, QkvForm, Reduction, RmsNorm, RopeKvWrite,
-    StepParams, SwiGlu,
+    Attention, Heads, KernelCache, KeySplit, LayerNorm, Qkv, QkvForm, Reduction, RmsNorm,
+    RopeKvWrite, StepParams, SwiGlu,
 };
 use emberlm::model::config::RopeLayout;
 use emberlm::GpuOptions;
@@ -261,7 +261,7 @@ fn bad_arguments_are_rejected_naming_them() {
         let out = buf(3 * 64);
         let bind = |q_stride, out, heads, positions| {
             attn.bind(
-                &ctx, &step, &q, q_stride, &kc, &vc, out, heads, positions, max_tokens,
+                &ctx, &step, &q, q_stride, &kc, &vc, out, heads, positions, max_tokens, None,
             )
         };
         bind(64, &out, heads, max_positions).unwrap();
@@ -281,6 +281,42 @@ fn bad_arguments_are_rejected_naming_them() {
             ),
             "n_heads",
         );
+        // split attention: a scratch too small, a zero split length, a scratch that is `out`
+        let split_bind = |keys_per_split, scratch| {
+            let split = KeySplit {
+                keys_per_split,
+                min_keys: 1,
+                max_tokens,
+            };
+            attn.bind(
+                &ctx,
+                &step,
+                &q,
+                64,
+                &kc,
+                &vc,
+                &out,
+                heads,
+                max_positions,
+                max_tokens,
+                Some((split, scratch)),
+            )
+        };
+        let heads_len = |kps: u32| {
+            KeySplit {
+                keys_per_split: kps,
+                min_keys: 1,
+                max_tokens,
+            }
+            .scratch_len(heads, max_positions)
+        };
+        let scratch = buf(heads_len(5));
+        split_bind(5, &scratch).unwrap();
+        names(split_bind(4, &scratch), "split scratch");
+        names(split_bind(0, &scratch), "keys_per_split");
+        let big = buf(heads_len(1));
+        names(split_bind(1, &out), "split scratch");
+        split_bind(1, &big).unwrap();
 
         let swiglu = SwiGlu::new(&ctx, &cache).await.unwrap();
         names(swiglu.bind_fused(&ctx, &step, &k, &out, 17, 3), "gate_up");

@@ -1,8 +1,9 @@
 //! WGSL sources, a tiny preprocessor, and the compute-pipeline cache.
 //!
 //! Kernels live in `shaders/*.wgsl` (one family per file) and are compiled into the binary with
-//! `include_str!`. The preprocessor knows four things: `#include "file"` (snippets shared between
-//! families, such as the workgroup reduction), `#ifdef NAME` / `#ifndef NAME`, `#else` and
+//! `include_str!`. The preprocessor knows four things: `#include "file"` (a helper from
+//! `shaders/lib/` shared between families, such as the workgroup reduction, weight decoding or
+//! the RoPE angle, written once), `#ifdef NAME` / `#ifndef NAME`, `#else` and
 //! `#endif`. Defines with a value also become WGSL `const` declarations, placed after the
 //! `enable` directives (which WGSL requires first). Pipelines are cached by
 //! (shader file, entry point, defines) and built once per context.
@@ -31,6 +32,16 @@ macro_rules! shader_file {
     };
 }
 
+/// A helper under `shaders/lib/`, named without the folder by `#include`.
+macro_rules! lib_file {
+    ($name:literal) => {
+        ShaderFile {
+            name: $name,
+            source: include_str!(concat!("../../shaders/lib/", $name)),
+        }
+    };
+}
+
 /// Matrix × vector kernels.
 pub const MATVEC: ShaderFile = shader_file!("matvec.wgsl");
 /// Normalisation kernels.
@@ -41,6 +52,8 @@ pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
 pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
 /// Attention in the rows shape (an invocation per head and token; no barriers).
 pub const ATTENTION_ROWS: ShaderFile = shader_file!("attention_rows.wgsl");
+/// The merge of split attention's partials (flash-decoding).
+pub const ATTENTION_MERGE: ShaderFile = shader_file!("attention_merge.wgsl");
 /// Elementwise kernels: SwiGLU, GELU, residual add.
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
 /// Linear layers with weights in their stored type (decode and prefill).
@@ -54,14 +67,16 @@ pub const EMBED: ShaderFile = shader_file!("embed.wgsl");
 /// Candidate selection for sampling (top-k of the adjusted logits, sums).
 pub const SELECT: ShaderFile = shader_file!("select.wgsl");
 
-/// Snippets that kernels may `#include`: the workgroup reduction, weight decoding, the
-/// activation functions and the RoPE angle.
+/// The helpers of `shaders/lib/` that kernels may `#include`: the workgroup reduction, weight
+/// decoding, the activation functions, the RoPE angle, the linear kernels' inputs and
+/// epilogues, and what the attention kernels share.
 const INCLUDES: &[ShaderFile] = &[
-    shader_file!("reduce.wgsl"),
-    shader_file!("quant.wgsl"),
-    shader_file!("activation.wgsl"),
-    shader_file!("rope_angle.wgsl"),
-    shader_file!("linear_io.wgsl"),
+    lib_file!("reduce.wgsl"),
+    lib_file!("quant.wgsl"),
+    lib_file!("activation.wgsl"),
+    lib_file!("rope_angle.wgsl"),
+    lib_file!("linear_io.wgsl"),
+    lib_file!("attention_common.wgsl"),
 ];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).
@@ -361,6 +376,7 @@ mod tests {
             ROPE,
             ATTENTION,
             ATTENTION_ROWS,
+            ATTENTION_MERGE,
             ELEMENTWISE,
             COPY,
             SELECT,

@@ -17,8 +17,9 @@ pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;
 pub use ops::{
-    Add, Attention, Gelu, Grid, Heads, KernelBinding, LayerNorm, MatVecF32, Qkv, QkvForm,
-    Reduction, RmsNorm, RopeKvWrite, Select, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
+    Add, Attention, AttentionBinding, Gelu, Grid, Heads, KernelBinding, KeySplit, LayerNorm,
+    MatVecF32, Qkv, QkvForm, Reduction, RmsNorm, RopeKvWrite, Select, StepParams, SwiGlu,
+    WeightRead, MAX_HEAD_DIM,
 };
-pub use plan::{Family, KernelOverrides, KernelPlan, Variant};
+pub use plan::{Family, KernelOverrides, KernelPlan, SplitOverride, Variant};
 pub use tensor::GpuTensor;

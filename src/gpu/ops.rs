@@ -14,7 +14,7 @@ pub mod rope;
 pub mod select;
 mod weight_checks;
 
-pub use attention::Attention;
+pub use attention::{Attention, AttentionBinding, KeySplit};
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::{Add, Gelu, SwiGlu};
 pub use embed::{EmbedSource, Embedding};
@@ -441,7 +441,17 @@ impl KernelBinding {
     /// Records the dispatch into `pass` for a step of `n_tokens` tokens (ignored by fixed
     /// grids).
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
-        let (x, y, z) = self.grid.size(n_tokens);
+        self.record_size(pass, self.grid.size(n_tokens), n_tokens);
+    }
+
+    /// Records the dispatch with a grid the caller computed (kernels whose grid depends on
+    /// more than the token count, such as split attention's splits along z).
+    pub fn record_size(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        (x, y, z): (u32, u32, u32),
+        n_tokens: u32,
+    ) {
         self.counters.dispatch(self.weight_bytes(n_tokens));
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);

@@ -131,10 +131,52 @@ impl FromStr for Family {
     }
 }
 
+/// The `--kernels` name of the attention key split (flash-decoding).
+pub const ATTENTION_SPLIT: &str = "attention_split";
+
 /// Variants forced by the user: `linear_decode=rows,attention=workgroup`, or one variant name
-/// alone for every family (`rows`). Empty forces nothing.
+/// alone for every family (`rows`); and the attention key split: `attention_split=N` (splits
+/// of N keys from 2·N keys on) or `attention_split=off`. Empty forces nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KernelOverrides(BTreeMap<Family, Variant>);
+pub struct KernelOverrides {
+    variants: BTreeMap<Family, Variant>,
+    split: Option<SplitOverride>,
+}
+
+/// A forced attention key split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitOverride {
+    /// Never split: every step runs whole.
+    Off,
+    /// Splits of this many keys (at least 1) from two splits' worth of keys on.
+    Keys(u32),
+}
+
+impl fmt::Display for SplitOverride {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SplitOverride::Off => f.write_str("off"),
+            SplitOverride::Keys(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+impl FromStr for SplitOverride {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "off" {
+            return Ok(SplitOverride::Off);
+        }
+        match s.parse::<u32>() {
+            Ok(k) if k >= 1 => Ok(SplitOverride::Keys(k)),
+            _ => Err(Error::invalid(
+                "kernels",
+                format!("{ATTENTION_SPLIT} must be `off` or a key count of at least 1, got `{s}`"),
+            )),
+        }
+    }
+}
 
 impl KernelOverrides {
     /// Nothing forced.
@@ -144,23 +186,37 @@ impl KernelOverrides {
 
     /// Every family forced to `variant`.
     pub fn all(variant: Variant) -> Self {
-        Self(Family::ALL.into_iter().map(|f| (f, variant)).collect())
+        Self {
+            variants: Family::ALL.into_iter().map(|f| (f, variant)).collect(),
+            split: None,
+        }
     }
 
     /// `family` forced to `variant` (replacing what was forced for it).
     pub fn with(mut self, family: Family, variant: Variant) -> Self {
-        self.0.insert(family, variant);
+        self.variants.insert(family, variant);
+        self
+    }
+
+    /// The attention key split forced to `split`.
+    pub fn with_split(mut self, split: SplitOverride) -> Self {
+        self.split = Some(split);
         self
     }
 
     /// The forced variant of `family`, if any.
     pub fn get(&self, family: Family) -> Option<Variant> {
-        self.0.get(&family).copied()
+        self.variants.get(&family).copied()
+    }
+
+    /// The forced attention key split, if any.
+    pub fn split(&self) -> Option<SplitOverride> {
+        self.split
     }
 
     /// Whether nothing is forced.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.variants.is_empty() && self.split.is_none()
     }
 
     /// The overrides in `EMBERLM_KERNELS` (natively; none in the browser or when unset).
@@ -179,7 +235,9 @@ impl KernelOverrides {
 
     /// These overrides, then `other`'s on top.
     pub fn merged(mut self, other: &KernelOverrides) -> Self {
-        self.0.extend(other.0.iter().map(|(f, v)| (*f, *v)));
+        self.variants
+            .extend(other.variants.iter().map(|(f, v)| (*f, *v)));
+        self.split = other.split.or(self.split);
         self
     }
 }
@@ -190,8 +248,11 @@ impl FromStr for KernelOverrides {
         let mut out = Self::none();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match item.split_once('=') {
+                Some((name, value)) if name.trim() == ATTENTION_SPLIT => {
+                    out.split = Some(value.trim().parse()?);
+                }
                 Some((family, variant)) => {
-                    out.0
+                    out.variants
                         .insert(family.trim().parse()?, variant.trim().parse()?);
                 }
                 None => out = out.merged(&Self::all(item.parse()?)),
@@ -203,7 +264,14 @@ impl FromStr for KernelOverrides {
 
 impl fmt::Display for KernelOverrides {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let items: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut items: Vec<String> = self
+            .variants
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if let Some(split) = self.split {
+            items.push(format!("{ATTENTION_SPLIT}={split}"));
+        }
         f.write_str(&items.join(","))
     }
 }
@@ -244,6 +312,10 @@ pub struct KernelPlan {
     pub measure_seconds: f64,
     /// Where the plan is kept (a file or a Cache API URL), when it is.
     pub stored_at: Option<String>,
+    /// The attention key split when forced (otherwise the engine's policy: see
+    /// [`crate::gpu::ops::KeySplit::policy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_split: Option<SplitOverride>,
 }
 
 impl KernelPlan {
@@ -272,6 +344,7 @@ impl KernelPlan {
             timings: Vec::new(),
             measure_seconds: 0.0,
             stored_at: None,
+            attention_split: overrides.split(),
         }
     }
 
@@ -289,8 +362,16 @@ impl KernelPlan {
         }
     }
 
-    /// One line per family: `linear_decode = rows (measured: rows 1.2 ms, workgroup 6.0 ms)`.
+    /// One line per family: `linear_decode = rows (measured: rows 1.2 ms, workgroup 6.0 ms)`,
+    /// then the attention key split.
     pub fn describe(&self) -> Vec<String> {
+        let split = match self.attention_split {
+            None => format!("{ATTENTION_SPLIT} = long steps of few tokens (policy)"),
+            Some(SplitOverride::Off) => format!("{ATTENTION_SPLIT} = off (forced)"),
+            Some(SplitOverride::Keys(k)) => {
+                format!("{ATTENTION_SPLIT} = {k} keys per split (forced)")
+            }
+        };
         self.choices
             .iter()
             .map(|(family, (variant, source))| {
@@ -312,6 +393,7 @@ impl KernelPlan {
                     format!("{family} = {variant} ({source}: {})", times.join(", "))
                 }
             })
+            .chain([split])
             .collect()
     }
 }
@@ -340,6 +422,7 @@ impl StoredPlan {
             timings: self.timings.clone(),
             measure_seconds: 0.0,
             stored_at: None,
+            attention_split: overrides.split(),
         })
     }
 }
@@ -363,6 +446,13 @@ mod tests {
         assert_eq!(mixed.get(Family::LinearDecode), Some(Variant::Rows));
         assert!("".parse::<KernelOverrides>().unwrap().is_empty());
         assert_eq!(o.to_string().parse::<KernelOverrides>().unwrap(), o);
+        let split: KernelOverrides = "rows,attention_split=48".parse().unwrap();
+        assert_eq!(split.split(), Some(SplitOverride::Keys(48)));
+        assert_eq!(split.to_string().parse::<KernelOverrides>().unwrap(), split);
+        let off: KernelOverrides = "attention_split=off".parse().unwrap();
+        assert_eq!(off.split(), Some(SplitOverride::Off));
+        assert_eq!(off.get(Family::Attention), None);
+        assert_eq!(split.merged(&off).split(), Some(SplitOverride::Off));
     }
 
     #[test]
@@ -371,6 +461,14 @@ mod tests {
             ("linear=rows", "unknown kernel family `linear`"),
             ("attention=fast", "unknown kernel variant `fast`"),
             ("tiles", "unknown kernel variant `tiles`"),
+            (
+                "attention_split=0",
+                "attention_split must be `off` or a key count",
+            ),
+            (
+                "attention_split=many",
+                "attention_split must be `off` or a key count",
+            ),
         ] {
             let e = s.parse::<KernelOverrides>().unwrap_err().to_string();
             assert!(e.contains(needle), "{s}: {e}");

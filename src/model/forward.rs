@@ -10,13 +10,14 @@ use std::collections::HashMap;
 use crate::error::{Error, Result};
 use crate::format::{ModelWeights, Tensor};
 use crate::gpu::ops::{
-    Attention, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KvWriteBinding, Linear,
-    LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite, Select, SwiGlu,
+    Attention, AttentionBinding, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KeySplit,
+    KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite,
+    Select, SwiGlu,
 };
 use crate::gpu::plan::Family;
 use crate::gpu::{
     AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KernelPlan, KvCache,
-    Reduction, StepParams, Variant,
+    Reduction, SplitOverride, StepParams, Variant,
 };
 
 mod measure;
@@ -36,18 +37,19 @@ pub const DEFAULT_CHUNK: usize = 64;
 enum Node {
     Kernel(KernelBinding),
     Linear(LinearBinding),
-    /// A kernel of a family with variants, bound in each variant the plan may choose.
-    Variants(Family, Vec<(Variant, KernelBinding)>),
+    /// Attention, bound in each variant the plan may choose.
+    Attention(Vec<(Variant, AttentionBinding)>),
 }
 
 impl Node {
-    fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32, plan: &KernelPlan) {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &StepParams, plan: &KernelPlan) {
+        let n_tokens = step.n_tokens;
         match self {
             Node::Kernel(k) => k.record(pass, n_tokens),
             Node::Linear(l) => l.record_planned(pass, n_tokens, plan),
-            Node::Variants(family, built) => {
-                if let Some(k) = pick_variant(built, plan.variant(*family)) {
-                    k.record(pass, n_tokens);
+            Node::Attention(built) => {
+                if let Some(k) = pick_variant(built, plan.variant(Family::Attention)) {
+                    k.record(pass, step);
                 }
             }
         }
@@ -55,12 +57,31 @@ impl Node {
 }
 
 /// The binding of `variant`, or the first built when that variant was not built.
-fn pick_variant(built: &[(Variant, KernelBinding)], variant: Variant) -> Option<&KernelBinding> {
+fn pick_variant<T>(built: &[(Variant, T)], variant: Variant) -> Option<&T> {
     built
         .iter()
         .find(|(v, _)| *v == variant)
         .or(built.first())
         .map(|(_, k)| k)
+}
+
+/// How attention splits long steps' keys under `plan` in a cache of `positions` rows: the
+/// engine's policy unless forced.
+fn key_split(plan: &KernelPlan, positions: u32) -> Option<KeySplit> {
+    match plan.attention_split {
+        None => Some(KeySplit::policy(positions)),
+        Some(SplitOverride::Off) => None,
+        Some(SplitOverride::Keys(k)) => Some(KeySplit::with_keys(k)),
+    }
+}
+
+/// The attention geometry of `config`.
+fn heads_of(config: &ModelConfig) -> Heads {
+    Heads {
+        n_heads: config.n_heads as u32,
+        n_kv_heads: config.n_kv_heads as u32,
+        head_dim: config.head_dim as u32,
+    }
 }
 
 /// Activation buffers, f32, sized for `chunk` tokens.
@@ -78,6 +99,9 @@ struct Activations {
     v: wgpu::Buffer,
     /// Attention output, `[chunk, q_dim]`.
     attn: wgpu::Buffer,
+    /// Split attention's partials (flash-decoding), shared by the layers: see
+    /// [`KeySplit::scratch_len`].
+    attn_split: wgpu::Buffer,
     /// Feed-forward gate and up projections, `[chunk, ffn]`, for layers where they are
     /// separate (one value otherwise).
     gate: wgpu::Buffer,
@@ -194,8 +218,8 @@ impl Forward {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
         Self::check_fits(ctx, weights, context, chunk)?;
-        let plan = fuse::plan(weights);
-        let gpu = Self::upload(ctx, weights, &plan, progress)?;
+        let fusion = fuse::plan(weights);
+        let gpu = Self::upload(ctx, weights, &fusion, progress)?;
         let kv = KvCache::new(ctx, &config, context)?;
         let c = chunk as u64;
         let (d, q, kv_dim, ff, vocab) = (
@@ -205,10 +229,14 @@ impl Forward {
             config.ffn_size as u64,
             config.vocab_size as u64,
         );
+        let before = ctx.counters();
+        let (plan, key) = measure::initial_plan(ctx, weights, chunk).await?;
+        let split = key_split(&plan, kv.context() as u32);
+        let split_len = split.map_or(1, |s| s.scratch_len(heads_of(&config), kv.context() as u32));
         let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
         let (sep_qkv, sep_ffn) = (
-            u64::from(plan.any_separate_qkv()),
-            u64::from(plan.any_separate_gate_up()),
+            u64::from(fusion.any_separate_qkv()),
+            u64::from(fusion.any_separate_gate_up()),
         );
         let act = Activations {
             ids: buf("ids", c)?,
@@ -217,6 +245,7 @@ impl Forward {
             k: buf("k", (c * kv_dim * sep_qkv).max(1))?,
             v: buf("v", (c * kv_dim * sep_qkv).max(1))?,
             attn: buf("attn", c * q)?,
+            attn_split: buf("attention split partials", split_len)?,
             gate: buf("gate", (c * ff * sep_ffn).max(1))?,
             up: buf("up", (c * ff * sep_ffn).max(1))?,
             hidden: buf("hidden", c * ff)?,
@@ -232,6 +261,7 @@ impl Forward {
             &act.k,
             &act.v,
             &act.attn,
+            &act.attn_split,
             &act.gate,
             &act.up,
             &act.hidden,
@@ -251,8 +281,6 @@ impl Forward {
             kv_cache: kv.bytes(),
             activations: activation_bytes,
         };
-        let before = ctx.counters();
-        let (plan, key) = measure::initial_plan(ctx, weights, chunk).await?;
         let graph = Graph {
             config: &config,
             chunk,
@@ -521,7 +549,7 @@ impl Forward {
             });
             ctx.counter_cells().compute_pass();
             for node in &self.nodes {
-                node.record(&mut pass, n as u32, &self.plan);
+                node.record(&mut pass, &params, &self.plan);
             }
             // The head runs only for logits someone reads: the last row alone into row 0,
             // or every row.
@@ -596,7 +624,7 @@ impl Forward {
             });
             ctx.counter_cells().compute_pass();
             for node in &self.nodes {
-                node.record(&mut pass, 1, &self.plan);
+                node.record(&mut pass, &params, &self.plan);
             }
             self.head_last.record_planned(&mut pass, 1, &self.plan);
             select.record(&mut pass);
@@ -687,11 +715,7 @@ impl Graph<'_> {
             let e = Embedding::new(ctx, cache, pos.dtype, EmbedSource::Positions, true).await?;
             nodes.push(Node::Kernel(e.bind(ctx, step, pos, None, &a.x, max)?));
         }
-        let heads = Heads {
-            n_heads: c.n_heads as u32,
-            n_kv_heads: c.n_kv_heads as u32,
-            head_dim: c.head_dim as u32,
-        };
+        let heads = heads_of(c);
         let positions = self.kv.context() as u32;
         for layer in 0..c.n_layers {
             let b = |s: &str| format!("blk.{layer}.{s}");
@@ -787,10 +811,11 @@ impl Graph<'_> {
                         heads,
                         positions,
                         max,
+                        key_split(self.plan, positions).map(|s| (s, &a.attn_split)),
                     )?,
                 ));
             }
-            nodes.push(Node::Variants(Family::Attention, built));
+            nodes.push(Node::Attention(built));
             let residual = LinearSpec {
                 accumulate: true,
                 ..LinearSpec::default()

@@ -11,6 +11,7 @@
 //! the margins can be logged.
 
 use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
+use emberlm::gpu::ops::{AttentionBinding, KeySplit};
 use emberlm::gpu::{
     Add, Attention, Gelu, GpuContext, Heads, KernelBinding, KernelCache, LayerNorm, Qkv, QkvForm,
     Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, Variant,
@@ -41,6 +42,33 @@ fn run(ctx: &GpuContext, bindings: &[&KernelBinding], n_tokens: u32) {
             b.record(pass, n_tokens);
         }
     });
+}
+
+fn run_attention(ctx: &GpuContext, binding: &AttentionBinding, step: &StepParams) {
+    ctx.submit_pass("attention test", |pass| binding.record(pass, step));
+}
+
+/// How an attention case is bound: whole, split into splits of this many keys from the first
+/// key on (any step), or with the engine's policy.
+#[derive(Debug, Clone, Copy)]
+enum SplitForm {
+    Whole,
+    Keys(u32),
+    Policy,
+}
+
+impl SplitForm {
+    fn split(self, c: &StepCase) -> Option<KeySplit> {
+        match self {
+            SplitForm::Whole => None,
+            SplitForm::Keys(keys_per_split) => Some(KeySplit {
+                keys_per_split,
+                min_keys: 1,
+                max_tokens: c.max_tokens,
+            }),
+            SplitForm::Policy => Some(KeySplit::policy(c.max_positions)),
+        }
+    }
 }
 
 /// Compares `got[range]` with `want[range]` within `tol(i)`; returns the worst diff / tol.
@@ -501,8 +529,19 @@ async fn check_attention_variant(
             }
         }
         let op = built.map_err(err("attention"))?;
-        for (q_scale, fused_stride) in [(1.0f32, false), (6.0, true)] {
-            let what = format!("attention {variant} {reduction:?} {c:?} q_scale={q_scale}");
+        let step_keys = c.pos0 + c.n_tokens;
+        // whole; split in 2–4 ragged splits whatever the length (prefill chunks included); and
+        // the engine's policy, which splits long decode steps only
+        let awkward = (step_keys / 3).max(1) + 1;
+        let forms = [
+            (false, SplitForm::Whole),
+            (true, SplitForm::Keys(awkward)),
+            (false, SplitForm::Policy),
+        ];
+        for (fused_stride, form) in forms {
+            let q_scale = if fused_stride { 6.0f32 } else { 1.0 };
+            let what =
+                format!("attention {variant} {reduction:?} {c:?} q_scale={q_scale} {form:?}");
             let e = err(&what);
             let hd = c.head_dim as usize;
             let (q_dim, kv_dim) = (c.n_heads as usize * hd, c.n_kv_heads as usize * hd);
@@ -529,6 +568,12 @@ async fn check_attention_variant(
             let kb = ctx.storage_from("k_cache", &k_cache).map_err(&e)?;
             let vb = ctx.storage_from("v_cache", &v_cache).map_err(&e)?;
             let ob = ctx.storage_from("out", &sentinel).map_err(&e)?;
+            // NaN: a partial read before it is written poisons the output
+            let split = form.split(c);
+            let scratch_len = split.map_or(1, |s| s.scratch_len(c.heads(), c.max_positions));
+            let scratch = ctx
+                .storage_from("split scratch", &vec![f32::NAN; scratch_len as usize])
+                .map_err(&e)?;
             let b = op
                 .bind(
                     ctx,
@@ -541,9 +586,16 @@ async fn check_attention_variant(
                     c.heads(),
                     c.max_positions,
                     c.max_tokens,
+                    split.map(|s| (s, &scratch)),
                 )
                 .map_err(&e)?;
-            run(ctx, &[&b], c.n_tokens);
+            let params = StepParams::new(c.pos0, c.n_tokens);
+            if matches!(form, SplitForm::Keys(k) if step_keys.div_ceil(k) > 1)
+                && b.splits(&params) < 2
+            {
+                return Err(format!("{what}: the step did not split"));
+            }
+            run_attention(ctx, &b, &params);
             let got = ctx.read_f32(&ob, rows * q_dim).await.map_err(&e)?;
 
             let abs_v: Vec<f32> = v_cache.iter().map(|v| v.abs()).collect();
@@ -635,6 +687,18 @@ pub async fn check_step_sequence(
             max_tokens,
         )
         .map_err(&e)?;
+    // steps from 100 keys on split into 37-key splits (chunks of up to 5 tokens included)
+    let split = KeySplit {
+        keys_per_split: 37,
+        min_keys: 100,
+        max_tokens,
+    };
+    let scratch = ctx
+        .storage_from(
+            "split scratch",
+            &vec![f32::NAN; split.scratch_len(heads, max_positions) as usize],
+        )
+        .map_err(&e)?;
     let b_attn = attn
         .bind(
             ctx,
@@ -647,6 +711,7 @@ pub async fn check_step_sequence(
             heads,
             max_positions,
             max_tokens,
+            Some((split, &scratch)),
         )
         .map_err(&e)?;
 
@@ -668,7 +733,10 @@ pub async fn check_step_sequence(
         ctx.queue.write_buffer(&kb, 0, bytemuck::cast_slice(&k));
         ctx.queue.write_buffer(&vb, 0, bytemuck::cast_slice(&v));
         params.write(ctx, &step);
-        run(ctx, &[&b_rope, &b_attn], n_tokens);
+        ctx.submit_pass("rope and attention", |pass| {
+            b_rope.record(pass, n_tokens);
+            b_attn.record(pass, &params);
+        });
         let got = ctx.read_f32(&ob, n * q_dim).await.map_err(&e)?;
 
         for t in 0..n {

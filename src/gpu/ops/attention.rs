@@ -3,11 +3,15 @@
 //!
 //! Two shapes ([`Variant`]): the workgroup shape (`attention.wgsl`) runs one workgroup per
 //! (query head, token); the rows shape (`attention_rows.wgsl`) one invocation per (query head,
-//! token), with no barriers, for CPU-like adapters. Both in one dispatch. Splitting long contexts over
-//! several workgroups (flash-decoding) would need a second dispatch to merge the splits, and
-//! in the browser a dispatch costs about as much as a whole layer's attention at a few
-//! thousand positions; the keys are instead walked in tiles with an online softmax, so the
-//! kernel's shared memory is fixed whatever the context length.
+//! token), with no barriers, for CPU-like adapters. Keys are walked with an online softmax, so
+//! memory is fixed whatever the context length.
+//!
+//! A step of few tokens over a long context has too few heads to fill a device (SmolLM2
+//! decodes with 9 query heads: 9 workgroups on a GPU of a hundred cores). Such steps split the
+//! keys (flash-decoding, [`KeySplit`]): each (head, token, split of `keys_per_split` keys)
+//! writes an unnormalised partial, and `attention_merge.wgsl` combines the splits in a second
+//! dispatch. Short contexts run whole in one dispatch, since in the browser a dispatch costs
+//! about as much as a layer's attention over a few hundred keys.
 
 use std::sync::Arc;
 
@@ -15,7 +19,8 @@ use bytemuck::{Pod, Zeroable};
 
 use super::{
     check_distinct, check_len, check_max_tokens, check_step, dispatch_grid, elements, load,
-    positive, reduce_defines, wg_size, Grid, Heads, KernelBinding, Reduction, MAX_HEAD_DIM,
+    positive, reduce_defines, wg_size, Grid, Heads, KernelBinding, Reduction, StepParams,
+    MAX_HEAD_DIM,
 };
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
@@ -39,7 +44,107 @@ struct AttentionParams {
     q_stride: u32,
     max_positions: u32,
     scale: f32,
-    _pad: [u32; 2],
+    keys_per_split: u32,
+    max_splits: u32,
+}
+
+/// Invocations per workgroup of the merge (one per output value, no barriers).
+const MERGE_WG: u32 = 64;
+
+/// Fewest keys per split: below this a split's fixed costs (its query load, its partial write,
+/// a share of the merge) outweigh what it parallelises.
+pub const SPLIT_MIN_KEYS_PER_SPLIT: u32 = 256;
+
+/// Most splits of one token's keys: contexts longer than this many minimum splits get longer
+/// splits, so the scratch buffer stays small.
+pub const SPLIT_MAX_SPLITS: u32 = 64;
+
+/// Steps over at least this many keys split (4 splits of the minimum length).
+pub const SPLIT_MIN_KEYS: u32 = 4 * SPLIT_MIN_KEYS_PER_SPLIT;
+
+/// Steps of at most this many tokens split (decode, speculative verification); a prefill chunk
+/// already has heads × tokens workgroups.
+pub const SPLIT_MAX_TOKENS: u32 = 8;
+
+/// How a binding splits a long step's keys over workgroups (flash-decoding). The partials go
+/// to a scratch buffer of [`KeySplit::scratch_len`] f32 given beside it when binding, which
+/// every layer's binding may share (layers run one after another).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySplit {
+    /// Keys per split (at least 1; the last split of a token may hold fewer).
+    pub keys_per_split: u32,
+    /// A step splits when its `kv_len` (`pos0 + n_tokens`) reaches this.
+    pub min_keys: u32,
+    /// ... and it has at most this many tokens.
+    pub max_tokens: u32,
+}
+
+impl KeySplit {
+    /// The engine's policy for a cache of `max_positions` rows: splits of at least
+    /// [`SPLIT_MIN_KEYS_PER_SPLIT`] keys, at most [`SPLIT_MAX_SPLITS`] of them, from
+    /// [`SPLIT_MIN_KEYS`] keys on, for steps of up to [`SPLIT_MAX_TOKENS`] tokens.
+    pub fn policy(max_positions: u32) -> Self {
+        Self {
+            keys_per_split: SPLIT_MIN_KEYS_PER_SPLIT.max(max_positions.div_ceil(SPLIT_MAX_SPLITS)),
+            min_keys: SPLIT_MIN_KEYS,
+            max_tokens: SPLIT_MAX_TOKENS,
+        }
+    }
+
+    /// Splits of `keys_per_split` keys from two splits' worth of keys on, for steps of up to
+    /// [`SPLIT_MAX_TOKENS`] tokens (a forced split length).
+    pub fn with_keys(keys_per_split: u32) -> Self {
+        Self {
+            keys_per_split,
+            min_keys: keys_per_split.saturating_mul(2),
+            max_tokens: SPLIT_MAX_TOKENS,
+        }
+    }
+
+    /// Splits a token's keys may need in a cache of `max_positions` rows.
+    pub fn max_splits(&self, max_positions: u32) -> u32 {
+        max_positions.div_ceil(self.keys_per_split.max(1))
+    }
+
+    /// f32 values of the partials buffer: `[max_tokens, n_heads, max_splits, head_dim + 2]`
+    /// (see `attention_common.wgsl`).
+    pub fn scratch_len(&self, heads: Heads, max_positions: u32) -> u64 {
+        u64::from(self.max_tokens)
+            * u64::from(heads.n_heads)
+            * u64::from(self.max_splits(max_positions))
+            * (u64::from(heads.head_dim) + 2)
+    }
+}
+
+/// The pipelines of one shape: whole (one dispatch) and split (partials, then the merge), each
+/// with keys read as vec4 or f32.
+#[derive(Debug, Clone)]
+struct Pipelines {
+    vec4: Arc<wgpu::ComputePipeline>,
+    scalar: Arc<wgpu::ComputePipeline>,
+}
+
+impl Pipelines {
+    async fn load(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        file: &kernels::ShaderFile,
+        entry: &'static str,
+        defines: Defines,
+    ) -> Result<Self> {
+        Ok(Self {
+            scalar: load(ctx, cache, file, entry, defines.clone()).await?,
+            vec4: load(ctx, cache, file, entry, defines.flag("KV_VEC4")).await?,
+        })
+    }
+
+    fn pick(&self, head_dim: u32) -> &Arc<wgpu::ComputePipeline> {
+        if head_dim.is_multiple_of(4) {
+            &self.vec4
+        } else {
+            &self.scalar
+        }
+    }
 }
 
 /// `out[t, h] = softmax_j(q[t, h]·k_cache[j, g(h)] / sqrt(hd)) · v_cache[j, g(h)]` for the
@@ -52,10 +157,12 @@ struct AttentionParams {
 /// same pass).
 #[derive(Debug, Clone)]
 pub struct Attention {
-    /// Keys read as `vec4<f32>` (`head_dim % 4 == 0`).
-    vec4: Arc<wgpu::ComputePipeline>,
-    /// Keys read as `f32`.
-    scalar: Arc<wgpu::ComputePipeline>,
+    /// Every key of a token in one dispatch.
+    whole: Pipelines,
+    /// One split of a token's keys, writing partials.
+    split: Pipelines,
+    /// Combines the partials.
+    merge: Arc<wgpu::ComputePipeline>,
     key_tile: u32,
     variant: Variant,
     /// The head size the rows shape was built for (`None`: any).
@@ -97,11 +204,11 @@ impl Attention {
                 .value("RWG_SIZE", format!("{wg}u"))
                 .value("HEAD_QUADS", format!("{}u", head_dim.div_ceil(4)));
             let file = &kernels::ATTENTION_ROWS;
-            let scalar = load(ctx, cache, file, "attention_rows", defines.clone()).await?;
-            let vec4 = load(ctx, cache, file, "attention_rows", defines.flag("KV_VEC4")).await?;
             return Ok(Self {
-                vec4,
-                scalar,
+                whole: Pipelines::load(ctx, cache, file, "attention_rows", defines.clone()).await?,
+                split: Pipelines::load(ctx, cache, file, "attention_rows", defines.flag("SPLIT"))
+                    .await?,
+                merge: Self::merge(ctx, cache).await?,
                 key_tile: wg,
                 variant,
                 head_dim: Some(head_dim),
@@ -110,29 +217,30 @@ impl Attention {
         let key_tile = wg_size(ctx);
         let defines =
             reduce_defines(ctx, reduction)?.value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u"));
-        let scalar = load(
-            ctx,
-            cache,
-            &kernels::ATTENTION,
-            "attention",
-            defines.clone(),
-        )
-        .await?;
-        let vec4 = load(
-            ctx,
-            cache,
-            &kernels::ATTENTION,
-            "attention",
-            defines.flag("KV_VEC4"),
-        )
-        .await?;
+        let file = &kernels::ATTENTION;
         Ok(Self {
-            vec4,
-            scalar,
+            whole: Pipelines::load(ctx, cache, file, "attention", defines.clone()).await?,
+            split: Pipelines::load(ctx, cache, file, "attention", defines.flag("SPLIT")).await?,
+            merge: Self::merge(ctx, cache).await?,
             key_tile,
             variant,
             head_dim: None,
         })
+    }
+
+    async fn merge(ctx: &GpuContext, cache: &KernelCache) -> Result<Arc<wgpu::ComputePipeline>> {
+        let wg = MERGE_WG
+            .min(ctx.limits().max_compute_workgroup_size_x)
+            .max(1);
+        let defines = Defines::new().value("MWG_SIZE", format!("{wg}u"));
+        load(
+            ctx,
+            cache,
+            &kernels::ATTENTION_MERGE,
+            "attention_merge",
+            defines,
+        )
+        .await
     }
 
     /// The shape this kernel runs in.
@@ -149,8 +257,9 @@ impl Attention {
     /// Binds `q` (rows `q_row_stride` apart: `n_heads·hd` for a q buffer of its own,
     /// `(n_heads + 2·n_kv_heads)·hd` for a fused qkv buffer), one layer's caches of
     /// `max_positions` rows and `out` with the [`super::StepParams`] uniform `step`, for steps
-    /// of at most `max_tokens` tokens. Checks the head geometry (`head_dim` ≤
-    /// [`MAX_HEAD_DIM`] and the workgroup size), the buffers' sizes and that `out` is none of the inputs.
+    /// of at most `max_tokens` tokens; with `split` (and its scratch buffer), long steps of
+    /// few tokens split their keys (see [`KeySplit`]). Checks the head geometry (`head_dim` ≤ [`MAX_HEAD_DIM`] and the
+    /// workgroup size), the buffers' sizes and that `out` is none of the inputs.
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         &self,
@@ -164,7 +273,8 @@ impl Attention {
         heads: Heads,
         max_positions: u32,
         max_tokens: u32,
-    ) -> Result<KernelBinding> {
+        split: Option<(KeySplit, &wgpu::Buffer)>,
+    ) -> Result<AttentionBinding> {
         check_step(step)?;
         check_max_tokens(ctx, max_tokens)?;
         positive("max_positions", max_positions)?;
@@ -215,28 +325,154 @@ impl Attention {
                 format!("{} heads exceed one dispatch row", heads.n_heads),
             ));
         }
-        let params = AttentionParams {
+        let mut params = AttentionParams {
             n_heads: heads.n_heads,
             n_kv_heads: heads.n_kv_heads,
             head_dim: heads.head_dim,
             q_stride: q_row_stride,
             max_positions,
             scale: (1.0 / f64::from(heads.head_dim).sqrt()) as f32,
-            _pad: [0; 2],
+            keys_per_split: 0,
+            max_splits: 0,
         };
-        let pipeline = if heads.head_dim.is_multiple_of(4) {
-            &self.vec4
-        } else {
-            &self.scalar
-        };
-        Ok(KernelBinding::new(
+        let label = "attention";
+        let whole = KernelBinding::new(
             ctx,
-            pipeline,
-            "attention",
+            self.whole.pick(heads.head_dim),
+            label,
             &params,
             Some(step),
             &[q, k_cache, v_cache, out],
             Grid::PerToken(x),
-        ))
+        );
+        let split = match split {
+            None => None,
+            Some((split, scratch)) => {
+                positive("keys_per_split", split.keys_per_split)?;
+                positive("split max_tokens", split.max_tokens)?;
+                let max_splits = split.max_splits(max_positions);
+                let limit = ctx.limits().max_compute_workgroups_per_dimension;
+                if max_splits > limit {
+                    return Err(Error::Limit {
+                        what: format!(
+                            "attention splits of {} keys over {max_positions} positions",
+                            split.keys_per_split
+                        ),
+                        limit: "maxComputeWorkgroupsPerDimension",
+                        needed: u64::from(max_splits),
+                        allowed: u64::from(limit),
+                    });
+                }
+                let max_tokens = split.max_tokens.min(max_tokens);
+                let needed = KeySplit {
+                    max_tokens,
+                    ..split
+                }
+                .scratch_len(heads, max_positions);
+                if needed > u64::from(u32::MAX) {
+                    return Err(Error::invalid(
+                        "keys_per_split",
+                        format!("{needed} partial values overflow u32 indexing"),
+                    ));
+                }
+                check_len("split scratch", scratch, needed)?;
+                for (name, other) in [
+                    ("q", q),
+                    ("k_cache", k_cache),
+                    ("v_cache", v_cache),
+                    ("out", out),
+                ] {
+                    check_distinct("split scratch", scratch, name, other)?;
+                }
+                params.keys_per_split = split.keys_per_split;
+                params.max_splits = max_splits;
+                let parts = KernelBinding::new(
+                    ctx,
+                    self.split.pick(heads.head_dim),
+                    "attention split",
+                    &params,
+                    Some(step),
+                    &[q, k_cache, v_cache, scratch],
+                    Grid::PerToken(x),
+                );
+                let merge_x = elements("max_tokens", 1, q_dim)?.div_ceil(u64::from(MERGE_WG));
+                let (merge_x, merge_y) = dispatch_grid(ctx, "attention merge", merge_x as u32)?;
+                if merge_y != 1 {
+                    return Err(Error::invalid(
+                        "n_heads",
+                        format!("{q_dim} attention outputs exceed one dispatch row"),
+                    ));
+                }
+                let merge = KernelBinding::new(
+                    ctx,
+                    &self.merge,
+                    "attention merge",
+                    &params,
+                    Some(step),
+                    &[scratch, out],
+                    Grid::PerToken(merge_x),
+                );
+                Some(SplitBinding {
+                    parts,
+                    merge,
+                    keys_per_split: split.keys_per_split,
+                    min_keys: split.min_keys,
+                    max_tokens,
+                    max_splits,
+                })
+            }
+        };
+        Ok(AttentionBinding { whole, split })
+    }
+}
+
+/// The split half of an [`AttentionBinding`].
+#[derive(Debug)]
+struct SplitBinding {
+    parts: KernelBinding,
+    merge: KernelBinding,
+    keys_per_split: u32,
+    min_keys: u32,
+    max_tokens: u32,
+    max_splits: u32,
+}
+
+/// A bound attention: one dispatch for steps that run whole, two (partials, merge) for long
+/// steps of few tokens when bound with a [`KeySplit`]. Create once, record every step.
+#[derive(Debug)]
+pub struct AttentionBinding {
+    whole: KernelBinding,
+    split: Option<SplitBinding>,
+}
+
+impl AttentionBinding {
+    /// How many splits a step runs its keys in (1: whole, one dispatch).
+    pub fn splits(&self, step: &StepParams) -> u32 {
+        match &self.split {
+            Some(s) if step.n_tokens <= s.max_tokens && step.kv_len >= s.min_keys => step
+                .kv_len
+                .div_ceil(s.keys_per_split)
+                .min(s.max_splits)
+                .max(1),
+            _ => 1,
+        }
+    }
+
+    /// Records the step's dispatches (one, or two when it splits).
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &StepParams) {
+        let n = step.n_tokens;
+        match (&self.split, self.splits(step)) {
+            (Some(s), splits) if splits > 1 => {
+                let (x, y, _) = s.parts.grid().size(n);
+                s.parts.record_size(pass, (x, y, splits), n);
+                s.merge.record(pass, n);
+            }
+            _ => self.whole.record(pass, n),
+        }
+    }
+
+    /// The label it was bound with (`attention`).
+    pub fn label(&self) -> &str {
+        self.whole.label()
     }
 }

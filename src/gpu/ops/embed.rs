@@ -1,5 +1,5 @@
 //! Embedding lookups with tables in their stored type (`shaders/embed.wgsl`, decoding from
-//! `shaders/quant.wgsl`): a dequantizing row gather, bit-exact with the CPU dequantization.
+//! `shaders/lib/quant.wgsl`): a dequantizing row gather, bit-exact with the CPU dequantization.
 
 use std::sync::Arc;
 

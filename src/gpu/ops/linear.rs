@@ -1,5 +1,5 @@
 //! Linear layers with weights in their stored type (`shaders/linear.wgsl`, decoding from
-//! `shaders/quant.wgsl`): `y = W·x (+ bias)`, optionally added to `y`.
+//! `shaders/lib/quant.wgsl`): `y = W·x (+ bias)`, optionally added to `y`.
 //!
 //! Two kernels: decode (one token: matrix × vector, memory-bound, weights read once) and prefill
 //! (many tokens, weights read once per tile of tokens). [`LinearBinding::record`] picks by the

@@ -191,10 +191,11 @@ impl Forward {
         let head = (family == Family::LinearDecode).then_some(&self.head_last);
         let mut total = 0.0;
         for &(pos0, n_tokens) in steps {
-            StepParams::new(pos0, n_tokens).write(ctx, &self.step);
+            let params = StepParams::new(pos0, n_tokens);
+            params.write(ctx, &self.step);
             let record = |pass: &mut wgpu::ComputePass<'_>| {
                 for node in &nodes {
-                    node.record(pass, n_tokens, &plan);
+                    node.record(pass, &params, &plan);
                 }
                 if let Some(h) = head {
                     h.record_planned(pass, n_tokens, &plan);
@@ -234,7 +235,7 @@ impl Forward {
             let key = match (family, node) {
                 (Family::LinearDecode | Family::LinearPrefill, Node::Linear(l)) => l.shape(),
                 // every layer's attention has the same shape
-                (f, Node::Variants(g, _)) if f == *g => (0, 0),
+                (Family::Attention, Node::Attention(_)) => (0, 0),
                 _ => continue,
             };
             if seen.insert(key) {

@@ -118,7 +118,8 @@ impl Forward {
     }
 
     async fn profile_step(&self, ctx: &GpuContext, pos0: u32, n: u32) -> Result<StepProfile> {
-        StepParams::new(pos0, n).write(ctx, &self.step);
+        let params = StepParams::new(pos0, n);
+        params.write(ctx, &self.step);
         let c = &self.config;
         let kv_bytes = 2 * u64::from(pos0 + n) * c.kv_dim() as u64 * 4;
         let plan = &self.plan;
@@ -147,14 +148,20 @@ impl Forward {
                         bytes: l.weight_bytes(),
                     }
                 }
-                Node::Variants(f, built) => {
+                Node::Attention(built) => {
                     let label = built.first().map(|(_, k)| k.label()).unwrap_or("kernel");
+                    let splits = built.first().map_or(1, |(_, k)| k.splits(&params));
+                    let shape = if splits > 1 {
+                        format!("{} heads × {n} tokens, {splits} key splits", c.n_heads)
+                    } else {
+                        format!("{} heads × {n} tokens", c.n_heads)
+                    };
                     Item {
                         node: Timed::Node(node),
                         kernel: label.to_string(),
-                        shape: format!("{} heads × {} tokens", c.n_heads, n),
-                        variant: Some(plan.variant(*f)),
-                        bytes: if *f == Family::Attention { kv_bytes } else { 0 },
+                        shape,
+                        variant: Some(plan.variant(Family::Attention)),
+                        bytes: kv_bytes,
                     }
                 }
             };
@@ -180,7 +187,7 @@ impl Forward {
         let mut rows = Vec::new();
         for ((kernel, shape, variant), (node, count, bytes)) in groups {
             let once = self
-                .time_batches(ctx, &|pass| self.record_timed(pass, node, n))
+                .time_batches(ctx, &|pass| self.record_timed(pass, node, &params))
                 .await?;
             rows.push(ProfileRow {
                 kernel,
@@ -195,7 +202,7 @@ impl Forward {
         let step_seconds = self
             .time_batches(ctx, &|pass| {
                 for node in &self.nodes {
-                    node.record(pass, n, plan);
+                    node.record(pass, &params, plan);
                 }
                 self.head_last.record_planned(pass, n, plan);
             })
@@ -209,10 +216,12 @@ impl Forward {
         })
     }
 
-    fn record_timed(&self, pass: &mut wgpu::ComputePass<'_>, node: Timed<'_>, n: u32) {
+    fn record_timed(&self, pass: &mut wgpu::ComputePass<'_>, node: Timed<'_>, params: &StepParams) {
         match node {
-            Timed::Node(node) => node.record(pass, n, &self.plan),
-            Timed::Head => self.head_last.record_planned(pass, n, &self.plan),
+            Timed::Node(node) => node.record(pass, params, &self.plan),
+            Timed::Head => self
+                .head_last
+                .record_planned(pass, params.n_tokens, &self.plan),
         }
     }
 

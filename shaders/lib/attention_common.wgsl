@@ -1,0 +1,57 @@
+// What the attention kernels share (attention.wgsl, attention_rows.wgsl,
+// attention_merge.wgsl): their parameters, the step uniform, and how a step's keys are cut into
+// splits (flash-decoding) and where a split's partial result lives.
+//
+// A split partial is one record of head_dim + 2 floats per (token, head, split):
+//   [0, hd)  the output accumulator sum_j exp(s_j - m) v_j (not divided by l),
+//   hd       m, the largest score of the split's keys (NEG_BIG when the split has none),
+//   hd + 1   l, sum_j exp(s_j - m).
+// partial: [max_tokens_split, n_heads, max_splits, hd + 2].
+
+struct Params {
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    q_stride: u32,
+    max_positions: u32,
+    scale: f32,
+    // keys per split (SPLIT kernels and the merge)
+    keys_per_split: u32,
+    // splits a partial buffer has room for per (token, head)
+    max_splits: u32,
+}
+
+struct Step {
+    pos0: u32,
+    n_tokens: u32,
+    kv_len: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step_params: Step;
+
+// Finite stand-in for -infinity (WGSL implementations may assume no infinities).
+const NEG_BIG: f32 = -3.4028234e38;
+
+// Keys a token at position p attends to: 0..=p, capped at the cache (positions past it were
+// refused on the host, never read past it).
+fn token_keys(t: u32) -> u32 {
+    return min(step_params.pos0 + t + 1u, params.max_positions);
+}
+
+// The keys [first, end) that split `s` of token `t` walks: all of them without SPLIT.
+fn split_keys(s: u32, t: u32) -> vec2<u32> {
+    let n = token_keys(t);
+#ifdef SPLIT
+    let first = min(s * params.keys_per_split, n);
+    return vec2<u32>(first, first + min(params.keys_per_split, n - first));
+#else
+    return vec2<u32>(0u, n);
+#endif
+}
+
+// First element of the partial record of (token t, head h, split s).
+fn partial_index(t: u32, h: u32, s: u32) -> u32 {
+    return ((t * params.n_heads + h) * params.max_splits + s) * (params.head_dim + 2u);
+}
