@@ -5,6 +5,7 @@
 //! cache, typed kernels) and the CPU [`model::reference`] sit under everything else; `web`
 //! (wasm32 only) converts between JavaScript and Rust and holds no logic of its own.
 
+pub mod candidates;
 pub mod chat;
 pub mod error;
 pub mod format;

@@ -22,10 +22,10 @@ use crate::gpu::{
 
 mod measure;
 mod profile;
+use crate::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
 use crate::model::config::{Architecture, ModelConfig, NormKind, RopeLayout};
 use crate::model::fuse::{self, FusionPlan};
 use crate::model::weights::{dequantize, encode_float, DType};
-use crate::sampling::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
 

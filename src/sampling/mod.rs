@@ -53,7 +53,7 @@
 //! raw row and may differ from the full path's in the last bits; the token never does. To make
 //! the kept set's order canonical, top-k's survivors are sorted by logit before the filters.
 
-pub mod candidates;
+pub use crate::candidates;
 pub mod params;
 pub mod sampler;
 pub mod stop;

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use crate::sampling::candidates::{
+use crate::candidates::saturate;
+use crate::candidates::{
     Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES,
 };
 use crate::sampling::SamplingParams;
@@ -81,12 +82,6 @@ pub fn log_softmax(logits: &[f32]) -> Result<Vec<f32>> {
 /// A uniform draw in `[0, 1)` from the top 53 bits of one `u64`, identical on every target.
 fn uniform(rng: &mut ChaCha20Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-}
-
-/// Keeps a processed logit finite: an overflow saturates at `±f32::MAX` instead of becoming
-/// infinite (which would turn into NaN in the softmax).
-pub(super) fn saturate(x: f64) -> f32 {
-    (x as f32).clamp(-f32::MAX, f32::MAX)
 }
 
 /// Token `i` as an index into the logits (ids are checked against the vocabulary beforehand).

@@ -103,6 +103,8 @@ export interface KernelPlanInfo {
   measure_seconds: number;
   /** Where the plan is kept (a Cache API URL), when it is. */
   stored_at: string | null;
+  /** The attention key split when forced (`'off'` or `{ keys: N }`); absent: the policy. */
+  attention_split?: 'off' | { keys: number };
 }
 
 /**

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{load, wg_size, Grid, KernelBinding, Reduction};
+use crate::candidates::{
+    Candidates, LogitAdjustment, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES, MAX_RESULT_BYTES,
+};
 use crate::error::{Error, Result};
 use crate::gpu::counters::AliveBuffers;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, KernelCache};
-use crate::sampling::candidates::{
-    Candidates, LogitAdjustment, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES, MAX_RESULT_BYTES,
-};
 
 /// Invocations of the selection workgroup (one histogram bin and one sort slot each).
 const SELECT_WG: u32 = 256;

@@ -1,12 +1,20 @@
 //! What a decode step asks the GPU to narrow down before sampling ([`SelectRequest`]), and the
 //! compact answer it reads back instead of the whole logits row ([`Candidates`]).
 //!
+//! A leaf: the GPU's selection kernel (`gpu::ops::select`) and the sampler both build on this
+//! wire format, and neither imports the other (also reachable as `sampling::candidates`).
+//!
 //! The GPU only selects; every decision stays in
 //! [`Sampler::sample_candidates`](crate::sampling::Sampler::sample_candidates), which recomputes
 //! the adjusted logits of the candidates exactly and says when they do not suffice (then the
 //! whole row is read).
 
-use super::sampler::saturate;
+/// Keeps a processed logit finite: an overflow saturates at `±f32::MAX` instead of becoming
+/// infinite (which would turn into NaN in the softmax). The sampler's processors use it too,
+/// so the GPU-side adjustments and the CPU ones round alike.
+pub(crate) fn saturate(x: f64) -> f32 {
+    (x as f32).clamp(-f32::MAX, f32::MAX)
+}
 
 /// Most candidates one step can return (the kernel sorts them in one workgroup).
 pub const MAX_CANDIDATES: usize = 256;
