@@ -18,15 +18,8 @@ struct Params {
     zero: u32,
 }
 
-struct Step {
-    pos0: u32,
-    n_tokens: u32,
-    kv_len: u32,
-    _pad: u32,
-}
-
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+#include "step.wgsl"
 @group(0) @binding(2) var<storage, read> qw: array<u32>;
 #ifdef FROM_IDS
 @group(0) @binding(3) var<storage, read> ids: array<u32>;
@@ -59,13 +52,13 @@ fn embed(
     let t = wid.y;
     let dim = params.dim;
     let part = wid.x * EMBED_WG + lid;
-    if t >= min(step.n_tokens, params.max_tokens) || part >= q_parts(dim) {
+    if t >= min(step_params.n_tokens, params.max_tokens) || part >= q_parts(dim) {
         return;
     }
 #ifdef FROM_IDS
     let id = min(ids[t], params.rows - 1u);
 #else
-    let id = min(step.pos0 + t, params.rows - 1u);
+    let id = min(step_params.pos0 + t, params.rows - 1u);
 #endif
     let v = q_dequant(q_load(id, part, dim));
     let c0 = 8u * part;

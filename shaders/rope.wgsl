@@ -34,15 +34,8 @@ struct Params {
     freqs: array<vec4<u32>, FREQ_VEC4S>,
 }
 
-struct Step {
-    pos0: u32,
-    n_tokens: u32,
-    kv_len: u32,
-    _pad: u32,
-}
-
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step_params: Step;
+#include "step.wgsl"
 #ifdef FUSED_QKV
 #ifdef NO_ROPE
 @group(0) @binding(2) var<storage, read> q: array<f32>;

@@ -21,15 +21,8 @@ struct Params {
     max_splits: u32,
 }
 
-struct Step {
-    pos0: u32,
-    n_tokens: u32,
-    kv_len: u32,
-    _pad: u32,
-}
-
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step_params: Step;
+#include "step.wgsl"
 
 // Finite stand-in for -infinity (WGSL implementations may assume no infinities).
 const NEG_BIG: f32 = -3.4028234e38;

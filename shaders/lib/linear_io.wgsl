@@ -17,15 +17,8 @@ struct Params {
     max_positions: u32,
 }
 
-struct Step {
-    pos0: u32,
-    n_tokens: u32,
-    kv_len: u32,
-    _pad: u32,
-}
-
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+#include "step.wgsl"
 @group(0) @binding(2) var<storage, read> qw: array<u32>;
 #ifdef X_VEC4
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
@@ -64,7 +57,7 @@ struct Step {
 
 // Tokens this step computes; never more than the buffers were checked for.
 fn token_count() -> u32 {
-    return min(step.n_tokens, params.max_tokens);
+    return min(step_params.n_tokens, params.max_tokens);
 }
 
 // Activation x[t, c] for one column, 0 past the row (float types have partial parts).
@@ -167,7 +160,7 @@ fn bias_at(r: u32) -> f32 {
 fn store(t: u32, r: u32, v: f32, u: f32) {
 #ifdef KV_WRITE
     var out = v + bias_at(r);
-    let pos = step.pos0 + t;
+    let pos = step_params.pos0 + t;
     let kv_end = params.q_rows + params.kv_rows;
 #ifdef ROPE
     if r < kv_end {

@@ -69,7 +69,7 @@ pub const SELECT: ShaderFile = shader_file!("select.wgsl");
 
 /// The helpers of `shaders/lib/` that kernels may `#include`: the workgroup reduction, weight
 /// decoding, the activation functions, the RoPE angle, the linear kernels' inputs and
-/// epilogues, and what the attention kernels share.
+/// epilogues, what the attention kernels share, and the step uniform.
 const INCLUDES: &[ShaderFile] = &[
     lib_file!("reduce.wgsl"),
     lib_file!("quant.wgsl"),
@@ -77,6 +77,7 @@ const INCLUDES: &[ShaderFile] = &[
     lib_file!("rope_angle.wgsl"),
     lib_file!("linear_io.wgsl"),
     lib_file!("attention_common.wgsl"),
+    lib_file!("step.wgsl"),
 ];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).
