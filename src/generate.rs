@@ -27,11 +27,12 @@ use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
 use crate::chat::{ChatMessage, ChatTemplate};
+use crate::config::ModelConfig;
+use crate::config::{auto_context, ContextChoice};
 use crate::error::{Error, Result};
-use crate::format::{auto_context, ContextChoice, ModelFiles};
+use crate::forward::{Forward, StepLogits, DEFAULT_CHUNK};
 use crate::gpu::{GpuContext, KernelCache, KvCache};
-use crate::model::config::ModelConfig;
-use crate::model::forward::{Forward, StepLogits, DEFAULT_CHUNK};
+use crate::loader::ModelFiles;
 use crate::sampling::{log_softmax, Sampled, Sampler, SamplingParams, SelectRequest, StopMatcher};
 use crate::tokenizer::Tokenizer;
 
@@ -468,7 +469,7 @@ impl Session {
         &mut self,
         decode_pos: u32,
         prompt_tokens: u32,
-    ) -> Result<crate::model::forward::Profile> {
+    ) -> Result<crate::forward::Profile> {
         self.cached.clear();
         let result = self
             .forward

@@ -1,16 +1,27 @@
 //! emberlm: large-language-model text generation on WebGPU, in the browser (wasm32) and
 //! natively (wgpu on Vulkan, Metal or DX12).
 //!
-//! The crate is layered so that dependencies point one way: [`gpu`] (device, buffers, kernel
-//! cache, typed kernels) and the CPU [`model::reference`] sit under everything else; `web`
-//! (wasm32 only) converts between JavaScript and Rust and holds no logic of its own.
+//! The crate is layered so that dependencies point one way (`tests/layers.rs` fails on an
+//! import that runs sideways or up), bottom first:
+//! - leaves: [`error`], [`dtype`] (storage types, dequantization), [`config`] (the model
+//!   description), [`candidates`] (the selection kernel's wire format), [`tune`];
+//! - [`model`]: host tensors and weights, and the CPU reference forward pass;
+//! - [`gpu`] (device, buffers, kernels), [`format`] (GGUF, safetensors), [`sampling`];
+//! - [`tokenizer`], then [`chat`];
+//! - [`loader`] (files → weights, tokenizer, template) and [`forward`] (the GPU graph);
+//! - the session, the engine, and `web` (wasm32 only), which converts between JavaScript and
+//!   Rust and holds no logic of its own.
 
 pub mod candidates;
 pub mod chat;
+pub mod config;
+pub mod dtype;
 pub mod error;
 pub mod format;
+pub mod forward;
 pub mod generate;
 pub mod gpu;
+pub mod loader;
 pub mod model;
 pub mod sampling;
 pub mod tokenizer;

@@ -9,10 +9,10 @@ mod common;
 
 use std::path::Path;
 
-use emberlm::format::ModelFiles;
+use emberlm::forward::{Forward, StepLogits};
 use emberlm::generate::{FinishReason, GenerateOptions, Prompt, Session};
 use emberlm::gpu::{Counters, KernelCache};
-use emberlm::model::forward::{Forward, StepLogits};
+use emberlm::loader::ModelFiles;
 use emberlm::sampling::{Sampler, SamplingParams};
 use emberlm::GpuOptions;
 

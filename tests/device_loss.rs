@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 
 use emberlm::chat::ChatMessage;
-use emberlm::format::ModelFiles;
 use emberlm::generate::{GenerateOptions, Prompt, Session};
+use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
 use emberlm::{Error, GpuOptions};
 

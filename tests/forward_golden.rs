@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
-use emberlm::format::ModelFiles;
 use emberlm::gpu::{KernelCache, KernelOverrides, SplitOverride, Variant};
+use emberlm::loader::ModelFiles;
 use emberlm::{GpuContext, GpuOptions};
 
 fn root() -> PathBuf {

@@ -5,9 +5,9 @@
 
 mod common;
 
-use emberlm::format::ModelFiles;
+use emberlm::forward::Forward;
 use emberlm::gpu::KernelCache;
-use emberlm::model::forward::Forward;
+use emberlm::loader::ModelFiles;
 use emberlm::GpuOptions;
 use rand::Rng;
 

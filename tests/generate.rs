@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::golden::Golden;
-use emberlm::format::ModelFiles;
 use emberlm::generate::{
     FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, TokenEvent,
 };
+use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
 use emberlm::GpuOptions;
 

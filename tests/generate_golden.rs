@@ -8,8 +8,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use emberlm::format::ModelFiles;
 use emberlm::generate::{GenerateOptions, Prompt, Session};
+use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
 use emberlm::GpuOptions;
 use serde_json::Value;

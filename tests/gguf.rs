@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use emberlm::dtype::DType;
 use emberlm::format::gguf::{GgufArray, GgufHeader, GgufValue};
-use emberlm::model::weights::DType;
 use emberlm::Error;
 
 fn manifest_path(rel: &str) -> PathBuf {

@@ -10,11 +10,11 @@ mod peak_alloc;
 
 use std::time::{Duration, Instant};
 
+use emberlm::dtype::DType;
 use emberlm::format::gguf::{
     GgufArray, GgufHeader, GgufValue, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_METADATA_COUNT,
     MAX_NAME_LEN, MAX_STRING_LEN, MAX_TENSOR_COUNT,
 };
-use emberlm::model::weights::DType;
 use emberlm::Error;
 use rand::Rng;
 

@@ -10,9 +10,9 @@ mod common;
 
 use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
+use emberlm::dtype::DType;
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
-use emberlm::model::weights::DType;
 use emberlm::GpuOptions;
 
 fn log(msg: &str) {

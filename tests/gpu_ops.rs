@@ -11,11 +11,11 @@ mod common;
 
 use common::kernel_cases::reductions;
 use common::ops_cases;
+use emberlm::config::RopeLayout;
 use emberlm::gpu::{
     Attention, Heads, KernelCache, KeySplit, LayerNorm, Qkv, QkvForm, Reduction, RmsNorm,
     RopeKvWrite, StepParams, SwiGlu,
 };
-use emberlm::model::config::RopeLayout;
 use emberlm::GpuOptions;
 
 fn log(msg: &str) {

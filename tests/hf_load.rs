@@ -8,9 +8,9 @@ mod peak_alloc;
 
 use std::path::PathBuf;
 
+use emberlm::config::{Architecture, NormKind, RopeLayout};
+use emberlm::dtype::DType;
 use emberlm::format::safetensors::HfFolder;
-use emberlm::model::config::{Architecture, NormKind, RopeLayout};
-use emberlm::model::weights::DType;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

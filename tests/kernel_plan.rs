@@ -9,10 +9,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use emberlm::format::ModelFiles;
+use emberlm::forward::{plan_key, Forward};
 use emberlm::gpu::plan::{Family, Source};
 use emberlm::gpu::{KernelCache, KernelOverrides, KernelPlan, Variant};
-use emberlm::model::forward::{plan_key, Forward};
+use emberlm::loader::ModelFiles;
 use emberlm::tune::Store;
 use emberlm::{GpuContext, GpuOptions};
 

@@ -6,11 +6,11 @@
 
 use std::path::PathBuf;
 
+use emberlm::config::{ModelConfig, RopeLayout};
+use emberlm::dtype::{dequantize, DType};
 use emberlm::format::gguf_model::GgufModel;
 use emberlm::format::safetensors::HfFolder;
-use emberlm::format::{ModelWeights, Tensor};
-use emberlm::model::config::{ModelConfig, RopeLayout};
-use emberlm::model::weights::{dequantize, DType};
+use emberlm::model::weights::{ModelWeights, Tensor};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

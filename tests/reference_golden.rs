@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use emberlm::format::ModelFiles;
+use emberlm::loader::ModelFiles;
 use emberlm::model::reference::{ReferenceCache, ReferenceModel};
 use serde_json::Value;
 

@@ -79,9 +79,9 @@ async fn device_loss_is_an_error_not_a_panic() {
 
 #[wasm_bindgen_test]
 fn gguf_loads_from_bytes_and_from_a_stream() {
+    use emberlm::dtype::{dequantize, DType};
     use emberlm::format::gguf_stream::GgufStream;
-    use emberlm::format::ModelFiles;
-    use emberlm::model::weights::{dequantize, DType};
+    use emberlm::loader::ModelFiles;
 
     let bytes: &[u8] = include_bytes!("fixtures/tiny-llama-q4_1.gguf");
     let files = ModelFiles::from_bytes(bytes.to_vec(), "tiny-llama-q4_1.gguf").unwrap();

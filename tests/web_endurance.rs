@@ -8,8 +8,8 @@
 mod common;
 
 use common::browser_log as log;
-use emberlm::format::ModelFiles;
 use emberlm::generate::{FinishReason, GenerateOptions, Prompt, Session};
+use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};

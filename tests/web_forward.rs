@@ -11,9 +11,9 @@ use common::browser_log as log;
 
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
-use emberlm::format::ModelFiles;
+use emberlm::forward::Forward;
 use emberlm::gpu::KernelCache;
-use emberlm::model::forward::Forward;
+use emberlm::loader::ModelFiles;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};

@@ -9,9 +9,9 @@ use common::browser_log as log;
 
 use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
+use emberlm::dtype::DType;
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
-use emberlm::model::weights::DType;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);

@@ -10,8 +10,8 @@ use common::browser_log as log;
 
 use common::kernel_cases::reductions;
 use common::ops_cases;
+use emberlm::config::RopeLayout;
 use emberlm::gpu::{KernelCache, QkvForm, Reduction};
-use emberlm::model::config::RopeLayout;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);

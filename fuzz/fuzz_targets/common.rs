@@ -9,10 +9,12 @@
 #![allow(dead_code)]
 
 use emberlm::chat::{ChatMessage, ChatTemplate};
+use emberlm::config::default_context;
 use emberlm::format::gguf::{GgufHeader, GgufValue};
 use emberlm::format::gguf_stream::GgufStream;
 use emberlm::format::safetensors::HfFolder;
-use emberlm::format::{default_context, ModelFiles, ModelWeights};
+use emberlm::loader::ModelFiles;
+use emberlm::model::weights::ModelWeights;
 use emberlm::tokenizer::Tokenizer;
 
 const FILE: &str = "fuzz.gguf";

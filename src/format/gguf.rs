@@ -15,8 +15,8 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use crate::dtype::{ggml_type_name, DType};
 use crate::error::{Error, Result};
-use crate::model::weights::{ggml_type_name, DType};
 
 /// The four bytes every GGUF file starts with.
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";

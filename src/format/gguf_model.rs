@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::gguf::GgufHeader;
-use super::{ModelWeights, Tensor};
+use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
 use crate::error::{Error, Result};
-use crate::model::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
+use crate::model::weights::{ModelWeights, Tensor};
 
 /// A GGUF file held in memory with its parsed header.
 #[derive(Debug)]

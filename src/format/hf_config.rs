@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
+use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
 use crate::error::{Error, Result};
-use crate::model::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
 
 /// A token id or a list of them (`eos_token_id` is either in the wild).
 #[derive(Debug, Clone, Deserialize)]

@@ -10,10 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
-use super::{hf_config, ModelWeights, Tensor};
+use super::hf_config;
+use crate::config::Architecture;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::model::config::Architecture;
-use crate::model::weights::DType;
+use crate::model::weights::{ModelWeights, Tensor};
 
 /// Name of the single-file checkpoint.
 pub const SINGLE_FILE: &str = "model.safetensors";

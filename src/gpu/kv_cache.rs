@@ -1,7 +1,7 @@
 //! The KV cache: K and V for every layer, f32, allocated once for the chosen context length.
 
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::model::config::ModelConfig;
 
 use super::counters::AliveBuffers;
 use super::device::GpuContext;

@@ -4,7 +4,7 @@
 //! variants they are asked for, and nothing but the plan picks which one runs. A plan is forced
 //! (`--kernels`, `EMBERLM_KERNELS`, `Engine.load(..., { kernels })`), reused from the
 //! [`crate::tune`] store, or measured on the device when a model loads (see
-//! [`crate::model::forward`]).
+//! [`crate::forward`]).
 //!
 //! The two shapes:
 //! - [`Variant::Workgroup`]: the GPU shape. Many invocations share a row and reduce through

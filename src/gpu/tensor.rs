@@ -1,8 +1,8 @@
 //! Model tensors on the GPU, in their stored format (a Q4_1 matrix stays Q4_1).
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::format::Tensor;
-use crate::model::weights::DType;
+use crate::model::weights::Tensor;
 
 use super::device::GpuContext;
 

@@ -1,8 +1,5 @@
-//! Model description and math: tensor storage types, and the CPU reference the GPU kernels are
-//! tested against.
+//! The model on the host: tensors and weights as loaded, and the CPU reference forward pass
+//! the GPU kernels are tested against.
 
-pub mod config;
-pub mod forward;
-pub mod fuse;
 pub mod reference;
 pub mod weights;

@@ -7,10 +7,10 @@
 //! so the result sits within rounding of the float64 goldens in `tests/fixtures/golden/`.
 //! Shapes are written outermost first; matrices are `[out, in]` and row-major.
 
+use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
+use crate::dtype::dequantize;
 use crate::error::{Error, Result};
-use crate::format::{ModelWeights, Tensor};
-use crate::model::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
-use crate::model::weights::dequantize;
+use crate::model::weights::{ModelWeights, Tensor};
 
 // ---------------------------------------------------------------------------------------------
 // Operations
@@ -736,7 +736,7 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::weights::DType;
+    use crate::dtype::DType;
     use std::borrow::Cow;
 
     fn close(a: f32, b: f64, tol: f64) -> bool {

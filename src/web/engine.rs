@@ -18,9 +18,9 @@ use super::source::{self, Source};
 use super::stream;
 use super::types::{CountersJs, EngineInfoJs, GenerationJs, SourceNote, TokenEventJs};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
-use crate::format::ModelFiles;
 use crate::generate::{AbortHandle, GenerateOptions, Generation, Prompt, Session, TokenEvent};
 use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
+use crate::loader::ModelFiles;
 use crate::Error;
 
 /// First-come first-served turns: an async mutex for a single-threaded executor.

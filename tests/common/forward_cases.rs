@@ -4,9 +4,9 @@
 //! decoding. Every check returns the largest |logit − f64| it saw, or a message naming what
 //! failed.
 
-use emberlm::format::ModelWeights;
+use emberlm::forward::Forward;
 use emberlm::gpu::{GpuContext, KernelCache};
-use emberlm::model::forward::Forward;
+use emberlm::model::weights::ModelWeights;
 
 use super::golden::{Golden, GoldenResult};
 

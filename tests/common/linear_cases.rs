@@ -8,15 +8,15 @@
 
 use std::borrow::Cow;
 
-use emberlm::format::Tensor;
+use emberlm::config::RopeLayout;
+use emberlm::dtype::{dequantize, DType};
 use emberlm::gpu::ops::{
     EmbedSource, Embedding, Epilogue, InputNorm, KvWriteBinding, Linear, LinearKernel,
     LinearOptions, NormBinding,
 };
 use emberlm::gpu::{GpuContext, GpuTensor, KernelCache, Reduction, StepParams, Variant};
-use emberlm::model::config::RopeLayout;
 use emberlm::model::reference;
-use emberlm::model::weights::{dequantize, DType};
+use emberlm::model::weights::Tensor;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 

@@ -10,13 +10,13 @@
 //! Each check returns the worst `|gpu − reference| / tolerance` seen (≤ 1 when it passes), so
 //! the margins can be logged.
 
+use emberlm::config::RopeLayout;
 use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
 use emberlm::gpu::ops::{AttentionBinding, KeySplit};
 use emberlm::gpu::{
     Add, Attention, Gelu, GpuContext, Heads, KernelBinding, KernelCache, LayerNorm, Qkv, QkvForm,
     Reduction, RmsNorm, RopeKvWrite, StepParams, SwiGlu, Variant,
 };
-use emberlm::model::config::RopeLayout;
 use emberlm::model::reference;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

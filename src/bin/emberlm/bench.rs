@@ -8,11 +8,11 @@ use std::process::Command;
 use std::time::Instant;
 
 use clap::Args;
-use emberlm::format::ModelFiles;
+use emberlm::forward::Forward;
 use emberlm::generate::{GenerateOptions, Prompt, Session};
 use emberlm::gpu::ops::copy_bandwidth;
 use emberlm::gpu::{Counters, CountersPer, KernelCache};
-use emberlm::model::forward::Forward;
+use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
 use emberlm::GpuContext;
 use serde::Serialize;

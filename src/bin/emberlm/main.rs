@@ -21,8 +21,9 @@ mod cli {
     use std::path::{Path, PathBuf};
 
     use clap::{Parser, Subcommand};
-    use emberlm::format::{default_context, ModelFiles};
+    use emberlm::config::default_context;
     use emberlm::gpu::KernelOverrides;
+    use emberlm::loader::ModelFiles;
     use emberlm::{GpuContext, GpuOptions};
 
     use crate::batch::BatchArgs;
@@ -414,12 +415,12 @@ mod cli {
         let context = context.unwrap_or_else(|| default_context(&weights.config));
         let gpu = pollster::block_on(GpuContext::new(gpu_options()))?;
         let cache = emberlm::gpu::KernelCache::new();
-        let mut fwd = pollster::block_on(emberlm::model::forward::Forward::new(
+        let mut fwd = pollster::block_on(emberlm::forward::Forward::new(
             &gpu,
             &cache,
             &weights,
             context,
-            emberlm::model::forward::DEFAULT_CHUNK,
+            emberlm::forward::DEFAULT_CHUNK,
         ))?;
         let vocab = weights.config.vocab_size;
         let logits = if decode {

@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use emberlm::format::{default_context, ModelFiles};
+use emberlm::config::default_context;
+use emberlm::forward::{Forward, StepProfile, DEFAULT_CHUNK};
 use emberlm::gpu::KernelCache;
-use emberlm::model::forward::{Forward, StepProfile, DEFAULT_CHUNK};
+use emberlm::loader::ModelFiles;
 use emberlm::GpuContext;
 
 use crate::{CliResult, Failure};

@@ -7,11 +7,11 @@ use bytemuck::{Pod, Zeroable};
 
 use super::linear::{check_step, check_words, matrix_shape, weight_flag};
 use super::{load, positive, Grid, KernelBinding, WeightRead};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
 use crate::gpu::tensor::GpuTensor;
-use crate::model::weights::DType;
 
 /// Invocations of an embedding workgroup (must match `EMBED_WG` in `shaders/embed.wgsl`); each
 /// writes one part of 8 values.

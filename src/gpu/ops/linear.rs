@@ -19,13 +19,13 @@ use super::{
     dispatch_grid, load, optional_input, positive, reduce_defines, Grid, KernelBinding, Reduction,
     WeightRead,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::counters::AliveBuffers;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
 use crate::gpu::plan::{Family, KernelPlan, Variant};
 use crate::gpu::tensor::GpuTensor;
-use crate::model::weights::DType;
 
 /// Rows one decode workgroup computes (must match `ROWS` in `shaders/linear.wgsl`).
 pub const LINEAR_DECODE_ROWS: u32 = 4;

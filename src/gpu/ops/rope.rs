@@ -18,10 +18,10 @@ use super::{
     check_distinct, check_len, check_max_tokens, check_step, dispatch_grid, elements, load,
     positive, wg_size, Grid, Heads, KernelBinding, MAX_HEAD_DIM,
 };
+use crate::config::RopeLayout;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
-use crate::model::config::RopeLayout;
 
 /// `vec4<u32>`s in the frequency table: two (hi, lo) pairs each, one pair per rotated pair.
 const FREQ_VEC4S: usize = MAX_HEAD_DIM as usize / 4;

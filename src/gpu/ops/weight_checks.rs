@@ -4,10 +4,10 @@
 
 use super::linear::{KvWriteBinding, LinearOptions};
 use super::{optional_input, positive, StepParams};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::tensor::GpuTensor;
-use crate::model::weights::DType;
 
 /// The `quant.wgsl` flag selecting `dtype`.
 pub(crate) fn weight_flag(dtype: DType) -> &'static str {

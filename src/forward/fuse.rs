@@ -14,10 +14,10 @@
 
 use std::borrow::Cow;
 
+use crate::config::{Architecture, RopeLayout};
+use crate::dtype::{dequantize, DType};
 use crate::error::{Error, Result};
-use crate::format::{ModelWeights, Tensor};
-use crate::model::config::{Architecture, RopeLayout};
-use crate::model::weights::{dequantize, DType};
+use crate::model::weights::{ModelWeights, Tensor};
 
 /// Name of layer `layer`'s stacked `[q | k | v]` matrix (and, with `.bias`, its bias).
 pub fn qkv_name(layer: usize, suffix: &str) -> String {

@@ -282,6 +282,54 @@ impl ModelConfig {
     }
 }
 
+/// The default context length: the model's, capped at 4096.
+pub fn default_context(config: &ModelConfig) -> usize {
+    config.context_length.min(DEFAULT_CONTEXT_CAP)
+}
+
+/// The longest context [`default_context`] picks.
+pub const DEFAULT_CONTEXT_CAP: usize = 4096;
+
+/// A context length picked for a model on a device, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ContextChoice {
+    /// Positions of KV cache.
+    pub context: usize,
+    /// What bounded it, in words ("the model's trained context", ...).
+    pub reason: String,
+}
+
+/// The context to use when the caller gives none: the model's trained context, at most 4096,
+/// and at most what one layer's KV buffer (`context × kv_dim` f32) may hold under the device's
+/// `maxStorageBufferBindingSize` and `maxBufferSize`.
+pub fn auto_context(config: &ModelConfig, max_binding: u64, max_buffer: u64) -> ContextChoice {
+    let row = (config.kv_dim().max(1) as u64) * 4;
+    let by_device = (max_binding.min(max_buffer) / row).min(usize::MAX as u64) as usize;
+    let mut choice = ContextChoice {
+        context: config.context_length,
+        reason: "the model's trained context".into(),
+    };
+    if DEFAULT_CONTEXT_CAP < choice.context {
+        choice = ContextChoice {
+            context: DEFAULT_CONTEXT_CAP,
+            reason: format!(
+                "the default cap of {DEFAULT_CONTEXT_CAP} (the model was trained on {})",
+                config.context_length
+            ),
+        };
+    }
+    if by_device < choice.context {
+        choice = ContextChoice {
+            context: by_device.max(1),
+            reason: format!(
+                "the device's largest storage buffer ({} bytes) holds one layer's K or V for {by_device} positions",
+                max_binding.min(max_buffer)
+            ),
+        };
+    }
+    choice
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -374,5 +422,27 @@ pub(crate) mod tests {
                 .contains("`blk.0.attn_q.weight` has shape [64, 65]"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn auto_context_names_what_bounds_it() {
+        let sized = |context_length: usize, kv_dim: usize| {
+            let mut c = tiny_llama();
+            c.context_length = context_length;
+            c.n_kv_heads = kv_dim / c.head_dim;
+            c
+        };
+        let big = 1 << 30;
+        let c = sized(2048, 64);
+        assert_eq!(auto_context(&c, big, big).context, 2048);
+        assert!(auto_context(&c, big, big).reason.contains("trained"));
+        let c = sized(32768, 64);
+        let choice = auto_context(&c, big, big);
+        assert_eq!(choice.context, DEFAULT_CONTEXT_CAP);
+        assert!(choice.reason.contains("32768"), "{}", choice.reason);
+        // 64 KiB of binding holds 256 rows of 64 f32
+        let choice = auto_context(&c, 1 << 16, big);
+        assert_eq!(choice.context, 256);
+        assert!(choice.reason.contains("65536"), "{}", choice.reason);
     }
 }

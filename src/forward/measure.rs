@@ -14,9 +14,9 @@ use web_time::{Duration, Instant};
 
 use super::{Forward, Node};
 use crate::error::Result;
-use crate::format::ModelWeights;
 use crate::gpu::plan::{Family, KernelOverrides, Source, StoredPlan, Timing};
 use crate::gpu::{GpuContext, KernelPlan, StepParams, Variant};
+use crate::model::weights::ModelWeights;
 use crate::tune::{Store, TuneKey};
 
 /// A batch that takes at least this long is timed well enough by any timer.

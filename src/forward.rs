@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
-use crate::format::{ModelWeights, Tensor};
 use crate::gpu::ops::{
     Attention, AttentionBinding, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KeySplit,
     KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite,
@@ -19,13 +18,15 @@ use crate::gpu::{
     AliveBuffers, GpuContext, GpuTensor, KernelBinding, KernelCache, KernelPlan, KvCache,
     Reduction, SplitOverride, StepParams, Variant,
 };
+use crate::model::weights::{ModelWeights, Tensor};
 
+pub mod fuse;
 mod measure;
 mod profile;
 use crate::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
-use crate::model::config::{Architecture, ModelConfig, NormKind, RopeLayout};
-use crate::model::fuse::{self, FusionPlan};
-use crate::model::weights::{dequantize, encode_float, DType};
+use crate::config::{Architecture, ModelConfig, NormKind, RopeLayout};
+use crate::dtype::{dequantize, encode_float, DType};
+use fuse::FusionPlan;
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
 

@@ -1,0 +1,95 @@
+//! A model as the user supplied it (one GGUF file or a Hugging Face folder), opened into what
+//! the engine needs: configuration and tensors, the tokenizer and the chat template.
+
+use crate::chat::ChatTemplate;
+use crate::error::{Error, Result};
+use crate::format::{gguf_model, safetensors};
+use crate::model::weights::ModelWeights;
+use crate::tokenizer::Tokenizer;
+
+/// A model as the user supplied it: one GGUF file, or a Hugging Face folder.
+#[derive(Debug)]
+pub enum ModelFiles {
+    /// A GGUF file.
+    Gguf(gguf_model::GgufModel),
+    /// A Hugging Face folder.
+    Hf(safetensors::HfFolder),
+}
+
+/// GGUF's magic bytes.
+const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+
+impl ModelFiles {
+    /// Opens `path`: a folder is read as a Hugging Face model, a file as GGUF.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn open(path: &std::path::Path) -> Result<Self> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        if meta.is_dir() {
+            return Ok(ModelFiles::Hf(safetensors::HfFolder::read(path)?));
+        }
+        let model = gguf_model::GgufModel::read(path)?;
+        Ok(ModelFiles::Gguf(model))
+    }
+
+    /// Builds from the bytes of one file: GGUF when it starts with the GGUF magic.
+    pub fn from_bytes(bytes: Vec<u8>, name: &str) -> Result<Self> {
+        if bytes.starts_with(GGUF_MAGIC) {
+            return Ok(ModelFiles::Gguf(gguf_model::GgufModel::from_bytes(
+                bytes, name,
+            )?));
+        }
+        Err(Error::format(
+            name,
+            "not a GGUF file (a Hugging Face model is a folder: config.json + *.safetensors)",
+        ))
+    }
+
+    /// Where the model came from.
+    pub fn name(&self) -> &str {
+        match self {
+            ModelFiles::Gguf(g) => g.header().file(),
+            ModelFiles::Hf(h) => &h.name,
+        }
+    }
+
+    /// Configuration and tensors, shape-checked.
+    pub fn weights(&self) -> Result<ModelWeights<'_>> {
+        match self {
+            ModelFiles::Gguf(g) => g.weights(),
+            ModelFiles::Hf(h) => h.load(),
+        }
+    }
+
+    /// The tokenizer: from GGUF metadata, or from the folder's `tokenizer.json` (with
+    /// `tokenizer_config.json` when present).
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        match self {
+            ModelFiles::Gguf(g) => Tokenizer::from_gguf(g.header()),
+            ModelFiles::Hf(h) => {
+                let json = h.tokenizer_json.as_deref().ok_or_else(|| {
+                    Error::format(&h.name, "no tokenizer.json in the model folder")
+                })?;
+                Tokenizer::from_json(
+                    json,
+                    h.tokenizer_config_json.as_deref(),
+                    &format!("{}/tokenizer.json", h.name),
+                )
+            }
+        }
+    }
+
+    /// The model's chat template (`tokenizer.chat_template` in GGUF, `chat_template` in
+    /// `tokenizer_config.json`), or `None` when it has none (see [`ChatTemplate::fallback`]).
+    pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<Option<ChatTemplate>> {
+        match self {
+            ModelFiles::Gguf(g) => ChatTemplate::from_gguf(g.header(), tokenizer),
+            ModelFiles::Hf(h) => match &h.tokenizer_config_json {
+                Some(json) => ChatTemplate::from_tokenizer_config(json, tokenizer),
+                None => Ok(None),
+            },
+        }
+    }
+}
