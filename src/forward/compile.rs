@@ -1,0 +1,364 @@
+//! The GPU backend's side of the graph: each [`Op`] becomes a bound kernel (a [`Node`]) over
+//! the uploaded weights, the KV cache and the activation buffers, once at load. A step then only
+//! records the nodes.
+
+use std::collections::HashMap;
+
+use super::graph::{Act, Graph, LinearOp, Op, Post, Rows, WeightIndex};
+use crate::config::{ModelConfig, NormKind, RopeLayout};
+use crate::error::{Error, Result};
+use crate::gpu::ops::{
+    Attention, AttentionBinding, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KeySplit,
+    KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite,
+    SwiGlu,
+};
+use crate::gpu::plan::Family;
+use crate::gpu::{
+    GpuContext, GpuTensor, KernelBinding, KernelCache, KernelPlan, KvCache, Reduction,
+    SplitOverride, StepParams, Variant,
+};
+
+/// One recorded dispatch of the graph.
+#[derive(Debug)]
+pub(super) enum Node {
+    Kernel(KernelBinding),
+    Linear(LinearBinding),
+    /// Attention, bound in each variant the plan may choose.
+    Attention(Vec<(Variant, AttentionBinding)>),
+}
+
+impl Node {
+    /// Records the node for a step of `step.n_tokens` tokens in the variant `plan` chooses.
+    pub(super) fn record(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        step: &StepParams,
+        plan: &KernelPlan,
+    ) {
+        let n_tokens = step.n_tokens;
+        match self {
+            Node::Kernel(k) => k.record(pass, n_tokens),
+            Node::Linear(l) => l.record_planned(pass, n_tokens, plan),
+            Node::Attention(built) => {
+                if let Some(k) = pick_variant(built, plan.variant(Family::Attention)) {
+                    k.record(pass, step);
+                }
+            }
+        }
+    }
+}
+
+/// The binding of `variant`, or the first built when that variant was not built.
+pub(super) fn pick_variant<T>(built: &[(Variant, T)], variant: Variant) -> Option<&T> {
+    built
+        .iter()
+        .find(|(v, _)| *v == variant)
+        .or(built.first())
+        .map(|(_, k)| k)
+}
+
+/// How attention splits long steps' keys under `plan` in a cache of `positions` rows: the
+/// engine's policy unless forced.
+pub(super) fn key_split(plan: &KernelPlan, positions: u32) -> Option<KeySplit> {
+    match plan.attention_split {
+        None => Some(KeySplit::policy(positions)),
+        Some(SplitOverride::Off) => None,
+        Some(SplitOverride::Keys(k)) => Some(KeySplit::with_keys(k)),
+    }
+}
+
+/// The attention geometry of `config`.
+pub(super) fn heads_of(config: &ModelConfig) -> Heads {
+    Heads {
+        n_heads: config.n_heads as u32,
+        n_kv_heads: config.n_kv_heads as u32,
+        head_dim: config.head_dim as u32,
+    }
+}
+
+/// Activation buffers, f32, sized for `chunk` tokens: one per [`Act`], plus split
+/// attention's partials.
+#[derive(Debug)]
+pub(super) struct Activations {
+    pub ids: wgpu::Buffer,
+    pub x: wgpu::Buffer,
+    pub q: wgpu::Buffer,
+    pub k: wgpu::Buffer,
+    pub v: wgpu::Buffer,
+    pub attn: wgpu::Buffer,
+    /// Split attention's partials (flash-decoding), shared by the layers: see
+    /// [`KeySplit::scratch_len`].
+    pub attn_split: wgpu::Buffer,
+    pub gate: wgpu::Buffer,
+    pub up: wgpu::Buffer,
+    pub hidden: wgpu::Buffer,
+    /// Logits; a step that needs only its last token's has them in row 0.
+    pub logits: wgpu::Buffer,
+}
+
+impl Activations {
+    /// The buffer of `act`.
+    pub(super) fn get(&self, act: Act) -> &wgpu::Buffer {
+        match act {
+            Act::Ids => &self.ids,
+            Act::X => &self.x,
+            Act::Q => &self.q,
+            Act::K => &self.k,
+            Act::V => &self.v,
+            Act::Attn => &self.attn,
+            Act::Gate => &self.gate,
+            Act::Up => &self.up,
+            Act::Hidden => &self.hidden,
+            Act::Logits => &self.logits,
+        }
+    }
+
+    /// Every buffer, for the memory report.
+    pub(super) fn all(&self) -> [&wgpu::Buffer; 11] {
+        [
+            &self.ids,
+            &self.x,
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.attn,
+            &self.attn_split,
+            &self.gate,
+            &self.up,
+            &self.hidden,
+            &self.logits,
+        ]
+    }
+}
+
+impl WeightIndex for HashMap<String, GpuTensor> {
+    fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.get(name).map(|t| t.shape.as_slice())
+    }
+}
+
+/// What compiling the graph binds against.
+pub(super) struct Compiler<'a> {
+    pub ctx: &'a GpuContext,
+    pub cache: &'a KernelCache,
+    pub config: &'a ModelConfig,
+    pub chunk: usize,
+    pub kv: &'a KvCache,
+    pub step: &'a wgpu::Buffer,
+    pub act: &'a Activations,
+    pub w: &'a HashMap<String, GpuTensor>,
+    pub plan: &'a KernelPlan,
+}
+
+/// The compiled graph: the per-step nodes, and the head for the last row (into row 0 of the
+/// logits) and for every row.
+pub(super) struct Compiled {
+    pub nodes: Vec<Node>,
+    pub head_last: LinearBinding,
+    pub head_all: LinearBinding,
+}
+
+impl Compiler<'_> {
+    fn get(&self, name: &str) -> Result<&GpuTensor> {
+        self.w
+            .get(name)
+            .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))
+    }
+
+    /// Binds every operation of `graph`.
+    pub(super) async fn compile(&self, graph: &Graph) -> Result<Compiled> {
+        let red = Reduction::best(self.ctx);
+        let mut nodes = Vec::with_capacity(graph.ops.len());
+        for op in &graph.ops {
+            nodes.push(self.node(op, red).await?);
+        }
+        let head_last = self.linear(&graph.head, red, true).await?;
+        let head_all = self.linear(&graph.head, red, false).await?;
+        Ok(Compiled {
+            nodes,
+            head_last,
+            head_all,
+        })
+    }
+
+    async fn node(&self, op: &Op, red: Reduction) -> Result<Node> {
+        let (ctx, cache, c, a) = (self.ctx, self.cache, self.config, self.act);
+        let max = self.chunk as u32;
+        let heads = heads_of(c);
+        let positions = self.kv.context() as u32;
+        let cache_of = |layer: usize| -> Result<(&wgpu::Buffer, &wgpu::Buffer)> {
+            match (self.kv.k.get(layer), self.kv.v.get(layer)) {
+                (Some(k), Some(v)) => Ok((k, v)),
+                _ => Err(Error::invalid("layer", format!("no KV cache for {layer}"))),
+            }
+        };
+        Ok(match op {
+            Op::Embed {
+                table,
+                rows,
+                accumulate,
+            } => {
+                let t = self.get(table)?;
+                let (source, ids) = match rows {
+                    Rows::Tokens => (EmbedSource::Tokens, Some(&a.ids)),
+                    Rows::Positions => (EmbedSource::Positions, None),
+                };
+                let e = Embedding::new(ctx, cache, t.dtype, source, *accumulate).await?;
+                Node::Kernel(e.bind(ctx, self.step, t, ids, &a.x, max)?)
+            }
+            Op::Linear(l) => Node::Linear(self.linear(l, red, false).await?),
+            Op::RopeKvWrite { layer } => {
+                let (k_cache, v_cache) = cache_of(*layer)?;
+                let rope = RopeKvWrite::new(ctx, cache, c.rope_layout, QkvForm::Separate).await?;
+                let qkv = Qkv::Separate {
+                    q: &a.q,
+                    k: &a.k,
+                    v: &a.v,
+                };
+                Node::Kernel(rope.bind(
+                    ctx,
+                    self.step,
+                    qkv,
+                    k_cache,
+                    v_cache,
+                    heads,
+                    c.rope_theta,
+                    positions,
+                    max,
+                )?)
+            }
+            Op::Attention { layer, stacked } => {
+                let (k_cache, v_cache) = cache_of(*layer)?;
+                let q_stride = match stacked {
+                    true => (c.q_dim() + 2 * c.kv_dim()) as u32,
+                    false => c.q_dim() as u32,
+                };
+                let candidates = self.plan.candidates(Family::Attention);
+                let mut built = Vec::new();
+                for &variant in &candidates {
+                    let attention =
+                        match Attention::with_variant(ctx, cache, red, variant, heads.head_dim)
+                            .await
+                        {
+                            Ok(a) => a,
+                            // heads too large for the rows shape: measure without it (a forced
+                            // rows plan still fails with the reason)
+                            Err(Error::InvalidArgument { .. })
+                                if variant == Variant::Rows && candidates.len() > 1 =>
+                            {
+                                continue
+                            }
+                            Err(e) => return Err(e),
+                        };
+                    built.push((
+                        variant,
+                        attention.bind(
+                            ctx,
+                            self.step,
+                            &a.q,
+                            q_stride,
+                            k_cache,
+                            v_cache,
+                            &a.attn,
+                            heads,
+                            positions,
+                            max,
+                            key_split(self.plan, positions).map(|s| (s, &a.attn_split)),
+                        )?,
+                    ));
+                }
+                Node::Attention(built)
+            }
+            Op::SwiGlu => {
+                let swiglu = SwiGlu::new(ctx, cache).await?;
+                Node::Kernel(swiglu.bind(
+                    ctx,
+                    self.step,
+                    &a.gate,
+                    &a.up,
+                    &a.hidden,
+                    c.ffn_size as u32,
+                    max,
+                )?)
+            }
+        })
+    }
+
+    /// Binds `op`; `last_row` computes only the step's last row, into row 0 of `y`.
+    async fn linear(&self, op: &LinearOp, red: Reduction, last_row: bool) -> Result<LinearBinding> {
+        let c = self.config;
+        let weight = self.get(&op.matrix.weight)?;
+        let bias = match &op.matrix.bias {
+            Some(name) => Some(self.get(name)?),
+            None => None,
+        };
+        let norm = match &op.norm {
+            Some(n) => Some((
+                match n.kind {
+                    NormKind::RmsNorm => InputNorm::Rms,
+                    NormKind::LayerNorm => InputNorm::Layer,
+                },
+                NormBinding {
+                    weight: &self.get(&n.weight)?.buffer,
+                    bias: match &n.bias {
+                        Some(b) => Some(&self.get(b)?.buffer),
+                        None => None,
+                    },
+                    eps: c.norm_eps,
+                },
+            )),
+            None => None,
+        };
+        let kv =
+            match op.kv_layer {
+                Some(layer) => Some(KvWriteBinding {
+                    k_cache: self.kv.k.get(layer).ok_or_else(|| {
+                        Error::invalid("layer", format!("no KV cache for {layer}"))
+                    })?,
+                    v_cache: self.kv.v.get(layer).ok_or_else(|| {
+                        Error::invalid("layer", format!("no KV cache for {layer}"))
+                    })?,
+                    q_rows: c.q_dim() as u32,
+                    kv_rows: c.kv_dim() as u32,
+                    head_dim: c.head_dim as u32,
+                    theta: c.rope_theta,
+                    max_positions: self.kv.context() as u32,
+                }),
+                None => None,
+            };
+        let options = LinearOptions {
+            has_bias: bias.is_some(),
+            accumulate: op.accumulate,
+            norm: norm.as_ref().map(|(kind, _)| *kind),
+            epilogue: match op.post {
+                Post::None => Epilogue::None,
+                Post::SwiGlu => Epilogue::SwiGlu,
+                Post::Gelu => Epilogue::Gelu,
+            },
+            last_row,
+            kv_write: kv.is_some(),
+            rope: kv.is_some() && c.rope_layout != RopeLayout::None,
+        };
+        let linear = Linear::with_variants(
+            self.ctx,
+            self.cache,
+            weight.dtype,
+            red,
+            options,
+            &self.plan.candidates(Family::LinearDecode),
+            &self.plan.candidates(Family::LinearPrefill),
+        )
+        .await?;
+        linear.bind_qkv(
+            self.ctx,
+            self.step,
+            weight,
+            self.act.get(op.x),
+            bias.map(|b| &b.buffer),
+            norm.map(|(_, binding)| binding),
+            kv,
+            self.act.get(op.y),
+            self.chunk as u32,
+        )
+    }
+}

@@ -1,0 +1,348 @@
+//! The forward pass as data: a list of operations over the step's activation buffers and the
+//! model's weights, built once per model by its architecture's file ([`super::llama`],
+//! [`super::gpt2`]) and compiled by a backend into what it runs. Nothing here knows which
+//! backend runs it.
+//!
+//! Weights are named by the tensors the backend holds (GGUF names, or the stacked tensors
+//! [`super::fuse`] builds); the architecture files look each one up once, check its shape, and
+//! hand out typed structs, so a missing or misshapen tensor fails at load with its name.
+
+use crate::config::{Architecture, ModelConfig, NormKind};
+use crate::error::{Error, Result};
+
+/// One of the step's activation buffers (f32 unless noted). `chunk` is the most tokens a step
+/// holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Token ids, `[chunk]` u32.
+    Ids,
+    /// Residual stream, `[chunk, d]`.
+    X,
+    /// Queries, `[chunk, q_dim]`, or stacked `[chunk, q_dim + 2·kv_dim]` (`q | k | v`).
+    Q,
+    /// Keys of the step before they enter the cache, `[chunk, kv_dim]`.
+    K,
+    /// Values of the step before they enter the cache, `[chunk, kv_dim]`.
+    V,
+    /// Attention output, `[chunk, q_dim]`.
+    Attn,
+    /// Feed-forward gate projection, `[chunk, ffn]`.
+    Gate,
+    /// Feed-forward up projection, `[chunk, ffn]`.
+    Up,
+    /// The feed-forward's hidden activations, `[chunk, ffn]`.
+    Hidden,
+    /// Logits, `[chunk, vocab]`.
+    Logits,
+}
+
+/// A weight matrix `[out, in]` and its bias `[out]`, by tensor name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Matrix {
+    /// The matrix's tensor.
+    pub weight: String,
+    /// The bias's tensor, when the model has one.
+    pub bias: Option<String>,
+}
+
+/// A normalisation folded into the linear that reads its output: weight `[d]`, and for
+/// LayerNorm a bias `[d]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Norm {
+    /// RMSNorm or LayerNorm.
+    pub kind: NormKind,
+    /// Scale, `[d]`.
+    pub weight: String,
+    /// Shift, `[d]` (LayerNorm only).
+    pub bias: Option<String>,
+}
+
+/// What a linear computes after its product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Post {
+    /// `y = W·x (+ bias)`.
+    #[default]
+    None,
+    /// Rows are interleaved (gate, up) pairs: `y = silu(gate) · up`, `[tokens, rows / 2]`.
+    SwiGlu,
+    /// `y = gelu_tanh(W·x + bias)`.
+    Gelu,
+}
+
+/// `y (+)= post(W · norm(x) + bias)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinearOp {
+    /// The weights.
+    pub matrix: Matrix,
+    /// Input, `[tokens, in]`.
+    pub x: Act,
+    /// Output, `[tokens, out]` (`[tokens, out / 2]` for [`Post::SwiGlu`]).
+    pub y: Act,
+    /// Normalisation of `x` on the way in.
+    pub norm: Option<Norm>,
+    /// Adds into `y` (a residual connection) instead of overwriting it.
+    pub accumulate: bool,
+    /// After the product.
+    pub post: Post,
+    /// The stacked `q | k | v` projection of this layer: rotates Q and K (when the model uses
+    /// RoPE) and writes K and V into the layer's cache.
+    pub kv_layer: Option<usize>,
+}
+
+impl LinearOp {
+    /// The plain layer `y = W·x + b` (no norm, no residual, nothing after).
+    pub fn new(matrix: Matrix, x: Act, y: Act) -> Self {
+        Self {
+            matrix,
+            x,
+            y,
+            norm: None,
+            accumulate: false,
+            post: Post::None,
+            kv_layer: None,
+        }
+    }
+
+    /// With `norm` applied to the input.
+    pub fn normed(mut self, norm: &Norm) -> Self {
+        self.norm = Some(norm.clone());
+        self
+    }
+
+    /// Adding into the output (a residual connection).
+    pub fn residual(mut self) -> Self {
+        self.accumulate = true;
+        self
+    }
+
+    /// With `post` after the product.
+    pub fn then(mut self, post: Post) -> Self {
+        self.post = post;
+        self
+    }
+}
+
+/// Where an embedding's row index comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// The step's token ids ([`Act::Ids`]).
+    Tokens,
+    /// The tokens' positions in the sequence.
+    Positions,
+}
+
+/// One operation of the graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `X (+)= table[rows]`, `table: [rows, d]`.
+    Embed {
+        /// The table's tensor.
+        table: String,
+        /// Which row each token reads.
+        rows: Rows,
+        /// Adds into [`Act::X`] instead of overwriting it.
+        accumulate: bool,
+    },
+    /// A linear layer.
+    Linear(LinearOp),
+    /// RoPE on [`Act::Q`] and [`Act::K`] in place (when the model uses it) and the write of
+    /// K and V ([`Act::K`], [`Act::V`]) into `layer`'s cache, for separate projections.
+    RopeKvWrite {
+        /// The layer whose cache is written.
+        layer: usize,
+    },
+    /// Causal attention of the step's queries over `layer`'s cache into [`Act::Attn`].
+    Attention {
+        /// The layer whose cache is read.
+        layer: usize,
+        /// Whether [`Act::Q`] holds the stacked `q | k | v` rows or the queries alone.
+        stacked: bool,
+    },
+    /// `Hidden = silu(Gate) · Up`.
+    SwiGlu,
+}
+
+/// A model's forward pass: the per-layer operations, then the head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Graph {
+    /// Operations in order, from the embedding to the last layer's residual.
+    pub ops: Vec<Op>,
+    /// The final norm and LM head, `X → Logits`; the backend runs it for the rows a step
+    /// reads back.
+    pub head: LinearOp,
+}
+
+/// The tensors a backend holds, as the architecture files see them.
+pub trait WeightIndex {
+    /// The shape of `name` (outermost first), or `None` when there is no such tensor.
+    fn shape(&self, name: &str) -> Option<&[usize]>;
+}
+
+/// Looks tensors up for an architecture file, checking shapes, with errors that name them.
+pub struct Lookup<'w> {
+    index: &'w dyn WeightIndex,
+    file: &'w str,
+}
+
+impl<'w> Lookup<'w> {
+    /// Lookups into `index`, naming `file` in errors.
+    pub fn new(index: &'w dyn WeightIndex, file: &'w str) -> Self {
+        Self { index, file }
+    }
+
+    /// Whether `name` exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.index.shape(name).is_some()
+    }
+
+    /// `name`, which must have `shape`.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<String> {
+        match self.index.shape(name) {
+            None => Err(Error::format(self.file, format!("missing tensor `{name}`"))),
+            Some(s) if s != shape => Err(Error::format(
+                self.file,
+                format!("tensor `{name}` has shape {s:?}, expected {shape:?}"),
+            )),
+            Some(_) => Ok(name.to_string()),
+        }
+    }
+
+    /// `{prefix}.weight` of shape `[out, inp]`, and `{prefix}.bias` (`[out]`) when present.
+    pub fn matrix(&self, prefix: &str, out: usize, inp: usize) -> Result<Matrix> {
+        self.matrix_named(
+            &format!("{prefix}.weight"),
+            &format!("{prefix}.bias"),
+            out,
+            inp,
+        )
+    }
+
+    /// `weight` of shape `[out, inp]`, and `bias` (`[out]`) when present.
+    pub fn matrix_named(&self, weight: &str, bias: &str, out: usize, inp: usize) -> Result<Matrix> {
+        let weight = self.tensor(weight, &[out, inp])?;
+        let bias = match self.has(bias) {
+            true => Some(self.tensor(bias, &[out])?),
+            false => None,
+        };
+        Ok(Matrix { weight, bias })
+    }
+
+    /// The norm `{prefix}` of width `d` in `config`'s kind (LayerNorm has a bias).
+    pub fn norm(&self, config: &ModelConfig, prefix: &str, d: usize) -> Result<Norm> {
+        let weight = self.tensor(&format!("{prefix}.weight"), &[d])?;
+        let bias = match config.norm {
+            NormKind::RmsNorm => None,
+            NormKind::LayerNorm => Some(self.tensor(&format!("{prefix}.bias"), &[d])?),
+        };
+        Ok(Norm {
+            kind: config.norm,
+            weight,
+            bias,
+        })
+    }
+}
+
+/// The graph of `config`'s architecture over the tensors of `index` (`file` names the model in
+/// errors).
+pub fn build(config: &ModelConfig, index: &dyn WeightIndex, file: &str) -> Result<Graph> {
+    let w = Lookup::new(index, file);
+    match config.arch {
+        Architecture::Llama => super::llama::build(config, &w),
+        Architecture::Gpt2 => super::gpt2::build(config, &w),
+    }
+}
+
+/// The final norm and LM head shared by the architectures: `output_norm`, then `output.weight`
+/// (or the token embedding when tied) with `output.bias` when present, `X → Logits`.
+pub fn head(config: &ModelConfig, w: &Lookup<'_>) -> Result<LinearOp> {
+    let (d, vocab) = (config.hidden_size, config.vocab_size);
+    let weight = match config.tied_embeddings {
+        true => "token_embd.weight",
+        false => "output.weight",
+    };
+    // The head's bias, if any, is `output.bias` even when the matrix is tied.
+    let matrix = w.matrix_named(weight, "output.bias", vocab, d)?;
+    let norm = w.norm(config, "output_norm", d)?;
+    Ok(LinearOp::new(matrix, Act::X, Act::Logits).normed(&norm))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::config::tests::tiny_llama;
+
+    impl WeightIndex for HashMap<String, Vec<usize>> {
+        fn shape(&self, name: &str) -> Option<&[usize]> {
+            self.get(name).map(Vec::as_slice)
+        }
+    }
+
+    fn tensors(c: &ModelConfig) -> HashMap<String, Vec<usize>> {
+        c.expected_tensors().into_iter().collect()
+    }
+
+    #[test]
+    fn a_llama_layer_is_projections_attention_and_feed_forward() {
+        let c = tiny_llama();
+        let g = build(&c, &tensors(&c), "tiny").unwrap();
+        // embedding, then per layer: q, k, v, RoPE + KV write, attention, output, gate, up,
+        // SwiGLU, down (separate tensors as the file stores them)
+        assert_eq!(g.ops.len(), 1 + 10 * c.n_layers);
+        assert!(matches!(g.ops[4], Op::RopeKvWrite { layer: 0 }));
+        assert!(matches!(
+            g.ops[5],
+            Op::Attention {
+                layer: 0,
+                stacked: false
+            }
+        ));
+        assert_eq!(g.head.matrix.weight, "output.weight");
+        assert_eq!(
+            g.head.norm.as_ref().map(|n| n.kind),
+            Some(NormKind::RmsNorm)
+        );
+    }
+
+    #[test]
+    fn stacked_tensors_make_one_projection() {
+        let c = tiny_llama();
+        let mut t = tensors(&c);
+        let (d, q, kv, ff) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.ffn_size);
+        for layer in 0..c.n_layers {
+            t.insert(format!("blk.{layer}.attn_qkv.weight"), vec![q + 2 * kv, d]);
+            t.insert(format!("blk.{layer}.ffn_gate_up.weight"), vec![2 * ff, d]);
+        }
+        let g = build(&c, &t, "tiny").unwrap();
+        assert_eq!(g.ops.len(), 1 + 5 * c.n_layers);
+        let Op::Linear(qkv) = &g.ops[1] else {
+            panic!("{:?}", g.ops[1]);
+        };
+        assert_eq!(qkv.kv_layer, Some(0));
+        assert_eq!(qkv.y, Act::Q);
+        let Op::Linear(gate_up) = &g.ops[4] else {
+            panic!("{:?}", g.ops[4]);
+        };
+        assert_eq!(gate_up.post, Post::SwiGlu);
+    }
+
+    #[test]
+    fn missing_and_misshapen_tensors_are_named() {
+        let c = tiny_llama();
+        let mut t = tensors(&c);
+        t.remove("blk.1.ffn_down.weight");
+        let e = build(&c, &t, "tiny.gguf").unwrap_err().to_string();
+        assert!(
+            e.contains("blk.1.ffn_down.weight") && e.contains("tiny.gguf"),
+            "{e}"
+        );
+        let mut t = tensors(&c);
+        t.insert("blk.0.attn_output.weight".into(), vec![3, 5]);
+        let e = build(&c, &t, "tiny.gguf").unwrap_err().to_string();
+        assert!(
+            e.contains("blk.0.attn_output.weight") && e.contains("[3, 5]"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! Loading onto the GPU: every buffer checked against the device's limits before anything is
+//! allocated, then the weights uploaded in their stored format (1-D tensors as f32, fused
+//! tensors in place of the ones they replace).
+
+use std::collections::HashMap;
+
+use super::fuse::{self, FusionPlan};
+use super::Forward;
+use crate::dtype::{dequantize, encode_float, DType};
+use crate::error::{Error, Result};
+use crate::gpu::{GpuContext, GpuTensor};
+use crate::model::weights::{ModelWeights, Tensor};
+
+/// Bytes of `values` f32 values.
+pub(super) fn f32_bytes(bytes: u64) -> u64 {
+    bytes * 4
+}
+
+/// 1-D tensors (norm weights, biases) go to the GPU as f32 whatever their stored type, so the
+/// small kernels read one format.
+fn as_f32_tensor(name: &str, t: &Tensor<'_>) -> Result<Tensor<'static>> {
+    let values = dequantize(t.dtype, &t.data, t.n_elements() as u64, name)?;
+    Ok(Tensor {
+        shape: t.shape.clone(),
+        dtype: DType::F32,
+        data: encode_float(DType::F32, &values)?.into(),
+    })
+}
+
+impl Forward {
+    /// Checks every buffer the model will need against the device's limits before anything is
+    /// allocated, so a model that cannot run fails at once with the numbers.
+    pub(super) fn check_fits(
+        ctx: &GpuContext,
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+    ) -> Result<()> {
+        let c = &weights.config;
+        let limit = ctx.limits().max_storage_buffer_binding_size;
+        for (name, t) in &weights.tensors {
+            let bytes = t.data.len() as u64;
+            if bytes > limit {
+                return Err(Error::Limit {
+                    what: format!("tensor `{name}` ({} {:?})", t.dtype, t.shape),
+                    limit: "maxStorageBufferBindingSize",
+                    needed: bytes,
+                    allowed: limit,
+                });
+            }
+        }
+        let chunk = chunk as u64;
+        let widest = [
+            c.hidden_size,
+            c.q_dim() + 2 * c.kv_dim(),
+            c.ffn_size,
+            c.vocab_size,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0) as u64;
+        ctx.check_storage_size(
+            "activations (chunk × widest layer)",
+            f32_bytes(chunk * widest),
+        )?;
+        ctx.check_storage_size(
+            "KV cache layer (context × kv_dim)",
+            f32_bytes(context as u64 * c.kv_dim() as u64),
+        )?;
+        Ok(())
+    }
+
+    /// Uploads every tensor, replacing those that `plan` fuses by the fused ones (built one
+    /// layer at a time, so at most one layer's copies exist at once).
+    pub(super) fn upload(
+        ctx: &GpuContext,
+        weights: &ModelWeights<'_>,
+        plan: &FusionPlan,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<HashMap<String, GpuTensor>> {
+        let mut out = HashMap::new();
+        let total = weights.weight_bytes();
+        let mut done = 0u64;
+        progress(0, total);
+        for (name, t) in &weights.tensors {
+            done += t.data.len() as u64;
+            if plan.replaced(name) {
+                continue;
+            }
+            let t = if t.shape.len() == 1 && t.dtype != DType::F32 {
+                as_f32_tensor(name, t)?
+            } else {
+                t.clone()
+            };
+            out.insert(name.clone(), GpuTensor::upload(ctx, name, &t)?);
+            progress(done, total);
+        }
+        for layer in 0..weights.config.n_layers {
+            for (name, t) in fuse::fused_tensors(weights, plan, layer)? {
+                out.insert(name.clone(), GpuTensor::upload(ctx, &name, &t)?);
+            }
+        }
+        progress(total, total);
+        Ok(out)
+    }
+}
