@@ -7,6 +7,7 @@
 
 pub mod candidates;
 pub mod chat;
+pub mod engine;
 pub mod error;
 pub mod format;
 pub mod generate;
