@@ -4,7 +4,7 @@
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::generate::{Generation, Sequence, Session, Stats, TokenEvent};
+use crate::generate::{Generation, Sequence, Session, Stats};
 use crate::gpu::Counters;
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -353,28 +353,6 @@ export interface EngineCounters {
   prefillChunk: number;
 }
 "#;
-
-/// A token event as JavaScript sees it.
-#[derive(Serialize)]
-pub(crate) struct TokenEventJs<'a> {
-    text: &'a str,
-    id: Option<u32>,
-    logprob: Option<f32>,
-    sequence: usize,
-    prompt: usize,
-}
-
-impl<'a> From<&'a TokenEvent> for TokenEventJs<'a> {
-    fn from(e: &'a TokenEvent) -> Self {
-        Self {
-            text: &e.text,
-            id: e.id,
-            logprob: e.logprob,
-            sequence: e.sequence,
-            prompt: e.prompt,
-        }
-    }
-}
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
