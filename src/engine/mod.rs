@@ -57,6 +57,8 @@ pub struct Engine {
     abort: AbortSwitch,
     full_row_readback: Cell<bool>,
     closed: Cell<bool>,
+    /// A request met a lost device; the next one rebuilds.
+    lost: Cell<bool>,
     rebuilds: Cell<u64>,
     on_rebuild: RefCell<Option<RebuildHook>>,
 }
@@ -123,6 +125,7 @@ impl Engine {
             abort,
             full_row_readback: Cell::new(false),
             closed: Cell::new(false),
+            lost: Cell::new(false),
             rebuilds: Cell::new(0),
             on_rebuild: RefCell::new(None),
         })
@@ -238,6 +241,7 @@ impl Engine {
     /// request rebuilds it and the conversation stays as it was before this one).
     fn end<T>(&self, session: Session, result: Result<T>) -> Result<T> {
         if let Some(lost) = lost_error(&session, &result) {
+            self.lost.set(true);
             return Err(lost);
         }
         *self.conversation.borrow_mut() = session.cached_tokens().to_vec();
@@ -346,10 +350,7 @@ impl Engine {
 
     /// Whether the device is known to be lost (a rebuild is due at the next request).
     pub fn is_lost(&self) -> bool {
-        match self.session.try_borrow() {
-            Ok(session) => session.as_ref().is_none_or(|s| s.gpu().is_lost()) && !self.closed.get(),
-            Err(_) => false,
-        }
+        self.lost.get() || self.inspect(|s| s.gpu().is_lost()).unwrap_or(false)
     }
 
     /// Destroys the GPU device in its turn, as a driver reset would, to test device-loss

@@ -44,6 +44,7 @@ impl Engine {
             Err(_) => {}
         }
         *self.conversation.borrow_mut() = session.cached_tokens().to_vec();
+        self.lost.set(false);
         self.rebuilds.set(self.rebuilds.get() + 1);
         if let Some(hook) = self.on_rebuild.borrow_mut().as_mut() {
             hook(&session);

@@ -14,6 +14,7 @@ mod engine;
 mod source;
 mod stream;
 mod types;
+mod typescript;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
