@@ -118,6 +118,10 @@ pub enum Error {
         /// Why it is invalid, including the allowed range.
         message: String,
     },
+
+    /// A request was cancelled before it ran, or the engine was closed.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
 }
 
 impl Error {
@@ -147,6 +151,7 @@ impl Error {
             Error::Tokenizer(_) => "Tokenizer",
             Error::Template(_) => "Template",
             Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::Cancelled(_) => "Cancelled",
         }
     }
 

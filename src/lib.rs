@@ -16,6 +16,7 @@ pub mod candidates;
 pub mod chat;
 pub mod config;
 pub mod dtype;
+pub mod engine;
 pub mod error;
 pub mod format;
 pub mod forward;

@@ -1,6 +1,7 @@
 //! A lost device mid-conversation: the running call fails with `DeviceLost` (no panic, no
-//! hang), and a session rebuilt on a new device from the same model files carries the
-//! conversation on from its text history, giving the same tokens as if nothing had happened.
+//! hang), the engine rebuilds itself on a new device from the model files it kept and replays
+//! the conversation, and the next turn gives the same tokens as a fresh engine given the whole
+//! history.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -9,7 +10,8 @@ mod common;
 use std::path::Path;
 
 use emberlm::chat::ChatMessage;
-use emberlm::generate::{GenerateOptions, Prompt, Session};
+use emberlm::engine::{Engine, EngineOptions};
+use emberlm::generate::{GenerateOptions, Prompt};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
 use emberlm::{Error, GpuOptions};
@@ -24,24 +26,31 @@ fn options() -> GenerateOptions {
     }
 }
 
-#[test]
-fn a_lost_device_fails_the_call_and_a_rebuilt_session_continues() {
-    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
-        return;
-    };
+fn load() -> Option<Engine> {
+    let ctx = common::native_gpu(GpuOptions::default())?;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/tiny-llama-q4_1.gguf"
     );
     let files = ModelFiles::open(Path::new(path)).unwrap();
-    let mut session = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
+    let options = EngineOptions::default();
+    Some(pollster::block_on(Engine::new(ctx, files, options, &mut |_, _| {})).unwrap())
+}
+
+fn generate(engine: &Engine, history: &[ChatMessage]) -> emberlm::Result<Vec<u32>> {
+    let prompt = Prompt::Chat(history.to_vec());
+    let g = pollster::block_on(engine.generate(&prompt, &options(), &mut |_| {}))?;
+    Ok(g.sequences[0].tokens.clone())
+}
+
+#[test]
+fn a_lost_device_fails_the_call_and_the_engine_recovers_the_conversation() {
+    let Some(engine) = load() else {
+        return;
+    };
     let mut history = vec![ChatMessage::new("user", "Permission is hereby granted")];
-    let first = pollster::block_on(session.generate(
-        &Prompt::Chat(history.clone()),
-        &options(),
-        &mut |_| {},
-    ))
-    .unwrap();
+    let prompt = Prompt::Chat(history.clone());
+    let first = pollster::block_on(engine.generate(&prompt, &options(), &mut |_| {})).unwrap();
     history.push(ChatMessage::new(
         "assistant",
         first.sequences[0].text.clone(),
@@ -50,40 +59,57 @@ fn a_lost_device_fails_the_call_and_a_rebuilt_session_continues() {
         "user",
         "subject to the following conditions",
     ));
+    let conversation = engine.cached_tokens();
+    assert!(conversation.len() > first.prompt_tokens.len());
+    assert_eq!(engine.rebuilds(), 0);
 
-    // What the second turn gives on a healthy device.
-    let ctx = common::native_gpu(GpuOptions::default()).unwrap();
-    let mut healthy = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
-    let want = pollster::block_on(healthy.generate(
-        &Prompt::Chat(history.clone()),
-        &options(),
-        &mut |_| {},
-    ))
-    .unwrap();
+    // What the second turn gives on a fresh engine that never lost its device.
+    let fresh = load().unwrap();
+    let want = generate(&fresh, &history).unwrap();
+    drop(fresh);
 
-    session.gpu().destroy_for_test();
-    let err = pollster::block_on(session.generate(
-        &Prompt::Chat(history.clone()),
-        &options(),
-        &mut |_| {},
-    ))
-    .unwrap_err();
+    pollster::block_on(engine.destroy_device_for_test());
+    let err = generate(&engine, &history).unwrap_err();
     assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
-    assert!(session.gpu().is_lost());
-    // Every later call on the lost session fails the same way, quickly.
-    let again = pollster::block_on(session.generate(
-        &Prompt::Chat(history.clone()),
-        &options(),
-        &mut |_| {},
-    ))
-    .unwrap_err();
-    assert!(matches!(again, Error::DeviceLost { .. }), "{again}");
+    assert!(engine.is_lost());
+    // The conversation is kept for the rebuild.
+    assert_eq!(engine.cached_tokens(), conversation);
 
-    // Rebuild on a new device from the same files and continue from the text history.
-    let ctx = common::native_gpu(GpuOptions::default()).unwrap();
-    let mut rebuilt = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
-    let got = pollster::block_on(rebuilt.generate(&Prompt::Chat(history), &options(), &mut |_| {}))
-        .unwrap();
-    assert_eq!(got.sequences[0].tokens, want.sequences[0].tokens);
-    assert_eq!(got.sequences[0].text, want.sequences[0].text);
+    // The engine rebuilds on a new device and replays the conversation into the KV cache.
+    pollster::block_on(engine.recover()).unwrap();
+    assert_eq!(engine.rebuilds(), 1);
+    assert!(!engine.is_lost());
+    assert_eq!(engine.cached_tokens(), conversation);
+    let kv = engine.inspect(|s| s.forward().kv().pos()).unwrap();
+    assert_eq!(kv, conversation.len());
+
+    // The next turn reuses the replayed cache and equals the fresh engine's.
+    let prompt = Prompt::Chat(history.clone());
+    let got = pollster::block_on(engine.generate(&prompt, &options(), &mut |_| {})).unwrap();
+    let common = conversation
+        .iter()
+        .zip(&got.prompt_tokens)
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(common > 0);
+    assert_eq!(got.stats.cached_tokens, common);
+    assert_eq!(got.sequences[0].tokens, want);
+    assert_eq!(engine.rebuilds(), 1);
+}
+
+#[test]
+fn a_request_after_device_loss_rebuilds_by_itself() {
+    let Some(engine) = load() else {
+        return;
+    };
+    let history = vec![ChatMessage::new("user", "Permission is hereby granted")];
+    let want = generate(&engine, &history).unwrap();
+    pollster::block_on(engine.destroy_device_for_test());
+    assert!(matches!(
+        generate(&engine, &history),
+        Err(Error::DeviceLost { .. })
+    ));
+    // No explicit recover(): the request rebuilds, replays and reuses the cached prompt.
+    assert_eq!(generate(&engine, &history).unwrap(), want);
+    assert_eq!(engine.rebuilds(), 1);
 }

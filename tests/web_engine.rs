@@ -396,6 +396,10 @@ async fn device_loss_rejects_one_call_then_the_engine_recovers() {
         .find(|c| c["model"] == "tiny-llama-q4_1.gguf")
         .unwrap()
         .clone();
+    // A first call leaves its prompt in the KV cache: the conversation the rebuild replays.
+    let before = generate(&engine, &case["prompt"], golden_options(), &Events::new())
+        .await
+        .unwrap();
     JsFuture::from(engine.destroy_device_for_test())
         .await
         .unwrap();
@@ -408,6 +412,12 @@ async fn device_loss_rejects_one_call_then_the_engine_recovers() {
         .await
         .unwrap_or_else(|e| panic!("the engine did not recover: {e}"));
     assert_eq!(result["tokens"], case["tokens"]);
+    // The replayed conversation was reused: the prompt's KV rows were not run again.
+    assert_eq!(
+        result["stats"]["cachedTokens"],
+        before["stats"]["promptTokens"].as_u64().unwrap() - 1,
+        "{result}"
+    );
 }
 
 #[wasm_bindgen_test]

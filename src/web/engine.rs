@@ -1,188 +1,22 @@
-//! `Engine`: a loaded model behind a queue, as JavaScript uses it.
-//!
-//! The engine's state sits in an `Rc` shared by the `Engine` object and the futures of its
-//! running and queued calls. No `RefCell` borrow is held across an `.await`: a call that uses
-//! the [`Session`] takes it out of the state for the duration and puts it back, and calls wait
-//! their turn on [`Queue`], so `abort()` (and `info()`) can run while a generation awaits the
-//! GPU or while JavaScript runs inside `onToken`.
+//! `Engine`: the JavaScript face of [`crate::engine::Engine`]. It converts arguments, events
+//! and results between JS and Rust and hands the engine's futures to JavaScript as promises;
+//! the queue, cancellation and device-loss recovery are the engine's own.
 
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::cell::RefCell;
 use std::rc::Rc;
 
-use futures_channel::oneshot;
 use js_sys::{Function, Promise, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use super::source::{self, Source};
 use super::stream;
-use super::types::{CountersJs, EngineInfoJs, GenerationJs, SourceNote, TokenEventJs};
+use super::types::{CountersJs, EngineInfoJs, GenerationJs, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
-use crate::generate::{AbortHandle, GenerateOptions, Generation, Prompt, Session, TokenEvent};
+use crate::engine::{self, EngineOptions};
+use crate::generate::{GenerateOptions, Generation, Prompt, TokenEvent};
 use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
 use crate::loader::ModelFiles;
 use crate::Error;
-
-/// First-come first-served turns: an async mutex for a single-threaded executor.
-#[derive(Default)]
-struct Queue {
-    busy: Cell<bool>,
-    waiting: RefCell<VecDeque<oneshot::Sender<()>>>,
-}
-
-/// Holds the turn until dropped.
-struct Turn(Rc<Queue>);
-
-impl Queue {
-    async fn turn(self: &Rc<Self>) -> Turn {
-        if self.busy.replace(true) {
-            let (tx, rx) = oneshot::channel();
-            self.waiting.borrow_mut().push_back(tx);
-            // The turn is handed over by the previous holder (`busy` stays set).
-            let _ = rx.await;
-        }
-        Turn(Rc::clone(self))
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        loop {
-            let next = self.0.waiting.borrow_mut().pop_front();
-            match next {
-                // A waiter that went away refuses the turn; try the next one.
-                Some(tx) => {
-                    if tx.send(()).is_ok() {
-                        return;
-                    }
-                }
-                None => {
-                    self.0.busy.set(false);
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// The engine's state, shared with the futures of its calls.
-pub(crate) struct Inner {
-    queue: Rc<Queue>,
-    /// The model's bytes, kept to rebuild the session after device loss.
-    files: Rc<ModelFiles>,
-    /// The KV cache length asked for at load.
-    context: Option<usize>,
-    /// The device options asked for at load (kernel variants forced), kept for rebuilds.
-    gpu_options: GpuOptions,
-    /// `None` while a call uses it, and after device loss until the next call rebuilds it.
-    session: RefCell<Option<Session>>,
-    /// Stops the running call; replaced when the session is rebuilt.
-    abort: RefCell<AbortHandle>,
-    info: RefCell<EngineInfoJs>,
-    freed: Cell<bool>,
-}
-
-impl Inner {
-    /// Stops the running call, if any, between two tokens.
-    pub fn abort(&self) {
-        self.abort.borrow().abort();
-    }
-
-    /// Takes the session for one call, rebuilding it on a new device after device loss.
-    async fn take_session(&self) -> Result<Session, JsValue> {
-        if self.freed.get() {
-            return Err(js_message("Freed", "the engine was freed"));
-        }
-        if let Some(session) = self.session.borrow_mut().take() {
-            return Ok(session);
-        }
-        let gpu = GpuContext::new(self.gpu_options.clone())
-            .await
-            .map_err(|e| js_error(&e))?;
-        let session = Session::new(gpu, &self.files, self.context)
-            .await
-            .map_err(|e| js_error(&e))?;
-        *self.abort.borrow_mut() = session.abort_handle();
-        let info = self.info.borrow().rebuilt(&session);
-        *self.info.borrow_mut() = info;
-        Ok(session)
-    }
-
-    /// Returns the session after a call, unless its device was lost (then the next call
-    /// rebuilds it); maps the call's error for JavaScript.
-    fn give_back<T>(&self, session: Session, result: crate::Result<T>) -> Result<T, JsValue> {
-        let lost = match &result {
-            Err(e @ Error::DeviceLost { .. }) => Some(e.clone()),
-            Err(e) if session.gpu().is_lost() => {
-                Some(session.gpu().check().err().unwrap_or(e.clone()))
-            }
-            _ => None,
-        };
-        if let Some(lost) = lost {
-            return Err(js_error(&lost));
-        }
-        *self.session.borrow_mut() = Some(session);
-        result.map_err(|e| js_error(&e))
-    }
-
-    /// Runs one generation in its turn. `starting` runs when the turn comes; when it returns
-    /// false the call is dropped unrun.
-    pub async fn generate(
-        &self,
-        prompt: &Prompt,
-        options: &GenerateOptions,
-        on_token: &mut dyn FnMut(&TokenEvent),
-        starting: &dyn Fn() -> bool,
-    ) -> Result<Generation, JsValue> {
-        let _turn = self.queue.turn().await;
-        if !starting() {
-            return Err(js_message(
-                "Cancelled",
-                "the call was cancelled before it started",
-            ));
-        }
-        let mut session = self.take_session().await?;
-        let result = session.generate(prompt, options, on_token).await;
-        self.give_back(session, result)
-    }
-
-    async fn reset(&self) -> Result<JsValue, JsValue> {
-        let _turn = self.queue.turn().await;
-        if let Some(session) = self.session.borrow_mut().as_mut() {
-            session.reset();
-        }
-        Ok(JsValue::UNDEFINED)
-    }
-
-    /// Runs `f` on the session in its turn (after calls already queued), rebuilding the
-    /// session after device loss as a generation would.
-    async fn with_session<T>(
-        &self,
-        f: impl FnOnce(&Session) -> crate::Result<T>,
-    ) -> Result<T, JsValue> {
-        let _turn = self.queue.turn().await;
-        let session = self.take_session().await?;
-        let result = f(&session);
-        self.give_back(session, result)
-    }
-
-    /// Profiles the kernels in its turn (the conversation is forgotten).
-    async fn profile(&self, decode_pos: u32, prompt_tokens: u32) -> Result<JsValue, JsValue> {
-        let _turn = self.queue.turn().await;
-        let mut session = self.take_session().await?;
-        let result = session.profile(decode_pos, prompt_tokens).await;
-        let profile = self.give_back(session, result)?;
-        to_js(&profile)
-    }
-
-    async fn destroy_device(&self) -> Result<JsValue, JsValue> {
-        let _turn = self.queue.turn().await;
-        if let Some(session) = self.session.borrow().as_ref() {
-            session.gpu().destroy_for_test();
-        }
-        Ok(JsValue::UNDEFINED)
-    }
-}
 
 /// The prompt and options of a call, parsed when the call is made.
 pub(crate) fn parse_call(
@@ -201,9 +35,9 @@ pub(crate) fn parse_call(
     Ok((prompt, options))
 }
 
-/// A token event as a JS object.
+/// A token event as a JS `TokenEvent` object.
 pub(crate) fn event_js(e: &TokenEvent) -> Result<JsValue, JsValue> {
-    to_js(&TokenEventJs::from(e))
+    to_js(e)
 }
 
 /// A generation as a JS `GenerationResult`.
@@ -217,20 +51,21 @@ pub(crate) fn generation_js(g: &Generation) -> Result<JsValue, JsValue> {
 /// while another runs waits its turn (first come, first served) and never interleaves with
 /// it. `abort()` stops only the running call. After a Rust panic every call rejects with
 /// "the engine must be reloaded". After GPU device loss the failing call rejects with an error
-/// whose message starts with `DeviceLost`, and the next call re-creates the device and
-/// re-uploads the model from the bytes the engine kept (the conversation's KV cache is lost;
-/// a chat call re-runs the history).
+/// whose message starts with `DeviceLost`, and the next call re-creates the device, re-uploads
+/// the model from the bytes the engine kept and replays the conversation into the new KV
+/// cache, so the conversation goes on where it was before the failing call.
 #[wasm_bindgen]
 pub struct Engine {
-    inner: Rc<Inner>,
+    inner: Rc<engine::Engine>,
+    /// What `info()` returns; refreshed when the engine is rebuilt on a new device.
+    info: Rc<RefCell<EngineInfoJs>>,
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
         // `free()`: a running call stops at its next token, queued calls reject; the model
         // and its GPU buffers go when the last call finishes.
-        self.inner.freed.set(true);
-        self.inner.abort();
+        self.inner.close();
     }
 }
 
@@ -324,26 +159,29 @@ impl Engine {
             stored = source::store(cache, url, copy).await;
         }
         drop(copy);
-        let session =
-            Session::new_with_progress(gpu, &files, context, &mut |l, t| report("upload", l, t))
-                .await
-                .map_err(|e| js_error(&e))?;
+        let options = EngineOptions {
+            context,
+            gpu: gpu_options,
+        };
+        let inner = engine::Engine::new(gpu, files, options, &mut |l, t| report("upload", l, t))
+            .await
+            .map_err(|e| js_error(&e))?;
         let note = SourceNote {
             loaded_from_cache: fetched.from_cache,
             stored_in_cache: stored,
         };
-        let info = EngineInfoJs::new(&session, &fetched.name, weight_bytes, note);
+        let info = inner
+            .inspect(|s| EngineInfoJs::new(s, &fetched.name, weight_bytes, note))
+            .ok_or_else(|| js_message("Internal", "the engine lost its model while loading"))?;
+        let info = Rc::new(RefCell::new(info));
+        let refresh = Rc::clone(&info);
+        inner.on_rebuild(move |session| {
+            let rebuilt = refresh.borrow().rebuilt(session);
+            *refresh.borrow_mut() = rebuilt;
+        });
         Ok(Engine {
-            inner: Rc::new(Inner {
-                queue: Rc::default(),
-                files: Rc::new(files),
-                context,
-                gpu_options,
-                abort: RefCell::new(session.abort_handle()),
-                session: RefCell::new(Some(session)),
-                info: RefCell::new(info),
-                freed: Cell::new(false),
-            }),
+            inner: Rc::new(inner),
+            info,
         })
     }
 }
@@ -366,7 +204,7 @@ impl Engine {
     #[wasm_bindgen(unchecked_return_type = "EngineInfo")]
     pub fn info(&self) -> Result<JsValue, JsValue> {
         check_alive()?;
-        to_js(&*self.inner.info.borrow())
+        to_js(&*self.info.borrow())
     }
 
     /// Generates from `prompt`; `onToken` sees every token as it is produced (and a last
@@ -410,8 +248,9 @@ impl Engine {
                 }
             };
             let g = inner
-                .generate(&prompt, &options, &mut emit, &|| true)
-                .await?;
+                .generate(&prompt, &options, &mut emit)
+                .await
+                .map_err(|e| js_error(&e))?;
             match failure {
                 Some(err) => Err(err),
                 None => generation_js(&g),
@@ -440,7 +279,10 @@ impl Engine {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn reset(&self) -> Promise {
         let inner = Rc::clone(&self.inner);
-        spawn_promise(async move { inner.reset().await })
+        spawn_promise(async move {
+            inner.reset().await.map_err(|e| js_error(&e))?;
+            Ok(JsValue::UNDEFINED)
+        })
     }
 
     /// The token ids of `text` under the model's tokenizer (in its turn, after calls already
@@ -471,7 +313,8 @@ impl Engine {
                     s.tokenizer()
                         .encode(&text, special.unwrap_or(false), add_bos)
                 })
-                .await?;
+                .await
+                .map_err(|e| js_error(&e))?;
             to_js(&ids)
         })
     }
@@ -484,7 +327,10 @@ impl Engine {
     pub fn counters(&self) -> Promise {
         let inner = Rc::clone(&self.inner);
         spawn_promise(async move {
-            let counters = inner.with_session(|s| Ok(CountersJs::new(s))).await?;
+            let counters = inner
+                .with_session(|s| Ok(CountersJs::new(s)))
+                .await
+                .map_err(|e| js_error(&e))?;
             to_js(&counters)
         })
     }
@@ -511,7 +357,11 @@ impl Engine {
         let inner = Rc::clone(&self.inner);
         spawn_promise(async move {
             let (decode_pos, prompt_tokens) = args?;
-            inner.profile(decode_pos, prompt_tokens).await
+            let profile = inner
+                .profile(decode_pos, prompt_tokens)
+                .await
+                .map_err(|e| js_error(&e))?;
+            to_js(&profile)
         })
     }
 
@@ -520,6 +370,9 @@ impl Engine {
     #[wasm_bindgen(js_name = destroyDeviceForTest, unchecked_return_type = "Promise<void>")]
     pub fn destroy_device_for_test(&self) -> Promise {
         let inner = Rc::clone(&self.inner);
-        spawn_promise(async move { inner.destroy_device().await })
+        spawn_promise(async move {
+            inner.destroy_device_for_test().await;
+            Ok(JsValue::UNDEFINED)
+        })
     }
 }

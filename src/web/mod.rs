@@ -1,5 +1,6 @@
 //! The JavaScript surface (wasm32 only): converts between JS and Rust values and hands the
-//! engine's futures to JavaScript as promises. The engine itself lives in [`crate::generate`].
+//! engine's futures to JavaScript as promises. The engine itself (queue, cancellation,
+//! device-loss recovery) is [`crate::engine`], shared with the command-line tool.
 //!
 //! **Panics.** On wasm32 a panic aborts the module (a trap), so the future it happened in never
 //! completes and its promise would stay pending forever. The panic hook installed here (by
@@ -13,6 +14,7 @@ mod engine;
 mod source;
 mod stream;
 mod types;
+mod typescript;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -197,10 +199,12 @@ fn set(target: &JsValue, key: &str, value: &JsValue) {
     let _ = Reflect::set(target, &JsValue::from_str(key), value);
 }
 
+/// A Rust value as a plain JS object, as `JSON.parse` of its JSON would give it (`None` as
+/// `null`, maps as objects), built directly without JSON text.
 fn to_js<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> {
-    let json = serde_json::to_string(value)
-        .map_err(|e| js_message("Internal", &format!("could not convert a value: {e}")))?;
-    js_sys::JSON::parse(&json)
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| js_message("Internal", &format!("could not convert a value: {e}")))
 }
 
 /// A JS value as JSON text (`undefined` becomes `null`); functions and `undefined` members are

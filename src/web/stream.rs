@@ -7,8 +7,9 @@ use std::rc::Rc;
 use js_sys::{Function, Object, Promise};
 use wasm_bindgen::prelude::*;
 
-use super::engine::{event_js, generation_js, Inner};
-use super::{check_alive, set, spawn_tracked, Rejecter};
+use super::engine::{event_js, generation_js};
+use super::{check_alive, js_error, set, spawn_tracked, Rejecter};
+use crate::engine::{Cancel, Engine};
 use crate::generate::{GenerateOptions, Prompt, TokenEvent};
 
 /// How the generation behind a stream stands.
@@ -28,10 +29,6 @@ struct State {
     /// `next()` calls waiting for an event: their resolve and reject functions.
     waiting: VecDeque<(Function, Function)>,
     end: End,
-    /// The generation has its turn.
-    running: bool,
-    /// `return()` was called.
-    cancelled: bool,
 }
 
 /// `{ value, done }`.
@@ -97,25 +94,30 @@ impl State {
 /// Starts (queues) the generation and returns its iterator. A parse error surfaces as the
 /// first `next()` rejecting.
 pub(crate) fn start(
-    inner: Rc<Inner>,
+    engine: Rc<Engine>,
     parsed: Result<(Prompt, GenerateOptions), JsValue>,
 ) -> JsValue {
     let state = Rc::new(RefCell::new(State {
         events: VecDeque::new(),
         waiting: VecDeque::new(),
         end: End::Running,
-        running: false,
-        cancelled: false,
     }));
+    let cancel = engine.cancel_handle();
     match check_alive().and(parsed) {
         Err(e) => state.borrow_mut().finish(Err(e)),
-        Ok((prompt, options)) => spawn(&inner, &state, prompt, options),
+        Ok((prompt, options)) => spawn(engine, &cancel, &state, prompt, options),
     }
-    iterator(inner, state)
+    iterator(cancel, state)
 }
 
 /// Queues the generation; its events and its outcome go to `state`.
-fn spawn(inner: &Rc<Inner>, state: &Rc<RefCell<State>>, prompt: Prompt, options: GenerateOptions) {
+fn spawn(
+    engine: Rc<Engine>,
+    cancel: &Cancel,
+    state: &Rc<RefCell<State>>,
+    prompt: Prompt,
+    options: GenerateOptions,
+) {
     let on_panic: Rejecter = {
         let state = Rc::clone(state);
         Rc::new(move |e: &JsValue| {
@@ -128,7 +130,7 @@ fn spawn(inner: &Rc<Inner>, state: &Rc<RefCell<State>>, prompt: Prompt, options:
         let state = Rc::clone(state);
         move |outcome: Result<JsValue, JsValue>| state.borrow_mut().finish(outcome)
     };
-    let inner = Rc::clone(inner);
+    let cancel = cancel.clone();
     let state = Rc::clone(state);
     let run = async move {
         let mut failure = None;
@@ -136,17 +138,13 @@ fn spawn(inner: &Rc<Inner>, state: &Rc<RefCell<State>>, prompt: Prompt, options:
             Ok(v) => state.borrow_mut().push(v),
             Err(err) => {
                 failure.get_or_insert(err);
-                inner.abort();
+                cancel.cancel();
             }
         };
-        let starting = || {
-            let mut s = state.borrow_mut();
-            s.running = true;
-            !s.cancelled
-        };
-        let g = inner
-            .generate(&prompt, &options, &mut emit, &starting)
-            .await?;
+        let g = engine
+            .generate_cancellable(&cancel, &prompt, &options, &mut emit)
+            .await
+            .map_err(|e| js_error(&e))?;
         match failure {
             Some(err) => Err(err),
             None => generation_js(&g),
@@ -156,7 +154,7 @@ fn spawn(inner: &Rc<Inner>, state: &Rc<RefCell<State>>, prompt: Prompt, options:
 }
 
 /// Builds the iterator object: `next`, `return` and `[Symbol.asyncIterator]`.
-fn iterator(inner: Rc<Inner>, state: Rc<RefCell<State>>) -> JsValue {
+fn iterator(cancel: Cancel, state: Rc<RefCell<State>>) -> JsValue {
     let it = Object::new();
     let next = {
         let state = Rc::clone(&state);
@@ -164,9 +162,8 @@ fn iterator(inner: Rc<Inner>, state: Rc<RefCell<State>>) -> JsValue {
     };
     let finish_early = Closure::<dyn FnMut() -> Promise>::new(move || {
         let mut s = state.borrow_mut();
-        s.cancelled = true;
-        if s.running && matches!(s.end, End::Running) {
-            inner.abort();
+        if matches!(s.end, End::Running) {
+            cancel.cancel();
         }
         s.events.clear();
         s.end = End::Over;

@@ -50,6 +50,7 @@ export type EngineErrorKind =
   | 'Tokenizer'
   | 'Template'
   | 'InvalidArgument'
+  | 'Cancelled'
   | 'NoModel'
   | 'Panic'
   | 'Internal'

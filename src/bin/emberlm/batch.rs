@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::generate::{generation_json, read_text};
 use crate::sampling_args::SamplingArgs;
-use crate::{load_session, CliResult, Failure};
+use crate::{load_engine, CliResult, Failure};
 
 /// How the input file is read, for `emberlm batch --help`.
 const INPUT_HELP: &str = "\
@@ -204,11 +204,10 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
         )),
         None => Box::new(std::io::stdout().lock()),
     };
-    let mut session = load_session(args.model, args.ctx)?;
-    let vocab = session
-        .config()
-        .vocab_size
-        .min(session.tokenizer().vocab_size());
+    let engine = load_engine(args.model, args.ctx)?;
+    let vocab = pollster::block_on(
+        engine.with_session(|s| Ok(s.config().vocab_size.min(s.tokenizer().vocab_size()))),
+    )?;
     let prompts = items
         .iter()
         .map(|item| {
@@ -231,11 +230,10 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
                 }
             };
             item.params.validate_for_vocab(vocab).map_err(line)?;
-            if session
-                .tokenize_prompt(&prompt, args.special)
-                .map_err(line)?
-                .is_empty()
-            {
+            let ids = pollster::block_on(
+                engine.with_session(|s| s.tokenize_prompt(&prompt, args.special)),
+            );
+            if ids.map_err(line)?.is_empty() {
                 return Err(Failure::usage(format!(
                     "line {}: the prompt has no tokens",
                     item.line
@@ -266,7 +264,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
             }
         };
         let g =
-            pollster::block_on(session.generate(prompt, &options, &mut on_token)).map_err(|e| {
+            pollster::block_on(engine.generate(prompt, &options, &mut on_token)).map_err(|e| {
                 let f = Failure::from(e);
                 Failure {
                     code: f.code,

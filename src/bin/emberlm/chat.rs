@@ -12,13 +12,12 @@ use std::sync::Arc;
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
-use emberlm::generate::{
-    AbortHandle, FinishReason, GenerateOptions, Generation, Prompt, Session, TokenEvent,
-};
+use emberlm::engine::{AbortSwitch, Engine};
+use emberlm::generate::{FinishReason, GenerateOptions, Generation, Prompt, TokenEvent};
 use emberlm::sampling::SamplingParams;
 
 use crate::sampling_args::SamplingArgs;
-use crate::{load_session, CliResult, Failure};
+use crate::{load_engine, CliResult, Failure};
 
 /// The commands, as `/help` and `emberlm chat --help` list them.
 const COMMANDS: &str = "\
@@ -101,7 +100,7 @@ struct Interrupt {
 }
 
 impl Interrupt {
-    fn install(abort: AbortHandle, inputs: Sender<Input>) -> Self {
+    fn install(abort: AbortSwitch, inputs: Sender<Input>) -> Self {
         let generating = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&generating);
         let installed = ctrlc::set_handler(move || {
@@ -223,7 +222,7 @@ fn answer(text: &str) {
 }
 
 /// Runs one command (the line without its leading `/`).
-fn command(line: &str, conv: &mut Conversation, session: &mut Session) -> Flow {
+fn command(line: &str, conv: &mut Conversation, engine: &Engine) -> Flow {
     let (name, rest) = match line.split_once(char::is_whitespace) {
         Some((name, rest)) => (name, rest.trim()),
         None => (line, ""),
@@ -233,8 +232,10 @@ fn command(line: &str, conv: &mut Conversation, session: &mut Session) -> Flow {
         "help" | "?" => answer(COMMANDS),
         "reset" => {
             conv.history.clear();
-            session.reset();
-            answer("conversation cleared");
+            match pollster::block_on(engine.reset()) {
+                Ok(()) => answer("conversation cleared"),
+                Err(e) => eprintln!("emberlm: {e}"),
+            }
         }
         "system" => {
             conv.system = (!rest.is_empty()).then(|| rest.to_string());
@@ -268,7 +269,10 @@ fn command(line: &str, conv: &mut Conversation, session: &mut Session) -> Flow {
                 Some(s) => text.push_str(&format!("system = {s:?}\n")),
                 None => text.push_str("system = (none)\n"),
             }
-            text.push_str(&format!("context = {}\n", session.context()));
+            match pollster::block_on(engine.with_session(|s| Ok(s.context()))) {
+                Ok(context) => text.push_str(&format!("context = {context}\n")),
+                Err(e) => text.push_str(&format!("context = (unknown: {e})\n")),
+            }
             text.push_str(&format!("history = {} messages", conv.history.len()));
             answer(&text);
         }
@@ -355,12 +359,7 @@ fn stats_line(g: &Generation) -> String {
 
 /// Sends `text` as the next user message and streams the reply. False when generation failed
 /// (the message is then dropped from the history).
-fn reply(
-    text: &str,
-    conv: &mut Conversation,
-    session: &mut Session,
-    interrupt: &Interrupt,
-) -> bool {
+fn reply(text: &str, conv: &mut Conversation, engine: &Engine, interrupt: &Interrupt) -> bool {
     conv.history.push(ChatMessage::new("user", text));
     let prompt = Prompt::Chat(conv.messages());
     let options = GenerateOptions {
@@ -375,7 +374,7 @@ fn reply(
         printed |= !e.text.is_empty();
     };
     interrupt.set_generating(true);
-    let result = pollster::block_on(session.generate(&prompt, &options, &mut on_token));
+    let result = pollster::block_on(engine.generate(&prompt, &options, &mut on_token));
     interrupt.set_generating(false);
     match result {
         Ok(g) => {
@@ -409,25 +408,28 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
             "chat writes one reply per message: --num-return-sequences must be 1",
         ));
     }
-    let mut session = load_session(args.model, args.ctx)?;
+    let engine = load_engine(args.model, args.ctx)?;
     let (inputs, received) = mpsc::channel();
-    let interrupt = Interrupt::install(session.abort_handle(), inputs.clone());
+    let interrupt = Interrupt::install(engine.abort_switch(), inputs.clone());
     let mut conv = Conversation {
         params,
         system: args.system,
         history: Vec::new(),
     };
     let tty = std::io::stdin().is_terminal();
-    eprintln!(
-        "emberlm chat: context {} tokens ({}){}; /help lists the commands, /quit leaves",
-        session.context(),
-        session.context_choice().reason,
-        if session.has_chat_template() {
-            ""
-        } else {
-            ", no chat template in the model (plain fallback)"
-        }
-    );
+    let banner = pollster::block_on(engine.with_session(|session| {
+        Ok(format!(
+            "emberlm chat: context {} tokens ({}){}; /help lists the commands, /quit leaves",
+            session.context(),
+            session.context_choice().reason,
+            if session.has_chat_template() {
+                ""
+            } else {
+                ", no chat template in the model (plain fallback)"
+            }
+        ))
+    }))?;
+    eprintln!("{banner}");
     let ask = spawn_reader(inputs, tty);
     let mut failed = 0usize;
     loop {
@@ -457,13 +459,13 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
         }
         let text = match line.strip_prefix('/') {
             Some(rest) if rest.starts_with('/') => rest,
-            Some(rest) => match command(rest, &mut conv, &mut session) {
+            Some(rest) => match command(rest, &mut conv, &engine) {
                 Flow::Quit => break,
                 Flow::Continue => continue,
             },
             None => line,
         };
-        if !reply(text, &mut conv, &mut session, &interrupt) {
+        if !reply(text, &mut conv, &engine, &interrupt) {
             failed += 1;
         }
     }

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
-use emberlm::generate::{GenerateOptions, Generation, Prompt, Session};
+use emberlm::generate::{GenerateOptions, Generation, Prompt};
 use emberlm::sampling::SamplingParams;
 
 use crate::sampling_args::SamplingArgs;
-use crate::{load_session, CliResult, Failure};
+use crate::{load_engine, CliResult, Failure};
 
 /// Flags of `emberlm generate`.
 #[derive(Debug, Args)]
@@ -108,7 +108,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
     } else {
         Prompt::Text(text)
     };
-    let mut session = load_session(args.model, args.ctx)?;
+    let engine = load_engine(args.model, args.ctx)?;
     let options = GenerateOptions {
         sampling: params,
         special: args.special,
@@ -130,7 +130,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
         let _ = out.write_all(e.text.as_bytes());
         let _ = out.flush();
     };
-    let g = pollster::block_on(session.generate(&prompt, &options, &mut on_token))?;
+    let g = pollster::block_on(engine.generate(&prompt, &options, &mut on_token))?;
     for w in &g.warnings {
         eprintln!("emberlm: warning: {w}");
     }
@@ -151,9 +151,10 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
 
 pub fn perplexity(args: PerplexityArgs) -> CliResult<()> {
     let text = read_text(&args.file)?;
-    let mut session: Session = load_session(args.model, args.ctx)?;
-    let tokens = session.tokenize_prompt(&Prompt::Text(text), false)?;
-    let score = pollster::block_on(session.score(&tokens))?;
+    let engine = load_engine(args.model, args.ctx)?;
+    let prompt = Prompt::Text(text);
+    let tokens = pollster::block_on(engine.with_session(|s| s.tokenize_prompt(&prompt, false)))?;
+    let score = pollster::block_on(engine.score(&tokens))?;
     println!(
         "{}",
         serde_json::json!({ "tokens": score.tokens, "nll": score.nll, "ppl": score.ppl })

@@ -14,7 +14,7 @@ mod profile;
 mod sampling_args;
 
 #[cfg(not(target_arch = "wasm32"))]
-pub use cli::{load_session, CliResult, Failure};
+pub use cli::{load_engine, CliResult, Failure};
 
 #[cfg(not(target_arch = "wasm32"))]
 mod cli {
@@ -22,6 +22,7 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use emberlm::config::default_context;
+    use emberlm::engine::{Engine, EngineOptions};
     use emberlm::gpu::KernelOverrides;
     use emberlm::loader::ModelFiles;
     use emberlm::{GpuContext, GpuOptions};
@@ -90,19 +91,17 @@ mod cli {
     pub type CliResult<T> = Result<T, Failure>;
 
     /// Opens the model (`--model` or the default) and loads it on the GPU.
-    pub fn load_session(
-        model: Option<PathBuf>,
-        context: Option<usize>,
-    ) -> CliResult<emberlm::generate::Session> {
+    pub fn load_engine(model: Option<PathBuf>, context: Option<usize>) -> CliResult<Engine> {
         let path = model_path(model)?;
         let files = ModelFiles::open(&path)?;
         if context == Some(0) {
             return Err(Failure::usage("--ctx must be at least 1"));
         }
-        let gpu = pollster::block_on(GpuContext::new(gpu_options()))?;
-        Ok(pollster::block_on(emberlm::generate::Session::new(
-            gpu, &files, context,
-        ))?)
+        let options = EngineOptions {
+            context,
+            gpu: gpu_options(),
+        };
+        Ok(pollster::block_on(Engine::load(files, options))?)
     }
 
     /// The default model, fetched by `./build.sh setup`.

@@ -1,0 +1,365 @@
+//! The engine: one model loaded on the GPU behind a request queue, used alike by the
+//! command-line tool (natively, driven by `pollster`) and by the browser (`web` converts its
+//! calls from and to JavaScript).
+//!
+//! - **Queue.** Requests that use the model run one at a time, first come first served, and
+//!   never interleave. The futures are `!Send` (one thread: the browser's, or the caller's);
+//!   no `RefCell` borrow is held across an `.await`: a request takes the [`Session`] out of the
+//!   engine for its duration and puts it back, so [`Engine::abort`] and [`Engine::inspect`] work
+//!   while a request awaits the GPU or runs a token callback.
+//! - **Cancellation.** [`Engine::abort`] (or an [`AbortSwitch`] held by another thread) stops
+//!   the running request between two tokens; a [`Cancel`] stops one request, and a request
+//!   still waiting in line is dropped with it (dropping its future works too).
+//! - **Device loss.** The engine keeps the model's files, the options it was loaded with and the
+//!   tokens of the conversation (what the KV cache held after the last request). A request that
+//!   meets a lost device fails with [`Error::DeviceLost`]; the next request (or
+//!   [`Engine::recover`]) creates a new device, uploads the model again and replays the
+//!   conversation's tokens, so the KV cache holds the conversation as before the loss.
+
+mod cancel;
+mod queue;
+mod recovery;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use crate::error::{Error, Result};
+use crate::generate::{GenerateOptions, Generation, Prompt, Score, Session, TokenEvent};
+use crate::gpu::{GpuContext, GpuOptions};
+use crate::loader::ModelFiles;
+use queue::{Queue, Turn};
+
+pub use cancel::{AbortSwitch, Cancel};
+
+/// How the engine loads its model, kept to load it again after device loss.
+#[derive(Clone, Debug, Default)]
+pub struct EngineOptions {
+    /// KV cache length in positions (default: the model's context, at most 4096, within the
+    /// device's limits).
+    pub context: Option<usize>,
+    /// The device to ask for (kernel variants forced, features).
+    pub gpu: GpuOptions,
+}
+
+/// Called with the new session after every rebuild on a new device.
+type RebuildHook = Box<dyn FnMut(&Session)>;
+
+/// A model loaded on the GPU, ready to generate: see the [module documentation](self).
+pub struct Engine {
+    queue: Rc<Queue>,
+    /// The model, kept to upload it again after device loss.
+    files: ModelFiles,
+    options: EngineOptions,
+    /// `None` while a request uses it, and after device loss until the next rebuild.
+    session: RefCell<Option<Session>>,
+    /// The tokens the KV cache held after the last request: what a rebuild replays.
+    conversation: RefCell<Vec<u32>>,
+    abort: AbortSwitch,
+    full_row_readback: Cell<bool>,
+    closed: Cell<bool>,
+    /// A request met a lost device; the next one rebuilds.
+    lost: Cell<bool>,
+    rebuilds: Cell<u64>,
+    on_rebuild: RefCell<Option<RebuildHook>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("model", &self.files.name())
+            .field("options", &self.options)
+            .field("conversation", &self.conversation.borrow().len())
+            .field("rebuilds", &self.rebuilds.get())
+            .field("closed", &self.closed.get())
+            .finish()
+    }
+}
+
+/// Holds a request's turn; marks its [`Cancel`] as no longer running when dropped.
+struct Running<'a> {
+    _turn: Turn,
+    cancel: Option<&'a Cancel>,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.cancel {
+            c.set_running(false);
+        }
+    }
+}
+
+/// The error to report when `result` failed because the session's device is lost.
+fn lost_error<T>(session: &Session, result: &Result<T>) -> Option<Error> {
+    match result {
+        Err(e @ Error::DeviceLost { .. }) => Some(e.clone()),
+        Err(e) if session.gpu().is_lost() => Some(session.gpu().check().err().unwrap_or(e.clone())),
+        _ => None,
+    }
+}
+
+impl Engine {
+    /// Creates a device with `options.gpu` and loads `files` on it.
+    pub async fn load(files: ModelFiles, options: EngineOptions) -> Result<Self> {
+        let gpu = GpuContext::new(options.gpu.clone()).await?;
+        Self::new(gpu, files, options, &mut |_, _| {}).await
+    }
+
+    /// Loads `files` on `gpu` (created with `options.gpu`), calling `progress(uploaded, total)`
+    /// in weight bytes as the weights go to the GPU.
+    pub async fn new(
+        gpu: GpuContext,
+        files: ModelFiles,
+        options: EngineOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        let session = Session::new_with_progress(gpu, &files, options.context, progress).await?;
+        let abort = AbortSwitch::default();
+        abort.set(session.abort_handle());
+        Ok(Self {
+            queue: Rc::default(),
+            files,
+            options,
+            session: RefCell::new(Some(session)),
+            conversation: RefCell::new(Vec::new()),
+            abort,
+            full_row_readback: Cell::new(false),
+            closed: Cell::new(false),
+            lost: Cell::new(false),
+            rebuilds: Cell::new(0),
+            on_rebuild: RefCell::new(None),
+        })
+    }
+
+    /// The model's files.
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+
+    /// The options the engine was loaded with.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// Runs `f` on the session now, outside the queue; `None` while a request holds the
+    /// session, after device loss until the rebuild, and once closed.
+    pub fn inspect<T>(&self, f: impl FnOnce(&Session) -> T) -> Option<T> {
+        self.session.borrow().as_ref().map(f)
+    }
+
+    /// The tokens of the conversation: what the KV cache held after the last request. They
+    /// survive device loss (a rebuild replays them).
+    pub fn cached_tokens(&self) -> Vec<u32> {
+        self.conversation.borrow().clone()
+    }
+
+    /// How many times the engine was rebuilt on a new device after device loss.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds.get()
+    }
+
+    /// Calls `hook` with the new session after every rebuild (replacing an earlier hook).
+    pub fn on_rebuild(&self, hook: impl FnMut(&Session) + 'static) {
+        *self.on_rebuild.borrow_mut() = Some(Box::new(hook));
+    }
+
+    /// Reads back the whole logits row on every sampled decode step (see
+    /// [`Session::set_full_row_readback`]); from the next request on, rebuilds included.
+    pub fn set_full_row_readback(&self, on: bool) {
+        self.full_row_readback.set(on);
+    }
+
+    /// Stops the running request, if any, between two tokens.
+    pub fn abort(&self) {
+        self.abort.abort();
+    }
+
+    /// A switch that stops the running request, usable from another thread.
+    pub fn abort_switch(&self) -> AbortSwitch {
+        self.abort.clone()
+    }
+
+    /// A handle that cancels one request (pass it to [`Engine::generate_cancellable`]).
+    pub fn cancel_handle(&self) -> Cancel {
+        Cancel::new(self.abort.clone())
+    }
+
+    /// Requests waiting for their turn (not counting the running one).
+    pub fn waiting(&self) -> usize {
+        self.queue.waiting()
+    }
+
+    /// Closes the engine: the running request stops at its next token, waiting and later
+    /// requests fail with [`Error::Cancelled`], the model leaves the GPU once no request
+    /// holds it.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.abort();
+        if let Ok(mut session) = self.session.try_borrow_mut() {
+            session.take();
+        }
+    }
+
+    /// Whether [`Engine::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.get() {
+            return Err(Error::Cancelled("the engine was closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Waits for the request's turn and takes the session (rebuilding it after device loss).
+    async fn begin<'a>(&self, cancel: Option<&'a Cancel>) -> Result<(Running<'a>, Session)> {
+        let turn = self.queue.turn().await;
+        self.check_open()?;
+        if let Some(c) = cancel {
+            if c.is_cancelled() {
+                return Err(Error::Cancelled(
+                    "the request was cancelled before it started".into(),
+                ));
+            }
+            c.set_running(true);
+        }
+        let running = Running {
+            _turn: turn,
+            cancel,
+        };
+        let present = self.session.borrow_mut().take();
+        let mut session = match present {
+            Some(session) => session,
+            None => self.rebuild().await?,
+        };
+        session.set_full_row_readback(self.full_row_readback.get());
+        Ok((running, session))
+    }
+
+    /// Puts the session back after a request, unless its device was lost (then the next
+    /// request rebuilds it and the conversation stays as it was before this one).
+    fn end<T>(&self, session: Session, result: Result<T>) -> Result<T> {
+        if let Some(lost) = lost_error(&session, &result) {
+            self.lost.set(true);
+            return Err(lost);
+        }
+        *self.conversation.borrow_mut() = session.cached_tokens().to_vec();
+        if !self.closed.get() {
+            *self.session.borrow_mut() = Some(session);
+        }
+        result
+    }
+
+    /// Generates from `prompt` in its turn; `on_token` sees every token as it is produced.
+    pub async fn generate(
+        &self,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Generation> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.generate(prompt, options, on_token).await;
+        self.end(session, result)
+    }
+
+    /// [`Engine::generate`], stopped by `cancel` (made by [`Engine::cancel_handle`]) whether
+    /// it waits in line or runs.
+    pub async fn generate_cancellable(
+        &self,
+        cancel: &Cancel,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Generation> {
+        let (_running, mut session) = self.begin(Some(cancel)).await?;
+        if cancel.is_cancelled() {
+            return self.end(
+                session,
+                Err(Error::Cancelled(
+                    "the request was cancelled before it started".into(),
+                )),
+            );
+        }
+        let result = session.generate(prompt, options, on_token).await;
+        self.end(session, result)
+    }
+
+    /// Generates from each prompt in turn (see [`Session::generate_batch`]).
+    pub async fn generate_batch(
+        &self,
+        prompts: &[Prompt],
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Vec<Generation>> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.generate_batch(prompts, options, on_token).await;
+        self.end(session, result)
+    }
+
+    /// Mean negative log-likelihood of `tokens` (see [`Session::score`]); forgets the
+    /// conversation.
+    pub async fn score(&self, tokens: &[u32]) -> Result<Score> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.score(tokens).await;
+        self.end(session, result)
+    }
+
+    /// Times the kernels (see [`Session::profile`]); forgets the conversation.
+    pub async fn profile(
+        &self,
+        decode_pos: u32,
+        prompt_tokens: u32,
+    ) -> Result<crate::forward::Profile> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.profile(decode_pos, prompt_tokens).await;
+        self.end(session, result)
+    }
+
+    /// Runs `f` on the session in its turn (rebuilding it after device loss, as a generation
+    /// would).
+    pub async fn with_session<T>(&self, f: impl FnOnce(&Session) -> Result<T>) -> Result<T> {
+        let (_running, session) = self.begin(None).await?;
+        let result = f(&session);
+        self.end(session, result)
+    }
+
+    /// Forgets the conversation in its turn: the next request starts from an empty KV cache.
+    pub async fn reset(&self) -> Result<()> {
+        let _turn = self.queue.turn().await;
+        self.check_open()?;
+        if let Some(session) = self.session.borrow_mut().as_mut() {
+            session.reset();
+        }
+        self.conversation.borrow_mut().clear();
+        Ok(())
+    }
+
+    /// Rebuilds the engine on a new device now (in its turn) if its device was lost, replaying
+    /// the conversation; does nothing otherwise. Requests do this themselves when needed.
+    pub async fn recover(&self) -> Result<()> {
+        let _turn = self.queue.turn().await;
+        self.check_open()?;
+        if self.session.borrow().is_some() {
+            return Ok(());
+        }
+        let session = self.rebuild().await?;
+        *self.session.borrow_mut() = Some(session);
+        Ok(())
+    }
+
+    /// Whether the device is known to be lost (a rebuild is due at the next request).
+    pub fn is_lost(&self) -> bool {
+        self.lost.get() || self.inspect(|s| s.gpu().is_lost()).unwrap_or(false)
+    }
+
+    /// Destroys the GPU device in its turn, as a driver reset would, to test device-loss
+    /// handling: the next request fails with [`Error::DeviceLost`], the one after it runs on a
+    /// new device with the conversation replayed.
+    pub async fn destroy_device_for_test(&self) {
+        let _turn = self.queue.turn().await;
+        if let Some(session) = self.session.borrow().as_ref() {
+            session.gpu().destroy_for_test();
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Device-loss recovery: a new device, the model uploaded again from the files the engine
+//! kept, and the conversation's tokens replayed into the new KV cache.
+
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::generate::{GenerateOptions, Prompt, Session};
+use crate::gpu::GpuContext;
+use crate::sampling::SamplingParams;
+
+/// Runs `tokens` through `session` so that its KV cache holds them (a prompt with one greedy
+/// token drawn and not fed back: the cache ends up holding the prompt alone). A conversation
+/// that fills the whole context is cut as a long prompt would be.
+async fn replay(session: &mut Session, tokens: &[u32]) -> Result<()> {
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    let options = GenerateOptions {
+        sampling: SamplingParams {
+            max_new_tokens: 1,
+            ..SamplingParams::greedy()
+        },
+        ..GenerateOptions::default()
+    };
+    session
+        .generate(&Prompt::Tokens(tokens.to_vec()), &options, &mut |_| {})
+        .await
+        .map(|_| ())
+}
+
+impl Engine {
+    /// A new session on a new device with the conversation replayed. Fails when the device or
+    /// the upload fails, or when the new device is lost during the replay (the conversation is
+    /// kept for the next try); another replay failure leaves the conversation empty.
+    pub(super) async fn rebuild(&self) -> Result<Session> {
+        let gpu = GpuContext::new(self.options.gpu.clone()).await?;
+        let mut session = Session::new(gpu, &self.files, self.options.context).await?;
+        self.abort.set(session.abort_handle());
+        let tokens = self.conversation.borrow().clone();
+        match replay(&mut session, &tokens).await {
+            Ok(()) => {}
+            Err(e @ Error::DeviceLost { .. }) => return Err(e),
+            Err(e) if session.gpu().is_lost() => return Err(e),
+            // The session reset itself; the conversation is gone but the model works.
+            Err(_) => {}
+        }
+        *self.conversation.borrow_mut() = session.cached_tokens().to_vec();
+        self.lost.set(false);
+        self.rebuilds.set(self.rebuilds.get() + 1);
+        if let Some(hook) = self.on_rebuild.borrow_mut().as_mut() {
+            hook(&session);
+        }
+        Ok(session)
+    }
+}
