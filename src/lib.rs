@@ -9,10 +9,10 @@ pub mod candidates;
 pub mod chat;
 pub mod error;
 pub mod format;
-pub mod generate;
 pub mod gpu;
 pub mod model;
 pub mod sampling;
+pub mod session;
 pub mod tokenizer;
 pub mod tune;
 

@@ -10,10 +10,10 @@ mod common;
 use std::path::Path;
 
 use emberlm::format::ModelFiles;
-use emberlm::generate::{FinishReason, GenerateOptions, Prompt, Session};
 use emberlm::gpu::{Counters, KernelCache};
 use emberlm::model::forward::{Forward, StepLogits};
 use emberlm::sampling::{Sampler, SamplingParams};
+use emberlm::session::{FinishReason, GenerateOptions, Prompt, Session};
 use emberlm::GpuOptions;
 
 fn fixture(name: &str) -> String {

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use emberlm::chat::ChatMessage;
 use emberlm::format::ModelFiles;
-use emberlm::generate::{GenerateOptions, Prompt, Session};
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{GenerateOptions, Prompt, Session};
 use emberlm::{Error, GpuOptions};
 
 fn options() -> GenerateOptions {

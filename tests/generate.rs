@@ -10,10 +10,10 @@ use std::path::Path;
 
 use common::golden::Golden;
 use emberlm::format::ModelFiles;
-use emberlm::generate::{
+use emberlm::sampling::SamplingParams;
+use emberlm::session::{
     FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, TokenEvent,
 };
-use emberlm::sampling::SamplingParams;
 use emberlm::GpuOptions;
 
 fn fixture(name: &str) -> String {

@@ -9,8 +9,8 @@ mod common;
 use std::path::PathBuf;
 
 use emberlm::format::ModelFiles;
-use emberlm::generate::{GenerateOptions, Prompt, Session};
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{GenerateOptions, Prompt, Session};
 use emberlm::GpuOptions;
 use serde_json::Value;
 

@@ -1,5 +1,5 @@
 //! The JavaScript surface (wasm32 only): converts between JS and Rust values and hands the
-//! engine's futures to JavaScript as promises. The engine itself lives in [`crate::generate`].
+//! engine's futures to JavaScript as promises. The engine itself lives in [`crate::session`].
 //!
 //! **Panics.** On wasm32 a panic aborts the module (a trap), so the future it happened in never
 //! completes and its promise would stay pending forever. The panic hook installed here (by

@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 
 use super::engine::{event_js, generation_js, Inner};
 use super::{check_alive, set, spawn_tracked, Rejecter};
-use crate::generate::{GenerateOptions, Prompt, TokenEvent};
+use crate::session::{GenerateOptions, Prompt, TokenEvent};
 
 /// How the generation behind a stream stands.
 enum End {

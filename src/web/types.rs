@@ -4,8 +4,8 @@
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crate::generate::{Generation, Sequence, Session, Stats, TokenEvent};
 use crate::gpu::Counters;
+use crate::session::{Generation, Sequence, Session, Stats, TokenEvent};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"

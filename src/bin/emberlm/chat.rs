@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
-use emberlm::generate::{
+use emberlm::sampling::SamplingParams;
+use emberlm::session::{
     AbortHandle, FinishReason, GenerateOptions, Generation, Prompt, Session, TokenEvent,
 };
-use emberlm::sampling::SamplingParams;
 
 use crate::sampling_args::SamplingArgs;
 use crate::{load_session, CliResult, Failure};

@@ -92,14 +92,14 @@ mod cli {
     pub fn load_session(
         model: Option<PathBuf>,
         context: Option<usize>,
-    ) -> CliResult<emberlm::generate::Session> {
+    ) -> CliResult<emberlm::session::Session> {
         let path = model_path(model)?;
         let files = ModelFiles::open(&path)?;
         if context == Some(0) {
             return Err(Failure::usage("--ctx must be at least 1"));
         }
         let gpu = pollster::block_on(GpuContext::new(gpu_options()))?;
-        Ok(pollster::block_on(emberlm::generate::Session::new(
+        Ok(pollster::block_on(emberlm::session::Session::new(
             gpu, &files, context,
         ))?)
     }
