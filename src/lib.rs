@@ -20,11 +20,11 @@ pub mod engine;
 pub mod error;
 pub mod format;
 pub mod forward;
-pub mod generate;
 pub mod gpu;
 pub mod loader;
 pub mod model;
 pub mod sampling;
+pub mod session;
 pub mod tokenizer;
 pub mod tune;
 

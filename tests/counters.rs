@@ -10,10 +10,10 @@ mod common;
 use std::path::Path;
 
 use emberlm::forward::{Forward, StepLogits};
-use emberlm::generate::{FinishReason, GenerateOptions, Prompt, Session};
 use emberlm::gpu::{Counters, KernelCache};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::{Sampler, SamplingParams};
+use emberlm::session::{FinishReason, GenerateOptions, Prompt, Session};
 use emberlm::GpuOptions;
 
 fn fixture(name: &str) -> String {

@@ -11,9 +11,9 @@ use std::path::Path;
 
 use emberlm::chat::ChatMessage;
 use emberlm::engine::{Engine, EngineOptions};
-use emberlm::generate::{GenerateOptions, Prompt};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{GenerateOptions, Prompt};
 use emberlm::{Error, GpuOptions};
 
 fn options() -> GenerateOptions {

@@ -8,9 +8,9 @@ mod common;
 use std::path::Path;
 
 use emberlm::engine::{Engine, EngineOptions};
-use emberlm::generate::{FinishReason, GenerateOptions, Prompt};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{FinishReason, GenerateOptions, Prompt};
 use emberlm::{Error, GpuOptions};
 
 fn options(max_new_tokens: usize) -> GenerateOptions {

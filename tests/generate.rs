@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::golden::Golden;
-use emberlm::generate::{
-    FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, TokenEvent,
-};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{
+    FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, TokenEvent,
+};
 use emberlm::GpuOptions;
 
 fn fixture(name: &str) -> String {

@@ -8,9 +8,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use emberlm::generate::{GenerateOptions, Prompt, Session};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{GenerateOptions, Prompt, Session};
 use emberlm::GpuOptions;
 use serde_json::Value;
 

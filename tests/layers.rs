@@ -36,7 +36,6 @@ const LAYERS: &[(&str, u32)] = &[
     ("loader", 6),
     ("forward", 6),
     ("session", 7),
-    ("generate", 7),
     ("engine", 8),
     ("web", 9),
 ];

@@ -8,9 +8,9 @@
 mod common;
 
 use common::browser_log as log;
-use emberlm::generate::{FinishReason, GenerateOptions, Prompt, Session};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{FinishReason, GenerateOptions, Prompt, Session};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 

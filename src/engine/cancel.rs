@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::generate::AbortHandle;
+use crate::session::AbortHandle;
 
 /// Stops the engine's running request between two tokens. Cloneable and `Send`: a Ctrl-C
 /// handler on another thread can hold it. It follows the engine across device-loss rebuilds

@@ -24,9 +24,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use crate::error::{Error, Result};
-use crate::generate::{GenerateOptions, Generation, Prompt, Score, Session, TokenEvent};
 use crate::gpu::{GpuContext, GpuOptions};
 use crate::loader::ModelFiles;
+use crate::session::{GenerateOptions, Generation, Prompt, Score, Session, TokenEvent};
 use queue::{Queue, Turn};
 
 pub use cancel::{AbortSwitch, Cancel};

@@ -3,9 +3,9 @@
 
 use super::Engine;
 use crate::error::{Error, Result};
-use crate::generate::{GenerateOptions, Prompt, Session};
 use crate::gpu::GpuContext;
 use crate::sampling::SamplingParams;
+use crate::session::{GenerateOptions, Prompt, Session};
 
 /// Runs `tokens` through `session` so that its KV cache holds them (a prompt with one greedy
 /// token drawn and not fed back: the cache ends up holding the prompt alone). A conversation

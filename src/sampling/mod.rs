@@ -59,6 +59,6 @@ pub mod sampler;
 pub mod stop;
 
 pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
-pub use params::SamplingParams;
+pub use params::{draw_seed, SamplingParams};
 pub use sampler::{log_softmax, Sampled, Sampler};
 pub use stop::{StopMatcher, StopOutput};

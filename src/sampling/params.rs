@@ -17,6 +17,22 @@ pub const MAX_LOGIT_BIAS: f32 = 100.0;
 /// Largest magnitude accepted for the presence and frequency penalties.
 pub const MAX_OPENAI_PENALTY: f32 = 2.0;
 
+/// Largest seed [`draw_seed`] returns, `2^53 - 1`: a drawn seed is reported to the caller
+/// (to repeat the run with it) and must survive a JavaScript number.
+pub const MAX_DRAWN_SEED: u64 = (1 << 53) - 1;
+
+/// Draws a seed from the system's random source (below 2^53, see [`MAX_DRAWN_SEED`]): the
+/// one place a seed is chosen when [`SamplingParams::seed`] is `None`.
+pub fn draw_seed() -> Result<u64> {
+    let seed = getrandom::u64().map_err(|e| {
+        Error::invalid(
+            "seed",
+            format!("none was given and the system random source failed ({e}); pass a seed"),
+        )
+    })?;
+    Ok(seed & MAX_DRAWN_SEED)
+}
+
 /// Everything that controls how tokens are chosen and when generation ends.
 ///
 /// Every field has a default (see [`Default`]), so a JSON object only needs the fields it
@@ -56,7 +72,7 @@ pub struct SamplingParams {
     /// Added to the logit of each listed token id; each bias finite and in `[-100, 100]`.
     #[serde(alias = "logitBias")]
     pub logit_bias: BTreeMap<u32, f32>,
-    /// Random seed; `None` draws one from the system's random source. Default `None`.
+    /// Random seed; `None` draws one with [`draw_seed`]. Default `None`.
     pub seed: Option<u64>,
     /// Most tokens generated after the prompt; `0` is allowed. Default 256.
     #[serde(alias = "maxNewTokens")]
@@ -361,5 +377,17 @@ mod tests {
             ..SamplingParams::default()
         };
         assert!(top1.is_greedy());
+    }
+
+    #[test]
+    fn drawn_seeds_fit_a_javascript_number() {
+        for _ in 0..64 {
+            let seed = draw_seed().unwrap_or(u64::MAX);
+            assert!(seed <= MAX_DRAWN_SEED, "{seed}");
+        }
+        // A sampler without a seed reports the one it drew, within the same range.
+        let sampler = crate::sampling::Sampler::new(&SamplingParams::default(), 8);
+        let seed = sampler.map(|s| s.seed()).unwrap_or(u64::MAX);
+        assert!(seed <= MAX_DRAWN_SEED, "{seed}");
     }
 }

@@ -9,6 +9,7 @@ use crate::candidates::saturate;
 use crate::candidates::{
     Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES,
 };
+use crate::sampling::params::draw_seed;
 use crate::sampling::SamplingParams;
 use crate::{Error, Result};
 
@@ -278,7 +279,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Validates `params` for `vocab_size`, seeds the RNG from params.seed or getrandom.
+    /// Validates `params` for `vocab_size`, seeds the RNG from params.seed or [`draw_seed`].
     pub fn new(params: &SamplingParams, vocab_size: usize) -> Result<Self> {
         if vocab_size == 0 || u32::try_from(vocab_size - 1).is_err() {
             return Err(Error::invalid(
@@ -289,14 +290,7 @@ impl Sampler {
         params.validate_for_vocab(vocab_size)?;
         let seed = match params.seed {
             Some(seed) => seed,
-            None => getrandom::u64().map_err(|e| {
-                Error::invalid(
-                    "seed",
-                    format!(
-                        "none was given and the system random source failed ({e}); pass a seed"
-                    ),
-                )
-            })?,
+            None => draw_seed()?,
         };
         Ok(Sampler {
             params: params.clone(),

@@ -13,9 +13,9 @@ use super::stream;
 use super::types::{CountersJs, EngineInfoJs, GenerationJs, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::engine::{self, EngineOptions};
-use crate::generate::{GenerateOptions, Generation, Prompt, TokenEvent};
 use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
 use crate::loader::ModelFiles;
+use crate::session::{GenerateOptions, Generation, Prompt, TokenEvent};
 use crate::Error;
 
 /// The prompt and options of a call, parsed when the call is made.
@@ -24,14 +24,10 @@ pub(crate) fn parse_call(
     options: &JsValue,
 ) -> Result<(Prompt, GenerateOptions), JsValue> {
     let prompt = Prompt::from_json(&to_json(prompt, "prompt")?).map_err(|e| js_error(&e))?;
-    let mut options =
+    // A seed the session draws (`sampling::draw_seed`) is below 2^53 and is reported back in
+    // `result.seed`.
+    let options =
         GenerateOptions::from_json(&to_json(options, "options")?).map_err(|e| js_error(&e))?;
-    // A seed drawn by the engine is reported back in `result.seed`; keeping it below 2^53
-    // lets it round-trip through a JavaScript number.
-    if options.sampling.seed.is_none() && !options.sampling.is_greedy() {
-        let seed = getrandom::u64().map_err(|e| js_message("Random", &e.to_string()))?;
-        options.sampling.seed = Some(seed & ((1 << 53) - 1));
-    }
     Ok((prompt, options))
 }
 

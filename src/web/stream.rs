@@ -10,7 +10,7 @@ use wasm_bindgen::prelude::*;
 use super::engine::{event_js, generation_js};
 use super::{check_alive, js_error, set, spawn_tracked, Rejecter};
 use crate::engine::{Cancel, Engine};
-use crate::generate::{GenerateOptions, Prompt, TokenEvent};
+use crate::session::{GenerateOptions, Prompt, TokenEvent};
 
 /// How the generation behind a stream stands.
 enum End {

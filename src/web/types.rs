@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
-use crate::generate::{Generation, Sequence, Session, Stats};
 use crate::gpu::Counters;
+use crate::session::{Generation, Sequence, Session, Stats};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,6 +1,6 @@
 //! The TypeScript declarations of the JavaScript API, for the `.d.ts` wasm-bindgen writes: the
 //! arguments JavaScript passes and the objects it gets back (see `types.rs` and
-//! `crate::generate::TokenEvent` for the Rust side of the latter).
+//! `crate::session::TokenEvent` for the Rust side of the latter).
 
 use wasm_bindgen::prelude::*;
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
-use emberlm::generate::{GenerateOptions, Generation, Prompt};
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{GenerateOptions, Generation, Prompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::generate::{generation_json, read_text};
@@ -257,7 +257,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
             strict: args.strict,
             n_keep: None,
         };
-        let mut on_token = |e: &emberlm::generate::TokenEvent| {
+        let mut on_token = |e: &emberlm::session::TokenEvent| {
             if e.id.is_some() {
                 streamed += 1;
                 bar.set_message(format!("{streamed} tokens"));

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use clap::Args;
 use emberlm::forward::Forward;
-use emberlm::generate::{GenerateOptions, Prompt, Session};
 use emberlm::gpu::ops::copy_bandwidth;
 use emberlm::gpu::{Counters, CountersPer, KernelCache};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{GenerateOptions, Prompt, Session};
 use emberlm::GpuContext;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -135,7 +135,7 @@ fn run_once(
     session: &mut Session,
     prompt: &[u32],
     max_new: usize,
-) -> CliResult<(emberlm::generate::Stats, Counters)> {
+) -> CliResult<(emberlm::session::Stats, Counters)> {
     session.reset();
     let before = session.gpu().counters();
     let opts = greedy_forever(session, max_new);

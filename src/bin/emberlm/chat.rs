@@ -13,8 +13,8 @@ use std::sync::Arc;
 use clap::Args;
 use emberlm::chat::ChatMessage;
 use emberlm::engine::{AbortSwitch, Engine};
-use emberlm::generate::{FinishReason, GenerateOptions, Generation, Prompt, TokenEvent};
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{FinishReason, GenerateOptions, Generation, Prompt, TokenEvent};
 
 use crate::sampling_args::SamplingArgs;
 use crate::{load_engine, CliResult, Failure};

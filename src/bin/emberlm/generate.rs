@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
-use emberlm::generate::{GenerateOptions, Generation, Prompt};
 use emberlm::sampling::SamplingParams;
+use emberlm::session::{GenerateOptions, Generation, Prompt};
 
 use crate::sampling_args::SamplingArgs;
 use crate::{load_engine, CliResult, Failure};
@@ -118,7 +118,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
     let stream = args.stream && !args.json;
     let several = options.sampling.num_return_sequences > 1;
     let mut current = 0usize;
-    let mut on_token = |e: &emberlm::generate::TokenEvent| {
+    let mut on_token = |e: &emberlm::session::TokenEvent| {
         if !stream {
             return;
         }

@@ -1,0 +1,327 @@
+//! Beam search (each beam with its own copy of its generated KV rows) and scoring a text by
+//! its mean negative log-likelihood.
+
+use web_time::Instant;
+
+use crate::error::{Error, Result};
+use crate::gpu::KvCache;
+use crate::sampling::{log_softmax, Sampler, SamplingParams, StopMatcher};
+
+use super::context::common_prefix;
+use super::{
+    check_token_ids, elapsed_ms, Ctx, FinishReason, Score, Sequence, Session, Stats, TokenEvent,
+};
+
+struct Beam {
+    tokens: Vec<u32>,
+    /// Sum of processed log-probabilities (the beam score).
+    score: f64,
+    /// Sum of raw log-probabilities.
+    logprob: f64,
+    /// Slot holding the KV rows of `tokens` (none before the first token).
+    slot: Option<usize>,
+    /// Logits after the last token.
+    logits: Vec<f32>,
+}
+
+struct Candidate {
+    beam: usize,
+    id: u32,
+    score: f64,
+    raw: f64,
+}
+
+struct Finished {
+    tokens: Vec<u32>,
+    logprob: f64,
+    normalized: f64,
+    reason: FinishReason,
+}
+
+impl Finished {
+    fn new(
+        tokens: Vec<u32>,
+        score: f64,
+        logprob: f64,
+        reason: FinishReason,
+        length_penalty: f32,
+    ) -> Self {
+        let len = tokens.len().max(1) as f64;
+        Self {
+            normalized: score / len.powf(f64::from(length_penalty)),
+            tokens,
+            logprob,
+            reason,
+        }
+    }
+}
+
+impl Session {
+    /// Beam search: every beam keeps its generated KV rows in a slot of its own; the prompt's
+    /// rows are shared. Stop strings cut the finished texts afterwards.
+    pub(super) async fn beam_search(
+        &mut self,
+        c: &Ctx<'_>,
+        params: &SamplingParams,
+        stats: &mut Stats,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Vec<Sequence>> {
+        let width = params.num_beams;
+        let max_new = params.max_new_tokens;
+        let p = c.prompt.len();
+        if p + max_new > self.context() {
+            return Err(Error::invalid(
+                "max_new_tokens",
+                format!(
+                    "beam search cannot slide the context: {p} prompt tokens + {max_new} new tokens exceed the context of {}",
+                    self.context()
+                ),
+            ));
+        }
+        // Only the logit bias and the penalties shape beam scores (temperature 1 divides by 1;
+        // no filter is on).
+        let scoring = SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            typical_p: 1.0,
+            ..params.clone()
+        };
+        let scorer = Sampler::new(&scoring, self.vocab())?;
+        let vocab = self.vocab();
+        let prefill_start = Instant::now();
+        stats.cached_tokens = common_prefix(&self.cached, c.prompt).min(p.saturating_sub(1));
+        let Some(first) = self.prefill(c.prompt).await? else {
+            return Ok(vec![self.aborted_sequence()]);
+        };
+        stats.prefill_ms = elapsed_ms(prefill_start);
+        let mut slots: Vec<KvCache> = Vec::with_capacity(2 * width);
+        for _ in 0..2 * width {
+            slots.push(self.forward.new_kv_slot(&self.ctx, max_new)?);
+        }
+        let mut free: Vec<usize> = (0..slots.len()).collect();
+        let mut running = vec![Beam {
+            tokens: Vec::new(),
+            score: 0.0,
+            logprob: 0.0,
+            slot: None,
+            logits: first,
+        }];
+        let mut finished: Vec<Finished> = Vec::new();
+        let decode_start = Instant::now();
+        stats.time_to_first_token_ms = elapsed_ms(c.start);
+        for step in 0..max_new {
+            // Every running beam proposes its best 2·width continuations.
+            let mut cands: Vec<Candidate> = Vec::new();
+            for (b, beam) in running.iter().enumerate() {
+                let raw = log_softmax(&beam.logits[..vocab])?;
+                let mut processed = beam.logits[..vocab].to_vec();
+                scorer.process(&mut processed, c.prompt, &beam.tokens)?;
+                let lp = log_softmax(&processed)?;
+                let mut ids: Vec<u32> = (0..vocab as u32).collect();
+                let k = (2 * width).min(vocab);
+                ids.select_nth_unstable_by(k - 1, |&a, &b| {
+                    lp[b as usize].total_cmp(&lp[a as usize])
+                });
+                for &id in &ids[..k] {
+                    cands.push(Candidate {
+                        beam: b,
+                        id,
+                        score: beam.score + f64::from(lp[id as usize]),
+                        raw: f64::from(raw[id as usize]),
+                    });
+                }
+            }
+            cands.sort_by(|a, b| {
+                b.score
+                    .total_cmp(&a.score)
+                    .then(a.beam.cmp(&b.beam))
+                    .then(a.id.cmp(&b.id))
+            });
+            let mut next: Vec<(usize, u32, f64, f64)> = Vec::with_capacity(width);
+            for (rank, cand) in cands.iter().enumerate() {
+                let parent = &running[cand.beam];
+                if c.stops.contains(&cand.id) {
+                    if rank < width {
+                        finished.push(Finished::new(
+                            parent.tokens.clone(),
+                            cand.score,
+                            parent.logprob,
+                            FinishReason::Stop,
+                            params.length_penalty,
+                        ));
+                    }
+                    continue;
+                }
+                next.push((cand.beam, cand.id, cand.score, parent.logprob + cand.raw));
+                if next.len() == width {
+                    break;
+                }
+            }
+            finished.sort_by(|a, b| b.normalized.total_cmp(&a.normalized));
+            finished.truncate(width);
+            let done = finished.len() >= width
+                && (params.early_stopping
+                    || next.first().is_none_or(|&(_, _, score, _)| {
+                        let len = (step + 1) as f64;
+                        let best = score / len.powf(f64::from(params.length_penalty));
+                        finished[width - 1].normalized >= best
+                    }));
+            if done || next.is_empty() {
+                break;
+            }
+            let mut grown = Vec::with_capacity(next.len());
+            for &(b, id, score, logprob) in &next {
+                let mut tokens = running[b].tokens.clone();
+                tokens.push(id);
+                grown.push((b, tokens, score, logprob));
+            }
+            if step + 1 == max_new || self.abort.is_aborted() {
+                let reason = if self.abort.is_aborted() {
+                    FinishReason::Abort
+                } else {
+                    FinishReason::Length
+                };
+                for (_, tokens, score, logprob) in grown {
+                    finished.push(Finished::new(
+                        tokens,
+                        score,
+                        logprob,
+                        reason,
+                        params.length_penalty,
+                    ));
+                }
+                break;
+            }
+            // Run each new beam's last token on its parent's KV rows, and keep its own rows.
+            let mut new_running = Vec::with_capacity(grown.len());
+            for (b, tokens, score, logprob) in grown {
+                let parent_rows = tokens.len() - 1;
+                if let Some(slot) = running[b].slot {
+                    self.forward.truncate(p.min(self.forward.kv().pos()))?;
+                    self.forward
+                        .load_kv(&self.ctx, p, &slots[slot], parent_rows)?;
+                } else {
+                    self.forward.truncate(p)?;
+                }
+                let last = tokens[tokens.len() - 1];
+                let logits = self.forward.forward(&self.ctx, &[last], false).await?;
+                let slot = free
+                    .pop()
+                    .ok_or_else(|| Error::invalid("num_beams", "internal: no free beam slot"))?;
+                self.forward.save_kv(&self.ctx, p, &slots[slot])?;
+                new_running.push(Beam {
+                    tokens,
+                    score,
+                    logprob,
+                    slot: Some(slot),
+                    logits,
+                });
+            }
+            for beam in &running {
+                if let Some(s) = beam.slot {
+                    free.push(s);
+                }
+            }
+            running = new_running;
+        }
+        stats.decode_ms = elapsed_ms(decode_start);
+        // The cache now holds the prompt and some beam's rows: keep only the prompt.
+        self.forward.truncate(p.min(self.forward.kv().pos()))?;
+        self.cached.truncate(p);
+        if finished.is_empty() {
+            for beam in running {
+                finished.push(Finished::new(
+                    beam.tokens,
+                    beam.score,
+                    beam.logprob,
+                    FinishReason::Length,
+                    params.length_penalty,
+                ));
+            }
+        }
+        finished.sort_by(|a, b| b.normalized.total_cmp(&a.normalized));
+        finished.truncate(params.num_return_sequences);
+        let mut out = Vec::with_capacity(finished.len());
+        for (i, f) in finished.into_iter().enumerate() {
+            let mut text = self.tokenizer.decode(&f.tokens, true)?;
+            let mut reason = f.reason;
+            let mut matcher = StopMatcher::new(&params.stop);
+            let cut = matcher.push(&text);
+            if cut.stopped {
+                text = cut.text;
+                reason = FinishReason::Stop;
+            }
+            on_token(&TokenEvent {
+                prompt: c.index,
+                sequence: i,
+                id: None,
+                logprob: None,
+                text: text.clone(),
+            });
+            out.push(Sequence {
+                tokens: f.tokens,
+                text,
+                finish_reason: reason,
+                logprob: f.logprob,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Mean negative log-likelihood of `tokens` (at least 2), in windows of the context length:
+    /// each window starts from an empty cache and predicts all its tokens but its first. Clears
+    /// the conversation.
+    pub async fn score(&mut self, tokens: &[u32]) -> Result<Score> {
+        self.abort.clear();
+        let result = self.score_inner(tokens).await;
+        self.reset();
+        result
+    }
+
+    async fn score_inner(&mut self, tokens: &[u32]) -> Result<Score> {
+        if tokens.len() < 2 {
+            return Err(Error::invalid(
+                "text",
+                format!("scoring needs at least 2 tokens, got {}", tokens.len()),
+            ));
+        }
+        check_token_ids("tokens", tokens, self.vocab())?;
+        // Logits rows are as wide as the model's vocabulary.
+        let width = self.forward.config().vocab_size;
+        let mut nll = 0.0f64;
+        let mut count = 0usize;
+        for window in tokens.chunks(self.context()) {
+            self.reset();
+            // Logits of every position but the last predict the next token.
+            let inputs = &window[..window.len() - 1];
+            let done = self
+                .run_chunks(inputs, true, &mut |first, rows| {
+                    for (i, row) in rows.chunks(width).enumerate() {
+                        let target = window[first + i + 1] as usize;
+                        let lp = log_softmax(row)?;
+                        nll -= f64::from(lp[target]);
+                        count += 1;
+                    }
+                    Ok(())
+                })
+                .await?;
+            if !done {
+                return Err(Error::invalid("score", "aborted"));
+            }
+        }
+        if count == 0 {
+            return Err(Error::invalid(
+                "text",
+                "no token could be predicted (every context window holds one token)",
+            ));
+        }
+        let nll = nll / count as f64;
+        Ok(Score {
+            tokens: count,
+            nll,
+            ppl: nll.exp(),
+        })
+    }
+}

@@ -1,0 +1,314 @@
+//! The decode loop: a call's prompt prepared and dispatched, then each sampled sequence fed
+//! token by token (candidates read back when they suffice, the whole row otherwise), with
+//! streaming, stop ids and strings, and abort.
+
+use std::sync::Arc;
+
+use web_time::Instant;
+
+use crate::error::{Error, Result};
+use crate::forward::StepLogits;
+use crate::sampling::{Sampled, Sampler, SelectRequest, StopMatcher};
+
+use super::context::common_prefix;
+use super::{
+    elapsed_ms, Ctx, FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, Stats,
+    TokenEvent,
+};
+
+/// Live state of one sampled sequence.
+struct Running<'t> {
+    tokens: Vec<u32>,
+    text: String,
+    logprob: f64,
+    decoder: crate::tokenizer::StreamDecoder<'t>,
+    stops: StopMatcher,
+}
+
+impl Session {
+    /// Generates from one prompt; `on_token` sees every token as it is produced.
+    pub async fn generate(
+        &mut self,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Generation> {
+        self.abort.clear();
+        let result = self.generate_one(0, prompt, options, on_token).await;
+        if result.is_err() {
+            // The KV state is unknown after a failure: start the next call from scratch.
+            self.reset();
+        }
+        result
+    }
+
+    /// Generates from each prompt in turn (each stops on its own end-of-sequence); results in
+    /// input order. Events carry the prompt's index.
+    pub async fn generate_batch(
+        &mut self,
+        prompts: &[Prompt],
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Vec<Generation>> {
+        self.abort.clear();
+        let mut out = Vec::with_capacity(prompts.len());
+        for (i, prompt) in prompts.iter().enumerate() {
+            match self.generate_one(i, prompt, options, on_token).await {
+                Ok(g) => out.push(g),
+                Err(e) => {
+                    self.reset();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn generate_one(
+        &mut self,
+        index: usize,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Generation> {
+        let start = Instant::now();
+        let params = &options.sampling;
+        params.validate_for_vocab(self.vocab())?;
+        let mut tokens = self.tokenize_prompt(prompt, options.special)?;
+        if tokens.is_empty() {
+            return Err(Error::invalid(
+                "prompt",
+                "the prompt has no tokens (give some text, or enable BOS)",
+            ));
+        }
+        let mut warnings = Vec::new();
+        let n_keep = self.n_keep(&tokens, options)?;
+        self.fit_prompt(&mut tokens, n_keep, options, &mut warnings)?;
+        let mut stops = self.eos.clone();
+        stops.extend(&params.stop_token_ids);
+        if matches!(prompt, Prompt::Chat(_)) {
+            stops.extend(&self.end_of_turn);
+        }
+        let mut stats = Stats {
+            prompt_tokens: tokens.len(),
+            ..Stats::default()
+        };
+        let ctx = Ctx {
+            index,
+            prompt: &tokens,
+            n_keep,
+            stops: &stops,
+            start,
+        };
+        let (sequences, seed) = if params.max_new_tokens == 0 {
+            let empty = Sequence {
+                tokens: Vec::new(),
+                text: String::new(),
+                finish_reason: FinishReason::Length,
+                logprob: 0.0,
+            };
+            (vec![empty; params.num_return_sequences], None)
+        } else if params.num_beams > 1 {
+            let seqs = self.beam_search(&ctx, params, &mut stats, on_token).await?;
+            (seqs, None)
+        } else {
+            let mut sampler = Sampler::new(params, self.vocab())?;
+            let mut seqs = Vec::with_capacity(params.num_return_sequences);
+            for s in 0..params.num_return_sequences {
+                let seq = self
+                    .sample_sequence(&ctx, s, &mut sampler, &mut stats, &mut warnings, on_token)
+                    .await?;
+                let aborted = seq.finish_reason == FinishReason::Abort;
+                seqs.push(seq);
+                if aborted {
+                    break;
+                }
+            }
+            let seed = (!params.is_greedy()).then(|| sampler.seed());
+            (seqs, seed)
+        };
+        stats.generated_tokens = sequences.iter().map(|s| s.tokens.len()).sum();
+        if stats.decode_ms > 0.0 {
+            let steps = stats.generated_tokens.saturating_sub(sequences.len());
+            stats.decode_tok_per_s = steps as f64 / (stats.decode_ms / 1000.0);
+        }
+        Ok(Generation {
+            prompt_tokens: tokens,
+            sequences,
+            stats,
+            seed,
+            warnings,
+        })
+    }
+
+    /// Feeds one generated token, sliding the context first when it is full. Returns what the
+    /// step read back after it: the candidates `request` asks for, or the whole row (without a
+    /// request, when forced, or after a slide); `None` when aborted during a slide.
+    async fn advance(
+        &mut self,
+        token: u32,
+        n_keep: usize,
+        warnings: &mut Vec<String>,
+        request: Option<&SelectRequest>,
+    ) -> Result<Option<StepLogits>> {
+        if self.cached.len() < self.context() {
+            let request = request.filter(|_| !self.full_row_readback);
+            let logits = self
+                .forward
+                .decode_select(&self.ctx, token, request)
+                .await?;
+            self.cached.push(token);
+            return Ok(Some(logits));
+        }
+        self.slide(token, n_keep, warnings).await
+    }
+
+    /// Samples from what a step read back: from the candidates when they suffice, else from
+    /// the whole row (read now if the step did not).
+    async fn sample_step(
+        &mut self,
+        sampler: &mut Sampler,
+        logits: &StepLogits,
+        request: Option<&SelectRequest>,
+        prompt: &[u32],
+        generated: &[u32],
+        stats: &mut Stats,
+    ) -> Result<Sampled> {
+        let vocab = self.vocab();
+        if let (StepLogits::Candidates(c), Some(request)) = (logits, request) {
+            if let Some(s) = sampler.sample_candidates(c, request, prompt, generated)? {
+                stats.candidate_steps += 1;
+                return Ok(s);
+            }
+            stats.select_fallbacks += 1;
+        }
+        stats.full_row_steps += 1;
+        match logits {
+            StepLogits::Full(row) => sampler.sample(&row[..vocab], prompt, generated),
+            StepLogits::Candidates(_) => {
+                let row = self.forward.last_logits(&self.ctx).await?;
+                sampler.sample(&row[..vocab], prompt, generated)
+            }
+        }
+    }
+
+    /// Samples one sequence after the prompt.
+    async fn sample_sequence(
+        &mut self,
+        c: &Ctx<'_>,
+        sequence: usize,
+        sampler: &mut Sampler,
+        stats: &mut Stats,
+        warnings: &mut Vec<String>,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Sequence> {
+        let params = sampler.params().clone();
+        let prefill_start = Instant::now();
+        let cached_before = common_prefix(&self.cached, c.prompt);
+        let logits = self.prefill(c.prompt).await?;
+        if sequence == 0 {
+            stats.cached_tokens = cached_before.min(c.prompt.len().saturating_sub(1));
+            stats.prefill_ms = elapsed_ms(prefill_start);
+        }
+        let Some(logits) = logits else {
+            return Ok(self.aborted_sequence());
+        };
+        let mut logits = StepLogits::Full(logits);
+        let mut request = None;
+        let tokenizer = Arc::clone(&self.tokenizer);
+        let mut run = Running {
+            tokens: Vec::new(),
+            text: String::new(),
+            logprob: 0.0,
+            decoder: tokenizer.stream_decoder(true),
+            stops: StopMatcher::new(&params.stop),
+        };
+        let mut decode_start = None;
+        let finish = loop {
+            if self.abort.is_aborted() {
+                break FinishReason::Abort;
+            }
+            let s = self
+                .sample_step(
+                    sampler,
+                    &logits,
+                    request.as_ref(),
+                    c.prompt,
+                    &run.tokens,
+                    stats,
+                )
+                .await?;
+            if decode_start.is_none() {
+                decode_start = Some(Instant::now());
+                if sequence == 0 {
+                    stats.time_to_first_token_ms = elapsed_ms(c.start);
+                }
+            }
+            if c.stops.contains(&s.id) {
+                break FinishReason::Stop;
+            }
+            run.tokens.push(s.id);
+            run.logprob += f64::from(s.logprob);
+            let piece = run.decoder.push(s.id)?;
+            let out = run.stops.push(&piece);
+            run.text.push_str(&out.text);
+            on_token(&TokenEvent {
+                prompt: c.index,
+                sequence,
+                id: Some(s.id),
+                logprob: Some(s.logprob),
+                text: out.text,
+            });
+            if out.stopped {
+                break FinishReason::Stop;
+            }
+            if run.tokens.len() >= params.max_new_tokens {
+                break FinishReason::Length;
+            }
+            request = sampler.select_request(c.prompt, &run.tokens)?;
+            match self
+                .advance(s.id, c.n_keep, warnings, request.as_ref())
+                .await?
+            {
+                Some(next) => logits = next,
+                None => break FinishReason::Abort,
+            }
+        };
+        if let Some(t) = decode_start {
+            stats.decode_ms += elapsed_ms(t);
+        }
+        if !run.stops.stopped() {
+            let rest = run.decoder.finish()?;
+            let mut tail = run.stops.push(&rest).text;
+            if !run.stops.stopped() {
+                tail.push_str(&run.stops.finish());
+            }
+            if !tail.is_empty() {
+                run.text.push_str(&tail);
+                on_token(&TokenEvent {
+                    prompt: c.index,
+                    sequence,
+                    id: None,
+                    logprob: None,
+                    text: tail,
+                });
+            }
+        }
+        Ok(Sequence {
+            tokens: run.tokens,
+            text: run.text,
+            finish_reason: finish,
+            logprob: run.logprob,
+        })
+    }
+
+    /// The result of a sequence aborted before its first token.
+    pub(super) fn aborted_sequence(&self) -> Sequence {
+        Sequence {
+            tokens: Vec::new(),
+            text: String::new(),
+            finish_reason: FinishReason::Abort,
+            logprob: 0.0,
+        }
+    }
+}

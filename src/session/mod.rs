@@ -1,0 +1,363 @@
+//! Generation: a [`Session`] turns prompts into text with the GPU forward pass and the CPU
+//! [`Sampler`](crate::sampling::Sampler).
+//!
+//! - **KV reuse.** The session remembers which tokens its KV cache holds. A new call keeps the
+//!   longest common prefix of those and the new prompt and only runs the rest, so a multi-turn
+//!   chat pays for each new turn, not for the whole conversation.
+//! - **Context overflow.** When the next token would not fit, the session keeps the first
+//!   `n_keep` tokens, drops the oldest half of the rest and runs the kept tail again (positions
+//!   and RoPE are recomputed, never shifted), then generation goes on. A prompt longer than the
+//!   context is cut from the left with a warning, or rejected in strict mode.
+//! - **Several sequences.** `num_return_sequences` samples share the prompt's KV rows (a new
+//!   sequence only reruns the last prompt token); beam search gives each beam its own copy of
+//!   its generated KV rows; a batch of prompts runs prompt by prompt, each to its own stop.
+//! - **Stopping.** End-of-sequence ids (the model's, the caller's and, in chat form, the
+//!   template's end-of-turn token), stop strings matched across token boundaries,
+//!   `max_new_tokens`, and [`AbortHandle::abort`], honoured between tokens and prefill chunks.
+//! - **Small readbacks.** A sampled decode step reads back only the GPU's selection of
+//!   candidates (at most 4 KB, see
+//!   [`Sampler::select_request`](crate::sampling::Sampler::select_request)) instead of the
+//!   whole logits row; when the candidates cannot prove the token the full path would draw,
+//!   the step reads the row as well and samples from it. Tokens and seeded sequences are the same either way;
+//!   [`Session::set_full_row_readback`] forces the row on every step.
+//!
+//! The code is split by concern: [`options`] (what a call takes and returns), `context`
+//! (fitting, sliding, prefix reuse), `decode` (the sampling loop) and `beam` (beam search and
+//! scoring).
+
+mod beam;
+mod context;
+mod decode;
+pub mod options;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use web_time::Instant;
+
+use crate::chat::{ChatMessage, ChatTemplate};
+use crate::config::ModelConfig;
+use crate::config::{auto_context, ContextChoice};
+use crate::error::{Error, Result};
+use crate::forward::{Forward, DEFAULT_CHUNK};
+use crate::gpu::{GpuContext, KernelCache};
+use crate::loader::ModelFiles;
+use crate::tokenizer::Tokenizer;
+
+pub use options::{
+    FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats, TokenEvent,
+};
+
+/// Stops a running generation between two tokens. Cloneable, usable from another thread
+/// (natively) or from a JavaScript event while the engine awaits the GPU (in the browser).
+#[derive(Clone, Debug, Default)]
+pub struct AbortHandle(Arc<AtomicBool>);
+
+impl AbortHandle {
+    /// Asks the running call to stop; it finishes with [`FinishReason::Abort`].
+    pub fn abort(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether an abort is pending.
+    pub fn is_aborted(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Withdraws a pending abort (at the start of each call).
+    fn clear(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Strings that chat templates use to end a turn; those the template emits become stop ids.
+const END_OF_TURN: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "</s>",
+];
+
+/// A model loaded on the GPU with its tokenizer and chat template, and the state of one
+/// conversation (the tokens its KV cache holds).
+pub struct Session {
+    ctx: GpuContext,
+    forward: Forward,
+    tokenizer: Arc<Tokenizer>,
+    template: ChatTemplate,
+    has_template: bool,
+    /// The model's and the tokenizer's end-of-sequence ids.
+    eos: Vec<u32>,
+    /// End-of-turn ids the chat template emits.
+    end_of_turn: Vec<u32>,
+    /// Tokens whose KV rows the cache holds, at positions `0..cached.len()`.
+    cached: Vec<u32>,
+    abort: AbortHandle,
+    context_choice: ContextChoice,
+    /// Read back the whole logits row on every decode step (no candidate selection).
+    full_row_readback: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("model", &self.forward.config().arch)
+            .field("context", &self.context())
+            .field("cached", &self.cached.len())
+            .finish()
+    }
+}
+
+fn elapsed_ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// What a generation call passes down to its sequences.
+struct Ctx<'a> {
+    index: usize,
+    prompt: &'a [u32],
+    n_keep: usize,
+    stops: &'a [u32],
+    start: Instant,
+}
+
+/// Rejects token ids outside `0..vocab`, naming the first bad id and its position. The one
+/// check of ids entering the session (a prompt, or a text to score); `name` is the argument
+/// they came in.
+fn check_token_ids(name: &'static str, ids: &[u32], vocab: usize) -> Result<()> {
+    match ids.iter().position(|&id| id as usize >= vocab) {
+        Some(i) => Err(Error::invalid(
+            name,
+            format!(
+                "token id {} at position {i} is outside the vocabulary of {vocab} (ids 0..{vocab})",
+                ids[i]
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+impl Session {
+    /// Loads `files` onto the GPU of `ctx` with a KV cache of `context` positions (default: the
+    /// model's context, at most 4096).
+    pub async fn new(ctx: GpuContext, files: &ModelFiles, context: Option<usize>) -> Result<Self> {
+        Self::new_with_progress(ctx, files, context, &mut |_, _| {}).await
+    }
+
+    /// [`Session::new`], calling `progress(uploaded, total)` in weight bytes as the weights go
+    /// to the GPU.
+    pub async fn new_with_progress(
+        ctx: GpuContext,
+        files: &ModelFiles,
+        context: Option<usize>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        let weights = files.weights()?;
+        let tokenizer = files.tokenizer()?;
+        let template = files.chat_template(&tokenizer)?;
+        let has_template = template.is_some();
+        let template = template.unwrap_or_else(ChatTemplate::fallback);
+        let choice = match context {
+            Some(n) => ContextChoice {
+                context: n,
+                reason: "asked for".into(),
+            },
+            None => {
+                let limits = ctx.limits();
+                auto_context(
+                    &weights.config,
+                    limits.max_storage_buffer_binding_size,
+                    limits.max_buffer_size,
+                )
+            }
+        };
+        let context = choice.context;
+        let kernels = KernelCache::new();
+        let forward =
+            Forward::new_with_progress(&ctx, &kernels, &weights, context, DEFAULT_CHUNK, progress)
+                .await?;
+        let mut eos: Vec<u32> = weights.config.eos_ids.clone();
+        for &id in tokenizer.eos_ids() {
+            if !eos.contains(&id) {
+                eos.push(id);
+            }
+        }
+        let end_of_turn = Self::end_of_turn_ids(&template, &tokenizer);
+        Ok(Self {
+            ctx,
+            forward,
+            tokenizer: Arc::new(tokenizer),
+            template,
+            has_template,
+            eos,
+            end_of_turn,
+            cached: Vec::new(),
+            abort: AbortHandle::default(),
+            context_choice: choice,
+            full_row_readback: false,
+        })
+    }
+
+    /// End-of-turn tokens that the template writes after a message.
+    fn end_of_turn_ids(template: &ChatTemplate, tokenizer: &Tokenizer) -> Vec<u32> {
+        let probe = [
+            ChatMessage::new("user", "a"),
+            ChatMessage::new("assistant", "b"),
+        ];
+        let Ok(text) = template.render(&probe, false) else {
+            return Vec::new();
+        };
+        END_OF_TURN
+            .iter()
+            .filter(|s| text.contains(*s))
+            .filter_map(|s| tokenizer.token_to_id(s))
+            .collect()
+    }
+
+    /// The GPU context.
+    pub fn gpu(&self) -> &GpuContext {
+        &self.ctx
+    }
+
+    /// The model on the GPU (graph, KV cache, memory).
+    pub fn forward(&self) -> &Forward {
+        &self.forward
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        self.forward.config()
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// KV cache length in positions.
+    pub fn context(&self) -> usize {
+        self.forward.kv().context()
+    }
+
+    /// The context length and why it was chosen (given by the caller, or picked from the
+    /// model and the device's limits).
+    pub fn context_choice(&self) -> &ContextChoice {
+        &self.context_choice
+    }
+
+    /// Whether the model brought its own chat template (otherwise a plain fallback is used).
+    pub fn has_chat_template(&self) -> bool {
+        self.has_template
+    }
+
+    /// End-of-sequence ids that stop generation (model + tokenizer).
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Tokens the KV cache currently holds.
+    pub fn cached_tokens(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Reads back the whole logits row on every sampled decode step instead of the GPU's
+    /// candidates when `on` (off by default). The tokens are the same either way; this exists
+    /// to compare the two paths and to measure them.
+    pub fn set_full_row_readback(&mut self, on: bool) {
+        self.full_row_readback = on;
+    }
+
+    /// A handle that stops the running call between two tokens.
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.abort.clone()
+    }
+
+    /// Profiles the model's kernels (see [`Forward::profile`]): a decode step at `decode_pos`
+    /// and a prefill chunk of `prompt_tokens`. The conversation is forgotten (the profile
+    /// overwrites the KV cache).
+    pub async fn profile(
+        &mut self,
+        decode_pos: u32,
+        prompt_tokens: u32,
+    ) -> Result<crate::forward::Profile> {
+        self.cached.clear();
+        let result = self
+            .forward
+            .profile(&self.ctx, decode_pos, prompt_tokens)
+            .await;
+        self.reset();
+        result
+    }
+
+    /// Forgets the conversation: the next call starts from an empty KV cache.
+    pub fn reset(&mut self) {
+        self.cached.clear();
+        // Truncating to 0 cannot fail.
+        let _ = self.forward.truncate(0);
+    }
+
+    /// The prompt as token ids: text tokenized (special tokens recognised when `special`),
+    /// a conversation rendered with the chat template, ids checked against the vocabulary.
+    pub fn tokenize_prompt(&self, prompt: &Prompt, special: bool) -> Result<Vec<u32>> {
+        let ids = match prompt {
+            Prompt::Text(text) => self.tokenizer.encode(text, special, None)?,
+            Prompt::Chat(messages) => {
+                let text = self.template.render(messages, true)?;
+                // A template that writes BOS itself must not get a second one.
+                let bos_written = self
+                    .tokenizer
+                    .bos_id()
+                    .and_then(|id| self.tokenizer.id_to_token(id))
+                    .is_some_and(|bos| !bos.is_empty() && text.starts_with(&bos));
+                let add_bos = if bos_written { Some(false) } else { None };
+                self.tokenizer.encode(&text, true, add_bos)?
+            }
+            Prompt::Tokens(ids) => ids.clone(),
+        };
+        check_token_ids("prompt", &ids, self.vocab())?;
+        Ok(ids)
+    }
+
+    /// Ids the sampler may choose: the model's and the tokenizer's vocabularies overlap.
+    pub(super) fn vocab(&self) -> usize {
+        self.forward
+            .config()
+            .vocab_size
+            .min(self.tokenizer.vocab_size())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_token_id_is_named_with_its_position_and_the_vocabulary() {
+        assert!(check_token_ids("prompt", &[0, 1, 9], 10).is_ok());
+        assert!(check_token_ids("prompt", &[], 10).is_ok());
+        let err = check_token_ids("prompt", &[3, 10, 12], 10).err();
+        let Some(Error::InvalidArgument { name, .. }) = &err else {
+            panic!("expected an invalid argument, got {err:?}");
+        };
+        assert_eq!(*name, "prompt");
+        let text = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            text.contains("token id 10 at position 1 is outside the vocabulary of 10"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_abort_is_seen_by_every_clone_until_cleared() {
+        let a = AbortHandle::default();
+        let b = a.clone();
+        assert!(!b.is_aborted());
+        a.abort();
+        assert!(b.is_aborted());
+        b.clear();
+        assert!(!a.is_aborted());
+    }
+}

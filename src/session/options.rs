@@ -1,0 +1,273 @@
+//! What a generation call takes and returns: the prompt, the options (parsed from JSON too),
+//! streamed token events, the generated sequences with their timings, and scores.
+
+use serde::{Deserialize, Serialize};
+
+use crate::chat::ChatMessage;
+use crate::error::{Error, Result};
+use crate::sampling::SamplingParams;
+
+/// What to generate from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// Plain text, tokenized with the model's tokenizer (BOS as the model asks).
+    Text(String),
+    /// A conversation, rendered with the model's chat template (generation prompt added).
+    Chat(Vec<ChatMessage>),
+    /// Token ids, used as they are.
+    Tokens(Vec<u32>),
+}
+
+impl From<&str> for Prompt {
+    fn from(text: &str) -> Self {
+        Prompt::Text(text.to_string())
+    }
+}
+
+/// Everything a generation call accepts besides the prompt.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerateOptions {
+    /// Sampling, stopping, beam and sequence-count parameters.
+    pub sampling: SamplingParams,
+    /// Recognise special tokens (`<|im_start|>` ...) written in a text prompt.
+    pub special: bool,
+    /// Reject a prompt longer than the context instead of cutting it from the left.
+    pub strict: bool,
+    /// Tokens at the start that context sliding never drops (default: the BOS token if the
+    /// prompt starts with one, else none).
+    pub n_keep: Option<usize>,
+}
+
+/// Removes option `name` (or its camelCase `alias`) from `map`; both given is an error.
+fn take_option(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    name: &'static str,
+    alias: &str,
+) -> Result<Option<serde_json::Value>> {
+    match (map.remove(name), map.remove(alias)) {
+        (Some(_), Some(_)) => Err(Error::invalid(
+            name,
+            format!("given twice, as `{name}` and as `{alias}`"),
+        )),
+        (Some(v), None) | (None, Some(v)) => Ok(Some(v)),
+        (None, None) => Ok(None),
+    }
+}
+
+fn bool_option(name: &'static str, value: &serde_json::Value) -> Result<bool> {
+    value
+        .as_bool()
+        .ok_or_else(|| Error::invalid(name, format!("`{name}` must be true or false, got {value}")))
+}
+
+impl GenerateOptions {
+    /// Parses one JSON object holding the sampling parameters (snake_case or camelCase, see
+    /// [`SamplingParams::from_json`]) and `special`, `strict` and `n_keep` (`nKeep`). `null`
+    /// means all defaults. Errors name the option.
+    pub fn from_json(json: &str) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| Error::invalid("options", format!("not valid JSON: {e}")))?;
+        let mut map = match value {
+            serde_json::Value::Null => serde_json::Map::new(),
+            serde_json::Value::Object(map) => map,
+            _ => {
+                return Err(Error::invalid(
+                    "options",
+                    "expected an object of generation options",
+                ))
+            }
+        };
+        let mut options = GenerateOptions::default();
+        if let Some(v) = take_option(&mut map, "special", "special")? {
+            options.special = bool_option("special", &v)?;
+        }
+        if let Some(v) = take_option(&mut map, "strict", "strict")? {
+            options.strict = bool_option("strict", &v)?;
+        }
+        if let Some(v) = take_option(&mut map, "n_keep", "nKeep")? {
+            if !v.is_null() {
+                let n = v.as_u64().and_then(|n| usize::try_from(n).ok());
+                options.n_keep = Some(n.ok_or_else(|| {
+                    Error::invalid(
+                        "n_keep",
+                        format!("`n_keep` (`nKeep`) must be a whole number >= 0, got {v}"),
+                    )
+                })?);
+            }
+        }
+        options.sampling = SamplingParams::from_json(&serde_json::Value::Object(map).to_string())?;
+        Ok(options)
+    }
+}
+
+impl Prompt {
+    /// Parses a prompt from JSON: a string, an array of `{ role, content }` messages, or an
+    /// array of token ids.
+    pub fn from_json(json: &str) -> Result<Self> {
+        serde_json::from_str(json).map_err(|_| {
+            Error::invalid(
+                "prompt",
+                "expected a string, an array of { role, content } messages or an array of token ids",
+            )
+        })
+    }
+}
+
+/// Why a sequence ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_new_tokens` reached.
+    Length,
+    /// [`AbortHandle::abort`](super::AbortHandle::abort) was called.
+    Abort,
+}
+
+impl FinishReason {
+    /// `stop`, `length` or `abort`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        }
+    }
+}
+
+/// One streamed piece of output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TokenEvent {
+    /// Index of the prompt in a batch (0 for a single prompt).
+    pub prompt: usize,
+    /// Index of the sequence among `num_return_sequences`.
+    pub sequence: usize,
+    /// The token, or `None` for the final event that releases text held back at the end
+    /// (an incomplete character or a partial stop-string match that never completed).
+    pub id: Option<u32>,
+    /// The token's log-probability under the model's own distribution (`None` with `id`).
+    pub logprob: Option<f32>,
+    /// Text this event adds (UTF-8 safe; may be empty while text is held back).
+    pub text: String,
+}
+
+/// One generated sequence.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sequence {
+    /// Generated token ids (an end-of-sequence token that ended generation is not included).
+    pub tokens: Vec<u32>,
+    /// Generated text, without a matched stop string or anything after it.
+    pub text: String,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Sum of the tokens' log-probabilities under the model's own distribution.
+    pub logprob: f64,
+}
+
+/// Timings and counts of one call.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Tokens in the prompt (after any cut).
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV state was reused from the previous call.
+    pub cached_tokens: usize,
+    /// Tokens generated over all sequences.
+    pub generated_tokens: usize,
+    /// Time spent running the prompt.
+    pub prefill_ms: f64,
+    /// Time spent generating after the first token.
+    pub decode_ms: f64,
+    /// From the call to the first generated token.
+    pub time_to_first_token_ms: f64,
+    /// Decode steps per second (0 when there were none).
+    pub decode_tok_per_s: f64,
+    /// Sampled tokens drawn from the GPU's candidates alone.
+    pub candidate_steps: usize,
+    /// Sampled tokens drawn from a whole logits row read back (the first token after the
+    /// prompt, a forced full readback, parameters the candidates cannot serve, fallbacks).
+    pub full_row_steps: usize,
+    /// Of those, decode steps that read the candidates first and then, as they did not
+    /// suffice, the row too.
+    pub select_fallbacks: usize,
+}
+
+/// The result of one call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Generation {
+    /// The prompt as token ids (after the chat template and any cut).
+    pub prompt_tokens: Vec<u32>,
+    /// The sequences, best first for beam search, in sampling order otherwise.
+    pub sequences: Vec<Sequence>,
+    /// Timings and counts.
+    pub stats: Stats,
+    /// The sampling seed used (repeat the run with it), `None` when greedy or beam search.
+    pub seed: Option<u64>,
+    /// Things the caller should know (a prompt cut to fit the context, a context slide).
+    pub warnings: Vec<String>,
+}
+
+/// Mean negative log-likelihood of a text.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Score {
+    /// Tokens predicted (every token but the first of each context window).
+    pub tokens: usize,
+    /// Mean negative log-likelihood per predicted token (nats).
+    pub nll: f64,
+    /// `exp(nll)`.
+    pub ppl: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid_name(json: &str) -> Option<&'static str> {
+        match GenerateOptions::from_json(json) {
+            Err(Error::InvalidArgument { name, .. }) => Some(name),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn options_from_json_split_own_fields_from_sampling() {
+        let o = GenerateOptions::from_json(
+            r#"{"topP": 0.5, "maxNewTokens": 3, "special": true, "nKeep": 2, "strict": true}"#,
+        )
+        .unwrap_or_default();
+        assert_eq!(o.sampling.top_p, 0.5);
+        assert_eq!(o.sampling.max_new_tokens, 3);
+        assert!(o.special && o.strict);
+        assert_eq!(o.n_keep, Some(2));
+        let defaults = GenerateOptions::from_json("null").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(defaults, GenerateOptions::default());
+    }
+
+    #[test]
+    fn options_from_json_errors_name_the_option() {
+        assert_eq!(invalid_name(r#"{"topP": 1.5}"#), Some("top_p"));
+        assert_eq!(invalid_name(r#"{"special": 1}"#), Some("special"));
+        assert_eq!(invalid_name(r#"{"nKeep": -1}"#), Some("n_keep"));
+        assert_eq!(invalid_name(r#"{"n_keep": 1, "nKeep": 1}"#), Some("n_keep"));
+        assert_eq!(invalid_name("[1]"), Some("options"));
+        assert_eq!(invalid_name(r#"{"bogus": 1}"#), Some("sampling_params"));
+    }
+
+    #[test]
+    fn prompt_from_json_takes_text_chat_and_ids() {
+        assert_eq!(
+            Prompt::from_json(r#""hi""#).ok(),
+            Some(Prompt::Text("hi".into()))
+        );
+        assert_eq!(
+            Prompt::from_json(r#"[{"role":"user","content":"hi"}]"#).ok(),
+            Some(Prompt::Chat(vec![ChatMessage::new("user", "hi")]))
+        );
+        assert_eq!(
+            Prompt::from_json("[1, 2]").ok(),
+            Some(Prompt::Tokens(vec![1, 2]))
+        );
+        assert!(Prompt::from_json("{}").is_err());
+    }
+}
