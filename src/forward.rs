@@ -60,8 +60,11 @@ pub struct Forward {
     plan: KernelPlan,
 }
 
+/// Called after each step of [`Readback::EachStep`] with the index of the step's first token,
+/// its token count and its logits; returns whether to go on.
+pub type OnStep<'r> = dyn FnMut(usize, usize, Vec<f32>) -> Result<bool> + 'r;
+
 /// What [`Forward::run`] reads back.
-#[derive(Debug, Clone, Copy)]
 pub enum Readback<'r> {
     /// Nothing (a prefill whose logits nobody needs: the head does not run either).
     None,
@@ -72,6 +75,31 @@ pub enum Readback<'r> {
     /// The selection `request` asks for over the last token's logits (the logits stay on the
     /// device).
     Candidates(&'r SelectRequest),
+    /// Step by step, so that a caller can stop between steps and never holds more than one
+    /// step's logits: `on_step(first, n, rows)` after each step gets every row
+    /// (`[n · vocab]`) when `all_rows`, else the last token's row (`[vocab]`) after the last
+    /// step and nothing before.
+    EachStep {
+        /// Every row of every step, or the last token's.
+        all_rows: bool,
+        /// Receives each step; `false` stops the run (the cache holds the steps run).
+        on_step: &'r mut OnStep<'r>,
+    },
+}
+
+impl std::fmt::Debug for Readback<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readback::None => f.write_str("None"),
+            Readback::LastRow => f.write_str("LastRow"),
+            Readback::AllRows => f.write_str("AllRows"),
+            Readback::Candidates(r) => f.debug_tuple("Candidates").field(r).finish(),
+            Readback::EachStep { all_rows, .. } => f
+                .debug_struct("EachStep")
+                .field("all_rows", all_rows)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 /// What [`Forward::run`] returns.
@@ -84,6 +112,11 @@ pub enum Output {
     Logits(Vec<f32>),
     /// The selection's result.
     Candidates(Candidates),
+    /// [`Readback::EachStep`] ran every token, or stopped after `ran` of them.
+    Stepped {
+        /// Tokens run (the cache holds them).
+        ran: usize,
+    },
 }
 
 /// Which rows of a step's logits the head computes.
@@ -374,32 +407,47 @@ impl Forward {
                 ),
             ));
         }
-        let request = match readback {
-            Readback::Candidates(request) if self.select.is_some() => Some(request),
-            _ => None,
+        let nothing = matches!(readback, Readback::None);
+        let (all_rows, mut on_step, request) = match readback {
+            Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step), None),
+            Readback::AllRows => (true, None, None),
+            Readback::Candidates(request) if self.select.is_some() => (false, None, Some(request)),
+            _ => (false, None, None),
         };
         let mut logits = Vec::new();
         let chunks: Vec<&[u32]> = tokens.chunks(self.chunk).collect();
+        let mut ran = 0;
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
-            let head = match readback {
-                Readback::AllRows => Head::All,
-                Readback::None => Head::None,
+            let head = match () {
+                _ if nothing => Head::None,
+                _ if all_rows => Head::All,
                 _ if !last => Head::None,
                 _ => Head::Last,
             };
-            match self
+            let rows = match self
                 .step(ctx, chunk, head, request.filter(|_| last))
                 .await?
             {
-                StepRead::Nothing => {}
-                StepRead::Logits(rows) => logits.extend(rows),
+                StepRead::Nothing => Vec::new(),
+                StepRead::Logits(rows) => rows,
                 StepRead::Candidates(c) => return Ok(Output::Candidates(c)),
+            };
+            let first = ran;
+            ran += chunk.len();
+            match on_step.as_mut() {
+                Some(on_step) => {
+                    if !on_step(first, chunk.len(), rows)? && !last {
+                        return Ok(Output::Stepped { ran });
+                    }
+                }
+                None => logits.extend(rows),
             }
         }
-        Ok(match readback {
-            Readback::None => Output::None,
-            _ => Output::Logits(logits),
+        Ok(match (nothing, on_step) {
+            (true, _) => Output::None,
+            (false, Some(_)) => Output::Stepped { ran },
+            (false, None) => Output::Logits(logits),
         })
     }
 
@@ -417,7 +465,7 @@ impl Forward {
         };
         match self.run(ctx, tokens, readback).await? {
             Output::Logits(logits) => Ok(logits),
-            Output::None | Output::Candidates(_) => Ok(Vec::new()),
+            _ => Ok(Vec::new()),
         }
     }
 
@@ -438,7 +486,7 @@ impl Forward {
         match self.run(ctx, &[token], readback).await? {
             Output::Candidates(c) => Ok(StepLogits::Candidates(c)),
             Output::Logits(row) => Ok(StepLogits::Full(row)),
-            Output::None => Ok(StepLogits::Full(Vec::new())),
+            _ => Ok(StepLogits::Full(Vec::new())),
         }
     }
 

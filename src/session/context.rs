@@ -2,7 +2,7 @@
 //! reusing the cached common prefix, and sliding when generation reaches the end.
 
 use crate::error::{Error, Result};
-use crate::forward::StepLogits;
+use crate::forward::{Output, Readback, StepLogits};
 
 use super::{GenerateOptions, Session};
 
@@ -93,16 +93,26 @@ impl Session {
         all_logits: bool,
         on_rows: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
     ) -> Result<bool> {
-        let step = self.forward.chunk();
-        for (i, chunk) in tokens.chunks(step).enumerate() {
-            if self.abort.is_aborted() {
-                return Ok(false);
-            }
-            let rows = self.forward.forward(&self.ctx, chunk, all_logits).await?;
-            self.cached.extend_from_slice(chunk);
-            on_rows(i * step, rows)?;
+        if self.abort.is_aborted() {
+            return Ok(false);
         }
-        Ok(true)
+        let abort = &self.abort;
+        let cached = &mut self.cached;
+        let mut on_step = |first: usize, n: usize, rows: Vec<f32>| -> Result<bool> {
+            cached.extend_from_slice(&tokens[first..first + n]);
+            if all_logits || !rows.is_empty() {
+                on_rows(first, rows)?;
+            }
+            Ok(!abort.is_aborted())
+        };
+        let readback = Readback::EachStep {
+            all_rows: all_logits,
+            on_step: &mut on_step,
+        };
+        match self.forward.run(&self.ctx, tokens, readback).await? {
+            Output::Stepped { ran } => Ok(ran == tokens.len()),
+            _ => Ok(true),
+        }
     }
 
     /// Makes room for `token` in a full context: keeps the first `n_keep` cached tokens, drops
