@@ -74,6 +74,8 @@ impl Sampler {
     /// the nucleus to end there for every total mass within the GPU's tail sum (with a
     /// tolerance) and a rigorous bound on it. Non-finite rows give `None` (then `sample`
     /// reports them).
+    ///
+    /// [`LogitAdjustment::apply`]: crate::candidates::LogitAdjustment::apply
     pub fn sample_candidates(
         &mut self,
         c: &Candidates,
