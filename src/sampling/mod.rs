@@ -54,6 +54,9 @@
 //! the kept set's order canonical, top-k's survivors are sorted by logit before the filters.
 
 pub use crate::candidates;
+mod filters;
+mod from_candidates;
+mod logits;
 pub mod params;
 pub mod sampler;
 pub mod stop;

@@ -1,0 +1,275 @@
+//! Chat templates: turning a conversation into the prompt text a chat model was trained on.
+//!
+//! Models ship their format as a Jinja template (GGUF `tokenizer.chat_template`, or
+//! `chat_template` in `tokenizer_config.json`). We render it with `minijinja`, configured like
+//! Hugging Face transformers' renderer: `trim_blocks` and `lstrip_blocks`, loop controls,
+//! `raise_exception`, `strftime_now`, a `tojson` that writes what Python's `json.dumps` writes,
+//! and Python string/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) from
+//! `minijinja-contrib`. Templates are untrusted input: every render runs on a fuel budget and a
+//! recursion limit, so a template cannot loop forever or exhaust the stack. Fuel also pays for
+//! data (one unit per 64 bytes made): minijinja charges its own operators and filters, and the
+//! functions, filters and methods added here charge for what they build before building it, so
+//! a render allocates at most about `64 × RENDER_FUEL` bytes.
+
+mod functions;
+mod tojson;
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::Serde;
+use minijinja::{AutoEscape, Environment, ErrorKind, State, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::format::gguf::GgufHeader;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+use functions::{format_filter, python_method, raise_exception, strftime_now, Raised};
+use tojson::tojson;
+
+/// Name under which the template is stored in its environment.
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// Fuel for one render: an instruction costs one unit, and 64 bytes of data made cost one. Real
+/// templates spend a few hundred per message; this allows conversations of thousands of turns
+/// and stops a runaway template in well under a second, before it has built 128 MiB.
+pub const RENDER_FUEL: u64 = 2_000_000;
+
+/// Bytes of data one unit of fuel pays for (minijinja's rate).
+const BYTES_PER_FUEL: u64 = 64;
+
+/// Bytes charged for each element a method or `tojson` visits or makes (a value and its slot).
+const ITEM_BYTES: u64 = 64;
+
+/// Nesting depth (macro calls, loops, includes) one render may reach.
+const RECURSION_LIMIT: usize = 200;
+
+/// One turn of a conversation. `role` is usually `system`, `user` or `assistant`; other roles
+/// (`tool`, `ipython`, ...) are passed to the template unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who speaks.
+    pub role: String,
+    /// What they say.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message from `role`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template and the BOS/EOS strings it may refer to.
+#[derive(Clone, Debug)]
+pub struct ChatTemplate {
+    kind: Kind,
+    bos_token: String,
+    eos_token: String,
+}
+
+/// How a [`ChatTemplate`] renders.
+#[derive(Clone, Debug)]
+enum Kind {
+    /// A Jinja template, compiled into its own environment.
+    Jinja(Box<Environment<'static>>),
+    /// The plain format of [`ChatTemplate::fallback`].
+    Plain,
+}
+
+impl ChatTemplate {
+    /// Compiles a Jinja chat template. `bos_token` and `eos_token` are the strings the template
+    /// sees as `bos_token` / `eos_token`.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(false)
+            .build()
+            .map_err(|e| Error::Template(format!("cannot configure the template syntax: {e}")))?;
+        env.set_syntax(syntax);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_fuel(Some(RENDER_FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_unknown_method_callback(python_method);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_filter("format", format_filter);
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| Error::Template(format!("cannot compile the template: {e:#}")))?;
+        Ok(Self {
+            kind: Kind::Jinja(Box::new(env)),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The template in GGUF metadata `tokenizer.chat_template`, if there is one. BOS/EOS strings
+    /// come from `tokenizer`.
+    pub fn from_gguf(header: &GgufHeader, tokenizer: &Tokenizer) -> Result<Option<Self>> {
+        let Some(source) = header.get_str("tokenizer.chat_template")? else {
+            return Ok(None);
+        };
+        let (bos, eos) = special_strings(tokenizer);
+        Self::new(source, &bos, &eos).map(Some)
+    }
+
+    /// The template in a `tokenizer_config.json`: `chat_template` as a string, or as a list of
+    /// `{name, template}` entries, of which we take `default`. `bos_token` / `eos_token` come
+    /// from the config when it has them, otherwise from `tokenizer`.
+    pub fn from_tokenizer_config(json: &[u8], tokenizer: &Tokenizer) -> Result<Option<Self>> {
+        const FILE: &str = "tokenizer_config.json";
+        let config: serde_json::Value = serde_json::from_slice(json)
+            .map_err(|e| Error::format(FILE, format!("not valid JSON: {e}")))?;
+        let source = match config.get("chat_template") {
+            None | Some(serde_json::Value::Null) => return Ok(None),
+            Some(serde_json::Value::String(s)) => s.as_str(),
+            Some(serde_json::Value::Array(list)) => {
+                let mut names = Vec::new();
+                let mut found = None;
+                for entry in list {
+                    let name = entry.get("name").and_then(|n| n.as_str());
+                    let template = entry.get("template").and_then(|t| t.as_str());
+                    let (Some(name), Some(template)) = (name, template) else {
+                        return Err(Error::format(
+                            FILE,
+                            "`chat_template` list entries need string `name` and `template`",
+                        ));
+                    };
+                    if name == "default" {
+                        found = Some(template);
+                    }
+                    names.push(name);
+                }
+                found.ok_or_else(|| {
+                    Error::format(
+                        FILE,
+                        format!(
+                            "`chat_template` has no `default` entry (it has: {})",
+                            names.join(", ")
+                        ),
+                    )
+                })?
+            }
+            Some(other) => {
+                return Err(Error::format(
+                    FILE,
+                    format!("`chat_template` should be a string or a list, not {other}"),
+                ))
+            }
+        };
+        let (bos, eos) = special_strings(tokenizer);
+        let bos = crate::tokenizer::config_token(&config, "bos_token").map_or(bos, str::to_string);
+        let eos = crate::tokenizer::config_token(&config, "eos_token").map_or(eos, str::to_string);
+        Self::new(source, &bos, &eos).map(Some)
+    }
+
+    /// A plain format for models without a template (base models):
+    ///
+    /// ```text
+    /// System: You are terse.
+    ///
+    /// User: Hello
+    ///
+    /// Assistant:
+    /// ```
+    ///
+    /// Each message is its role with the first letter upper-cased and the rest lower-cased, `": "`,
+    /// the content and a blank line; with `add_generation_prompt` the text ends in `Assistant:`
+    /// (no trailing space, which byte-level tokenizers would make a token of its own).
+    pub fn fallback() -> Self {
+        Self {
+            kind: Kind::Plain,
+            bos_token: String::new(),
+            eos_token: String::new(),
+        }
+    }
+
+    /// Renders `messages` to prompt text. With `add_generation_prompt`, the text ends where the
+    /// assistant's reply begins.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let env = match &self.kind {
+            Kind::Jinja(env) => env,
+            Kind::Plain => return Ok(render_plain(messages, add_generation_prompt)),
+        };
+        let template = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| Error::Template(e.to_string()))?;
+        let context = minijinja::context! {
+            messages => Value::from(Serde(messages)),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        template.render(context).map_err(render_error)
+    }
+}
+
+/// [`ChatTemplate::fallback`]'s format.
+fn render_plain(messages: &[ChatMessage], add_generation_prompt: bool) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let mut chars = m.role.chars();
+        if let Some(first) = chars.next() {
+            out.extend(first.to_uppercase());
+            out.push_str(&chars.as_str().to_lowercase());
+        }
+        out.push_str(": ");
+        out.push_str(&m.content);
+        out.push_str("\n\n");
+    }
+    if add_generation_prompt {
+        out.push_str("Assistant:");
+    }
+    out
+}
+
+/// The BOS and first EOS token strings of `tokenizer` (empty when it has none).
+fn special_strings(tokenizer: &Tokenizer) -> (String, String) {
+    let text = |id: Option<u32>| {
+        id.and_then(|id| tokenizer.id_to_token(id))
+            .unwrap_or_default()
+    };
+    (
+        text(tokenizer.bos_id()),
+        text(tokenizer.eos_ids().first().copied()),
+    )
+}
+
+fn render_error(e: minijinja::Error) -> Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(raised) = err.downcast_ref::<Raised>() {
+            return Error::Template(format!("the template raised an exception: {raised}"));
+        }
+        source = err.source();
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        return Error::Template(format!(
+            "rendering stopped after {RENDER_FUEL} steps: the template does too much work or \
+             loops without end"
+        ));
+    }
+    Error::Template(format!("rendering failed: {e}"))
+}
+
+/// Charges `bytes` of data to the render's fuel.
+fn charge(state: &State, bytes: u64) -> std::result::Result<(), minijinja::Error> {
+    state.consume_fuel(bytes.div_ceil(BYTES_PER_FUEL))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_format_capitalises_any_role() {
+        let m = [ChatMessage::new("ärzt", "x"), ChatMessage::new("", "y")];
+        assert_eq!(render_plain(&m, false), "Ärzt: x\n\n: y\n\n");
+    }
+}

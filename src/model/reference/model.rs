@@ -1,0 +1,374 @@
+//! [`ReferenceModel`]: the whole forward pass on the CPU, Llama and GPT-2, from the operations
+//! of the sibling modules.
+
+use crate::config::{Activation, Architecture, ModelConfig, NormKind};
+use crate::dtype::dequantize;
+use crate::error::{Error, Result};
+use crate::model::weights::ModelWeights;
+
+use super::linear::matmul;
+use super::ops::{attention, gelu_tanh, layer_norm, rms_norm, rope, silu};
+
+/// A normalisation layer's parameters, `[d]` each; the variant is the config's [`NormKind`].
+#[derive(Debug, Clone)]
+enum Norm {
+    /// RMSNorm gain.
+    Rms(Vec<f32>),
+    /// LayerNorm gain and bias.
+    Layer(Vec<f32>, Vec<f32>),
+}
+
+impl Norm {
+    /// Applies the layer to the rows of `x: [n, d]`.
+    fn apply(&self, x: &[f32], eps: f32) -> Vec<f32> {
+        match self {
+            Norm::Rms(g) => rms_norm(x, g, g.len(), eps),
+            Norm::Layer(g, b) => layer_norm(x, g, b, g.len(), eps),
+        }
+    }
+}
+
+/// One transformer block's weights, dequantized to f32. Matrices are `[out, in]`; `d` is the
+/// model width, `q_dim = n_heads·head_dim`, `kv_dim = n_kv_heads·head_dim`, `ff` the
+/// feed-forward width.
+#[derive(Debug, Clone)]
+struct Block {
+    /// Before attention.
+    attn_norm: Norm,
+    /// `[q_dim, d]` (GPT-2: the first third of the fused `attn_qkv`).
+    wq: Vec<f32>,
+    /// `[kv_dim, d]`
+    wk: Vec<f32>,
+    /// `[kv_dim, d]`
+    wv: Vec<f32>,
+    /// `[q_dim]`
+    bq: Option<Vec<f32>>,
+    /// `[kv_dim]`
+    bk: Option<Vec<f32>>,
+    /// `[kv_dim]`
+    bv: Option<Vec<f32>>,
+    /// `[d, q_dim]`
+    wo: Vec<f32>,
+    /// `[d]`
+    bo: Option<Vec<f32>>,
+    /// Before the feed-forward.
+    ffn_norm: Norm,
+    /// `[ff, d]`, SwiGLU only.
+    gate: Option<Vec<f32>>,
+    /// `[ff, d]`
+    up: Vec<f32>,
+    /// `[ff]`
+    up_bias: Option<Vec<f32>>,
+    /// `[d, ff]`
+    down: Vec<f32>,
+    /// `[d]`
+    down_bias: Option<Vec<f32>>,
+}
+
+/// A whole model on the CPU, every weight dequantized exactly to f32 once: the plain forward
+/// pass that the GPU model's logits are checked against. It spends 4 bytes per parameter and
+/// does no fusing or caching of its own, so that each step can be read against the papers.
+#[derive(Clone)]
+pub struct ReferenceModel {
+    /// Shapes and numerics.
+    config: ModelConfig,
+    /// `[vocab, d]`
+    token_embd: Vec<f32>,
+    /// `[context_length, d]`, GPT-2 only.
+    position_embd: Option<Vec<f32>>,
+    /// `n_layers` blocks.
+    blocks: Vec<Block>,
+    /// Before the LM head.
+    output_norm: Norm,
+    /// `[vocab, d]`; `None` when the head is tied to `token_embd`.
+    output: Option<Vec<f32>>,
+}
+
+/// The reference model's KV cache: f32 keys and values of every position seen so far, growing
+/// as tokens are fed.
+#[derive(Clone)]
+pub struct ReferenceCache {
+    /// Per layer, `[pos, kv_dim]` (after RoPE).
+    k: Vec<Vec<f32>>,
+    /// Per layer, `[pos, kv_dim]`.
+    v: Vec<Vec<f32>>,
+    /// `n_kv_heads · head_dim` of the model the cache was made for.
+    kv_dim: usize,
+    /// Positions held: the position of the next token fed.
+    pos: usize,
+}
+
+// Hand-written so that `{:?}` prints the shape, not hundreds of megabytes of floats.
+impl std::fmt::Debug for ReferenceModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceModel")
+            .field("config", &self.config)
+            .field("tied_head", &self.output.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ReferenceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceCache")
+            .field("layers", &self.k.len())
+            .field("kv_dim", &self.kv_dim)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl ReferenceCache {
+    /// Number of positions already in the cache, i.e. the position of the next token.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+}
+
+impl ReferenceModel {
+    /// Validates the configuration and tensor shapes, then dequantizes every weight the forward
+    /// pass reads to f32 (GPT-2's fused QKV is split into Q, K and V here).
+    ///
+    /// Errors when the configuration is invalid, a tensor is missing or misshapen, its bytes do
+    /// not match its type, or a GPT-2 config asks for grouped-query attention.
+    pub fn new(weights: &ModelWeights<'_>) -> Result<Self> {
+        let c = &weights.config;
+        c.validate(&weights.file)?;
+        weights.check_shapes()?;
+        let load = |name: &str| -> Result<Vec<f32>> {
+            let t = weights.tensor(name)?;
+            dequantize(t.dtype, &t.data, t.n_elements() as u64, name)
+        };
+        let norm = |prefix: &str| -> Result<Norm> {
+            let g = load(&format!("{prefix}.weight"))?;
+            Ok(match c.norm {
+                NormKind::RmsNorm => Norm::Rms(g),
+                NormKind::LayerNorm => Norm::Layer(g, load(&format!("{prefix}.bias"))?),
+            })
+        };
+        let d = c.hidden_size;
+        if c.arch == Architecture::Gpt2 && c.kv_dim() != d {
+            // The fused QKV is `[3d, d]`: K and V are as wide as Q, so GPT-2 has no GQA.
+            return Err(Error::format(
+                &weights.file,
+                format!(
+                    "GPT-2 needs n_kv_heads = n_heads, got {} and {}",
+                    c.n_kv_heads, c.n_heads
+                ),
+            ));
+        }
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let (wq, wk, wv, bq, bk, bv, bo, up_bias, down_bias) = match c.arch {
+                Architecture::Llama => {
+                    let bias = |s: &str| -> Result<Option<Vec<f32>>> {
+                        if c.qkv_bias {
+                            load(&n(s)).map(Some)
+                        } else {
+                            Ok(None)
+                        }
+                    };
+                    (
+                        load(&n("attn_q.weight"))?,
+                        load(&n("attn_k.weight"))?,
+                        load(&n("attn_v.weight"))?,
+                        bias("attn_q.bias")?,
+                        bias("attn_k.bias")?,
+                        bias("attn_v.bias")?,
+                        None,
+                        None,
+                        None,
+                    )
+                }
+                Architecture::Gpt2 => {
+                    // Fused `[3d, d]` rows and `[3d]` bias: q, then k, then v, each `d` wide
+                    // (q_dim = d is checked by `validate`, kv_dim = d above).
+                    let qkv = load(&n("attn_qkv.weight"))?;
+                    let qkv_b = load(&n("attn_qkv.bias"))?;
+                    let (m, b) = (d * d, d);
+                    (
+                        qkv[..m].to_vec(),
+                        qkv[m..2 * m].to_vec(),
+                        qkv[2 * m..].to_vec(),
+                        Some(qkv_b[..b].to_vec()),
+                        Some(qkv_b[b..2 * b].to_vec()),
+                        Some(qkv_b[2 * b..].to_vec()),
+                        Some(load(&n("attn_output.bias"))?),
+                        Some(load(&n("ffn_up.bias"))?),
+                        Some(load(&n("ffn_down.bias"))?),
+                    )
+                }
+            };
+            blocks.push(Block {
+                attn_norm: norm(&n("attn_norm"))?,
+                wq,
+                wk,
+                wv,
+                bq,
+                bk,
+                bv,
+                wo: load(&n("attn_output.weight"))?,
+                bo,
+                ffn_norm: norm(&n("ffn_norm"))?,
+                gate: match c.activation {
+                    Activation::SwiGlu => Some(load(&n("ffn_gate.weight"))?),
+                    Activation::GeluTanh => None,
+                },
+                up: load(&n("ffn_up.weight"))?,
+                up_bias,
+                down: load(&n("ffn_down.weight"))?,
+                down_bias,
+            });
+        }
+        Ok(ReferenceModel {
+            token_embd: load("token_embd.weight")?,
+            position_embd: match c.arch {
+                Architecture::Gpt2 => Some(load("position_embd.weight")?),
+                Architecture::Llama => None,
+            },
+            blocks,
+            output_norm: norm("output_norm")?,
+            output: if c.tied_embeddings {
+                None
+            } else {
+                Some(load("output.weight")?)
+            },
+            config: c.clone(),
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// An empty KV cache for this model (position 0).
+    pub fn new_cache(&self) -> ReferenceCache {
+        ReferenceCache {
+            k: vec![Vec::new(); self.config.n_layers],
+            v: vec![Vec::new(); self.config.n_layers],
+            kv_dim: self.config.kv_dim(),
+            pos: 0,
+        }
+    }
+
+    /// Feeds `tokens` at positions `cache.pos()..cache.pos() + tokens.len()`, appending their
+    /// keys and values to `cache`, and returns the logits after each token:
+    /// `[tokens.len()][vocab_size]`.
+    ///
+    /// Errors, leaving the cache untouched, when a token id is outside the vocabulary, the
+    /// positions would run past the context length, or the cache belongs to another model.
+    pub fn forward(&self, cache: &mut ReferenceCache, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let c = &self.config;
+        if cache.k.len() != c.n_layers || cache.kv_dim != c.kv_dim() {
+            return Err(Error::invalid(
+                "cache",
+                "the cache was made for a model of another shape",
+            ));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::invalid(
+                "tokens",
+                format!(
+                    "token id {bad} is outside the vocabulary of {}",
+                    c.vocab_size
+                ),
+            ));
+        }
+        let start = cache.pos;
+        let end = start
+            .checked_add(tokens.len())
+            .filter(|&e| e <= c.context_length)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "tokens",
+                    format!(
+                        "{} tokens from position {start} run past the context length {}",
+                        tokens.len(),
+                        c.context_length
+                    ),
+                )
+            })?;
+        let n = tokens.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let (d, hd, ff) = (c.hidden_size, c.head_dim, c.ffn_size);
+        let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
+
+        // x: [n, d], the residual stream.
+        let mut x = Vec::with_capacity(n * d);
+        for (i, &t) in tokens.iter().enumerate() {
+            let row = &self.token_embd[t as usize * d..][..d];
+            match &self.position_embd {
+                Some(p) => {
+                    let prow = &p[(start + i) * d..][..d];
+                    x.extend(row.iter().zip(prow).map(|(a, b)| a + b));
+                }
+                None => x.extend_from_slice(row),
+            }
+        }
+
+        for (l, b) in self.blocks.iter().enumerate() {
+            let h = b.attn_norm.apply(&x, c.norm_eps);
+            let mut q = matmul(&b.wq, &h, b.bq.as_deref(), q_dim, d);
+            let mut k = matmul(&b.wk, &h, b.bk.as_deref(), kv_dim, d);
+            let v = matmul(&b.wv, &h, b.bv.as_deref(), kv_dim, d);
+            for (i, (qi, ki)) in q
+                .chunks_exact_mut(q_dim)
+                .zip(k.chunks_exact_mut(kv_dim))
+                .enumerate()
+            {
+                rope(qi, c.n_heads, hd, start + i, c.rope_theta, c.rope_layout);
+                rope(ki, c.n_kv_heads, hd, start + i, c.rope_theta, c.rope_layout);
+            }
+            cache.k[l].extend_from_slice(&k);
+            cache.v[l].extend_from_slice(&v);
+            let mut att = Vec::with_capacity(n * q_dim);
+            for (i, qi) in q.chunks_exact(q_dim).enumerate() {
+                // Causal: token i sees the cached prefix and itself, nothing after.
+                att.extend(attention(
+                    qi,
+                    &cache.k[l],
+                    &cache.v[l],
+                    start + i + 1,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    hd,
+                ));
+            }
+            add_in_place(&mut x, &matmul(&b.wo, &att, b.bo.as_deref(), d, q_dim));
+
+            let h = b.ffn_norm.apply(&x, c.norm_eps);
+            let up = matmul(&b.up, &h, b.up_bias.as_deref(), ff, d);
+            let act: Vec<f32> = match &b.gate {
+                Some(gate) => {
+                    let g = matmul(gate, &h, None, ff, d);
+                    g.iter().zip(&up).map(|(&g, &u)| silu(g) * u).collect()
+                }
+                None => up.iter().map(|&u| gelu_tanh(u)).collect(),
+            };
+            add_in_place(
+                &mut x,
+                &matmul(&b.down, &act, b.down_bias.as_deref(), d, ff),
+            );
+        }
+        cache.pos = end;
+
+        let h = self.output_norm.apply(&x, c.norm_eps);
+        let head = self.output.as_deref().unwrap_or(&self.token_embd);
+        let logits = matmul(head, &h, None, c.vocab_size, d);
+        Ok(logits
+            .chunks_exact(c.vocab_size)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+}
+
+/// `x += y`, elementwise (the residual connections).
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,270 @@
+//! Sampling from the GPU's top candidates instead of the whole row: what to ask the GPU to
+//! select, and the proof that the candidates decide the token [`Sampler::sample`] would draw.
+
+use crate::candidates::saturate;
+use crate::candidates::{Candidates, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES};
+use crate::Result;
+
+use super::filters::filter_candidates;
+use super::logits::{draw, ix, key, uniform, weight};
+use super::{Sampled, Sampler};
+
+/// Candidates asked for beyond what greedy or top-k strictly need: the slack that lets the
+/// exactness check pass when a penalised token's GPU value differs in the last bit.
+const CANDIDATE_MARGIN: usize = 16;
+
+/// Relative error allowed for the GPU's f32 tail sum (exp and summation rounding) when bounding
+/// the total probability mass for top-p.
+const TAIL_SUM_TOLERANCE: f64 = 1e-3;
+
+/// Relative slack for the order in which the full path adds its f64 weights.
+const F64_SUM_TOLERANCE: f64 = 1e-12;
+
+impl Sampler {
+    /// What the GPU should select for the next token when the candidates can stand in for the
+    /// whole row, or `None` when they cannot by the parameters alone (read the row instead):
+    /// greedy -> a few candidates; `top_k <= MAX_CANDIDATES` -> top_k plus a margin; top-p
+    /// without top-k or typical -> [`MAX_CANDIDATES`]; a vocabulary of at most
+    /// [`MAX_CANDIDATES`] -> all of it. `None` too with more than [`MAX_ADJUSTMENTS`]
+    /// adjusted tokens. History ids outside the vocabulary -> Error.
+    pub fn select_request(
+        &self,
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> Result<Option<SelectRequest>> {
+        let adjustments = self.adjustments(prompt, generated)?;
+        if adjustments.len() > MAX_ADJUSTMENTS {
+            return Ok(None);
+        }
+        let p = &self.params;
+        let n = self.vocab_size;
+        let k = if n <= MAX_CANDIDATES {
+            n
+        } else if p.is_greedy() {
+            1 + CANDIDATE_MARGIN
+        } else if p.top_k > 0 && p.top_k < n {
+            if p.top_k > MAX_CANDIDATES {
+                return Ok(None);
+            }
+            p.top_k + CANDIDATE_MARGIN
+        } else if p.top_p < 1.0 && p.typical_p >= 1.0 {
+            MAX_CANDIDATES
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(SelectRequest {
+            n: n as u32,
+            k: k.min(MAX_CANDIDATES).min(n) as u32,
+            temperature: if p.is_greedy() { 1.0 } else { p.temperature },
+            adjustments,
+        }))
+    }
+
+    /// [`Self::sample`] from the GPU's selection `c` for `request` instead of the whole row:
+    /// `Some` with exactly the token `sample` would return on the full row (and the same use of
+    /// the random generator), or `None`, consuming nothing, when the candidates cannot prove it
+    /// (read the whole row and call `sample`). The log-probability comes from the GPU's raw max
+    /// and sum: it may differ from `sample`'s in the last bits.
+    ///
+    /// The adjusted logits of the candidates and of every adjusted token are recomputed here
+    /// from their raw values with [`LogitAdjustment::apply`]; every other token's adjusted
+    /// logit equals its raw one and, not being selected, is at most the last candidate's.
+    /// From that bound the leading candidates whose place in the full order is certain are
+    /// known; greedy and top-k need the kept tokens among them; top-p without top-k also needs
+    /// the nucleus to end there for every total mass within the GPU's tail sum (with a
+    /// tolerance) and a rigorous bound on it. Non-finite rows give `None` (then `sample`
+    /// reports them).
+    ///
+    /// [`LogitAdjustment::apply`]: crate::candidates::LogitAdjustment::apply
+    pub fn sample_candidates(
+        &mut self,
+        c: &Candidates,
+        request: &SelectRequest,
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> Result<Option<Sampled>> {
+        self.check_history("prompt", prompt)?;
+        self.check_history("generated", generated)?;
+        let n = self.vocab_size;
+        let k = c.ids.len();
+        if c.non_finite
+            || c.n as usize != n
+            || k == 0
+            || c.raw.len() != k
+            || c.adjusted.len() != k
+            || c.adjusted_raw.len() != request.adjustments.len()
+            || c.ids.iter().any(|&id| ix(id) >= n)
+        {
+            return Ok(None);
+        }
+        let adjustment = |id: u32| {
+            request
+                .adjustments
+                .binary_search_by_key(&id, |a| a.id)
+                .ok()
+                .map(|i| &request.adjustments[i])
+        };
+        if k == n {
+            // Every token is a candidate: rebuild the row and take the full path.
+            let mut row = vec![0.0f32; n];
+            for (&id, &raw) in c.ids.iter().zip(&c.raw) {
+                row[ix(id)] = raw;
+            }
+            return self.sample(&row, prompt, generated).map(Some);
+        }
+
+        // The pool: candidates and adjusted tokens, as (id, raw, exact adjusted logit).
+        let mut pool: Vec<(u32, f32, f32)> = Vec::with_capacity(k + request.adjustments.len());
+        for (&id, &raw) in c.ids.iter().zip(&c.raw) {
+            pool.push((id, raw, adjustment(id).map_or(raw, |a| a.apply(raw))));
+        }
+        let mut chosen: Vec<u32> = c.ids.clone();
+        chosen.sort_unstable();
+        for (a, &raw) in request.adjustments.iter().zip(&c.adjusted_raw) {
+            if ix(a.id) < n && chosen.binary_search(&a.id).is_err() {
+                pool.push((a.id, raw, a.apply(raw)));
+            }
+        }
+        // Every token outside the pool has an adjusted logit of at most `bound`, and equal
+        // to it only with an id above `bound_id`.
+        let (bound, bound_id) = (c.adjusted[k - 1], c.ids[k - 1]);
+        let p = &self.params;
+        let logprob =
+            |raw: f32| (f64::from(raw) - (f64::from(c.raw_max) + f64::from(c.raw_sum).ln())) as f32;
+
+        if p.is_greedy() {
+            let Some(&(id, raw, value)) = pool.iter().min_by_key(|e| key(e.2, e.0)) else {
+                return Ok(None);
+            };
+            if key(value, id) > key(bound, bound_id) {
+                return Ok(None);
+            }
+            return Ok(Some(Sampled {
+                id,
+                logprob: logprob(raw),
+            }));
+        }
+
+        let t = f64::from(p.temperature);
+        let scale = |x: f32| {
+            if p.temperature != 1.0 {
+                saturate(f64::from(x) / t)
+            } else {
+                x
+            }
+        };
+        // (key of the processed logit, id, raw, processed logit), in the full order.
+        let mut order: Vec<(u64, u32, f32, f32)> = pool
+            .iter()
+            .map(|&(id, raw, value)| {
+                let s = scale(value);
+                (key(s, id), id, raw, s)
+            })
+            .collect();
+        order.sort_unstable_by_key(|e| e.0);
+        let s_bound = scale(bound);
+        // Whether a logit below `bound` can be processed into `s_bound` too (then an equal
+        // processed value says nothing about the id order).
+        let below_reaches = scale(bound.next_down()) >= s_bound;
+        let certain = order
+            .iter()
+            .take_while(|e| e.3 > s_bound || (e.3 == s_bound && !below_reaches && e.1 <= bound_id))
+            .count();
+
+        let use_top_k = p.top_k > 0 && p.top_k < n;
+        let use_typical = p.typical_p < 1.0;
+        let use_top_p = p.top_p < 1.0;
+        let use_min_p = p.min_p > 0.0;
+        let (kept, filters) = if use_top_k {
+            if certain < p.top_k {
+                return Ok(None);
+            }
+            (p.top_k, (use_typical, use_top_p, use_min_p))
+        } else if use_top_p && !use_typical {
+            let Some(keep) = self.nucleus(c, &order[..certain], &pool, bound, n) else {
+                return Ok(None);
+            };
+            (keep, (false, false, use_min_p))
+        } else {
+            return Ok(None);
+        };
+
+        // The kept tokens in id order, indexed 0.. in that order: keys over these indices sort
+        // exactly as keys over the ids, so the filters and the draw see the same order.
+        let mut kept: Vec<(u32, f32, f32)> = order[..kept]
+            .iter()
+            .map(|&(_, id, raw, s)| (id, raw, s))
+            .collect();
+        kept.sort_unstable_by_key(|e| e.0);
+        let mut values: Vec<f32> = kept.iter().map(|e| e.2).collect();
+        let mut cand: Vec<u64> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| key(x, i as u32))
+            .collect();
+        cand.sort_unstable();
+        let (typical_on, top_p_on, min_p_on) = filters;
+        filter_candidates(&mut values, &mut cand, p, typical_on, top_p_on, min_p_on);
+        let i = draw(&values, uniform(&mut self.rng));
+        let (id, raw, _) = kept[i];
+        Ok(Some(Sampled {
+            id,
+            logprob: logprob(raw),
+        }))
+    }
+
+    /// Top-p over the whole vocabulary from the certain prefix `order` of the processed
+    /// candidates: the nucleus length when it is the same for every total mass the row can
+    /// have, else `None`. The total is the pool's exact mass plus the rest, bounded by the
+    /// GPU's tail sum (within [`TAIL_SUM_TOLERANCE`]) and by `rest count × weight(bound)`.
+    fn nucleus(
+        &self,
+        c: &Candidates,
+        order: &[(u64, u32, f32, f32)],
+        pool: &[(u32, f32, f32)],
+        bound: f32,
+        n: usize,
+    ) -> Option<usize> {
+        let p = &self.params;
+        let &(_, _, _, s_max) = order.first()?;
+        let max = f64::from(s_max);
+        let t = f64::from(p.temperature);
+        let scale = |x: f32| {
+            if p.temperature != 1.0 {
+                saturate(f64::from(x) / t)
+            } else {
+                x
+            }
+        };
+        let pool_mass: f64 = pool.iter().map(|e| weight(scale(e.2), max)).sum();
+        let rest = (n - pool.len()) as f64;
+        let rigorous = rest * weight(scale(bound), max);
+        // The GPU's weights are relative to its adjusted max; the exact max is `order[0]`'s.
+        let exact_max = pool.iter().find(|e| e.0 == order[0].1).map(|e| e.2)?;
+        // Near saturation the GPU's scaled differences no longer match the processed logits.
+        if !(f64::from(exact_max) / t).abs().lt(&1e37) || !(f64::from(bound) / t).abs().lt(&1e37) {
+            return None;
+        }
+        let factor = ((f64::from(c.adjusted_max) - f64::from(exact_max)) / t).exp();
+        let gpu_rest = (f64::from(c.tail_sum) - f64::from(c.adjusted_tail_sum)).max(0.0) * factor;
+        let slack =
+            TAIL_SUM_TOLERANCE * (f64::from(c.tail_sum) + f64::from(c.adjusted_tail_sum)) * factor;
+        if !(gpu_rest.is_finite() && slack.is_finite() && pool_mass.is_finite()) {
+            return None;
+        }
+        let hi_rest = (gpu_rest + slack).min(rigorous);
+        let lo_rest = (gpu_rest - slack).max(0.0).min(hi_rest);
+        let top_p = f64::from(p.top_p);
+        let lo = top_p * (pool_mass + lo_rest) * (1.0 - F64_SUM_TOLERANCE);
+        let hi = top_p * (pool_mass + hi_rest) * (1.0 + F64_SUM_TOLERANCE);
+        let mut cumulative = 0.0;
+        for (i, e) in order.iter().enumerate() {
+            cumulative += weight(e.3, max);
+            if cumulative >= lo {
+                // The full path stops here only if it would for the largest total too.
+                return (cumulative >= hi).then_some(i + 1);
+            }
+        }
+        None
+    }
+}

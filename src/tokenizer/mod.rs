@@ -1,0 +1,227 @@
+//! Text to token ids and back: a [`Tokenizer`] built from a Hugging Face `tokenizer.json` or from
+//! the vocabulary a GGUF file carries, and a [`StreamDecoder`] that turns generated ids into text
+//! one token at a time without ever splitting a character.
+//!
+//! Both sources end up as a `tokenizers::Tokenizer`; for GGUF we assemble one from
+//! `tokenizer.ggml.*` the way llama.cpp interprets that metadata:
+//! - `model = gpt2`: byte-level BPE from `tokens` + `merges`, split first by the regexes llama.cpp
+//!   uses for the `tokenizer.ggml.pre` name;
+//! - `model = llama`: SentencePiece-style BPE whose merge priorities come from `scores` (as Hugging
+//!   Face's Llama converter derives them), with `<0xNN>` byte fallback and the `▁` space marker.
+
+mod gguf_vocab;
+mod hf_json;
+mod stream;
+
+use std::fmt;
+
+use tokenizers::{AddedVocabulary, Model, OffsetType, PreTokenizer};
+
+use crate::{Error, Result};
+
+pub(crate) use hf_json::config_token;
+pub use stream::StreamDecoder;
+
+/// Text of control tokens that end a turn in common chat formats. llama.cpp treats these as
+/// end-of-generation in addition to the ids the metadata names; so do we.
+const END_OF_TURN_TOKENS: &[&str] = &[
+    "<|endoftext|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end|>",
+    "<|end_of_text|>",
+    "<end_of_turn>",
+    "<EOT>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+];
+
+fn tk_err(context: &str, e: impl fmt::Display) -> Error {
+    Error::Tokenizer(format!("{context}: {e}"))
+}
+
+/// A tokenizer: text to ids ([`encode`](Self::encode)) and ids to text ([`decode`](Self::decode),
+/// [`stream_decoder`](Self::stream_decoder)), with the model's BOS/EOS conventions.
+pub struct Tokenizer {
+    /// The pipeline (normalizer, pre-tokenizer, BPE model, decoder) and its added tokens.
+    inner: tokenizers::Tokenizer,
+    /// A copy of `inner`'s added vocabulary that does not split out special tokens, so that
+    /// `<|im_start|>` in untrusted text is tokenized as plain characters.
+    plain_added: AddedVocabulary,
+    /// Beginning-of-sequence token.
+    bos_id: Option<u32>,
+    /// End-of-generation tokens, the model's EOS first.
+    eos_ids: Vec<u32>,
+    /// Unknown-token id, when the vocabulary has one.
+    unk_id: Option<u32>,
+    /// Padding id, when the metadata names one.
+    pad_id: Option<u32>,
+    /// Whether `encode` prepends BOS when the caller does not say.
+    add_bos: bool,
+    /// Number of ids, added tokens included.
+    vocab_size: usize,
+}
+
+impl fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size)
+            .field("bos_id", &self.bos_id)
+            .field("eos_ids", &self.eos_ids)
+            .field("unk_id", &self.unk_id)
+            .field("pad_id", &self.pad_id)
+            .field("add_bos", &self.add_bos)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The special-token facts shared by both constructors.
+struct SpecialIds {
+    bos: Option<u32>,
+    eos: Vec<u32>,
+    unk: Option<u32>,
+    pad: Option<u32>,
+    add_bos: bool,
+}
+
+impl Tokenizer {
+    fn assemble(mut inner: tokenizers::Tokenizer, ids: SpecialIds) -> Result<Self> {
+        // A tokenizer.json may ask for truncation or padding; we never want either silently.
+        inner
+            .with_truncation(None)
+            .map_err(|e| tk_err("disabling truncation", e))?;
+        inner.with_padding(None);
+        let mut plain_added = inner.get_added_vocabulary().clone();
+        plain_added.set_encode_special_tokens(true);
+        // Ids may have holes (some tokenizer.json files skip ids): size by the largest id.
+        let largest = inner.get_vocab(true).into_values().max();
+        let vocab_size = inner
+            .get_vocab_size(true)
+            .max(largest.map_or(0, |id| id as usize + 1));
+        let mut eos = Vec::with_capacity(ids.eos.len());
+        for id in ids.eos {
+            if !eos.contains(&id) {
+                eos.push(id);
+            }
+        }
+        Ok(Self {
+            inner,
+            plain_added,
+            bos_id: ids.bos,
+            eos_ids: eos,
+            unk_id: ids.unk,
+            pad_id: ids.pad,
+            add_bos: ids.add_bos && ids.bos.is_some(),
+            vocab_size,
+        })
+    }
+
+    /// Token ids for `text`.
+    ///
+    /// With `special`, control tokens written in the text (`<|im_start|>`, `<s>`, ...) become
+    /// their ids; without it they are tokenized as the characters they are made of, which is what
+    /// untrusted user text needs. `add_bos`: prepend BOS; `None` follows the model's default.
+    pub fn encode(&self, text: &str, special: bool, add_bos: Option<bool>) -> Result<Vec<u32>> {
+        let add_bos = add_bos.unwrap_or(self.add_bos);
+        let mut ids = Vec::new();
+        if add_bos {
+            let bos = self.bos_id.ok_or_else(|| {
+                Error::invalid("add_bos", "this tokenizer has no BOS token to add")
+            })?;
+            ids.push(bos);
+        }
+        // The steps of `tokenizers::Tokenizer::encode` (added tokens, normalizer, pre-tokenizer,
+        // model), with our choice of added-token matcher and no post-processor: BOS is ours.
+        let added = if special {
+            self.inner.get_added_vocabulary()
+        } else {
+            &self.plain_added
+        };
+        let mut pieces = added.extract_and_normalize(self.inner.get_normalizer(), text);
+        if let Some(pre) = self.inner.get_pre_tokenizer() {
+            pre.pre_tokenize(&mut pieces)
+                .map_err(|e| tk_err("pre-tokenizing", e))?;
+        }
+        let model = self.inner.get_model();
+        pieces
+            .tokenize(|piece| model.tokenize(piece.get()))
+            .map_err(|e| tk_err("tokenizing", e))?;
+        let encoding = pieces
+            .into_encoding(None, 0, OffsetType::None)
+            .map_err(|e| tk_err("tokenizing", e))?;
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(ids)
+    }
+
+    /// The text of `ids`. With `skip_special`, control tokens (BOS, EOS, `<|im_start|>`, ...)
+    /// are left out. An id outside the vocabulary is an error.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(Error::invalid(
+                "ids",
+                format!(
+                    "token id {bad} is outside the vocabulary (size {})",
+                    self.vocab_size
+                ),
+            ));
+        }
+        if ids.is_empty() {
+            return Ok(String::new());
+        }
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| tk_err("decoding", e))
+    }
+
+    /// Number of token ids, added and special tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Beginning-of-sequence id, if the model has one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_id
+    }
+
+    /// Ids that end generation: the model's EOS first, then end-of-turn tokens (EOT, EOM,
+    /// `<|im_end|>`, ...). Empty when the model names none.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    /// Unknown-token id, if the vocabulary has one.
+    pub fn unk_id(&self) -> Option<u32> {
+        self.unk_id
+    }
+
+    /// Padding id, if the metadata names one.
+    pub fn pad_id(&self) -> Option<u32> {
+        self.pad_id
+    }
+
+    /// Whether [`encode`](Self::encode) prepends BOS when `add_bos` is `None`.
+    pub fn add_bos_default(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Whether `id` is a special (control) token, which `skip_special` decoding leaves out.
+    pub fn is_special(&self, id: u32) -> bool {
+        is_special_id(&self.inner, id)
+    }
+
+    /// The id of a token given as it is stored in the vocabulary (`<|im_end|>`, `Ġthe`, `▁the`).
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// The vocabulary entry for `id`, as stored (byte-level or `▁`-marked), not decoded text.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+}
+
+fn is_special_id(inner: &tokenizers::Tokenizer, id: u32) -> bool {
+    inner
+        .id_to_token(id)
+        .is_some_and(|t| inner.get_added_vocabulary().is_special_token(&t))
+}
