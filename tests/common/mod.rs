@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod attention_cases;
 pub mod forward_cases;
 pub mod golden;
 pub mod kernel_cases;
