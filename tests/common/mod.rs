@@ -7,6 +7,7 @@ pub mod forward_cases;
 pub mod golden;
 pub mod kernel_cases;
 pub mod linear_cases;
+pub mod linear_fused_cases;
 pub mod ops_cases;
 pub mod select_ref;
 
