@@ -19,7 +19,8 @@ use serde_json::Value;
 #[test]
 fn greedy_generation_agrees_with_the_cli() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(root.join("tests/fixtures/native_browser_agreement.json")).unwrap();
+    let text =
+        std::fs::read_to_string(root.join("tests/fixtures/native_browser_agreement.json")).unwrap();
     let agreement: Value = serde_json::from_str(&text).unwrap();
     let max_new_tokens = agreement["max_new_tokens"].as_u64().unwrap() as usize;
     let cases = agreement["cases"].as_array().unwrap();

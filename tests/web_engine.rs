@@ -23,7 +23,6 @@ use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 wasm_bindgen_test_configure!(run_in_browser);
 
 const AGREEMENT: &str = include_str!("fixtures/native_browser_agreement.json");
-const SMOLLM2_URL: Option<&str> = option_env!("EMBERLM_TEST_MODEL_URL");
 
 fn fixture(name: &str) -> &'static [u8] {
     match name {
@@ -400,21 +399,30 @@ async fn device_loss_rejects_one_call_then_the_engine_recovers() {
     JsFuture::from(engine.destroy_device_for_test())
         .await
         .unwrap();
-    let err = generate(&engine, &case["prompt"], agreement_options(), &Events::new())
-        .await
-        .expect_err("the call after device loss fails");
+    let err = generate(
+        &engine,
+        &case["prompt"],
+        agreement_options(),
+        &Events::new(),
+    )
+    .await
+    .expect_err("the call after device loss fails");
     log(&format!("after destroy: {err}"));
     assert!(err.starts_with("DeviceLost"), "{err}");
-    let result = generate(&engine, &case["prompt"], agreement_options(), &Events::new())
-        .await
-        .unwrap_or_else(|e| panic!("the engine did not recover: {e}"));
+    let result = generate(
+        &engine,
+        &case["prompt"],
+        agreement_options(),
+        &Events::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the engine did not recover: {e}"));
     assert_eq!(result["tokens"], case["tokens"]);
 }
 
 #[wasm_bindgen_test]
 async fn a_url_load_is_cached() {
-    let Some(url) = SMOLLM2_URL else {
-        log("SKIPPED a_url_load_is_cached: EMBERLM_TEST_MODEL_URL was not set at compile time");
+    let Some(url) = common::smollm2_url("a_url_load_is_cached") else {
         return;
     };
     let cache_name = "emberlm-test-cache";
@@ -468,9 +476,14 @@ async fn kernel_plan_is_reported_forced_and_profiled() {
             info["kernelPlan"]["choices"]["attention"],
             json!([variant, "forced"])
         );
-        let result = generate(&engine, &json!([1, 5, 9]), agreement_options(), &Events::new())
-            .await
-            .unwrap();
+        let result = generate(
+            &engine,
+            &json!([1, 5, 9]),
+            agreement_options(),
+            &Events::new(),
+        )
+        .await
+        .unwrap();
         outputs.push(result["tokens"].clone());
         let profile = rust(
             &JsFuture::from(engine.profile(JsValue::UNDEFINED))
