@@ -1,12 +1,8 @@
-// Elementwise kernels over the step's tokens, one invocation per value; the grid is
+// The SwiGLU gate over the step's tokens, one invocation per value; the grid is
 // (ceil(n / WG_SIZE), n_tokens). Rows t >= step_params.n_tokens are left alone.
 //   swiglu: dst[t, i] = silu(src0[t, in_off0 + i]) * src1[t, in_off1 + i]
 //           (gate = src0, up = src1; both may be the same fused [gate | up] buffer)
-//   gelu:   dst[t, i] = gelu_tanh(dst[t, i])
-//   add:    dst[t, i] += src0[t, i]
-// dst: [max_tokens, n]; src0, src1: [max_tokens, in_stride] (add: in_stride = n, offsets 0).
-// The three entry points share one binding layout (binding 2 the written buffer, then the
-// read ones), so each uses a prefix of it.
+// dst: [max_tokens, n]; src0, src1: [max_tokens, in_stride].
 
 struct Params {
     n: u32,
@@ -32,26 +28,4 @@ fn swiglu(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid:
     }
     let src = t * params.in_stride + i;
     dst[t * params.n + i] = silu(src0[src + params.in_off0]) * src1[src + params.in_off1];
-}
-
-@compute @workgroup_size(WG_SIZE)
-fn gelu(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let i = wid.x * WG_SIZE + lid;
-    let t = wid.y;
-    if i >= params.n || t >= step_params.n_tokens {
-        return;
-    }
-    let at = t * params.n + i;
-    dst[at] = gelu_tanh(dst[at]);
-}
-
-@compute @workgroup_size(WG_SIZE)
-fn add(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let i = wid.x * WG_SIZE + lid;
-    let t = wid.y;
-    if i >= params.n || t >= step_params.n_tokens {
-        return;
-    }
-    let at = t * params.n + i;
-    dst[at] += src0[at];
 }

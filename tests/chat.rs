@@ -9,6 +9,8 @@
 mod gguf_meta;
 #[path = "common/peak_alloc.rs"]
 mod peak_alloc;
+#[path = "common/require.rs"]
+mod require;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -98,14 +100,9 @@ fn check_smollm2(template: &ChatTemplate, tokenizer: &Tokenizer) {
 
 #[test]
 fn smollm2_template_from_its_gguf() {
-    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        eprintln!(
-            "skipped: {} is absent (see tests/fixtures/README.md)",
-            path.display()
-        );
+    let Some(path) = require::smollm2() else {
         return;
-    }
+    };
     let bytes = std::fs::read(&path).unwrap();
     let header = GgufHeader::parse(&bytes, "SmolLM2.gguf").unwrap();
     assert_eq!(

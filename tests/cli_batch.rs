@@ -2,6 +2,9 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "common/require.rs"]
+mod require;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -25,14 +28,6 @@ fn input(name: &str, text: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli_batch-{name}"));
     std::fs::write(&path, text).expect("the target directory is writable");
     path
-}
-
-fn no_gpu(err: &str) -> bool {
-    if err.contains("no GPU adapter") {
-        eprintln!("SKIPPED: {err}");
-        return true;
-    }
-    false
 }
 
 fn json_lines(out: &str) -> Vec<serde_json::Value> {
@@ -59,7 +54,7 @@ fn batch_matches_generate_in_input_order() {
     args.extend(flags);
     args.push("--jsonl");
     let (code, out, err) = emberlm(&args);
-    if no_gpu(&err) {
+    if require::cli_found_no_gpu(&err) {
         return;
     }
     assert_eq!(code, 0, "{err}");
@@ -120,7 +115,7 @@ fn batch_several_sequences_per_prompt() {
     let mut json = args.to_vec();
     json.push("--jsonl");
     let (code, out, err) = emberlm(&json);
-    if no_gpu(&err) {
+    if require::cli_found_no_gpu(&err) {
         return;
     }
     assert_eq!(code, 0, "{err}");
@@ -169,7 +164,7 @@ fn batch_jsonl_input_with_per_prompt_options() {
         "0=-100",
         "--jsonl",
     ]);
-    if no_gpu(&err) {
+    if require::cli_found_no_gpu(&err) {
         return;
     }
     assert_eq!(code, 0, "{err}");
@@ -253,7 +248,7 @@ fn batch_output_file() {
         "3",
         "--jsonl",
     ]);
-    if no_gpu(&err) {
+    if require::cli_found_no_gpu(&err) {
         return;
     }
     assert_eq!(code, 0, "{err}");

@@ -2,6 +2,9 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "common/require.rs"]
+mod require;
+
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
@@ -34,14 +37,6 @@ fn chat(args: &[&str], input: &str) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn no_gpu(err: &str) -> bool {
-    if err.contains("no GPU adapter") {
-        eprintln!("SKIPPED: {err}");
-        return true;
-    }
-    false
 }
 
 /// Stdout split into blocks: runs of command answers (`# ` lines) and runs of reply lines.
@@ -91,7 +86,7 @@ fn chat_commands_history_and_reset() {
                      hello there\n/max_tokens\nhow are you\n/settings\n/reset\n/settings\n\
                      hello there\n/quit\nnever read\n";
         let (code, out, err) = chat(&["--model", model], input);
-        if no_gpu(&err) {
+        if require::cli_found_no_gpu(&err) {
             return;
         }
         assert_eq!(code, 0, "{model}: {err}");
@@ -139,7 +134,7 @@ fn chat_ends_at_eof_quit_and_exit() {
         ("", 0),
     ] {
         let (code, out, err) = chat(&["--model", LLAMA], input);
-        if no_gpu(&err) {
+        if require::cli_found_no_gpu(&err) {
             return;
         }
         assert_eq!(code, 0, "{input:?}: {err}");
@@ -164,7 +159,7 @@ fn chat_flags_set_the_starting_values() {
         ],
         "/settings\n/system\n/seed random\n/seed\n/rep_pen 1.1\n/rep_pen 0\n/top_k x\n/help\n",
     );
-    if no_gpu(&err) {
+    if require::cli_found_no_gpu(&err) {
         return;
     }
     assert_eq!(code, 0, "{err}");
@@ -258,7 +253,7 @@ fn ctrl_c_stops_the_reply_not_the_program() {
     seen.push_str(&rest);
     let status = child.wait().expect("finishes");
     let err = err_reader.join().unwrap_or_default();
-    if no_gpu(&err) {
+    if require::cli_found_no_gpu(&err) {
         return;
     }
     assert_eq!(status.code(), Some(0), "{err}");
@@ -282,7 +277,7 @@ fn ctrl_c_at_the_prompt_exits() {
     let mut seen = String::new();
     // The banner comes once the handler is in place.
     read_until(&mut stderr, &mut seen, |s| s.contains("/help"));
-    if no_gpu(&seen) {
+    if require::cli_found_no_gpu(&seen) {
         let _ = child.wait();
         return;
     }

@@ -107,14 +107,9 @@ fn tiny_models_match_f64_goldens_in_every_kernel_variant() {
 
 #[test]
 fn smollm2_matches_f64_goldens() {
-    let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !model.is_file() {
-        eprintln!(
-            "SKIPPED: {} is absent (./build.sh setup fetches it)",
-            model.display()
-        );
+    let Some(model) = common::require::smollm2() else {
         return;
-    }
+    };
     // both kernel shapes; token-by-token decode on the longest prompt only
     for variant in Variant::ALL {
         let Some(ctx) = common::native_gpu(forced(variant)) else {

@@ -606,18 +606,13 @@ fn candidates_and_full_rows_give_the_same_sequences() {
 
 #[test]
 fn smollm2_chat_stops_at_the_end_of_its_turn() {
-    let path = format!(
-        "{}/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    if !Path::new(&path).is_file() {
-        eprintln!("SKIPPED: {path} is missing (./build.sh setup fetches it)");
+    let Some(path) = common::require::smollm2() else {
         return;
-    }
+    };
     let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
         return;
     };
-    let files = ModelFiles::open(Path::new(&path)).unwrap();
+    let files = ModelFiles::open(&path).unwrap();
     let mut s = pollster::block_on(Session::new(ctx, &files, Some(256))).unwrap();
     assert!(s.has_chat_template());
     let prompt = Prompt::Chat(vec![emberlm::chat::ChatMessage::new(

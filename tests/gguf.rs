@@ -3,6 +3,9 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "common/require.rs"]
+mod require;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -300,11 +303,10 @@ fn fixture_prefixes_stream() {
 
 #[test]
 fn smollm2_parses() {
-    let rel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if !manifest_path(rel).exists() {
-        eprintln!("SKIPPED: {rel} is absent (see tests/fixtures/README.md to fetch it)");
+    if require::smollm2().is_none() {
         return;
     }
+    let rel = require::SMOLLM2;
     let (bytes, h) = load(rel);
     check_invariants(&bytes, &h);
     assert_eq!(bytes.len(), 98_362_432);

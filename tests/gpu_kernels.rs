@@ -1,5 +1,5 @@
-//! Native GPU tests (Vulkan; Mesa lavapipe in CI): kernels against the CPU reference, and GPU
-//! failures surfacing as errors.
+//! Native GPU tests (Vulkan; Mesa lavapipe in CI) of the kernel machinery: the pipeline cache,
+//! deterministic reductions, and GPU failures surfacing as errors.
 //!
 //! Without an adapter these tests print why and pass, unless `EMBERLM_REQUIRE_GPU=1` is set
 //! (as `./build.sh test` does), in which case they fail.
@@ -9,45 +9,13 @@
 mod common;
 
 use common::kernel_cases::{self, reductions};
-use emberlm::gpu::{kernels::ShaderFile, Defines, KernelCache, MatVecF32, Reduction};
+use emberlm::dtype::DType;
+use emberlm::gpu::ops::Linear;
+use emberlm::gpu::{kernels::ShaderFile, Defines, KernelCache, Reduction};
 use emberlm::{Error, GpuOptions};
 
 fn log(msg: &str) {
     eprintln!("{msg}");
-}
-
-#[test]
-fn matvec_f32_matches_reference() {
-    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
-        return;
-    };
-    let cache = KernelCache::new();
-    let mut rng = common::rng("matvec_f32", &log);
-    for reduction in reductions(&ctx) {
-        for bias in [false, true] {
-            pollster::block_on(kernel_cases::check_matvec(
-                &ctx, &cache, reduction, bias, &mut rng,
-            ))
-            .unwrap_or_else(|e| panic!("{e}"));
-            log(&format!("matvec_f32 {reduction:?} bias={bias}: ok"));
-        }
-    }
-}
-
-#[test]
-fn rms_norm_matches_reference() {
-    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
-        return;
-    };
-    let cache = KernelCache::new();
-    let mut rng = common::rng("rms_norm", &log);
-    for reduction in reductions(&ctx) {
-        pollster::block_on(kernel_cases::check_rms_norm(
-            &ctx, &cache, reduction, &mut rng,
-        ))
-        .unwrap_or_else(|e| panic!("{e}"));
-        log(&format!("rms_norm {reduction:?}: ok"));
-    }
 }
 
 #[test]
@@ -58,7 +26,7 @@ fn reductions_are_deterministic() {
     let cache = KernelCache::new();
     let mut rng = common::rng("determinism", &log);
     for reduction in reductions(&ctx) {
-        pollster::block_on(kernel_cases::check_matvec_deterministic(
+        pollster::block_on(kernel_cases::check_linear_deterministic(
             &ctx, &cache, reduction, &mut rng,
         ))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -73,11 +41,18 @@ fn pipelines_are_cached_by_defines() {
     let cache = KernelCache::new();
     let r = Reduction::Workgroup;
     pollster::block_on(async {
-        MatVecF32::new(&ctx, &cache, r, false).await.unwrap();
-        MatVecF32::new(&ctx, &cache, r, false).await.unwrap();
-        assert_eq!(cache.len(), 1, "same key, one pipeline");
-        MatVecF32::new(&ctx, &cache, r, true).await.unwrap();
-        assert_eq!(cache.len(), 2, "bias is a different define");
+        // a linear layer builds two pipelines: decode and prefill
+        Linear::new(&ctx, &cache, DType::F32, r, false, false)
+            .await
+            .unwrap();
+        Linear::new(&ctx, &cache, DType::F32, r, false, false)
+            .await
+            .unwrap();
+        assert_eq!(cache.len(), 2, "same keys, the same two pipelines");
+        Linear::new(&ctx, &cache, DType::F32, r, true, false)
+            .await
+            .unwrap();
+        assert_eq!(cache.len(), 4, "bias is a different define");
     });
 }
 
@@ -99,24 +74,6 @@ fn broken_shader_is_an_error_naming_file_and_entry() {
     // the failure was captured by the scope, so the device is still healthy
     ctx.check().expect("no stray uncaptured error");
     assert!(cache.is_empty());
-}
-
-#[test]
-fn shape_mismatch_is_rejected_before_dispatch() {
-    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
-        return;
-    };
-    let cache = KernelCache::new();
-    let op = pollster::block_on(MatVecF32::new(&ctx, &cache, Reduction::Workgroup, false)).unwrap();
-    let w = ctx.storage_zeroed("w", 4 * 10 * 10).unwrap();
-    let x = ctx.storage_zeroed("x", 4 * 10).unwrap();
-    let y = ctx.storage_zeroed("y", 4 * 9).unwrap();
-    let err = op.bind(&ctx, &w, &x, None, &y, 10, 10).unwrap_err();
-    assert!(err.to_string().contains("`y`"), "{err}");
-    let err = op.bind(&ctx, &w, &x, None, &y, 0, 10).unwrap_err();
-    assert!(err.to_string().contains("`rows`"), "{err}");
-    let err = op.bind(&ctx, &w, &x, Some(&x), &y, 9, 10).unwrap_err();
-    assert!(err.to_string().contains("`bias`"), "{err}");
 }
 
 #[test]
@@ -143,10 +100,12 @@ fn subgroup_reduction_without_the_feature_is_refused() {
         return;
     };
     assert!(!ctx.has_subgroups());
-    let err = pollster::block_on(MatVecF32::new(
+    let err = pollster::block_on(Linear::new(
         &ctx,
         &KernelCache::new(),
+        DType::F32,
         Reduction::Subgroup,
+        false,
         false,
     ))
     .unwrap_err();

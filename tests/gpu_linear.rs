@@ -10,6 +10,7 @@ mod common;
 
 use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
+use common::linear_fused_cases;
 use emberlm::dtype::DType;
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
@@ -121,8 +122,8 @@ fn fused_linears_match_reference() {
     let mut rng = common::rng("linear fused", &log);
     for dtype in [DType::F16, DType::Q4_1, DType::Q4_K] {
         for reduction in reductions(&ctx) {
-            for options in linear_cases::fused_options() {
-                pollster::block_on(linear_cases::check_linear_fused(
+            for options in linear_fused_cases::fused_options() {
+                pollster::block_on(linear_fused_cases::check_linear_fused(
                     &ctx,
                     &cache,
                     dtype,
@@ -148,7 +149,7 @@ fn qkv_linear_writes_the_rotated_cache() {
     let mut rng = common::rng("linear qkv", &log);
     for dtype in [DType::F32, DType::Q8_0, DType::Q4_K] {
         for reduction in reductions(&ctx) {
-            pollster::block_on(linear_cases::check_linear_qkv(
+            pollster::block_on(linear_fused_cases::check_linear_qkv(
                 &ctx, &cache, dtype, reduction, &mut rng,
             ))
             .unwrap_or_else(|e| panic!("{e}"));

@@ -1,6 +1,7 @@
-//! Native GPU tests of the step-aware ops (norms, RoPE + KV-cache write, attention,
-//! elementwise) against the CPU reference, and their argument checks; the cases live in
-//! `tests/common/ops_cases.rs` and also run in the browser (`tests/web_ops.rs`).
+//! Native GPU tests of the step-aware ops (RoPE + KV-cache write, attention, the SwiGLU gate)
+//! against the CPU reference, and their argument checks; the cases live in
+//! `tests/common/ops_cases.rs` and `tests/common/attention_cases.rs` and also run in the
+//! browser (`tests/web_ops.rs`).
 //!
 //! Without an adapter these tests print why and pass, unless `EMBERLM_REQUIRE_GPU=1` is set
 //! (as `./build.sh test` does), in which case they fail.
@@ -10,11 +11,11 @@
 mod common;
 
 use common::kernel_cases::reductions;
-use common::ops_cases;
+use common::{attention_cases, ops_cases};
 use emberlm::config::RopeLayout;
 use emberlm::gpu::{
-    Attention, Heads, KernelCache, KeySplit, LayerNorm, Qkv, QkvForm, Reduction, RmsNorm,
-    RopeKvWrite, StepParams, SwiGlu,
+    Attention, Heads, KernelCache, KeySplit, Qkv, QkvForm, Reduction, RopeKvWrite, StepParams,
+    SwiGlu,
 };
 use emberlm::GpuOptions;
 
@@ -29,26 +30,6 @@ fn ok(what: &str, started: std::time::Instant, result: Result<f32, String>) {
             started.elapsed().as_secs_f64()
         )),
         Err(e) => panic!("{e}"),
-    }
-}
-
-#[test]
-fn norms_match_reference() {
-    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
-        return;
-    };
-    let cache = KernelCache::new();
-    let mut rng = common::rng("norms", &log);
-    for reduction in reductions(&ctx) {
-        let t = std::time::Instant::now();
-        let r = pollster::block_on(ops_cases::check_norms(
-            &ctx,
-            &cache,
-            reduction,
-            ops_cases::NORM_CASES,
-            &mut rng,
-        ));
-        ok(&format!("norms {reduction:?}"), t, r);
     }
 }
 
@@ -88,11 +69,11 @@ fn attention_matches_reference() {
     let mut rng = common::rng("attention", &log);
     for reduction in reductions(&ctx) {
         let t = std::time::Instant::now();
-        let r = pollster::block_on(ops_cases::check_attention(
+        let r = pollster::block_on(attention_cases::check_attention(
             &ctx,
             &cache,
             reduction,
-            ops_cases::ATTENTION_CASES,
+            attention_cases::ATTENTION_CASES,
             &mut rng,
         ));
         ok(&format!("attention {reduction:?}"), t, r);
@@ -109,11 +90,11 @@ fn attention_long_context_matches_reference() {
     // the subgroup path where there is one (the faster of the two on a GPU), else the tree
     let reduction = Reduction::best(&ctx);
     let t = std::time::Instant::now();
-    let r = pollster::block_on(ops_cases::check_attention(
+    let r = pollster::block_on(attention_cases::check_attention(
         &ctx,
         &cache,
         reduction,
-        ops_cases::ATTENTION_LONG_CASES,
+        attention_cases::ATTENTION_LONG_CASES,
         &mut rng,
     ));
     ok(&format!("attention 3000 positions {reduction:?}"), t, r);
@@ -131,7 +112,7 @@ fn rope_and_attention_over_a_step_sequence() {
         (Reduction::best(&ctx), RopeLayout::Interleaved),
     ] {
         let t = std::time::Instant::now();
-        let r = pollster::block_on(ops_cases::check_step_sequence(
+        let r = pollster::block_on(attention_cases::check_step_sequence(
             &ctx, &cache, reduction, layout, &mut rng,
         ));
         ok(&format!("step sequence {reduction:?} {layout:?}"), t, r);
@@ -171,6 +152,12 @@ fn bad_arguments_are_rejected_naming_them() {
     let buf = |floats: u64| ctx.storage_zeroed("b", floats * 4).unwrap();
     let step = StepParams::create_buffer(&ctx, "step");
     let not_uniform = buf(4);
+    let small_step = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("small step"),
+        size: 8,
+        usage: wgpu::BufferUsages::UNIFORM,
+        mapped_at_creation: false,
+    });
     let heads = Heads {
         n_heads: 4,
         n_kv_heads: 2,
@@ -181,25 +168,6 @@ fn bad_arguments_are_rejected_naming_them() {
     let (kc, vc) = (buf(10 * 32), buf(10 * 32));
     pollster::block_on(async {
         let r = Reduction::Workgroup;
-        let rms = RmsNorm::new(&ctx, &cache, r).await.unwrap();
-        names(
-            rms.bind(&ctx, &not_uniform, &q, &q, &k, 16, 1e-5, 3),
-            "step",
-        );
-        names(
-            rms.bind(&ctx, &step, &q, &buf(15), &k, 16, 1e-5, 3),
-            "weight",
-        );
-        names(rms.bind(&ctx, &step, &q, &q, &k, 16, 1e-5, 200), "x");
-        names(rms.bind(&ctx, &step, &q, &q, &q, 16, 1e-5, 3), "y");
-        names(rms.bind(&ctx, &step, &q, &k, &v, 16, f32::NAN, 3), "eps");
-        names(rms.bind(&ctx, &step, &q, &k, &v, 16, 1e-5, 0), "max_tokens");
-        let ln = LayerNorm::new(&ctx, &cache, r).await.unwrap();
-        names(
-            ln.bind(&ctx, &step, &q, &k, &buf(8), &v, 16, 1e-5, 3),
-            "bias",
-        );
-
         let rope = RopeKvWrite::new(&ctx, &cache, RopeLayout::RotateHalf, QkvForm::Separate)
             .await
             .unwrap();
@@ -214,6 +182,20 @@ fn bad_arguments_are_rejected_naming_them() {
             )
         };
         bind(sep, &kc, &vc, heads, 1e4, max_positions).unwrap();
+        names(
+            rope.bind(
+                &ctx,
+                &not_uniform,
+                sep,
+                &kc,
+                &vc,
+                heads,
+                1e4,
+                max_positions,
+                max_tokens,
+            ),
+            "step",
+        );
         names(bind(sep, &kc, &vc, heads, 1e4, 11), "k_cache");
         names(bind(sep, &kc, &kc, heads, 1e4, max_positions), "k_cache");
         names(
@@ -321,6 +303,9 @@ fn bad_arguments_are_rejected_naming_them() {
         let swiglu = SwiGlu::new(&ctx, &cache).await.unwrap();
         names(swiglu.bind_fused(&ctx, &step, &k, &out, 17, 3), "gate_up");
         names(swiglu.bind(&ctx, &step, &q, &k, &buf(10), 16, 3), "out");
+        names(swiglu.bind(&ctx, &step, &q, &k, &out, 0, 3), "n");
+        names(swiglu.bind(&ctx, &step, &q, &k, &out, 16, 0), "max_tokens");
+        names(swiglu.bind(&ctx, &small_step, &q, &k, &out, 16, 3), "step");
     });
     ctx.check()
         .expect("argument errors are caught before reaching the GPU");

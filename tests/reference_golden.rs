@@ -8,6 +8,9 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "common/require.rs"]
+mod require;
+
 use std::path::{Path, PathBuf};
 
 use emberlm::loader::ModelFiles;
@@ -322,11 +325,9 @@ fn hf_folders_match_their_f32_twins_goldens() {
 
 #[test]
 fn smollm2_matches_f64_goldens() {
-    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        println!("skipped: {path:?} is absent (see tests/fixtures/README.md to fetch it)");
+    let Some(path) = require::smollm2() else {
         return;
-    }
+    };
     let model = load(&path);
     check_model(
         "SmolLM2-135M-Instruct.Q4_1",

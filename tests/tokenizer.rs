@@ -5,6 +5,8 @@
 
 #[path = "common/gguf_meta.rs"]
 mod gguf_meta;
+#[path = "common/require.rs"]
+mod require;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -105,26 +107,12 @@ fn gguf_tokenizer(path: &Path) -> Tokenizer {
     Tokenizer::from_gguf(&gguf_header(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// SmolLM2's tokenizer, loaded once; `None` (with the reason printed) when the model is absent.
+/// SmolLM2's tokenizer, loaded once; `None` (with the reason printed) when the model is absent
+/// (a failure in CI, see `require::smollm2`).
 fn smollm2() -> Option<&'static Tokenizer> {
     static CELL: OnceLock<Option<Tokenizer>> = OnceLock::new();
-    CELL.get_or_init(|| {
-        let path = root().join(SMOLLM2);
-        if !path.exists() {
-            return None;
-        }
-        Some(gguf_tokenizer(&path))
-    })
-    .as_ref()
-    .or_else(|| {
-        eprintln!(
-            "skipped: {SMOLLM2} is absent (fetch it as tests/fixtures/README.md says, or link \
-             a models/ folder that has it)"
-        );
-        None
-    })
+    CELL.get_or_init(|| require::smollm2().map(|path| gguf_tokenizer(&path)))
+        .as_ref()
 }
 
 /// Calls `f` with every tokenizer under test and the golden cases that apply to it: the

@@ -1,6 +1,7 @@
 //! Browser tests of the JavaScript `Engine` (wasm-bindgen-test in headless Chromium on
-//! WebGPU): greedy generation against the goldens the native CLI wrote
-//! (`fixtures/golden/generate.json`, also checked natively by `tests/generate_golden.rs`),
+//! WebGPU): greedy generation agreeing with what the native CLI wrote
+//! (`fixtures/native_browser_agreement.json`, also checked natively by
+//! `tests/native_browser_agreement.rs`),
 //! option validation, abort, streaming, the call queue, device loss, and a URL load through the
 //! Cache API (SmolLM2 from the model server `./build.sh test` starts).
 
@@ -21,8 +22,7 @@ use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-const GOLDEN: &str = include_str!("fixtures/golden/generate.json");
-const SMOLLM2_URL: Option<&str> = option_env!("EMBERLM_TEST_MODEL_URL");
+const AGREEMENT: &str = include_str!("fixtures/native_browser_agreement.json");
 
 fn fixture(name: &str) -> &'static [u8] {
     match name {
@@ -108,21 +108,21 @@ async fn generate(
         .map_err(|e| message(&e))
 }
 
-fn golden_options() -> Value {
-    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
-    json!({ "temperature": 0, "maxNewTokens": golden["max_new_tokens"] })
+fn agreement_options() -> Value {
+    let agreement: Value = serde_json::from_str(AGREEMENT).unwrap();
+    json!({ "temperature": 0, "maxNewTokens": agreement["max_new_tokens"] })
 }
 
 #[wasm_bindgen_test]
-async fn greedy_generation_matches_the_native_goldens() {
-    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
-    let cases = golden["cases"].as_array().unwrap();
+async fn greedy_generation_agrees_with_the_native_cli() {
+    let agreement: Value = serde_json::from_str(AGREEMENT).unwrap();
+    let cases = agreement["cases"].as_array().unwrap();
     assert!(!cases.is_empty());
     for case in cases {
         let model = case["model"].as_str().unwrap();
         let engine = load(model).await;
         let events = Events::new();
-        let result = generate(&engine, &case["prompt"], golden_options(), &events)
+        let result = generate(&engine, &case["prompt"], agreement_options(), &events)
             .await
             .unwrap_or_else(|e| panic!("{model}: {e}"));
         log(&format!(
@@ -388,8 +388,8 @@ async fn concurrent_calls_wait_their_turn() {
 #[wasm_bindgen_test]
 async fn device_loss_rejects_one_call_then_the_engine_recovers() {
     let engine = load("tiny-llama-q4_1.gguf").await;
-    let golden: Value = serde_json::from_str(GOLDEN).unwrap();
-    let case = golden["cases"]
+    let agreement: Value = serde_json::from_str(AGREEMENT).unwrap();
+    let case = agreement["cases"]
         .as_array()
         .unwrap()
         .iter()
@@ -397,20 +397,30 @@ async fn device_loss_rejects_one_call_then_the_engine_recovers() {
         .unwrap()
         .clone();
     // A first call leaves its prompt in the KV cache: the conversation the rebuild replays.
-    let before = generate(&engine, &case["prompt"], golden_options(), &Events::new())
+    let before = generate(&engine, &case["prompt"], agreement_options(), &Events::new())
         .await
         .unwrap();
     JsFuture::from(engine.destroy_device_for_test())
         .await
         .unwrap();
-    let err = generate(&engine, &case["prompt"], golden_options(), &Events::new())
-        .await
-        .expect_err("the call after device loss fails");
+    let err = generate(
+        &engine,
+        &case["prompt"],
+        agreement_options(),
+        &Events::new(),
+    )
+    .await
+    .expect_err("the call after device loss fails");
     log(&format!("after destroy: {err}"));
     assert!(err.starts_with("DeviceLost"), "{err}");
-    let result = generate(&engine, &case["prompt"], golden_options(), &Events::new())
-        .await
-        .unwrap_or_else(|e| panic!("the engine did not recover: {e}"));
+    let result = generate(
+        &engine,
+        &case["prompt"],
+        agreement_options(),
+        &Events::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the engine did not recover: {e}"));
     assert_eq!(result["tokens"], case["tokens"]);
     // The replayed conversation was reused: the prompt's KV rows were not run again.
     assert_eq!(
@@ -422,8 +432,7 @@ async fn device_loss_rejects_one_call_then_the_engine_recovers() {
 
 #[wasm_bindgen_test]
 async fn a_url_load_is_cached() {
-    let Some(url) = SMOLLM2_URL else {
-        log("SKIPPED a_url_load_is_cached: EMBERLM_TEST_MODEL_URL was not set at compile time");
+    let Some(url) = common::smollm2_url("a_url_load_is_cached") else {
         return;
     };
     let cache_name = "emberlm-test-cache";
@@ -477,9 +486,14 @@ async fn kernel_plan_is_reported_forced_and_profiled() {
             info["kernelPlan"]["choices"]["attention"],
             json!([variant, "forced"])
         );
-        let result = generate(&engine, &json!([1, 5, 9]), golden_options(), &Events::new())
-            .await
-            .unwrap();
+        let result = generate(
+            &engine,
+            &json!([1, 5, 9]),
+            agreement_options(),
+            &Events::new(),
+        )
+        .await
+        .unwrap();
         outputs.push(result["tokens"].clone());
         let profile = rust(
             &JsFuture::from(engine.profile(JsValue::UNDEFINED))

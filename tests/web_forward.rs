@@ -123,9 +123,6 @@ async fn tiny_models_match_f64_goldens() {
     }
 }
 
-/// The SmolLM2 file, served over HTTP by `./build.sh test` (the page cannot read files).
-const SMOLLM2_URL: Option<&str> = option_env!("EMBERLM_TEST_MODEL_URL");
-
 #[wasm_bindgen]
 extern "C" {
     /// The global `fetch` (window or worker).
@@ -158,11 +155,7 @@ async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
 /// (NLL within 1e-2) and the 16 greedy tokens.
 #[wasm_bindgen_test]
 async fn smollm2_matches_f64_goldens() {
-    let Some(url) = SMOLLM2_URL.filter(|u| !u.is_empty()) else {
-        log(
-            "SKIPPED smollm2_matches_f64_goldens: EMBERLM_TEST_MODEL_URL was not set at compile \
-             time (`./build.sh test` serves models/ and sets it to the GGUF's URL)",
-        );
+    let Some(url) = common::smollm2_url("smollm2_matches_f64_goldens") else {
         return;
     };
     let ctx = common::browser_gpu().await;

@@ -9,6 +9,7 @@ use common::browser_log as log;
 
 use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
+use common::linear_fused_cases;
 use emberlm::dtype::DType;
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
@@ -54,8 +55,8 @@ async fn fused_linears_match_reference() {
     let mut rng = common::rng("linear fused (browser)", &log);
     for dtype in [DType::F16, DType::Q4_1, DType::Q4_K] {
         for reduction in reductions(&ctx) {
-            for options in linear_cases::fused_options() {
-                linear_cases::check_linear_fused(
+            for options in linear_fused_cases::fused_options() {
+                linear_fused_cases::check_linear_fused(
                     &ctx,
                     &cache,
                     dtype,
@@ -105,7 +106,7 @@ async fn qkv_linear_writes_the_rotated_cache() {
     let mut rng = common::rng("linear qkv (browser)", &log);
     for dtype in [DType::F32, DType::Q8_0, DType::Q4_K] {
         for reduction in reductions(&ctx) {
-            linear_cases::check_linear_qkv(&ctx, &cache, dtype, reduction, &mut rng)
+            linear_fused_cases::check_linear_qkv(&ctx, &cache, dtype, reduction, &mut rng)
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
         }

@@ -1,6 +1,6 @@
 //! Browser tests of the step-aware ops (wasm-bindgen-test in headless Chromium on WebGPU;
-//! SwiftShader in CI, without subgroups): the cases of `tests/common/ops_cases.rs` at the
-//! smaller sizes. A missing WebGPU adapter fails.
+//! SwiftShader in CI, without subgroups): the cases of `tests/common/ops_cases.rs` and
+//! `tests/common/attention_cases.rs` at the smaller sizes. A missing WebGPU adapter fails.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -9,7 +9,7 @@ mod common;
 use common::browser_log as log;
 
 use common::kernel_cases::reductions;
-use common::ops_cases;
+use common::{attention_cases, ops_cases};
 use emberlm::config::RopeLayout;
 use emberlm::gpu::{KernelCache, QkvForm, Reduction};
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
@@ -20,24 +20,6 @@ fn ok(what: &str, result: Result<f32, String>) {
     match result {
         Ok(worst) => log(&format!("{what}: ok (worst error / tolerance {worst:.3})")),
         Err(e) => panic!("{e}"),
-    }
-}
-
-#[wasm_bindgen_test]
-async fn norms_match_reference() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
-    let mut rng = common::rng("norms (browser)", &log);
-    for reduction in reductions(&ctx) {
-        let r = ops_cases::check_norms(
-            &ctx,
-            &cache,
-            reduction,
-            ops_cases::NORM_CASES_SMALL,
-            &mut rng,
-        )
-        .await;
-        ok(&format!("norms {reduction:?}"), r);
     }
 }
 
@@ -71,11 +53,11 @@ async fn attention_matches_reference() {
     let cache = KernelCache::new();
     let mut rng = common::rng("attention (browser)", &log);
     for reduction in reductions(&ctx) {
-        let r = ops_cases::check_attention(
+        let r = attention_cases::check_attention(
             &ctx,
             &cache,
             reduction,
-            ops_cases::ATTENTION_CASES_SMALL,
+            attention_cases::ATTENTION_CASES_SMALL,
             &mut rng,
         )
         .await;
@@ -89,9 +71,14 @@ async fn rope_and_attention_over_a_step_sequence() {
     let cache = KernelCache::new();
     let mut rng = common::rng("step sequence (browser)", &log);
     let reduction = Reduction::best(&ctx);
-    let r =
-        ops_cases::check_step_sequence(&ctx, &cache, reduction, RopeLayout::RotateHalf, &mut rng)
-            .await;
+    let r = attention_cases::check_step_sequence(
+        &ctx,
+        &cache,
+        reduction,
+        RopeLayout::RotateHalf,
+        &mut rng,
+    )
+    .await;
     ok(&format!("step sequence {reduction:?}"), r);
 }
 

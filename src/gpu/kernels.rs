@@ -42,10 +42,6 @@ macro_rules! lib_file {
     };
 }
 
-/// Matrix × vector kernels.
-pub const MATVEC: ShaderFile = shader_file!("matvec.wgsl");
-/// Normalisation kernels.
-pub const NORM: ShaderFile = shader_file!("norm.wgsl");
 /// RoPE fused with the KV-cache write.
 pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
 /// Causal grouped-query attention over the KV cache.
@@ -54,7 +50,7 @@ pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
 pub const ATTENTION_ROWS: ShaderFile = shader_file!("attention_rows.wgsl");
 /// The merge of split attention's partials (flash-decoding).
 pub const ATTENTION_MERGE: ShaderFile = shader_file!("attention_merge.wgsl");
-/// Elementwise kernels: SwiGLU, GELU, residual add.
+/// The elementwise SwiGLU gate (separate gate and up projections).
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
 /// Linear layers with weights in their stored type (decode and prefill).
 pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
@@ -372,8 +368,6 @@ mod tests {
     #[test]
     fn every_shipped_shader_preprocesses_both_ways() {
         for file in [
-            MATVEC,
-            NORM,
             ROPE,
             ATTENTION,
             ATTENTION_ROWS,

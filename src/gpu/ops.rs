@@ -8,22 +8,20 @@ pub mod copy;
 pub mod elementwise;
 pub mod embed;
 pub mod linear;
-pub mod matvec;
-pub mod norm;
+mod linear_binding;
+mod linear_options;
 pub mod rope;
 pub mod select;
 mod weight_checks;
 
 pub use attention::{Attention, AttentionBinding, KeySplit};
 pub use copy::{copy_bandwidth, CopyBandwidth};
-pub use elementwise::{Add, Gelu, SwiGlu};
+pub use elementwise::SwiGlu;
 pub use embed::{EmbedSource, Embedding};
 pub use linear::{
     Epilogue, InputNorm, KvWriteBinding, Linear, LinearBinding, LinearKernel, LinearOptions,
     NormBinding,
 };
-pub use matvec::{MatVecF32, MATVEC_ROWS_PER_WORKGROUP};
-pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{Qkv, QkvForm, RopeKvWrite};
 pub use select::Select;
 
@@ -212,16 +210,26 @@ impl StepParams {
     }
 }
 
-/// Fails unless `step` can be bound as the [`StepParams`] uniform.
+/// Fails unless `step` can be bound as the [`StepParams`] uniform: bound as a uniform, and
+/// large enough to hold the step parameters. Every token-dependent kernel checks its step
+/// buffer with this.
 pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
     let needed = std::mem::size_of::<StepParams>() as u64;
-    if !step.usage().contains(wgpu::BufferUsages::UNIFORM) || step.size() < needed {
+    if !step.usage().contains(wgpu::BufferUsages::UNIFORM) {
         return Err(Error::invalid(
             "step",
             format!(
-                "must be a uniform buffer of at least {needed} bytes (see StepParams::create_buffer), got {} bytes with usage {:?}",
-                step.size(),
+                "must be a uniform buffer (see StepParams::create_buffer), got usage {:?}",
                 step.usage()
+            ),
+        ));
+    }
+    if step.size() < needed {
+        return Err(Error::invalid(
+            "step",
+            format!(
+                "buffer holds {} bytes but the step parameters take {needed}",
+                step.size()
             ),
         ));
     }

@@ -2,11 +2,15 @@
 
 #![allow(dead_code)]
 
+pub mod attention_cases;
 pub mod forward_cases;
 pub mod golden;
 pub mod kernel_cases;
 pub mod linear_cases;
+pub mod linear_fused_cases;
 pub mod ops_cases;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod require;
 pub mod select_ref;
 
 use rand::SeedableRng;
@@ -34,8 +38,8 @@ pub fn rng(test: &str, log: &dyn Fn(&str)) -> ChaCha8Rng {
 }
 
 /// A GPU context for native tests, or `None` (with the reason printed) when the machine has no
-/// usable adapter. With `EMBERLM_REQUIRE_GPU=1` (as `./build.sh test` sets) a missing adapter
-/// fails the test instead of skipping it.
+/// usable adapter. Where [`require::gpu_required`] holds, a missing adapter fails the test
+/// instead.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn native_gpu(options: emberlm::GpuOptions) -> Option<emberlm::GpuContext> {
     match pollster::block_on(emberlm::GpuContext::new(options)) {
@@ -43,8 +47,8 @@ pub fn native_gpu(options: emberlm::GpuOptions) -> Option<emberlm::GpuContext> {
             eprintln!("GPU adapter: {}", ctx.report());
             Some(ctx)
         }
-        Err(e) if std::env::var("EMBERLM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-            panic!("EMBERLM_REQUIRE_GPU=1 but no usable GPU: {e}")
+        Err(e) if require::gpu_required() => {
+            panic!("a GPU is required (EMBERLM_REQUIRE_GPU=1 or CI=true) but none is usable: {e}")
         }
         Err(e) => {
             eprintln!(
@@ -69,4 +73,22 @@ pub async fn browser_gpu() -> emberlm::GpuContext {
         .unwrap_or_else(|e| panic!("WebGPU is required for the browser tests: {e}"));
     browser_log(&format!("GPU adapter: {}", ctx.report()));
     ctx
+}
+
+/// The URL of SmolLM2 for the browser tests (the page cannot read files): the compile-time
+/// `EMBERLM_TEST_MODEL_URL`, which `./build.sh test` sets to the GGUF on its model server. When
+/// it was not set, `None` with the reason logged for `test`; compiled with `CI=true`, that fails
+/// the test instead, saying how to provide the model.
+#[cfg(target_arch = "wasm32")]
+pub fn smollm2_url(test: &str) -> Option<&'static str> {
+    if let Some(url) = option_env!("EMBERLM_TEST_MODEL_URL").filter(|u| !u.is_empty()) {
+        return Some(url);
+    }
+    let reason = "EMBERLM_TEST_MODEL_URL was not set at compile time (`./build.sh setup` fetches \
+                  the model into models/, `./build.sh test` serves it and sets the URL)";
+    if option_env!("CI").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+        panic!("{test}: CI=true runs every model test, but {reason}");
+    }
+    browser_log(&format!("SKIPPED {test}: {reason}"));
+    None
 }

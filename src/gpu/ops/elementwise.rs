@@ -1,5 +1,5 @@
-//! Elementwise kernels over the step's tokens (`shaders/elementwise.wgsl`): the SwiGLU gate,
-//! GELU (tanh form) and the residual add. One invocation per value.
+//! The elementwise SwiGLU gate over the step's tokens (`shaders/elementwise.wgsl`), for layers
+//! whose gate and up projections are not fused into one linear. One invocation per value.
 
 use std::sync::Arc;
 
@@ -140,72 +140,5 @@ impl SwiGlu {
         };
         // read-only twice in one bind group is allowed: only writable bindings may not alias
         self.0.bind(ctx, step, params, &[out, gate_up, gate_up])
-    }
-}
-
-/// GELU (tanh approximation, as GPT-2) in place for the step's tokens:
-/// `x[t, i] = 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))`. `x: [max_tokens, n]`.
-#[derive(Debug, Clone)]
-pub struct Gelu(Elementwise);
-
-impl Gelu {
-    /// Builds (or fetches from `cache`) the kernel.
-    pub async fn new(ctx: &GpuContext, cache: &KernelCache) -> Result<Self> {
-        Ok(Self(Elementwise::new(ctx, cache, "gelu").await?))
-    }
-
-    /// Binds `x: [max_tokens, n]` with the [`super::StepParams`] uniform `step`.
-    pub fn bind(
-        &self,
-        ctx: &GpuContext,
-        step: &wgpu::Buffer,
-        x: &wgpu::Buffer,
-        n: u32,
-        max_tokens: u32,
-    ) -> Result<KernelBinding> {
-        let total = common(ctx, step, n, max_tokens)?;
-        check_len("x", x, total)?;
-        let params = ElementwiseParams {
-            n,
-            in_stride: n,
-            in_off0: 0,
-            in_off1: 0,
-        };
-        self.0.bind(ctx, step, params, &[x])
-    }
-}
-
-/// Residual add in place for the step's tokens: `a[t, i] += b[t, i]`.
-/// `a, b: [max_tokens, n]`.
-#[derive(Debug, Clone)]
-pub struct Add(Elementwise);
-
-impl Add {
-    /// Builds (or fetches from `cache`) the kernel.
-    pub async fn new(ctx: &GpuContext, cache: &KernelCache) -> Result<Self> {
-        Ok(Self(Elementwise::new(ctx, cache, "add").await?))
-    }
-
-    /// Binds `a, b: [max_tokens, n]` with the [`super::StepParams`] uniform `step`.
-    pub fn bind(
-        &self,
-        ctx: &GpuContext,
-        step: &wgpu::Buffer,
-        a: &wgpu::Buffer,
-        b: &wgpu::Buffer,
-        n: u32,
-        max_tokens: u32,
-    ) -> Result<KernelBinding> {
-        let total = common(ctx, step, n, max_tokens)?;
-        check_len("a", a, total)?;
-        check_len("b", b, total)?;
-        check_distinct("a", a, "b", b)?;
-        let params = ElementwiseParams {
-            n,
-            in_stride: n,
-            in_off0: 0,
-            in_off1: 0,
-        };
-        self.0.bind(ctx, step, params, &[a, b])
     }
 }

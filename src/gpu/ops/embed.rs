@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::linear::{check_step, check_words, matrix_shape, weight_flag};
+use super::check_step;
+use super::linear::{check_words, matrix_shape, weight_flag};
 use super::{load, positive, Grid, KernelBinding, WeightRead};
 use crate::dtype::DType;
 use crate::error::{Error, Result};

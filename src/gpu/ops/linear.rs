@@ -13,18 +13,20 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+pub use super::linear_binding::{LinearBinding, LinearKernel};
+pub use super::linear_options::{Epilogue, InputNorm, KvWriteBinding, LinearOptions, NormBinding};
 use super::weight_checks::check_kv;
-pub(crate) use super::weight_checks::{check_step, check_words, matrix_shape, weight_flag};
+pub(crate) use super::weight_checks::{check_words, matrix_shape, weight_flag};
 use super::{
-    dispatch_grid, load, optional_input, positive, reduce_defines, Grid, KernelBinding, Reduction,
-    WeightRead,
+    check_step, dispatch_grid, load, optional_input, positive, reduce_defines, Grid, KernelBinding,
+    Reduction, WeightRead,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::counters::AliveBuffers;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
-use crate::gpu::plan::{Family, KernelPlan, Variant};
+use crate::gpu::plan::Variant;
 use crate::gpu::tensor::GpuTensor;
 
 /// Rows one decode workgroup computes (must match `ROWS` in `shaders/linear.wgsl`).
@@ -61,101 +63,6 @@ struct LinearParams {
     kv_rows: u32,
     head_dim: u32,
     max_positions: u32,
-}
-
-/// A normalisation folded into a linear layer's input (see [`LinearOptions::norm`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum InputNorm {
-    /// `x / sqrt(mean(x²) + eps) · w`.
-    Rms,
-    /// `(x − mean) / sqrt(var + eps) · w + b`.
-    Layer,
-}
-
-/// An activation applied to a linear layer's output (see [`LinearOptions::epilogue`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Epilogue {
-    /// `y = W·x (+ bias)`.
-    #[default]
-    None,
-    /// Rows are interleaved (gate, up) pairs, `W: [2·n, cols]`, and `y: [tokens, n]` is
-    /// `silu(gate + b) · (up + b)`: a SwiGLU feed-forward's first half in one kernel.
-    SwiGlu,
-    /// `y = gelu_tanh(W·x + bias)`.
-    Gelu,
-}
-
-/// What a [`Linear`] fuses around its product. The default is the plain layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct LinearOptions {
-    /// A bias `[rows]` is added.
-    pub has_bias: bool,
-    /// The result is added to `y` (a residual connection fused into its producer).
-    pub accumulate: bool,
-    /// The input is normalised per token first (the norm's weight, and bias for
-    /// [`InputNorm::Layer`], are bound with [`Linear::bind_with_norm`]).
-    pub norm: Option<InputNorm>,
-    /// The activation applied to the output.
-    pub epilogue: Epilogue,
-    /// Only the step's last token is computed and written to row 0 of `y` (an LM head of
-    /// which only the last row is read). The decode kernel runs whatever the token count.
-    pub last_row: bool,
-    /// The layer is a stacked `q | k | v` projection whose k and v rows also go to the KV
-    /// cache at the step's positions (bound with [`Linear::bind_qkv`]).
-    pub kv_write: bool,
-    /// With `kv_write`: q and k are rotated first (RoPE over adjacent row pairs `(2i, 2i+1)`
-    /// within each head).
-    pub rope: bool,
-}
-
-/// The KV cache of a [`Linear`] built with [`LinearOptions::kv_write`].
-#[derive(Debug, Clone, Copy)]
-pub struct KvWriteBinding<'a> {
-    /// One layer's caches, `[max_positions, kv_rows]` f32 each.
-    pub k_cache: &'a wgpu::Buffer,
-    pub v_cache: &'a wgpu::Buffer,
-    /// Query rows (`n_heads · head_dim`) and key/value rows each (`n_kv_heads · head_dim`);
-    /// the weight has `q_rows + 2 · kv_rows` rows.
-    pub q_rows: u32,
-    pub kv_rows: u32,
-    /// Values per head (even with RoPE, at most [`super::MAX_HEAD_DIM`]).
-    pub head_dim: u32,
-    /// RoPE base (finite, ≥ 1; ignored without RoPE).
-    pub theta: f32,
-    /// Rows of each cache.
-    pub max_positions: u32,
-}
-
-/// The bound norm of a [`Linear`] built with [`LinearOptions::norm`]: `weight` and, for layer
-/// norms, `bias`, both `[cols]` f32.
-#[derive(Debug, Clone, Copy)]
-pub struct NormBinding<'a> {
-    /// `[cols]` f32.
-    pub weight: &'a wgpu::Buffer,
-    /// `[cols]` f32, exactly for [`InputNorm::Layer`].
-    pub bias: Option<&'a wgpu::Buffer>,
-    /// Added to the variance.
-    pub eps: f32,
-}
-
-/// Which kernel a [`LinearBinding`] records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinearKernel {
-    /// Matrix × vector, for one token (correct for more, reading the weights once per token).
-    Decode,
-    /// Tiled matrix × matrix, for several tokens (correct for one).
-    Prefill,
-}
-
-impl LinearKernel {
-    /// The kernel [`LinearBinding::record`] uses for a step of `n_tokens` tokens.
-    pub fn for_tokens(n_tokens: u32) -> Self {
-        if n_tokens <= 1 {
-            LinearKernel::Decode
-        } else {
-            LinearKernel::Prefill
-        }
-    }
 }
 
 /// `y[t, r] (+)= Σ_c W[r, c]·x[t, c] (+ bias[r])` for `t < n_tokens`, with `W: [rows, cols]`
@@ -552,131 +459,5 @@ impl Linear {
             _alive: AliveBuffers::new(ctx.counter_cells(), freqs.iter().map(|f| f.size())),
             _freqs: freqs,
         })
-    }
-}
-
-/// A bound linear layer: both kernels, in every variant built, over the same buffers. Create
-/// once, record every step.
-#[derive(Debug)]
-pub struct LinearBinding {
-    decode: Vec<(Variant, KernelBinding)>,
-    prefill: Vec<(Variant, KernelBinding)>,
-    rows: u32,
-    cols: u32,
-    last_row: bool,
-    options: LinearOptions,
-    weight_bytes: u64,
-    /// The RoPE frequency table of a Q/K/V layer (the bind groups use it).
-    _freqs: Option<wgpu::Buffer>,
-    _alive: AliveBuffers,
-}
-
-/// The binding of `variant` in `built`, or the first one when that variant was not built.
-fn pick(built: &[(Variant, KernelBinding)], variant: Option<Variant>) -> Option<&KernelBinding> {
-    variant
-        .and_then(|v| built.iter().find(|(b, _)| *b == v))
-        .or(built.first())
-        .map(|(_, k)| k)
-}
-
-impl LinearBinding {
-    /// Records the layer for a step of `n_tokens` tokens (at most `max_tokens`, and the value
-    /// the step uniform will hold when the pass runs): the decode kernel for one token, the
-    /// prefill kernel for more, each in its first built variant.
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, n_tokens: u32) {
-        self.record_variant(pass, n_tokens, LinearKernel::for_tokens(n_tokens), None);
-    }
-
-    /// [`Self::record`] in the variants `plan` chose.
-    pub fn record_planned(
-        &self,
-        pass: &mut wgpu::ComputePass<'_>,
-        n_tokens: u32,
-        plan: &KernelPlan,
-    ) {
-        let kernel = LinearKernel::for_tokens(n_tokens);
-        let family = match kernel {
-            LinearKernel::Decode => Family::LinearDecode,
-            LinearKernel::Prefill => Family::LinearPrefill,
-        };
-        self.record_variant(pass, n_tokens, kernel, Some(plan.variant(family)));
-    }
-
-    /// Records `kernel` for a step of `n_tokens` tokens, whichever is faster (tests use it to
-    /// check both kernels at every token count). Last-row layers always record the decode
-    /// kernel.
-    pub fn record_kernel(
-        &self,
-        pass: &mut wgpu::ComputePass<'_>,
-        n_tokens: u32,
-        kernel: LinearKernel,
-    ) {
-        self.record_variant(pass, n_tokens, kernel, None);
-    }
-
-    /// Records `kernel` in `variant` (the first built variant when `None` or not built).
-    pub fn record_variant(
-        &self,
-        pass: &mut wgpu::ComputePass<'_>,
-        n_tokens: u32,
-        kernel: LinearKernel,
-        variant: Option<Variant>,
-    ) {
-        // Last-row layers compute one token: only the decode kernel does that.
-        let binding = match kernel {
-            LinearKernel::Prefill if !self.last_row => pick(&self.prefill, variant),
-            _ => pick(&self.decode, variant),
-        };
-        if let Some(b) = binding {
-            b.record(pass, n_tokens);
-        }
-    }
-
-    /// `(rows, cols)` of the weight matrix.
-    pub fn shape(&self) -> (u32, u32) {
-        (self.rows, self.cols)
-    }
-
-    /// What the layer fuses.
-    pub fn options(&self) -> LinearOptions {
-        self.options
-    }
-
-    /// Bytes of its weight matrix as stored (read once per dispatch).
-    pub fn weight_bytes(&self) -> u64 {
-        self.weight_bytes
-    }
-
-    /// A short name of the layer by its fusions, for profiles: `qkv+rope+kv`, `gate_up+swiglu`,
-    /// `residual`, `lm_head`, ...
-    pub fn kind(&self) -> String {
-        let o = self.options;
-        let mut parts: Vec<&str> = Vec::new();
-        if o.last_row {
-            parts.push("lm_head");
-        } else if o.kv_write {
-            parts.push("qkv");
-        }
-        if o.norm.is_some() && !o.last_row {
-            parts.push("norm");
-        }
-        if o.rope {
-            parts.push("rope");
-        }
-        if o.kv_write {
-            parts.push("kv_write");
-        }
-        match o.epilogue {
-            Epilogue::SwiGlu => parts.push("swiglu"),
-            Epilogue::Gelu => parts.push("gelu"),
-            Epilogue::None => {}
-        }
-        if o.accumulate {
-            parts.push("residual");
-        }
-        if parts.is_empty() {
-            parts.push("plain");
-        }
-        parts.join("+")
     }
 }

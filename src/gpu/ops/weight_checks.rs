@@ -1,9 +1,9 @@
 //! Argument checks shared by the weight-reading kernels (linear layers, embeddings): the
-//! weight type's shader flag, matrix shapes against their buffers, activation sizes, the step
-//! uniform and a Q/K/V layer's KV-cache binding.
+//! weight type's shader flag, matrix shapes against their buffers, activation sizes and a Q/K/V
+//! layer's KV-cache binding (the step uniform is checked by [`super::check_step`]).
 
 use super::linear::{KvWriteBinding, LinearOptions};
-use super::{optional_input, positive, StepParams};
+use super::{optional_input, positive};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
@@ -92,21 +92,6 @@ pub(crate) fn check_words(
             format!(
                 "buffer holds {} bytes but {what} needs {needed}",
                 buffer.size()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Fails unless `step` can hold the [`StepParams`] uniform.
-pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
-    let needed = std::mem::size_of::<StepParams>() as u64;
-    if step.size() < needed {
-        return Err(Error::invalid(
-            "step",
-            format!(
-                "buffer holds {} bytes but the step parameters take {needed}",
-                step.size()
             ),
         ));
     }

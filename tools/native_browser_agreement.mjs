@@ -1,8 +1,10 @@
-// Writes tests/fixtures/golden/generate.json: greedy continuations of a few prompts on the tiny
-// fixtures, as the native CLI produces them. tests/generate_golden.rs (native Session) and
-// tests/web_engine.rs (the JavaScript Engine in the browser) both check against this file.
+// Writes tests/fixtures/native_browser_agreement.json: greedy continuations of a few prompts on
+// the tiny fixtures, as the native CLI produces them. tests/native_browser_agreement.rs (native
+// Session) and tests/web_engine.rs (the JavaScript Engine in the browser) both check against
+// this file, so native and browser generation agree with each other; correctness is held to the
+// float64 goldens in tests/fixtures/golden/.
 //
-//   cargo build --bin emberlm && node tools/generate_golden.mjs
+//   cargo build --bin emberlm && node tools/native_browser_agreement.mjs
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 
@@ -35,11 +37,12 @@ const cases = CASES.map(({ model, prompt }) => {
   };
 });
 
-const golden = {
+const agreement = {
   about: 'Greedy continuations by `emberlm generate --model tests/fixtures/MODEL --prompt TEXT '
     + `--temperature 0 --max-new-tokens ${MAX_NEW_TOKENS} --json` + '` (with --chat for a one-message '
-    + 'conversation); written by tools/generate_golden.mjs',
+    + 'conversation); written by tools/native_browser_agreement.mjs; native and browser generation '
+    + 'must reproduce them (an agreement check: correctness is held to the float64 goldens in golden/)',
   max_new_tokens: MAX_NEW_TOKENS,
   cases,
 };
-writeFileSync('tests/fixtures/golden/generate.json', `${JSON.stringify(golden, null, 2)}\n`);
+writeFileSync('tests/fixtures/native_browser_agreement.json', `${JSON.stringify(agreement, null, 2)}\n`);

@@ -1,0 +1,77 @@
+//! What a [`super::Linear`] fuses around its product and the buffers those fusions bind: the
+//! input norm, the output activation, the Q/K/V layer's KV-cache write.
+
+/// A normalisation folded into a linear layer's input (see [`LinearOptions::norm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputNorm {
+    /// `x / sqrt(mean(x²) + eps) · w`.
+    Rms,
+    /// `(x − mean) / sqrt(var + eps) · w + b`.
+    Layer,
+}
+
+/// An activation applied to a linear layer's output (see [`LinearOptions::epilogue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Epilogue {
+    /// `y = W·x (+ bias)`.
+    #[default]
+    None,
+    /// Rows are interleaved (gate, up) pairs, `W: [2·n, cols]`, and `y: [tokens, n]` is
+    /// `silu(gate + b) · (up + b)`: a SwiGLU feed-forward's first half in one kernel.
+    SwiGlu,
+    /// `y = gelu_tanh(W·x + bias)`.
+    Gelu,
+}
+
+/// What a [`Linear`] fuses around its product. The default is the plain layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LinearOptions {
+    /// A bias `[rows]` is added.
+    pub has_bias: bool,
+    /// The result is added to `y` (a residual connection fused into its producer).
+    pub accumulate: bool,
+    /// The input is normalised per token first (the norm's weight, and bias for
+    /// [`InputNorm::Layer`], are bound with [`super::Linear::bind_with_norm`]).
+    pub norm: Option<InputNorm>,
+    /// The activation applied to the output.
+    pub epilogue: Epilogue,
+    /// Only the step's last token is computed and written to row 0 of `y` (an LM head of
+    /// which only the last row is read). The decode kernel runs whatever the token count.
+    pub last_row: bool,
+    /// The layer is a stacked `q | k | v` projection whose k and v rows also go to the KV
+    /// cache at the step's positions (bound with [`super::Linear::bind_qkv`]).
+    pub kv_write: bool,
+    /// With `kv_write`: q and k are rotated first (RoPE over adjacent row pairs `(2i, 2i+1)`
+    /// within each head).
+    pub rope: bool,
+}
+
+/// The KV cache of a [`Linear`] built with [`LinearOptions::kv_write`].
+#[derive(Debug, Clone, Copy)]
+pub struct KvWriteBinding<'a> {
+    /// One layer's caches, `[max_positions, kv_rows]` f32 each.
+    pub k_cache: &'a wgpu::Buffer,
+    pub v_cache: &'a wgpu::Buffer,
+    /// Query rows (`n_heads · head_dim`) and key/value rows each (`n_kv_heads · head_dim`);
+    /// the weight has `q_rows + 2 · kv_rows` rows.
+    pub q_rows: u32,
+    pub kv_rows: u32,
+    /// Values per head (even with RoPE, at most [`super::MAX_HEAD_DIM`]).
+    pub head_dim: u32,
+    /// RoPE base (finite, ≥ 1; ignored without RoPE).
+    pub theta: f32,
+    /// Rows of each cache.
+    pub max_positions: u32,
+}
+
+/// The bound norm of a [`Linear`] built with [`LinearOptions::norm`]: `weight` and, for layer
+/// norms, `bias`, both `[cols]` f32.
+#[derive(Debug, Clone, Copy)]
+pub struct NormBinding<'a> {
+    /// `[cols]` f32.
+    pub weight: &'a wgpu::Buffer,
+    /// `[cols]` f32, exactly for [`InputNorm::Layer`].
+    pub bias: Option<&'a wgpu::Buffer>,
+    /// Added to the variance.
+    pub eps: f32,
+}
