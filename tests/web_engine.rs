@@ -397,9 +397,14 @@ async fn device_loss_rejects_one_call_then_the_engine_recovers() {
         .unwrap()
         .clone();
     // A first call leaves its prompt in the KV cache: the conversation the rebuild replays.
-    let before = generate(&engine, &case["prompt"], agreement_options(), &Events::new())
-        .await
-        .unwrap();
+    let before = generate(
+        &engine,
+        &case["prompt"],
+        agreement_options(),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
     JsFuture::from(engine.destroy_device_for_test())
         .await
         .unwrap();

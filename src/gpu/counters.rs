@@ -2,15 +2,13 @@
 //! allocations), counted in its own wrappers so the figures are exact and adapter-independent.
 //!
 //! The cells are atomics (relaxed: each is an independent tally), so they work unchanged on
-//! wasm32 and from any thread natively. [`GpuContext::counters`] takes a [`Counters`] snapshot;
+//! wasm32 and from any thread natively. [`GpuContext::counters`](super::GpuContext::counters) takes a [`Counters`] snapshot;
 //! [`Counters::since`] gives what happened between two snapshots.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-
-use super::device::GpuContext;
 
 /// The live tallies, shared by the context and the structures that record or own GPU work.
 #[derive(Debug, Default)]
@@ -87,7 +85,7 @@ impl CounterCells {
         self.buffer_bytes_alive.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn snapshot(&self) -> Counters {
+    pub(crate) fn snapshot(&self) -> Counters {
         let u = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let i = |c: &AtomicI64| c.load(Ordering::Relaxed);
         Counters {
@@ -263,11 +261,4 @@ pub struct CountersPer {
     pub buffers_alive_change: i64,
     /// Change of their bytes over the whole span (not divided).
     pub buffer_bytes_alive_change: i64,
-}
-
-impl GpuContext {
-    /// A snapshot of the engine counters.
-    pub fn counters(&self) -> Counters {
-        self.counter_cells().snapshot()
-    }
 }

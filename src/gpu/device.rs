@@ -318,6 +318,11 @@ impl GpuContext {
         &self.options
     }
 
+    /// A snapshot of the engine counters.
+    pub fn counters(&self) -> super::Counters {
+        self.counter_cells().snapshot()
+    }
+
     /// The live engine counters, for the structures that count into them.
     pub(crate) fn counter_cells(&self) -> &Arc<CounterCells> {
         &self.counters
