@@ -17,6 +17,7 @@ use crate::gpu::{
 };
 use crate::model::weights::ModelWeights;
 
+mod arch;
 mod compile;
 pub mod fuse;
 pub mod gpt2;
@@ -250,7 +251,7 @@ impl Forward {
             kv_cache: kv.bytes(),
             activations: activation_bytes,
         };
-        let graph = graph::build(&config, &gpu, &weights.file)?;
+        let graph = arch::build(&config, &gpu, &weights.file)?;
         let compiled = Compiler {
             ctx,
             cache,

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod copy;
 pub mod elementwise;
 pub mod embed;
+mod key_split;
 pub mod linear;
 mod linear_binding;
 mod linear_options;
