@@ -6,7 +6,6 @@
 // holds dimensions (2i, 2i + 1), or (i, i + head_dim / 2) with ROTATE_HALF.
 // q: [max_tokens, q_stride] (heads at columns 0..n_heads*hd), k, v: [max_tokens, *_stride]
 // (heads from k_off / v_off), k_cache, v_cache: [max_positions, n_kv_heads * head_dim].
-// With FUSED_QKV, q, k and v are one buffer `q` (a row holds q | k | v).
 // One invocation per rotated pair or copied value; the grid is (items / WG_SIZE, n_tokens).
 //
 // The angle. p * freq in f32 is off by up to ulp(p * freq) / 2 (2.4e-4 rad at p = 4096, 4e-3
@@ -36,21 +35,6 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 #include "step.wgsl"
-#ifdef FUSED_QKV
-#ifdef NO_ROPE
-@group(0) @binding(2) var<storage, read> q: array<f32>;
-#else
-@group(0) @binding(2) var<storage, read_write> q: array<f32>;
-#endif
-@group(0) @binding(3) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(4) var<storage, read_write> v_cache: array<f32>;
-fn load_k(i: u32) -> f32 {
-    return q[i];
-}
-fn load_v(i: u32) -> f32 {
-    return q[i];
-}
-#else
 #ifdef NO_ROPE
 // q is not touched without RoPE, so it is not bound.
 @group(0) @binding(2) var<storage, read> k: array<f32>;
@@ -70,7 +54,6 @@ fn load_k(i: u32) -> f32 {
 fn load_v(i: u32) -> f32 {
     return v[i];
 }
-#endif
 
 #include "rope_angle.wgsl"
 

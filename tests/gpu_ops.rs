@@ -14,8 +14,7 @@ use common::kernel_cases::reductions;
 use common::{attention_cases, ops_cases};
 use emberlm::config::RopeLayout;
 use emberlm::gpu::{
-    Attention, Heads, KernelCache, KeySplit, Qkv, QkvForm, Reduction, RopeKvWrite, StepParams,
-    SwiGlu,
+    Attention, Heads, KernelCache, KeySplit, Qkv, Reduction, RopeKvWrite, StepParams, SwiGlu,
 };
 use emberlm::GpuOptions;
 
@@ -45,18 +44,15 @@ fn rope_kv_write_matches_reference() {
         RopeLayout::RotateHalf,
         RopeLayout::None,
     ] {
-        for form in [QkvForm::Separate, QkvForm::Fused] {
-            let t = std::time::Instant::now();
-            let r = pollster::block_on(ops_cases::check_rope(
-                &ctx,
-                &cache,
-                layout,
-                form,
-                ops_cases::ROPE_CASES,
-                &mut rng,
-            ));
-            ok(&format!("rope {layout:?} {form:?}"), t, r);
-        }
+        let t = std::time::Instant::now();
+        let r = pollster::block_on(ops_cases::check_rope(
+            &ctx,
+            &cache,
+            layout,
+            ops_cases::ROPE_CASES,
+            &mut rng,
+        ));
+        ok(&format!("rope {layout:?}"), t, r);
     }
 }
 
@@ -168,10 +164,10 @@ fn bad_arguments_are_rejected_naming_them() {
     let (kc, vc) = (buf(10 * 32), buf(10 * 32));
     pollster::block_on(async {
         let r = Reduction::Workgroup;
-        let rope = RopeKvWrite::new(&ctx, &cache, RopeLayout::RotateHalf, QkvForm::Separate)
+        let rope = RopeKvWrite::new(&ctx, &cache, RopeLayout::RotateHalf)
             .await
             .unwrap();
-        let sep = Qkv::Separate {
+        let sep = Qkv {
             q: &q,
             k: &k,
             v: &v,
@@ -198,10 +194,6 @@ fn bad_arguments_are_rejected_naming_them() {
         );
         names(bind(sep, &kc, &vc, heads, 1e4, 11), "k_cache");
         names(bind(sep, &kc, &kc, heads, 1e4, max_positions), "k_cache");
-        names(
-            bind(Qkv::Fused(&q), &kc, &vc, heads, 1e4, max_positions),
-            "qkv",
-        );
         names(bind(sep, &kc, &vc, heads, 0.5, max_positions), "theta");
         let odd = Heads {
             head_dim: 15,
@@ -222,7 +214,7 @@ fn bad_arguments_are_rejected_naming_them() {
             bind(sep, &kc, &vc, ungrouped, 1e4, max_positions),
             "n_kv_heads",
         );
-        let aliased = Qkv::Separate {
+        let aliased = Qkv {
             q: &q,
             k: &kc,
             v: &v,
@@ -232,7 +224,7 @@ fn bad_arguments_are_rejected_naming_them() {
             "k_cache",
         );
         let short_q = buf(3 * 64 - 1);
-        let short = Qkv::Separate {
+        let short = Qkv {
             q: &short_q,
             k: &k,
             v: &v,

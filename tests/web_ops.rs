@@ -11,7 +11,7 @@ use common::browser_log as log;
 use common::kernel_cases::reductions;
 use common::{attention_cases, ops_cases};
 use emberlm::config::RopeLayout;
-use emberlm::gpu::{KernelCache, QkvForm, Reduction};
+use emberlm::gpu::{KernelCache, Reduction};
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -28,22 +28,14 @@ async fn rope_kv_write_matches_reference() {
     let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
     let mut rng = common::rng("rope (browser)", &log);
-    // every layout and both forms, without building all six pipelines
-    for (layout, form) in [
-        (RopeLayout::Interleaved, QkvForm::Separate),
-        (RopeLayout::RotateHalf, QkvForm::Fused),
-        (RopeLayout::None, QkvForm::Separate),
+    for layout in [
+        RopeLayout::Interleaved,
+        RopeLayout::RotateHalf,
+        RopeLayout::None,
     ] {
-        let r = ops_cases::check_rope(
-            &ctx,
-            &cache,
-            layout,
-            form,
-            ops_cases::ROPE_CASES_SMALL,
-            &mut rng,
-        )
-        .await;
-        ok(&format!("rope {layout:?} {form:?}"), r);
+        let r = ops_cases::check_rope(&ctx, &cache, layout, ops_cases::ROPE_CASES_SMALL, &mut rng)
+            .await;
+        ok(&format!("rope {layout:?}"), r);
     }
 }
 

@@ -9,8 +9,7 @@ use crate::config::{ModelConfig, NormKind, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gpu::ops::{
     Attention, AttentionBinding, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KeySplit,
-    KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv, QkvForm, RopeKvWrite,
-    SwiGlu,
+    KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv, RopeKvWrite, SwiGlu,
 };
 use crate::gpu::plan::Family;
 use crate::gpu::{
@@ -209,8 +208,8 @@ impl Compiler<'_> {
             Op::Linear(l) => Node::Linear(self.linear(l, red, false).await?),
             Op::RopeKvWrite { layer } => {
                 let (k_cache, v_cache) = cache_of(*layer)?;
-                let rope = RopeKvWrite::new(ctx, cache, c.rope_layout, QkvForm::Separate).await?;
-                let qkv = Qkv::Separate {
+                let rope = RopeKvWrite::new(ctx, cache, c.rope_layout).await?;
+                let qkv = Qkv {
                     q: &a.q,
                     k: &a.k,
                     v: &a.v,

@@ -383,7 +383,6 @@ mod tests {
                     .flag("SUBGROUPS")
                     .flag("HAS_BIAS")
                     .flag("ROTATE_HALF")
-                    .flag("FUSED_QKV")
                     .flag("KV_VEC4"),
                 Defines::new().value("WG_SIZE", "64u").flag("NO_ROPE"),
             ] {

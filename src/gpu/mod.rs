@@ -17,8 +17,8 @@ pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;
 pub use ops::{
-    Attention, AttentionBinding, Grid, Heads, KernelBinding, KeySplit, Qkv, QkvForm, Reduction,
-    RopeKvWrite, Select, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
+    Attention, AttentionBinding, Grid, Heads, KernelBinding, KeySplit, Qkv, Reduction, RopeKvWrite,
+    Select, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
 };
 pub use plan::{Family, KernelOverrides, KernelPlan, SplitOverride, Variant};
 pub use tensor::GpuTensor;

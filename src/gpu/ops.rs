@@ -23,7 +23,7 @@ pub use linear::{
     Epilogue, InputNorm, KvWriteBinding, Linear, LinearBinding, LinearKernel, LinearOptions,
     NormBinding,
 };
-pub use rope::{Qkv, QkvForm, RopeKvWrite};
+pub use rope::{Qkv, RopeKvWrite};
 pub use select::Select;
 
 use std::sync::Arc;

@@ -8,8 +8,7 @@ use emberlm::config::RopeLayout;
 use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
 use emberlm::gpu::ops::{AttentionBinding, KeySplit};
 use emberlm::gpu::{
-    Attention, GpuContext, Heads, KernelCache, Qkv, QkvForm, Reduction, RopeKvWrite, StepParams,
-    Variant,
+    Attention, GpuContext, Heads, KernelCache, Qkv, Reduction, RopeKvWrite, StepParams, Variant,
 };
 use emberlm::model::reference;
 use rand_chacha::ChaCha8Rng;
@@ -234,9 +233,7 @@ pub async fn check_step_sequence(
     let e = err(&what);
     let (nh, nkv, hd) = (6usize, 2usize, 16usize);
     let (q_dim, kv_dim) = (nh * hd, nkv * hd);
-    let rope = RopeKvWrite::new(ctx, cache, layout, QkvForm::Separate)
-        .await
-        .map_err(&e)?;
+    let rope = RopeKvWrite::new(ctx, cache, layout).await.map_err(&e)?;
     let attn = Attention::new(ctx, cache, reduction).await.map_err(&e)?;
     let step = StepParams::create_buffer(ctx, "step");
     let rows = max_tokens as usize;
@@ -255,7 +252,7 @@ pub async fn check_step_sequence(
     let ob = ctx
         .storage_zeroed("out", (rows * q_dim * 4) as u64)
         .map_err(&e)?;
-    let qkv = Qkv::Separate {
+    let qkv = Qkv {
         q: &qb,
         k: &kb,
         v: &vb,

@@ -13,7 +13,7 @@
 
 use emberlm::config::RopeLayout;
 use emberlm::gpu::{
-    GpuContext, Heads, KernelBinding, KernelCache, Qkv, QkvForm, RopeKvWrite, StepParams, SwiGlu,
+    GpuContext, Heads, KernelBinding, KernelCache, Qkv, RopeKvWrite, StepParams, SwiGlu,
 };
 use emberlm::model::reference;
 use rand::Rng;
@@ -165,22 +165,21 @@ fn partner(d: usize, hd: usize, layout: RopeLayout) -> usize {
     }
 }
 
-/// RoPE + cache write for one layout and q/k/v form against `reference::rope`.
+/// RoPE + cache write for one layout against `reference::rope`.
 pub async fn check_rope(
     ctx: &GpuContext,
     cache: &KernelCache,
     layout: RopeLayout,
-    form: QkvForm,
     cases: &[StepCase],
     rng: &mut ChaCha8Rng,
 ) -> Result<f32, String> {
-    let op = RopeKvWrite::new(ctx, cache, layout, form)
+    let op = RopeKvWrite::new(ctx, cache, layout)
         .await
-        .map_err(err(format!("rope {layout:?} {form:?}")))?;
+        .map_err(err(format!("rope {layout:?}")))?;
     let theta = 10000.0f32;
     let mut worst = 0.0f32;
     for c in cases {
-        let what = format!("rope {layout:?} {form:?} {c:?}");
+        let what = format!("rope {layout:?} {c:?}");
         let e = err(&what);
         let hd = c.head_dim as usize;
         let (q_dim, kv_dim) = (c.n_heads as usize * hd, c.n_kv_heads as usize * hd);
@@ -195,70 +194,33 @@ pub async fn check_rope(
         let step = step_buffer(ctx, c.pos0, c.n_tokens);
         let kc = ctx.storage_from("k_cache", &k_old).map_err(&e)?;
         let vc = ctx.storage_from("v_cache", &v_old).map_err(&e)?;
-        let width = q_dim + 2 * kv_dim;
-        let (got_q, stride, q_orig) = match form {
-            QkvForm::Separate => {
-                let qb = ctx.storage_from("q", &q).map_err(&e)?;
-                let kb = ctx.storage_from("k", &k).map_err(&e)?;
-                let vb = ctx.storage_from("v", &v).map_err(&e)?;
-                let qkv = Qkv::Separate {
-                    q: &qb,
-                    k: &kb,
-                    v: &vb,
-                };
-                let b = op
-                    .bind(
-                        ctx,
-                        &step,
-                        qkv,
-                        &kc,
-                        &vc,
-                        c.heads(),
-                        theta,
-                        c.max_positions,
-                        c.max_tokens,
-                    )
-                    .map_err(&e)?;
-                run(ctx, &[&b], c.n_tokens);
-                (
-                    ctx.read_f32(&qb, rows * q_dim).await.map_err(&e)?,
-                    q_dim,
-                    q.clone(),
-                )
-            }
-            QkvForm::Fused => {
-                let fused: Vec<f32> = (0..rows)
-                    .flat_map(|t| {
-                        [
-                            &q[t * q_dim..][..q_dim],
-                            &k[t * kv_dim..][..kv_dim],
-                            &v[t * kv_dim..][..kv_dim],
-                        ]
-                        .concat()
-                    })
-                    .collect();
-                let qkv = ctx.storage_from("qkv", &fused).map_err(&e)?;
-                let b = op
-                    .bind(
-                        ctx,
-                        &step,
-                        Qkv::Fused(&qkv),
-                        &kc,
-                        &vc,
-                        c.heads(),
-                        theta,
-                        c.max_positions,
-                        c.max_tokens,
-                    )
-                    .map_err(&e)?;
-                run(ctx, &[&b], c.n_tokens);
-                (
-                    ctx.read_f32(&qkv, rows * width).await.map_err(&e)?,
-                    width,
-                    fused,
-                )
-            }
+        let qb = ctx.storage_from("q", &q).map_err(&e)?;
+        let kb = ctx.storage_from("k", &k).map_err(&e)?;
+        let vb = ctx.storage_from("v", &v).map_err(&e)?;
+        let qkv = Qkv {
+            q: &qb,
+            k: &kb,
+            v: &vb,
         };
+        let b = op
+            .bind(
+                ctx,
+                &step,
+                qkv,
+                &kc,
+                &vc,
+                c.heads(),
+                theta,
+                c.max_positions,
+                c.max_tokens,
+            )
+            .map_err(&e)?;
+        run(ctx, &[&b], c.n_tokens);
+        let (got_q, stride, q_orig) = (
+            ctx.read_f32(&qb, rows * q_dim).await.map_err(&e)?,
+            q_dim,
+            q.clone(),
+        );
         let got_k = ctx.read_f32(&kc, cache_len).await.map_err(&e)?;
         let got_v = ctx.read_f32(&vc, cache_len).await.map_err(&e)?;
 
@@ -306,12 +268,7 @@ pub async fn check_rope(
                 dst..dst + kv_dim,
             )?;
         }
-        // everything else: the q/k/v parts past the rotated q, the other rows and cache rows
-        if form == QkvForm::Fused {
-            for t in 0..live {
-                untouched(&what, &got_q, &q_orig, t * stride + q_dim..(t + 1) * stride)?;
-            }
-        }
+        // everything else: the other rows and cache rows
         untouched(
             &format!("{what} q"),
             &got_q,

@@ -66,32 +66,18 @@ pub(crate) fn freq_pairs(theta: f32, head_dim: u32) -> Vec<[u32; 2]> {
         .collect()
 }
 
-/// How the step's q, k and v are laid out, fixed when the kernel is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QkvForm {
-    /// Three buffers (separate Q, K, V projections).
-    Separate,
-    /// One buffer whose rows are `q | k | v` (GPT-2's `c_attn`, or a concatenated Wq/Wk/Wv:
-    /// one matrix product instead of three).
-    Fused,
-}
-
-/// The buffers holding the step's q, k and v.
+/// The buffers holding the step's q, k and v (separate projections; a stacked `q | k | v`
+/// projection rotates and writes the cache in its own epilogue):
+/// `q: [max_tokens, n_heads·hd]`, `k, v: [max_tokens, n_kv_heads·hd]`. Without RoPE, `q` is
+/// not touched (nor bound).
 #[derive(Debug, Clone, Copy)]
-pub enum Qkv<'a> {
-    /// `q: [max_tokens, n_heads·hd]`, `k, v: [max_tokens, n_kv_heads·hd]`. Without RoPE, `q`
-    /// is not touched (nor bound).
-    Separate {
-        /// Queries, rotated in place.
-        q: &'a wgpu::Buffer,
-        /// Keys (read).
-        k: &'a wgpu::Buffer,
-        /// Values (read).
-        v: &'a wgpu::Buffer,
-    },
-    /// `[max_tokens, (n_heads + 2·n_kv_heads)·hd]`, each row `q | k | v`; the q part is
-    /// rotated in place.
-    Fused(&'a wgpu::Buffer),
+pub struct Qkv<'a> {
+    /// Queries, rotated in place.
+    pub q: &'a wgpu::Buffer,
+    /// Keys (read).
+    pub k: &'a wgpu::Buffer,
+    /// Values (read).
+    pub v: &'a wgpu::Buffer,
 }
 
 /// RoPE on q and k plus the KV-cache write, for the step's tokens `t < n_tokens` at
@@ -105,30 +91,22 @@ pub enum Qkv<'a> {
 pub struct RopeKvWrite {
     pipeline: Arc<wgpu::ComputePipeline>,
     layout: RopeLayout,
-    form: QkvForm,
     wg_size: u32,
 }
 
 impl RopeKvWrite {
-    /// Builds (or fetches from `cache`) the kernel for a RoPE layout and a q/k/v form.
-    pub async fn new(
-        ctx: &GpuContext,
-        cache: &KernelCache,
-        layout: RopeLayout,
-        form: QkvForm,
-    ) -> Result<Self> {
+    /// Builds (or fetches from `cache`) the kernel for a RoPE layout.
+    pub async fn new(ctx: &GpuContext, cache: &KernelCache, layout: RopeLayout) -> Result<Self> {
         let wg_size = wg_size(ctx);
         let defines = Defines::new()
             .value("WG_SIZE", format!("{wg_size}u"))
             .value("FREQ_VEC4S", FREQ_VEC4S)
             .flag_if("ROTATE_HALF", layout == RopeLayout::RotateHalf)
-            .flag_if("NO_ROPE", layout == RopeLayout::None)
-            .flag_if("FUSED_QKV", form == QkvForm::Fused);
+            .flag_if("NO_ROPE", layout == RopeLayout::None);
         let pipeline = load(ctx, cache, &kernels::ROPE, "rope_kv_write", defines).await?;
         Ok(Self {
             pipeline,
             layout,
-            form,
             wg_size,
         })
     }
@@ -177,37 +155,22 @@ impl RopeKvWrite {
         check_distinct("k_cache", k_cache, "v_cache", v_cache)?;
 
         let mut storage: Vec<&wgpu::Buffer> = Vec::with_capacity(5);
-        let (q_stride, k_off, k_stride, v_off, v_stride) = match (self.form, qkv) {
-            (QkvForm::Separate, Qkv::Separate { q, k, v }) => {
-                let len = |w| elements("max_tokens", max_tokens, w);
-                if rope {
-                    check_len("q", q, len(q_dim)?)?;
-                    storage.push(q);
-                }
-                check_len("k", k, len(kv_dim)?)?;
-                check_len("v", v, len(kv_dim)?)?;
-                storage.extend([k, v]);
-                (q_dim, 0, kv_dim, 0, kv_dim)
-            }
-            (QkvForm::Fused, Qkv::Fused(buffer)) => {
-                let width = q_dim + 2 * kv_dim;
-                check_len("qkv", buffer, elements("max_tokens", max_tokens, width)?)?;
-                storage.push(buffer);
-                (width, q_dim, width, q_dim + kv_dim, width)
-            }
-            (form, _) => {
-                return Err(Error::invalid(
-                    "qkv",
-                    format!("the kernel was built for {form:?} q/k/v buffers"),
-                ))
-            }
-        };
+        let Qkv { q, k, v } = qkv;
+        let len = |w| elements("max_tokens", max_tokens, w);
+        if rope {
+            check_len("q", q, len(q_dim)?)?;
+            storage.push(q);
+        }
+        check_len("k", k, len(kv_dim)?)?;
+        check_len("v", v, len(kv_dim)?)?;
+        storage.extend([k, v]);
+        let (q_stride, k_off, k_stride, v_off, v_stride) = (q_dim, 0, kv_dim, 0, kv_dim);
         for (name, written) in [("k_cache", k_cache), ("v_cache", v_cache)] {
             for &other in &storage {
                 check_distinct(name, written, "q/k/v", other)?;
             }
         }
-        if let (true, Qkv::Separate { q, k, v }) = (rope, qkv) {
+        if rope {
             check_distinct("q", q, "k", k)?;
             check_distinct("q", q, "v", v)?;
         }
