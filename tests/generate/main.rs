@@ -3,6 +3,7 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

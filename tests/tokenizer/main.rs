@@ -3,9 +3,9 @@
 //! each tiny GGUF's metadata, and from SmolLM2's GGUF when it is present), round trips, the
 //! stream decoder, the GGUF pre-tokenizer variants, and bad inputs.
 
-#[path = "common/gguf_meta.rs"]
+#[path = "../common/gguf_meta.rs"]
 mod gguf_meta;
-#[path = "common/require.rs"]
+#[path = "../common/require.rs"]
 mod require;
 
 use std::path::{Path, PathBuf};

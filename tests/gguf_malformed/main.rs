@@ -4,8 +4,9 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "../common/mod.rs"]
 mod common;
-#[path = "common/peak_alloc.rs"]
+#[path = "../common/peak_alloc.rs"]
 mod peak_alloc;
 
 use std::time::{Duration, Instant};
