@@ -1,6 +1,7 @@
 //! The largest single allocation per thread, for tests that show hostile input is refused before
-//! anything large is reserved. Include with `#[path = "common/peak_alloc.rs"] mod peak_alloc;`:
-//! it installs the test binary's global allocator.
+//! anything large is reserved. Include with `#[path = "common/peak_alloc.rs"] mod peak_alloc;`
+//! (`"../common/peak_alloc.rs"` from a test folder's `main.rs`): it installs the test binary's
+//! global allocator.
 
 #![allow(dead_code)]
 
