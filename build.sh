@@ -228,7 +228,7 @@ cmd_test() {
   stop_model_server
   log "demo page test (release build, Playwright driving headless Chromium)"
   cmd_build
-  node --test tests/e2e/page.test.mjs
+  node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs
   log "offline demo, npm package and examples (dist/)"
   dist_only
   node --test --test-concurrency=1 tests/e2e/dist.test.mjs tests/e2e/npm.test.mjs

@@ -2,7 +2,7 @@
 //! WebGPU): greedy generation agreeing with what the native CLI wrote
 //! (`fixtures/native_browser_agreement.json`, also checked natively by
 //! `tests/native_browser_agreement.rs`),
-//! option validation, abort, streaming, the call queue, device loss, and a URL load through the
+//! option validation, abort, streaming (leaving a stream early cancels it), the call queue, device loss, and a URL load through the
 //! Cache API (SmolLM2 from the model server `./build.sh test` starts).
 
 #![cfg(target_arch = "wasm32")]
@@ -351,6 +351,68 @@ async fn streaming_events_and_the_iterator_agree_with_the_result() {
     let step: Promise = next.call0(&stream).unwrap().dyn_into().unwrap();
     let err = JsFuture::from(step).await.expect_err("topK -1 is rejected");
     assert!(message(&err).contains("top_k"), "{}", message(&err));
+}
+
+/// Calls the method `name` of `target` without arguments and awaits the promise it returns.
+async fn call_async(target: &JsValue, name: &str) -> Result<JsValue, JsValue> {
+    let method: Function = Reflect::get(target, &name.into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    let promise: Promise = method.call0(target).unwrap().dyn_into().unwrap();
+    JsFuture::from(promise).await
+}
+
+fn is_done(step: &JsValue) -> bool {
+    Reflect::get(step, &"done".into())
+        .unwrap()
+        .as_bool()
+        .unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn leaving_a_stream_early_cancels_its_generation() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let info = rust(&engine.info().unwrap());
+    // End-of-sequence tokens are ruled out, so only the cancel can end the generation early.
+    let mut bias = serde_json::Map::new();
+    for id in info["model"]["eosIds"].as_array().unwrap() {
+        bias.insert(id.to_string(), json!(-100));
+    }
+    let max_new_tokens = 100;
+    let options = json!({ "temperature": 0, "maxNewTokens": max_new_tokens, "logitBias": bias });
+    let counters = || async { rust(&JsFuture::from(engine.counters()).await.unwrap()) };
+    let before = counters().await;
+    let stream = engine.stream("The software is provided".into(), js(&options));
+    let first = call_async(&stream, "next").await.unwrap();
+    assert!(!is_done(&first), "a first token event");
+    assert!(rust(&Reflect::get(&first, &"value".into()).unwrap())["text"].is_string());
+    // What `break` in a `for await` loop does.
+    let returned = call_async(&stream, "return").await.unwrap();
+    assert!(is_done(&returned));
+    let after_return = call_async(&stream, "next").await.unwrap();
+    assert!(is_done(&after_return), "nothing after return()");
+    assert!(Reflect::get(&after_return, &"value".into())
+        .unwrap()
+        .is_undefined());
+    // `counters()` waits for the cancelled generation to end: it ran only a few of its tokens.
+    let after = counters().await;
+    let ran = after["forwardTokens"].as_u64().unwrap() - before["forwardTokens"].as_u64().unwrap();
+    log(&format!(
+        "forward tokens run by the cancelled stream: {ran}"
+    ));
+    assert!(ran < max_new_tokens / 2, "{ran} tokens ran after return()");
+    // The engine goes on with the next call.
+    let events = Events::new();
+    let next = generate(
+        &engine,
+        &json!("again"),
+        json!({ "maxNewTokens": 3 }),
+        &events,
+    )
+    .await
+    .unwrap();
+    assert_eq!(next["finishReason"], "length");
 }
 
 #[wasm_bindgen_test]

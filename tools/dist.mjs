@@ -3,6 +3,7 @@
 //   dist/emberlm-demo.html  the chat page as one file that works from file://: styles, the
 //                           worker (a Blob URL) and the wasm (gzip, base64) all inlined
 //   dist/npm/               the npm package `emberlm`: engine glue, wasm, EngineClient, worker
+//                           and the token stream both use (www/token_stream.js)
 //
 //   node tools/dist.mjs
 import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -27,6 +28,40 @@ function crateVersion() {
   return m[1];
 }
 
+// The glue imports the www/ modules the Rust side names (`#[wasm_bindgen(module = "/www/...")]`)
+// from the copies wasm-bindgen writes under pkg/snippets/.
+const SNIPPET_IMPORT = /^import \* as (\w+) from "(\.\/snippets\/[\w-]+\/www\/([\w-]+\.js))";?$/gm;
+// EngineClient imports the token stream from next to it.
+const CLIENT_IMPORT = "import { tokenStream } from './token_stream.js';\n";
+
+/** The www/ files the glue imports, by the file name in www/. */
+function snippets(glue) {
+  return [...glue.matchAll(SNIPPET_IMPORT)].map((m) => m[3]);
+}
+
+/**
+ * The glue with its www/ imports read from `./FILE` instead (the package keeps one copy); the
+ * wasm's import module names (`"./snippets/...": import1`) stay as they are.
+ */
+function sideBySide(glue) {
+  return glue.replaceAll(SNIPPET_IMPORT, (line, _alias, path, file) => line.replace(path, `./${file}`));
+}
+
+/** A www/ module inlined into a classic script as the namespace object the glue imported. */
+function namespace(alias, file) {
+  const names = [...read(`www/${file}`).matchAll(/^export (?:async function|function|class|const|let) (\w+)/gm)].map((m) => m[1]);
+  return `const ${alias} = (() => {\n${unexported(file)}\nreturn { ${names.join(', ')} };\n})();`;
+}
+
+/** A www/ module inlined into a script: its `export`s removed; it must import nothing. */
+function unexported(file) {
+  const text = read(`www/${file}`);
+  if (/^\s*import\s/m.test(text)) throw new Error(`www/${file} imports other files; cannot inline`);
+  const inlined = text.replace(/^export (class|function|const|let|async function) /gm, '$1 ');
+  if (/^export\s/m.test(inlined)) throw new Error(`www/${file}: module syntax left`);
+  return `// www/${file}\n${inlined}`;
+}
+
 // The worker imports the glue from ./pkg/ in www/; in the package both sit side by side.
 const WORKER_IMPORT = /^import init, \{ ([\w, ]+) \} from '\.\/pkg\/emberlm\.js';$/m;
 
@@ -43,8 +78,8 @@ function workerSource() {
  * the worker's init().
  */
 function inlineWorker(wasm) {
-  const glue = read(`${PKG}/emberlm.js`);
-  if (/^\s*import\s/m.test(glue)) throw new Error(`${PKG}/emberlm.js imports other files (snippets?)`);
+  const glue = read(`${PKG}/emberlm.js`).replaceAll(SNIPPET_IMPORT, (_, alias, _path, file) => namespace(alias, file));
+  if (/^\s*import\s/m.test(glue)) throw new Error(`${PKG}/emberlm.js imports files other than www/ snippets`);
   const init = /^export default (\w+);$/m.exec(glue)?.[1] ?? /^export \{[^}]*\b(\w+) as default\b/m.exec(glue)?.[1];
   if (!init) throw new Error(`${PKG}/emberlm.js: no default export`);
   const classic = glue
@@ -82,7 +117,8 @@ function checkInlineCode(text, where) {
 
 function buildDemo(wasm) {
   const { source: worker, base64Bytes } = inlineWorker(wasm);
-  const client = replaceOnce(read('www/client.js'), 'export class EngineClient', 'class EngineClient', 'www/client.js');
+  let client = replaceOnce(read('www/client.js'), CLIENT_IMPORT, `${unexported('token_stream.js')}\n`, 'www/client.js');
+  client = replaceOnce(client, 'export class EngineClient', 'class EngineClient', 'www/client.js');
   const app = replaceOnce(read('www/app.js'), "import { EngineClient } from './client.js';\n", '', 'www/app.js');
   const css = read('www/style.css');
   if (/<\/style/i.test(css)) throw new Error('www/style.css contains </style');
@@ -112,11 +148,16 @@ function buildPackage(version) {
   const dir = `${OUT}/npm`;
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  for (const file of ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
+  for (const file of ['emberlm.d.ts', 'emberlm_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
+  // One copy of each www/ module, side by side with the glue and the client that import it.
+  const glue = read(`${PKG}/emberlm.js`);
+  const shared = new Set(['token_stream.js', ...snippets(glue)]);
+  writeFileSync(`${dir}/emberlm.js`, sideBySide(glue));
+  for (const file of shared) copyFileSync(`www/${file}`, `${dir}/${file}`);
   copyFileSync('www/client.js', `${dir}/client.js`);
   writeFileSync(`${dir}/worker.js`, workerSource().replace(WORKER_IMPORT, "import init, { $1 } from './emberlm.js';"));
   for (const file of ['client.d.ts', 'worker.d.ts', 'README.md']) copyFileSync(`tools/npm/${file}`, `${dir}/${file}`);
-  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts'];
+  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts', ...shared];
   const manifest = {
     name: 'emberlm',
     version,

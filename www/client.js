@@ -1,6 +1,7 @@
 // EngineClient: the wasm Engine's API, run in a dedicated Worker (www/worker.js) so the page
 // never blocks. Every method returns a promise (info() too, since it crosses to the worker);
 // calls that use the model run one at a time in the order made, as with Engine itself.
+import { tokenStream } from './token_stream.js';
 
 /** Rebuilds an Error from the plain object the worker sent, keeping `kind` and the limit fields. */
 function toError(plain) {
@@ -90,45 +91,10 @@ export class EngineClient {
    * `for await` loop early aborts the generation.
    */
   stream(prompt, options = {}) {
-    const queue = [];
-    const waiting = [];
-    let end = null; // { result } or { error } once the call settled
-    const deliver = (step) => (waiting.length ? waiting.shift().resolve(step) : queue.push(step));
-    const { id, promise } = this.#call('stream', { prompt, options }, {
-      onToken: (token) => deliver({ value: token, done: false }),
+    return tokenStream((onToken) => {
+      const { id, promise } = this.#call('stream', { prompt, options }, { onToken });
+      return { result: promise, cancel: () => this.#call('cancel', { target: id }).promise };
     });
-    promise.then(
-      (result) => {
-        end = { result };
-        while (waiting.length) waiting.shift().resolve({ value: result, done: true });
-      },
-      (error) => {
-        end = { error };
-        while (waiting.length) waiting.shift().reject(error);
-      },
-    );
-    let finished = false;
-    const client = this;
-    return {
-      next() {
-        if (queue.length) return Promise.resolve(queue.shift());
-        if (finished) return Promise.resolve({ value: undefined, done: true });
-        if (end) {
-          finished = true;
-          return end.error ? Promise.reject(end.error) : Promise.resolve({ value: end.result, done: true });
-        }
-        return new Promise((resolve, reject) => waiting.push({ resolve, reject }));
-      },
-      async return(value) {
-        finished = true;
-        queue.length = 0;
-        if (!end) await client.#call('cancel', { target: id }).promise;
-        return { value, done: true };
-      },
-      [Symbol.asyncIterator]() {
-        return this;
-      },
-    };
   }
 
   /** Stops the running generation between two tokens (finishReason "abort"). */

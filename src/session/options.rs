@@ -114,8 +114,10 @@ impl Prompt {
     }
 }
 
-/// Why a sequence ended.
+/// Why a sequence ended: `stop` (end of sequence or a stop string), `length`
+/// (`max_new_tokens`) or `abort`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// An end-of-sequence token or a stop string.
@@ -139,6 +141,7 @@ impl FinishReason {
 
 /// One streamed piece of output.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
 pub struct TokenEvent {
     /// Index of the prompt in a batch (0 for a single prompt).
     pub prompt: usize,
@@ -146,8 +149,10 @@ pub struct TokenEvent {
     pub sequence: usize,
     /// The token, or `None` for the final event that releases text held back at the end
     /// (an incomplete character or a partial stop-string match that never completed).
+    #[cfg_attr(target_arch = "wasm32", tsify(type = "number | null"))]
     pub id: Option<u32>,
     /// The token's log-probability under the model's own distribution (`None` with `id`).
+    #[cfg_attr(target_arch = "wasm32", tsify(type = "number | null"))]
     pub logprob: Option<f32>,
     /// Text this event adds (UTF-8 safe; may be empty while text is held back).
     pub text: String,

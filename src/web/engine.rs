@@ -10,7 +10,7 @@ use wasm_bindgen::prelude::*;
 
 use super::source::{self, Source};
 use super::stream;
-use super::types::{CountersJs, EngineInfoJs, GenerationJs, SourceNote};
+use super::types::{EngineCounters, EngineInfo, GenerationResult, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::engine::{self, EngineOptions};
 use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
@@ -38,7 +38,7 @@ pub(crate) fn event_js(e: &TokenEvent) -> Result<JsValue, JsValue> {
 
 /// A generation as a JS `GenerationResult`.
 pub(crate) fn generation_js(g: &Generation) -> Result<JsValue, JsValue> {
-    to_js(&GenerationJs::from(g))
+    to_js(&GenerationResult::from(g))
 }
 
 /// A model loaded on the GPU, ready to generate.
@@ -54,7 +54,7 @@ pub(crate) fn generation_js(g: &Generation) -> Result<JsValue, JsValue> {
 pub struct Engine {
     inner: Rc<engine::Engine>,
     /// What `info()` returns; refreshed when the engine is rebuilt on a new device.
-    info: Rc<RefCell<EngineInfoJs>>,
+    info: Rc<RefCell<EngineInfo>>,
 }
 
 impl Drop for Engine {
@@ -167,7 +167,7 @@ impl Engine {
             stored_in_cache: stored,
         };
         let info = inner
-            .inspect(|s| EngineInfoJs::new(s, &fetched.name, weight_bytes, note))
+            .inspect(|s| EngineInfo::new(s, &fetched.name, weight_bytes, note))
             .ok_or_else(|| js_message("Internal", "the engine lost its model while loading"))?;
         let info = Rc::new(RefCell::new(info));
         let refresh = Rc::clone(&info);
@@ -324,7 +324,7 @@ impl Engine {
         let inner = Rc::clone(&self.inner);
         spawn_promise(async move {
             let counters = inner
-                .with_session(|s| Ok(CountersJs::new(s)))
+                .with_session(|s| Ok(EngineCounters::new(s)))
                 .await
                 .map_err(|e| js_error(&e))?;
             to_js(&counters)

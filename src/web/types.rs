@@ -1,21 +1,26 @@
-//! The camelCase views of the engine's results that are converted to JS objects (their
-//! TypeScript declarations are in `typescript.rs`).
+//! The camelCase views of the engine's results that are converted to JS objects, named as
+//! JavaScript knows them. Their TypeScript declarations are derived from them (`Tsify`);
+//! `typescript.rs` declares the rest of the API in terms of these.
 
 use serde::Serialize;
+use tsify::Tsify;
 
 use crate::gpu::Counters;
 use crate::session::{Generation, Sequence, Session, Stats};
 
-#[derive(Serialize)]
+/// One generated sequence.
+#[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-struct SequenceJs<'a> {
+struct SequenceResult<'a> {
     text: &'a str,
     tokens: &'a [u32],
+    #[tsify(type = "FinishReason")]
     finish_reason: &'static str,
+    /// Sum of the tokens' log-probabilities.
     logprob: f64,
 }
 
-impl<'a> From<&'a Sequence> for SequenceJs<'a> {
+impl<'a> From<&'a Sequence> for SequenceResult<'a> {
     fn from(s: &'a Sequence) -> Self {
         Self {
             text: &s.text,
@@ -26,22 +31,29 @@ impl<'a> From<&'a Sequence> for SequenceJs<'a> {
     }
 }
 
-#[derive(Serialize)]
+/// Timings and counts of one call.
+#[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-struct StatsJs {
+struct GenerationStats {
+    /// Prompt tokens (after the chat template and any cut).
     prompt_tokens: usize,
+    /// Prompt tokens whose KV state was reused from the previous call.
     cached_tokens: usize,
     generated_tokens: usize,
     prefill_ms: f64,
     decode_ms: f64,
     time_to_first_token_ms: f64,
+    /// Decode steps per second (0 when there were none).
     decode_tok_per_s: f64,
+    /// Sampled tokens drawn from the GPU-selected candidates alone (a few hundred bytes read).
     candidate_steps: usize,
+    /// Sampled tokens drawn from a whole logits row read back.
     full_row_steps: usize,
+    /// Of those, steps whose candidates did not suffice, so the row was read as well.
     select_fallbacks: usize,
 }
 
-impl From<&Stats> for StatsJs {
+impl From<&Stats> for GenerationStats {
     fn from(s: &Stats) -> Self {
         Self {
             prompt_tokens: s.prompt_tokens,
@@ -58,39 +70,47 @@ impl From<&Stats> for StatsJs {
     }
 }
 
-/// A generation as JavaScript sees it (`GenerationResult`).
-#[derive(Serialize)]
+/// The result of `generate` (and the return value of `stream`'s iterator).
+#[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct GenerationJs<'a> {
+pub(crate) struct GenerationResult<'a> {
+    /// The first sequence's text, tokens and finish reason.
     text: &'a str,
     tokens: &'a [u32],
+    #[tsify(type = "FinishReason")]
     finish_reason: &'static str,
-    sequences: Vec<SequenceJs<'a>>,
+    /// Every sequence, best first for beam search.
+    sequences: Vec<SequenceResult<'a>>,
+    /// The seed used (repeat the run with it); null for greedy and beam search.
+    #[tsify(type = "number | null")]
     seed: Option<u64>,
+    /// Things to know: a prompt cut to fit the context, a context slide.
     warnings: &'a [String],
-    stats: StatsJs,
+    stats: GenerationStats,
+    /// The prompt as token ids.
     prompt_token_ids: &'a [u32],
 }
 
-impl<'a> From<&'a Generation> for GenerationJs<'a> {
+impl<'a> From<&'a Generation> for GenerationResult<'a> {
     fn from(g: &'a Generation) -> Self {
         let first = g.sequences.first();
         Self {
             text: first.map_or("", |s| s.text.as_str()),
             tokens: first.map_or(&[], |s| s.tokens.as_slice()),
             finish_reason: first.map_or("abort", |s| s.finish_reason.as_str()),
-            sequences: g.sequences.iter().map(SequenceJs::from).collect(),
+            sequences: g.sequences.iter().map(SequenceResult::from).collect(),
             seed: g.seed,
             warnings: &g.warnings,
-            stats: StatsJs::from(&g.stats),
+            stats: GenerationStats::from(&g.stats),
             prompt_token_ids: &g.prompt_tokens,
         }
     }
 }
 
-#[derive(Clone, Serialize)]
+/// The device limits the engine works within.
+#[derive(Clone, Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-struct LimitsJs {
+struct EngineLimits {
     max_storage_buffer_binding_size: u64,
     max_buffer_size: u64,
     max_storage_buffers_per_shader_stage: u32,
@@ -99,10 +119,13 @@ struct LimitsJs {
     max_compute_workgroups_per_dimension: u32,
 }
 
-#[derive(Clone, Serialize)]
+/// The model as loaded.
+#[derive(Clone, Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-struct ModelInfoJs {
+struct ModelInfo {
+    /// The file name.
     name: String,
+    #[tsify(type = "'llama' | 'gpt2'")]
     arch: &'static str,
     layers: usize,
     vocab: usize,
@@ -111,13 +134,16 @@ struct ModelInfoJs {
     kv_heads: usize,
     head_dim: usize,
     ffn_size: usize,
+    /// The context the model was trained for.
     context_length: usize,
+    /// Weight bytes on the GPU.
     weight_bytes: u64,
+    #[tsify(type = "number | null")]
     bos_id: Option<u32>,
     eos_ids: Vec<u32>,
 }
 
-/// Where the model file came from, for [`EngineInfoJs`].
+/// Where the model file came from, for [`EngineInfo`].
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SourceNote {
     /// Read from the Cache API.
@@ -126,27 +152,36 @@ pub(crate) struct SourceNote {
     pub stored_in_cache: bool,
 }
 
-/// What `engine.info()` returns (`EngineInfo`).
-#[derive(Clone, Serialize)]
+/// What `engine.info()` reports.
+#[derive(Clone, Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct EngineInfoJs {
+pub(crate) struct EngineInfo {
+    /// The adapter's name as the browser reports it.
     adapter: String,
     backend: String,
     device_type: String,
+    /// Features requested on the device.
     features: Vec<String>,
+    /// Every feature the adapter offers.
     adapter_features: Vec<String>,
     subgroups: bool,
     shader_f16: bool,
-    limits: LimitsJs,
-    model: ModelInfoJs,
+    limits: EngineLimits,
+    model: ModelInfo,
+    /// KV cache length in positions.
     context_length: usize,
+    /// Whether the model brought its own chat template (otherwise a plain fallback is used).
     has_chat_template: bool,
+    /// The file came from the Cache API, not the network.
     loaded_from_cache: bool,
+    /// The file was stored in the Cache API by this load.
     stored_in_cache: bool,
+    /// The kernel plan of this device and model.
+    #[tsify(type = "KernelPlanInfo")]
     kernel_plan: crate::gpu::KernelPlan,
 }
 
-impl EngineInfoJs {
+impl EngineInfo {
     /// Describes a loaded session; `name` is the model file's name, `weight_bytes` its weights.
     pub fn new(session: &Session, name: &str, weight_bytes: u64, source: SourceNote) -> Self {
         let r = session.gpu().report();
@@ -159,7 +194,7 @@ impl EngineInfoJs {
             adapter_features: r.adapter_features.clone(),
             subgroups: r.subgroups,
             shader_f16: r.shader_f16,
-            limits: LimitsJs {
+            limits: EngineLimits {
                 max_storage_buffer_binding_size: r.limits.max_storage_buffer_binding_size,
                 max_buffer_size: r.limits.max_buffer_size,
                 max_storage_buffers_per_shader_stage: r.limits.max_storage_buffers_per_shader_stage,
@@ -169,7 +204,7 @@ impl EngineInfoJs {
                     .max_compute_invocations_per_workgroup,
                 max_compute_workgroups_per_dimension: r.limits.max_compute_workgroups_per_dimension,
             },
-            model: ModelInfoJs {
+            model: ModelInfo {
                 name: name.to_string(),
                 arch: c.arch.name(),
                 layers: c.n_layers,
@@ -206,41 +241,56 @@ impl EngineInfoJs {
     }
 }
 
-/// GPU memory of a session, for [`CountersJs`].
-#[derive(Serialize)]
+/// GPU memory the model holds, in bytes.
+#[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-struct MemoryJs {
+struct EngineMemory {
     weights: u64,
     kv_cache: u64,
     activations: u64,
     total: u64,
 }
 
-/// What `engine.counters()` returns (`EngineCounters`).
-#[derive(Serialize)]
+/// The engine's GPU work counters, totals since the device was created (they restart after
+/// device loss): subtract two snapshots to get what one call did. `engine.counters()`.
+#[derive(Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct CountersJs {
+pub(crate) struct EngineCounters {
+    /// Compute dispatches recorded.
     dispatches: u64,
+    /// Compute passes begun.
     compute_passes: u64,
+    /// Command buffers submitted.
     command_buffers: u64,
+    /// `queue.submit` calls.
     submits: u64,
+    /// Waits for a mapped buffer (GPU to CPU syncs).
     readback_waits: u64,
+    /// Bytes copied from the GPU to the CPU.
     readback_bytes: u64,
+    /// Buffers created, and their bytes.
     buffers_created: u64,
     buffer_bytes_created: u64,
+    /// Buffers held now, and their bytes.
     buffers_alive: i64,
     buffer_bytes_alive: i64,
     bind_groups_created: u64,
+    /// Compute pipelines built (kernel cache misses).
     pipelines_created: u64,
+    /// Model weight bytes bound by the dispatches recorded.
     weight_bytes_bound: u64,
+    /// Forward steps (one prefill chunk or one decode token each), and the tokens they ran.
     forward_steps: u64,
     forward_tokens: u64,
-    memory: MemoryJs,
+    /// GPU memory the model holds, in bytes.
+    memory: EngineMemory,
+    /// Graph nodes (dispatches) of one forward step.
     nodes: usize,
+    /// Prompt tokens per prefill step.
     prefill_chunk: usize,
 }
 
-impl CountersJs {
+impl EngineCounters {
     /// The session's counters now, with its memory and graph size.
     pub fn new(session: &Session) -> Self {
         let c: Counters = session.gpu().counters();
@@ -261,7 +311,7 @@ impl CountersJs {
             weight_bytes_bound: c.weight_bytes_bound,
             forward_steps: c.forward_steps,
             forward_tokens: c.forward_tokens,
-            memory: MemoryJs {
+            memory: EngineMemory {
                 weights: m.weights,
                 kv_cache: m.kv_cache,
                 activations: m.activations,

@@ -1,6 +1,9 @@
-//! The TypeScript declarations of the JavaScript API, for the `.d.ts` wasm-bindgen writes: the
-//! arguments JavaScript passes and the objects it gets back (see `types.rs` and
-//! `crate::session::TokenEvent` for the Rust side of the latter).
+//! The TypeScript declarations of the JavaScript API that are not derived from Rust types, for
+//! the `.d.ts` wasm-bindgen writes: the arguments JavaScript passes and the iterator `stream`
+//! returns. The objects it gets back (`TokenEvent`, `FinishReason`, `GenerationResult`,
+//! `SequenceResult`, `GenerationStats`, `EngineInfo`, `ModelInfo`, `EngineLimits`,
+//! `EngineCounters`, `EngineMemory`) are declared by `Tsify` from `types.rs` and
+//! `crate::session`, and only named here.
 
 use wasm_bindgen::prelude::*;
 
@@ -153,69 +156,6 @@ export interface GenerateOptions {
   nKeep?: number;
 }
 
-/** One streamed piece of output. */
-export interface TokenEvent {
-  /** Text this event adds (may be empty while an incomplete character is held back). */
-  text: string;
-  /** The token id; null on the final event that releases held-back text. */
-  id: number | null;
-  /** The token's log-probability under the model; null with `id`. */
-  logprob: number | null;
-  /** Index of the sequence (with numReturnSequences > 1 or beam search). */
-  sequence: number;
-  /** Index of the prompt (always 0). */
-  prompt: number;
-}
-
-/** `stop`: end of sequence or a stop string; `length`: maxNewTokens; `abort`: abort(). */
-export type FinishReason = 'stop' | 'length' | 'abort';
-
-/** One generated sequence. */
-export interface SequenceResult {
-  text: string;
-  tokens: number[];
-  finishReason: FinishReason;
-  /** Sum of the tokens' log-probabilities. */
-  logprob: number;
-}
-
-/** Timings and counts of one call. */
-export interface GenerationStats {
-  /** Prompt tokens (after the chat template and any cut). */
-  promptTokens: number;
-  /** Prompt tokens whose KV state was reused from the previous call. */
-  cachedTokens: number;
-  generatedTokens: number;
-  prefillMs: number;
-  decodeMs: number;
-  timeToFirstTokenMs: number;
-  /** Decode steps per second (0 when there were none). */
-  decodeTokPerS: number;
-  /** Sampled tokens drawn from the GPU-selected candidates alone (a few hundred bytes read). */
-  candidateSteps: number;
-  /** Sampled tokens drawn from a whole logits row read back. */
-  fullRowSteps: number;
-  /** Of those, steps whose candidates did not suffice, so the row was read as well. */
-  selectFallbacks: number;
-}
-
-/** The result of `generate` (and the return value of `stream`'s iterator). */
-export interface GenerationResult {
-  /** The first sequence's text, tokens and finish reason. */
-  text: string;
-  tokens: number[];
-  finishReason: FinishReason;
-  /** Every sequence, best first for beam search. */
-  sequences: SequenceResult[];
-  /** The seed used (repeat the run with it); null for greedy and beam search. */
-  seed: number | null;
-  /** Things to know: a prompt cut to fit the context, a context slide. */
-  warnings: string[];
-  stats: GenerationStats;
-  /** The prompt as token ids. */
-  promptTokenIds: number[];
-}
-
 /** What `gpuInfo()` reports about the adapter (snake_case, as the native CLI prints it). */
 export interface AdapterReport {
   name: string;
@@ -241,59 +181,6 @@ export interface AdapterReport {
   };
 }
 
-/** The model as loaded. */
-export interface ModelInfo {
-  /** The file name. */
-  name: string;
-  arch: 'llama' | 'gpt2';
-  layers: number;
-  vocab: number;
-  hiddenSize: number;
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  ffnSize: number;
-  /** The context the model was trained for. */
-  contextLength: number;
-  /** Weight bytes on the GPU. */
-  weightBytes: number;
-  bosId: number | null;
-  eosIds: number[];
-}
-
-/** What `engine.info()` reports. */
-export interface EngineInfo {
-  /** The adapter's name as the browser reports it. */
-  adapter: string;
-  backend: string;
-  deviceType: string;
-  /** Features requested on the device. */
-  features: string[];
-  /** Every feature the adapter offers. */
-  adapterFeatures: string[];
-  subgroups: boolean;
-  shaderF16: boolean;
-  limits: {
-    maxStorageBufferBindingSize: number;
-    maxBufferSize: number;
-    maxStorageBuffersPerShaderStage: number;
-    maxComputeWorkgroupStorageSize: number;
-    maxComputeInvocationsPerWorkgroup: number;
-    maxComputeWorkgroupsPerDimension: number;
-  };
-  model: ModelInfo;
-  /** KV cache length in positions. */
-  contextLength: number;
-  /** Whether the model brought its own chat template (otherwise a plain fallback is used). */
-  hasChatTemplate: boolean;
-  /** The file came from the Cache API, not the network. */
-  loadedFromCache: boolean;
-  /** The file was stored in the Cache API by this load. */
-  storedInCache: boolean;
-  /** The kernel plan of this device and model. */
-  kernelPlan: KernelPlanInfo;
-}
-
 /**
  * The token events of one generation as an async iterator; the iterator's return value
  * (`done: true`) is the GenerationResult. Leaving a `for await` loop early aborts the
@@ -311,42 +198,4 @@ export interface TokenizeOptions {
   addBos?: boolean;
 }
 
-/**
- * The engine's GPU work counters, totals since the device was created (they restart after
- * device loss): subtract two snapshots to get what one call did. `engine.counters()`.
- */
-export interface EngineCounters {
-  /** Compute dispatches recorded. */
-  dispatches: number;
-  /** Compute passes begun. */
-  computePasses: number;
-  /** Command buffers submitted. */
-  commandBuffers: number;
-  /** `queue.submit` calls. */
-  submits: number;
-  /** Waits for a mapped buffer (GPU to CPU syncs). */
-  readbackWaits: number;
-  /** Bytes copied from the GPU to the CPU. */
-  readbackBytes: number;
-  /** Buffers created, and their bytes. */
-  buffersCreated: number;
-  bufferBytesCreated: number;
-  /** Buffers held now, and their bytes. */
-  buffersAlive: number;
-  bufferBytesAlive: number;
-  bindGroupsCreated: number;
-  /** Compute pipelines built (kernel cache misses). */
-  pipelinesCreated: number;
-  /** Model weight bytes bound by the dispatches recorded. */
-  weightBytesBound: number;
-  /** Forward steps (one prefill chunk or one decode token each), and the tokens they ran. */
-  forwardSteps: number;
-  forwardTokens: number;
-  /** GPU memory the model holds, in bytes. */
-  memory: { weights: number; kvCache: number; activations: number; total: number };
-  /** Graph nodes (dispatches) of one forward step. */
-  nodes: number;
-  /** Prompt tokens per prefill step. */
-  prefillChunk: number;
-}
 "#;
