@@ -416,10 +416,10 @@ impl Forward {
             _ => (false, None, None),
         };
         let mut logits = Vec::new();
-        let chunks: Vec<&[u32]> = tokens.chunks(self.chunk).collect();
+        let n_chunks = tokens.len().div_ceil(self.chunk);
         let mut ran = 0;
-        for (i, chunk) in chunks.iter().enumerate() {
-            let last = i + 1 == chunks.len();
+        for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
+            let last = i + 1 == n_chunks;
             let head = match () {
                 _ if nothing => Head::None,
                 _ if all_rows => Head::All,

@@ -4,28 +4,7 @@
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
-use crate::sampling::SamplingParams;
-use crate::session::{GenerateOptions, Prompt, Session};
-
-/// Runs `tokens` through `session` so that its KV cache holds them (a prompt with one greedy
-/// token drawn and not fed back: the cache ends up holding the prompt alone). A conversation
-/// that fills the whole context is cut as a long prompt would be.
-async fn replay(session: &mut Session, tokens: &[u32]) -> Result<()> {
-    if tokens.is_empty() {
-        return Ok(());
-    }
-    let options = GenerateOptions {
-        sampling: SamplingParams {
-            max_new_tokens: 1,
-            ..SamplingParams::greedy()
-        },
-        ..GenerateOptions::default()
-    };
-    session
-        .generate(&Prompt::Tokens(tokens.to_vec()), &options, &mut |_| {})
-        .await
-        .map(|_| ())
-}
+use crate::session::Session;
 
 impl Engine {
     /// A new session on a new device with the conversation replayed. Fails when the device or
@@ -36,7 +15,7 @@ impl Engine {
         let mut session = Session::new(gpu, &self.files, self.options.context).await?;
         self.abort.set(session.abort_handle());
         let tokens = self.conversation.borrow().clone();
-        match replay(&mut session, &tokens).await {
+        match session.restore(&tokens).await {
             Ok(()) => {}
             Err(e @ Error::DeviceLost { .. }) => return Err(e),
             Err(e) if session.gpu().is_lost() => return Err(e),

@@ -164,6 +164,14 @@ impl Compiler<'_> {
             .ok_or_else(|| Error::format("model", format!("missing tensor `{name}`")))
     }
 
+    /// Layer `layer`'s K and V cache buffers.
+    fn layer_cache(&self, layer: usize) -> Result<(&wgpu::Buffer, &wgpu::Buffer)> {
+        match (self.kv.k.get(layer), self.kv.v.get(layer)) {
+            (Some(k), Some(v)) => Ok((k, v)),
+            _ => Err(Error::invalid("layer", format!("no KV cache for {layer}"))),
+        }
+    }
+
     /// Binds every operation of `graph`.
     pub(super) async fn compile(&self, graph: &Graph) -> Result<Compiled> {
         let red = Reduction::best(self.ctx);
@@ -185,12 +193,6 @@ impl Compiler<'_> {
         let max = self.chunk as u32;
         let heads = heads_of(c);
         let positions = self.kv.context() as u32;
-        let cache_of = |layer: usize| -> Result<(&wgpu::Buffer, &wgpu::Buffer)> {
-            match (self.kv.k.get(layer), self.kv.v.get(layer)) {
-                (Some(k), Some(v)) => Ok((k, v)),
-                _ => Err(Error::invalid("layer", format!("no KV cache for {layer}"))),
-            }
-        };
         Ok(match op {
             Op::Embed {
                 table,
@@ -207,7 +209,7 @@ impl Compiler<'_> {
             }
             Op::Linear(l) => Node::Linear(self.linear(l, red, false).await?),
             Op::RopeKvWrite { layer } => {
-                let (k_cache, v_cache) = cache_of(*layer)?;
+                let (k_cache, v_cache) = self.layer_cache(*layer)?;
                 let rope = RopeKvWrite::new(ctx, cache, c.rope_layout).await?;
                 let qkv = Qkv {
                     q: &a.q,
@@ -227,7 +229,7 @@ impl Compiler<'_> {
                 )?)
             }
             Op::Attention { layer, stacked } => {
-                let (k_cache, v_cache) = cache_of(*layer)?;
+                let (k_cache, v_cache) = self.layer_cache(*layer)?;
                 let q_stride = match stacked {
                     true => (c.q_dim() + 2 * c.kv_dim()) as u32,
                     false => c.q_dim() as u32,
@@ -308,23 +310,21 @@ impl Compiler<'_> {
             )),
             None => None,
         };
-        let kv =
-            match op.kv_layer {
-                Some(layer) => Some(KvWriteBinding {
-                    k_cache: self.kv.k.get(layer).ok_or_else(|| {
-                        Error::invalid("layer", format!("no KV cache for {layer}"))
-                    })?,
-                    v_cache: self.kv.v.get(layer).ok_or_else(|| {
-                        Error::invalid("layer", format!("no KV cache for {layer}"))
-                    })?,
+        let kv = match op.kv_layer {
+            Some(layer) => {
+                let (k_cache, v_cache) = self.layer_cache(layer)?;
+                Some(KvWriteBinding {
+                    k_cache,
+                    v_cache,
                     q_rows: c.q_dim() as u32,
                     kv_rows: c.kv_dim() as u32,
                     head_dim: c.head_dim as u32,
                     theta: c.rope_theta,
                     max_positions: self.kv.context() as u32,
-                }),
-                None => None,
-            };
+                })
+            }
+            None => None,
+        };
         let options = LinearOptions {
             has_bias: bias.is_some(),
             accumulate: op.accumulate,

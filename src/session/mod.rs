@@ -39,7 +39,7 @@ use crate::chat::{ChatMessage, ChatTemplate};
 use crate::config::ModelConfig;
 use crate::config::{auto_context, ContextChoice};
 use crate::error::{Error, Result};
-use crate::forward::{Forward, DEFAULT_CHUNK};
+use crate::forward::{Forward, Readback, DEFAULT_CHUNK};
 use crate::gpu::{GpuContext, KernelCache};
 use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
@@ -297,6 +297,23 @@ impl Session {
         self.cached.clear();
         // Truncating to 0 cannot fail.
         let _ = self.forward.truncate(0);
+    }
+
+    /// Starts over from `tokens` (a conversation another session held, replayed after a device
+    /// loss): runs them into an empty KV cache without computing or reading back any logits,
+    /// so the cache then holds exactly them. On an error the session is left empty.
+    pub async fn restore(&mut self, tokens: &[u32]) -> Result<()> {
+        check_token_ids("tokens", tokens, self.vocab())?;
+        self.reset();
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.forward.run(&self.ctx, tokens, Readback::None).await {
+            self.reset();
+            return Err(e);
+        }
+        self.cached = tokens.to_vec();
+        Ok(())
     }
 
     /// The prompt as token ids: text tokenized (special tokens recognised when `special`),
