@@ -108,6 +108,29 @@ pub(crate) fn random_vec(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32>
 }
 
 /// The step uniform, writable so that one binding serves every token count.
+/// `options`' linear for `dtype` built in every variant (the cases run each), errors prefixed
+/// with `what`.
+pub async fn every_variant(
+    ctx: &GpuContext,
+    cache: &KernelCache,
+    dtype: DType,
+    reduction: Reduction,
+    options: LinearOptions,
+    what: &str,
+) -> Result<Linear, String> {
+    Linear::with_variants(
+        ctx,
+        cache,
+        dtype,
+        reduction,
+        options,
+        &Variant::ALL,
+        &Variant::ALL,
+    )
+    .await
+    .map_err(|e| format!("{what}: {e}"))
+}
+
 pub fn step_buffer(ctx: &GpuContext) -> wgpu::Buffer {
     ctx.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("step"),
@@ -172,17 +195,7 @@ pub async fn check_linear(
         accumulate,
         ..LinearOptions::default()
     };
-    let op = Linear::with_variants(
-        ctx,
-        cache,
-        dtype,
-        reduction,
-        options,
-        &Variant::ALL,
-        &Variant::ALL,
-    )
-    .await
-    .map_err(|e| format!("{what}: {e}"))?;
+    let op = every_variant(ctx, cache, dtype, reduction, options, &what).await?;
     let max_tokens = runs.iter().map(|r| r.1).max().unwrap_or(1) as usize;
     let step = step_buffer(ctx);
     for &(rows, cols) in shapes {

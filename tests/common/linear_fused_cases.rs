@@ -6,15 +6,16 @@
 use emberlm::config::RopeLayout;
 use emberlm::dtype::DType;
 use emberlm::gpu::ops::{
-    Epilogue, InputNorm, KvWriteBinding, Linear, LinearKernel, LinearOptions, NormBinding,
+    Epilogue, InputNorm, KvWriteBinding, LinearKernel, LinearOptions, NormBinding,
 };
-use emberlm::gpu::{GpuContext, KernelCache, Reduction, StepParams, Variant};
+use emberlm::gpu::{GpuContext, KernelCache, Reduction, StepParams};
 use emberlm::model::reference;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::linear_cases::{
-    random_vec, step_buffer, upload_matrix, with_variants, LINEAR_RUNS, LINEAR_TOLERANCE,
+    every_variant, random_vec, step_buffer, upload_matrix, with_variants, LINEAR_RUNS,
+    LINEAR_TOLERANCE,
 };
 
 /// One fused configuration: `norm` folded into the input, `epilogue` on the output, and
@@ -33,17 +34,7 @@ pub async fn check_linear_fused(
     rng: &mut ChaCha8Rng,
 ) -> Result<(), String> {
     let what = format!("linear {dtype} {reduction:?} {options:?}");
-    let op = Linear::with_variants(
-        ctx,
-        cache,
-        dtype,
-        reduction,
-        options,
-        &Variant::ALL,
-        &Variant::ALL,
-    )
-    .await
-    .map_err(|e| format!("{what}: {e}"))?;
+    let op = every_variant(ctx, cache, dtype, reduction, options, &what).await?;
     let max_tokens = runs.iter().map(|r| r.1).max().unwrap_or(1) as usize;
     let step = step_buffer(ctx);
     let glu = options.epilogue == Epilogue::SwiGlu;
@@ -263,17 +254,7 @@ pub async fn check_linear_qkv(
         };
         let what = format!("linear qkv {dtype} {reduction:?} rope={rope}");
         let e = |e: emberlm::Error| format!("{what}: {e}");
-        let op = Linear::with_variants(
-            ctx,
-            cache,
-            dtype,
-            reduction,
-            options,
-            &Variant::ALL,
-            &Variant::ALL,
-        )
-        .await
-        .map_err(e)?;
+        let op = every_variant(ctx, cache, dtype, reduction, options, &what).await?;
         let max_tokens = 17usize;
         let (w, wv) = upload_matrix(ctx, rng, dtype, rows, cols)?;
         let x = random_vec(rng, max_tokens * cols, 1.0);
