@@ -29,12 +29,16 @@
 #include "attention_common.wgsl"
 
 @group(0) @binding(2) var<storage, read> q: array<f32>;
+#ifdef KV_KINDS
+#include "kv_read.wgsl"
+#else
 #ifdef KV_VEC4
 @group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
 #else
 @group(0) @binding(3) var<storage, read> k_cache: array<f32>;
 #endif
 @group(0) @binding(4) var<storage, read> v_cache: array<f32>;
+#endif
 #ifdef SPLIT
 @group(0) @binding(5) var<storage, read_write> split_part: array<f32>;
 #else
@@ -86,8 +90,16 @@ fn workgroup_max(v: f32, lid: u32, lane: u32) -> f32 {
 #endif
 }
 
-// q . k for the key whose head starts at element `kb` of k_cache.
-fn score(kb: u32, hd: u32) -> f32 {
+// q . k for key j, whose head starts at column `off` of its cache row.
+fn score(j: u32, off: u32, hd: u32) -> f32 {
+#ifdef KV_KINDS
+    var acc = vec4<f32>(0.0);
+    for (var d = 0u; d < hd; d += 4u) {
+        acc += q_sh[d / 4u] * cache4(0u, j, off + d, min(hd - d, 4u));
+    }
+    return (acc.x + acc.y) + (acc.z + acc.w);
+#else
+    let kb = j * params.n_kv_heads * hd + off;
 #ifdef KV_VEC4
     var acc = vec4<f32>(0.0);
     let k4 = kb / 4u;
@@ -101,6 +113,16 @@ fn score(kb: u32, hd: u32) -> f32 {
         acc += q_sh[d / 4u][d % 4u] * k_cache[kb + d];
     }
     return acc;
+#endif
+#endif
+}
+
+// Value column c of cached row j.
+fn value_at(j: u32, c: u32) -> f32 {
+#ifdef KV_KINDS
+    return cache1(1u, j, c);
+#else
+    return v_cache[j * params.n_kv_heads * params.head_dim + c];
 #endif
 }
 
@@ -121,7 +143,6 @@ fn attention(
         return;
     }
     let hd = params.head_dim;
-    let kv_dim = params.n_kv_heads * hd;
     let kv_off = (h / (params.n_heads / params.n_kv_heads)) * hd;
     let keys = split_keys(wid.z, t);
     let first_key = keys.x;
@@ -143,7 +164,7 @@ fn attention(
         let j = start + lid;
         var s = NEG_BIG;
         if j < n_keys {
-            s = score(j * kv_dim + kv_off, hd);
+            s = score(j, kv_off, hd);
         }
         let m_new = max(m, workgroup_max(s, lid, lane));
         // first tile: nothing to rescale (and m - m_new may not be finite)
@@ -156,7 +177,7 @@ fn attention(
         if g < groups {
             let tile = min(WG_SIZE, n_keys - start);
             for (var kk = g; kk < tile; kk += groups) {
-                acc += p_sh[kk] * v_cache[(start + kk) * kv_dim + kv_off + d];
+                acc += p_sh[kk] * value_at(start + kk, kv_off + d);
             }
         }
         // p_sh is rewritten by the next tile

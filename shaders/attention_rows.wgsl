@@ -18,6 +18,9 @@
 #include "attention_common.wgsl"
 
 @group(0) @binding(2) var<storage, read> q: array<f32>;
+#ifdef KV_KINDS
+#include "kv_read.wgsl"
+#else
 #ifdef KV_VEC4
 @group(0) @binding(3) var<storage, read> k_cache: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> v_cache: array<vec4<f32>>;
@@ -25,15 +28,20 @@
 @group(0) @binding(3) var<storage, read> k_cache: array<f32>;
 @group(0) @binding(4) var<storage, read> v_cache: array<f32>;
 #endif
+#endif
 #ifdef SPLIT
 @group(0) @binding(5) var<storage, read_write> split_part: array<f32>;
 #else
 @group(0) @binding(5) var<storage, read_write> attn_out: array<f32>;
 #endif
 
-// Four values of a cache row from element `base + 4 * i` (zeros past the head under scalar
-// reads, whose head_dim need not be a multiple of 4).
-fn k4(base: u32, i: u32, hd: u32) -> vec4<f32> {
+// Four values of cache row j from element `off + 4 * i` (off: the head's first column; zeros
+// past the head under scalar reads, whose head_dim need not be a multiple of 4).
+fn k4(j: u32, off: u32, i: u32, hd: u32) -> vec4<f32> {
+#ifdef KV_KINDS
+    return cache4(0u, j, off + 4u * i, min(hd - 4u * i, 4u));
+#else
+    let base = j * params.n_kv_heads * hd + off;
 #ifdef KV_VEC4
     return k_cache[base / 4u + i];
 #else
@@ -46,9 +54,14 @@ fn k4(base: u32, i: u32, hd: u32) -> vec4<f32> {
     }
     return out;
 #endif
+#endif
 }
 
-fn v4(base: u32, i: u32, hd: u32) -> vec4<f32> {
+fn v4(j: u32, off: u32, i: u32, hd: u32) -> vec4<f32> {
+#ifdef KV_KINDS
+    return cache4(1u, j, off + 4u * i, min(hd - 4u * i, 4u));
+#else
+    let base = j * params.n_kv_heads * hd + off;
 #ifdef KV_VEC4
     return v_cache[base / 4u + i];
 #else
@@ -61,12 +74,13 @@ fn v4(base: u32, i: u32, hd: u32) -> vec4<f32> {
     }
     return out;
 #endif
+#endif
 }
 
-fn score(base: u32, hd: u32, qv: ptr<function, array<vec4<f32>, HEAD_QUADS>>) -> f32 {
+fn score(j: u32, off: u32, hd: u32, qv: ptr<function, array<vec4<f32>, HEAD_QUADS>>) -> f32 {
     var s4 = vec4<f32>(0.0);
     for (var i = 0u; i < HEAD_QUADS; i++) {
-        s4 += (*qv)[i] * k4(base, i, hd);
+        s4 += (*qv)[i] * k4(j, off, i, hd);
     }
     return (s4.x + s4.y) + (s4.z + s4.w);
 }
@@ -82,7 +96,6 @@ fn attention_rows(
         return;
     }
     let hd = params.head_dim;
-    let kv_dim = params.n_kv_heads * hd;
     let kv_off = (h / (params.n_heads / params.n_kv_heads)) * hd;
     let keys = split_keys(wid.z, t);
 
@@ -95,8 +108,7 @@ fn attention_rows(
     var m = NEG_BIG;
     var l = 0.0;
     for (var j = keys.x; j < keys.y; j++) {
-        let base = j * kv_dim + kv_off;
-        let s = score(base, hd, &qv);
+        let s = score(j, kv_off, hd, &qv);
         if s > m {
             // rescale what was summed under the old maximum (nothing at the first key, where
             // exp(NEG_BIG - s) underflows to 0)
@@ -110,7 +122,7 @@ fn attention_rows(
         let p = exp(s - m);
         l += p;
         for (var i = 0u; i < HEAD_QUADS; i++) {
-            acc[i] += p * v4(base, i, hd);
+            acc[i] += p * v4(j, kv_off, i, hd);
         }
     }
 #ifdef SPLIT

@@ -7,6 +7,8 @@
 // q: [max_tokens, q_stride] (heads at columns 0..n_heads*hd), k, v: [max_tokens, *_stride]
 // (heads from k_off / v_off), k_cache, v_cache: [max_positions, n_kv_heads * head_dim].
 // One invocation per rotated pair or copied value; the grid is (items / WG_SIZE, n_tokens).
+// With KV_DEFER (caches of other kinds than f32) q and k are only rotated in place, and
+// kv_store.wgsl encodes k and v into the caches after.
 //
 // The angle. p * freq in f32 is off by up to ulp(p * freq) / 2 (2.4e-4 rad at p = 4096, 4e-3
 // at 65536) before sin/cos even start, and WGSL only promises sin/cos to 2^-11 on [-pi, pi].
@@ -42,18 +44,26 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
 #else
+#ifdef KV_DEFER
+// Rotation only: k is rotated in place and kv_store.wgsl writes the caches.
+@group(0) @binding(2) var<storage, read_write> q: array<f32>;
+@group(0) @binding(3) var<storage, read_write> k: array<f32>;
+#else
 @group(0) @binding(2) var<storage, read_write> q: array<f32>;
 @group(0) @binding(3) var<storage, read> k: array<f32>;
 @group(0) @binding(4) var<storage, read> v: array<f32>;
 @group(0) @binding(5) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(6) var<storage, read_write> v_cache: array<f32>;
 #endif
+#endif
 fn load_k(i: u32) -> f32 {
     return k[i];
 }
+#ifndef KV_DEFER
 fn load_v(i: u32) -> f32 {
     return v[i];
 }
+#endif
 
 #include "rope_angle.wgsl"
 
@@ -114,9 +124,14 @@ fn rope_kv_write(
         let x0 = load_k(src + d.x);
         let x1 = load_k(src + d.y);
         let sc = rope_sin_cos(pos, i);
+#ifdef KV_DEFER
+        k[src + d.x] = x0 * sc.y - x1 * sc.x;
+        k[src + d.y] = x0 * sc.x + x1 * sc.y;
+#else
         let dst = cache_row + head * hd;
         k_cache[dst + d.x] = x0 * sc.y - x1 * sc.x;
         k_cache[dst + d.y] = x0 * sc.x + x1 * sc.y;
+#endif
         return;
     }
     item -= k_pairs;
@@ -127,7 +142,9 @@ fn rope_kv_write(
     }
     item -= kv_dim;
 #endif
+#ifndef KV_DEFER
     if item < kv_dim {
         v_cache[cache_row + item] = load_v(t * params.v_stride + params.v_off + item);
     }
+#endif
 }

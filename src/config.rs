@@ -274,12 +274,6 @@ impl ModelConfig {
         })
     }
 
-    /// Bytes of an f32 KV cache for `context` positions: K and V for every layer.
-    pub fn kv_cache_bytes(&self, context: usize) -> u64 {
-        [self.n_layers, context, self.kv_dim()]
-            .iter()
-            .fold(2 * 4, |n: u64, &x| n.saturating_mul(x as u64))
-    }
 }
 
 /// The default context length: the model's, capped at 4096.
@@ -300,10 +294,16 @@ pub struct ContextChoice {
 }
 
 /// The context to use when the caller gives none: the model's trained context, at most 4096,
-/// and at most what one layer's KV buffer (`context × kv_dim` f32) may hold under the device's
+/// and at most what one layer's K or V buffer (`context` rows of `row_bytes`, the larger of a
+/// K and a V row in the cache's kinds: `kv_dim × 4` for f32) may hold under the device's
 /// `maxStorageBufferBindingSize` and `maxBufferSize`.
-pub fn auto_context(config: &ModelConfig, max_binding: u64, max_buffer: u64) -> ContextChoice {
-    let row = (config.kv_dim().max(1) as u64) * 4;
+pub fn auto_context(
+    config: &ModelConfig,
+    row_bytes: u64,
+    max_binding: u64,
+    max_buffer: u64,
+) -> ContextChoice {
+    let row = row_bytes.max(1);
     let by_device = (max_binding.min(max_buffer) / row).min(usize::MAX as u64) as usize;
     let mut choice = ContextChoice {
         context: config.context_length,
@@ -433,16 +433,19 @@ pub(crate) mod tests {
             c
         };
         let big = 1 << 30;
+        let f32_row = 64 * 4;
         let c = sized(2048, 64);
-        assert_eq!(auto_context(&c, big, big).context, 2048);
-        assert!(auto_context(&c, big, big).reason.contains("trained"));
+        assert_eq!(auto_context(&c, f32_row, big, big).context, 2048);
+        assert!(auto_context(&c, f32_row, big, big).reason.contains("trained"));
         let c = sized(32768, 64);
-        let choice = auto_context(&c, big, big);
+        let choice = auto_context(&c, f32_row, big, big);
         assert_eq!(choice.context, DEFAULT_CONTEXT_CAP);
         assert!(choice.reason.contains("32768"), "{}", choice.reason);
         // 64 KiB of binding holds 256 rows of 64 f32
-        let choice = auto_context(&c, 1 << 16, big);
+        let choice = auto_context(&c, f32_row, 1 << 16, big);
         assert_eq!(choice.context, 256);
+        // and about 3.8 times as many q8_0 rows (two blocks of 34 bytes: 68 bytes)
+        assert_eq!(auto_context(&c, 68, 1 << 16, big).context, 963);
         assert!(choice.reason.contains("65536"), "{}", choice.reason);
     }
 }

@@ -4,6 +4,8 @@
 
 use crate::error::{Error, Result};
 
+pub mod kv;
+
 /// A tensor's storage type. Quantized types pack `block_elements()` values into
 /// `block_bytes()` bytes; a tensor's element count must be a multiple of the block size.
 /// Variant names are the format's own (`Q4_K`, not `Q4K`).

@@ -150,11 +150,13 @@ pub enum StepLogits {
 pub struct MemoryReport {
     /// Model weights as uploaded (stored type; 1-D tensors as f32).
     pub weights: u64,
-    /// The KV cache (`2 · layers · context · kv_dim · 4`).
+    /// The KV cache (`layers · context ·` the bytes of a K and a V row in their kinds).
     pub kv_cache: u64,
     /// Activations for one chunk, the step uniform, the readback staging buffer and the
     /// kernels' parameter uniforms.
     pub activations: u64,
+    /// Bytes of K and V per cached token, all layers.
+    pub kv_bytes_per_token: u64,
 }
 
 impl MemoryReport {
@@ -203,7 +205,7 @@ impl Forward {
         Self::check_fits(ctx, weights, context, chunk)?;
         let fusion = fuse::plan(weights);
         let gpu = Self::upload(ctx, weights, &fusion, progress)?;
-        let kv = KvCache::new(ctx, &config, context)?;
+        let kv = KvCache::with_kinds(ctx, &config, context, ctx.options().kv_cache)?;
         let c = chunk as u64;
         let (d, q, kv_dim, ff, vocab) = (
             config.hidden_size as u64,
@@ -250,6 +252,7 @@ impl Forward {
             weights: weight_bytes,
             kv_cache: kv.bytes(),
             activations: activation_bytes,
+            kv_bytes_per_token: kv.kinds().bytes_per_token(config.n_layers, config.kv_dim()),
         };
         let graph = arch::build(&config, &gpu, &weights.file)?;
         let compiled = Compiler {
@@ -331,7 +334,7 @@ impl Forward {
 
     /// A spare KV store of `rows` positions with this model's shape (for beam states).
     pub fn new_kv_slot(&self, ctx: &GpuContext, rows: usize) -> Result<KvCache> {
-        KvCache::new(ctx, &self.config, rows.max(1))
+        KvCache::with_kinds(ctx, &self.config, rows.max(1), self.kv.kinds())
     }
 
     /// Copies cached positions `[start, pos)` into rows `[0, pos - start)` of `slot`.

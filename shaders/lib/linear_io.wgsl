@@ -47,8 +47,10 @@ struct Params {
 #endif
 #endif
 #ifdef KV_WRITE
+#ifndef KV_DEFER
 @group(0) @binding(8) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(9) var<storage, read_write> v_cache: array<f32>;
+#endif
 #endif
 #ifdef ROPE
 // Pair i's turns per position, (hi, lo) 0.64 fixed point.
@@ -176,6 +178,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
     }
 #endif
     y[t * params.rows + r] = out;
+#ifndef KV_DEFER
     // positions past the cache were refused on the host; never write outside it anyway
     if pos < params.max_positions {
         if r >= kv_end {
@@ -184,6 +187,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
             k_cache[pos * params.kv_rows + r - params.q_rows] = out;
         }
     }
+#endif
 #else
 #ifdef GLU
     let out_rows = params.rows / 2u;

@@ -9,7 +9,8 @@ use crate::config::{ModelConfig, NormKind, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gpu::ops::{
     Attention, AttentionBinding, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KeySplit,
-    KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv, RopeKvWrite, SwiGlu,
+    KvSource, KvStore, KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv,
+    RopeKvWrite, SwiGlu,
 };
 use crate::gpu::plan::Family;
 use crate::gpu::{
@@ -177,7 +178,10 @@ impl Compiler<'_> {
         let red = Reduction::best(self.ctx);
         let mut nodes = Vec::with_capacity(graph.ops.len());
         for op in &graph.ops {
-            nodes.push(self.node(op, red).await?);
+            nodes.extend(self.node(op, red).await?);
+            if let Some(store) = self.kv_store(op).await? {
+                nodes.push(store);
+            }
         }
         let head_last = self.linear(&graph.head, red, true).await?;
         let head_all = self.linear(&graph.head, red, false).await?;
@@ -188,12 +192,67 @@ impl Compiler<'_> {
         })
     }
 
-    async fn node(&self, op: &Op, red: Reduction) -> Result<Node> {
+    /// The cache write that follows `op` when the caches are of other kinds than f32: the
+    /// producer (the stacked Q/K/V projection, or the rotation of separate ones) leaves the
+    /// rotated keys and the values in its output and a [`KvStore`] encodes them.
+    async fn kv_store(&self, op: &Op) -> Result<Option<Node>> {
+        let kinds = self.kv.kinds();
+        if kinds.is_f32() {
+            return Ok(None);
+        }
+        let c = self.config;
+        let (q_dim, kv_dim) = (c.q_dim() as u32, c.kv_dim() as u32);
+        let (layer, src) = match op {
+            Op::Linear(l) => match l.kv_layer {
+                Some(layer) => {
+                    let y = self.act.get(l.y);
+                    let stride = q_dim + 2 * kv_dim;
+                    let src = KvSource {
+                        k: y,
+                        k_off: q_dim,
+                        k_stride: stride,
+                        v: y,
+                        v_off: q_dim + kv_dim,
+                        v_stride: stride,
+                    };
+                    (layer, src)
+                }
+                None => return Ok(None),
+            },
+            Op::RopeKvWrite { layer } => {
+                let src = KvSource {
+                    k: &self.act.k,
+                    k_off: 0,
+                    k_stride: kv_dim,
+                    v: &self.act.v,
+                    v_off: 0,
+                    v_stride: kv_dim,
+                };
+                (*layer, src)
+            }
+            _ => return Ok(None),
+        };
+        let (k_cache, v_cache) = self.layer_cache(layer)?;
+        let store = KvStore::new(self.ctx, self.cache, kinds).await?;
+        Ok(Some(Node::Kernel(store.bind(
+            self.ctx,
+            self.step,
+            src,
+            k_cache,
+            v_cache,
+            kv_dim,
+            self.kv.context() as u32,
+            self.chunk as u32,
+        )?)))
+    }
+
+    /// The node of `op` (none for an op with nothing to record).
+    async fn node(&self, op: &Op, red: Reduction) -> Result<Option<Node>> {
         let (ctx, cache, c, a) = (self.ctx, self.cache, self.config, self.act);
         let max = self.chunk as u32;
         let heads = heads_of(c);
         let positions = self.kv.context() as u32;
-        Ok(match op {
+        Ok(Some(match op {
             Op::Embed {
                 table,
                 rows,
@@ -208,6 +267,22 @@ impl Compiler<'_> {
                 Node::Kernel(e.bind(ctx, self.step, t, ids, &a.x, max)?)
             }
             Op::Linear(l) => Node::Linear(self.linear(l, red, false).await?),
+            Op::RopeKvWrite { .. } if !self.kv.kinds().is_f32() => {
+                if c.rope_layout == RopeLayout::None {
+                    // nothing to rotate: the cache write that follows is the whole op
+                    return Ok(None);
+                }
+                let rope = RopeKvWrite::rotate_only(ctx, cache, c.rope_layout).await?;
+                Node::Kernel(rope.bind_rotate_only(
+                    ctx,
+                    self.step,
+                    &a.q,
+                    &a.k,
+                    heads,
+                    c.rope_theta,
+                    max,
+                )?)
+            }
             Op::RopeKvWrite { layer } => {
                 let (k_cache, v_cache) = self.layer_cache(*layer)?;
                 let rope = RopeKvWrite::new(ctx, cache, c.rope_layout).await?;
@@ -237,10 +312,16 @@ impl Compiler<'_> {
                 let candidates = self.plan.candidates(Family::Attention);
                 let mut built = Vec::new();
                 for &variant in &candidates {
-                    let attention =
-                        match Attention::with_variant(ctx, cache, red, variant, heads.head_dim)
-                            .await
-                        {
+                    let built_kernel = Attention::with_kinds(
+                        ctx,
+                        cache,
+                        red,
+                        variant,
+                        heads.head_dim,
+                        self.kv.kinds(),
+                    )
+                    .await;
+                    let attention = match built_kernel {
                             Ok(a) => a,
                             // heads too large for the rows shape: measure without it (a forced
                             // rows plan still fails with the reason)
@@ -282,7 +363,7 @@ impl Compiler<'_> {
                     max,
                 )?)
             }
-        })
+        }))
     }
 
     /// Binds `op`; `last_row` computes only the step's last row, into row 0 of `y`.
@@ -310,12 +391,12 @@ impl Compiler<'_> {
             )),
             None => None,
         };
+        let deferred = !self.kv.kinds().is_f32();
         let kv = match op.kv_layer {
             Some(layer) => {
-                let (k_cache, v_cache) = self.layer_cache(layer)?;
+                let caches = self.layer_cache(layer)?;
                 Some(KvWriteBinding {
-                    k_cache,
-                    v_cache,
+                    caches: (!deferred).then_some(caches),
                     q_rows: c.q_dim() as u32,
                     kv_rows: c.kv_dim() as u32,
                     head_dim: c.head_dim as u32,
@@ -337,6 +418,7 @@ impl Compiler<'_> {
             last_row,
             kv_write: kv.is_some(),
             rope: kv.is_some() && c.rope_layout != RopeLayout::None,
+            kv_deferred: kv.is_some() && deferred,
         };
         let linear = Linear::with_variants(
             self.ctx,

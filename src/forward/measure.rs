@@ -56,6 +56,13 @@ pub fn plan_key(ctx: &GpuContext, weights: &ModelWeights<'_>, chunk: usize) -> T
         c.vocab_size,
         types.into_iter().collect::<Vec<_>>().join(",")
     );
+    // the kinds change attention's cost (an f32 cache keeps the key it always had)
+    let kinds = ctx.options().kv_cache;
+    let shape = if kinds.is_f32() {
+        shape
+    } else {
+        format!("{shape} kv={kinds}")
+    };
     TuneKey::new(
         "kernel-plan",
         format!(

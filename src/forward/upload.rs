@@ -63,9 +63,11 @@ impl Forward {
             "activations (chunk × widest layer)",
             f32_bytes(chunk * widest),
         )?;
+        let kinds = ctx.options().kv_cache;
+        let row = kinds.k.row_bytes(c.kv_dim()).max(kinds.v.row_bytes(c.kv_dim()));
         ctx.check_storage_size(
             "KV cache layer (context × kv_dim)",
-            f32_bytes(context as u64 * c.kv_dim() as u64),
+            (context as u64).saturating_mul(row),
         )?;
         Ok(())
     }

@@ -25,6 +25,8 @@ pub struct GpuOptions {
     /// Kernel variants forced for every model loaded on this context (on top of
     /// `EMBERLM_KERNELS`); the rest follow the measured plan.
     pub kernels: super::plan::KernelOverrides,
+    /// The kinds K and V are cached in, for every model loaded on this context (default f32).
+    pub kv_cache: crate::dtype::kv::KvKinds,
 }
 
 impl Default for GpuOptions {
@@ -35,6 +37,7 @@ impl Default for GpuOptions {
             allow_shader_f16: true,
             readback_timeout: std::time::Duration::from_secs(300),
             kernels: super::plan::KernelOverrides::none(),
+            kv_cache: crate::dtype::kv::KvKinds::default(),
         }
     }
 }

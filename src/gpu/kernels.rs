@@ -44,6 +44,8 @@ macro_rules! lib_file {
 
 /// RoPE fused with the KV-cache write.
 pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
+/// The KV-cache write for caches of kinds other than f32 (encode on the way in).
+pub const KV_STORE: ShaderFile = shader_file!("kv_store.wgsl");
 /// Causal grouped-query attention over the KV cache.
 pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
 /// Attention in the rows shape (an invocation per head and token; no barriers).
@@ -74,6 +76,8 @@ const INCLUDES: &[ShaderFile] = &[
     lib_file!("linear_io.wgsl"),
     lib_file!("attention_common.wgsl"),
     lib_file!("step.wgsl"),
+    lib_file!("kv_kind.wgsl"),
+    lib_file!("kv_read.wgsl"),
 ];
 
 /// Deepest `#include` nesting accepted (guards against include cycles).
@@ -375,6 +379,7 @@ mod tests {
             ELEMENTWISE,
             COPY,
             SELECT,
+            KV_STORE,
         ] {
             for d in [
                 Defines::new().value("WG_SIZE", "256u"),
@@ -385,6 +390,12 @@ mod tests {
                     .flag("ROTATE_HALF")
                     .flag("KV_VEC4"),
                 Defines::new().value("WG_SIZE", "64u").flag("NO_ROPE"),
+                Defines::new()
+                    .value("WG_SIZE", "64u")
+                    .flag("KV_KINDS")
+                    .flag("KV_DEFER")
+                    .value("K_KIND", "2u")
+                    .value("V_KIND", "4u"),
             ] {
                 preprocess(&file, &d).unwrap_or_else(|e| panic!("{}: {e}", file.name));
             }

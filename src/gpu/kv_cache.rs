@@ -1,42 +1,60 @@
-//! The KV cache: K and V for every layer, f32, allocated once for the chosen context length.
+//! The KV cache: K and V for every layer, in their kinds ([`KvKinds`]: f32, f16, q8_0, q4_0,
+//! nf4), allocated once for the chosen context length.
 
 use crate::config::ModelConfig;
+use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 
 use super::counters::AliveBuffers;
 use super::device::GpuContext;
 
-/// Per layer, a K and a V buffer of `[context, kv_dim]` f32. Positions advance as tokens are
-/// processed; nothing is ever re-uploaded.
+/// Per layer, a K and a V buffer of `context` rows of `kv_dim` values each, a row stored in
+/// [`crate::dtype::kv::KvKind::row_words`] u32 words of its kind (`[context, kv_dim]` f32 for
+/// f32). Positions advance as tokens are processed; nothing is ever re-uploaded.
 #[derive(Debug)]
 pub struct KvCache {
-    /// K per layer, `[context, kv_dim]`.
+    /// K per layer, `[context, row words of kinds.k]`.
     pub k: Vec<wgpu::Buffer>,
-    /// V per layer, `[context, kv_dim]`.
+    /// V per layer, `[context, row words of kinds.v]`.
     pub v: Vec<wgpu::Buffer>,
     context: usize,
     kv_dim: usize,
+    kinds: KvKinds,
     pos: usize,
     _alive: AliveBuffers,
 }
 
 impl KvCache {
-    /// Allocates the cache for `context` positions; fails before allocating when one layer's
-    /// buffer exceeds the device's binding limit (the message gives the numbers).
+    /// Allocates an f32 cache for `context` positions (see [`KvCache::with_kinds`]).
     pub fn new(ctx: &GpuContext, config: &ModelConfig, context: usize) -> Result<Self> {
+        Self::with_kinds(ctx, config, context, KvKinds::default())
+    }
+
+    /// Allocates the cache for `context` positions with K and V in `kinds`; fails before
+    /// allocating when one layer's buffer exceeds the device's binding limit (the message
+    /// gives the numbers).
+    pub fn with_kinds(
+        ctx: &GpuContext,
+        config: &ModelConfig,
+        context: usize,
+        kinds: KvKinds,
+    ) -> Result<Self> {
         if context == 0 {
             return Err(Error::invalid("context", "must be at least 1"));
         }
         let kv_dim = config.kv_dim();
-        let bytes = (context as u64)
-            .checked_mul(kv_dim as u64 * 4)
-            .ok_or_else(|| Error::invalid("context", format!("{context} positions overflow")))?;
-        ctx.check_storage_size("KV cache layer", bytes)?;
+        let layer_bytes = |kind: crate::dtype::kv::KvKind| {
+            (context as u64)
+                .checked_mul(kind.row_bytes(kv_dim))
+                .ok_or_else(|| Error::invalid("context", format!("{context} positions overflow")))
+        };
+        let (k_bytes, v_bytes) = (layer_bytes(kinds.k)?, layer_bytes(kinds.v)?);
+        ctx.check_storage_size("KV cache layer", k_bytes.max(v_bytes))?;
         let mut k = Vec::with_capacity(config.n_layers);
         let mut v = Vec::with_capacity(config.n_layers);
         for layer in 0..config.n_layers {
-            k.push(ctx.storage_zeroed(&format!("k cache {layer}"), bytes)?);
-            v.push(ctx.storage_zeroed(&format!("v cache {layer}"), bytes)?);
+            k.push(ctx.storage_zeroed(&format!("k cache {layer}"), k_bytes)?);
+            v.push(ctx.storage_zeroed(&format!("v cache {layer}"), v_bytes)?);
         }
         let alive = AliveBuffers::new(
             ctx.counter_cells(),
@@ -48,8 +66,14 @@ impl KvCache {
             v,
             context,
             kv_dim,
+            kinds,
             pos: 0,
         })
+    }
+
+    /// The kinds K and V are stored in.
+    pub fn kinds(&self) -> KvKinds {
+        self.kinds
     }
 
     /// Positions the cache holds at most.
@@ -101,6 +125,15 @@ impl KvCache {
                 "the two KV caches belong to different model shapes",
             ));
         }
+        if src.kinds != dst.kinds {
+            return Err(Error::invalid(
+                "kv",
+                format!(
+                    "the two KV caches store different kinds ({} and {})",
+                    src.kinds, dst.kinds
+                ),
+            ));
+        }
         if src_row + rows > src.context || dst_row + rows > dst.context {
             return Err(Error::invalid(
                 "rows",
@@ -113,14 +146,18 @@ impl KvCache {
         if rows == 0 {
             return Ok(());
         }
-        let row = src.kv_dim as u64 * 4;
+        let (k_row, v_row) = (
+            src.kinds.k.row_bytes(src.kv_dim),
+            src.kinds.v.row_bytes(src.kv_dim),
+        );
         let mut encoder = ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("kv copy"),
             });
-        let pairs = src.k.iter().zip(&dst.k).chain(src.v.iter().zip(&dst.v));
-        for (from, to) in pairs {
+        let pairs = (src.k.iter().zip(&dst.k).map(|p| (p, k_row)))
+            .chain(src.v.iter().zip(&dst.v).map(|p| (p, v_row)));
+        for ((from, to), row) in pairs {
             encoder.copy_buffer_to_buffer(
                 from,
                 src_row as u64 * row,

@@ -8,6 +8,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod embed;
 mod key_split;
+pub mod kv_store;
 pub mod linear;
 mod linear_binding;
 mod linear_options;
@@ -23,6 +24,7 @@ pub use linear::{
     Epilogue, InputNorm, KvWriteBinding, Linear, LinearBinding, LinearKernel, LinearOptions,
     NormBinding,
 };
+pub use kv_store::{KvSource, KvStore};
 pub use rope::{Qkv, RopeKvWrite};
 pub use select::Select;
 

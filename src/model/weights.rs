@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::config::ModelConfig;
+use crate::dtype::kv::KvKinds;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -48,14 +49,18 @@ pub struct TypeTally {
 }
 
 /// GPU memory a model needs, by kind, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MemoryEstimate {
     /// The context length the estimate is for.
     pub context: usize,
     /// Weights as stored (quantized stays quantized).
     pub weights: u64,
-    /// f32 K and V for every layer and position.
+    /// K and V for every layer and position, in [`MemoryEstimate::kv_kinds`].
     pub kv_cache: u64,
+    /// How K and V are stored (`q8_0`, or `k q8_0 / v f16`).
+    pub kv_kinds: String,
+    /// Bytes of K and V per cached token, all layers.
+    pub kv_bytes_per_token: u64,
     /// Activations of one prefill chunk of [`PREFILL_CHUNK`] tokens, f32.
     pub activations: u64,
     /// The sum.
@@ -67,8 +72,13 @@ pub struct MemoryEstimate {
 pub const PREFILL_CHUNK: usize = 64;
 
 impl<'a> ModelWeights<'a> {
-    /// GPU memory for running this model with `context` positions of KV cache.
+    /// GPU memory for running this model with `context` positions of f32 KV cache.
     pub fn memory_estimate(&self, context: usize) -> MemoryEstimate {
+        self.memory_estimate_with(context, KvKinds::default())
+    }
+
+    /// GPU memory for running this model with `context` positions of KV cache in `kinds`.
+    pub fn memory_estimate_with(&self, context: usize, kinds: KvKinds) -> MemoryEstimate {
         let c = &self.config;
         let chunk = PREFILL_CHUNK.min(context.max(1)) as u64;
         let per_token =
@@ -76,11 +86,14 @@ impl<'a> ModelWeights<'a> {
         let scores = (c.n_heads * context) as u64;
         let activations = 4 * (chunk * (per_token + scores) + c.vocab_size as u64);
         let weights = self.weight_bytes();
-        let kv_cache = c.kv_cache_bytes(context);
+        let kv_bytes_per_token = kinds.bytes_per_token(c.n_layers, c.kv_dim());
+        let kv_cache = kv_bytes_per_token.saturating_mul(context as u64);
         MemoryEstimate {
             context,
             weights,
             kv_cache,
+            kv_kinds: kinds.to_string(),
+            kv_bytes_per_token,
             activations,
             total: weights + kv_cache + activations,
         }

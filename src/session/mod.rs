@@ -167,8 +167,10 @@ impl Session {
             },
             None => {
                 let limits = ctx.limits();
+                let (kinds, kv_dim) = (ctx.options().kv_cache, weights.config.kv_dim());
                 auto_context(
                     &weights.config,
+                    kinds.k.row_bytes(kv_dim).max(kinds.v.row_bytes(kv_dim)),
                     limits.max_storage_buffer_binding_size,
                     limits.max_buffer_size,
                 )

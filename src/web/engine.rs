@@ -13,6 +13,7 @@ use super::stream;
 use super::types::{EngineCounters, EngineInfo, GenerationResult, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::engine::{self, EngineOptions};
+use crate::dtype::kv::KvKinds;
 use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
 use crate::loader::ModelFiles;
 use crate::session::{GenerateOptions, Generation, Prompt, TokenEvent};
@@ -117,8 +118,15 @@ impl Engine {
             Some(spec) => spec.parse::<KernelOverrides>().map_err(|e| js_error(&e))?,
             None => KernelOverrides::none(),
         };
+        let kv_cache = KvKinds::from_options(
+            string_option("kvCache")?.as_deref(),
+            string_option("kCache")?.as_deref(),
+            string_option("vCache")?.as_deref(),
+        )
+        .map_err(|e| js_error(&e))?;
         let gpu_options = GpuOptions {
             kernels,
+            kv_cache,
             ..GpuOptions::default()
         };
         let source = Source::from_js(&source).map_err(|e| js_error(&e))?;

@@ -170,6 +170,10 @@ pub(crate) struct EngineInfo {
     model: ModelInfo,
     /// KV cache length in positions.
     context_length: usize,
+    /// How the KV cache stores K and V (`q8_0`, or `k q8_0 / v f16`).
+    kv_cache: String,
+    /// Bytes of K and V per cached token, all layers.
+    kv_bytes_per_token: u64,
     /// Whether the model brought its own chat template (otherwise a plain fallback is used).
     has_chat_template: bool,
     /// The file came from the Cache API, not the network.
@@ -220,6 +224,8 @@ impl EngineInfo {
                 eos_ids: c.eos_ids.clone(),
             },
             context_length: session.context(),
+            kv_cache: session.forward().kv().kinds().to_string(),
+            kv_bytes_per_token: session.forward().memory().kv_bytes_per_token,
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,
@@ -247,6 +253,10 @@ impl EngineInfo {
 struct EngineMemory {
     weights: u64,
     kv_cache: u64,
+    /// How K and V are cached (`q8_0`, or `k q8_0 / v f16`).
+    kv_kinds: String,
+    /// Bytes of K and V per cached token, all layers.
+    kv_bytes_per_token: u64,
     activations: u64,
     total: u64,
 }
@@ -314,6 +324,8 @@ impl EngineCounters {
             memory: EngineMemory {
                 weights: m.weights,
                 kv_cache: m.kv_cache,
+                kv_kinds: session.forward().kv().kinds().to_string(),
+                kv_bytes_per_token: m.kv_bytes_per_token,
                 activations: m.activations,
                 total: m.total(),
             },

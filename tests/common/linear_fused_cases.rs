@@ -277,8 +277,7 @@ pub async fn check_linear_qkv(
             eps: 1e-6,
         };
         let kv = KvWriteBinding {
-            k_cache: &kb,
-            v_cache: &vb,
+            caches: Some((&kb, &vb)),
             q_rows: q_rows as u32,
             kv_rows: kv_rows as u32,
             head_dim: hd as u32,

@@ -6,6 +6,7 @@ pub mod attention_cases;
 pub mod forward_cases;
 pub mod golden;
 pub mod kernel_cases;
+pub mod kv_kind_cases;
 pub mod linear_cases;
 pub mod linear_fused_cases;
 pub mod ops_cases;

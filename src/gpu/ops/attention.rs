@@ -25,6 +25,7 @@ use super::{
     positive, reduce_defines, wg_size, Grid, Heads, KernelBinding, Reduction, StepParams,
     MAX_HEAD_DIM,
 };
+use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
@@ -90,7 +91,8 @@ impl Pipelines {
 /// KV head `g(h) = h / (n_heads / n_kv_heads)`.
 ///
 /// `q: [max_tokens, q_row_stride]` (query heads at columns `0..n_heads·hd`),
-/// `k_cache, v_cache: [max_positions, n_kv_heads·hd]`, `out: [max_tokens, n_heads·hd]`.
+/// `k_cache, v_cache: [max_positions, n_kv_heads·hd]` (f32, or rows of their kind's words,
+/// see [`Attention::with_kinds`]), `out: [max_tokens, n_heads·hd]`.
 /// The step's own keys must already be in the cache ([`super::RopeKvWrite`] earlier in the
 /// same pass).
 #[derive(Debug, Clone)]
@@ -105,6 +107,8 @@ pub struct Attention {
     variant: Variant,
     /// The head size the rows shape was built for (`None`: any).
     head_dim: Option<u32>,
+    /// The kinds of the caches it reads.
+    kinds: KvKinds,
 }
 
 impl Attention {
@@ -125,6 +129,27 @@ impl Attention {
         variant: Variant,
         head_dim: u32,
     ) -> Result<Self> {
+        Self::with_kinds(ctx, cache, reduction, variant, head_dim, KvKinds::default()).await
+    }
+
+    /// [`Attention::with_variant`] over caches stored in `kinds` (decoded as they are read).
+    pub async fn with_kinds(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        reduction: Reduction,
+        variant: Variant,
+        head_dim: u32,
+        kinds: KvKinds,
+    ) -> Result<Self> {
+        let kind_defines = |d: Defines| {
+            if kinds.is_f32() {
+                d
+            } else {
+                d.flag("KV_KINDS")
+                    .value("K_KIND", format!("{}u", kinds.k.code()))
+                    .value("V_KIND", format!("{}u", kinds.v.code()))
+            }
+        };
         if variant == Variant::Rows {
             positive("head_dim", head_dim)?;
             if head_dim > ROWS_MAX_HEAD_DIM {
@@ -138,7 +163,7 @@ impl Attention {
             let wg = ROWS_WG
                 .min(ctx.limits().max_compute_workgroup_size_x)
                 .max(1);
-            let defines = Defines::new()
+            let defines = kind_defines(Defines::new())
                 .value("RWG_SIZE", format!("{wg}u"))
                 .value("HEAD_QUADS", format!("{}u", head_dim.div_ceil(4)));
             let file = &kernels::ATTENTION_ROWS;
@@ -150,11 +175,12 @@ impl Attention {
                 key_tile: wg,
                 variant,
                 head_dim: Some(head_dim),
+                kinds,
             });
         }
         let key_tile = wg_size(ctx);
-        let defines =
-            reduce_defines(ctx, reduction)?.value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u"));
+        let defines = kind_defines(reduce_defines(ctx, reduction)?)
+            .value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u"));
         let file = &kernels::ATTENTION;
         Ok(Self {
             whole: Pipelines::load(ctx, cache, file, "attention", defines.clone()).await?,
@@ -163,6 +189,7 @@ impl Attention {
             key_tile,
             variant,
             head_dim: None,
+            kinds,
         })
     }
 
@@ -244,9 +271,14 @@ impl Attention {
             q,
             elements("max_tokens", max_tokens, u64::from(q_row_stride))?,
         )?;
-        let cache_len = elements("max_positions", max_positions, heads.kv_dim())?;
-        check_len("k_cache", k_cache, cache_len)?;
-        check_len("v_cache", v_cache, cache_len)?;
+        let kv_dim = heads.kv_dim() as usize;
+        for (name, buffer, kind) in [
+            ("k_cache", k_cache, self.kinds.k),
+            ("v_cache", v_cache, self.kinds.v),
+        ] {
+            let words = elements("max_positions", max_positions, kind.row_words(kv_dim) as u64)?;
+            check_len(name, buffer, words)?;
+        }
         check_len("out", out, elements("max_tokens", max_tokens, q_dim)?)?;
         for (name, other) in [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] {
             check_distinct("out", out, name, other)?;

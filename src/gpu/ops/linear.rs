@@ -141,6 +141,12 @@ impl Linear {
                 "a Q/K/V projection writing the KV cache has no other epilogue",
             ));
         }
+        if options.kv_deferred && !options.kv_write {
+            return Err(Error::invalid(
+                "options",
+                "a deferred KV-cache write needs kv_write",
+            ));
+        }
         if options.rope && !options.kv_write {
             return Err(Error::invalid(
                 "options",
@@ -201,6 +207,7 @@ impl Linear {
                 .flag_if("LAST_ROW", options.last_row)
                 .flag_if("KV_WRITE", options.kv_write)
                 .flag_if("ROPE", options.rope)
+                .flag_if("KV_DEFER", options.kv_deferred)
         };
         let rows_defines =
             || common(Defines::new()).value("RWG_SIZE", format!("{}u", pow2_cap(ROWS_WG)));
@@ -384,9 +391,9 @@ impl Linear {
             }
         }
         let (kv_params, freqs) = check_kv(ctx, opts, kv, rows, &storage)?;
-        if let Some(kv) = kv {
-            storage.push((8, kv.k_cache));
-            storage.push((9, kv.v_cache));
+        if let Some((k_cache, v_cache)) = kv.and_then(|kv| kv.caches) {
+            storage.push((8, k_cache));
+            storage.push((9, v_cache));
         }
         if let Some(f) = &freqs {
             storage.push((10, f));

@@ -44,14 +44,18 @@ pub struct LinearOptions {
     /// With `kv_write`: q and k are rotated first (RoPE over adjacent row pairs `(2i, 2i+1)`
     /// within each head).
     pub rope: bool,
+    /// With `kv_write`: the caches are not written here, only `y` (rotated); a
+    /// [`super::KvStore`] dispatch encodes the k and v rows into caches of other kinds than
+    /// f32 after.
+    pub kv_deferred: bool,
 }
 
 /// The KV cache of a [`Linear`] built with [`LinearOptions::kv_write`].
 #[derive(Debug, Clone, Copy)]
 pub struct KvWriteBinding<'a> {
-    /// One layer's caches, `[max_positions, kv_rows]` f32 each.
-    pub k_cache: &'a wgpu::Buffer,
-    pub v_cache: &'a wgpu::Buffer,
+    /// One layer's K and V caches, `[max_positions, kv_rows]` f32 each; `None` exactly when
+    /// the layer was built with [`LinearOptions::kv_deferred`].
+    pub caches: Option<(&'a wgpu::Buffer, &'a wgpu::Buffer)>,
     /// Query rows (`n_heads · head_dim`) and key/value rows each (`n_kv_heads · head_dim`);
     /// the weight has `q_rows + 2 · kv_rows` rows.
     pub q_rows: u32,

@@ -92,6 +92,8 @@ pub struct RopeKvWrite {
     pipeline: Arc<wgpu::ComputePipeline>,
     layout: RopeLayout,
     wg_size: u32,
+    /// Rotation only (q and k in place; the caches are written by a [`super::KvStore`]).
+    rotate_only: bool,
 }
 
 impl RopeKvWrite {
@@ -108,7 +110,61 @@ impl RopeKvWrite {
             pipeline,
             layout,
             wg_size,
+            rotate_only: false,
         })
+    }
+
+    /// The kernel that only rotates, for caches of other kinds than f32: `q[t]` and `k[t]` are
+    /// rotated in place and a [`super::KvStore`] encodes k and v into the caches after. Bind it
+    /// with [`RopeKvWrite::bind_rotate_only`]. A model without RoPE needs no such kernel.
+    pub async fn rotate_only(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        layout: RopeLayout,
+    ) -> Result<Self> {
+        if layout == RopeLayout::None {
+            return Err(Error::invalid(
+                "layout",
+                "a model without RoPE has nothing to rotate",
+            ));
+        }
+        let wg_size = wg_size(ctx);
+        let defines = Defines::new()
+            .value("WG_SIZE", format!("{wg_size}u"))
+            .value("FREQ_VEC4S", FREQ_VEC4S)
+            .flag_if("ROTATE_HALF", layout == RopeLayout::RotateHalf)
+            .flag("KV_DEFER");
+        let pipeline = load(ctx, cache, &kernels::ROPE, "rope_kv_write", defines).await?;
+        Ok(Self {
+            pipeline,
+            layout,
+            wg_size,
+            rotate_only: true,
+        })
+    }
+
+    /// Binds a [`RopeKvWrite::rotate_only`] kernel: `q: [max_tokens, n_heads·hd]` and
+    /// `k: [max_tokens, n_kv_heads·hd]`, both rotated in place at positions `pos0 + t`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_rotate_only(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        q: &wgpu::Buffer,
+        k: &wgpu::Buffer,
+        heads: Heads,
+        theta: f32,
+        max_tokens: u32,
+    ) -> Result<KernelBinding> {
+        if !self.rotate_only {
+            return Err(Error::invalid(
+                "rope",
+                "kernel built to write the caches; use bind",
+            ));
+        }
+        // no cache rows to guard: every position is rotated
+        let positions = u32::MAX;
+        self.bind_checked(ctx, step, Qkv { q, k, v: k }, None, heads, theta, positions, max_tokens)
     }
 
     /// Binds the step's `qkv` and one layer's caches (`max_positions` rows each) with the
@@ -124,6 +180,36 @@ impl RopeKvWrite {
         qkv: Qkv<'_>,
         k_cache: &wgpu::Buffer,
         v_cache: &wgpu::Buffer,
+        heads: Heads,
+        theta: f32,
+        max_positions: u32,
+        max_tokens: u32,
+    ) -> Result<KernelBinding> {
+        if self.rotate_only {
+            return Err(Error::invalid(
+                "rope",
+                "kernel built to rotate only; use bind_rotate_only",
+            ));
+        }
+        self.bind_checked(
+            ctx,
+            step,
+            qkv,
+            Some((k_cache, v_cache)),
+            heads,
+            theta,
+            max_positions,
+            max_tokens,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bind_checked(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        qkv: Qkv<'_>,
+        caches: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
         heads: Heads,
         theta: f32,
         max_positions: u32,
@@ -149,11 +235,6 @@ impl RopeKvWrite {
             ));
         }
         let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
-        let cache_len = elements("max_positions", max_positions, kv_dim)?;
-        check_len("k_cache", k_cache, cache_len)?;
-        check_len("v_cache", v_cache, cache_len)?;
-        check_distinct("k_cache", k_cache, "v_cache", v_cache)?;
-
         let mut storage: Vec<&wgpu::Buffer> = Vec::with_capacity(5);
         let Qkv { q, k, v } = qkv;
         let len = |w| elements("max_tokens", max_tokens, w);
@@ -162,21 +243,32 @@ impl RopeKvWrite {
             storage.push(q);
         }
         check_len("k", k, len(kv_dim)?)?;
-        check_len("v", v, len(kv_dim)?)?;
-        storage.extend([k, v]);
-        let (q_stride, k_off, k_stride, v_off, v_stride) = (q_dim, 0, kv_dim, 0, kv_dim);
-        for (name, written) in [("k_cache", k_cache), ("v_cache", v_cache)] {
-            for &other in &storage {
-                check_distinct(name, written, "q/k/v", other)?;
-            }
-        }
+        storage.push(k);
         if rope {
             check_distinct("q", q, "k", k)?;
-            check_distinct("q", q, "v", v)?;
         }
-        storage.extend([k_cache, v_cache]);
+        if let Some((k_cache, v_cache)) = caches {
+            let cache_len = elements("max_positions", max_positions, kv_dim)?;
+            check_len("k_cache", k_cache, cache_len)?;
+            check_len("v_cache", v_cache, cache_len)?;
+            check_distinct("k_cache", k_cache, "v_cache", v_cache)?;
+            check_len("v", v, len(kv_dim)?)?;
+            storage.push(v);
+            for (name, written) in [("k_cache", k_cache), ("v_cache", v_cache)] {
+                for &other in &storage {
+                    check_distinct(name, written, "q/k/v", other)?;
+                }
+            }
+            if rope {
+                check_distinct("q", q, "v", v)?;
+            }
+            storage.extend([k_cache, v_cache]);
+        }
+        let (q_stride, k_off, k_stride, v_off, v_stride) = (q_dim, 0, kv_dim, 0, kv_dim);
 
-        let items = if rope {
+        let items = if self.rotate_only {
+            (heads.n_heads + heads.n_kv_heads) * (heads.head_dim / 2)
+        } else if rope {
             (heads.n_heads + heads.n_kv_heads) * (heads.head_dim / 2)
                 + heads.n_kv_heads * heads.head_dim
         } else {

@@ -133,19 +133,23 @@ pub(crate) fn check_kv(
             ),
         ));
     }
-    let cache_words = u64::from(kv.max_positions) * u64::from(kv.kv_rows);
-    let what = format!("[{}, {}] f32", kv.max_positions, kv.kv_rows);
-    check_words("k_cache", kv.k_cache, cache_words, &what)?;
-    check_words("v_cache", kv.v_cache, cache_words, &what)?;
-    if kv.k_cache == kv.v_cache
-        || inputs
-            .iter()
-            .any(|&(_, b)| b == kv.k_cache || b == kv.v_cache)
-    {
-        return Err(Error::invalid(
-            "kv",
-            "the caches must be distinct from each other and from the layer's buffers",
-        ));
+    let caches = optional_input(
+        "kv",
+        "a KV cache written in the epilogue",
+        !options.kv_deferred,
+        kv.caches,
+    )?;
+    if let Some((k_cache, v_cache)) = caches {
+        let cache_words = u64::from(kv.max_positions) * u64::from(kv.kv_rows);
+        let what = format!("[{}, {}] f32", kv.max_positions, kv.kv_rows);
+        check_words("k_cache", k_cache, cache_words, &what)?;
+        check_words("v_cache", v_cache, cache_words, &what)?;
+        if k_cache == v_cache || inputs.iter().any(|&(_, b)| b == k_cache || b == v_cache) {
+            return Err(Error::invalid(
+                "kv",
+                "the caches must be distinct from each other and from the layer's buffers",
+            ));
+        }
     }
     let freqs = if options.rope {
         if !hd.is_multiple_of(2) || hd > super::MAX_HEAD_DIM {
