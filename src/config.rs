@@ -273,7 +273,6 @@ impl ModelConfig {
             Some(_) => Ok(()),
         })
     }
-
 }
 
 /// The default context length: the model's, capped at 4096.
@@ -436,7 +435,9 @@ pub(crate) mod tests {
         let f32_row = 64 * 4;
         let c = sized(2048, 64);
         assert_eq!(auto_context(&c, f32_row, big, big).context, 2048);
-        assert!(auto_context(&c, f32_row, big, big).reason.contains("trained"));
+        assert!(auto_context(&c, f32_row, big, big)
+            .reason
+            .contains("trained"));
         let c = sized(32768, 64);
         let choice = auto_context(&c, f32_row, big, big);
         assert_eq!(choice.context, DEFAULT_CONTEXT_CAP);

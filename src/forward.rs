@@ -22,6 +22,7 @@ mod compile;
 pub mod fuse;
 pub mod gpt2;
 pub mod graph;
+mod kv;
 pub mod llama;
 mod measure;
 mod profile;
@@ -59,6 +60,8 @@ pub struct Forward {
     select_staging: wgpu::Buffer,
     /// Which variant each kernel family runs, and why.
     plan: KernelPlan,
+    /// The pass as data, kept to rebind it to another KV cache ([`Forward::set_kv`]).
+    graph: graph::Graph,
 }
 
 /// Called after each step of [`Readback::EachStep`] with the index of the step's first token,
@@ -296,6 +299,7 @@ impl Forward {
             select,
             select_staging,
             plan,
+            graph,
         };
         forward.finish_plan(ctx, &key).await?;
         Ok(forward)
@@ -330,41 +334,6 @@ impl Forward {
     /// The KV cache (its position is the next token's position).
     pub fn kv(&self) -> &KvCache {
         &self.kv
-    }
-
-    /// A spare KV store of `rows` positions with this model's shape (for beam states).
-    pub fn new_kv_slot(&self, ctx: &GpuContext, rows: usize) -> Result<KvCache> {
-        KvCache::with_kinds(ctx, &self.config, rows.max(1), self.kv.kinds())
-    }
-
-    /// Copies cached positions `[start, pos)` into rows `[0, pos - start)` of `slot`.
-    pub fn save_kv(&self, ctx: &GpuContext, start: usize, slot: &KvCache) -> Result<()> {
-        let rows = self.kv.pos().checked_sub(start).ok_or_else(|| {
-            Error::invalid(
-                "start",
-                format!("{start} is past the cached {} positions", self.kv.pos()),
-            )
-        })?;
-        KvCache::copy_rows(ctx, &self.kv, start, slot, 0, rows)
-    }
-
-    /// Restores rows `[0, rows)` of `slot` into positions `[start, start + rows)` and sets the
-    /// position to `start + rows`. Positions before `start` must already hold the shared prefix.
-    pub fn load_kv(
-        &mut self,
-        ctx: &GpuContext,
-        start: usize,
-        slot: &KvCache,
-        rows: usize,
-    ) -> Result<()> {
-        if start > self.kv.pos() {
-            return Err(Error::invalid(
-                "start",
-                format!("{start} is past the cached {} positions", self.kv.pos()),
-            ));
-        }
-        KvCache::copy_rows(ctx, slot, 0, &self.kv, start, rows)?;
-        self.kv.set_pos(start + rows)
     }
 
     /// Forgets cached positions from `pos` on (0 starts a new sequence).

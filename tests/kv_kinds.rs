@@ -84,8 +84,8 @@ fn rotation_store_and_attention_over_steps() {
 /// How far a kind may move a tiny model's logits from the f32 cache's: the largest
 /// |Δ logit|, the mean |Δ NLL| of the sequence's own next tokens, and the share of positions
 /// whose top token may differ. The fixtures are random models with nearly flat
-/// distributions, far more sensitive than trained ones (measured on lavapipe: f16 1.7e-2 /
-/// 7e-4 / 1 of 112, q8_0 0.43 / 1.1e-2 / 7, 4-bit kinds 6.5 / 0.28 / 53); the bounds are
+/// distributions, far more sensitive than trained ones (measured on lavapipe: f16 9.7e-2 /
+/// 2.8e-3 / 1 of 112, q8_0 0.43 / 1.1e-2 / 7, 4-bit kinds 6.5 / 0.28 / 53); the bounds are
 /// about twice that. SmolLM2 is held to the quality gates in `tests/kv_kinds_smollm2.rs`.
 fn bounds(kinds: KvKinds) -> (f32, f64, f64) {
     let worst = if kinds.k == KvKind::F32 && kinds.v == KvKind::F32 {
@@ -96,7 +96,7 @@ fn bounds(kinds: KvKinds) -> (f32, f64, f64) {
     };
     match worst {
         KvKind::F32 => (0.0, 0.0, 0.0),
-        KvKind::F16 => (0.05, 2e-3, 0.03),
+        KvKind::F16 => (0.2, 5e-3, 0.03),
         KvKind::Q8_0 => (1.0, 0.03, 0.1),
         KvKind::Q4_0 | KvKind::Nf4 => (15.0, 0.6, 0.6),
     }
@@ -146,9 +146,8 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
     };
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     for &(model, golden_file) in MODELS {
-        let golden = Golden::parse(
-            &std::fs::read_to_string(root.join("golden").join(golden_file)).unwrap(),
-        );
+        let golden =
+            Golden::parse(&std::fs::read_to_string(root.join("golden").join(golden_file)).unwrap());
         let files = ModelFiles::open(&root.join(model)).unwrap();
         let weights = files.weights().unwrap();
         let vocab = weights.config.vocab_size;

@@ -9,7 +9,7 @@ mod common;
 use common::browser_log as log;
 
 use common::kernel_cases::reductions;
-use common::{attention_cases, ops_cases};
+use common::{attention_cases, kv_kind_cases, ops_cases};
 use emberlm::config::RopeLayout;
 use emberlm::gpu::{KernelCache, Reduction};
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
@@ -83,4 +83,37 @@ async fn elementwise_matches_reference() {
         ops_cases::check_elementwise(&ctx, &cache, ops_cases::ELEMENTWISE_CASES_SMALL, &mut rng)
             .await;
     ok("elementwise", r);
+}
+
+#[wasm_bindgen_test]
+async fn kv_store_matches_the_cpu_encoder() {
+    let ctx = common::browser_gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("kv store (browser)", &log);
+    ok(
+        "kv store",
+        kv_kind_cases::check_store(&ctx, &cache, &mut rng).await,
+    );
+}
+
+#[wasm_bindgen_test]
+async fn attention_reads_every_kv_kind() {
+    let ctx = common::browser_gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("attention kinds (browser)", &log);
+    let reduction = Reduction::best(&ctx);
+    let r = kv_kind_cases::check_attention_kinds(
+        &ctx,
+        &cache,
+        reduction,
+        kv_kind_cases::KIND_ATTENTION_CASES_SMALL,
+        &mut rng,
+    )
+    .await;
+    ok(&format!("attention kinds {reduction:?}"), r);
+    for kinds in kv_kind_cases::kind_pairs() {
+        let r = kv_kind_cases::check_step_sequence_kinds(&ctx, &cache, reduction, kinds, &mut rng)
+            .await;
+        ok(&format!("step sequence {kinds} {reduction:?}"), r);
+    }
 }

@@ -86,19 +86,20 @@ impl KvKind {
     /// `option` names the setting in the error.
     pub fn parse(option: &'static str, s: &str) -> Result<Self> {
         let lower = s.trim().to_ascii_lowercase();
-        let kind = match lower.as_str() {
-            "f32" => KvKind::F32,
-            "f16" => KvKind::F16,
-            "q8_0" | "q8" => KvKind::Q8_0,
-            "q4_0" | "q4" => KvKind::Q4_0,
-            "nf4" => KvKind::Nf4,
-            _ => {
-                return Err(Error::invalid(
+        let kind =
+            match lower.as_str() {
+                "f32" => KvKind::F32,
+                "f16" => KvKind::F16,
+                "q8_0" | "q8" => KvKind::Q8_0,
+                "q4_0" | "q4" => KvKind::Q4_0,
+                "nf4" => KvKind::Nf4,
+                _ => return Err(Error::invalid(
                     option,
-                    format!("unknown KV-cache kind '{s}' (expected one of f32, f16, q8_0, q4_0, nf4)"),
-                ))
-            }
-        };
+                    format!(
+                        "unknown KV-cache kind '{s}' (expected one of f32, f16, q8_0, q4_0, nf4)"
+                    ),
+                )),
+            };
         Ok(kind)
     }
 
@@ -178,7 +179,11 @@ impl KvKind {
                     out[b / 2] |= u32::from(half::f16::from_f32(d).to_bits()) << (16 * (b % 2));
                     let per = self.values_per_word();
                     let bits = 32 / per;
-                    let mask = if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 };
+                    let mask = if bits == 32 {
+                        u32::MAX
+                    } else {
+                        (1u32 << bits) - 1
+                    };
                     for (i, &c) in codes.iter().enumerate() {
                         let word = sw + (b * KV_BLOCK + i) / per;
                         out[word] |= (c & mask) << (bits * (i % per));
@@ -191,7 +196,9 @@ impl KvKind {
 
     /// Decodes a row of `kv_dim` values from its words.
     pub fn decode_row(self, words: &[u32], kv_dim: usize) -> Vec<f32> {
-        (0..kv_dim).map(|e| self.decode_at(words, kv_dim, e)).collect()
+        (0..kv_dim)
+            .map(|e| self.decode_at(words, kv_dim, e))
+            .collect()
     }
 
     /// Value `e` of a row of `kv_dim` values stored in `words` (0 when `words` is too short).
@@ -437,7 +444,10 @@ mod tests {
         // scale's rounding in q8_0
         let mut b = [0.1f32; 32];
         b[3] = -4.0;
-        assert_eq!(KvKind::Nf4.decode_row(&KvKind::Nf4.encode_row(&b), 32)[3], -4.0);
+        assert_eq!(
+            KvKind::Nf4.decode_row(&KvKind::Nf4.encode_row(&b), 32)[3],
+            -4.0
+        );
         let y = KvKind::Q8_0.decode_row(&KvKind::Q8_0.encode_row(&b), 32);
         assert!((y[3] + 4.0).abs() <= 4.0 * 2.0f32.powi(-11), "{}", y[3]);
         assert_eq!(nf4_code(-1.0), 0);

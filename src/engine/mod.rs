@@ -37,8 +37,11 @@ pub struct EngineOptions {
     /// KV cache length in positions (default: the model's context, at most 4096, within the
     /// device's limits).
     pub context: Option<usize>,
-    /// The device to ask for (kernel variants forced, features).
+    /// The device to ask for (kernel variants forced, features, the KV-cache kinds).
     pub gpu: GpuOptions,
+    /// Choose the KV-cache kind automatically (`kv_cache: "auto"`) under these settings;
+    /// `None` keeps `gpu.kv_cache`.
+    pub cache_plan: Option<crate::session::CachePlanOptions>,
 }
 
 /// Called with the new session after every rebuild on a new device.
@@ -61,6 +64,9 @@ pub struct Engine {
     lost: Cell<bool>,
     rebuilds: Cell<u64>,
     on_rebuild: RefCell<Option<RebuildHook>>,
+    /// The KV-cache kinds the session was loaded with (the automatic plan's choice), which a
+    /// rebuild on a new device keeps.
+    session_kinds: Cell<Option<crate::dtype::kv::KvKinds>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -113,9 +119,14 @@ impl Engine {
         options: EngineOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        let session = Session::new_with_progress(gpu, &files, options.context, progress).await?;
+        let mut session =
+            Session::new_with_progress(gpu, &files, options.context, progress).await?;
+        if let Some(plan) = &options.cache_plan {
+            session.plan_kv_cache(plan).await?;
+        }
         let abort = AbortSwitch::default();
         abort.set(session.abort_handle());
+        let kinds = session.forward().kv().kinds();
         Ok(Self {
             queue: Rc::default(),
             files,
@@ -128,6 +139,7 @@ impl Engine {
             lost: Cell::new(false),
             rebuilds: Cell::new(0),
             on_rebuild: RefCell::new(None),
+            session_kinds: Cell::new(Some(kinds)),
         })
     }
 

@@ -13,6 +13,11 @@ impl Engine {
     pub(super) async fn rebuild(&self) -> Result<Session> {
         let gpu = GpuContext::new(self.options.gpu.clone()).await?;
         let mut session = Session::new(gpu, &self.files, self.options.context).await?;
+        // the automatic plan's choice stands: the same kinds on the new device
+        let decided = self.session_kinds.get();
+        if let Some(kinds) = decided.filter(|k| *k != session.forward().kv().kinds()) {
+            session.set_kv_kinds(kinds).await?;
+        }
         self.abort.set(session.abort_handle());
         let tokens = self.conversation.borrow().clone();
         match session.restore(&tokens).await {

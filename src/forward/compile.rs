@@ -322,16 +322,16 @@ impl Compiler<'_> {
                     )
                     .await;
                     let attention = match built_kernel {
-                            Ok(a) => a,
-                            // heads too large for the rows shape: measure without it (a forced
-                            // rows plan still fails with the reason)
-                            Err(Error::InvalidArgument { .. })
-                                if variant == Variant::Rows && candidates.len() > 1 =>
-                            {
-                                continue
-                            }
-                            Err(e) => return Err(e),
-                        };
+                        Ok(a) => a,
+                        // heads too large for the rows shape: measure without it (a forced
+                        // rows plan still fails with the reason)
+                        Err(Error::InvalidArgument { .. })
+                            if variant == Variant::Rows && candidates.len() > 1 =>
+                        {
+                            continue
+                        }
+                        Err(e) => return Err(e),
+                    };
                     built.push((
                         variant,
                         attention.bind(

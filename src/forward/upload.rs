@@ -64,7 +64,10 @@ impl Forward {
             f32_bytes(chunk * widest),
         )?;
         let kinds = ctx.options().kv_cache;
-        let row = kinds.k.row_bytes(c.kv_dim()).max(kinds.v.row_bytes(c.kv_dim()));
+        let row = kinds
+            .k
+            .row_bytes(c.kv_dim())
+            .max(kinds.v.row_bytes(c.kv_dim()));
         ctx.check_storage_size(
             "KV cache layer (context × kv_dim)",
             (context as u64).saturating_mul(row),

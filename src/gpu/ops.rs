@@ -20,11 +20,11 @@ pub use attention::{Attention, AttentionBinding, KeySplit};
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::SwiGlu;
 pub use embed::{EmbedSource, Embedding};
+pub use kv_store::{KvSource, KvStore};
 pub use linear::{
     Epilogue, InputNorm, KvWriteBinding, Linear, LinearBinding, LinearKernel, LinearOptions,
     NormBinding,
 };
-pub use kv_store::{KvSource, KvStore};
 pub use rope::{Qkv, RopeKvWrite};
 pub use select::Select;
 

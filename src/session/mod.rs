@@ -26,6 +26,7 @@
 //! scoring).
 
 mod beam;
+pub mod cache_plan;
 mod context;
 mod decode;
 pub mod options;
@@ -44,6 +45,7 @@ use crate::gpu::{GpuContext, KernelCache};
 use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
 
+pub use cache_plan::{CacheCandidate, CacheDecision, CachePlanOptions};
 pub use options::{
     FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats, TokenEvent,
 };
@@ -99,6 +101,10 @@ pub struct Session {
     context_choice: ContextChoice,
     /// Read back the whole logits row on every decode step (no candidate selection).
     full_row_readback: bool,
+    /// The automatic KV-cache plan's decision, when one was made.
+    cache_decision: Option<cache_plan::CacheDecision>,
+    /// The pipelines the model was built with (reused when the KV cache is replaced).
+    kernels: KernelCache,
 }
 
 impl std::fmt::Debug for Session {
@@ -200,6 +206,8 @@ impl Session {
             abort: AbortHandle::default(),
             context_choice: choice,
             full_row_readback: false,
+            cache_decision: None,
+            kernels,
         })
     }
 

@@ -13,7 +13,6 @@ use super::stream;
 use super::types::{EngineCounters, EngineInfo, GenerationResult, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::engine::{self, EngineOptions};
-use crate::dtype::kv::KvKinds;
 use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
 use crate::loader::ModelFiles;
 use crate::session::{GenerateOptions, Generation, Prompt, TokenEvent};
@@ -66,14 +65,14 @@ impl Drop for Engine {
     }
 }
 
-fn load_option(options: &JsValue, key: &str) -> JsValue {
+pub(super) fn load_option(options: &JsValue, key: &str) -> JsValue {
     if options.is_undefined() || options.is_null() {
         return JsValue::UNDEFINED;
     }
     js_sys::Reflect::get(options, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
-fn present(v: &JsValue) -> bool {
+pub(super) fn present(v: &JsValue) -> bool {
     !v.is_undefined() && !v.is_null()
 }
 
@@ -118,12 +117,8 @@ impl Engine {
             Some(spec) => spec.parse::<KernelOverrides>().map_err(|e| js_error(&e))?,
             None => KernelOverrides::none(),
         };
-        let kv_cache = KvKinds::from_options(
-            string_option("kvCache")?.as_deref(),
-            string_option("kCache")?.as_deref(),
-            string_option("vCache")?.as_deref(),
-        )
-        .map_err(|e| js_error(&e))?;
+        let (kv_cache, cache_plan) =
+            super::cache_options::kv_options(&options).map_err(|e| js_error(&e))?;
         let gpu_options = GpuOptions {
             kernels,
             kv_cache,
@@ -166,6 +161,7 @@ impl Engine {
         let options = EngineOptions {
             context,
             gpu: gpu_options,
+            cache_plan,
         };
         let inner = engine::Engine::new(gpu, files, options, &mut |l, t| report("upload", l, t))
             .await

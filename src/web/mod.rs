@@ -10,6 +10,7 @@
 //! `std::panic::set_hook` hook was chosen over a JavaScript-side wrapper because it runs at the
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
+mod cache_options;
 mod engine;
 mod source;
 mod stream;

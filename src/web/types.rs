@@ -174,6 +174,9 @@ pub(crate) struct EngineInfo {
     kv_cache: String,
     /// Bytes of K and V per cached token, all layers.
     kv_bytes_per_token: u64,
+    /// The automatic KV-cache plan's decision and measurements (`kvCache: 'auto'`).
+    #[tsify(type = "KvCachePlanInfo | null")]
+    kv_cache_plan: Option<crate::session::CacheDecision>,
     /// Whether the model brought its own chat template (otherwise a plain fallback is used).
     has_chat_template: bool,
     /// The file came from the Cache API, not the network.
@@ -226,6 +229,7 @@ impl EngineInfo {
             context_length: session.context(),
             kv_cache: session.forward().kv().kinds().to_string(),
             kv_bytes_per_token: session.forward().memory().kv_bytes_per_token,
+            kv_cache_plan: session.cache_decision().cloned(),
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,

@@ -54,13 +54,38 @@ export interface LoadOptions {
   kernels?: string;
   /**
    * How the KV cache stores keys and values: `'f32'` (exact, the default), `'f16'`, `'q8_0'`,
-   * `'q4_0'` or `'nf4'` (blocks of 32 with a scale; about 2×, 3.8× and 7× smaller than f32).
+   * `'q4_0'` or `'nf4'` (blocks of 32 with a scale; about 2×, 3.8× and 7× smaller than f32),
+   * or `'auto'`: each kind within `cacheBudgetMb` is measured against f32 on this device
+   * (quality gates, then speed), the best kept in the Cache API and reused; the decision is in
+   * `engine.info().kvCachePlan`.
    */
-  kvCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4';
+  kvCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4' | 'auto';
   /** The K cache's kind alone (overrides `kvCache` for K). */
   kCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4';
   /** The V cache's kind alone (overrides `kvCache` for V). */
   vCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4';
+  /** With `kvCache: 'auto'`: the largest KV cache allowed, MiB (default: no limit). */
+  cacheBudgetMb?: number;
+  /** Calibration prompt, tokens (default 64). */
+  cacheQualityPromptLen?: number;
+  /** Calibration tokens decoded one at a time (default 4). */
+  cacheQualityDecodeSteps?: number;
+  /** Largest mean NLL increase over f32, nats per token (default 0.05). */
+  cacheQualityMaxDeltaNll?: number;
+  /** Largest perplexity ratio to f32 (default 1.05). */
+  cacheQualityMaxPplRatio?: number;
+  /** Largest mean KL divergence from f32 on the needle probe (default 0.1). */
+  cacheQualityMaxMeanKl?: number;
+  /** Time the kinds that pass and keep the fastest (default true; false keeps the smallest). */
+  cacheAutoBenchmark?: boolean;
+  /** Decode steps timed per kind (default 8). */
+  cacheAutoBenchSteps?: number;
+  /** Prompt before the timed steps, tokens (default 64). */
+  cacheAutoBenchPromptLen?: number;
+  /** Measure again when the stored decision is older than the interval (default true). */
+  cachePlanProbe?: boolean;
+  /** Age after which a stored decision is measured again, seconds (default 3600). */
+  cachePlanProbeIntervalSec?: number;
 }
 
 /** Options of `engine.profile`. */
@@ -114,6 +139,33 @@ export interface KernelPlanInfo {
   stored_at: string | null;
   /** The attention key split when forced (`'off'` or `{ keys: N }`); absent: the policy. */
   attention_split?: 'off' | { keys: number };
+}
+
+/** The automatic KV-cache plan's decision (`kvCache: 'auto'`) and what it measured. */
+export interface KvCachePlanInfo {
+  /** The chosen kind, for K and V. */
+  kind: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4';
+  /** Measured at this load, or reused from the Cache API. */
+  source: 'measured' | 'reused';
+  /** When it was measured, seconds since the Unix epoch. */
+  measured_at: number;
+  budget_mb: number | null;
+  context: number;
+  /** Every kind: its cache size, the gates' values, the timed speed, why it was dropped. */
+  candidates: {
+    kind: string;
+    bytes: number;
+    bytes_per_token: number;
+    dropped: string | null;
+    delta_nll: number | null;
+    ppl_ratio: number | null;
+    mean_kl: number | null;
+    decode_tok_s: number | null;
+  }[];
+  /** Why the choice fell back to f32, when it did. */
+  notice: string | null;
+  /** Where the decision is kept (a Cache API URL), when it is. */
+  stored_at: string | null;
 }
 
 /**

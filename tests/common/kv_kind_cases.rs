@@ -114,7 +114,9 @@ pub async fn check_store(
                     let t = p.wrapping_sub(pos0 as usize);
                     if t >= n_tokens as usize {
                         if row != &before[which][p * rw..][..rw] {
-                            return Err(format!("{what}: cache {which} row {p} outside the step was written"));
+                            return Err(format!(
+                                "{what}: cache {which} row {p} outside the step was written"
+                            ));
                         }
                         continue;
                     }
@@ -122,7 +124,9 @@ pub async fn check_store(
                     let want = kind.encode_row(x);
                     let exact = matches!(kind, KvKind::F32 | KvKind::F16);
                     if exact && row != want.as_slice() {
-                        return Err(format!("{what}: {kind} row {p} differs from the CPU encoding"));
+                        return Err(format!(
+                            "{what}: {kind} row {p} differs from the CPU encoding"
+                        ));
                     }
                     let decoded = kind.decode_row(row, kd);
                     let cpu = kind.decode_row(&want, kd);
@@ -201,10 +205,20 @@ pub async fn check_attention_kinds(
                     (c.max_tokens as usize, c.n_tokens as usize, c.pos0 as usize);
                 let q = random_vec(rng, rows * q_dim, 2.0);
                 let positions = c.max_positions as usize;
-                let (kb, k_dec) = upload_cache(ctx, kinds.k, &random_vec(rng, positions * kv_dim, 1.5), kv_dim)
-                    .map_err(&e)?;
-                let (vb, v_dec) = upload_cache(ctx, kinds.v, &random_vec(rng, positions * kv_dim, 1.0), kv_dim)
-                    .map_err(&e)?;
+                let (kb, k_dec) = upload_cache(
+                    ctx,
+                    kinds.k,
+                    &random_vec(rng, positions * kv_dim, 1.5),
+                    kv_dim,
+                )
+                .map_err(&e)?;
+                let (vb, v_dec) = upload_cache(
+                    ctx,
+                    kinds.v,
+                    &random_vec(rng, positions * kv_dim, 1.0),
+                    kv_dim,
+                )
+                .map_err(&e)?;
                 let qb = ctx.storage_from("q", &q).map_err(&e)?;
                 let ob = ctx
                     .storage_zeroed("out", (rows * q_dim * 4) as u64)
@@ -327,11 +341,30 @@ pub async fn check_step_sequence_kinds(
         v_stride: kv_dim as u32,
     };
     let b_store = store
-        .bind(ctx, &step, src, &kc, &vc, kv_dim as u32, max_positions, max_tokens)
+        .bind(
+            ctx,
+            &step,
+            src,
+            &kc,
+            &vc,
+            kv_dim as u32,
+            max_positions,
+            max_tokens,
+        )
         .map_err(&e)?;
     let b_attn = attn
         .bind(
-            ctx, &step, &qb, q_dim as u32, &kc, &vc, &ob, heads, max_positions, max_tokens, None,
+            ctx,
+            &step,
+            &qb,
+            q_dim as u32,
+            &kc,
+            &vc,
+            &ob,
+            heads,
+            max_positions,
+            max_tokens,
+            None,
         )
         .map_err(&e)?;
     let (mut ref_k, mut ref_v) = (Vec::new(), Vec::new());

@@ -9,6 +9,8 @@ mod chat;
 #[cfg(not(target_arch = "wasm32"))]
 mod generate;
 #[cfg(not(target_arch = "wasm32"))]
+mod kv_args;
+#[cfg(not(target_arch = "wasm32"))]
 mod profile;
 #[cfg(not(target_arch = "wasm32"))]
 mod sampling_args;
@@ -22,10 +24,11 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use emberlm::config::default_context;
-    use emberlm::dtype::kv::{KvKind, KvKinds};
+    use emberlm::dtype::kv::KvKinds;
     use emberlm::engine::{Engine, EngineOptions};
     use emberlm::gpu::KernelOverrides;
     use emberlm::loader::ModelFiles;
+    use emberlm::session::{CachePlanOptions, Session};
     use emberlm::{GpuContext, GpuOptions};
 
     use crate::batch::BatchArgs;
@@ -101,6 +104,7 @@ mod cli {
         let options = EngineOptions {
             context,
             gpu: gpu_options(),
+            cache_plan: cache_plan(),
         };
         Ok(pollster::block_on(Engine::load(files, options))?)
     }
@@ -140,28 +144,26 @@ mod cli {
         /// linear_decode, linear_prefill, attention). Also read from `EMBERLM_KERNELS`.
         #[arg(long, global = true, value_name = "SPEC")]
         kernels: Option<String>,
-        /// How the KV cache stores K and V: f32 (exact, the default), f16, q8_0, q4_0 or nf4
-        /// (blocks of 32 with a scale; about 2×, 3.8× and 7× smaller than f32).
-        #[arg(long = "kv-cache", global = true, value_name = "KIND")]
-        kv_cache: Option<String>,
-        /// The K cache's kind alone (overrides --kv-cache for K).
-        #[arg(long = "k-cache", global = true, value_name = "KIND")]
-        k_cache: Option<String>,
-        /// The V cache's kind alone (overrides --kv-cache for V).
-        #[arg(long = "v-cache", global = true, value_name = "KIND")]
-        v_cache: Option<String>,
+        #[command(flatten)]
+        kv: crate::kv_args::KvArgs,
         #[command(subcommand)]
         command: Command,
     }
 
     /// `--kernels`, parsed once by `main`.
     static KERNELS: std::sync::OnceLock<KernelOverrides> = std::sync::OnceLock::new();
-    /// `--kv-cache`, `--k-cache` and `--v-cache`, parsed once by `main`.
-    static KV_KINDS: std::sync::OnceLock<KvKinds> = std::sync::OnceLock::new();
+    /// The KV-cache kinds and the automatic plan's settings, parsed once by `main`.
+    static KV: std::sync::OnceLock<(KvKinds, Option<CachePlanOptions>)> =
+        std::sync::OnceLock::new();
 
     /// The KV-cache kinds every subcommand uses (`--kv-cache` and friends; f32 by default).
     pub fn kv_kinds() -> KvKinds {
-        KV_KINDS.get().copied().unwrap_or_default()
+        KV.get().map(|kv| kv.0).unwrap_or_default()
+    }
+
+    /// The automatic cache plan's settings, with `--kv-cache auto`.
+    pub fn cache_plan() -> Option<CachePlanOptions> {
+        KV.get().and_then(|kv| kv.1.clone())
     }
 
     /// The GPU options every subcommand uses: the defaults with `--kernels` and the KV-cache
@@ -270,17 +272,13 @@ mod cli {
                 }
             }
         }
-        match KvKinds::from_options(
-            cli.kv_cache.as_deref(),
-            cli.k_cache.as_deref(),
-            cli.v_cache.as_deref(),
-        ) {
-            Ok(kinds) => {
-                let _ = KV_KINDS.set(kinds);
+        match cli.kv.resolve() {
+            Ok(kv) => {
+                let _ = KV.set(kv);
             }
             Err(e) => {
-                eprintln!("emberlm: {e}");
-                return std::process::ExitCode::from(2);
+                eprintln!("emberlm: {}", e.message);
+                return std::process::ExitCode::from(e.code);
             }
         }
         let result = match cli.command {
@@ -314,7 +312,18 @@ mod cli {
         let weights = files.weights()?;
         let c = &weights.config;
         let context = context.unwrap_or_else(|| default_context(c));
-        let kinds = kv_kinds();
+        let plan = match cache_plan() {
+            Some(options) => {
+                let ctx = pollster::block_on(GpuContext::new(gpu_options()))?;
+                let mut session = pollster::block_on(Session::new(ctx, &files, Some(context)))?;
+                Some(pollster::block_on(session.plan_kv_cache(&options))?)
+            }
+            None => None,
+        };
+        let kinds = match &plan {
+            Some(d) => KvKinds::from_options(Some(&d.kind), None, None)?,
+            None => kv_kinds(),
+        };
         let memory = weights.memory_estimate_with(context, kinds);
         let tally = weights.tally();
         let tokenizer = files.tokenizer()?;
@@ -343,6 +352,7 @@ mod cli {
                     "add_bos": tokenizer.add_bos_default(),
                 },
                 "chat_template": has_template,
+                "kv_cache_plan": plan,
             });
             println!("{}", serde_json::to_string_pretty(&out)?);
             return Ok(());
@@ -402,15 +412,14 @@ mod cli {
             mib(memory.activations)
         );
         println!(
-            "KV cache:     {}, {} bytes per token (f32 {}, f16 {}, q8_0 {}, q4_0 {}, nf4 {})",
+            "KV cache:     {}, {} bytes per token ({})",
             memory.kv_kinds,
             memory.kv_bytes_per_token,
-            KvKind::F32.row_bytes(c.kv_dim()) * 2 * c.n_layers as u64,
-            KvKind::F16.row_bytes(c.kv_dim()) * 2 * c.n_layers as u64,
-            KvKind::Q8_0.row_bytes(c.kv_dim()) * 2 * c.n_layers as u64,
-            KvKind::Q4_0.row_bytes(c.kv_dim()) * 2 * c.n_layers as u64,
-            KvKind::Nf4.row_bytes(c.kv_dim()) * 2 * c.n_layers as u64,
+            crate::kv_args::per_kind_bytes(c.n_layers, c.kv_dim()),
         );
+        if let Some(d) = &plan {
+            print!("{}", crate::kv_args::describe(d));
+        }
         Ok(())
     }
 

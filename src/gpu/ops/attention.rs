@@ -276,7 +276,11 @@ impl Attention {
             ("k_cache", k_cache, self.kinds.k),
             ("v_cache", v_cache, self.kinds.v),
         ] {
-            let words = elements("max_positions", max_positions, kind.row_words(kv_dim) as u64)?;
+            let words = elements(
+                "max_positions",
+                max_positions,
+                kind.row_words(kv_dim) as u64,
+            )?;
             check_len(name, buffer, words)?;
         }
         check_len("out", out, elements("max_tokens", max_tokens, q_dim)?)?;

@@ -111,12 +111,22 @@ impl KvStore {
             if u64::from(off) + u64::from(kv_dim) > u64::from(stride) {
                 return Err(Error::invalid(
                     name,
-                    format!("a row of {kv_dim} values from column {off} does not fit rows of {stride}"),
+                    format!(
+                        "a row of {kv_dim} values from column {off} does not fit rows of {stride}"
+                    ),
                 ));
             }
         }
-        check_len("k", src.k, elements("max_tokens", max_tokens, u64::from(src.k_stride))?)?;
-        check_len("v", src.v, elements("max_tokens", max_tokens, u64::from(src.v_stride))?)?;
+        check_len(
+            "k",
+            src.k,
+            elements("max_tokens", max_tokens, u64::from(src.k_stride))?,
+        )?;
+        check_len(
+            "v",
+            src.v,
+            elements("max_tokens", max_tokens, u64::from(src.v_stride))?,
+        )?;
         let dim = kv_dim as usize;
         for (name, buffer, kind) in [
             ("k_cache", k_cache, self.kinds.k),

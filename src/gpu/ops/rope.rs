@@ -164,7 +164,16 @@ impl RopeKvWrite {
         }
         // no cache rows to guard: every position is rotated
         let positions = u32::MAX;
-        self.bind_checked(ctx, step, Qkv { q, k, v: k }, None, heads, theta, positions, max_tokens)
+        self.bind_checked(
+            ctx,
+            step,
+            Qkv { q, k, v: k },
+            None,
+            heads,
+            theta,
+            positions,
+            max_tokens,
+        )
     }
 
     /// Binds the step's `qkv` and one layer's caches (`max_positions` rows each) with the

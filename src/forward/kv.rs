@@ -1,0 +1,105 @@
+//! The forward pass's KV cache beyond one step: spare stores for beam states, copies between
+//! them, and replacing the cache with one of another kind or length ([`Forward::set_kv`]),
+//! which the automatic cache plan uses to measure each kind on the loaded model.
+
+use super::compile::{heads_of, key_split, Compiler};
+use super::upload::f32_bytes;
+use super::Forward;
+use crate::dtype::kv::KvKinds;
+use crate::error::{Error, Result};
+use crate::gpu::{GpuContext, KernelCache, KvCache};
+
+impl Forward {
+    /// A spare KV store of `rows` positions with this model's shape (for beam states).
+    pub fn new_kv_slot(&self, ctx: &GpuContext, rows: usize) -> Result<KvCache> {
+        KvCache::with_kinds(ctx, &self.config, rows.max(1), self.kv.kinds())
+    }
+
+    /// Copies cached positions `[start, pos)` into rows `[0, pos - start)` of `slot`.
+    pub fn save_kv(&self, ctx: &GpuContext, start: usize, slot: &KvCache) -> Result<()> {
+        let rows = self.kv.pos().checked_sub(start).ok_or_else(|| {
+            Error::invalid(
+                "start",
+                format!("{start} is past the cached {} positions", self.kv.pos()),
+            )
+        })?;
+        KvCache::copy_rows(ctx, &self.kv, start, slot, 0, rows)
+    }
+
+    /// Restores rows `[0, rows)` of `slot` into positions `[start, start + rows)` and sets the
+    /// position to `start + rows`. Positions before `start` must already hold the shared prefix.
+    pub fn load_kv(
+        &mut self,
+        ctx: &GpuContext,
+        start: usize,
+        slot: &KvCache,
+        rows: usize,
+    ) -> Result<()> {
+        if start > self.kv.pos() {
+            return Err(Error::invalid(
+                "start",
+                format!("{start} is past the cached {} positions", self.kv.pos()),
+            ));
+        }
+        KvCache::copy_rows(ctx, slot, 0, &self.kv, start, rows)?;
+        self.kv.set_pos(start + rows)
+    }
+
+    /// Replaces the KV cache with one of `context` positions stored in `kinds` and rebinds the
+    /// graph to it; the weights stay where they are and the cached positions are forgotten.
+    /// The old cache is freed before the new one is allocated.
+    /// Pipelines come from `cache` (pass the one the model was loaded with: only the kernels
+    /// that depend on the kinds are built again).
+    pub async fn set_kv(
+        &mut self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        kinds: KvKinds,
+        context: usize,
+    ) -> Result<()> {
+        let config = self.config.clone();
+        if context == 0 || context > config.context_length {
+            return Err(Error::invalid(
+                "context",
+                format!(
+                    "must be in 1..={} (the model's context)",
+                    config.context_length
+                ),
+            ));
+        }
+        let kv_dim = config.kv_dim();
+        let row = kinds.k.row_bytes(kv_dim).max(kinds.v.row_bytes(kv_dim));
+        ctx.check_storage_size(
+            "KV cache layer (context × kv_dim)",
+            (context as u64).saturating_mul(row),
+        )?;
+        // free the old cache first: a placeholder of one position holds its place
+        self.kv = KvCache::with_kinds(ctx, &config, 1, kinds)?;
+        self.kv = KvCache::with_kinds(ctx, &config, context, kinds)?;
+        let split = key_split(&self.plan, context as u32);
+        let split_len = split.map_or(1, |s| s.scratch_len(heads_of(&config), context as u32));
+        if f32_bytes(split_len) > self.act.attn_split.size() {
+            self.act.attn_split =
+                ctx.storage_zeroed("attention split partials", f32_bytes(split_len))?;
+        }
+        let compiled = Compiler {
+            ctx,
+            cache,
+            config: &config,
+            chunk: self.chunk,
+            kv: &self.kv,
+            step: &self.step,
+            act: &self.act,
+            w: &self._weights,
+            plan: &self.plan,
+        }
+        .compile(&self.graph)
+        .await?;
+        self.nodes = compiled.nodes;
+        self.head_last = compiled.head_last;
+        self.head_all = compiled.head_all;
+        self.memory.kv_cache = self.kv.bytes();
+        self.memory.kv_bytes_per_token = kinds.bytes_per_token(config.n_layers, kv_dim);
+        Ok(())
+    }
+}

@@ -1,0 +1,631 @@
+//! `kv_cache: "auto"`: the KV-cache kind chosen for this model on this device under a memory
+//! budget and quality gates, measured once and kept in the [`crate::tune`] store.
+//!
+//! 1. **Budget:** kinds whose cache for the session's context exceeds `cache_budget_mb` are
+//!    dropped.
+//! 2. **Quality gates** against the f32 cache, on the loaded model: a calibration text
+//!    (`cache_quality_prompt_len` tokens as one prefill, then `cache_quality_decode_steps`
+//!    tokens one step at a time, teacher-forced) gives the mean NLL increase and the perplexity
+//!    ratio; a needle-in-a-haystack probe (a fact early in a long prompt, asked for at the end)
+//!    gives the mean KL divergence of the next-token distributions over the answer's
+//!    positions. A kind passes when all three are within their limits.
+//! 3. **Speed:** with `cache_auto_benchmark`, the survivors decode `cache_auto_bench_steps`
+//!    tokens after a `cache_auto_bench_prompt_len`-token prompt and the fastest is kept;
+//!    without it, the smallest survivor.
+//! 4. **Persist:** the decision (and every measured value) is stored under the model, adapter,
+//!    context and budget, reused by later loads, and measured again when older than
+//!    `cache_plan_probe_interval_sec` with `cache_plan_probe` on.
+//!
+//! When no kind passes, f32 is used if it fits the budget; otherwise loading fails naming the
+//! budget. Every candidate runs through [`Forward::set_kv`](crate::forward::Forward::set_kv)
+//! on the model already on the device: nothing is uploaded twice.
+
+use serde::{Deserialize, Serialize};
+use web_time::{Instant, SystemTime, UNIX_EPOCH};
+
+use super::Session;
+use crate::dtype::kv::{KvKind, KvKinds};
+use crate::error::{Error, Result};
+use crate::forward::Readback;
+use crate::tune::{Store, TuneKey};
+
+/// The automatic cache plan's settings (the requirements' names; defaults in
+/// [`CachePlanOptions::default`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachePlanOptions {
+    /// Largest KV cache allowed, MiB (`None`: no limit).
+    pub cache_budget_mb: Option<f64>,
+    /// Calibration prompt, tokens (64).
+    pub cache_quality_prompt_len: usize,
+    /// Calibration tokens decoded one at a time after the prompt (4).
+    pub cache_quality_decode_steps: usize,
+    /// Largest mean NLL increase over f32, nats per token (0.05).
+    pub cache_quality_max_delta_nll: f64,
+    /// Largest perplexity ratio to f32 (1.05).
+    pub cache_quality_max_ppl_ratio: f64,
+    /// Largest mean KL divergence from f32's next-token distributions on the needle probe (0.1).
+    pub cache_quality_max_mean_kl: f64,
+    /// Time the kinds that pass and keep the fastest (true); else keep the smallest.
+    pub cache_auto_benchmark: bool,
+    /// Decode steps timed per kind (8).
+    pub cache_auto_bench_steps: usize,
+    /// Prompt before the timed steps, tokens (64).
+    pub cache_auto_bench_prompt_len: usize,
+    /// Folder of the stored decisions (natively; default: the user's cache directory, as the
+    /// kernel plan). In the browser decisions go to the Cache API.
+    pub cache_plan_path: Option<String>,
+    /// Measure again when the stored decision is older than the interval (true).
+    pub cache_plan_probe: bool,
+    /// Age after which a stored decision is measured again, seconds (3600).
+    pub cache_plan_probe_interval_sec: u64,
+}
+
+impl Default for CachePlanOptions {
+    fn default() -> Self {
+        Self {
+            cache_budget_mb: None,
+            cache_quality_prompt_len: 64,
+            cache_quality_decode_steps: 4,
+            cache_quality_max_delta_nll: 0.05,
+            cache_quality_max_ppl_ratio: 1.05,
+            cache_quality_max_mean_kl: 0.1,
+            cache_auto_benchmark: true,
+            cache_auto_bench_steps: 8,
+            cache_auto_bench_prompt_len: 64,
+            cache_plan_path: None,
+            cache_plan_probe: true,
+            cache_plan_probe_interval_sec: 3600,
+        }
+    }
+}
+
+impl CachePlanOptions {
+    /// Checks every setting, naming the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(b) = self.cache_budget_mb {
+            if !(b.is_finite() && b > 0.0) {
+                return Err(Error::invalid(
+                    "cache_budget_mb",
+                    format!("must be a positive number of MiB, got {b}"),
+                ));
+            }
+        }
+        for (name, v) in [
+            ("cache_quality_prompt_len", self.cache_quality_prompt_len),
+            (
+                "cache_quality_decode_steps",
+                self.cache_quality_decode_steps,
+            ),
+            ("cache_auto_bench_steps", self.cache_auto_bench_steps),
+            (
+                "cache_auto_bench_prompt_len",
+                self.cache_auto_bench_prompt_len,
+            ),
+        ] {
+            if v == 0 || v > 4096 {
+                return Err(Error::invalid(
+                    name,
+                    format!("must be in 1..=4096, got {v}"),
+                ));
+            }
+        }
+        for (name, v, min) in [
+            (
+                "cache_quality_max_delta_nll",
+                self.cache_quality_max_delta_nll,
+                0.0,
+            ),
+            (
+                "cache_quality_max_ppl_ratio",
+                self.cache_quality_max_ppl_ratio,
+                1.0,
+            ),
+            (
+                "cache_quality_max_mean_kl",
+                self.cache_quality_max_mean_kl,
+                0.0,
+            ),
+        ] {
+            if !(v.is_finite() && v >= min) {
+                return Err(Error::invalid(
+                    name,
+                    format!("must be a number >= {min}, got {v}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the plan found for one kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheCandidate {
+    /// The kind, for K and V.
+    pub kind: String,
+    /// Bytes of the cache at the session's context.
+    pub bytes: u64,
+    /// Bytes per cached token, all layers.
+    pub bytes_per_token: u64,
+    /// Why the kind was dropped (budget or a gate), `None` when it passed.
+    pub dropped: Option<String>,
+    /// Mean NLL increase over f32 on the calibration text, nats per token.
+    pub delta_nll: Option<f64>,
+    /// Perplexity ratio to f32 on the calibration text.
+    pub ppl_ratio: Option<f64>,
+    /// Mean KL divergence from f32 on the needle probe's answer positions.
+    pub mean_kl: Option<f64>,
+    /// Decode speed in the timed steps, tokens per second.
+    pub decode_tok_s: Option<f64>,
+}
+
+/// The plan's decision and everything measured for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheDecision {
+    /// The chosen kind (K and V).
+    pub kind: String,
+    /// `measured` on this load, or `reused` from the store.
+    pub source: String,
+    /// When it was measured, seconds since the Unix epoch.
+    pub measured_at: u64,
+    /// The budget it was made under, MiB.
+    pub budget_mb: Option<f64>,
+    /// The context it was made for, positions.
+    pub context: usize,
+    /// Every kind, in order f32, f16, q8_0, q4_0, nf4.
+    pub candidates: Vec<CacheCandidate>,
+    /// Why the choice fell back, when it did ("no kind passed ...").
+    pub notice: Option<String>,
+    /// Where the decision is kept (a file or a cache URL), when it is.
+    pub stored_at: Option<String>,
+}
+
+fn now_sec() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// A calibration text in plain English prose.
+const CALIBRATION: &str = "The harbour town woke slowly on winter mornings. Fishermen checked \
+their nets by lamplight while the bakery on the corner pulled the first loaves from its oven, \
+and the smell of bread drifted down to the water. Children walked to school along the sea \
+wall, counting the gulls that sat on the posts. By nine the market square was full: farmers \
+sold apples and cabbages from wooden carts, a woman mended shoes beside the fountain, and the \
+old clockmaker opened his shutters to show the week's repairs. Nobody hurried. Visitors who \
+arrived on the afternoon ferry often said the place felt as if it had been painted rather than \
+built, and they stayed longer than they had planned, walking the cliffs in the wind and \
+eating fish soup in the evenings while the lighthouse swept its beam across the bay.";
+
+/// Filler for the needle probe, repeated between the fact and the question.
+const HAYSTACK: &str = "The committee met again to review the library's plans for the new \
+reading room. They discussed shelving, lighting and the cost of chairs, agreed to ask three \
+builders for quotes, and adjourned until the following month. ";
+
+const NEEDLE: &str = "Remember this: the code for the blue gate is 4817. ";
+const QUESTION: &str = "Question: what is the code for the blue gate? Answer: the code for the \
+blue gate is 4817.";
+
+/// Mean NLL of `tokens[i + 1]` under row `i` of `logits` (`[rows, vocab]`), for rows
+/// `first..rows`.
+fn mean_nll(logits: &[f32], tokens: &[u32], vocab: usize, first: usize) -> f64 {
+    let rows = logits.len() / vocab;
+    let mut total = 0.0;
+    let mut n = 0usize;
+    for i in first..rows.min(tokens.len().saturating_sub(1)) {
+        let row = &logits[i * vocab..(i + 1) * vocab];
+        total += log_sum_exp(row) - f64::from(row[tokens[i + 1] as usize]);
+        n += 1;
+    }
+    total / n.max(1) as f64
+}
+
+fn log_sum_exp(row: &[f32]) -> f64 {
+    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    f64::from(m)
+        + row
+            .iter()
+            .map(|&x| f64::from(x - m).exp())
+            .sum::<f64>()
+            .ln()
+}
+
+/// Mean KL(p ‖ q) over the rows `first..` of two `[rows, vocab]` logit blocks.
+fn mean_kl(p_logits: &[f32], q_logits: &[f32], vocab: usize, first: usize) -> f64 {
+    let rows = p_logits.len() / vocab;
+    let mut total = 0.0;
+    for i in first..rows {
+        let (p, q) = (
+            &p_logits[i * vocab..(i + 1) * vocab],
+            &q_logits[i * vocab..(i + 1) * vocab],
+        );
+        let (lp, lq) = (log_sum_exp(p), log_sum_exp(q));
+        total += p
+            .iter()
+            .zip(q)
+            .map(|(&a, &b)| {
+                let la = f64::from(a) - lp;
+                la.exp() * (la - (f64::from(b) - lq))
+            })
+            .sum::<f64>();
+    }
+    total / (rows - first).max(1) as f64
+}
+
+/// The calibration's token sequences: the text (prompt + decode steps + 1 tokens) and the
+/// needle probe, with the index of the probe's first answer row.
+struct Calibration {
+    text: Vec<u32>,
+    prompt_len: usize,
+    needle: Vec<u32>,
+    answer_rows: usize,
+}
+
+impl Session {
+    /// The automatic cache plan's decision for this session, when one was made.
+    pub fn cache_decision(&self) -> Option<&CacheDecision> {
+        self.cache_decision.as_ref()
+    }
+
+    /// Stores K and V in `kinds` from now on (the cache is emptied; the context stays).
+    pub async fn set_kv_kinds(&mut self, kinds: KvKinds) -> Result<()> {
+        let context = self.context();
+        self.cached.clear();
+        self.forward
+            .set_kv(&self.ctx, &self.kernels, kinds, context)
+            .await
+    }
+
+    /// Chooses the KV-cache kind under `options` (see the module documentation), applies it
+    /// and returns the decision (also kept: [`Session::cache_decision`]). The conversation
+    /// is forgotten.
+    pub async fn plan_kv_cache(&mut self, options: &CachePlanOptions) -> Result<CacheDecision> {
+        options.validate()?;
+        let context = self.context();
+        let config = self.config().clone();
+        let r = self.ctx.report();
+        let budget = options
+            .cache_budget_mb
+            .map(|mb| format!("{mb}"))
+            .unwrap_or("none".into());
+        let key = TuneKey::new(
+            "kv-cache-plan",
+            format!("{} [{}, {}]", r.name, r.backend, r.device_type),
+            format!("{} {}", r.driver, r.driver_info),
+            format!(
+                "{:?} layers={} d={} heads={}/{}x{} vocab={} context={context} budget={budget} gates={}/{}/{}",
+                config.arch,
+                config.n_layers,
+                config.hidden_size,
+                config.n_heads,
+                config.n_kv_heads,
+                config.head_dim,
+                config.vocab_size,
+                options.cache_quality_max_delta_nll,
+                options.cache_quality_max_ppl_ratio,
+                options.cache_quality_max_mean_kl,
+            ),
+        );
+        let store = match &options.cache_plan_path {
+            Some(dir) => Store::Dir(dir.into()),
+            None => Store::platform(),
+        };
+        let stored: Option<CacheDecision> = store.load(&key).await;
+        let fresh = |d: &CacheDecision| {
+            !options.cache_plan_probe
+                || now_sec().saturating_sub(d.measured_at) < options.cache_plan_probe_interval_sec
+        };
+        let reused = stored
+            .filter(fresh)
+            .and_then(|d| KvKind::parse("kv_cache", &d.kind).ok().map(|k| (k, d)));
+        let (kind, mut decision) = match reused {
+            Some((kind, mut d)) => {
+                d.source = "reused".into();
+                (kind, d)
+            }
+            None => {
+                let (kind, mut d) = self.measure_kv_kinds(options, context).await?;
+                d.stored_at = store.location(&key);
+                // a decision that cannot be kept still holds for this load
+                if let Err(e) = store.save(&key, &d).await {
+                    d.stored_at = None;
+                    d.notice = Some(match d.notice.take() {
+                        Some(n) => format!("{n}; not stored: {e}"),
+                        None => format!("not stored: {e}"),
+                    });
+                }
+                (kind, d)
+            }
+        };
+        decision.stored_at = decision.stored_at.or_else(|| store.location(&key));
+        self.set_kv_kinds(KvKinds::both(kind)).await?;
+        self.cache_decision = Some(decision.clone());
+        Ok(decision)
+    }
+
+    /// Steps 1–3 of the plan on this session's model; the cache is left in some kind (the
+    /// caller sets the chosen one).
+    async fn measure_kv_kinds(
+        &mut self,
+        options: &CachePlanOptions,
+        context: usize,
+    ) -> Result<(KvKind, CacheDecision)> {
+        let config = self.config().clone();
+        let (layers, kv_dim) = (config.n_layers, config.kv_dim());
+        let budget = options
+            .cache_budget_mb
+            .map(|mb| (mb * f64::from(1u32 << 20)) as u64);
+        let mut candidates: Vec<CacheCandidate> = KvKind::ALL
+            .iter()
+            .map(|&kind| {
+                let per_token = KvKinds::both(kind).bytes_per_token(layers, kv_dim);
+                let bytes = per_token.saturating_mul(context as u64);
+                CacheCandidate {
+                    kind: kind.name().into(),
+                    bytes,
+                    bytes_per_token: per_token,
+                    dropped: budget.filter(|&b| bytes > b).map(|b| {
+                        format!(
+                            "its cache for {context} positions needs {:.1} MiB, over the budget of {:.1} MiB",
+                            mib(bytes),
+                            mib(b)
+                        )
+                    }),
+                    delta_nll: None,
+                    ppl_ratio: None,
+                    mean_kl: None,
+                    decode_tok_s: None,
+                }
+            })
+            .collect();
+        let cal = self.calibration(options, context)?;
+        // the f32 reference, then every kind within the budget
+        let reference = self.calibration_logits(KvKinds::default(), &cal).await?;
+        for (c, &kind) in candidates.iter_mut().zip(&KvKind::ALL) {
+            if c.dropped.is_some() {
+                continue;
+            }
+            let (text, needle) = if kind == KvKind::F32 {
+                reference.clone()
+            } else {
+                self.calibration_logits(KvKinds::both(kind), &cal).await?
+            };
+            let vocab = config.vocab_size;
+            let d =
+                mean_nll(&text, &cal.text, vocab, 0) - mean_nll(&reference.0, &cal.text, vocab, 0);
+            let kl = mean_kl(&reference.1, &needle, vocab, cal.answer_rows);
+            c.delta_nll = Some(d);
+            c.ppl_ratio = Some(d.exp());
+            c.mean_kl = Some(kl);
+            let mut failed = Vec::new();
+            if d > options.cache_quality_max_delta_nll {
+                failed.push(format!(
+                    "NLL +{d:.4} > cache_quality_max_delta_nll {}",
+                    options.cache_quality_max_delta_nll
+                ));
+            }
+            if d.exp() > options.cache_quality_max_ppl_ratio {
+                failed.push(format!(
+                    "perplexity ratio {:.4} > cache_quality_max_ppl_ratio {}",
+                    d.exp(),
+                    options.cache_quality_max_ppl_ratio
+                ));
+            }
+            if kl > options.cache_quality_max_mean_kl {
+                failed.push(format!(
+                    "mean KL {kl:.4} > cache_quality_max_mean_kl {}",
+                    options.cache_quality_max_mean_kl
+                ));
+            }
+            if !failed.is_empty() {
+                c.dropped = Some(failed.join("; "));
+            }
+        }
+        let survivors: Vec<usize> = (0..candidates.len())
+            .filter(|&i| candidates[i].dropped.is_none())
+            .collect();
+        if options.cache_auto_benchmark && survivors.len() > 1 {
+            for &i in &survivors {
+                let speed = self.decode_speed(KvKind::ALL[i], options).await?;
+                candidates[i].decode_tok_s = Some(speed);
+            }
+        }
+        let mut notice = None;
+        let chosen = if survivors.is_empty() {
+            let f32_fits = budget.is_none_or(|b| candidates[0].bytes <= b);
+            if !f32_fits {
+                return Err(Error::invalid(
+                    "cache_budget_mb",
+                    format!(
+                        "no KV-cache kind passes the quality gates within the budget of {:.1} MiB for {context} positions, and the f32 cache needs {:.1} MiB ({})",
+                        mib(budget.unwrap_or(0)),
+                        mib(candidates[0].bytes),
+                        candidates
+                            .iter()
+                            .map(|c| format!("{}: {}", c.kind, c.dropped.as_deref().unwrap_or("passed")))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                ));
+            }
+            notice = Some("no kind passed the quality gates within the budget; using f32".into());
+            0
+        } else if options.cache_auto_benchmark && survivors.len() > 1 {
+            // fastest; the smaller on a tie
+            *survivors
+                .iter()
+                .max_by(|&&a, &&b| {
+                    let (sa, sb) = (candidates[a].decode_tok_s, candidates[b].decode_tok_s);
+                    sa.partial_cmp(&sb)
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                        .then(candidates[b].bytes.cmp(&candidates[a].bytes))
+                })
+                .unwrap_or(&survivors[0])
+        } else {
+            *survivors
+                .iter()
+                .min_by_key(|&&i| candidates[i].bytes)
+                .unwrap_or(&survivors[0])
+        };
+        let kind = KvKind::ALL[chosen];
+        Ok((
+            kind,
+            CacheDecision {
+                kind: kind.name().into(),
+                source: "measured".into(),
+                measured_at: now_sec(),
+                budget_mb: options.cache_budget_mb,
+                context,
+                candidates,
+                notice,
+                stored_at: None,
+            },
+        ))
+    }
+
+    /// Tokenizes the calibration text and the needle probe, cut to the context.
+    fn calibration(&self, options: &CachePlanOptions, context: usize) -> Result<Calibration> {
+        let tok = &self.tokenizer;
+        let want = options.cache_quality_prompt_len + options.cache_quality_decode_steps + 1;
+        let mut text = Vec::new();
+        while text.len() < want {
+            let more = tok.encode(CALIBRATION, false, Some(text.is_empty()))?;
+            if more.is_empty() {
+                return Err(Error::invalid(
+                    "tokenizer",
+                    "the calibration text encodes to nothing",
+                ));
+            }
+            text.extend(more);
+        }
+        text.truncate(want.min(context));
+        let prompt_len = options
+            .cache_quality_prompt_len
+            .min(text.len().saturating_sub(1))
+            .max(1);
+        let head = tok.encode(NEEDLE, false, Some(true))?;
+        let question = tok.encode(QUESTION, false, Some(false))?;
+        let hay = tok.encode(HAYSTACK, false, Some(false))?;
+        // about 256 tokens of haystack between the fact and the question, fewer in a short
+        // context
+        let room = context.saturating_sub(head.len() + question.len()).min(256);
+        let mut needle = head;
+        let mut filler: Vec<u32> = Vec::new();
+        while filler.len() < room && !hay.is_empty() {
+            filler.extend(&hay);
+        }
+        filler.truncate(room);
+        needle.extend(filler);
+        needle.extend(&question);
+        needle.truncate(context);
+        let answer_rows = needle
+            .len()
+            .saturating_sub(options.cache_quality_decode_steps + 1);
+        Ok(Calibration {
+            text,
+            prompt_len,
+            needle,
+            answer_rows,
+        })
+    }
+
+    /// Logits of the calibration text (prompt in one run, then one token per step) and of the
+    /// needle probe, with the cache in `kinds`.
+    async fn calibration_logits(
+        &mut self,
+        kinds: KvKinds,
+        cal: &Calibration,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let len = cal.text.len().max(cal.needle.len());
+        self.cached.clear();
+        self.forward
+            .set_kv(&self.ctx, &self.kernels, kinds, len)
+            .await?;
+        let mut text = self
+            .forward
+            .forward(&self.ctx, &cal.text[..cal.prompt_len], true)
+            .await?;
+        for &t in &cal.text[cal.prompt_len..] {
+            text.extend(self.forward.forward(&self.ctx, &[t], true).await?);
+        }
+        self.forward.truncate(0)?;
+        let needle = self.forward.forward(&self.ctx, &cal.needle, true).await?;
+        self.forward.truncate(0)?;
+        Ok((text, needle))
+    }
+
+    /// Decode tokens per second with the cache in `kind` (after one untimed step).
+    async fn decode_speed(&mut self, kind: KvKind, options: &CachePlanOptions) -> Result<f64> {
+        let prompt = options.cache_auto_bench_prompt_len;
+        let steps = options.cache_auto_bench_steps;
+        let len = (prompt + steps + 1).min(self.config().context_length);
+        self.cached.clear();
+        self.forward
+            .set_kv(&self.ctx, &self.kernels, KvKinds::both(kind), len)
+            .await?;
+        let bos = self.tokenizer.bos_id().unwrap_or(0);
+        let tokens: Vec<u32> = (0..len as u32)
+            .map(|i| (bos + i) % self.config().vocab_size as u32)
+            .collect();
+        let prompt = prompt.min(len.saturating_sub(steps + 1)).max(1);
+        self.forward
+            .run(&self.ctx, &tokens[..prompt], Readback::None)
+            .await?;
+        self.forward
+            .run(&self.ctx, &tokens[prompt..prompt + 1], Readback::LastRow)
+            .await?;
+        let start = Instant::now();
+        let mut ran = 0usize;
+        for &t in &tokens[prompt + 1..] {
+            self.forward.run(&self.ctx, &[t], Readback::LastRow).await?;
+            ran += 1;
+        }
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        self.forward.truncate(0)?;
+        Ok(ran as f64 / secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divergences_of_known_distributions() {
+        // two rows over a vocabulary of 2: identical, then p = (0.5, 0.5) vs q = (0.8, 0.2)
+        let p = [0.0f32, 0.0, 0.0, 0.0];
+        let q = [0.0f32, 0.0, (0.8f32 / 0.2).ln(), 0.0];
+        let kl = mean_kl(&p, &q, 2, 1);
+        let want = 0.5 * (0.5f64 / 0.8).ln() + 0.5 * (0.5f64 / 0.2).ln();
+        assert!((kl - want).abs() < 1e-6, "{kl} vs {want}");
+        assert_eq!(mean_kl(&p, &p, 2, 0), 0.0);
+        // NLL of token 1 after row 0 with uniform logits is ln 2
+        assert!((mean_nll(&p, &[0, 1, 0], 2, 0) - 2f64.ln()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn options_are_validated_by_name() {
+        assert!(CachePlanOptions::default().validate().is_ok());
+        let bad = CachePlanOptions {
+            cache_budget_mb: Some(-1.0),
+            ..CachePlanOptions::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("cache_budget_mb"));
+        let bad = CachePlanOptions {
+            cache_quality_max_ppl_ratio: 0.9,
+            ..CachePlanOptions::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("cache_quality_max_ppl_ratio"));
+    }
+}
