@@ -86,20 +86,21 @@ impl KvKind {
     /// `option` names the setting in the error.
     pub fn parse(option: &'static str, s: &str) -> Result<Self> {
         let lower = s.trim().to_ascii_lowercase();
-        let kind =
-            match lower.as_str() {
-                "f32" => KvKind::F32,
-                "f16" => KvKind::F16,
-                "q8_0" | "q8" => KvKind::Q8_0,
-                "q4_0" | "q4" => KvKind::Q4_0,
-                "nf4" => KvKind::Nf4,
-                _ => return Err(Error::invalid(
+        let kind = match lower.as_str() {
+            "f32" => KvKind::F32,
+            "f16" => KvKind::F16,
+            "q8_0" | "q8" => KvKind::Q8_0,
+            "q4_0" | "q4" => KvKind::Q4_0,
+            "nf4" => KvKind::Nf4,
+            _ => {
+                return Err(Error::invalid(
                     option,
                     format!(
                         "unknown KV-cache kind '{s}' (expected one of f32, f16, q8_0, q4_0, nf4)"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         Ok(kind)
     }
 

@@ -3,12 +3,15 @@
 //!
 //! 1. **Budget:** kinds whose cache for the session's context exceeds `cache_budget_mb` are
 //!    dropped.
-//! 2. **Quality gates** against the f32 cache, on the loaded model: a calibration text
-//!    (`cache_quality_prompt_len` tokens as one prefill, then `cache_quality_decode_steps`
-//!    tokens one step at a time, teacher-forced) gives the mean NLL increase and the perplexity
-//!    ratio; a needle-in-a-haystack probe (a fact early in a long prompt, asked for at the end)
-//!    gives the mean KL divergence of the next-token distributions over the answer's
-//!    positions. A kind passes when all three are within their limits.
+//! 2. **Quality gates** against the f32 cache, on the loaded model, over one calibration
+//!    sequence that is also a needle-in-a-haystack probe: a prompt of
+//!    `cache_quality_prompt_len` tokens (a fact first, then prose, then a question about the
+//!    fact), then its answer fed back one token per step for `cache_quality_decode_steps`
+//!    steps (teacher-forced). Over the rows that predict the answer: the mean NLL increase,
+//!    the perplexity ratio (`exp` of it) and the mean KL divergence of the next-token
+//!    distributions from f32's. A kind passes when all three are within their limits (the
+//!    prompt runs as one prefill whose other rows skip the LM head, so a kind costs one
+//!    prompt and a few decode steps).
 //! 3. **Speed:** with `cache_auto_benchmark`, the survivors decode `cache_auto_bench_steps`
 //!    tokens after a `cache_auto_bench_prompt_len`-token prompt and the fastest is kept;
 //!    without it, the smallest survivor.
@@ -148,11 +151,11 @@ pub struct CacheCandidate {
     pub bytes_per_token: u64,
     /// Why the kind was dropped (budget or a gate), `None` when it passed.
     pub dropped: Option<String>,
-    /// Mean NLL increase over f32 on the calibration text, nats per token.
+    /// Mean NLL increase over f32 on the calibration answer, nats per token.
     pub delta_nll: Option<f64>,
-    /// Perplexity ratio to f32 on the calibration text.
+    /// Perplexity ratio to f32 on the calibration answer.
     pub ppl_ratio: Option<f64>,
-    /// Mean KL divergence from f32 on the needle probe's answer positions.
+    /// Mean KL divergence from f32's next-token distributions on the answer positions.
     pub mean_kl: Option<f64>,
     /// Decode speed in the timed steps, tokens per second.
     pub decode_tok_s: Option<f64>,
@@ -189,7 +192,7 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)
 }
 
-/// A calibration text in plain English prose.
+/// The haystack: plain English prose between the fact and the question.
 const CALIBRATION: &str = "The harbour town woke slowly on winter mornings. Fishermen checked \
 their nets by lamplight while the bakery on the corner pulled the first loaves from its oven, \
 and the smell of bread drifted down to the water. Children walked to school along the sea \
@@ -200,14 +203,11 @@ arrived on the afternoon ferry often said the place felt as if it had been paint
 built, and they stayed longer than they had planned, walking the cliffs in the wind and \
 eating fish soup in the evenings while the lighthouse swept its beam across the bay.";
 
-/// Filler for the needle probe, repeated between the fact and the question.
-const HAYSTACK: &str = "The committee met again to review the library's plans for the new \
-reading room. They discussed shelving, lighting and the cost of chairs, agreed to ask three \
-builders for quotes, and adjourned until the following month. ";
-
-const NEEDLE: &str = "Remember this: the code for the blue gate is 4817. ";
-const QUESTION: &str = "Question: what is the code for the blue gate? Answer: the code for the \
-blue gate is 4817.";
+/// The needle: a fact at the start of the calibration prompt.
+const NEEDLE: &str = "Remember this: the code for the blue gate is 4817.";
+/// The question at the end of the calibration prompt, and the answer fed after it.
+const QUESTION: &str = " Question: what is the code for the blue gate? Answer:";
+const ANSWER: &str = " the code for the blue gate is 4817.";
 
 /// Mean NLL of `tokens[i + 1]` under row `i` of `logits` (`[rows, vocab]`), for rows
 /// `first..rows`.
@@ -252,16 +252,15 @@ fn mean_kl(p_logits: &[f32], q_logits: &[f32], vocab: usize, first: usize) -> f6
             })
             .sum::<f64>();
     }
-    total / (rows - first).max(1) as f64
+    total / rows.saturating_sub(first).max(1) as f64
 }
 
-/// The calibration's token sequences: the text (prompt + decode steps + 1 tokens) and the
-/// needle probe, with the index of the probe's first answer row.
+/// The calibration sequence: a prompt of `prompt_len` tokens (a fact, a haystack of prose,
+/// a question about the fact) and then the answer, `decode_steps + 1` tokens that are fed
+/// back one per step (teacher-forced); the last is only predicted.
 struct Calibration {
-    text: Vec<u32>,
+    tokens: Vec<u32>,
     prompt_len: usize,
-    needle: Vec<u32>,
-    answer_rows: usize,
 }
 
 impl Session {
@@ -369,7 +368,7 @@ impl Session {
                     bytes_per_token: per_token,
                     dropped: budget.filter(|&b| bytes > b).map(|b| {
                         format!(
-                            "its cache for {context} positions needs {:.1} MiB, over the budget of {:.1} MiB",
+                            "its cache for {context} positions needs {:.3} MiB, over the budget of {:.3} MiB",
                             mib(bytes),
                             mib(b)
                         )
@@ -388,15 +387,16 @@ impl Session {
             if c.dropped.is_some() {
                 continue;
             }
-            let (text, needle) = if kind == KvKind::F32 {
+            let rows = if kind == KvKind::F32 {
                 reference.clone()
             } else {
                 self.calibration_logits(KvKinds::both(kind), &cal).await?
             };
             let vocab = config.vocab_size;
-            let d =
-                mean_nll(&text, &cal.text, vocab, 0) - mean_nll(&reference.0, &cal.text, vocab, 0);
-            let kl = mean_kl(&reference.1, &needle, vocab, cal.answer_rows);
+            // row i predicts tokens[prompt_len + i]
+            let targets = &cal.tokens[cal.prompt_len - 1..];
+            let d = mean_nll(&rows, targets, vocab, 0) - mean_nll(&reference, targets, vocab, 0);
+            let kl = mean_kl(&reference, &rows, vocab, 0);
             c.delta_nll = Some(d);
             c.ppl_ratio = Some(d.exp());
             c.mean_kl = Some(kl);
@@ -440,7 +440,7 @@ impl Session {
                 return Err(Error::invalid(
                     "cache_budget_mb",
                     format!(
-                        "no KV-cache kind passes the quality gates within the budget of {:.1} MiB for {context} positions, and the f32 cache needs {:.1} MiB ({})",
+                        "no KV-cache kind passes the quality gates within the budget of {:.3} MiB for {context} positions, and the f32 cache needs {:.3} MiB ({})",
                         mib(budget.unwrap_or(0)),
                         mib(candidates[0].bytes),
                         candidates
@@ -486,75 +486,67 @@ impl Session {
         ))
     }
 
-    /// Tokenizes the calibration text and the needle probe, cut to the context.
+    /// Tokenizes the calibration sequence: the fact, prose up to `cache_quality_prompt_len`
+    /// tokens with the question at the end, then the answer (more prose if the answer is
+    /// shorter than the decode steps), all cut to the context.
     fn calibration(&self, options: &CachePlanOptions, context: usize) -> Result<Calibration> {
         let tok = &self.tokenizer;
-        let want = options.cache_quality_prompt_len + options.cache_quality_decode_steps + 1;
-        let mut text = Vec::new();
-        while text.len() < want {
-            let more = tok.encode(CALIBRATION, false, Some(text.is_empty()))?;
-            if more.is_empty() {
-                return Err(Error::invalid(
-                    "tokenizer",
-                    "the calibration text encodes to nothing",
-                ));
-            }
-            text.extend(more);
+        let steps = options.cache_quality_decode_steps;
+        let fact = tok.encode(NEEDLE, false, None)?;
+        let question = tok.encode(QUESTION, false, Some(false))?;
+        let answer_text = tok.encode(ANSWER, false, Some(false))?;
+        let prose = tok.encode(CALIBRATION, false, Some(false))?;
+        if prose.is_empty() || question.is_empty() {
+            return Err(Error::invalid(
+                "tokenizer",
+                "the calibration text encodes to nothing",
+            ));
         }
-        text.truncate(want.min(context));
         let prompt_len = options
             .cache_quality_prompt_len
-            .min(text.len().saturating_sub(1))
-            .max(1);
-        let head = tok.encode(NEEDLE, false, Some(true))?;
-        let question = tok.encode(QUESTION, false, Some(false))?;
-        let hay = tok.encode(HAYSTACK, false, Some(false))?;
-        // about 256 tokens of haystack between the fact and the question, fewer in a short
-        // context
-        let room = context.saturating_sub(head.len() + question.len()).min(256);
-        let mut needle = head;
-        let mut filler: Vec<u32> = Vec::new();
-        while filler.len() < room && !hay.is_empty() {
-            filler.extend(&hay);
+            .min(context.saturating_sub(steps + 1))
+            .max(fact.len() + question.len() + 1);
+        let room = prompt_len - fact.len() - question.len();
+        let mut tokens = fact;
+        tokens.extend(prose.iter().cycle().take(room));
+        tokens.extend(&question);
+        let mut answer = answer_text;
+        answer.extend(
+            prose
+                .iter()
+                .cycle()
+                .take((steps + 1).saturating_sub(answer.len())),
+        );
+        answer.truncate(steps + 1);
+        tokens.extend(answer);
+        if tokens.len() > context {
+            return Err(Error::invalid(
+                "context",
+                format!(
+                    "{context} positions cannot hold the cache plan's calibration ({} tokens: the fact, question and {} decode steps)",
+                    tokens.len(),
+                    steps
+                ),
+            ));
         }
-        filler.truncate(room);
-        needle.extend(filler);
-        needle.extend(&question);
-        needle.truncate(context);
-        let answer_rows = needle
-            .len()
-            .saturating_sub(options.cache_quality_decode_steps + 1);
-        Ok(Calibration {
-            text,
-            prompt_len,
-            needle,
-            answer_rows,
-        })
+        Ok(Calibration { tokens, prompt_len })
     }
 
-    /// Logits of the calibration text (prompt in one run, then one token per step) and of the
-    /// needle probe, with the cache in `kinds`.
-    async fn calibration_logits(
-        &mut self,
-        kinds: KvKinds,
-        cal: &Calibration,
-    ) -> Result<(Vec<f32>, Vec<f32>)> {
-        let len = cal.text.len().max(cal.needle.len());
+    /// The logits, with the cache in `kinds`, of the rows that predict the answer: the
+    /// prompt's last row (its other rows skip the head), then one row per decode step.
+    async fn calibration_logits(&mut self, kinds: KvKinds, cal: &Calibration) -> Result<Vec<f32>> {
         self.cached.clear();
         self.forward
-            .set_kv(&self.ctx, &self.kernels, kinds, len)
+            .set_kv(&self.ctx, &self.kernels, kinds, cal.tokens.len())
             .await?;
-        let mut text = self
-            .forward
-            .forward(&self.ctx, &cal.text[..cal.prompt_len], true)
-            .await?;
-        for &t in &cal.text[cal.prompt_len..] {
-            text.extend(self.forward.forward(&self.ctx, &[t], true).await?);
+        let prompt = &cal.tokens[..cal.prompt_len];
+        let mut rows = self.forward.forward(&self.ctx, prompt, false).await?;
+        // the last token is only predicted, never fed
+        for &t in &cal.tokens[cal.prompt_len..cal.tokens.len() - 1] {
+            rows.extend(self.forward.forward(&self.ctx, &[t], false).await?);
         }
         self.forward.truncate(0)?;
-        let needle = self.forward.forward(&self.ctx, &cal.needle, true).await?;
-        self.forward.truncate(0)?;
-        Ok((text, needle))
+        Ok(rows)
     }
 
     /// Decode tokens per second with the cache in `kind` (after one untimed step).
