@@ -326,7 +326,19 @@ impl Session {
                 (kind, d)
             }
             None => {
-                let (kind, mut d) = self.measure_kv_kinds(options, context).await?;
+                let before = self.forward.kv().kinds();
+                let measured = self.measure_kv_kinds(options, context).await;
+                let (kind, mut d) = match measured {
+                    Ok(m) => m,
+                    Err(e) => {
+                        // leave the session as it was loaded (measuring resized its cache)
+                        self.cached.clear();
+                        self.forward
+                            .set_kv(&self.ctx, &self.kernels, before, context)
+                            .await?;
+                        return Err(e);
+                    }
+                };
                 d.stored_at = store.location(&key);
                 // a decision that cannot be kept still holds for this load
                 if let Err(e) = store.save(&key, &d).await {
@@ -340,7 +352,10 @@ impl Session {
             }
         };
         decision.stored_at = decision.stored_at.or_else(|| store.location(&key));
-        self.set_kv_kinds(KvKinds::both(kind)).await?;
+        self.cached.clear();
+        self.forward
+            .set_kv(&self.ctx, &self.kernels, KvKinds::both(kind), context)
+            .await?;
         self.cache_decision = Some(decision.clone());
         Ok(decision)
     }
