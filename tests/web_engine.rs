@@ -585,3 +585,87 @@ async fn kernel_plan_is_reported_forced_and_profiled() {
         message(&err)
     );
 }
+
+#[wasm_bindgen_test]
+async fn kv_cache_kinds_and_the_automatic_plan() {
+    let open = |options: Value| async move {
+        let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
+        Engine::open(bytes.into(), js(&options)).await
+    };
+    // a fixed kind: reported with its bytes per token, and it generates
+    let engine = open(json!({ "kvCache": "q8_0", "vCache": "f16" }))
+        .await
+        .unwrap();
+    let info = rust(&engine.info().unwrap());
+    assert_eq!(info["kvCache"], "k q8_0 / v f16", "{info}");
+    // tiny-llama: 2 layers, one block of 32 per row: (36 + 64) bytes per layer
+    assert_eq!(info["kvBytesPerToken"], 200, "{info}");
+    assert!(info["kvCachePlan"].is_null());
+    let counters = rust(&JsFuture::from(engine.counters()).await.unwrap());
+    assert_eq!(counters["memory"]["kvKinds"], "k q8_0 / v f16");
+    let result = generate(
+        &engine,
+        &json!([1, 5, 9]),
+        agreement_options(),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
+    assert!(!result["tokens"].as_array().unwrap().is_empty(), "{result}");
+    // auto under a budget that only the 4-bit kinds fit (f32 64 KiB, q8_0 18 KiB, 4-bit 10 KiB
+    // at 128 positions), with gates loose enough for the random fixture
+    let engine = open(json!({
+        "kvCache": "auto",
+        "cacheBudgetMb": 0.012,
+        "cacheQualityMaxDeltaNll": 10.0,
+        "cacheQualityMaxPplRatio": 10000.0,
+        "cacheQualityMaxMeanKl": 10.0,
+        "cachePlanProbe": false,
+    }))
+    .await
+    .unwrap();
+    let info = rust(&engine.info().unwrap());
+    let plan = &info["kvCachePlan"];
+    assert!(
+        ["q4_0", "nf4"].contains(&plan["kind"].as_str().unwrap_or("")),
+        "{plan}"
+    );
+    assert_eq!(info["kvCache"], plan["kind"], "{info}");
+    for c in plan["candidates"].as_array().unwrap() {
+        let dropped = c["dropped"].as_str().unwrap_or("");
+        match c["kind"].as_str().unwrap() {
+            "f32" | "f16" | "q8_0" => assert!(dropped.contains("budget"), "{c}"),
+            _ => assert!(dropped.is_empty() && c["delta_nll"].is_number(), "{c}"),
+        }
+    }
+    // the decision is kept in the Cache API and reused by the next load
+    let again = open(json!({
+        "kvCache": "auto",
+        "cacheBudgetMb": 0.012,
+        "cacheQualityMaxDeltaNll": 10.0,
+        "cacheQualityMaxPplRatio": 10000.0,
+        "cacheQualityMaxMeanKl": 10.0,
+        "cachePlanProbe": false,
+    }))
+    .await
+    .unwrap();
+    let info = rust(&again.info().unwrap());
+    assert_eq!(info["kvCachePlan"]["source"], "reused", "{info}");
+    // bad settings are refused by name
+    for (options, name) in [
+        (json!({ "kvCache": "int3" }), "kv_cache"),
+        (json!({ "kvCache": "auto", "kCache": "f16" }), "kCache"),
+        (json!({ "cacheBudgetMb": 10 }), "kvCache"),
+        (
+            json!({ "kvCache": "auto", "cacheBudgetMb": -1 }),
+            "cache_budget_mb",
+        ),
+        (
+            json!({ "kvCache": "auto", "cacheAutoBenchmark": "yes" }),
+            "cacheAutoBenchmark",
+        ),
+    ] {
+        let err = open(options.clone()).await.err().unwrap();
+        assert!(message(&err).contains(name), "{options}: {}", message(&err));
+    }
+}
