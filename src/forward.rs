@@ -193,15 +193,7 @@ impl Forward {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
         let config = weights.config.clone();
-        if context == 0 || context > config.context_length {
-            return Err(Error::invalid(
-                "context",
-                format!(
-                    "must be in 1..={} (the model's context)",
-                    config.context_length
-                ),
-            ));
-        }
+        kv::check_context(&config, context)?;
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }

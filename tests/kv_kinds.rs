@@ -82,11 +82,11 @@ fn rotation_store_and_attention_over_steps() {
 }
 
 /// How far a kind may move a tiny model's logits from the f32 cache's: the largest
-/// |Δ logit|, the mean |Δ NLL| of the sequence's own next tokens, and the share of positions
-/// whose top token may differ. The fixtures are random models with nearly flat
-/// distributions, far more sensitive than trained ones (measured on lavapipe: f16 9.7e-2 /
-/// 2.8e-3 / 1 of 112, q8_0 0.43 / 1.1e-2 / 7, 4-bit kinds 6.5 / 0.28 / 53); the bounds are
-/// about twice that. SmolLM2 is held to the quality gates in `tests/kv_kinds_smollm2.rs`.
+/// |Δ logit| as a share of the largest |logit|, the mean |Δ NLL| of the sequence's own next
+/// tokens, and the share of positions whose top token may differ. The fixtures are random
+/// models with nearly flat distributions, far more sensitive than trained ones (measured on
+/// lavapipe, worst of the fixtures: q8_0 |Δ NLL| 3.3e-2 and 7 of 112 top tokens changed,
+/// 4-bit kinds 0.28 and 53 of 112); the bounds are about twice that. SmolLM2 is held to the quality gates in `tests/kv_kinds_smollm2.rs`.
 fn bounds(kinds: KvKinds) -> (f32, f64, f64) {
     let worst = if kinds.k == KvKind::F32 && kinds.v == KvKind::F32 {
         KvKind::F32
@@ -96,9 +96,9 @@ fn bounds(kinds: KvKinds) -> (f32, f64, f64) {
     };
     match worst {
         KvKind::F32 => (0.0, 0.0, 0.0),
-        KvKind::F16 => (0.2, 5e-3, 0.03),
-        KvKind::Q8_0 => (1.0, 0.03, 0.1),
-        KvKind::Q4_0 | KvKind::Nf4 => (15.0, 0.6, 0.6),
+        KvKind::F16 => (0.02, 5e-3, 0.03),
+        KvKind::Q8_0 => (0.15, 0.08, 0.1),
+        KvKind::Q4_0 | KvKind::Nf4 => (1.0, 0.6, 0.6),
     }
 }
 
@@ -180,6 +180,10 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
             for (chunk, want) in [64, 1].into_iter().zip(&want) {
                 let got = run(&ctx, chunk);
                 let (mut worst, mut worst_nll, mut flips, mut rows) = (0f32, 0f64, 0usize, 0usize);
+                let scale = want
+                    .iter()
+                    .flat_map(|(_, l)| l.iter())
+                    .fold(0f32, |m, v| m.max(v.abs()));
                 for ((seq, a), (_, b)) in want.iter().zip(&got) {
                     for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
                         for (x, y) in ra.iter().zip(rb) {
@@ -194,11 +198,11 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
                     worst_nll = worst_nll.max(delta);
                 }
                 log(&format!(
-                    "{model} {kinds} chunk {chunk}: max |Δ logit| {worst:.2e}, max |Δ NLL| {worst_nll:.2e}, top-1 changed {flips}/{rows}"
+                    "{model} {kinds} chunk {chunk}: max |Δ logit| {worst:.2e} (largest |logit| {scale:.1}), max |Δ NLL| {worst_nll:.2e}, top-1 changed {flips}/{rows}"
                 ));
                 assert!(
-                    worst <= max_diff,
-                    "{model} {kinds} chunk {chunk}: max |Δ logit| {worst} > {max_diff}"
+                    worst <= max_diff * scale,
+                    "{model} {kinds} chunk {chunk}: max |Δ logit| {worst} > {max_diff} × {scale}"
                 );
                 assert!(
                     worst_nll <= nll_tol,
@@ -213,5 +217,102 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
                 }
             }
         }
+    }
+}
+
+fn generate(
+    s: &mut emberlm::session::Session,
+    prompt: &emberlm::session::Prompt,
+    params: emberlm::sampling::SamplingParams,
+) -> emberlm::session::Generation {
+    let options = emberlm::session::GenerateOptions {
+        sampling: params,
+        ..emberlm::session::GenerateOptions::default()
+    };
+    pollster::block_on(s.generate(prompt, &options, &mut |_| {})).unwrap()
+}
+
+fn greedy(n: usize) -> emberlm::sampling::SamplingParams {
+    emberlm::sampling::SamplingParams {
+        max_new_tokens: n,
+        ..emberlm::sampling::SamplingParams::greedy()
+    }
+}
+
+/// Beam search (which copies KV rows between beam states), KV reuse across calls and the
+/// sliding context with quantized caches: the best beam's log-probability is the sum of its
+/// tokens' teacher-forced log-probabilities under the same cache kind, a second call that
+/// extends the first reuses its rows and matches a fresh run, and a context far shorter than
+/// the generation keeps going.
+#[test]
+fn sessions_beams_reuse_and_sliding_work_with_every_kind() {
+    use emberlm::session::{Prompt, Session};
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let files = ModelFiles::open(&root.join("tiny-llama-f32.gguf")).unwrap();
+    for kinds in [
+        KvKinds::both(KvKind::Q8_0),
+        KvKinds::both(KvKind::Q4_0),
+        KvKinds {
+            k: KvKind::F16,
+            v: KvKind::Nf4,
+        },
+    ] {
+        let options = GpuOptions {
+            kv_cache: kinds,
+            ..GpuOptions::default()
+        };
+        let Some(ctx) = common::native_gpu(options.clone()) else {
+            return;
+        };
+        let mut s = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
+        assert_eq!(s.forward().kv().kinds(), kinds);
+        let prompt = Prompt::Text("Redistribution and use".into());
+        let mut beam = greedy(6);
+        beam.num_beams = 3;
+        let b = generate(&mut s, &prompt, beam);
+        let best = &b.sequences[0];
+        let mut sum = 0.0f64;
+        let mut ids = b.prompt_tokens.clone();
+        for &t in &best.tokens {
+            let mut p = greedy(1);
+            p.logit_bias.insert(t, 100.0);
+            let g = generate(&mut s, &Prompt::Tokens(ids.clone()), p);
+            assert_eq!(g.sequences[0].tokens, vec![t]);
+            sum += g.sequences[0].logprob;
+            ids.push(t);
+        }
+        assert!(
+            (sum - best.logprob).abs() < 2e-3,
+            "{kinds}: teacher-forced {sum} vs beam {}",
+            best.logprob
+        );
+        // several sequences share the prompt's rows
+        let mut params = greedy(5);
+        params.num_return_sequences = 2;
+        let two = generate(&mut s, &prompt, params);
+        assert_eq!(two.sequences[0].tokens, two.sequences[1].tokens, "{kinds}");
+
+        // reuse: the first call's rows serve the second, which extends it
+        let first = generate(&mut s, &prompt, greedy(4));
+        let mut longer = first.prompt_tokens.clone();
+        longer.extend(&first.sequences[0].tokens);
+        let reused = generate(&mut s, &Prompt::Tokens(longer.clone()), greedy(4));
+        let ctx = common::native_gpu(options.clone()).unwrap();
+        let mut fresh = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
+        let alone = generate(&mut fresh, &Prompt::Tokens(longer), greedy(4));
+        assert_eq!(
+            reused.sequences[0].tokens, alone.sequences[0].tokens,
+            "{kinds}"
+        );
+
+        // sliding: 40 tokens through a 24-position cache
+        let ctx = common::native_gpu(options).unwrap();
+        let mut small = pollster::block_on(Session::new(ctx, &files, Some(24))).unwrap();
+        let mut params = greedy(40);
+        for id in small.config().eos_ids.clone() {
+            params.logit_bias.insert(id, -100.0);
+        }
+        let long = generate(&mut small, &prompt, params);
+        assert_eq!(long.sequences[0].tokens.len(), 40, "{kinds}");
     }
 }

@@ -614,16 +614,15 @@ async fn kv_cache_kinds_and_the_automatic_plan() {
     assert!(!result["tokens"].as_array().unwrap().is_empty(), "{result}");
     // auto under a budget that only the 4-bit kinds fit (f32 64 KiB, q8_0 18 KiB, 4-bit 10 KiB
     // at 128 positions), with gates loose enough for the random fixture
-    let engine = open(json!({
+    let auto = json!({
         "kvCache": "auto",
         "cacheBudgetMb": 0.012,
         "cacheQualityMaxDeltaNll": 10.0,
         "cacheQualityMaxPplRatio": 10000.0,
         "cacheQualityMaxMeanKl": 10.0,
         "cachePlanProbe": false,
-    }))
-    .await
-    .unwrap();
+    });
+    let engine = open(auto.clone()).await.unwrap();
     let info = rust(&engine.info().unwrap());
     let plan = &info["kvCachePlan"];
     assert!(
@@ -639,16 +638,7 @@ async fn kv_cache_kinds_and_the_automatic_plan() {
         }
     }
     // the decision is kept in the Cache API and reused by the next load
-    let again = open(json!({
-        "kvCache": "auto",
-        "cacheBudgetMb": 0.012,
-        "cacheQualityMaxDeltaNll": 10.0,
-        "cacheQualityMaxPplRatio": 10000.0,
-        "cacheQualityMaxMeanKl": 10.0,
-        "cachePlanProbe": false,
-    }))
-    .await
-    .unwrap();
+    let again = open(auto).await.unwrap();
     let info = rust(&again.info().unwrap());
     assert_eq!(info["kvCachePlan"]["source"], "reused", "{info}");
     // bad settings are refused by name

@@ -5,9 +5,24 @@
 use super::compile::{heads_of, key_split, Compiler};
 use super::upload::f32_bytes;
 use super::Forward;
+use crate::config::ModelConfig;
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, KernelCache, KvCache};
+
+/// Fails unless a KV cache of `context` positions is within the model's trained context.
+pub(super) fn check_context(config: &ModelConfig, context: usize) -> Result<()> {
+    if context == 0 || context > config.context_length {
+        return Err(Error::invalid(
+            "context",
+            format!(
+                "must be in 1..={} (the model's context)",
+                config.context_length
+            ),
+        ));
+    }
+    Ok(())
+}
 
 impl Forward {
     /// A spare KV store of `rows` positions with this model's shape (for beam states).
@@ -58,15 +73,7 @@ impl Forward {
         context: usize,
     ) -> Result<()> {
         let config = self.config.clone();
-        if context == 0 || context > config.context_length {
-            return Err(Error::invalid(
-                "context",
-                format!(
-                    "must be in 1..={} (the model's context)",
-                    config.context_length
-                ),
-            ));
-        }
+        check_context(&config, context)?;
         let kv_dim = config.kv_dim();
         let row = kinds.k.row_bytes(kv_dim).max(kinds.v.row_bytes(kv_dim));
         ctx.check_storage_size(
