@@ -60,6 +60,14 @@ impl Forward {
         self.kv.set_pos(start + rows)
     }
 
+    /// Moves the fill mark to `pos` (at most the context) without computing the positions the
+    /// cache does not hold yet: their rows keep what they held (zeros after allocation). For
+    /// timing a step at a given cache position only (the bench); what such a step computes
+    /// means nothing.
+    pub fn assume_cached(&mut self, pos: usize) -> Result<()> {
+        self.kv.set_pos(pos)
+    }
+
     /// Replaces the KV cache with one of `context` positions stored in `kinds` and rebinds the
     /// graph to it; the weights stay where they are and the cached positions are forgotten.
     /// The old cache is freed before the new one is allocated.

@@ -52,6 +52,15 @@ pub struct BenchArgs {
     /// skipped, and says so, when it cannot run.
     #[arg(long)]
     pub llama_cpp_python: Option<PathBuf>,
+    /// Cache positions at which each KV-cache kind's decode speed is measured.
+    #[arg(long, value_delimiter = ',', default_value = "512,2048")]
+    pub kv_positions: Vec<usize>,
+    /// Decode steps timed per KV-cache kind and position.
+    #[arg(long, default_value_t = 8)]
+    pub kv_steps: usize,
+    /// The fixed budget (MiB) for the positions each KV-cache kind fits.
+    #[arg(long, default_value_t = 64.0)]
+    pub kv_budget_mb: f64,
     /// Where the JSON goes (default: bench/results/<date>-<adapter>.json).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -239,6 +248,8 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         args.prefill = vec![16, 32];
         args.decode = 8;
         args.kv_tokens.get_or_insert_with(|| vec![4, 8]);
+        args.kv_positions = vec![64, 128];
+        args.kv_steps = 2;
     }
     if args.prefill.is_empty() || args.prefill.contains(&0) || args.decode < 2 || args.runs == 0 {
         return Err(Failure::usage(
@@ -391,6 +402,13 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         let off = kv_run(&ctx, &mut fwd, &kv_prompt, n, false)?;
         kv_rows.push(json!({ "tokens": n, "kv_on_s": on, "kv_off_s": off, "speedup": off / on }));
     }
+    let (kv_kinds, kv_kind_lines, kv_kind_notes) = crate::bench_kv::KvKindsBench {
+        positions: &args.kv_positions,
+        steps: args.kv_steps.max(1),
+        budget_mb: args.kv_budget_mb,
+    }
+    .run(&ctx, &cache, &mut fwd)?;
+    notes.extend(kv_kind_notes);
 
     // llama.cpp figures and ratios.
     let llama = if llama_runs.is_empty() {
@@ -444,6 +462,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         "decode_bytes_read_per_token": bytes_per_token,
         "decode_efficiency": efficiency,
         "kv_cache": kv_rows,
+        "kv_kinds": kv_kinds,
         "llama_cpp": llama,
         "notes": notes,
     });
@@ -511,6 +530,9 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
             row["kv_off_s"].as_f64().unwrap_or(0.0),
             row["speedup"].as_f64().unwrap_or(0.0)
         );
+    }
+    for line in &kv_kind_lines {
+        println!("{line}");
     }
     if llama["available"].as_bool() == Some(true) {
         println!(

@@ -1,0 +1,90 @@
+//! The bench's KV-cache kinds section: per kind, the bytes per token, the positions a fixed
+//! budget holds, and the decode speed at given cache positions (the positions before are
+//! marked cached without being computed: a step's cost depends on how many keys it reads, not
+//! on their values).
+
+use emberlm::dtype::kv::{KvKind, KvKinds};
+use emberlm::forward::{Forward, Readback};
+use emberlm::gpu::KernelCache;
+use emberlm::GpuContext;
+use serde_json::{json, Value};
+use web_time::Instant;
+
+use crate::CliResult;
+
+/// What the section measures.
+pub struct KvKindsBench<'a> {
+    /// Cache positions at which decode is timed.
+    pub positions: &'a [usize],
+    /// Decode steps timed at each position (after one untimed step).
+    pub steps: usize,
+    /// The fixed budget, MiB, for the positions-per-budget figure.
+    pub budget_mb: f64,
+}
+
+impl KvKindsBench<'_> {
+    /// Runs every kind on `fwd` (its cache is replaced; the caller is done with it) and
+    /// returns the JSON rows, the text lines and notes for what was skipped.
+    pub fn run(
+        &self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        fwd: &mut Forward,
+    ) -> CliResult<(Value, Vec<String>, Vec<String>)> {
+        let config = fwd.config().clone();
+        let budget = self.budget_mb * f64::from(1u32 << 20);
+        let mut rows = Vec::new();
+        let mut lines = Vec::new();
+        let mut notes = Vec::new();
+        for kind in KvKind::ALL {
+            let kinds = KvKinds::both(kind);
+            let per_token = kinds.bytes_per_token(config.n_layers, config.kv_dim());
+            let fits = (budget / per_token as f64).floor() as u64;
+            let mut speeds = Vec::new();
+            for &pos in self.positions {
+                let needed = pos + self.steps + 2;
+                if needed > config.context_length {
+                    notes.push(format!(
+                        "KV kinds: decode at {pos} positions skipped: past the model's context of {}",
+                        config.context_length
+                    ));
+                    continue;
+                }
+                eprintln!("bench: {kind} cache, decode at {pos} positions");
+                pollster::block_on(fwd.set_kv(ctx, cache, kinds, needed))?;
+                fwd.assume_cached(pos)?;
+                pollster::block_on(fwd.run(ctx, &[1], Readback::LastRow))?;
+                let start = Instant::now();
+                for _ in 0..self.steps {
+                    pollster::block_on(fwd.run(ctx, &[1], Readback::LastRow))?;
+                }
+                let tok_s = self.steps as f64 / start.elapsed().as_secs_f64().max(1e-9);
+                speeds.push(json!({ "positions": pos, "decode_tok_s": tok_s }));
+            }
+            lines.push(format!(
+                "KV {:<5} {:>6} B/token, {:>7} positions in {} MiB, decode {}",
+                kind.name(),
+                per_token,
+                fits,
+                self.budget_mb,
+                speeds
+                    .iter()
+                    .map(|s| format!(
+                        "{:.2} tok/s at {}",
+                        s["decode_tok_s"].as_f64().unwrap_or(0.0),
+                        s["positions"]
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            rows.push(json!({
+                "kind": kind.name(),
+                "bytes_per_token": per_token,
+                "budget_mb": self.budget_mb,
+                "positions_in_budget": fits,
+                "decode": speeds,
+            }));
+        }
+        Ok((Value::Array(rows), lines, notes))
+    }
+}
