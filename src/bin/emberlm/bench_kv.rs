@@ -44,10 +44,13 @@ impl KvKindsBench<'_> {
             for &pos in self.positions {
                 let needed = pos + self.steps + 2;
                 if needed > config.context_length {
-                    notes.push(format!(
+                    let note = format!(
                         "KV kinds: decode at {pos} positions skipped: past the model's context of {}",
                         config.context_length
-                    ));
+                    );
+                    if !notes.contains(&note) {
+                        notes.push(note);
+                    }
                     continue;
                 }
                 eprintln!("bench: {kind} cache, decode at {pos} positions");
