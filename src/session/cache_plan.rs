@@ -26,6 +26,7 @@
 use serde::{Deserialize, Serialize};
 use web_time::{Instant, SystemTime, UNIX_EPOCH};
 
+use super::cache_metrics::{mean_kl, mean_nll};
 use super::Session;
 use crate::dtype::kv::{KvKind, KvKinds};
 use crate::error::{Error, Result};
@@ -208,52 +209,6 @@ const NEEDLE: &str = "Remember this: the code for the blue gate is 4817.";
 /// The question at the end of the calibration prompt, and the answer fed after it.
 const QUESTION: &str = " Question: what is the code for the blue gate? Answer:";
 const ANSWER: &str = " the code for the blue gate is 4817.";
-
-/// Mean NLL of `tokens[i + 1]` under row `i` of `logits` (`[rows, vocab]`), for rows
-/// `first..rows`.
-fn mean_nll(logits: &[f32], tokens: &[u32], vocab: usize, first: usize) -> f64 {
-    let rows = logits.len() / vocab;
-    let mut total = 0.0;
-    let mut n = 0usize;
-    for i in first..rows.min(tokens.len().saturating_sub(1)) {
-        let row = &logits[i * vocab..(i + 1) * vocab];
-        total += log_sum_exp(row) - f64::from(row[tokens[i + 1] as usize]);
-        n += 1;
-    }
-    total / n.max(1) as f64
-}
-
-fn log_sum_exp(row: &[f32]) -> f64 {
-    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    f64::from(m)
-        + row
-            .iter()
-            .map(|&x| f64::from(x - m).exp())
-            .sum::<f64>()
-            .ln()
-}
-
-/// Mean KL(p ‖ q) over the rows `first..` of two `[rows, vocab]` logit blocks.
-fn mean_kl(p_logits: &[f32], q_logits: &[f32], vocab: usize, first: usize) -> f64 {
-    let rows = p_logits.len() / vocab;
-    let mut total = 0.0;
-    for i in first..rows {
-        let (p, q) = (
-            &p_logits[i * vocab..(i + 1) * vocab],
-            &q_logits[i * vocab..(i + 1) * vocab],
-        );
-        let (lp, lq) = (log_sum_exp(p), log_sum_exp(q));
-        total += p
-            .iter()
-            .zip(q)
-            .map(|(&a, &b)| {
-                let la = f64::from(a) - lp;
-                la.exp() * (la - (f64::from(b) - lq))
-            })
-            .sum::<f64>();
-    }
-    total / rows.saturating_sub(first).max(1) as f64
-}
 
 /// The calibration sequence: a prompt of `prompt_len` tokens (a fact, a haystack of prose,
 /// a question about the fact) and then the answer, `decode_steps + 1` tokens that are fed
@@ -599,19 +554,6 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn divergences_of_known_distributions() {
-        // two rows over a vocabulary of 2: identical, then p = (0.5, 0.5) vs q = (0.8, 0.2)
-        let p = [0.0f32, 0.0, 0.0, 0.0];
-        let q = [0.0f32, 0.0, (0.8f32 / 0.2).ln(), 0.0];
-        let kl = mean_kl(&p, &q, 2, 1);
-        let want = 0.5 * (0.5f64 / 0.8).ln() + 0.5 * (0.5f64 / 0.2).ln();
-        assert!((kl - want).abs() < 1e-6, "{kl} vs {want}");
-        assert_eq!(mean_kl(&p, &p, 2, 0), 0.0);
-        // NLL of token 1 after row 0 with uniform logits is ln 2
-        assert!((mean_nll(&p, &[0, 1, 0], 2, 0) - 2f64.ln()).abs() < 1e-9);
-    }
 
     #[test]
     fn options_are_validated_by_name() {

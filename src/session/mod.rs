@@ -26,6 +26,7 @@
 //! scoring).
 
 mod beam;
+mod cache_metrics;
 pub mod cache_plan;
 mod context;
 mod decode;
