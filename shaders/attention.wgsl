@@ -1,7 +1,8 @@
 // Causal grouped-query attention over the KV cache, one workgroup per (query head, token):
 //   out[t, h*hd .. (h+1)*hd] = softmax_j(q[t, h] . k_cache[j, kvh] * scale) @ v_cache[j, kvh]
 // for the step's tokens t < n_tokens at positions p = pos0 + t (step_params), over cache rows
-// j = 0..=p, with kv head kvh = h / (n_heads / n_kv_heads).
+// j = 0..=p (with a local window W: j = p + 1 - W ..= p), with kv head
+// kvh = h / (n_heads / n_kv_heads).
 // q: [max_tokens, q_stride] (heads at columns 0..n_heads*hd), k_cache, v_cache:
 // [max_positions, n_kv_heads*hd], out: [max_tokens, n_heads*hd].
 //
@@ -21,7 +22,8 @@
 //           end. The host checks hd <= WG_SIZE.
 //
 // With SPLIT (flash-decoding, for long contexts and few tokens), workgroup (h, t, s) walks
-// only the keys of split s, [s * keys_per_split, (s + 1) * keys_per_split) ∩ [0, p], and
+// only the keys of split s, [lo + s * keys_per_split, lo + (s + 1) * keys_per_split) ∩ [lo, p]
+// (lo: the token's first key, see attention_common.wgsl), and
 // writes its unnormalised partial (running max m, sum l, the output accumulator) to `split_part`
 // instead of attn_out; attention_merge.wgsl combines the splits. Grid (n_heads, n_tokens,
 // n_splits).

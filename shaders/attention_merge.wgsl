@@ -2,7 +2,7 @@
 // forms of attention.wgsl / attention_rows.wgsl wrote per (token, head, split) into the
 // attention output:
 //   M = max_s m_s,  out[t, h, d] = sum_s exp(m_s - M) acc_s[d] / sum_s exp(m_s - M) l_s
-// over the splits that hold keys of token t (its position p: splits 0..ceil((p+1)/keys_per_split)).
+// over the splits that hold keys of token t (splits 0..ceil(keys/keys_per_split) of the keys it reads).
 // One invocation per output value, no barriers; grid (ceil(n_heads * hd / MWG_SIZE), n_tokens).
 // split_part: see attention_common.wgsl; out: [max_tokens, n_heads * hd].
 #include "attention_common.wgsl"
@@ -21,7 +21,7 @@ fn attention_merge(@builtin(global_invocation_id) gid: vec3<u32>) {
     let h = i / hd;
     let d = i % hd;
     let n_splits = min(
-        (token_keys(t) + params.keys_per_split - 1u) / params.keys_per_split,
+        (token_keys(t) - token_first_key(t) + params.keys_per_split - 1u) / params.keys_per_split,
         params.max_splits,
     );
     var m = NEG_BIG;

@@ -28,7 +28,7 @@ mod measure;
 mod profile;
 mod upload;
 
-use compile::{heads_of, key_split, Activations, Compiler, Node};
+use compile::{attention_keys, heads_of, Activations, Compiler, Node};
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
 use upload::f32_bytes;
@@ -211,8 +211,9 @@ impl Forward {
         );
         let before = ctx.counters();
         let (plan, key) = measure::initial_plan(ctx, weights, chunk).await?;
-        let split = key_split(&plan, kv.context() as u32);
-        let split_len = split.map_or(1, |s| s.scratch_len(heads_of(&config), kv.context() as u32));
+        let positions = kv.context() as u32;
+        let keys = attention_keys(&plan, &ctx.options().decode_plan, &config, positions, None)?;
+        let split_len = keys.scratch_len(heads_of(&config), positions).max(1);
         let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
         let (sep_qkv, sep_ffn) = (
             u64::from(fusion.any_separate_qkv()),

@@ -65,6 +65,50 @@ fn info_text_names_the_model() {
     assert!(out.contains("F16"), "{out}");
 }
 
+/// The decode plan: `info` reports it at the context asked for, and inconsistent flags are
+/// usage errors naming the flag.
+#[test]
+fn decode_plan_flags_are_reported_and_checked() {
+    let model = "tests/fixtures/tiny-llama-q4_1.gguf";
+    let (code, out, err) = emberlm(&["info", "--model", model, "--ctx", "100", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["decode_plan"]["settings"]["mode"], "auto");
+    assert_eq!(v["decode_plan"]["settings"]["bucket_short"], 512);
+    let (code, out, err) = emberlm(&[
+        "info",
+        "--model",
+        model,
+        "--ctx",
+        "100",
+        "--decode-plan",
+        "fixed",
+        "--decode-q-chunk",
+        "16",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("decode plan:  fixed (whole up to 31 keys, 16-key blocks from 32 keys)"),
+        "{out}"
+    );
+    for (args, names) in [
+        (&["--decode-plan", "fixed"][..], "decode-q-chunk"),
+        (&["--decode-plan", "sometimes"][..], "--decode-plan"),
+        (&["--decode-q-chunk", "64"][..], "decode-q-chunk"),
+        (
+            &["--decode-plan", "none", "--decode-local-window", "8"][..],
+            "decode-local-window",
+        ),
+        (&["--decode-bucket-short", "4096"][..], "decode-bucket"),
+    ] {
+        let mut all = vec!["info", "--model", model];
+        all.extend_from_slice(args);
+        let (code, _, err) = emberlm(&all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn errors_have_exit_codes_and_messages() {
     let (code, _, err) = emberlm(&["info", "--model", "tests/fixtures/does-not-exist.gguf"]);

@@ -86,3 +86,94 @@ fn truncate_reuses_a_cached_prefix() {
     assert!(max_diff(&full, &again) <= 1e-5);
     assert!(fwd.truncate(30).is_err(), "cannot move past what is cached");
 }
+
+/// Decode planning changes how attention's keys are cut, never the results: the tiny Llama
+/// decoded to its full context with every key in one block (`none`), with the bucketed plan
+/// (`auto`, buckets shrunk to 6 and 20 keys so both split tiers run) and with fixed 5-key
+/// blocks gives the same logits to float rounding; the split plans record more dispatches (the
+/// merges), so the splits did run. A local window on a model trained without one is refused.
+#[test]
+fn decode_plans_agree_to_rounding() {
+    use emberlm::gpu::{DecodePlan, DecodePlanMode};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-llama-q4_1.gguf"
+    );
+    let files = ModelFiles::open(std::path::Path::new(path)).unwrap();
+    let weights = files.weights().unwrap();
+    let (vocab, context) = (weights.config.vocab_size, weights.config.context_length);
+    let mut rng = common::rng("decode_plans", &|m| eprintln!("{m}"));
+    let tokens: Vec<u32> = (0..context)
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
+    let plans = [
+        DecodePlan {
+            mode: DecodePlanMode::None,
+            ..DecodePlan::default()
+        },
+        DecodePlan {
+            bucket_short: 6,
+            bucket_mid: 20,
+            ..DecodePlan::default()
+        },
+        DecodePlan {
+            mode: DecodePlanMode::Fixed,
+            q_chunk: Some(5),
+            ..DecodePlan::default()
+        },
+    ];
+    let mut runs: Vec<(Vec<f32>, u64)> = Vec::new();
+    for plan in plans {
+        let Some(ctx) = common::native_gpu(GpuOptions {
+            decode_plan: plan,
+            ..GpuOptions::default()
+        }) else {
+            return;
+        };
+        let cache = KernelCache::new();
+        let mut fwd =
+            pollster::block_on(Forward::new(&ctx, &cache, &weights, context, 16)).unwrap();
+        let before = ctx.counters().dispatches;
+        let mut logits = Vec::new();
+        for &t in &tokens {
+            logits.extend(pollster::block_on(fwd.forward(&ctx, &[t], false)).unwrap());
+        }
+        runs.push((logits, ctx.counters().dispatches - before));
+        ctx.check().expect("no GPU error");
+    }
+    let (whole, whole_dispatches) = &runs[0];
+    for (plan, (logits, dispatches)) in plans.iter().zip(&runs).skip(1) {
+        let d = max_diff(whole, logits);
+        eprintln!(
+            "{}: max |Δ logit| vs none = {d:e}, {dispatches} dispatches",
+            plan.describe(context as u32)
+        );
+        assert!(d <= 1e-4, "{plan:?}: logits differ from none by {d}");
+        assert!(
+            dispatches > whole_dispatches,
+            "{plan:?}: {dispatches} dispatches, none ran {whole_dispatches}: no split ran"
+        );
+    }
+    // a window would change a model trained without one
+    let windowed = DecodePlan {
+        mode: DecodePlanMode::Fixed,
+        q_chunk: Some(5),
+        local_window: Some(8),
+        ..DecodePlan::default()
+    };
+    let Some(ctx) = common::native_gpu(GpuOptions {
+        decode_plan: windowed,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let err = pollster::block_on(Forward::new(
+        &ctx,
+        &KernelCache::new(),
+        &weights,
+        context,
+        16,
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("decode_local_window"), "{err}");
+}

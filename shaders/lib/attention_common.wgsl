@@ -19,6 +19,11 @@ struct Params {
     keys_per_split: u32,
     // splits a partial buffer has room for per (token, head)
     max_splits: u32,
+    // local attention: a token reads only its `window` latest keys (0: every key)
+    window: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -27,20 +32,31 @@ struct Params {
 // Finite stand-in for -infinity (WGSL implementations may assume no infinities).
 const NEG_BIG: f32 = -3.4028234e38;
 
-// Keys a token at position p attends to: 0..=p, capped at the cache (positions past it were
+// Keys a token at position p attends to: 0..=p (the end of its range), capped at the cache (positions past it were
 // refused on the host, never read past it).
 fn token_keys(t: u32) -> u32 {
     return min(step_params.pos0 + t + 1u, params.max_positions);
 }
 
-// The keys [first, end) that split `s` of token `t` walks: all of them without SPLIT.
+// The first key token `t` reads: 0, or with a local window the oldest key inside it.
+fn token_first_key(t: u32) -> u32 {
+    let n = token_keys(t);
+    if params.window == 0u {
+        return 0u;
+    }
+    return n - min(n, params.window);
+}
+
+// The keys [first, end) that split `s` of token `t` walks (splits count from the token's first
+// key): all of them without SPLIT.
 fn split_keys(s: u32, t: u32) -> vec2<u32> {
     let n = token_keys(t);
+    let lo = token_first_key(t);
 #ifdef SPLIT
-    let first = min(s * params.keys_per_split, n);
+    let first = min(lo + s * params.keys_per_split, n);
     return vec2<u32>(first, first + min(params.keys_per_split, n - first));
 #else
-    return vec2<u32>(0u, n);
+    return vec2<u32>(lo, n);
 #endif
 }
 

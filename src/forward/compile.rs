@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use super::graph::{Act, Graph, LinearOp, Op, Post, Rows, WeightIndex};
 use crate::config::{ModelConfig, NormKind, RopeLayout};
 use crate::error::{Error, Result};
+use crate::gpu::decode_plan::DecodePlan;
 use crate::gpu::ops::{
-    Attention, AttentionBinding, EmbedSource, Embedding, Epilogue, Heads, InputNorm, KeySplit,
-    KvSource, KvStore, KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding, Qkv,
-    RopeKvWrite, SwiGlu,
+    Attention, AttentionBinding, AttentionKeys, EmbedSource, Embedding, Epilogue, Heads, InputNorm,
+    KeySplit, KvSource, KvStore, KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding,
+    Qkv, RopeKvWrite, SwiGlu,
 };
 use crate::gpu::plan::Family;
 use crate::gpu::{
@@ -57,14 +58,28 @@ pub(super) fn pick_variant<T>(built: &[(Variant, T)], variant: Variant) -> Optio
         .map(|(_, k)| k)
 }
 
-/// How attention splits long steps' keys under `plan` in a cache of `positions` rows: the
-/// engine's policy unless forced.
-pub(super) fn key_split(plan: &KernelPlan, positions: u32) -> Option<KeySplit> {
-    match plan.attention_split {
-        None => Some(KeySplit::policy(positions)),
-        Some(SplitOverride::Off) => None,
-        Some(SplitOverride::Keys(k)) => Some(KeySplit::with_keys(k)),
-    }
+/// How attention reads its keys under `plan` and the decode plan `decode` in a cache of
+/// `positions` rows: the decode plan's key blocks unless `plan` forces a split (or none), and
+/// the window a layer trained with local attention reads (`trained`).
+pub(super) fn attention_keys(
+    plan: &KernelPlan,
+    decode: &DecodePlan,
+    config: &ModelConfig,
+    positions: u32,
+    trained: Option<u32>,
+) -> Result<AttentionKeys> {
+    let keys = match plan.attention_split {
+        None => {
+            return decode.keys(
+                positions,
+                trained,
+                &format!("this {} model", config.arch.name()),
+            )
+        }
+        Some(SplitOverride::Off) => AttentionKeys::whole(),
+        Some(SplitOverride::Keys(k)) => AttentionKeys::from(Some(KeySplit::with_keys(k))),
+    };
+    Ok(keys.with_window(decode.window(trained, &format!("this {} model", config.arch.name()))?))
 }
 
 /// The attention geometry of `config`.
@@ -334,18 +349,22 @@ impl Compiler<'_> {
                     };
                     built.push((
                         variant,
-                        attention.bind(
+                        attention.bind_keys(
                             ctx,
                             self.step,
-                            &a.q,
-                            q_stride,
-                            k_cache,
-                            v_cache,
+                            (&a.q, q_stride),
+                            (k_cache, v_cache),
                             &a.attn,
                             heads,
-                            positions,
-                            max,
-                            key_split(self.plan, positions).map(|s| (s, &a.attn_split)),
+                            (positions, max),
+                            &attention_keys(
+                                self.plan,
+                                &ctx.options().decode_plan,
+                                self.config,
+                                positions,
+                                None,
+                            )?,
+                            Some(&a.attn_split),
                         )?,
                     ));
                 }

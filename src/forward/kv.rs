@@ -2,7 +2,7 @@
 //! them, and replacing the cache with one of another kind or length ([`Forward::set_kv`]),
 //! which the automatic cache plan uses to measure each kind on the loaded model.
 
-use super::compile::{heads_of, key_split, Compiler};
+use super::compile::{attention_keys, heads_of, Compiler};
 use super::upload::f32_bytes;
 use super::Forward;
 use crate::config::ModelConfig;
@@ -91,8 +91,14 @@ impl Forward {
         // free the old cache first: a placeholder of one position holds its place
         self.kv = KvCache::with_kinds(ctx, &config, 1, kinds)?;
         self.kv = KvCache::with_kinds(ctx, &config, context, kinds)?;
-        let split = key_split(&self.plan, context as u32);
-        let split_len = split.map_or(1, |s| s.scratch_len(heads_of(&config), context as u32));
+        let keys = attention_keys(
+            &self.plan,
+            &ctx.options().decode_plan,
+            &config,
+            context as u32,
+            None,
+        )?;
+        let split_len = keys.scratch_len(heads_of(&config), context as u32).max(1);
         if f32_bytes(split_len) > self.act.attn_split.size() {
             self.act.attn_split =
                 ctx.storage_zeroed("attention split partials", f32_bytes(split_len))?;

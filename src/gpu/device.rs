@@ -27,6 +27,8 @@ pub struct GpuOptions {
     pub kernels: super::plan::KernelOverrides,
     /// The kinds K and V are cached in, for every model loaded on this context (default f32).
     pub kv_cache: crate::dtype::kv::KvKinds,
+    /// How attention reads long contexts (key blocks per length, local windows).
+    pub decode_plan: super::decode_plan::DecodePlan,
 }
 
 impl Default for GpuOptions {
@@ -38,6 +40,7 @@ impl Default for GpuOptions {
             readback_timeout: std::time::Duration::from_secs(300),
             kernels: super::plan::KernelOverrides::none(),
             kv_cache: crate::dtype::kv::KvKinds::default(),
+            decode_plan: super::decode_plan::DecodePlan::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 mod browser;
 pub mod buffer;
 pub mod counters;
+pub mod decode_plan;
 pub mod device;
 pub mod kernels;
 pub mod kv_cache;
@@ -13,6 +14,7 @@ pub mod plan;
 pub mod tensor;
 
 pub use counters::{AliveBuffers, Counters, CountersPer};
+pub use decode_plan::{DecodePlan, DecodePlanMode};
 pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;

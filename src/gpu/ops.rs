@@ -16,7 +16,7 @@ pub mod rope;
 pub mod select;
 mod weight_checks;
 
-pub use attention::{Attention, AttentionBinding, KeySplit};
+pub use attention::{Attention, AttentionBinding, AttentionKeys, KeySplit};
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::SwiGlu;
 pub use embed::{EmbedSource, Embedding};

@@ -1,12 +1,13 @@
-//! The KV-cache options of `Engine.load`: `kvCache` (a kind, or `'auto'`), `kCache`,
-//! `vCache`, and the automatic plan's settings in camelCase (`cacheBudgetMb`, ...), each
-//! checked by name.
+//! The KV-cache and decode-planning options of `Engine.load`: `kvCache` (a kind, or
+//! `'auto'`), `kCache`, `vCache`, the automatic plan's settings in camelCase (`cacheBudgetMb`,
+//! ...), and `decodePlan` with its values (`decodeQChunk`, ...), each checked by name.
 
 use wasm_bindgen::JsValue;
 
 use super::engine::{load_option, present};
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
+use crate::gpu::{DecodePlan, DecodePlanMode};
 use crate::session::CachePlanOptions;
 
 fn string(options: &JsValue, key: &'static str) -> Result<Option<String>> {
@@ -103,4 +104,43 @@ pub(super) fn kv_options(options: &JsValue) -> Result<(KvKinds, Option<CachePlan
         KvKinds::from_options(kv.as_deref(), k.as_deref(), v.as_deref())?,
         None,
     ))
+}
+
+/// The decode plan: `decodePlan` (`'auto'`, `'fixed'`, `'none'`), `decodeQChunk`,
+/// `decodeLocalWindow`, `decodeBucketShort`, `decodeBucketMid`.
+pub(super) fn decode_plan(options: &JsValue) -> Result<DecodePlan> {
+    let d = DecodePlan::default();
+    let keys =
+        |key: &'static str| -> Result<Option<u32>> { Ok(whole(options, key)?.map(|n| n as u32)) };
+    let mode = match string(options, "decodePlan")? {
+        Some(s) => s.parse::<DecodePlanMode>().map_err(|_| {
+            Error::invalid(
+                "decodePlan",
+                format!("`{s}` is not 'auto', 'fixed' or 'none'"),
+            )
+        })?,
+        None => d.mode,
+    };
+    let plan = DecodePlan {
+        mode,
+        q_chunk: keys("decodeQChunk")?,
+        local_window: keys("decodeLocalWindow")?,
+        bucket_short: keys("decodeBucketShort")?.unwrap_or(d.bucket_short),
+        bucket_mid: keys("decodeBucketMid")?.unwrap_or(d.bucket_mid),
+    };
+    plan.validate().map_err(|e| {
+        // name the option as JavaScript spells it
+        let message = e.to_string();
+        let renamed = [
+            ("decode_q_chunk", "decodeQChunk"),
+            ("decode_local_window", "decodeLocalWindow"),
+            ("decode_bucket_short", "decodeBucketShort"),
+            ("decode_bucket_mid", "decodeBucketMid"),
+            ("decode_plan", "decodePlan"),
+        ]
+        .iter()
+        .fold(message, |m, (from, to)| m.replace(from, to));
+        Error::invalid("decodePlan", renamed)
+    })?;
+    Ok(plan)
 }

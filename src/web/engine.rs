@@ -119,9 +119,11 @@ impl Engine {
         };
         let (kv_cache, cache_plan) =
             super::cache_options::kv_options(&options).map_err(|e| js_error(&e))?;
+        let decode_plan = super::cache_options::decode_plan(&options).map_err(|e| js_error(&e))?;
         let gpu_options = GpuOptions {
             kernels,
             kv_cache,
+            decode_plan,
             ..GpuOptions::default()
         };
         let source = Source::from_js(&source).map_err(|e| js_error(&e))?;

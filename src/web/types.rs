@@ -177,6 +177,9 @@ pub(crate) struct EngineInfo {
     /// The automatic KV-cache plan's decision and measurements (`kvCache: 'auto'`).
     #[tsify(type = "KvCachePlanInfo | null")]
     kv_cache_plan: Option<crate::session::CacheDecision>,
+    /// How attention reads long contexts at this context length (`decodePlan`):
+    /// `auto (whole up to 512 keys, 256-key blocks from 513 keys, …)`.
+    decode_plan: String,
     /// Whether the model brought its own chat template (otherwise a plain fallback is used).
     has_chat_template: bool,
     /// The file came from the Cache API, not the network.
@@ -230,6 +233,11 @@ impl EngineInfo {
             kv_cache: session.forward().kv().kinds().to_string(),
             kv_bytes_per_token: session.forward().memory().kv_bytes_per_token,
             kv_cache_plan: session.cache_decision().cloned(),
+            decode_plan: session
+                .gpu()
+                .options()
+                .decode_plan
+                .describe(session.context() as u32),
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,

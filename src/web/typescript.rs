@@ -86,6 +86,20 @@ export interface LoadOptions {
   cachePlanProbe?: boolean;
   /** Age after which a stored decision is measured again, seconds (default 3600). */
   cachePlanProbeIntervalSec?: number;
+  /**
+   * How attention reads long contexts: `'auto'` (default: key blocks chosen by context
+   * bucket, the trained local window), `'fixed'` (`decodeQChunk` and `decodeLocalWindow` as
+   * given) or `'none'` (every key in one block). Results are the same to float rounding.
+   */
+  decodePlan?: 'auto' | 'fixed' | 'none';
+  /** Keys per attention block with `decodePlan: 'fixed'`. */
+  decodeQChunk?: number;
+  /** Latest keys a local-attention layer reads with `decodePlan: 'fixed'` (models trained with local attention only). */
+  decodeLocalWindow?: number;
+  /** End of the short bucket, keys (default 512): shorter contexts run whole. */
+  decodeBucketShort?: number;
+  /** End of the middle bucket, keys (default 2048): longer contexts use longer blocks. */
+  decodeBucketMid?: number;
 }
 
 /** Options of `engine.profile`. */

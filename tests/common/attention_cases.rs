@@ -6,7 +6,8 @@
 
 use emberlm::config::RopeLayout;
 use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
-use emberlm::gpu::ops::{AttentionBinding, KeySplit};
+use emberlm::gpu::ops::{AttentionBinding, AttentionKeys, KeySplit};
+use emberlm::gpu::DecodePlan;
 use emberlm::gpu::{
     Attention, GpuContext, Heads, KernelCache, Qkv, Reduction, RopeKvWrite, StepParams, Variant,
 };
@@ -20,25 +21,68 @@ fn run_attention(ctx: &GpuContext, binding: &AttentionBinding, step: &StepParams
 }
 
 /// How an attention case is bound: whole, split into splits of this many keys from the first
-/// key on (any step), or with the engine's policy.
+/// key on (any step), with the engine's policy, in two tiers (the first keys per split from
+/// one key on, the second from `min_keys` on: decode planning), or over a local window of
+/// `window` keys split into splits of `keys` keys, or as the default decode plan says.
 #[derive(Debug, Clone, Copy)]
 enum SplitForm {
     Whole,
     Keys(u32),
     Policy,
+    Tiered {
+        first: u32,
+        second: u32,
+        min_keys: u32,
+    },
+    Window {
+        window: u32,
+        keys: u32,
+    },
+    /// The default decode plan's tiers (`decode_plan: auto`).
+    Planned,
 }
 
 impl SplitForm {
-    fn split(self, c: &StepCase) -> Option<KeySplit> {
+    fn keys(self, c: &StepCase) -> AttentionKeys {
+        let from_one = |keys_per_split| KeySplit {
+            keys_per_split,
+            min_keys: 1,
+            max_tokens: c.max_tokens,
+        };
         match self {
-            SplitForm::Whole => None,
-            SplitForm::Keys(keys_per_split) => Some(KeySplit {
-                keys_per_split,
-                min_keys: 1,
-                max_tokens: c.max_tokens,
-            }),
-            SplitForm::Policy => Some(KeySplit::policy(c.max_positions)),
+            SplitForm::Whole => AttentionKeys::whole(),
+            SplitForm::Keys(k) => AttentionKeys::from(Some(from_one(k))),
+            SplitForm::Policy => AttentionKeys::from(Some(KeySplit::policy(c.max_positions))),
+            SplitForm::Tiered {
+                first,
+                second,
+                min_keys,
+            } => AttentionKeys::tiered(vec![
+                KeySplit {
+                    min_keys,
+                    ..from_one(second)
+                },
+                from_one(first),
+            ]),
+            SplitForm::Planned => {
+                AttentionKeys::tiered(DecodePlan::default().splits(c.max_positions))
+            }
+            SplitForm::Window { window, keys } => {
+                AttentionKeys::from(Some(from_one(keys))).with_window(Some(window))
+            }
         }
+    }
+
+    /// The keys per split a step of `kv_len` keys must run with (`None`: whole).
+    fn expected_split(self, c: &StepCase, kv_len: u32) -> Option<u32> {
+        let keys = self.keys(c);
+        let read = keys.keys_read(kv_len);
+        keys.tiers()
+            .iter()
+            .rev()
+            .find(|t| c.n_tokens <= t.max_tokens && read >= t.min_keys)
+            .map(|t| t.keys_per_split)
+            .filter(|&k| read.div_ceil(k) > 1)
     }
 }
 
@@ -118,10 +162,35 @@ async fn check_attention_variant(
         // whole; split in 2–4 ragged splits whatever the length (prefill chunks included); and
         // the engine's policy, which splits long decode steps only
         let awkward = (step_keys / 3).max(1) + 1;
+        // a window shorter than the step's keys (some tokens read them all, the last ones
+        // not), split in ragged splits of the window
+        let window = (step_keys * 2 / 3).max(1);
         let forms = [
             (false, SplitForm::Whole),
             (true, SplitForm::Keys(awkward)),
             (false, SplitForm::Policy),
+            (true, SplitForm::Planned),
+            (
+                false,
+                SplitForm::Tiered {
+                    first: 5,
+                    second: awkward,
+                    // odd lengths stay in the first tier, even ones reach the second
+                    min_keys: if step_keys % 2 == 0 {
+                        step_keys.div_ceil(2)
+                    } else {
+                        step_keys + 1
+                    },
+                },
+            ),
+            (
+                true,
+                SplitForm::Window {
+                    window,
+                    keys: (window / 2).max(1) + 1,
+                },
+            ),
+            (false, SplitForm::Window { window: 1, keys: 1 }),
         ];
         for (fused_stride, form) in forms {
             let q_scale = if fused_stride { 6.0f32 } else { 1.0 };
@@ -144,8 +213,13 @@ async fn check_attention_variant(
                 v[kv_len * kv_dim..].fill(f32::NAN);
                 v
             };
-            let k_cache = filled(rng);
-            let v_cache = filled(rng);
+            let mut k_cache = filled(rng);
+            let mut v_cache = filled(rng);
+            let keys = form.keys(c);
+            // rows older than every token's window hold NaN too
+            let oldest = pos0 + 1 - keys.keys_read(c.pos0 + 1) as usize;
+            k_cache[..oldest * kv_dim].fill(f32::NAN);
+            v_cache[..oldest * kv_dim].fill(f32::NAN);
             let sentinel = vec![SENTINEL; rows * q_dim];
 
             let step = step_buffer(ctx, c.pos0, c.n_tokens);
@@ -154,31 +228,30 @@ async fn check_attention_variant(
             let vb = ctx.storage_from("v_cache", &v_cache).map_err(&e)?;
             let ob = ctx.storage_from("out", &sentinel).map_err(&e)?;
             // NaN: a partial read before it is written poisons the output
-            let split = form.split(c);
-            let scratch_len = split.map_or(1, |s| s.scratch_len(c.heads(), c.max_positions));
+            let scratch_len = keys.scratch_len(c.heads(), c.max_positions).max(1);
             let scratch = ctx
                 .storage_from("split scratch", &vec![f32::NAN; scratch_len as usize])
                 .map_err(&e)?;
             let b = op
-                .bind(
+                .bind_keys(
                     ctx,
                     &step,
-                    &qb,
-                    stride as u32,
-                    &kb,
-                    &vb,
+                    (&qb, stride as u32),
+                    (&kb, &vb),
                     &ob,
                     c.heads(),
-                    c.max_positions,
-                    c.max_tokens,
-                    split.map(|s| (s, &scratch)),
+                    (c.max_positions, c.max_tokens),
+                    &keys,
+                    Some(&scratch),
                 )
                 .map_err(&e)?;
             let params = StepParams::new(c.pos0, c.n_tokens);
-            if matches!(form, SplitForm::Keys(k) if step_keys.div_ceil(k) > 1)
-                && b.splits(&params) < 2
-            {
-                return Err(format!("{what}: the step did not split"));
+            let expected = form.expected_split(c, step_keys);
+            if b.keys_per_split(&params) != expected {
+                return Err(format!(
+                    "{what}: the step ran splits of {:?} keys, expected {expected:?}",
+                    b.keys_per_split(&params)
+                ));
             }
             run_attention(ctx, &b, &params);
             let got = ctx.read_f32(&ob, rows * q_dim).await.map_err(&e)?;
@@ -188,8 +261,15 @@ async fn check_attention_variant(
             for t in 0..live {
                 let qt = &q[t * stride..][..q_dim];
                 let n_kv = pos0 + t + 1;
-                let want = reference::attention(qt, &k_cache, &v_cache, n_kv, nh, nkv, hd);
-                let scale = reference::attention(qt, &k_cache, &abs_v, n_kv, nh, nkv, hd);
+                // a window reads the latest keys only
+                let lo = n_kv - keys.keys_read(n_kv as u32) as usize;
+                let (kw, vw, aw) = (
+                    &k_cache[lo * kv_dim..],
+                    &v_cache[lo * kv_dim..],
+                    &abs_v[lo * kv_dim..],
+                );
+                let want = reference::attention(qt, kw, vw, n_kv - lo, nh, nkv, hd);
+                let scale = reference::attention(qt, kw, aw, n_kv - lo, nh, nkv, hd);
                 let row = t * q_dim;
                 worst = worst.max(close(
                     &format!("{what} token {t} (position {})", pos0 + t),

@@ -13,6 +13,8 @@ pub mod ops_cases;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod require;
 pub mod select_ref;
+#[cfg(target_arch = "wasm32")]
+pub mod web_engine;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -9,6 +9,8 @@ mod bench_kv;
 #[cfg(not(target_arch = "wasm32"))]
 mod chat;
 #[cfg(not(target_arch = "wasm32"))]
+mod decode_args;
+#[cfg(not(target_arch = "wasm32"))]
 mod generate;
 #[cfg(not(target_arch = "wasm32"))]
 mod kv_args;
@@ -148,6 +150,8 @@ mod cli {
         kernels: Option<String>,
         #[command(flatten)]
         kv: crate::kv_args::KvArgs,
+        #[command(flatten)]
+        decode: crate::decode_args::DecodeArgs,
         #[command(subcommand)]
         command: Command,
     }
@@ -157,6 +161,8 @@ mod cli {
     /// The KV-cache kinds and the automatic plan's settings, parsed once by `main`.
     static KV: std::sync::OnceLock<(KvKinds, Option<CachePlanOptions>)> =
         std::sync::OnceLock::new();
+    /// The decode plan (`--decode-plan` and friends), parsed once by `main`.
+    static DECODE: std::sync::OnceLock<emberlm::gpu::DecodePlan> = std::sync::OnceLock::new();
 
     /// The KV-cache kinds every subcommand uses (`--kv-cache` and friends; f32 by default).
     pub fn kv_kinds() -> KvKinds {
@@ -168,12 +174,13 @@ mod cli {
         KV.get().and_then(|kv| kv.1.clone())
     }
 
-    /// The GPU options every subcommand uses: the defaults with `--kernels` and the KV-cache
-    /// kinds applied.
+    /// The GPU options every subcommand uses: the defaults with `--kernels`, the KV-cache
+    /// kinds and the decode plan applied.
     pub fn gpu_options() -> GpuOptions {
         GpuOptions {
             kernels: KERNELS.get().cloned().unwrap_or_default(),
             kv_cache: kv_kinds(),
+            decode_plan: DECODE.get().copied().unwrap_or_default(),
             ..GpuOptions::default()
         }
     }
@@ -283,6 +290,15 @@ mod cli {
                 return std::process::ExitCode::from(e.code);
             }
         }
+        match cli.decode.resolve() {
+            Ok(plan) => {
+                let _ = DECODE.set(plan);
+            }
+            Err(e) => {
+                eprintln!("emberlm: {}", e.message);
+                return std::process::ExitCode::from(e.code);
+            }
+        }
         let result = match cli.command {
             Command::Generate(args) => crate::generate::generate(*args),
             Command::Perplexity(args) => crate::generate::perplexity(args),
@@ -327,6 +343,7 @@ mod cli {
             None => kv_kinds(),
         };
         let memory = weights.memory_estimate_with(context, kinds);
+        let decode_plan = gpu_options().decode_plan;
         let tally = weights.tally();
         let tokenizer = files.tokenizer()?;
         let has_template = files.chat_template(&tokenizer)?.is_some();
@@ -355,6 +372,10 @@ mod cli {
                 },
                 "chat_template": has_template,
                 "kv_cache_plan": plan,
+                "decode_plan": {
+                    "settings": decode_plan,
+                    "at_context": decode_plan.describe(memory.context as u32),
+                },
             });
             println!("{}", serde_json::to_string_pretty(&out)?);
             return Ok(());
@@ -418,6 +439,10 @@ mod cli {
             memory.kv_kinds,
             memory.kv_bytes_per_token,
             crate::kv_args::per_kind_bytes(c.n_layers, c.kv_dim()),
+        );
+        println!(
+            "decode plan:  {}",
+            decode_plan.describe(memory.context as u32)
         );
         if let Some(d) = &plan {
             print!("{}", crate::kv_args::describe(d));

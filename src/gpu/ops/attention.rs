@@ -18,7 +18,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 pub use super::key_split::{
-    KeySplit, SPLIT_MAX_SPLITS, SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
+    AttentionKeys, KeySplit, SPLIT_MAX_SPLITS, SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS,
+    SPLIT_MIN_KEYS_PER_SPLIT,
 };
 use super::{
     check_distinct, check_len, check_max_tokens, check_step, dispatch_grid, elements, load,
@@ -50,6 +51,8 @@ struct AttentionParams {
     scale: f32,
     keys_per_split: u32,
     max_splits: u32,
+    window: u32,
+    _pad: [u32; 3],
 }
 
 /// Invocations per workgroup of the merge (one per output value, no barriers).
@@ -222,8 +225,9 @@ impl Attention {
     /// `(n_heads + 2·n_kv_heads)·hd` for a fused qkv buffer), one layer's caches of
     /// `max_positions` rows and `out` with the [`super::StepParams`] uniform `step`, for steps
     /// of at most `max_tokens` tokens; with `split` (and its scratch buffer), long steps of
-    /// few tokens split their keys (see [`KeySplit`]). Checks the head geometry (`head_dim` ≤ [`MAX_HEAD_DIM`] and the
-    /// workgroup size), the buffers' sizes and that `out` is none of the inputs.
+    /// few tokens split their keys (see [`KeySplit`]). Checks the head geometry (`head_dim` ≤
+    /// [`MAX_HEAD_DIM`] and the workgroup size), the buffers' sizes and that `out` is none of
+    /// the inputs.
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         &self,
@@ -239,6 +243,43 @@ impl Attention {
         max_tokens: u32,
         split: Option<(KeySplit, &wgpu::Buffer)>,
     ) -> Result<AttentionBinding> {
+        let keys = AttentionKeys::from(split.map(|s| s.0));
+        self.bind_keys(
+            ctx,
+            step,
+            (q, q_row_stride),
+            (k_cache, v_cache),
+            out,
+            heads,
+            (max_positions, max_tokens),
+            &keys,
+            split.map(|s| s.1),
+        )
+    }
+
+    /// [`Attention::bind`] with the keys read as `keys` says: a local window, and split tiers
+    /// (decode planning) sharing the `scratch` buffer of [`AttentionKeys::scratch_len`] f32
+    /// (required when there are tiers). `q` is (buffer, row stride), `caches` (K, V), `sizes`
+    /// (max_positions, max_tokens).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_keys(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        (q, q_row_stride): (&wgpu::Buffer, u32),
+        (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
+        out: &wgpu::Buffer,
+        heads: Heads,
+        (max_positions, max_tokens): (u32, u32),
+        keys: &AttentionKeys,
+        scratch: Option<&wgpu::Buffer>,
+    ) -> Result<AttentionBinding> {
+        if keys.window == Some(0) {
+            return Err(Error::invalid(
+                "decode_local_window",
+                "a local attention window must hold at least 1 key",
+            ));
+        }
         check_step(step)?;
         check_max_tokens(ctx, max_tokens)?;
         positive("max_positions", max_positions)?;
@@ -307,6 +348,8 @@ impl Attention {
             scale: (1.0 / f64::from(heads.head_dim).sqrt()) as f32,
             keys_per_split: 0,
             max_splits: 0,
+            window: keys.window.unwrap_or(0),
+            _pad: [0; 3],
         };
         let label = "attention";
         let whole = KernelBinding::new(
@@ -318,9 +361,15 @@ impl Attention {
             &[q, k_cache, v_cache, out],
             Grid::PerToken(x),
         );
-        let split = match split {
-            None => None,
-            Some((split, scratch)) => {
+        let mut tiers = Vec::with_capacity(keys.tiers().len());
+        for &split in keys.tiers() {
+            let Some(scratch) = scratch else {
+                return Err(Error::invalid(
+                    "attention split scratch",
+                    "split attention needs its partials buffer",
+                ));
+            };
+            {
                 positive("keys_per_split", split.keys_per_split)?;
                 positive("split max_tokens", split.max_tokens)?;
                 let max_splits = split.max_splits(max_positions);
@@ -385,17 +434,21 @@ impl Attention {
                     &[scratch, out],
                     Grid::PerToken(merge_x),
                 );
-                Some(SplitBinding {
+                tiers.push(SplitBinding {
                     parts,
                     merge,
                     keys_per_split: split.keys_per_split,
                     min_keys: split.min_keys,
                     max_tokens,
                     max_splits,
-                })
+                });
             }
-        };
-        Ok(AttentionBinding { whole, split })
+        }
+        Ok(AttentionBinding {
+            whole,
+            tiers,
+            window: keys.window,
+        })
     }
 }
 
@@ -415,32 +468,44 @@ struct SplitBinding {
 #[derive(Debug)]
 pub struct AttentionBinding {
     whole: KernelBinding,
-    split: Option<SplitBinding>,
+    /// Split tiers by `min_keys` (decode planning; empty: always whole).
+    tiers: Vec<SplitBinding>,
+    window: Option<u32>,
 }
 
 impl AttentionBinding {
     /// How many splits a step runs its keys in (1: whole, one dispatch).
     pub fn splits(&self, step: &StepParams) -> u32 {
-        match &self.split {
-            Some(s) if step.n_tokens <= s.max_tokens && step.kv_len >= s.min_keys => step
-                .kv_len
-                .div_ceil(s.keys_per_split)
-                .min(s.max_splits)
-                .max(1),
-            _ => 1,
-        }
+        self.tier(step).map_or(1, |(_, n)| n)
+    }
+
+    /// The tier a step runs and its split count, when it splits (more than one split).
+    fn tier(&self, step: &StepParams) -> Option<(&SplitBinding, u32)> {
+        let keys = self.window.map_or(step.kv_len, |w| step.kv_len.min(w));
+        let s = self
+            .tiers
+            .iter()
+            .rev()
+            .find(|s| step.n_tokens <= s.max_tokens && keys >= s.min_keys)?;
+        let n = keys.div_ceil(s.keys_per_split).min(s.max_splits).max(1);
+        (n > 1).then_some((s, n))
+    }
+
+    /// The keys per split a step runs with (`None`: whole, one dispatch).
+    pub fn keys_per_split(&self, step: &StepParams) -> Option<u32> {
+        self.tier(step).map(|(s, _)| s.keys_per_split)
     }
 
     /// Records the step's dispatches (one, or two when it splits).
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, step: &StepParams) {
         let n = step.n_tokens;
-        match (&self.split, self.splits(step)) {
-            (Some(s), splits) if splits > 1 => {
+        match self.tier(step) {
+            Some((s, splits)) => {
                 let (x, y, _) = s.parts.grid().size(n);
                 s.parts.record_size(pass, (x, y, splits), n);
                 s.merge.record(pass, n);
             }
-            _ => self.whole.record(pass, n),
+            None => self.whole.record(pass, n),
         }
     }
 

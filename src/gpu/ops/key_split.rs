@@ -67,3 +67,63 @@ impl KeySplit {
             * (u64::from(heads.head_dim) + 2)
     }
 }
+
+/// How a bound attention reads a step's keys: a local window (a token reads only its latest
+/// `window` keys; `None`: every key) and the key splits used at each length (decode planning).
+///
+/// `tiers` are kept ordered by `min_keys`; a step uses the last tier whose `min_keys` its keys
+/// (`min(kv_len, window)`) reach and whose `max_tokens` it fits, and runs whole when none
+/// applies. Every tier shares one scratch buffer of [`AttentionKeys::scratch_len`] f32.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttentionKeys {
+    /// Latest keys a token reads (`None`: all of them).
+    pub window: Option<u32>,
+    tiers: Vec<KeySplit>,
+}
+
+impl AttentionKeys {
+    /// Every key, one dispatch at every length.
+    pub fn whole() -> Self {
+        Self::default()
+    }
+
+    /// Every key, split by the tiers (ordered here by `min_keys`).
+    pub fn tiered(mut tiers: Vec<KeySplit>) -> Self {
+        tiers.sort_by_key(|t| t.min_keys);
+        Self {
+            window: None,
+            tiers,
+        }
+    }
+
+    /// The same splits over a local window of `window` keys (`None`: every key).
+    pub fn with_window(mut self, window: Option<u32>) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The split tiers, by `min_keys`.
+    pub fn tiers(&self) -> &[KeySplit] {
+        &self.tiers
+    }
+
+    /// Keys a step of `kv_len` cached positions reads per token at most.
+    pub fn keys_read(&self, kv_len: u32) -> u32 {
+        self.window.map_or(kv_len, |w| kv_len.min(w))
+    }
+
+    /// f32 values of the shared partials buffer: the largest of the tiers' (0 without tiers).
+    pub fn scratch_len(&self, heads: Heads, max_positions: u32) -> u64 {
+        self.tiers
+            .iter()
+            .map(|t| t.scratch_len(heads, max_positions))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+impl From<Option<KeySplit>> for AttentionKeys {
+    fn from(split: Option<KeySplit>) -> Self {
+        Self::tiered(split.into_iter().collect())
+    }
+}
