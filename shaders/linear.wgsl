@@ -124,9 +124,17 @@ fn linear_decode(
 
 // The weight tile, [TILE_K columns][TILE_R / 4 row quads]: an invocation reads its 4 rows at
 // one column as one vec4.
-var<workgroup> tile_w: array<vec4<f32>, 512>;
+// With MM_F16 both tiles hold f16 (half the shared memory) and the products are f16.
+#ifdef MM_F16
+alias tile_w4 = vec4<f16>;
+alias tile_x2 = vec2<f16>;
+#else
+alias tile_w4 = vec4<f32>;
+alias tile_x2 = vec2<f32>;
+#endif
+var<workgroup> tile_w: array<tile_w4, 512>;
 // The activation tile, [TILE_K columns][TILE_T / 2 token pairs].
-var<workgroup> tile_x: array<vec2<f32>, 512>;
+var<workgroup> tile_x: array<tile_x2, 512>;
 #ifdef NORM
 // Partial sums of the tile's tokens (8 invocations per token), then each token's
 // (mean, 1 / sqrt(var + eps)).
@@ -204,23 +212,35 @@ fn linear_prefill(
         let k0 = load_part * 8u;
         let slot = load_row / 4u;
         let comp = load_row % 4u;
+#ifdef MM_F16
+        let v_lo = mm_h4(v.lo);
+        let v_hi = mm_h4(v.hi);
+#else
+        let v_lo = v.lo;
+        let v_hi = v.hi;
+#endif
         for (var i = 0u; i < 4u; i++) {
-            tile_w[(k0 + i) * 16u + slot][comp] = v.lo[i];
-            tile_w[(k0 + 4u + i) * 16u + slot][comp] = v.hi[i];
+            tile_w[(k0 + i) * 16u + slot][comp] = v_lo[i];
+            tile_w[(k0 + 4u + i) * 16u + slot][comp] = v_hi[i];
         }
         var xv = vec4<f32>(0.0);
         if x_tok < n_tokens {
             xv = x4(x_tok, kc * TILE_K + load_col, x_stats);
         }
+#ifdef MM_F16
+        let xs = mm_h4(xv);
+#else
+        let xs = xv;
+#endif
         for (var i = 0u; i < 4u; i++) {
-            tile_x[(load_col + i) * 16u + load_tok / 2u][load_tok % 2u] = xv[i];
+            tile_x[(load_col + i) * 16u + load_tok / 2u][load_tok % 2u] = xs[i];
         }
         workgroupBarrier();
         for (var k = 0u; k < TILE_K; k++) {
             let w4 = tile_w[k * 16u + quad];
             let x2 = tile_x[k * 16u + pair];
-            acc0 += w4 * x2.x;
-            acc1 += w4 * x2.y;
+            acc0 += vec4<f32>(w4 * x2.x);
+            acc1 += vec4<f32>(w4 * x2.y);
         }
         workgroupBarrier();
     }

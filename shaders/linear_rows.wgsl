@@ -116,7 +116,11 @@ fn part_or_zero(r: u32, p: u32, cols: u32) -> Q8 {
 }
 
 fn dot8(a: Q8, b: Q8) -> f32 {
+#ifdef MM_F16
+    return dot(mm_prod4(a.lo, b.lo) + mm_prod4(a.hi, b.hi), vec4<f32>(1.0));
+#else
     return dot(a.lo, b.lo) + dot(a.hi, b.hi);
+#endif
 }
 
 // The four rows' products with token t's part p (input normalised with `stats`).

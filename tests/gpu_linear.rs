@@ -156,3 +156,57 @@ fn qkv_linear_writes_the_rotated_cache() {
         }
     }
 }
+
+/// Precision f16 (lavapipe has `shader-f16`): every linear kernel, in both shapes, against a
+/// reference that rounds the inputs and each product to f16 and sums in f64, for float,
+/// legacy and k-quant types. Without the feature `f16` is an error naming it.
+#[test]
+fn linear_in_f16_precision_matches_reference() {
+    use emberlm::gpu::{MatmulPrecision, Precision};
+    let Some(probe) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    if !probe.report().shader_f16 {
+        let err = pollster::block_on(emberlm::GpuContext::new(GpuOptions {
+            precision: Precision::F16,
+            ..GpuOptions::default()
+        }))
+        .unwrap_err();
+        assert!(err.to_string().contains("shader-f16"), "{err}");
+        log("SKIPPED: the adapter has no shader-f16; f16 refused by name");
+        return;
+    }
+    drop(probe);
+    let ctx = common::native_gpu(GpuOptions {
+        precision: Precision::F16,
+        ..GpuOptions::default()
+    })
+    .expect("the adapter offered shader-f16");
+    assert_eq!(ctx.precision(), MatmulPrecision::F16);
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear f16", &log);
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_1,
+        DType::Q6_K,
+    ] {
+        let shapes = linear_cases::linear_shapes(dtype, true);
+        let reduction = reductions(&ctx)[0];
+        for (bias, accumulate) in [(false, false), (true, true)] {
+            pollster::block_on(linear_cases::check_linear(
+                &ctx,
+                &cache,
+                dtype,
+                reduction,
+                bias,
+                accumulate,
+                &shapes,
+                LINEAR_RUNS,
+                &mut rng,
+            ))
+            .unwrap_or_else(|e| panic!("precision f16: {e}"));
+        }
+    }
+}

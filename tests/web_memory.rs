@@ -1,6 +1,7 @@
 //! Browser tests of memory and long-context settings through the JavaScript `Engine`: the KV
 //! cache kinds and the automatic cache plan (`kvCache`, `cacheBudgetMb`, ...) and decode
-//! planning (`decodePlan`, ...), each reported by `engine.info()` and checked by name.
+//! planning (`decodePlan`, ...) and the products' precision (`precision`), each reported by
+//! `engine.info()` and checked by name.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -142,4 +143,41 @@ async fn decode_plans_are_reported_and_agree() {
         let err = open(options.clone()).await.err().unwrap();
         assert!(message(&err).contains(name), "{options}: {}", message(&err));
     }
+}
+
+/// `precision`: where the adapter has no `shader-f16` (SwiftShader), `'f16'` is refused naming
+/// the feature and `'auto'` runs in f32 with a notice; where it has it, both run in f16 and
+/// generate. A bad name is refused by name.
+#[wasm_bindgen_test]
+async fn precision_follows_the_adapter() {
+    let open = |options: Value| async move {
+        let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
+        Engine::open(bytes.into(), js(&options)).await
+    };
+    let engine = open(json!({ "precision": "auto" })).await.unwrap();
+    let info = rust(&engine.info().unwrap());
+    if info["shaderF16"] == true {
+        assert_eq!(info["precision"], "f16", "{info}");
+        let engine = open(json!({ "precision": "f16" })).await.unwrap();
+        let result = generate(
+            &engine,
+            &json!([1, 5, 9]),
+            json!({ "temperature": 0, "maxNewTokens": 8 }),
+            &Events::new(),
+        )
+        .await
+        .unwrap();
+        assert!(!result["tokens"].as_array().unwrap().is_empty(), "{result}");
+    } else {
+        assert_eq!(info["precision"], "f32", "{info}");
+        let notice = info["precisionNotice"].as_str().unwrap_or("");
+        assert!(notice.contains("shader-f16"), "{info}");
+        let err = open(json!({ "precision": "f16" })).await.err().unwrap();
+        assert!(message(&err).contains("shader-f16"), "{}", message(&err));
+    }
+    let plain = rust(&open(json!({})).await.unwrap().info().unwrap());
+    assert_eq!(plain["precision"], "f32");
+    assert!(plain["precisionNotice"].is_null(), "{plain}");
+    let err = open(json!({ "precision": "f8" })).await.err().unwrap();
+    assert!(message(&err).contains("precision"), "{}", message(&err));
 }

@@ -16,7 +16,8 @@
 //   fn q_parts(cols) -> u32                parts per row (the last may be partial for floats)
 //   fn q_load(row, part, cols) -> QPart    decode; values past `cols` come back as 0
 //   fn q_dequant(p) -> Q8                  the 8 values, bit-exact with the CPU dequantization
-//   fn q_dot(p, x: Q8) -> f32              sum of value * x over the part (factored: not exact)
+//   fn q_dot(p, x: Q8) -> f32              sum of value * x over the part (factored: not exact;
+//                                          with MM_F16, f16 products of f16-rounded inputs)
 //   const Q_BLOCK: u32                     values per block (1 for float types)
 //
 // Exactness (`q_dequant`): each value is computed with the operations of
@@ -25,6 +26,10 @@
 // Byte fields of blocks whose size is not a multiple of 4 (Q4_0 18 B, Q4_1 20 B, Q8_0 34 B,
 // Q6_K 210 B) are read from the two words they straddle. f16 fields sit at even offsets of
 // blocks of even size, so they never straddle.
+
+#ifdef MM_F16
+enable f16;
+#endif
 
 // Eight f32 values: 0..4 in `lo`, 4..8 in `hi`.
 struct Q8 {
@@ -312,6 +317,25 @@ fn q_dequant(p: QPart) -> Q8 {
     return p.q;
 }
 
+#ifdef MM_F16
+// Four values rounded to f16 (clamped to its finite range first: a conversion out of range is
+// undefined in WGSL).
+fn mm_h4(v: vec4<f32>) -> vec4<f16> {
+    return vec4<f16>(clamp(v, vec4<f32>(-65504.0), vec4<f32>(65504.0)));
+}
+
+// The products of four weights and four activations, both rounded to f16 and multiplied in
+// f16, widened to f32 for the sum (precision f16: inputs and products f16, accumulation f32).
+fn mm_prod4(w: vec4<f32>, x: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(mm_h4(w) * mm_h4(x));
+}
+
+// Sum over the part of value * x in f16 products (see mm_prod4), summed in f32.
+fn q_dot(p: QPart, x: Q8) -> f32 {
+    let w = q_dequant(p);
+    return dot(mm_prod4(w.lo, x.lo) + mm_prod4(w.hi, x.hi), vec4<f32>(1.0));
+}
+#else
 // Sum over the part of value * x, factored as scale * (q . x) + offset * sum(x): 2 multiplies
 // per part instead of 8 (the rounding differs from dequantize-then-dot by a few ulps of the
 // terms, well inside the tests' 1e-5 relative tolerance).
@@ -325,3 +349,4 @@ fn q_dot(p: QPart, x: Q8) -> f32 {
     }
     return d;
 }
+#endif

@@ -15,6 +15,7 @@ use web_time::{Duration, Instant};
 use super::{Forward, Node};
 use crate::error::Result;
 use crate::gpu::plan::{Family, KernelOverrides, Source, StoredPlan, Timing};
+use crate::gpu::precision::MatmulPrecision;
 use crate::gpu::{GpuContext, KernelPlan, StepParams, Variant};
 use crate::model::weights::ModelWeights;
 use crate::tune::{Store, TuneKey};
@@ -62,6 +63,11 @@ pub fn plan_key(ctx: &GpuContext, weights: &ModelWeights<'_>, chunk: usize) -> T
         shape
     } else {
         format!("{shape} kv={kinds}")
+    };
+    // so does f16 precision (f32 keeps the key it always had)
+    let shape = match ctx.precision() {
+        MatmulPrecision::F32 => shape,
+        p => format!("{shape} precision={p}"),
     };
     TuneKey::new(
         "kernel-plan",

@@ -29,6 +29,8 @@ pub struct GpuOptions {
     pub kv_cache: crate::dtype::kv::KvKinds,
     /// How attention reads long contexts (key blocks per length, local windows).
     pub decode_plan: super::decode_plan::DecodePlan,
+    /// The matrix products' precision (`f16` needs `shader-f16`; `auto` uses it when there).
+    pub precision: super::precision::Precision,
 }
 
 impl Default for GpuOptions {
@@ -41,6 +43,7 @@ impl Default for GpuOptions {
             kernels: super::plan::KernelOverrides::none(),
             kv_cache: crate::dtype::kv::KvKinds::default(),
             decode_plan: super::decode_plan::DecodePlan::default(),
+            precision: super::precision::Precision::default(),
         }
     }
 }
@@ -135,6 +138,8 @@ pub struct GpuContext {
     limits: wgpu::Limits,
     health: Arc<Mutex<Health>>,
     options: GpuOptions,
+    precision: super::precision::MatmulPrecision,
+    precision_notice: Option<String>,
     counters: Arc<CounterCells>,
 }
 
@@ -205,7 +210,8 @@ impl GpuContext {
         if options.allow_subgroups && offered.contains(wgpu::Features::SUBGROUP) {
             wanted |= wgpu::Features::SUBGROUP;
         }
-        if options.allow_shader_f16 && offered.contains(wgpu::Features::SHADER_F16) {
+        let f16_asked = options.precision != super::precision::Precision::F32;
+        if (options.allow_shader_f16 || f16_asked) && offered.contains(wgpu::Features::SHADER_F16) {
             wanted |= wgpu::Features::SHADER_F16;
         }
         let limits = required_limits(&adapter.limits());
@@ -298,6 +304,9 @@ impl GpuContext {
                 max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
             },
         };
+        let (precision, precision_notice) = options
+            .precision
+            .resolve(granted.contains(wgpu::Features::SHADER_F16))?;
         Ok(Self {
             device,
             queue,
@@ -305,6 +314,8 @@ impl GpuContext {
             limits,
             health,
             options,
+            precision,
+            precision_notice,
             counters: Arc::default(),
         })
     }
@@ -322,6 +333,16 @@ impl GpuContext {
     /// The options the context was created with.
     pub fn options(&self) -> &GpuOptions {
         &self.options
+    }
+
+    /// The precision the matrix products run in (`precision` resolved on this adapter).
+    pub fn precision(&self) -> super::precision::MatmulPrecision {
+        self.precision
+    }
+
+    /// Why `precision: auto` runs in f32 here, when it does.
+    pub fn precision_notice(&self) -> Option<&str> {
+        self.precision_notice.as_deref()
     }
 
     /// A snapshot of the engine counters.

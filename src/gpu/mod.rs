@@ -11,6 +11,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod ops;
 pub mod plan;
+pub mod precision;
 pub mod tensor;
 
 pub use counters::{AliveBuffers, Counters, CountersPer};
@@ -23,4 +24,5 @@ pub use ops::{
     Select, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
 };
 pub use plan::{Family, KernelOverrides, KernelPlan, SplitOverride, Variant};
+pub use precision::{MatmulPrecision, Precision};
 pub use tensor::GpuTensor;

@@ -54,6 +54,7 @@
 //! the kept set's order canonical, top-k's survivors are sorted by logit before the filters.
 
 pub use crate::candidates;
+pub mod divergence;
 mod filters;
 mod from_candidates;
 mod logits;
@@ -62,6 +63,7 @@ pub mod sampler;
 pub mod stop;
 
 pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
+pub use divergence::{agreement, LogitAgreement};
 pub use params::{draw_seed, SamplingParams};
 pub use sampler::{log_softmax, Sampled, Sampler};
 pub use stop::{StopMatcher, StopOutput};

@@ -26,11 +26,11 @@
 use serde::{Deserialize, Serialize};
 use web_time::{Instant, SystemTime, UNIX_EPOCH};
 
-use super::cache_metrics::{mean_kl, mean_nll};
 use super::Session;
 use crate::dtype::kv::{KvKind, KvKinds};
 use crate::error::{Error, Result};
 use crate::forward::Readback;
+use crate::sampling::divergence::{mean_kl, mean_nll};
 use crate::tune::{Store, TuneKey};
 
 /// The automatic cache plan's settings (the requirements' names; defaults in

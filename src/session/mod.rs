@@ -26,7 +26,6 @@
 //! scoring).
 
 mod beam;
-mod cache_metrics;
 pub mod cache_plan;
 mod context;
 mod decode;

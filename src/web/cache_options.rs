@@ -1,13 +1,14 @@
 //! The KV-cache and decode-planning options of `Engine.load`: `kvCache` (a kind, or
 //! `'auto'`), `kCache`, `vCache`, the automatic plan's settings in camelCase (`cacheBudgetMb`,
-//! ...), and `decodePlan` with its values (`decodeQChunk`, ...), each checked by name.
+//! ...), `decodePlan` with its values (`decodeQChunk`, ...) and `precision`, each checked by
+//! name.
 
 use wasm_bindgen::JsValue;
 
 use super::engine::{load_option, present};
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
-use crate::gpu::{DecodePlan, DecodePlanMode};
+use crate::gpu::{DecodePlan, DecodePlanMode, Precision};
 use crate::session::CachePlanOptions;
 
 fn string(options: &JsValue, key: &'static str) -> Result<Option<String>> {
@@ -143,4 +144,12 @@ pub(super) fn decode_plan(options: &JsValue) -> Result<DecodePlan> {
         Error::invalid("decodePlan", renamed)
     })?;
     Ok(plan)
+}
+
+/// `precision`: `'f32'` (default), `'f16'` or `'auto'`.
+pub(super) fn precision(options: &JsValue) -> Result<Precision> {
+    match string(options, "precision")? {
+        Some(s) => s.parse(),
+        None => Ok(Precision::default()),
+    }
 }

@@ -124,6 +124,7 @@ impl Engine {
             kernels,
             kv_cache,
             decode_plan,
+            precision: super::cache_options::precision(&options).map_err(|e| js_error(&e))?,
             ..GpuOptions::default()
         };
         let source = Source::from_js(&source).map_err(|e| js_error(&e))?;

@@ -180,6 +180,10 @@ pub(crate) struct EngineInfo {
     /// How attention reads long contexts at this context length (`decodePlan`):
     /// `auto (whole up to 512 keys, 256-key blocks from 513 keys, …)`.
     decode_plan: String,
+    /// The matrix products' precision on this device (`precision` resolved): `f32` or `f16`.
+    precision: String,
+    /// Why `precision: 'auto'` runs in f32 here, when it does.
+    precision_notice: Option<String>,
     /// Whether the model brought its own chat template (otherwise a plain fallback is used).
     has_chat_template: bool,
     /// The file came from the Cache API, not the network.
@@ -238,6 +242,8 @@ impl EngineInfo {
                 .options()
                 .decode_plan
                 .describe(session.context() as u32),
+            precision: session.gpu().precision().to_string(),
+            precision_notice: session.gpu().precision_notice().map(String::from),
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,

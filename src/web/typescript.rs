@@ -100,6 +100,12 @@ export interface LoadOptions {
   decodeBucketShort?: number;
   /** End of the middle bucket, keys (default 2048): longer contexts use longer blocks. */
   decodeBucketMid?: number;
+  /**
+   * Precision of the matrix products: `'f32'` (default), `'f16'` (inputs and products in f16,
+   * sums in f32; needs the adapter feature `shader-f16`, an error without it) or `'auto'` (f16
+   * where the adapter has it, else f32 with `engine.info().precisionNotice`).
+   */
+  precision?: 'f32' | 'f16' | 'auto';
 }
 
 /** Options of `engine.profile`. */

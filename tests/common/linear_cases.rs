@@ -10,7 +10,9 @@ use std::borrow::Cow;
 
 use emberlm::dtype::{dequantize, DType};
 use emberlm::gpu::ops::{EmbedSource, Embedding, Linear, LinearKernel, LinearOptions};
-use emberlm::gpu::{GpuContext, GpuTensor, KernelCache, Reduction, StepParams, Variant};
+use emberlm::gpu::{
+    GpuContext, GpuTensor, KernelCache, MatmulPrecision, Reduction, StepParams, Variant,
+};
 use emberlm::model::reference;
 use emberlm::model::weights::Tensor;
 use rand::Rng;
@@ -196,6 +198,8 @@ pub async fn check_linear(
         ..LinearOptions::default()
     };
     let op = every_variant(ctx, cache, dtype, reduction, options, &what).await?;
+    // precision f16: the reference rounds the inputs and the products as the kernels do
+    let f16 = ctx.precision() == MatmulPrecision::F16;
     let max_tokens = runs.iter().map(|r| r.1).max().unwrap_or(1) as usize;
     let step = step_buffer(ctx);
     for &(rows, cols) in shapes {
@@ -236,7 +240,11 @@ pub async fn check_linear(
                     continue;
                 }
                 let x_t = &x[t * cols..(t + 1) * cols];
-                let dots = reference::matvec(&wv, x_t, bias.as_deref(), rows, cols);
+                let dots = if f16 {
+                    f16_matvec(&wv, x_t, bias.as_deref(), rows, cols)
+                } else {
+                    reference::matvec(&wv, x_t, bias.as_deref(), rows, cols)
+                };
                 for r in 0..rows {
                     let row = &wv[r * cols..(r + 1) * cols];
                     let mut magnitude: f64 = row
@@ -265,6 +273,34 @@ pub async fn check_linear(
         }
     }
     Ok(())
+}
+
+/// `v` rounded to f16 as the kernels' `mm_h4` does (clamped to the finite range first).
+pub fn to_f16(v: f32) -> f32 {
+    half::f16::from_f32(v.clamp(-65504.0, 65504.0)).to_f32()
+}
+
+/// `w · x + bias` under precision f16: each product of f16-rounded inputs rounded to f16 (an
+/// f16 multiply: the f32 product of two f16 is exact, so one rounding gives its result), the
+/// products summed in f64. `w: [rows, cols]`, `x: [cols]`.
+pub fn f16_matvec(
+    w: &[f32],
+    x: &[f32],
+    bias: Option<&[f32]>,
+    rows: usize,
+    cols: usize,
+) -> Vec<f32> {
+    (0..rows)
+        .map(|r| {
+            let row = &w[r * cols..(r + 1) * cols];
+            let sum: f64 = row
+                .iter()
+                .zip(x)
+                .map(|(&a, &b)| f64::from(to_f16(to_f16(a) * to_f16(b))))
+                .sum();
+            (sum + bias.map_or(0.0, |b| f64::from(b[r]))) as f32
+        })
+        .collect()
 }
 
 /// Every (bias, accumulate) pair.

@@ -110,7 +110,14 @@ mod cli {
             gpu: gpu_options(),
             cache_plan: cache_plan(),
         };
-        Ok(pollster::block_on(Engine::load(files, options))?)
+        let engine = pollster::block_on(Engine::load(files, options))?;
+        let notice = engine
+            .inspect(|s| s.gpu().precision_notice().map(String::from))
+            .flatten();
+        if let Some(notice) = notice {
+            eprintln!("emberlm: {notice}");
+        }
+        Ok(engine)
     }
 
     /// The default model, fetched by `./build.sh setup`.
@@ -152,6 +159,11 @@ mod cli {
         kv: crate::kv_args::KvArgs,
         #[command(flatten)]
         decode: crate::decode_args::DecodeArgs,
+        /// Precision of the matrix products: f32 (default), f16 (inputs and products in f16,
+        /// sums in f32; needs the adapter feature shader-f16) or auto (f16 where the adapter
+        /// has it). `logits` with f16 also runs f32 and reports how the two agree.
+        #[arg(long, global = true, value_name = "f32|f16|auto")]
+        precision: Option<String>,
         #[command(subcommand)]
         command: Command,
     }
@@ -163,6 +175,8 @@ mod cli {
         std::sync::OnceLock::new();
     /// The decode plan (`--decode-plan` and friends), parsed once by `main`.
     static DECODE: std::sync::OnceLock<emberlm::gpu::DecodePlan> = std::sync::OnceLock::new();
+    /// `--precision`, parsed once by `main`.
+    static PRECISION: std::sync::OnceLock<emberlm::gpu::Precision> = std::sync::OnceLock::new();
 
     /// The KV-cache kinds every subcommand uses (`--kv-cache` and friends; f32 by default).
     pub fn kv_kinds() -> KvKinds {
@@ -181,6 +195,7 @@ mod cli {
             kernels: KERNELS.get().cloned().unwrap_or_default(),
             kv_cache: kv_kinds(),
             decode_plan: DECODE.get().copied().unwrap_or_default(),
+            precision: PRECISION.get().copied().unwrap_or_default(),
             ..GpuOptions::default()
         }
     }
@@ -288,6 +303,17 @@ mod cli {
             Err(e) => {
                 eprintln!("emberlm: {}", e.message);
                 return std::process::ExitCode::from(e.code);
+            }
+        }
+        if let Some(p) = &cli.precision {
+            match p.parse::<emberlm::gpu::Precision>() {
+                Ok(p) => {
+                    let _ = PRECISION.set(p);
+                }
+                Err(e) => {
+                    eprintln!("emberlm: --precision: {e}");
+                    return std::process::ExitCode::from(2);
+                }
             }
         }
         match cli.decode.resolve() {
@@ -492,24 +518,45 @@ mod cli {
             return Err(Failure::usage("the input has no tokens"));
         }
         let context = context.unwrap_or_else(|| default_context(&weights.config));
-        let gpu = pollster::block_on(GpuContext::new(gpu_options()))?;
-        let cache = emberlm::gpu::KernelCache::new();
-        let mut fwd = pollster::block_on(emberlm::forward::Forward::new(
-            &gpu,
-            &cache,
-            &weights,
-            context,
-            emberlm::forward::DEFAULT_CHUNK,
-        ))?;
-        let vocab = weights.config.vocab_size;
-        let logits = if decode {
-            let mut rows = Vec::with_capacity(tokens.len() * vocab);
-            for &t in &tokens {
-                rows.extend(pollster::block_on(fwd.forward(&gpu, &[t], true))?);
+        let run = |options: GpuOptions| -> CliResult<(Vec<f32>, GpuContext)> {
+            let gpu = pollster::block_on(GpuContext::new(options))?;
+            if let Some(notice) = gpu.precision_notice() {
+                eprintln!("emberlm: {notice}");
             }
-            rows
+            let cache = emberlm::gpu::KernelCache::new();
+            let mut fwd = pollster::block_on(emberlm::forward::Forward::new(
+                &gpu,
+                &cache,
+                &weights,
+                context,
+                emberlm::forward::DEFAULT_CHUNK,
+            ))?;
+            let logits = if decode {
+                let mut rows = Vec::with_capacity(tokens.len() * weights.config.vocab_size);
+                for &t in &tokens {
+                    rows.extend(pollster::block_on(fwd.forward(&gpu, &[t], true))?);
+                }
+                rows
+            } else {
+                pollster::block_on(fwd.forward(&gpu, &tokens, true))?
+            };
+            Ok((logits, gpu))
+        };
+        let vocab = weights.config.vocab_size;
+        let (logits, gpu) = run(gpu_options())?;
+        let precision = gpu.precision();
+        drop(gpu);
+        // f16 products: the same input in f32, and how the two agree
+        let vs_f32 = if precision == emberlm::gpu::MatmulPrecision::F16 {
+            let (reference, _) = run(GpuOptions {
+                precision: emberlm::gpu::Precision::F32,
+                ..gpu_options()
+            })?;
+            Some(emberlm::sampling::agreement(
+                &reference, &logits, &tokens, vocab,
+            ))
         } else {
-            pollster::block_on(fwd.forward(&gpu, &tokens, true))?
+            None
         };
         let positions: Vec<Vec<(usize, f32)>> = logits
             .chunks(vocab)
@@ -522,7 +569,14 @@ mod cli {
                 ids.into_iter().map(|i| (i, row[i])).collect()
             })
             .collect();
-        let out = serde_json::json!({ "tokens": tokens, "positions": positions });
+        let mut out = serde_json::json!({
+            "tokens": tokens,
+            "precision": precision.as_str(),
+            "positions": positions,
+        });
+        if let Some(a) = vs_f32 {
+            out["vs_f32"] = serde_json::to_value(a)?;
+        }
         println!("{}", serde_json::to_string(&out)?);
         Ok(())
     }

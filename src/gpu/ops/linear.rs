@@ -27,6 +27,7 @@ use crate::gpu::counters::AliveBuffers;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
 use crate::gpu::plan::Variant;
+use crate::gpu::precision::MatmulPrecision;
 use crate::gpu::tensor::GpuTensor;
 
 /// Rows one decode workgroup computes (must match `ROWS` in `shaders/linear.wgsl`).
@@ -208,6 +209,7 @@ impl Linear {
                 .flag_if("KV_WRITE", options.kv_write)
                 .flag_if("ROPE", options.rope)
                 .flag_if("KV_DEFER", options.kv_deferred)
+                .flag_if("MM_F16", ctx.precision() == MatmulPrecision::F16)
         };
         let rows_defines =
             || common(Defines::new()).value("RWG_SIZE", format!("{}u", pow2_cap(ROWS_WG)));
