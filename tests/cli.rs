@@ -109,6 +109,52 @@ fn decode_plan_flags_are_reported_and_checked() {
     }
 }
 
+/// `logits --precision f16` runs the input in f16 and in f32 and reports how they agree; a bad
+/// precision is a usage error naming the flag. (Lavapipe has shader-f16; without it f16 is an
+/// error naming the feature.)
+#[test]
+fn logits_in_f16_report_agreement_with_f32() {
+    let (code, out, err) = emberlm(&[
+        "--precision",
+        "f16",
+        "logits",
+        "--model",
+        "tests/fixtures/tiny-llama-q8_0.gguf",
+        "--tokens",
+        "1,5,9,13,2,7",
+        "--top",
+        "1",
+    ]);
+    if code == 1 && err.contains("shader-f16") {
+        assert!(
+            !require::gpu_required() || !err.contains("llvmpipe"),
+            "{err}"
+        );
+        return;
+    }
+    if code == 1 && !require::gpu_required() {
+        eprintln!("SKIPPED: no usable GPU: {err}");
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["precision"], "f16");
+    let a = &v["vs_f32"];
+    assert_eq!(a["positions"], 6, "{a}");
+    let diff = a["max_abs_diff"].as_f64().unwrap();
+    assert!(diff > 0.0 && diff < 0.15, "{a}");
+    assert!(a["top1_agreement"].as_f64().unwrap() >= 0.8, "{a}");
+    let (code, _, err) = emberlm(&[
+        "--precision",
+        "f8",
+        "info",
+        "--model",
+        "tests/fixtures/tiny-llama-q8_0.gguf",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--precision"), "{err}");
+}
+
 #[test]
 fn errors_have_exit_codes_and_messages() {
     let (code, _, err) = emberlm(&["info", "--model", "tests/fixtures/does-not-exist.gguf"]);
