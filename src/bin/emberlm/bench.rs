@@ -409,6 +409,12 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
     }
     .run(&ctx, &cache, &mut fwd)?;
     notes.extend(kv_kind_notes);
+    drop(fwd);
+    let (precision, precision_lines) = crate::bench_precision::PrecisionBench {
+        tokens: &prompts[0],
+        decode_steps: args.decode.min(32),
+    }
+    .run(&weights, &crate::cli::gpu_options())?;
 
     // llama.cpp figures and ratios.
     let llama = if llama_runs.is_empty() {
@@ -463,6 +469,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         "decode_efficiency": efficiency,
         "kv_cache": kv_rows,
         "kv_kinds": kv_kinds,
+        "precision": precision,
         "llama_cpp": llama,
         "notes": notes,
     });
@@ -531,7 +538,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
             row["speedup"].as_f64().unwrap_or(0.0)
         );
     }
-    for line in &kv_kind_lines {
+    for line in kv_kind_lines.iter().chain(&precision_lines) {
         println!("{line}");
     }
     if llama["available"].as_bool() == Some(true) {
