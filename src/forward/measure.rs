@@ -27,12 +27,7 @@ const MAX_REPS: u32 = 256;
 
 /// Whether the adapter is a CPU in disguise (lavapipe, SwiftShader, WARP).
 pub(crate) fn cpu_adapter(ctx: &GpuContext) -> bool {
-    let r = ctx.report();
-    let name = r.name.to_lowercase();
-    r.device_type == "cpu"
-        || ["swiftshader", "llvmpipe", "lavapipe", "warp", "software"]
-            .iter()
-            .any(|n| name.contains(n))
+    ctx.report().is_software()
 }
 
 /// The store key of a model's kernel plan on this device: adapter, driver, engine version and

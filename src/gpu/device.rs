@@ -99,6 +99,18 @@ pub struct AdapterReport {
     pub limits: LimitsReport,
 }
 
+impl AdapterReport {
+    /// Whether the adapter is a CPU in disguise (lavapipe, SwiftShader, WARP): its device type,
+    /// or its name where the browser hides the type.
+    pub fn is_software(&self) -> bool {
+        let name = self.name.to_lowercase();
+        self.device_type == "cpu"
+            || ["swiftshader", "llvmpipe", "lavapipe", "warp", "software"]
+                .iter()
+                .any(|n| name.contains(n))
+    }
+}
+
 impl std::fmt::Display for AdapterReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -304,9 +316,10 @@ impl GpuContext {
                 max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
             },
         };
-        let (precision, precision_notice) = options
-            .precision
-            .resolve(granted.contains(wgpu::Features::SHADER_F16))?;
+        let (precision, precision_notice) = options.precision.resolve(
+            granted.contains(wgpu::Features::SHADER_F16),
+            report.is_software(),
+        )?;
         Ok(Self {
             device,
             queue,

@@ -1,7 +1,8 @@
 //! The matrix products' precision (`precision`): `f32` (the default), `f16` (the products'
 //! inputs, activations and dequantized weights, rounded to f16 and multiplied in f16, each
-//! product accumulated in f32; needs the adapter feature `shader-f16`) or `auto` (f16 where the
-//! adapter has the feature, otherwise f32 with a notice).
+//! product accumulated in f32; needs the adapter feature `shader-f16`) or `auto` (f16 on a GPU
+//! with the feature, otherwise f32 with a notice: software adapters emulate f16 arithmetic,
+//! which makes it several times slower there).
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,7 +20,7 @@ pub enum Precision {
     F32,
     /// f16 inputs to the matrix products; an error without `shader-f16`.
     F16,
-    /// f16 where the adapter has `shader-f16`, f32 otherwise.
+    /// f16 on a hardware adapter with `shader-f16`, f32 otherwise.
     Auto,
 }
 
@@ -34,10 +35,22 @@ impl Precision {
     }
 
     /// The precision the products run in on an adapter with (`true`) or without `shader-f16`,
-    /// and a notice when `auto` fell back to f32.
-    pub fn resolve(self, shader_f16: bool) -> Result<(MatmulPrecision, Option<String>)> {
+    /// `software` or not, and a notice when `auto` chose f32.
+    pub fn resolve(
+        self,
+        shader_f16: bool,
+        software: bool,
+    ) -> Result<(MatmulPrecision, Option<String>)> {
         match (self, shader_f16) {
             (Precision::F32, _) => Ok((MatmulPrecision::F32, None)),
+            (Precision::Auto, true) if software => Ok((
+                MatmulPrecision::F32,
+                Some(
+                    "precision auto: f32 on this software adapter (it emulates f16 arithmetic, \
+                     which is slower than f32 there)"
+                        .to_string(),
+                ),
+            )),
             (Precision::F16 | Precision::Auto, true) => Ok((MatmulPrecision::F16, None)),
             (Precision::F16, false) => Err(Error::invalid(
                 "precision",
@@ -111,25 +124,31 @@ mod tests {
     #[test]
     fn resolution_follows_the_feature() {
         assert_eq!(
-            Precision::F32.resolve(true).unwrap().0,
+            Precision::F32.resolve(true, false).unwrap().0,
             MatmulPrecision::F32
         );
         assert_eq!(
-            Precision::F16.resolve(true).unwrap().0,
+            Precision::F16.resolve(true, true).unwrap().0,
             MatmulPrecision::F16
         );
-        let err = Precision::F16.resolve(false).unwrap_err().to_string();
+        let err = Precision::F16
+            .resolve(false, false)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("shader-f16") && err.contains("precision"),
             "{err}"
         );
-        let (p, notice) = Precision::Auto.resolve(false).unwrap();
+        let (p, notice) = Precision::Auto.resolve(false, false).unwrap();
         assert_eq!(p, MatmulPrecision::F32);
         assert!(notice.unwrap().contains("shader-f16"));
         assert_eq!(
-            Precision::Auto.resolve(true).unwrap(),
+            Precision::Auto.resolve(true, false).unwrap(),
             (MatmulPrecision::F16, None)
         );
+        let (p, notice) = Precision::Auto.resolve(true, true).unwrap();
+        assert_eq!(p, MatmulPrecision::F32);
+        assert!(notice.unwrap().contains("software"));
         assert!("f8"
             .parse::<Precision>()
             .unwrap_err()

@@ -103,7 +103,8 @@ export interface LoadOptions {
   /**
    * Precision of the matrix products: `'f32'` (default), `'f16'` (inputs and products in f16,
    * sums in f32; needs the adapter feature `shader-f16`, an error without it) or `'auto'` (f16
-   * where the adapter has it, else f32 with `engine.info().precisionNotice`).
+   * on a GPU that has it; f32 otherwise, and on software adapters, which emulate f16, with
+   * `engine.info().precisionNotice` saying why).
    */
   precision?: 'f32' | 'f16' | 'auto';
 }

@@ -4,7 +4,7 @@
 //! `shader-f16`.
 
 use emberlm::forward::{Forward, Readback};
-use emberlm::gpu::{KernelCache, MatmulPrecision, Precision};
+use emberlm::gpu::{KernelCache, Precision};
 use emberlm::model::weights::ModelWeights;
 use emberlm::sampling::agreement;
 use emberlm::{GpuContext, GpuOptions};
@@ -66,10 +66,11 @@ impl PrecisionBench<'_> {
         base: &GpuOptions,
     ) -> CliResult<(Value, Vec<String>)> {
         let probe = pollster::block_on(GpuContext::new(GpuOptions {
-            precision: Precision::Auto,
+            precision: Precision::F32,
+            allow_shader_f16: true,
             ..base.clone()
         }))?;
-        if probe.precision() != MatmulPrecision::F16 {
+        if !probe.report().shader_f16 {
             let reason = "the adapter has no shader-f16";
             return Ok((
                 json!({ "available": false, "reason": reason }),

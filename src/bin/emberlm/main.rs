@@ -162,8 +162,9 @@ mod cli {
         #[command(flatten)]
         decode: crate::decode_args::DecodeArgs,
         /// Precision of the matrix products: f32 (default), f16 (inputs and products in f16,
-        /// sums in f32; needs the adapter feature shader-f16) or auto (f16 where the adapter
-        /// has it). `logits` with f16 also runs f32 and reports how the two agree.
+        /// sums in f32; needs the adapter feature shader-f16) or auto (f16 on a GPU that has
+        /// it; f32 on software adapters, which emulate f16). `logits` with f16 also runs f32
+        /// and reports how the two agree.
         #[arg(long, global = true, value_name = "f32|f16|auto")]
         precision: Option<String>,
         #[command(subcommand)]
