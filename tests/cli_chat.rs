@@ -286,3 +286,32 @@ fn ctrl_c_at_the_prompt_exits() {
     drop(stdin);
     assert_eq!(status.code(), Some(130), "{seen}");
 }
+
+/// A bare `help` or `?` lists the commands instead of going to the model, and the welcome line
+/// names the model, its size, the context and the sampling settings.
+#[test]
+fn bare_help_lists_the_commands_and_the_banner_describes_the_session() {
+    let (code, out, err) = chat(
+        &["--model", LLAMA, "--temperature", "0.7", "--top-k", "9"],
+        "help\n?\n",
+    );
+    if require::cli_found_no_gpu(&err) {
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("#   /reset").count(), 2, "{out}");
+    assert!(replies(&out).is_empty(), "nothing went to the model: {out}");
+    assert_eq!(stats_lines(&err), 0, "{err}");
+    let banner = err
+        .lines()
+        .find(|l| l.starts_with("emberlm chat:"))
+        .unwrap_or("");
+    for part in [
+        "tiny-llama-q4_1.gguf",
+        "parameters",
+        "context",
+        "temperature 0.7, top-k 9, top-p 1",
+    ] {
+        assert!(banner.contains(part), "{part}: {banner}");
+    }
+}

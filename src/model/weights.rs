@@ -72,6 +72,11 @@ pub struct MemoryEstimate {
 pub const PREFILL_CHUNK: usize = 64;
 
 impl<'a> ModelWeights<'a> {
+    /// Parameters: the values of every tensor (a tied LM head counted once).
+    pub fn parameter_count(&self) -> u64 {
+        self.tensors.values().map(|t| t.n_elements() as u64).sum()
+    }
+
     /// GPU memory for running this model with `context` positions of f32 KV cache.
     pub fn memory_estimate(&self, context: usize) -> MemoryEstimate {
         self.memory_estimate_with(context, KvKinds::default())

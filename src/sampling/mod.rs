@@ -64,6 +64,6 @@ pub mod stop;
 
 pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
 pub use divergence::{agreement, LogitAgreement};
-pub use params::{draw_seed, SamplingParams};
+pub use params::{draw_seed, Preset, SamplingParams};
 pub use sampler::{log_softmax, Sampled, Sampler};
 pub use stop::{StopMatcher, StopOutput};

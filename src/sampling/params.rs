@@ -33,6 +33,58 @@ pub fn draw_seed() -> Result<u64> {
     Ok(seed & MAX_DRAWN_SEED)
 }
 
+/// Named sampling settings (`preset`): temperature, top-k and top-p for a style of output.
+/// Fields given explicitly beside a preset override it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// Temperature 0.3, top-k 20: focused, repeatable answers.
+    Conservative,
+    /// Temperature 0.8, top-k 50, top-p 0.9: the everyday setting.
+    Balanced,
+    /// Temperature 1.3, top-k 100, top-p 0.95: varied, surprising text.
+    Creative,
+}
+
+impl Preset {
+    /// Every preset, in order.
+    pub const ALL: [Preset; 3] = [Preset::Conservative, Preset::Balanced, Preset::Creative];
+
+    /// The name users write.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Conservative => "conservative",
+            Preset::Balanced => "balanced",
+            Preset::Creative => "creative",
+        }
+    }
+
+    /// `(temperature, top_k, top_p)` of the preset.
+    pub fn values(self) -> (f32, usize, f32) {
+        match self {
+            Preset::Conservative => (0.3, 20, 1.0),
+            Preset::Balanced => (0.8, 50, 0.9),
+            Preset::Creative => (1.3, 100, 0.95),
+        }
+    }
+}
+
+impl std::str::FromStr for Preset {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let wanted = s.trim().to_ascii_lowercase();
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == wanted)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "preset",
+                    format!("`{s}` is not a preset (conservative, balanced or creative)"),
+                )
+            })
+    }
+}
+
 /// Everything that controls how tokens are chosen and when generation ends.
 ///
 /// Every field has a default (see [`Default`]), so a JSON object only needs the fields it
@@ -190,6 +242,11 @@ impl SamplingParams {
         }
     }
 
+    /// Sets the preset's temperature, top-k and top-p.
+    pub fn apply_preset(&mut self, preset: Preset) {
+        (self.temperature, self.top_k, self.top_p) = preset.values();
+    }
+
     /// Checks every range; the error names the parameter (the snake_case field name) and the
     /// allowed range and the given value.
     pub fn validate(&self) -> Result<()> {
@@ -292,15 +349,26 @@ impl SamplingParams {
     /// Parses JSON (snake_case names or the camelCase aliases), then validate(). A wrong type
     /// gives an error named after the field; unknown fields, a field given under both of its
     /// names, and input that is not a JSON object give an error named `sampling_params` whose
-    /// message quotes the offending key. Never panics, whatever the input.
+    /// message quotes the offending key. `preset` (a [`Preset`] name) sets temperature, top-k
+    /// and top-p where the object does not. Never panics, whatever the input.
     pub fn from_json(json: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(json)
             .map_err(|e| Error::invalid(JSON_NAME, format!("not valid JSON: {e}")))?;
-        let serde_json::Value::Object(map) = value else {
+        let serde_json::Value::Object(mut map) = value else {
             return Err(Error::invalid(
                 JSON_NAME,
                 format!("expected a JSON object, got {}", json_kind(&value)),
             ));
+        };
+        let preset = match map.remove("preset") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(name)) => Some(name.parse::<Preset>()?),
+            Some(other) => {
+                return Err(Error::invalid(
+                    "preset",
+                    format!("must be a string, got {}", json_kind(&other)),
+                ))
+            }
         };
         // Check field by field first so that an error names the field it is about.
         for (key, field_value) in &map {
@@ -322,8 +390,26 @@ impl SamplingParams {
             }
         }
         // The whole object: catches a field given under both of its names.
-        let params: SamplingParams = serde_json::from_value(serde_json::Value::Object(map))
+        let given = |field: &str| {
+            FIELDS
+                .iter()
+                .any(|(n, a)| *n == field && (map.contains_key(*n) || map.contains_key(*a)))
+        };
+        let explicit = [given("temperature"), given("top_k"), given("top_p")];
+        let mut params: SamplingParams = serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| Error::invalid(JSON_NAME, e.to_string()))?;
+        if let Some(preset) = preset {
+            let (t, k, p) = preset.values();
+            if !explicit[0] {
+                params.temperature = t;
+            }
+            if !explicit[1] {
+                params.top_k = k;
+            }
+            if !explicit[2] {
+                params.top_p = p;
+            }
+        }
         params.validate()?;
         Ok(params)
     }
@@ -366,6 +452,22 @@ mod tests {
                 assert!(parsed.is_ok(), "`{key}` rejected: {parsed:?}");
             }
         }
+    }
+
+    #[test]
+    fn presets_set_what_is_not_given() {
+        let p = SamplingParams::from_json(r#"{"preset": "balanced"}"#).unwrap_or_default();
+        assert_eq!((p.temperature, p.top_k, p.top_p), (0.8, 50, 0.9));
+        let p =
+            SamplingParams::from_json(r#"{"preset": "Creative", "topK": 7}"#).unwrap_or_default();
+        assert_eq!((p.temperature, p.top_k, p.top_p), (1.3, 7, 0.95));
+        let err = SamplingParams::from_json(r#"{"preset": "wild"}"#).unwrap_err();
+        assert!(err.to_string().contains("preset"), "{err}");
+        let err = SamplingParams::from_json(r#"{"preset": 3}"#).unwrap_err();
+        assert!(err.to_string().contains("preset"), "{err}");
+        let mut q = SamplingParams::default();
+        q.apply_preset(Preset::Conservative);
+        assert_eq!((q.temperature, q.top_k, q.top_p), (0.3, 20, 1.0));
     }
 
     #[test]

@@ -194,6 +194,11 @@ export interface KvCachePlanInfo {
  * out-of-range option rejects the call with an Error whose message names it.
  */
 export interface GenerateOptions {
+  /**
+   * Named settings for temperature, topK and topP (those given beside it win):
+   * `'conservative'` (0.3 / 20 / 1), `'balanced'` (0.8 / 50 / 0.9), `'creative'` (1.3 / 100 / 0.95).
+   */
+  preset?: 'conservative' | 'balanced' | 'creative';
   /** Most tokens to generate (default 256). */
   maxNewTokens?: number;
   /** Softmax temperature, >= 0; 0 is greedy (default 1). */

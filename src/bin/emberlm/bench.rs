@@ -1,7 +1,8 @@
 //! `emberlm bench`: load time, prefill and decode speed, time to first token, GPU memory, the
 //! engine counters per token and per chunk, copy bandwidth and decode efficiency, KV cache on
 //! vs off, and llama.cpp (through llama-cpp-python) side by side on the same model file.
-//! Prints a table and writes JSON (see docs/PERFORMANCE.md for what each figure means).
+//! Prints a table and writes JSON (bench/NOTES.md says what each figure means and records
+//! the runs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

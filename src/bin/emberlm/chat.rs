@@ -213,6 +213,17 @@ fn newline() {
 }
 
 /// Prints command output: every line prefixed with `# `.
+/// A parameter count as people say it: 135M, 1.2B, 48K.
+fn count(n: u64) -> String {
+    let n = n as f64;
+    match n {
+        n if n >= 1e9 => format!("{:.1}B", n / 1e9),
+        n if n >= 1e6 => format!("{:.0}M", n / 1e6),
+        n if n >= 1e3 => format!("{:.0}K", n / 1e3),
+        n => format!("{n}"),
+    }
+}
+
 fn answer(text: &str) {
     let mut out = std::io::stdout().lock();
     for line in text.lines() {
@@ -417,16 +428,35 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
         history: Vec::new(),
     };
     let tty = std::io::stdin().is_terminal();
+    let parameters = engine.files().weights()?.parameter_count();
+    let p = &conv.params;
+    let sampling = if p.is_greedy() {
+        "greedy".to_string()
+    } else {
+        format!(
+            "temperature {}, top-k {}, top-p {}",
+            p.temperature,
+            if p.top_k == 0 {
+                "off".to_string()
+            } else {
+                p.top_k.to_string()
+            },
+            p.top_p
+        )
+    };
     let banner = pollster::block_on(engine.with_session(|session| {
         Ok(format!(
-            "emberlm chat: context {} tokens ({}){}; /help lists the commands, /quit leaves",
+            "emberlm chat: {} ({} parameters), context {} tokens ({}){}; {sampling}, at most {} tokens per reply; /help lists the commands, /quit leaves",
+            engine.files().name(),
+            count(parameters),
             session.context(),
             session.context_choice().reason,
             if session.has_chat_template() {
                 ""
             } else {
                 ", no chat template in the model (plain fallback)"
-            }
+            },
+            p.max_new_tokens,
         ))
     }))?;
     eprintln!("{banner}");
@@ -456,6 +486,12 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
         }
         if matches!(line, "quit" | "exit") {
             break;
+        }
+        // a bare `help` or `?` is a request for the commands, not a message for the model
+        // (`//help` sends the word)
+        if matches!(line, "help" | "?") {
+            answer(COMMANDS);
+            continue;
         }
         let text = match line.strip_prefix('/') {
             Some(rest) if rest.starts_with('/') => rest,

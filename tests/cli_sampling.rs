@@ -1,0 +1,186 @@
+//! The sampling flags as users coming from Hugging Face write them: snake_case spellings of
+//! every multi-word flag, `--do_sample`, and the named presets; each gives the same tokens as
+//! the flags it stands for, and bad values are usage errors naming the flag.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "common/require.rs"]
+mod require;
+
+use std::process::Command;
+
+const MODEL: &str = "tests/fixtures/tiny-llama-q4_1.gguf";
+
+fn emberlm(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_emberlm"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The tokens `generate` returns with `flags`, or `None` when there is no GPU (and it is not
+/// required).
+fn tokens(flags: &[&str]) -> Option<Vec<u64>> {
+    let mut args = vec![
+        "generate",
+        "--model",
+        MODEL,
+        "--prompt",
+        "The software",
+        "--json",
+    ];
+    args.extend_from_slice(flags);
+    let (code, out, err) = emberlm(&args);
+    if require::cli_found_no_gpu(&err) {
+        return None;
+    }
+    assert_eq!(code, 0, "{flags:?}: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    Some(
+        v["sequences"][0]["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t.as_u64())
+            .collect(),
+    )
+}
+
+#[test]
+fn snake_case_spellings_are_the_same_flags() {
+    let Some(dashed) = tokens(&[
+        "--max-new-tokens",
+        "7",
+        "--top-k",
+        "5",
+        "--top-p",
+        "0.9",
+        "--repetition-penalty",
+        "1.2",
+        "--seed",
+        "11",
+        "--num-return-sequences",
+        "1",
+        "--penalty-last-n",
+        "8",
+    ]) else {
+        return;
+    };
+    let snake = tokens(&[
+        "--max_new_tokens",
+        "7",
+        "--top_k",
+        "5",
+        "--top_p",
+        "0.9",
+        "--repetition_penalty",
+        "1.2",
+        "--seed",
+        "11",
+        "--num_return_sequences",
+        "1",
+        "--penalty_last_n",
+        "8",
+    ])
+    .unwrap();
+    assert_eq!(dashed, snake);
+    assert!(!dashed.is_empty() && dashed.len() <= 7);
+}
+
+#[test]
+fn do_sample_false_is_greedy_and_true_needs_a_temperature() {
+    let Some(greedy) = tokens(&["--temperature", "0", "--max-new-tokens", "6"]) else {
+        return;
+    };
+    // Hugging Face's spelling: greedy, whatever temperature is beside it
+    let off = tokens(&[
+        "--do_sample",
+        "false",
+        "--temperature",
+        "1.5",
+        "--seed",
+        "3",
+        "--max_new_tokens",
+        "6",
+    ])
+    .unwrap();
+    assert_eq!(greedy, off);
+    let (code, _, err) = emberlm(&[
+        "generate",
+        "--model",
+        MODEL,
+        "--prompt",
+        "x",
+        "--do-sample",
+        "true",
+        "--temperature",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("do_sample"), "{err}");
+    let (code, _, err) = emberlm(&[
+        "generate",
+        "--model",
+        MODEL,
+        "--prompt",
+        "x",
+        "--do_sample",
+        "maybe",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("do_sample") || err.contains("do-sample"),
+        "{err}"
+    );
+}
+
+#[test]
+fn presets_stand_for_their_settings_under_explicit_flags() {
+    let Some(creative) = tokens(&[
+        "--preset",
+        "creative",
+        "--seed",
+        "5",
+        "--max-new-tokens",
+        "8",
+    ]) else {
+        return;
+    };
+    let spelled = tokens(&[
+        "--temperature",
+        "1.3",
+        "--top-k",
+        "100",
+        "--top-p",
+        "0.95",
+        "--seed",
+        "5",
+        "--max-new-tokens",
+        "8",
+    ])
+    .unwrap();
+    assert_eq!(creative, spelled);
+    // a flag beside the preset wins: conservative with temperature 0 is greedy
+    let greedy = tokens(&["--temperature", "0", "--max-new-tokens", "8"]).unwrap();
+    let overridden = tokens(&[
+        "--preset",
+        "conservative",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+    ])
+    .unwrap();
+    assert_eq!(greedy, overridden);
+    let (code, _, err) = emberlm(&[
+        "generate", "--model", MODEL, "--prompt", "x", "--preset", "wild",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("preset"), "{err}");
+}
