@@ -184,3 +184,40 @@ fn presets_stand_for_their_settings_under_explicit_flags() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("preset"), "{err}");
 }
+
+/// `--eos-token-id` replaces the model's end token (generation stops at it), and `--ignore-eos`
+/// generates past it to the length limit, with the same tokens as without the end token.
+#[test]
+fn caller_eos_and_ignore_eos() {
+    let greedy = ["--temperature", "0", "--max-new-tokens", "8"];
+    let Some(plain) = tokens(&greedy) else {
+        return;
+    };
+    assert_eq!(
+        plain.len(),
+        8,
+        "the tiny model runs to the limit: {plain:?}"
+    );
+    let end = plain[2].to_string();
+    let mut with_eos = greedy.to_vec();
+    with_eos.extend(["--eos_token_id", &end]);
+    let stopped = tokens(&with_eos).unwrap();
+    let first = plain.iter().position(|&t| t == plain[2]).unwrap();
+    assert!(
+        stopped.len() <= first + 1 && plain.starts_with(&stopped[..first.min(stopped.len())]),
+        "stopped at the caller's end token {end}: {stopped:?} vs {plain:?}"
+    );
+    with_eos.push("--ignore-eos");
+    assert_eq!(tokens(&with_eos).unwrap(), plain);
+    let (code, _, err) = emberlm(&[
+        "generate",
+        "--model",
+        MODEL,
+        "--prompt",
+        "x",
+        "--eos-token-id",
+        "999999",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("eos_token_id"), "{err}");
+}

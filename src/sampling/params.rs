@@ -146,6 +146,28 @@ pub struct SamplingParams {
     /// Sequences returned, `1..=64`; with beam search at most `num_beams`. Default 1.
     #[serde(alias = "numReturnSequences")]
     pub num_return_sequences: usize,
+    /// End-of-sequence token ids that replace the model's (a number or a list; empty: the
+    /// model's own). Default empty.
+    #[serde(alias = "eosTokenId", deserialize_with = "one_or_many")]
+    pub eos_token_id: Vec<u32>,
+    /// Keep generating past end-of-sequence and end-of-turn tokens (the stop strings and
+    /// `stop_token_ids` still stop): for benchmarks and tests. Default false.
+    #[serde(alias = "ignoreEos")]
+    pub ignore_eos: bool,
+}
+
+/// A token id or a list of them (`eos_token_id: 2` and `eos_token_id: [2, 7]` alike).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(u32),
+        Many(Vec<u32>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(id) => vec![id],
+        OneOrMany::Many(ids) => ids,
+    })
 }
 
 impl Default for SamplingParams {
@@ -169,13 +191,15 @@ impl Default for SamplingParams {
             length_penalty: 1.0,
             early_stopping: false,
             num_return_sequences: 1,
+            eos_token_id: Vec::new(),
+            ignore_eos: false,
         }
     }
 }
 
 /// Every field name with its camelCase alias (the same name when there is none); used to name
 /// the field in JSON errors. Kept in step with the struct by a unit test.
-const FIELDS: [(&str, &str); 18] = [
+const FIELDS: [(&str, &str); 20] = [
     ("temperature", "temperature"),
     ("top_k", "topK"),
     ("top_p", "topP"),
@@ -194,6 +218,8 @@ const FIELDS: [(&str, &str); 18] = [
     ("length_penalty", "lengthPenalty"),
     ("early_stopping", "earlyStopping"),
     ("num_return_sequences", "numReturnSequences"),
+    ("eos_token_id", "eosTokenId"),
+    ("ignore_eos", "ignoreEos"),
 ];
 
 /// The name reported for errors about the JSON document as a whole (syntax, unknown fields).
@@ -337,11 +363,16 @@ impl SamplingParams {
                 format!("token id must be in 0..{vocab_size} (the vocabulary), got {id}"),
             ));
         }
-        if let Some(&id) = self.stop_token_ids.iter().find(|&&id| !in_vocab(id)) {
-            return Err(Error::invalid(
-                "stop_token_ids",
-                format!("token id must be in 0..{vocab_size} (the vocabulary), got {id}"),
-            ));
+        for (name, ids) in [
+            ("stop_token_ids", &self.stop_token_ids),
+            ("eos_token_id", &self.eos_token_id),
+        ] {
+            if let Some(&id) = ids.iter().find(|&&id| !in_vocab(id)) {
+                return Err(Error::invalid(
+                    name,
+                    format!("token id must be in 0..{vocab_size} (the vocabulary), got {id}"),
+                ));
+            }
         }
         Ok(())
     }
@@ -452,6 +483,26 @@ mod tests {
                 assert!(parsed.is_ok(), "`{key}` rejected: {parsed:?}");
             }
         }
+    }
+
+    #[test]
+    fn eos_token_id_is_one_or_many() {
+        let p = SamplingParams::from_json(r#"{"eos_token_id": 7, "ignoreEos": true}"#)
+            .unwrap_or_default();
+        assert_eq!((p.eos_token_id, p.ignore_eos), (vec![7], true));
+        let p = SamplingParams::from_json(r#"{"eosTokenId": [2, 9]}"#).unwrap_or_default();
+        assert_eq!(p.eos_token_id, vec![2, 9]);
+        let err = SamplingParams::from_json(r#"{"eos_token_id": "x"}"#).unwrap_err();
+        assert!(err.to_string().contains("eos_token_id"), "{err}");
+        let big = SamplingParams {
+            eos_token_id: vec![100],
+            ..SamplingParams::default()
+        };
+        assert!(big
+            .validate_for_vocab(50)
+            .unwrap_err()
+            .to_string()
+            .contains("eos_token_id"));
     }
 
     #[test]

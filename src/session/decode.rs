@@ -84,9 +84,14 @@ impl Session {
         let mut warnings = Vec::new();
         let n_keep = self.n_keep(&tokens, options)?;
         self.fit_prompt(&mut tokens, n_keep, options, &mut warnings)?;
-        let mut stops = self.eos.clone();
+        // the caller's end tokens replace the model's; ignore_eos drops both (and end of turn)
+        let mut stops = match (params.ignore_eos, params.eos_token_id.is_empty()) {
+            (true, _) => Vec::new(),
+            (false, true) => self.eos.clone(),
+            (false, false) => params.eos_token_id.clone(),
+        };
         stops.extend(&params.stop_token_ids);
-        if matches!(prompt, Prompt::Chat(_)) {
+        if matches!(prompt, Prompt::Chat(_)) && !params.ignore_eos {
             stops.extend(&self.end_of_turn);
         }
         let mut stats = Stats {

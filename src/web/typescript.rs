@@ -235,6 +235,10 @@ export interface GenerateOptions {
   earlyStopping?: boolean;
   /** Sequences to return, 1..=64; with beam search at most numBeams (default 1). */
   numReturnSequences?: number;
+  /** End-of-sequence token id(s) replacing the model's (default: the model's). */
+  eosTokenId?: number | number[];
+  /** Keep generating past end-of-sequence and end-of-turn tokens (stop strings and stopTokenIds still stop). */
+  ignoreEos?: boolean;
   /** Recognise special tokens (`<|im_start|>`, ...) written in a text prompt (default false). */
   special?: boolean;
   /** Reject a prompt longer than the context instead of cutting it from the left. */

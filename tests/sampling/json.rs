@@ -37,6 +37,8 @@ fn from_json_accepts_snake_and_camel_case() {
         length_penalty: 0.8,
         early_stopping: true,
         num_return_sequences: 2,
+        eos_token_id: vec![5],
+        ignore_eos: true,
     };
     let snake = r#"{
         "temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "typical_p": 0.95,
@@ -44,7 +46,7 @@ fn from_json_accepts_snake_and_camel_case() {
         "penalty_last_n": 64, "logit_bias": {"42": -5.0, "7": 2.5}, "seed": 1234,
         "max_new_tokens": 100, "stop": ["\n\n", "User:"], "stop_token_ids": [2, 3],
         "num_beams": 4, "length_penalty": 0.8, "early_stopping": true,
-        "num_return_sequences": 2
+        "num_return_sequences": 2, "eos_token_id": 5, "ignore_eos": true
     }"#;
     let camel = r#"{
         "temperature": 0.7, "topK": 40, "topP": 0.9, "minP": 0.05, "typicalP": 0.95,
@@ -52,7 +54,7 @@ fn from_json_accepts_snake_and_camel_case() {
         "penaltyLastN": 64, "logitBias": {"42": -5.0, "7": 2.5}, "seed": 1234,
         "maxNewTokens": 100, "stop": ["\n\n", "User:"], "stopTokenIds": [2, 3],
         "numBeams": 4, "lengthPenalty": 0.8, "earlyStopping": true,
-        "numReturnSequences": 2
+        "numReturnSequences": 2, "eosTokenId": [5], "ignoreEos": true
     }"#;
     assert_eq!(parse(snake), want);
     assert_eq!(parse(camel), want);

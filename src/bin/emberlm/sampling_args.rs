@@ -63,6 +63,13 @@ pub struct SamplingArgs {
     /// Stop at this token id too (repeatable).
     #[arg(long, alias = "stop_token_id")]
     pub stop_token_id: Vec<u32>,
+    /// End-of-sequence token id replacing the model's (repeatable).
+    #[arg(long = "eos-token-id", alias = "eos_token_id", value_name = "ID")]
+    pub eos_token_id: Vec<u32>,
+    /// Keep generating past end-of-sequence and end-of-turn tokens (--stop and
+    /// --stop-token-id still stop).
+    #[arg(long = "ignore-eos", alias = "ignore_eos")]
+    pub ignore_eos: bool,
     /// Beam search with this many beams (1: off).
     #[arg(long, alias = "num_beams")]
     pub num_beams: Option<usize>,
@@ -126,6 +133,10 @@ impl SamplingArgs {
         p.stop.extend(self.stop.iter().cloned());
         p.stop_token_ids.extend(self.stop_token_id.iter().copied());
         p.early_stopping |= self.early_stopping;
+        if !self.eos_token_id.is_empty() {
+            p.eos_token_id = self.eos_token_id.clone();
+        }
+        p.ignore_eos |= self.ignore_eos;
         match self.do_sample {
             Some(false) => {
                 if self.temperature.is_some_and(|t| t > 0.0) {
