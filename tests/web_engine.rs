@@ -2,8 +2,9 @@
 //! WebGPU): greedy generation agreeing with what the native CLI wrote
 //! (`fixtures/native_browser_agreement.json`, also checked natively by
 //! `tests/native_browser_agreement.rs`),
-//! option validation, abort, streaming (leaving a stream early cancels it), the call queue, device loss, and a URL load through the
-//! Cache API (SmolLM2 from the model server `./build.sh test` starts).
+//! option validation, abort, streaming (leaving a stream early cancels it), the call queue,
+//! device loss, perplexity, and a URL load through the Cache API (SmolLM2 from the model server
+//! `./build.sh test` starts).
 
 #![cfg(target_arch = "wasm32")]
 
@@ -495,4 +496,37 @@ async fn kernel_plan_is_reported_forced_and_profiled() {
         "{}",
         message(&err)
     );
+}
+
+/// `engine.perplexity(text)`: the tokens predicted, the mean NLL and its exponential; a text of
+/// one token is refused naming it.
+#[wasm_bindgen_test]
+async fn perplexity_scores_a_text() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let text = "The software runs in the page, on the GPU of the visitor.";
+    let n = rust(
+        &JsFuture::from(engine.tokenize(text.into(), JsValue::UNDEFINED))
+            .await
+            .unwrap(),
+    )
+    .as_array()
+    .map_or(0, Vec::len);
+    let score = rust(
+        &JsFuture::from(engine.perplexity(text.into()))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(score["tokens"].as_u64(), Some(n as u64 - 1), "{score}");
+    let (nll, ppl) = (
+        score["nll"].as_f64().unwrap(),
+        score["ppl"].as_f64().unwrap(),
+    );
+    assert!(
+        nll > 0.0 && (ppl - nll.exp()).abs() <= 1e-9 * ppl,
+        "{score}"
+    );
+    let err = JsFuture::from(engine.perplexity("".into()))
+        .await
+        .unwrap_err();
+    assert!(message(&err).contains("text"), "{}", message(&err));
 }

@@ -322,6 +322,24 @@ impl Engine {
         })
     }
 
+    /// Mean negative log-likelihood and perplexity of `text` (tokenized as a text prompt, BOS
+    /// as the model asks), window by window of the context, in its turn: `{ tokens, nll, ppl }`
+    /// (`tokens` predicted, `nll` in nats per token). The conversation is forgotten (scoring
+    /// overwrites the KV cache). Rejects a text of fewer than 2 tokens.
+    #[wasm_bindgen(unchecked_return_type = "Promise<PerplexityResult>")]
+    pub fn perplexity(&self, text: String) -> Promise {
+        let inner = Rc::clone(&self.inner);
+        spawn_promise(async move {
+            let prompt = Prompt::Text(text);
+            let tokens = inner
+                .with_session(|s| s.tokenize_prompt(&prompt, false))
+                .await
+                .map_err(|e| js_error(&e))?;
+            let score = inner.score(&tokens).await.map_err(|e| js_error(&e))?;
+            to_js(&score)
+        })
+    }
+
     /// The GPU work counters (dispatches, submits, readbacks, buffers, weight bytes bound,
     /// forward steps) as totals since the device was created, with the GPU memory the model
     /// holds; taken in its turn, after calls already queued. Subtract two snapshots to get

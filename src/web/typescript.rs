@@ -281,6 +281,16 @@ export interface TokenStream extends AsyncIterator<TokenEvent, GenerationResult,
   [Symbol.asyncIterator](): TokenStream;
 }
 
+/** What `engine.perplexity(text)` resolves to. */
+export interface PerplexityResult {
+  /** Tokens predicted (every token but the first of each context window). */
+  tokens: number;
+  /** Mean negative log-likelihood per predicted token, nats. */
+  nll: number;
+  /** exp(nll). */
+  ppl: number;
+}
+
 /** Options of `engine.tokenize`. */
 export interface TokenizeOptions {
   /** Recognise special tokens (`<|im_start|>`, ...) written in the text (default false). */
