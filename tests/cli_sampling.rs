@@ -221,3 +221,70 @@ fn caller_eos_and_ignore_eos() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("eos_token_id"), "{err}");
 }
+
+/// `--no-kv-cache` recomputes the whole sequence at every token and gives the cached run's
+/// tokens (greedy, and seeded sampling over two sequences), on a Llama and a GPT-2; beam
+/// search without the cache is refused by name.
+#[test]
+fn no_kv_cache_gives_the_cached_tokens() {
+    for model in [MODEL, "tests/fixtures/tiny-gpt2-f16.gguf"] {
+        let run = |extra: &[&str]| {
+            let mut args = vec![
+                "generate",
+                "--model",
+                model,
+                "--prompt",
+                "The software",
+                "--json",
+                "--max-new-tokens",
+                "10",
+            ];
+            args.extend_from_slice(extra);
+            let (code, out, err) = emberlm(&args);
+            if require::cli_found_no_gpu(&err) {
+                return None;
+            }
+            assert_eq!(code, 0, "{model} {extra:?}: {err}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            Some(v["sequences"].clone())
+        };
+        for flags in [
+            &["--temperature", "0"][..],
+            &[
+                "--temperature",
+                "0.9",
+                "--seed",
+                "4",
+                "--num-return-sequences",
+                "2",
+            ][..],
+        ] {
+            let Some(cached) = run(flags) else {
+                return;
+            };
+            let mut without = flags.to_vec();
+            without.push("--no-kv-cache");
+            let recomputed = run(&without).unwrap();
+            let ids = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s["tokens"].clone())
+                    .collect()
+            };
+            assert_eq!(ids(&cached), ids(&recomputed), "{model} {flags:?}");
+        }
+    }
+    let (code, _, err) = emberlm(&[
+        "generate",
+        "--model",
+        MODEL,
+        "--prompt",
+        "x",
+        "--no-kv-cache",
+        "--num-beams",
+        "2",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("use_cache"), "{err}");
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use web_time::Instant;
 
 use crate::error::{Error, Result};
-use crate::forward::StepLogits;
+use crate::forward::{Output, Readback, StepLogits};
 use crate::sampling::{Sampled, Sampler, SelectRequest, StopMatcher};
 
 use super::context::common_prefix;
@@ -74,6 +74,18 @@ impl Session {
         let start = Instant::now();
         let params = &options.sampling;
         params.validate_for_vocab(self.vocab())?;
+        if options.no_kv_cache && params.num_beams > 1 {
+            return Err(Error::invalid(
+                "use_cache",
+                "decoding without the KV cache runs sampling and greedy decoding, not beam search",
+            ));
+        }
+        self.recompute = options.no_kv_cache;
+        if self.recompute {
+            // nothing is reused either: the prompt runs from position 0
+            self.forward.truncate(0)?;
+            self.cached.clear();
+        }
         let mut tokens = self.tokenize_prompt(prompt, options.special)?;
         if tokens.is_empty() {
             return Err(Error::invalid(
@@ -156,6 +168,19 @@ impl Session {
         warnings: &mut Vec<String>,
         request: Option<&SelectRequest>,
     ) -> Result<Option<StepLogits>> {
+        if self.recompute && self.cached.len() < self.context() {
+            // no KV cache: the whole sequence again, from position 0
+            let mut all = self.cached.clone();
+            all.push(token);
+            self.forward.truncate(0)?;
+            self.cached.clear();
+            let row = match self.forward.run(&self.ctx, &all, Readback::LastRow).await? {
+                Output::Logits(row) => row,
+                _ => return Err(Error::invalid("use_cache", "the step returned no logits")),
+            };
+            self.cached = all;
+            return Ok(Some(StepLogits::Full(row)));
+        }
         if self.cached.len() < self.context() {
             let request = request.filter(|_| !self.full_row_readback);
             let logits = self

@@ -101,6 +101,8 @@ pub struct Session {
     context_choice: ContextChoice,
     /// Read back the whole logits row on every decode step (no candidate selection).
     full_row_readback: bool,
+    /// The call in progress decodes without the KV cache (`use_cache: false`).
+    recompute: bool,
     /// The automatic KV-cache plan's decision, when one was made.
     cache_decision: Option<cache_plan::CacheDecision>,
     /// The pipelines the model was built with (reused when the KV cache is replaced).
@@ -206,6 +208,7 @@ impl Session {
             abort: AbortHandle::default(),
             context_choice: choice,
             full_row_readback: false,
+            recompute: false,
             cache_decision: None,
             kernels,
         })

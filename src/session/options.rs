@@ -37,6 +37,10 @@ pub struct GenerateOptions {
     /// Tokens at the start that context sliding never drops (default: the BOS token if the
     /// prompt starts with one, else none).
     pub n_keep: Option<usize>,
+    /// Recompute the whole sequence at every generated token instead of reading the KV cache
+    /// (JSON `use_cache: false`): for teaching and for measuring what the cache saves. Same
+    /// tokens, far slower. Not with beam search.
+    pub no_kv_cache: bool,
 }
 
 /// Removes option `name` (or its camelCase `alias`) from `map`; both given is an error.
@@ -63,7 +67,8 @@ fn bool_option(name: &'static str, value: &serde_json::Value) -> Result<bool> {
 
 impl GenerateOptions {
     /// Parses one JSON object holding the sampling parameters (snake_case or camelCase, see
-    /// [`SamplingParams::from_json`]) and `special`, `strict` and `n_keep` (`nKeep`). `null`
+    /// [`SamplingParams::from_json`]) and `special`, `strict`, `use_cache` (`useCache`) and
+    /// `n_keep` (`nKeep`). `null`
     /// means all defaults. Errors name the option.
     pub fn from_json(json: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(json)
@@ -84,6 +89,9 @@ impl GenerateOptions {
         }
         if let Some(v) = take_option(&mut map, "strict", "strict")? {
             options.strict = bool_option("strict", &v)?;
+        }
+        if let Some(v) = take_option(&mut map, "use_cache", "useCache")? {
+            options.no_kv_cache = !bool_option("use_cache", &v)?;
         }
         if let Some(v) = take_option(&mut map, "n_keep", "nKeep")? {
             if !v.is_null() {

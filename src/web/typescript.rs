@@ -243,6 +243,11 @@ export interface GenerateOptions {
   special?: boolean;
   /** Reject a prompt longer than the context instead of cutting it from the left. */
   strict?: boolean;
+  /**
+   * `false`: recompute the whole sequence at every token instead of reading the KV cache
+   * (same tokens, far slower; for teaching and measuring; not with beam search). Default true.
+   */
+  useCache?: boolean;
   /** Tokens at the start that context sliding never drops (default: the BOS token). */
   nKeep?: number;
 }

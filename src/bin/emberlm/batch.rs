@@ -256,6 +256,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
             special: args.special,
             strict: args.strict,
             n_keep: None,
+            no_kv_cache: args.sampling.no_kv_cache,
         };
         let mut on_token = |e: &emberlm::session::TokenEvent| {
             if e.id.is_some() {

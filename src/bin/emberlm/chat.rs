@@ -68,6 +68,8 @@ enum Flow {
 /// The conversation and the settings that commands change.
 struct Conversation {
     params: SamplingParams,
+    /// `--no-kv-cache`: every reply recomputes the whole conversation at every token.
+    no_kv_cache: bool,
     system: Option<String>,
     history: Vec<ChatMessage>,
 }
@@ -375,6 +377,7 @@ fn reply(text: &str, conv: &mut Conversation, engine: &Engine, interrupt: &Inter
     let prompt = Prompt::Chat(conv.messages());
     let options = GenerateOptions {
         sampling: conv.params.clone(),
+        no_kv_cache: conv.no_kv_cache,
         ..GenerateOptions::default()
     };
     let mut printed = false;
@@ -424,6 +427,7 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
     let interrupt = Interrupt::install(engine.abort_switch(), inputs.clone());
     let mut conv = Conversation {
         params,
+        no_kv_cache: args.sampling.no_kv_cache,
         system: args.system,
         history: Vec::new(),
     };

@@ -114,6 +114,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
         special: args.special,
         strict: args.strict,
         n_keep: None,
+        no_kv_cache: args.sampling.no_kv_cache,
     };
     let stream = args.stream && !args.json;
     let several = options.sampling.num_return_sequences > 1;

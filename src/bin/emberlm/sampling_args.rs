@@ -70,6 +70,10 @@ pub struct SamplingArgs {
     /// --stop-token-id still stop).
     #[arg(long = "ignore-eos", alias = "ignore_eos")]
     pub ignore_eos: bool,
+    /// Recompute the whole sequence at every token instead of reading the KV cache (same
+    /// tokens, far slower: for teaching and measuring what the cache saves; not with beams).
+    #[arg(long = "no-kv-cache", alias = "no_kv_cache")]
+    pub no_kv_cache: bool,
     /// Beam search with this many beams (1: off).
     #[arg(long, alias = "num_beams")]
     pub num_beams: Option<usize>,
