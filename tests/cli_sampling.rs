@@ -288,3 +288,45 @@ fn no_kv_cache_gives_the_cached_tokens() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("use_cache"), "{err}");
 }
+
+/// `--echo`: the text and the stream start with the prompt; the tokens stay the generated
+/// ones.
+#[test]
+fn echo_puts_the_prompt_first() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            MODEL,
+            "--prompt",
+            "The software",
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "5",
+        ];
+        args.extend_from_slice(extra);
+        emberlm(&args)
+    };
+    let (code, out, err) = run(&["--json"]);
+    if require::cli_found_no_gpu(&err) {
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    let plain: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (code, out, err) = run(&["--json", "--echo"]);
+    assert_eq!(code, 0, "{err}");
+    let echoed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (p, e) = (&plain["sequences"][0], &echoed["sequences"][0]);
+    assert_eq!(p["tokens"], e["tokens"]);
+    assert_eq!(
+        e["text"].as_str().unwrap(),
+        format!("The software{}", p["text"].as_str().unwrap())
+    );
+    let (code, out, err) = run(&["--stream", "--echo"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("The software"), "{out}");
+    let (code, _, err) = emberlm(&["chat", "--model", MODEL, "--echo"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--echo"), "{err}");
+}

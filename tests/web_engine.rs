@@ -530,3 +530,30 @@ async fn perplexity_scores_a_text() {
         .unwrap_err();
     assert!(message(&err).contains("text"), "{}", message(&err));
 }
+
+/// `echo: true`: the first event carries the prompt (`id: null`) and the result's text starts
+/// with it; the tokens are the generated ones, as without echo.
+#[wasm_bindgen_test]
+async fn echo_streams_the_prompt_first() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let prompt = json!("The software");
+    let options = json!({ "temperature": 0, "maxNewTokens": 5 });
+    let plain = generate(&engine, &prompt, options.clone(), &Events::new())
+        .await
+        .unwrap();
+    let mut with_echo = options;
+    with_echo["echo"] = json!(true);
+    let events = Events::new();
+    let echoed = generate(&engine, &prompt, with_echo, &events)
+        .await
+        .unwrap();
+    let first = events.seen.borrow()[0].clone();
+    assert!(first["id"].is_null(), "{first}");
+    assert_eq!(first["text"], "The software", "{first}");
+    assert!(events.text().starts_with("The software"));
+    assert_eq!(echoed["tokens"], plain["tokens"], "{echoed}");
+    assert_eq!(
+        echoed["text"].as_str().unwrap(),
+        format!("The software{}", plain["text"].as_str().unwrap())
+    );
+}

@@ -117,7 +117,24 @@ impl Session {
             stops: &stops,
             start,
         };
-        let (sequences, seed) = if params.max_new_tokens == 0 {
+        // echo: the prompt's text first, in the stream and in every sequence's text
+        let echo = match (options.echo, prompt) {
+            (false, _) => None,
+            (true, Prompt::Text(text)) => Some(text.clone()),
+            (true, _) => Some(self.tokenizer.decode(&tokens, false)?),
+        };
+        if let Some(text) = &echo {
+            for sequence in 0..params.num_return_sequences {
+                on_token(&TokenEvent {
+                    prompt: index,
+                    sequence,
+                    id: None,
+                    logprob: None,
+                    text: text.clone(),
+                });
+            }
+        }
+        let (mut sequences, seed) = if params.max_new_tokens == 0 {
             let empty = Sequence {
                 tokens: Vec::new(),
                 text: String::new(),
@@ -145,6 +162,11 @@ impl Session {
             (seqs, seed)
         };
         stats.generated_tokens = sequences.iter().map(|s| s.tokens.len()).sum();
+        if let Some(text) = &echo {
+            for s in &mut sequences {
+                s.text.insert_str(0, text);
+            }
+        }
         if stats.decode_ms > 0.0 {
             let steps = stats.generated_tokens.saturating_sub(sequences.len());
             stats.decode_tok_per_s = steps as f64 / (stats.decode_ms / 1000.0);

@@ -41,6 +41,10 @@ pub struct GenerateOptions {
     /// (JSON `use_cache: false`): for teaching and for measuring what the cache saves. Same
     /// tokens, far slower. Not with beam search.
     pub no_kv_cache: bool,
+    /// Put the prompt's text first: one event per sequence before its tokens (`id: None`), and
+    /// at the start of every sequence's `text` (a text prompt as given; messages and token ids
+    /// as the model saw them, special tokens included). `tokens` stay the generated ones.
+    pub echo: bool,
 }
 
 /// Removes option `name` (or its camelCase `alias`) from `map`; both given is an error.
@@ -67,8 +71,8 @@ fn bool_option(name: &'static str, value: &serde_json::Value) -> Result<bool> {
 
 impl GenerateOptions {
     /// Parses one JSON object holding the sampling parameters (snake_case or camelCase, see
-    /// [`SamplingParams::from_json`]) and `special`, `strict`, `use_cache` (`useCache`) and
-    /// `n_keep` (`nKeep`). `null`
+    /// [`SamplingParams::from_json`]) and `special`, `strict`, `echo`, `use_cache`
+    /// (`useCache`) and `n_keep` (`nKeep`). `null`
     /// means all defaults. Errors name the option.
     pub fn from_json(json: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(json)
@@ -89,6 +93,9 @@ impl GenerateOptions {
         }
         if let Some(v) = take_option(&mut map, "strict", "strict")? {
             options.strict = bool_option("strict", &v)?;
+        }
+        if let Some(v) = take_option(&mut map, "echo", "echo")? {
+            options.echo = bool_option("echo", &v)?;
         }
         if let Some(v) = take_option(&mut map, "use_cache", "useCache")? {
             options.no_kv_cache = !bool_option("use_cache", &v)?;
@@ -156,7 +163,8 @@ pub struct TokenEvent {
     /// Index of the sequence among `num_return_sequences`.
     pub sequence: usize,
     /// The token, or `None` for the final event that releases text held back at the end
-    /// (an incomplete character or a partial stop-string match that never completed).
+    /// (an incomplete character or a partial stop-string match that never completed) and for
+    /// the echoed prompt that comes first with `echo`.
     #[cfg_attr(target_arch = "wasm32", tsify(type = "number | null"))]
     pub id: Option<u32>,
     /// The token's log-probability under the model's own distribution (`None` with `id`).

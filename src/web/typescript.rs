@@ -248,6 +248,11 @@ export interface GenerateOptions {
    * (same tokens, far slower; for teaching and measuring; not with beam search). Default true.
    */
   useCache?: boolean;
+  /**
+   * Put the prompt's text first: the stream's first event per sequence carries it (`id: null`)
+   * and every sequence's `text` starts with it (default false).
+   */
+  echo?: boolean;
   /** Tokens at the start that context sliding never drops (default: the BOS token). */
   nKeep?: number;
 }

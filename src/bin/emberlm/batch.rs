@@ -257,6 +257,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
             strict: args.strict,
             n_keep: None,
             no_kv_cache: args.sampling.no_kv_cache,
+            echo: args.sampling.echo,
         };
         let mut on_token = |e: &emberlm::session::TokenEvent| {
             if e.id.is_some() {

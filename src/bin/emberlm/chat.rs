@@ -422,6 +422,11 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
             "chat writes one reply per message: --num-return-sequences must be 1",
         ));
     }
+    if args.sampling.echo {
+        return Err(Failure::usage(
+            "chat prints the replies only: --echo is for generate and batch",
+        ));
+    }
     let engine = load_engine(args.model, args.ctx)?;
     let (inputs, received) = mpsc::channel();
     let interrupt = Interrupt::install(engine.abort_switch(), inputs.clone());

@@ -115,6 +115,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
         strict: args.strict,
         n_keep: None,
         no_kv_cache: args.sampling.no_kv_cache,
+        echo: args.sampling.echo,
     };
     let stream = args.stream && !args.json;
     let several = options.sampling.num_return_sequences > 1;

@@ -70,6 +70,9 @@ pub struct SamplingArgs {
     /// --stop-token-id still stop).
     #[arg(long = "ignore-eos", alias = "ignore_eos")]
     pub ignore_eos: bool,
+    /// Print the prompt first: the output and the stream start with its text.
+    #[arg(long)]
+    pub echo: bool,
     /// Recompute the whole sequence at every token instead of reading the KV cache (same
     /// tokens, far slower: for teaching and measuring what the cache saves; not with beams).
     #[arg(long = "no-kv-cache", alias = "no_kv_cache")]
