@@ -315,3 +315,32 @@ fn bare_help_lists_the_commands_and_the_banner_describes_the_session() {
         assert!(banner.contains(part), "{part}: {banner}");
     }
 }
+
+/// `--no-template`: a line is continued as plain text (the reply is what `generate` gives for
+/// the same text), and the next line is appended to the running text after a newline.
+#[test]
+fn no_template_continues_plain_text() {
+    let settings = ["--temperature", "0", "--max-new-tokens", "6"];
+    let mut args = vec!["--model", LLAMA, "--no-template"];
+    args.extend_from_slice(&settings);
+    let (code, out, err) = chat(&args, "Once upon a time\nThe end\n");
+    if require::cli_found_no_gpu(&err) {
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("plain completion"), "{err}");
+    let got = replies(&out);
+    assert_eq!(got.len(), 2, "{out}");
+    let generate = |prompt: &str| {
+        let mut cmd = emberlm();
+        cmd.args(["generate", "--model", LLAMA, "--json", "--prompt", prompt]);
+        cmd.args(settings);
+        let out = cmd.output().expect("the binary runs");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["sequences"][0]["text"].as_str().unwrap().to_string()
+    };
+    let first = generate("Once upon a time");
+    assert_eq!(got[0].trim_end(), first.trim_end(), "{out}");
+    let second = generate(&format!("Once upon a time{first}\nThe end"));
+    assert_eq!(got[1].trim_end(), second.trim_end(), "{out}");
+}

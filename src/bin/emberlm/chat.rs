@@ -55,6 +55,10 @@ pub struct ChatArgs {
     /// A system message sent before the conversation.
     #[arg(long)]
     pub system: Option<String>,
+    /// Plain completion for base models: no chat template; each line is appended to the
+    /// running text (after a newline) and the model continues it.
+    #[arg(long = "no-template", alias = "no_template")]
+    pub no_template: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -70,6 +74,8 @@ struct Conversation {
     params: SamplingParams,
     /// `--no-kv-cache`: every reply recomputes the whole conversation at every token.
     no_kv_cache: bool,
+    /// `--no-template`: the conversation is one running text.
+    plain: bool,
     system: Option<String>,
     history: Vec<ChatMessage>,
 }
@@ -83,6 +89,23 @@ impl Conversation {
         }
         out.extend(self.history.iter().cloned());
         out
+    }
+
+    /// The prompt of the next reply: the messages through the chat template, or with
+    /// `--no-template` one running text (the system message, then each line after a newline,
+    /// each continuation as the model wrote it).
+    fn prompt(&self) -> Prompt {
+        if !self.plain {
+            return Prompt::Chat(self.messages());
+        }
+        let mut text = String::new();
+        for m in self.messages() {
+            if m.role != "assistant" && !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&m.content);
+        }
+        Prompt::Text(text)
     }
 }
 
@@ -374,7 +397,7 @@ fn stats_line(g: &Generation) -> String {
 /// (the message is then dropped from the history).
 fn reply(text: &str, conv: &mut Conversation, engine: &Engine, interrupt: &Interrupt) -> bool {
     conv.history.push(ChatMessage::new("user", text));
-    let prompt = Prompt::Chat(conv.messages());
+    let prompt = conv.prompt();
     let options = GenerateOptions {
         sampling: conv.params.clone(),
         no_kv_cache: conv.no_kv_cache,
@@ -433,11 +456,13 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
     let mut conv = Conversation {
         params,
         no_kv_cache: args.sampling.no_kv_cache,
+        plain: args.no_template,
         system: args.system,
         history: Vec::new(),
     };
     let tty = std::io::stdin().is_terminal();
     let parameters = engine.files().weights()?.parameter_count();
+    let plain = conv.plain;
     let p = &conv.params;
     let sampling = if p.is_greedy() {
         "greedy".to_string()
@@ -460,7 +485,9 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
             count(parameters),
             session.context(),
             session.context_choice().reason,
-            if session.has_chat_template() {
+            if plain {
+                ", plain completion (--no-template)"
+            } else if session.has_chat_template() {
                 ""
             } else {
                 ", no chat template in the model (plain fallback)"
