@@ -166,7 +166,7 @@ impl GpuContext {
         bytes: u64,
         submission: wgpu::SubmissionIndex,
     ) -> Result<Vec<u8>> {
-        let label = || format!("{staging:?}");
+        let label = || format!("readback of {bytes} bytes (staging buffer of {})", staging.size());
         if bytes > staging.size() {
             return Err(Error::Readback {
                 buffer: label(),
@@ -192,7 +192,11 @@ impl GpuContext {
                 self.settle();
                 self.check().err().unwrap_or(Error::Readback {
                     buffer: label(),
-                    message: format!("waiting for the GPU: {e}"),
+                    message: format!(
+                        "waiting for the GPU ({:.0} s at most; set EMBERLM_READBACK_TIMEOUT_S for a \
+                         slower adapter or a busy machine): {e}",
+                        self.options().readback_timeout.as_secs_f64()
+                    ),
                 })
             })?;
         let mapped = rx.await.map_err(|_| Error::Readback {

@@ -33,13 +33,24 @@ pub struct GpuOptions {
     pub precision: super::precision::Precision,
 }
 
+/// How long a native readback waits: `EMBERLM_READBACK_TIMEOUT_S` seconds when set to a
+/// positive number, else 300 (software adapters are slow, so this is generous).
+fn readback_timeout() -> std::time::Duration {
+    let seconds = std::env::var("EMBERLM_READBACK_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(300.0);
+    std::time::Duration::from_secs_f64(seconds)
+}
+
 impl Default for GpuOptions {
     fn default() -> Self {
         Self {
             power_preference: wgpu::PowerPreference::HighPerformance,
             allow_subgroups: true,
             allow_shader_f16: true,
-            readback_timeout: std::time::Duration::from_secs(300),
+            readback_timeout: readback_timeout(),
             kernels: super::plan::KernelOverrides::none(),
             kv_cache: crate::dtype::kv::KvKinds::default(),
             decode_plan: super::decode_plan::DecodePlan::default(),
