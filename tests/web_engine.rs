@@ -557,3 +557,36 @@ async fn echo_streams_the_prompt_first() {
         format!("The software{}", plain["text"].as_str().unwrap())
     );
 }
+
+/// Beam search streams its progress: one event per step naming the leading beam's text (no
+/// token, no text of its own), steps in order, then the final sequences as before.
+#[wasm_bindgen_test]
+async fn beam_search_streams_the_leader() {
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let events = Events::new();
+    let result = generate(
+        &engine,
+        &json!([1, 5, 9]),
+        json!({ "numBeams": 3, "maxNewTokens": 6, "numReturnSequences": 2 }),
+        &events,
+    )
+    .await
+    .unwrap();
+    let seen = events.seen.borrow().clone();
+    let progress: Vec<&Value> = seen.iter().filter(|e| e["beam"].is_object()).collect();
+    assert!(!progress.is_empty(), "{seen:?}");
+    for (i, e) in progress.iter().enumerate() {
+        assert_eq!(e["beam"]["step"], i, "{e}");
+        assert!(e["id"].is_null() && e["text"] == "", "{e}");
+        assert!(
+            e["beam"]["text"].is_string() && e["beam"]["switched"].is_boolean(),
+            "{e}"
+        );
+    }
+    // the sequences follow the progress, with the texts the result holds
+    let finals: Vec<&Value> = seen.iter().filter(|e| !e["beam"].is_object()).collect();
+    assert_eq!(finals.len(), 2, "{seen:?}");
+    for (f, s) in finals.iter().zip(result["sequences"].as_array().unwrap()) {
+        assert_eq!(f["text"], s["text"]);
+    }
+}

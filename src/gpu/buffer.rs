@@ -166,7 +166,12 @@ impl GpuContext {
         bytes: u64,
         submission: wgpu::SubmissionIndex,
     ) -> Result<Vec<u8>> {
-        let label = || format!("readback of {bytes} bytes (staging buffer of {})", staging.size());
+        let label = || {
+            format!(
+                "readback of {bytes} bytes (staging buffer of {})",
+                staging.size()
+            )
+        };
         if bytes > staging.size() {
             return Err(Error::Readback {
                 buffer: label(),

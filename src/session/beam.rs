@@ -9,7 +9,8 @@ use crate::sampling::{log_softmax, Sampler, SamplingParams, StopMatcher};
 
 use super::context::common_prefix;
 use super::{
-    check_token_ids, elapsed_ms, Ctx, FinishReason, Score, Sequence, Session, Stats, TokenEvent,
+    check_token_ids, elapsed_ms, BeamProgress, Ctx, FinishReason, Score, Sequence, Session, Stats,
+    TokenEvent,
 };
 
 struct Beam {
@@ -109,6 +110,8 @@ impl Session {
             logits: first,
         }];
         let mut finished: Vec<Finished> = Vec::new();
+        // the tokens of the last streamed leader
+        let mut leader: Vec<u32> = Vec::new();
         let decode_start = Instant::now();
         stats.time_to_first_token_ms = elapsed_ms(c.start);
         for step in 0..max_new {
@@ -158,6 +161,25 @@ impl Session {
                 if next.len() == width {
                     break;
                 }
+            }
+            // the leader after this step, streamed: its text, and whether the lead moved
+            if let Some(&(b, id, _, _)) = next.first() {
+                let mut tokens = running[b].tokens.clone();
+                tokens.push(id);
+                let switched = running[b].tokens != leader;
+                on_token(&TokenEvent {
+                    prompt: c.index,
+                    sequence: 0,
+                    id: None,
+                    logprob: None,
+                    text: String::new(),
+                    beam: Some(BeamProgress {
+                        step,
+                        text: self.tokenizer.decode(&tokens, true)?,
+                        switched,
+                    }),
+                });
+                leader = tokens;
             }
             finished.sort_by(|a, b| b.normalized.total_cmp(&a.normalized));
             finished.truncate(width);
@@ -259,6 +281,7 @@ impl Session {
                 id: None,
                 logprob: None,
                 text: text.clone(),
+                beam: None,
             });
             out.push(Sequence {
                 tokens: f.tokens,

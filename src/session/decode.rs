@@ -131,6 +131,7 @@ impl Session {
                     id: None,
                     logprob: None,
                     text: text.clone(),
+                    beam: None,
                 });
             }
         }
@@ -310,6 +311,7 @@ impl Session {
                 id: Some(s.id),
                 logprob: Some(s.logprob),
                 text: out.text,
+                beam: None,
             });
             if out.stopped {
                 break FinishReason::Stop;
@@ -343,6 +345,7 @@ impl Session {
                     id: None,
                     logprob: None,
                     text: tail,
+                    beam: None,
                 });
             }
         }

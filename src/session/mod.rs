@@ -47,7 +47,8 @@ use crate::tokenizer::Tokenizer;
 
 pub use cache_plan::{CacheCandidate, CacheDecision, CachePlanOptions};
 pub use options::{
-    FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats, TokenEvent,
+    BeamProgress, FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats,
+    TokenEvent,
 };
 
 /// Stops a running generation between two tokens. Cloneable, usable from another thread

@@ -154,6 +154,19 @@ impl FinishReason {
     }
 }
 
+/// Beam search's progress after a step: the best running beam's text so far.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
+pub struct BeamProgress {
+    /// The decode step (0: after the first generated token).
+    pub step: usize,
+    /// The leading beam's text so far (the final sequences come in the events after the
+    /// search, best first; a finished beam may beat the last leader).
+    pub text: String,
+    /// The lead changed hands: the leader does not extend the previous step's leader.
+    pub switched: bool,
+}
+
 /// One streamed piece of output.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
@@ -172,6 +185,11 @@ pub struct TokenEvent {
     pub logprob: Option<f32>,
     /// Text this event adds (UTF-8 safe; may be empty while text is held back).
     pub text: String,
+    /// During beam search, one event per step (with `id: None` and no text) says which beam
+    /// leads and its text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(target_arch = "wasm32", tsify(optional))]
+    pub beam: Option<BeamProgress>,
 }
 
 /// One generated sequence.

@@ -16,7 +16,7 @@ const DTS = 'www/pkg/emberlm.d.ts';
 /** Declared by Tsify from the Rust types JavaScript gets back. */
 const DERIVED = [
   'TokenEvent', 'FinishReason', 'GenerationResult', 'SequenceResult', 'GenerationStats',
-  'EngineInfo', 'ModelInfo', 'EngineLimits', 'EngineCounters', 'EngineMemory',
+  'EngineInfo', 'ModelInfo', 'EngineLimits', 'EngineCounters', 'EngineMemory', 'BeamProgress',
 ];
 
 const declarations = (text, name) =>
