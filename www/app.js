@@ -259,8 +259,34 @@ function options() {
   if (seed !== '') o.seed = Number(seed);
   const stop = $('stop-strings').value.split('\n').filter((s) => s.length > 0);
   if (stop.length) o.stop = stop;
+  o.penaltyLastN = number('penalty-last-n');
+  o.numBeams = number('num-beams');
+  o.lengthPenalty = number('length-penalty');
+  o.earlyStopping = $('early-stopping').checked;
+  // Ids and biases go to the engine as typed: it names a bad one in its error.
+  const ids = $('stop-token-ids').value.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  if (ids.length) o.stopTokenIds = ids.map(Number);
+  const bias = {};
+  for (const line of $('logit-bias').value.split('\n')) {
+    const [id, value] = line.split('=').map((s) => s.trim());
+    if (id) bias[id] = Number(value);
+  }
+  if (Object.keys(bias).length) o.logitBias = bias;
   return o;
 }
+
+/** The presets' temperature, top-k and top-p (the engine's `preset` values). */
+const PRESETS = {
+  conservative: { temperature: 0.3, 'top-k': 20, 'top-p': 1 },
+  balanced: { temperature: 0.8, 'top-k': 50, 'top-p': 0.9 },
+  creative: { temperature: 1.3, 'top-k': 100, 'top-p': 0.95 },
+};
+
+$('preset').addEventListener('change', () => {
+  const preset = PRESETS[$('preset').value];
+  if (!preset) return;
+  for (const [id, value] of Object.entries(preset)) $(id).value = String(value);
+});
 
 function setStat(id, text) {
   $(id).textContent = text;
@@ -288,6 +314,12 @@ async function send() {
   setStat('tokens', '0');
   try {
     const result = await client.generate(messages, options(), (event) => {
+      if (event.beam) {
+        // beam search: the leading beam so far
+        content.textContent = event.beam.text;
+        bubble.scrollIntoView({ block: 'end' });
+        return;
+      }
       content.textContent += event.text;
       if (event.id === null) return;
       count += 1;
