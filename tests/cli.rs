@@ -155,6 +155,29 @@ fn logits_in_f16_report_agreement_with_f32() {
     assert!(err.contains("--precision"), "{err}");
 }
 
+/// `--device`: `gpu` refuses a software adapter by name (lavapipe here), `cpu` says the CPU
+/// backend does not exist yet, `auto` runs on whatever there is; a bad name is a usage error.
+#[test]
+fn device_choice_is_checked() {
+    let (code, out, err) = emberlm(&["--device", "gpu", "adapter", "--json"]);
+    if code == 0 {
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_ne!(v["device_type"], "cpu", "{out}");
+    } else if !require::cli_found_no_gpu(&err) {
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("software adapter") && err.contains("device"),
+            "{err}"
+        );
+    }
+    let (code, _, err) = emberlm(&["--device", "cpu", "adapter"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no CPU backend"), "{err}");
+    let (code, _, err) = emberlm(&["--device", "quantum", "adapter"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--device"), "{err}");
+}
+
 #[test]
 fn errors_have_exit_codes_and_messages() {
     let (code, _, err) = emberlm(&["info", "--model", "tests/fixtures/does-not-exist.gguf"]);

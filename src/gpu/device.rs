@@ -31,6 +31,37 @@ pub struct GpuOptions {
     pub decode_plan: super::decode_plan::DecodePlan,
     /// The matrix products' precision (`f16` needs `shader-f16`; `auto` uses it when there).
     pub precision: super::precision::Precision,
+    /// Which kind of device runs the model (`device`): any adapter, a hardware GPU only, or
+    /// the CPU backend.
+    pub device: DeviceChoice,
+}
+
+/// Which kind of device runs the model (`--device`, `device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// The best adapter there is, a software one (lavapipe, SwiftShader) included.
+    #[default]
+    Auto,
+    /// A hardware GPU: a software adapter is an error that names it.
+    Gpu,
+    /// The CPU backend (not built yet: an error that says so).
+    Cpu,
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(DeviceChoice::Auto),
+            "gpu" | "webgpu" => Ok(DeviceChoice::Gpu),
+            "cpu" => Ok(DeviceChoice::Cpu),
+            other => Err(Error::invalid(
+                "device",
+                format!("`{other}` is not a device (auto, gpu or cpu)"),
+            )),
+        }
+    }
 }
 
 /// How long a native readback waits: `EMBERLM_READBACK_TIMEOUT_S` seconds when set to a
@@ -55,6 +86,7 @@ impl Default for GpuOptions {
             kv_cache: crate::dtype::kv::KvKinds::default(),
             decode_plan: super::decode_plan::DecodePlan::default(),
             precision: super::precision::Precision::default(),
+            device: DeviceChoice::default(),
         }
     }
 }
@@ -215,6 +247,13 @@ impl GpuContext {
     ///
     /// Natively the backend list honours `WGPU_BACKEND`; in the browser it is WebGPU.
     pub async fn new(options: GpuOptions) -> Result<Self> {
+        if options.device == DeviceChoice::Cpu {
+            return Err(Error::invalid(
+                "device",
+                "cpu: emberlm has no CPU backend yet; `auto` runs on a software adapter \
+                 (lavapipe, SwiftShader) where there is no GPU",
+            ));
+        }
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
@@ -327,6 +366,15 @@ impl GpuContext {
                 max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
             },
         };
+        if options.device == DeviceChoice::Gpu && report.is_software() {
+            return Err(Error::invalid(
+                "device",
+                format!(
+                    "gpu: the only adapter is `{}`, a software adapter ({}); use auto to run on it",
+                    report.name, report.device_type
+                ),
+            ));
+        }
         let (precision, precision_notice) = options.precision.resolve(
             granted.contains(wgpu::Features::SHADER_F16),
             report.is_software(),

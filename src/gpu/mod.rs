@@ -16,7 +16,7 @@ pub mod tensor;
 
 pub use counters::{AliveBuffers, Counters, CountersPer};
 pub use decode_plan::{DecodePlan, DecodePlanMode};
-pub use device::{AdapterReport, GpuContext, GpuOptions, LimitsReport};
+pub use device::{AdapterReport, DeviceChoice, GpuContext, GpuOptions, LimitsReport};
 pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;
 pub use ops::{

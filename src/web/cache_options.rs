@@ -8,7 +8,7 @@ use wasm_bindgen::JsValue;
 use super::engine::{load_option, present};
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
-use crate::gpu::{DecodePlan, DecodePlanMode, Precision};
+use crate::gpu::{DecodePlan, DecodePlanMode, DeviceChoice, Precision};
 use crate::session::CachePlanOptions;
 
 fn string(options: &JsValue, key: &'static str) -> Result<Option<String>> {
@@ -151,5 +151,13 @@ pub(super) fn precision(options: &JsValue) -> Result<Precision> {
     match string(options, "precision")? {
         Some(s) => s.parse(),
         None => Ok(Precision::default()),
+    }
+}
+
+/// `device`: `'auto'` (default), `'gpu'` (`'webgpu'`) or `'cpu'`.
+pub(super) fn device(options: &JsValue) -> Result<DeviceChoice> {
+    match string(options, "device")? {
+        Some(s) => s.parse(),
+        None => Ok(DeviceChoice::default()),
     }
 }

@@ -125,6 +125,7 @@ impl Engine {
             kv_cache,
             decode_plan,
             precision: super::cache_options::precision(&options).map_err(|e| js_error(&e))?,
+            device: super::cache_options::device(&options).map_err(|e| js_error(&e))?,
             ..GpuOptions::default()
         };
         let source = Source::from_js(&source).map_err(|e| js_error(&e))?;

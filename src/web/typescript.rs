@@ -107,6 +107,12 @@ export interface LoadOptions {
    * `engine.info().precisionNotice` saying why).
    */
   precision?: 'f32' | 'f16' | 'auto';
+  /**
+   * Which device runs the model: `'auto'` (default: the best adapter, a software one such as
+   * SwiftShader included), `'gpu'` (a hardware GPU; a software adapter is an error naming it)
+   * or `'cpu'` (the CPU backend, not built yet: an error).
+   */
+  device?: 'auto' | 'gpu' | 'cpu';
 }
 
 /** Options of `engine.profile`. */

@@ -167,6 +167,11 @@ mod cli {
         /// and reports how the two agree.
         #[arg(long, global = true, value_name = "f32|f16|auto")]
         precision: Option<String>,
+        /// Which device runs the model: auto (default: the best adapter, a software one such as
+        /// lavapipe included), gpu (a hardware GPU, else an error naming the adapter) or cpu
+        /// (the CPU backend, not built yet).
+        #[arg(long, global = true, value_name = "auto|gpu|cpu")]
+        device: Option<String>,
         #[command(subcommand)]
         command: Command,
     }
@@ -178,6 +183,8 @@ mod cli {
         std::sync::OnceLock::new();
     /// The decode plan (`--decode-plan` and friends), parsed once by `main`.
     static DECODE: std::sync::OnceLock<emberlm::gpu::DecodePlan> = std::sync::OnceLock::new();
+    /// `--device`, parsed once by `main`.
+    static DEVICE: std::sync::OnceLock<emberlm::gpu::DeviceChoice> = std::sync::OnceLock::new();
     /// `--precision`, parsed once by `main`.
     static PRECISION: std::sync::OnceLock<emberlm::gpu::Precision> = std::sync::OnceLock::new();
 
@@ -199,6 +206,7 @@ mod cli {
             kv_cache: kv_kinds(),
             decode_plan: DECODE.get().copied().unwrap_or_default(),
             precision: PRECISION.get().copied().unwrap_or_default(),
+            device: DEVICE.get().copied().unwrap_or_default(),
             ..GpuOptions::default()
         }
     }
@@ -306,6 +314,17 @@ mod cli {
             Err(e) => {
                 eprintln!("emberlm: {}", e.message);
                 return std::process::ExitCode::from(e.code);
+            }
+        }
+        if let Some(d) = &cli.device {
+            match d.parse::<emberlm::gpu::DeviceChoice>() {
+                Ok(d) => {
+                    let _ = DEVICE.set(d);
+                }
+                Err(e) => {
+                    eprintln!("emberlm: --device: {e}");
+                    return std::process::ExitCode::from(2);
+                }
             }
         }
         if let Some(p) = &cli.precision {
