@@ -237,7 +237,6 @@ fn newline() {
     let _ = out.flush();
 }
 
-/// Prints command output: every line prefixed with `# `.
 /// A parameter count as people say it: 135M, 1.2B, 48K.
 fn count(n: u64) -> String {
     let n = n as f64;
@@ -249,6 +248,7 @@ fn count(n: u64) -> String {
     }
 }
 
+/// Prints command output: every line prefixed with `# `.
 fn answer(text: &str) {
     let mut out = std::io::stdout().lock();
     for line in text.lines() {
