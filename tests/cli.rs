@@ -2,23 +2,12 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "common/cli_run.rs"]
+mod cli_run;
 #[path = "common/require.rs"]
 mod require;
 
-use std::process::Command;
-
-fn emberlm(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_emberlm"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use cli_run::emberlm;
 
 #[test]
 fn info_json_describes_gguf_and_hf_alike() {

@@ -4,25 +4,14 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "common/cli_run.rs"]
+mod cli_run;
 #[path = "common/require.rs"]
 mod require;
 
-use std::process::Command;
+use cli_run::emberlm;
 
 const MODEL: &str = "tests/fixtures/tiny-llama-q4_1.gguf";
-
-fn emberlm(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_emberlm"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// The tokens `generate` returns with `flags`, or `None` when there is no GPU (and it is not
 /// required).
