@@ -213,7 +213,10 @@ impl Forward {
         let (plan, key) = measure::initial_plan(ctx, weights, chunk).await?;
         let positions = kv.context() as u32;
         let keys = attention_keys(&plan, &ctx.options().decode_plan, &config, positions, None)?;
-        let split_len = keys.scratch_len(heads_of(&config), positions).max(1);
+        let split_len = keys
+            .limited_for_any_shape(config.head_dim as u32, chunk as u32)
+            .scratch_len(heads_of(&config), positions)
+            .max(1);
         let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
         let (sep_qkv, sep_ffn) = (
             u64::from(fusion.any_separate_qkv()),

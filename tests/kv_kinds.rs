@@ -64,6 +64,28 @@ fn attention_reads_every_kind() {
     }
 }
 
+/// Every kind over 3,000 cached positions, both shapes, whole and split. llvmpipe bounds the
+/// loop iterations a shader runs in all (about 65k); a kernel whose per-key loops it does not
+/// unroll (the decoding reads make the body large) silently cuts attention short past a
+/// couple of thousand keys.
+#[test]
+fn attention_reads_every_kind_over_long_contexts() {
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("attention kinds long", &log);
+    let reduction = emberlm::gpu::Reduction::best(&ctx);
+    let r = pollster::block_on(kv_kind_cases::check_attention_kinds(
+        &ctx,
+        &cache,
+        reduction,
+        kv_kind_cases::KIND_ATTENTION_LONG_CASES,
+        &mut rng,
+    ));
+    ok(&format!("attention kinds 3000 positions {reduction:?}"), r);
+}
+
 #[test]
 fn rotation_store_and_attention_over_steps() {
     let Some(ctx) = common::native_gpu(GpuOptions::default()) else {

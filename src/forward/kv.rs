@@ -98,7 +98,10 @@ impl Forward {
             context as u32,
             None,
         )?;
-        let split_len = keys.scratch_len(heads_of(&config), context as u32).max(1);
+        let split_len = keys
+            .limited_for_any_shape(config.head_dim as u32, self.chunk as u32)
+            .scratch_len(heads_of(&config), context as u32)
+            .max(1);
         if f32_bytes(split_len) > self.act.attn_split.size() {
             self.act.attn_split =
                 ctx.storage_zeroed("attention split partials", f32_bytes(split_len))?;

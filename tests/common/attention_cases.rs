@@ -73,16 +73,12 @@ impl SplitForm {
         }
     }
 
-    /// The keys per split a step of `kv_len` keys must run with (`None`: whole).
-    fn expected_split(self, c: &StepCase, kv_len: u32) -> Option<u32> {
-        let keys = self.keys(c);
-        let read = keys.keys_read(kv_len);
-        keys.tiers()
-            .iter()
-            .rev()
-            .find(|t| c.n_tokens <= t.max_tokens && read >= t.min_keys)
-            .map(|t| t.keys_per_split)
-            .filter(|&k| read.div_ceil(k) > 1)
+    /// The keys per split a step of `kv_len` keys must run with under a kernel whose
+    /// invocations walk at most `limit` keys (`None`: whole).
+    fn expected_split(self, c: &StepCase, kv_len: u32, limit: u32) -> Option<u32> {
+        let keys = self.keys(c).limited(limit, c.max_tokens);
+        let split = keys.split_for(c.n_tokens, kv_len)?;
+        (keys.keys_read(kv_len).div_ceil(split.keys_per_split) > 1).then_some(split.keys_per_split)
     }
 }
 
@@ -228,7 +224,10 @@ async fn check_attention_variant(
             let vb = ctx.storage_from("v_cache", &v_cache).map_err(&e)?;
             let ob = ctx.storage_from("out", &sentinel).map_err(&e)?;
             // NaN: a partial read before it is written poisons the output
-            let scratch_len = keys.scratch_len(c.heads(), c.max_positions).max(1);
+            let limit = op.key_limit(c.head_dim);
+            let scratch_len = (keys.clone().limited(limit, c.max_tokens))
+                .scratch_len(c.heads(), c.max_positions)
+                .max(1);
             let scratch = ctx
                 .storage_from("split scratch", &vec![f32::NAN; scratch_len as usize])
                 .map_err(&e)?;
@@ -246,7 +245,7 @@ async fn check_attention_variant(
                 )
                 .map_err(&e)?;
             let params = StepParams::new(c.pos0, c.n_tokens);
-            let expected = form.expected_split(c, step_keys);
+            let expected = form.expected_split(c, step_keys, limit);
             if b.keys_per_split(&params) != expected {
                 return Err(format!(
                     "{what}: the step ran splits of {:?} keys, expected {expected:?}",

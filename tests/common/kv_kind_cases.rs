@@ -14,7 +14,7 @@
 use emberlm::config::RopeLayout;
 use emberlm::dtype::kv::{KvKind, KvKinds, KV_BLOCK};
 use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
-use emberlm::gpu::ops::{KvSource, KvStore};
+use emberlm::gpu::ops::{AttentionKeys, KvSource, KvStore};
 use emberlm::gpu::{
     Attention, GpuContext, Heads, KernelCache, Reduction, RopeKvWrite, StepParams, Variant,
 };
@@ -230,23 +230,25 @@ pub async fn check_attention_kinds(
                     min_keys: 1,
                     max_tokens: c.max_tokens,
                 };
-                let scratch = ctx
-                    .storage_zeroed("scratch", split.scratch_len(c.heads(), c.max_positions) * 4)
-                    .map_err(&e)?;
+                // whole or split, each within the kernel's key limit
+                let limit = op.key_limit(c.head_dim);
+                let scratch_len = (AttentionKeys::from(Some(split)).limited(limit, c.max_tokens))
+                    .scratch_len(c.heads(), c.max_positions)
+                    .max(1);
+                let scratch = ctx.storage_zeroed("scratch", scratch_len * 4).map_err(&e)?;
                 for with_split in [false, true] {
+                    let keys = AttentionKeys::from(with_split.then_some(split));
                     let b = op
-                        .bind(
+                        .bind_keys(
                             ctx,
                             &step,
-                            &qb,
-                            q_dim as u32,
-                            &kb,
-                            &vb,
+                            (&qb, q_dim as u32),
+                            (&kb, &vb),
                             &ob,
                             c.heads(),
-                            c.max_positions,
-                            c.max_tokens,
-                            with_split.then_some((split, &scratch)),
+                            (c.max_positions, c.max_tokens),
+                            &keys,
+                            Some(&scratch),
                         )
                         .map_err(&e)?;
                     let params = StepParams::new(c.pos0, c.n_tokens);
@@ -281,6 +283,13 @@ pub const KIND_ATTENTION_CASES: &[StepCase] = &[
     StepCase::new((4, 2, 64), (2, 2, 300), 400),
     StepCase::new((3, 3, 20), (3, 2, 61), 70),
     StepCase::new((9, 3, 64), (5, 5, 250), 256),
+];
+
+/// Long contexts: a prefill chunk and a decode step past 2,000 keys (head_dim 64 as SmolLM2's,
+/// and 128).
+pub const KIND_ATTENTION_LONG_CASES: &[StepCase] = &[
+    StepCase::new((3, 1, 64), (3, 3, 2997), 3000),
+    StepCase::new((2, 1, 128), (1, 1, 2599), 2600),
 ];
 
 /// The smaller list for the browser.

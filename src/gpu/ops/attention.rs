@@ -18,8 +18,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 pub use super::key_split::{
-    AttentionKeys, KeySplit, SPLIT_MAX_SPLITS, SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS,
-    SPLIT_MIN_KEYS_PER_SPLIT,
+    invocation_key_limit, AttentionKeys, KeySplit, SHADER_LOOP_BUDGET, SPLIT_MAX_SPLITS,
+    SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
 };
 use super::{
     check_distinct, check_len, check_max_tokens, check_step, dispatch_grid, elements, load,
@@ -210,6 +210,12 @@ impl Attention {
         .await
     }
 
+    /// Most keys one invocation walks for heads of `head_dim`; a binding splits longer steps
+    /// (see [`SHADER_LOOP_BUDGET`]).
+    pub fn key_limit(&self, head_dim: u32) -> u32 {
+        invocation_key_limit(self.variant, head_dim, self.key_tile)
+    }
+
     /// The shape this kernel runs in.
     pub fn variant(&self) -> Variant {
         self.variant
@@ -283,6 +289,9 @@ impl Attention {
         check_step(step)?;
         check_max_tokens(ctx, max_tokens)?;
         positive("max_positions", max_positions)?;
+        let keys = &keys
+            .clone()
+            .limited(self.key_limit(heads.head_dim), max_tokens);
         // an invocation owns one output dimension: head_dim ≤ the workgroup, which is 256 on
         // every device wgpu creates (even its downlevel limits), so in practice MAX_HEAD_DIM
         // (the rows shape has no such bound: an invocation owns a whole head)
@@ -339,7 +348,7 @@ impl Attention {
                 format!("{} heads exceed one dispatch row", heads.n_heads),
             ));
         }
-        let mut params = AttentionParams {
+        let params = AttentionParams {
             n_heads: heads.n_heads,
             n_kv_heads: heads.n_kv_heads,
             head_dim: heads.head_dim,
@@ -361,92 +370,104 @@ impl Attention {
             &[q, k_cache, v_cache, out],
             Grid::PerToken(x),
         );
-        let mut tiers = Vec::with_capacity(keys.tiers().len());
-        for &split in keys.tiers() {
+        let bind_split = |split: KeySplit| -> Result<SplitBinding> {
             let Some(scratch) = scratch else {
                 return Err(Error::invalid(
                     "attention split scratch",
                     "split attention needs its partials buffer",
                 ));
             };
-            {
-                positive("keys_per_split", split.keys_per_split)?;
-                positive("split max_tokens", split.max_tokens)?;
-                let max_splits = split.max_splits(max_positions);
-                let limit = ctx.limits().max_compute_workgroups_per_dimension;
-                if max_splits > limit {
-                    return Err(Error::Limit {
-                        what: format!(
-                            "attention splits of {} keys over {max_positions} positions",
-                            split.keys_per_split
-                        ),
-                        limit: "maxComputeWorkgroupsPerDimension",
-                        needed: u64::from(max_splits),
-                        allowed: u64::from(limit),
-                    });
-                }
-                let max_tokens = split.max_tokens.min(max_tokens);
-                let needed = KeySplit {
-                    max_tokens,
-                    ..split
-                }
-                .scratch_len(heads, max_positions);
-                if needed > u64::from(u32::MAX) {
-                    return Err(Error::invalid(
-                        "keys_per_split",
-                        format!("{needed} partial values overflow u32 indexing"),
-                    ));
-                }
-                check_len("split scratch", scratch, needed)?;
-                for (name, other) in [
-                    ("q", q),
-                    ("k_cache", k_cache),
-                    ("v_cache", v_cache),
-                    ("out", out),
-                ] {
-                    check_distinct("split scratch", scratch, name, other)?;
-                }
-                params.keys_per_split = split.keys_per_split;
-                params.max_splits = max_splits;
-                let parts = KernelBinding::new(
-                    ctx,
-                    self.split.pick(heads.head_dim),
-                    "attention split",
-                    &params,
-                    Some(step),
-                    &[q, k_cache, v_cache, scratch],
-                    Grid::PerToken(x),
-                );
-                let merge_x = elements("max_tokens", 1, q_dim)?.div_ceil(u64::from(MERGE_WG));
-                let (merge_x, merge_y) = dispatch_grid(ctx, "attention merge", merge_x as u32)?;
-                if merge_y != 1 {
-                    return Err(Error::invalid(
-                        "n_heads",
-                        format!("{q_dim} attention outputs exceed one dispatch row"),
-                    ));
-                }
-                let merge = KernelBinding::new(
-                    ctx,
-                    &self.merge,
-                    "attention merge",
-                    &params,
-                    Some(step),
-                    &[scratch, out],
-                    Grid::PerToken(merge_x),
-                );
-                tiers.push(SplitBinding {
-                    parts,
-                    merge,
-                    keys_per_split: split.keys_per_split,
-                    min_keys: split.min_keys,
-                    max_tokens,
-                    max_splits,
+            positive("keys_per_split", split.keys_per_split)?;
+            positive("split max_tokens", split.max_tokens)?;
+            let max_splits = split.max_splits(max_positions);
+            let limit = ctx.limits().max_compute_workgroups_per_dimension;
+            if max_splits > limit {
+                return Err(Error::Limit {
+                    what: format!(
+                        "attention splits of {} keys over {max_positions} positions",
+                        split.keys_per_split
+                    ),
+                    limit: "maxComputeWorkgroupsPerDimension",
+                    needed: u64::from(max_splits),
+                    allowed: u64::from(limit),
                 });
             }
-        }
+            let max_tokens = split.max_tokens.min(max_tokens);
+            let needed = KeySplit {
+                max_tokens,
+                ..split
+            }
+            .scratch_len(heads, max_positions);
+            if needed > u64::from(u32::MAX) {
+                return Err(Error::invalid(
+                    "keys_per_split",
+                    format!("{needed} partial values overflow u32 indexing"),
+                ));
+            }
+            check_len("split scratch", scratch, needed)?;
+            for (name, other) in [
+                ("q", q),
+                ("k_cache", k_cache),
+                ("v_cache", v_cache),
+                ("out", out),
+            ] {
+                check_distinct("split scratch", scratch, name, other)?;
+            }
+            let params = AttentionParams {
+                keys_per_split: split.keys_per_split,
+                max_splits,
+                ..params
+            };
+            let parts = KernelBinding::new(
+                ctx,
+                self.split.pick(heads.head_dim),
+                "attention split",
+                &params,
+                Some(step),
+                &[q, k_cache, v_cache, scratch],
+                Grid::PerToken(x),
+            );
+            let merge_x = elements("max_tokens", 1, q_dim)?.div_ceil(u64::from(MERGE_WG));
+            let (merge_x, merge_y) = dispatch_grid(ctx, "attention merge", merge_x as u32)?;
+            if merge_y != 1 {
+                return Err(Error::invalid(
+                    "n_heads",
+                    format!("{q_dim} attention outputs exceed one dispatch row"),
+                ));
+            }
+            let merge = KernelBinding::new(
+                ctx,
+                &self.merge,
+                "attention merge",
+                &params,
+                Some(step),
+                &[scratch, out],
+                Grid::PerToken(merge_x),
+            );
+            Ok(SplitBinding {
+                parts,
+                merge,
+                keys_per_split: split.keys_per_split,
+                min_keys: split.min_keys,
+                max_tokens,
+                max_splits,
+            })
+        };
+        let tiers = keys
+            .tiers()
+            .iter()
+            .map(|&t| bind_split(t))
+            .collect::<Result<Vec<_>>>()?;
+        // a step longer than an invocation may walk always splits (see SHADER_LOOP_BUDGET):
+        // needed only where the cache (or the window) holds more keys than that
+        let bound = match keys.bound() {
+            Some(b) if keys.keys_read(max_positions) >= b.min_keys => Some(bind_split(b)?),
+            _ => None,
+        };
         Ok(AttentionBinding {
             whole,
             tiers,
+            bound,
             window: keys.window,
         })
     }
@@ -470,6 +491,8 @@ pub struct AttentionBinding {
     whole: KernelBinding,
     /// Split tiers by `min_keys` (decode planning; empty: always whole).
     tiers: Vec<SplitBinding>,
+    /// The split of steps no tier takes that exceed an invocation's key limit.
+    bound: Option<SplitBinding>,
     window: Option<u32>,
 }
 
@@ -482,11 +505,8 @@ impl AttentionBinding {
     /// The tier a step runs and its split count, when it splits (more than one split).
     fn tier(&self, step: &StepParams) -> Option<(&SplitBinding, u32)> {
         let keys = self.window.map_or(step.kv_len, |w| step.kv_len.min(w));
-        let s = self
-            .tiers
-            .iter()
-            .rev()
-            .find(|s| step.n_tokens <= s.max_tokens && keys >= s.min_keys)?;
+        let takes = |s: &&SplitBinding| step.n_tokens <= s.max_tokens && keys >= s.min_keys;
+        let s = (self.tiers.iter().rev().find(takes)).or(self.bound.iter().find(takes))?;
         let n = keys.div_ceil(s.keys_per_split).min(s.max_splits).max(1);
         (n > 1).then_some((s, n))
     }

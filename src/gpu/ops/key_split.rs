@@ -2,6 +2,7 @@
 //! workgroups, how many keys each takes, and the scratch its partials need.
 
 use super::Heads;
+use crate::gpu::plan::Variant;
 
 /// Fewest keys per split: below this a split's fixed costs (its query load, its partial write,
 /// a share of the merge) outweigh what it parallelises.
@@ -17,6 +18,39 @@ pub const SPLIT_MIN_KEYS: u32 = 4 * SPLIT_MIN_KEYS_PER_SPLIT;
 /// Steps of at most this many tokens split (decode, speculative verification); a prefill chunk
 /// already has heads × tokens workgroups.
 pub const SPLIT_MAX_TOKENS: u32 = 8;
+
+/// Loop iterations one shader invocation may run in all. llvmpipe (lavapipe) stops a shader's
+/// loops after 65,535 iterations in all, counting every loop it has not unrolled (a guard
+/// against runaway shaders), and the attention kernel's per-head loops stay loops once a
+/// head's body is large (a cache kind's decoding, heads of 128): past a couple of thousand
+/// keys, attention would silently stop short. Every binding therefore splits a token's keys
+/// so that no invocation runs more than this many iterations (with room for the setup
+/// loops), on every adapter: the split is exact, and it costs one merge dispatch.
+pub const SHADER_LOOP_BUDGET: u32 = 60_000;
+
+/// Most keys one invocation of `variant` may walk for heads of `head_dim` with workgroups of
+/// `key_tile` keys (the workgroup shape), counting every loop as not unrolled.
+pub fn invocation_key_limit(variant: Variant, head_dim: u32, key_tile: u32) -> u32 {
+    let hd = head_dim.max(1);
+    let quads = hd.div_ceil(4);
+    // without vec4 reads (a head not a multiple of 4) each quad is an inner loop of 4
+    let per_quad = if hd.is_multiple_of(4) { 1 } else { 5 };
+    let budget = SHADER_LOOP_BUDGET.saturating_sub(2 * hd);
+    let limit = match variant {
+        // per key: the score's and the values' loops over the head, the rescale's, the key
+        // loop itself
+        Variant::Rows => budget / (2 * quads * per_quad + quads + 1),
+        // per tile: the score's loop over the head, the values' loop over the tile's keys of
+        // an invocation's group, the reductions' loops (a tree or the subgroups' slots)
+        Variant::Workgroup => {
+            let tile = key_tile.max(1);
+            let groups = (tile / hd).max(1);
+            let per_tile = quads * per_quad + tile.div_ceil(groups) + 2 * 32 + 1;
+            (budget / per_tile).saturating_mul(tile)
+        }
+    };
+    limit.max(1)
+}
 
 /// How a binding splits a long step's keys over workgroups (flash-decoding). The partials go
 /// to a scratch buffer of [`KeySplit::scratch_len`] f32 given beside it when binding, which
@@ -79,6 +113,9 @@ pub struct AttentionKeys {
     /// Latest keys a token reads (`None`: all of them).
     pub window: Option<u32>,
     tiers: Vec<KeySplit>,
+    /// The split every step longer than an invocation's key limit takes when no tier applies
+    /// (see [`AttentionKeys::limited`]).
+    bound: Option<KeySplit>,
 }
 
 impl AttentionKeys {
@@ -93,6 +130,7 @@ impl AttentionKeys {
         Self {
             window: None,
             tiers,
+            bound: None,
         }
     }
 
@@ -107,15 +145,67 @@ impl AttentionKeys {
         &self.tiers
     }
 
+    /// These keys with no invocation walking more than `limit` keys, for steps of up to
+    /// `max_tokens` tokens: tiers get splits of at most `limit` keys, and a step over more
+    /// keys than `limit` that no tier takes splits in splits of `limit` keys
+    /// ([`AttentionKeys::bound`]). See [`SHADER_LOOP_BUDGET`].
+    pub fn limited(mut self, limit: u32, max_tokens: u32) -> Self {
+        let limit = limit.max(1);
+        for t in &mut self.tiers {
+            t.keys_per_split = t.keys_per_split.min(limit);
+        }
+        self.bound = Some(KeySplit {
+            keys_per_split: limit,
+            min_keys: limit.saturating_add(1),
+            max_tokens,
+        });
+        self
+    }
+
+    /// [`AttentionKeys::limited`] with the smallest key limit of every attention shape for
+    /// heads of `head_dim`: what a buffer shared by whichever shape runs must hold.
+    pub fn limited_for_any_shape(self, head_dim: u32, max_tokens: u32) -> Self {
+        let limit = invocation_key_limit(Variant::Rows, head_dim, 1).min(invocation_key_limit(
+            Variant::Workgroup,
+            head_dim,
+            64,
+        ));
+        self.limited(limit, max_tokens)
+    }
+
+    /// The split of steps no tier takes that are longer than an invocation may walk (set by
+    /// [`AttentionKeys::limited`]).
+    pub fn bound(&self) -> Option<KeySplit> {
+        self.bound
+    }
+
+    /// The split a step of `n_tokens` tokens over `kv_len` cached positions runs with
+    /// (`None`: whole, in one dispatch): the last tier that takes it, else the bound when
+    /// its keys exceed it.
+    pub fn split_for(&self, n_tokens: u32, kv_len: u32) -> Option<KeySplit> {
+        let read = self.keys_read(kv_len);
+        let tier = self
+            .tiers
+            .iter()
+            .rev()
+            .find(|t| n_tokens <= t.max_tokens && read >= t.min_keys)
+            .copied();
+        tier.or(self
+            .bound
+            .filter(|b| n_tokens <= b.max_tokens && read >= b.min_keys))
+    }
+
     /// Keys a step of `kv_len` cached positions reads per token at most.
     pub fn keys_read(&self, kv_len: u32) -> u32 {
         self.window.map_or(kv_len, |w| kv_len.min(w))
     }
 
-    /// f32 values of the shared partials buffer: the largest of the tiers' (0 without tiers).
+    /// f32 values of the shared partials buffer: the largest of the tiers' and the bound's (0
+    /// without either).
     pub fn scratch_len(&self, heads: Heads, max_positions: u32) -> u64 {
         self.tiers
             .iter()
+            .chain(self.bound.iter())
             .map(|t| t.scratch_len(heads, max_positions))
             .max()
             .unwrap_or(0)
