@@ -17,6 +17,7 @@
 //!   conversation's tokens, so the KV cache holds the conversation as before the loss.
 
 mod cancel;
+mod draft;
 mod queue;
 mod recovery;
 
@@ -67,6 +68,8 @@ pub struct Engine {
     /// The KV-cache kinds the session was loaded with (the automatic plan's choice), which a
     /// rebuild on a new device keeps.
     session_kinds: Cell<Option<crate::dtype::kv::KvKinds>>,
+    /// The draft model's files (speculative decoding), loaded again by a rebuild.
+    draft: RefCell<Option<ModelFiles>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -140,6 +143,7 @@ impl Engine {
             rebuilds: Cell::new(0),
             on_rebuild: RefCell::new(None),
             session_kinds: Cell::new(Some(kinds)),
+            draft: RefCell::new(None),
         })
     }
 

@@ -18,6 +18,7 @@ impl Engine {
         if let Some(kinds) = decided.filter(|k| *k != session.forward().kv().kinds()) {
             session.set_kv_kinds(kinds).await?;
         }
+        self.reload_draft(&mut session).await?;
         self.abort.set(session.abort_handle());
         let tokens = self.conversation.borrow().clone();
         match session.restore(&tokens).await {

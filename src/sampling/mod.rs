@@ -52,6 +52,12 @@
 //! top-k never. On that path the log-probability comes from the GPU's f32 max and sum of the
 //! raw row and may differ from the full path's in the last bits; the token never does. To make
 //! the kept set's order canonical, top-k's survivors are sorted by logit before the filters.
+//!
+//! # Speculative decoding
+//!
+//! [`speculative`] verifies drafted tokens against these same distributions (modified
+//! rejection sampling), so speculation changes how many forward steps a text costs, never
+//! which distribution its tokens come from.
 
 pub use crate::candidates;
 pub mod divergence;
@@ -60,6 +66,7 @@ mod from_candidates;
 mod logits;
 pub mod params;
 pub mod sampler;
+pub mod speculative;
 pub mod stop;
 
 pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};

@@ -11,18 +11,59 @@ use crate::forward::{Output, Readback, StepLogits};
 use crate::sampling::{Sampled, Sampler, SelectRequest, StopMatcher};
 
 use super::context::common_prefix;
+use super::spec_options::SpecStats;
+use super::speculative::Speculation;
 use super::{
     elapsed_ms, Ctx, FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, Stats,
     TokenEvent,
 };
 
 /// Live state of one sampled sequence.
-struct Running<'t> {
-    tokens: Vec<u32>,
+pub(super) struct Running<'t> {
+    pub tokens: Vec<u32>,
     text: String,
     logprob: f64,
     decoder: crate::tokenizer::StreamDecoder<'t>,
     stops: StopMatcher,
+    /// The sequence's index among `num_return_sequences`.
+    sequence: usize,
+    max_new_tokens: usize,
+}
+
+impl Running<'_> {
+    /// Takes sampled token `s`: streams its text (held back while it may start a stop
+    /// string) and says why the sequence ends with it, if it does (an end id, which is not
+    /// kept; a stop string; `max_new_tokens`).
+    pub fn emit(
+        &mut self,
+        c: &Ctx<'_>,
+        s: Sampled,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Option<FinishReason>> {
+        if c.stops.contains(&s.id) {
+            return Ok(Some(FinishReason::Stop));
+        }
+        self.tokens.push(s.id);
+        self.logprob += f64::from(s.logprob);
+        let piece = self.decoder.push(s.id)?;
+        let out = self.stops.push(&piece);
+        self.text.push_str(&out.text);
+        on_token(&TokenEvent {
+            prompt: c.index,
+            sequence: self.sequence,
+            id: Some(s.id),
+            logprob: Some(s.logprob),
+            text: out.text,
+            beam: None,
+        });
+        if out.stopped {
+            return Ok(Some(FinishReason::Stop));
+        }
+        if self.tokens.len() >= self.max_new_tokens {
+            return Ok(Some(FinishReason::Length));
+        }
+        Ok(None)
+    }
 }
 
 impl Session {
@@ -110,12 +151,32 @@ impl Session {
             prompt_tokens: tokens.len(),
             ..Stats::default()
         };
+        let speculative = match &options.speculative {
+            None => None,
+            Some(o) => {
+                o.validate()?;
+                if params.num_beams > 1 || options.no_kv_cache {
+                    return Err(Error::invalid(
+                        "speculative",
+                        "speculative decoding runs sampling and greedy decoding with the KV cache, not beam search or use_cache: false",
+                    ));
+                }
+                let source = self.spec_source(o.source)?;
+                stats.speculative = Some(SpecStats {
+                    method: source.as_str().to_string(),
+                    k_final: o.k,
+                    ..SpecStats::default()
+                });
+                Some(Speculation { source, options: o })
+            }
+        };
         let ctx = Ctx {
             index,
             prompt: &tokens,
             n_keep,
             stops: &stops,
             start,
+            speculative,
         };
         // echo: the prompt's text first, in the stream and in every sequence's text
         let echo = match (options.echo, prompt) {
@@ -184,7 +245,7 @@ impl Session {
     /// Feeds one generated token, sliding the context first when it is full. Returns what the
     /// step read back after it: the candidates `request` asks for, or the whole row (without a
     /// request, when forced, or after a slide); `None` when aborted during a slide.
-    async fn advance(
+    pub(super) async fn advance(
         &mut self,
         token: u32,
         n_keep: usize,
@@ -218,7 +279,7 @@ impl Session {
 
     /// Samples from what a step read back: from the candidates when they suffice, else from
     /// the whole row (read now if the step did not).
-    async fn sample_step(
+    pub(super) async fn sample_step(
         &mut self,
         sampler: &mut Sampler,
         logits: &StepLogits,
@@ -275,7 +336,11 @@ impl Session {
             logprob: 0.0,
             decoder: tokenizer.stream_decoder(true),
             stops: StopMatcher::new(&params.stop),
+            sequence,
+            max_new_tokens: params.max_new_tokens,
         };
+        // speculation starts after the first token (drawn from the prompt's last row)
+        let mut speculation = c.speculative;
         let mut decode_start = None;
         let finish = loop {
             if self.abort.is_aborted() {
@@ -297,27 +362,13 @@ impl Session {
                     stats.time_to_first_token_ms = elapsed_ms(c.start);
                 }
             }
-            if c.stops.contains(&s.id) {
-                break FinishReason::Stop;
+            if let Some(finish) = run.emit(c, s, on_token)? {
+                break finish;
             }
-            run.tokens.push(s.id);
-            run.logprob += f64::from(s.logprob);
-            let piece = run.decoder.push(s.id)?;
-            let out = run.stops.push(&piece);
-            run.text.push_str(&out.text);
-            on_token(&TokenEvent {
-                prompt: c.index,
-                sequence,
-                id: Some(s.id),
-                logprob: Some(s.logprob),
-                text: out.text,
-                beam: None,
-            });
-            if out.stopped {
-                break FinishReason::Stop;
-            }
-            if run.tokens.len() >= params.max_new_tokens {
-                break FinishReason::Length;
+            if let Some(spec) = speculation.take() {
+                break self
+                    .speculate(c, sampler, stats, warnings, on_token, &mut run, s.id, spec)
+                    .await?;
             }
             request = sampler.select_request(c.prompt, &run.tokens)?;
             match self

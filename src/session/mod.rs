@@ -29,7 +29,10 @@ mod beam;
 pub mod cache_plan;
 mod context;
 mod decode;
+mod draft;
 pub mod options;
+pub mod spec_options;
+mod speculative;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,10 +49,12 @@ use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
 
 pub use cache_plan::{CacheCandidate, CacheDecision, CachePlanOptions};
+pub use draft::check_same_vocabulary;
 pub use options::{
     BeamProgress, FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats,
     TokenEvent,
 };
+pub use spec_options::{SpecOptions, SpecSource, SpecStats, SPEC_METHOD};
 
 /// Stops a running generation between two tokens. Cloneable, usable from another thread
 /// (natively) or from a JavaScript event while the engine awaits the GPU (in the browser).
@@ -108,6 +113,8 @@ pub struct Session {
     cache_decision: Option<cache_plan::CacheDecision>,
     /// The pipelines the model was built with (reused when the KV cache is replaced).
     kernels: KernelCache,
+    /// The draft model of speculative decoding, when one is loaded.
+    draft: Option<draft::Draft>,
 }
 
 impl std::fmt::Debug for Session {
@@ -131,6 +138,8 @@ struct Ctx<'a> {
     n_keep: usize,
     stops: &'a [u32],
     start: Instant,
+    /// Speculative decoding for the call's sampled sequences.
+    speculative: Option<speculative::Speculation<'a>>,
 }
 
 /// Rejects token ids outside `0..vocab`, naming the first bad id and its position. The one
@@ -212,6 +221,7 @@ impl Session {
             recompute: false,
             cache_decision: None,
             kernels,
+            draft: None,
         })
     }
 
@@ -311,6 +321,10 @@ impl Session {
         self.cached.clear();
         // Truncating to 0 cannot fail.
         let _ = self.forward.truncate(0);
+        if let Some(d) = self.draft.as_mut() {
+            d.cached.clear();
+            let _ = d.forward.truncate(0);
+        }
     }
 
     /// Starts over from `tokens` (a conversation another session held, replayed after a device

@@ -45,6 +45,9 @@ pub struct GenerateOptions {
     /// at the start of every sequence's `text` (a text prompt as given; messages and token ids
     /// as the model saw them, special tokens included). `tokens` stay the generated ones.
     pub echo: bool,
+    /// Speculative decoding (`None`: off): drafts from a draft model or prompt lookup,
+    /// verified by the model in one step each. Sampling and greedy only.
+    pub speculative: Option<super::SpecOptions>,
 }
 
 /// Removes option `name` (or its camelCase `alias`) from `map`; both given is an error.
@@ -72,7 +75,7 @@ fn bool_option(name: &'static str, value: &serde_json::Value) -> Result<bool> {
 impl GenerateOptions {
     /// Parses one JSON object holding the sampling parameters (snake_case or camelCase, see
     /// [`SamplingParams::from_json`]) and `special`, `strict`, `echo`, `use_cache`
-    /// (`useCache`) and `n_keep` (`nKeep`). `null`
+    /// (`useCache`), `n_keep` (`nKeep`) and `speculative` (see [`super::SpecOptions::from_json`]). `null`
     /// means all defaults. Errors name the option.
     pub fn from_json(json: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(json)
@@ -99,6 +102,9 @@ impl GenerateOptions {
         }
         if let Some(v) = take_option(&mut map, "use_cache", "useCache")? {
             options.no_kv_cache = !bool_option("use_cache", &v)?;
+        }
+        if let Some(v) = take_option(&mut map, "speculative", "speculative")? {
+            options.speculative = super::SpecOptions::from_json(&v)?;
         }
         if let Some(v) = take_option(&mut map, "n_keep", "nKeep")? {
             if !v.is_null() {
@@ -230,6 +236,9 @@ pub struct Stats {
     /// Of those, decode steps that read the candidates first and then, as they did not
     /// suffice, the row too.
     pub select_fallbacks: usize,
+    /// What speculative decoding did (`None` when it was off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<super::SpecStats>,
 }
 
 /// The result of one call.

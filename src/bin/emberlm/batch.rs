@@ -204,7 +204,9 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
         )),
         None => Box::new(std::io::stdout().lock()),
     };
+    let speculative = args.sampling.spec.options()?;
     let engine = load_engine(args.model, args.ctx)?;
+    args.sampling.spec.load_draft(&engine)?;
     let vocab = pollster::block_on(
         engine.with_session(|s| Ok(s.config().vocab_size.min(s.tokenizer().vocab_size()))),
     )?;
@@ -258,6 +260,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
             n_keep: None,
             no_kv_cache: args.sampling.no_kv_cache,
             echo: args.sampling.echo,
+            speculative: speculative.clone(),
         };
         let mut on_token = |e: &emberlm::session::TokenEvent| {
             if e.id.is_some() {

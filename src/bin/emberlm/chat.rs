@@ -32,6 +32,8 @@ Commands (a line starting with `/`; any other line is a message to the model):
   /seed N         the same seed for every reply (`/seed random`: a fresh one each time)
   /system TEXT    set the system message (`/system` alone removes it)
   /reset          forget the conversation (settings stay)
+  /spec [...]     speculative decoding: show, `off`, `lookup`, `draft`, `k N`, `adaptive on|off`,
+                  `extra on|off`, `disable-below RATE`
   /settings       show the current values
   /help           this list
   /quit           leave (also `quit`, `exit`, Ctrl-D)
@@ -76,6 +78,8 @@ struct Conversation {
     no_kv_cache: bool,
     /// `--no-template`: the conversation is one running text.
     plain: bool,
+    /// Speculative decoding (`/spec`), `None`: off.
+    speculative: Option<emberlm::session::SpecOptions>,
     system: Option<String>,
     history: Vec<ChatMessage>,
 }
@@ -280,6 +284,20 @@ fn command(line: &str, conv: &mut Conversation, engine: &Engine) -> Flow {
                 None => answer("system = (none)"),
             }
         }
+        "spec" => {
+            let has_draft = pollster::block_on(engine.with_session(|s| Ok(s.draft().is_some())));
+            match crate::spec_args::spec_command(
+                rest,
+                &mut conv.speculative,
+                has_draft.unwrap_or(false),
+            ) {
+                Ok(line) => answer(&line),
+                Err(e) => eprintln!(
+                    "emberlm: {e} ({})",
+                    crate::spec_args::describe(conv.speculative.as_ref())
+                ),
+            }
+        }
         "settings" => {
             let p = &conv.params;
             let mut text = String::new();
@@ -390,7 +408,16 @@ fn stats_line(g: &Generation) -> String {
         s.time_to_first_token_ms,
         s.prompt_tokens,
         s.cached_tokens,
-    )
+    ) + &s.speculative.as_ref().map_or(String::new(), |sp| {
+        format!(
+            " [{}: {}/{} drafts accepted ({:.0}%), {} model steps]",
+            sp.method,
+            sp.accepted,
+            sp.drafted,
+            100.0 * sp.acceptance_rate,
+            sp.target_steps
+        )
+    })
 }
 
 /// Sends `text` as the next user message and streams the reply. False when generation failed
@@ -401,6 +428,7 @@ fn reply(text: &str, conv: &mut Conversation, engine: &Engine, interrupt: &Inter
     let options = GenerateOptions {
         sampling: conv.params.clone(),
         no_kv_cache: conv.no_kv_cache,
+        speculative: conv.speculative.clone(),
         ..GenerateOptions::default()
     };
     let mut printed = false;
@@ -450,13 +478,16 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
             "chat prints the replies only: --echo is for generate and batch",
         ));
     }
+    let speculative = args.sampling.spec.options()?;
     let engine = load_engine(args.model, args.ctx)?;
+    args.sampling.spec.load_draft(&engine)?;
     let (inputs, received) = mpsc::channel();
     let interrupt = Interrupt::install(engine.abort_switch(), inputs.clone());
     let mut conv = Conversation {
         params,
         no_kv_cache: args.sampling.no_kv_cache,
         plain: args.no_template,
+        speculative,
         system: args.system,
         history: Vec::new(),
     };

@@ -109,6 +109,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
         Prompt::Text(text)
     };
     let engine = load_engine(args.model, args.ctx)?;
+    args.sampling.spec.load_draft(&engine)?;
     let options = GenerateOptions {
         sampling: params,
         special: args.special,
@@ -116,6 +117,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
         n_keep: None,
         no_kv_cache: args.sampling.no_kv_cache,
         echo: args.sampling.echo,
+        speculative: args.sampling.spec.options()?,
     };
     let stream = args.stream && !args.json;
     let several = options.sampling.num_return_sequences > 1;

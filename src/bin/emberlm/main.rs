@@ -22,6 +22,8 @@ mod logits;
 mod profile;
 #[cfg(not(target_arch = "wasm32"))]
 mod sampling_args;
+#[cfg(not(target_arch = "wasm32"))]
+mod spec_args;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use cli::{load_engine, CliResult, Failure};

@@ -77,6 +77,8 @@ pub struct SamplingArgs {
     /// tokens, far slower: for teaching and measuring what the cache saves; not with beams).
     #[arg(long = "no-kv-cache", alias = "no_kv_cache")]
     pub no_kv_cache: bool,
+    #[command(flatten)]
+    pub spec: crate::spec_args::SpecArgs,
     /// Beam search with this many beams (1: off).
     #[arg(long, alias = "num_beams")]
     pub num_beams: Option<usize>,

@@ -1,0 +1,223 @@
+//! The draft model of speculative decoding: a second, smaller model with the target's
+//! vocabulary on the same device, with its own KV cache; and how drafts are proposed (by it,
+//! or by prompt lookup).
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::forward::{Forward, Output, Readback, DEFAULT_CHUNK};
+use crate::loader::ModelFiles;
+use crate::sampling::speculative::lookup_draft;
+use crate::sampling::Sampler;
+use crate::tokenizer::Tokenizer;
+
+use super::context::common_prefix;
+use super::spec_options::SpecSource;
+use super::{Ctx, Session};
+
+/// Longest n-gram prompt lookup matches (it tries n from here down to 1).
+const LOOKUP_MAX_N: usize = 3;
+
+/// Ids whose vocabulary pieces are compared between two tokenizers: the first and last 32 and
+/// 192 spread between.
+fn sample_ids(vocab: usize) -> Vec<u32> {
+    let mut ids: Vec<usize> = (0..vocab.min(32)).collect();
+    ids.extend(vocab.saturating_sub(32)..vocab);
+    let step = (vocab / 192).max(1);
+    ids.extend((0..vocab).step_by(step));
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter().map(|i| i as u32).collect()
+}
+
+/// Checks that a draft model can propose tokens for a target: the same vocabulary size (in
+/// the tokenizers and at least as many logits rows in the draft), the same BOS and EOS ids,
+/// and the same pieces for a sample of ids. The error names the first difference.
+pub fn check_same_vocabulary(
+    target: (&Tokenizer, &ModelConfig),
+    draft: (&Tokenizer, &ModelConfig),
+) -> Result<()> {
+    let differ = |what: String| {
+        Err(Error::invalid(
+            "draft",
+            format!("the draft model's vocabulary differs from the model's: {what}"),
+        ))
+    };
+    let (t, d) = (target.0, draft.0);
+    if t.vocab_size() != d.vocab_size() {
+        return differ(format!(
+            "{} tokens in the draft's tokenizer, {} in the model's",
+            d.vocab_size(),
+            t.vocab_size()
+        ));
+    }
+    let vocab = t.vocab_size().min(target.1.vocab_size);
+    if draft.1.vocab_size < vocab {
+        return differ(format!(
+            "the draft scores {} tokens, the model samples from {vocab}",
+            draft.1.vocab_size
+        ));
+    }
+    if t.bos_id() != d.bos_id() {
+        return differ(format!(
+            "BOS id {:?} in the draft, {:?} in the model",
+            d.bos_id(),
+            t.bos_id()
+        ));
+    }
+    if t.eos_ids() != d.eos_ids() {
+        return differ(format!(
+            "end ids {:?} in the draft, {:?} in the model",
+            d.eos_ids(),
+            t.eos_ids()
+        ));
+    }
+    for id in sample_ids(t.vocab_size()) {
+        let (a, b) = (t.id_to_token(id), d.id_to_token(id));
+        if a != b {
+            return differ(format!(
+                "token {id} is {:?} in the draft, {:?} in the model",
+                b.unwrap_or_default(),
+                a.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A loaded draft model and the tokens its KV cache holds.
+pub(super) struct Draft {
+    pub forward: Forward,
+    pub cached: Vec<u32>,
+    pub name: String,
+}
+
+/// Drafted tokens and, for a draft model, the distributions they were drawn from (`[vocab]`
+/// each; empty for prompt lookup, whose drafts are deterministic).
+pub(super) struct Proposal {
+    pub tokens: Vec<u32>,
+    pub q: Vec<Vec<f64>>,
+}
+
+impl Session {
+    /// Loads `files` as the draft model for speculative decoding, on this session's device
+    /// with a KV cache as long as the session's (or the draft's own context, if shorter).
+    /// Replaces a draft loaded before. Errors when its vocabulary differs from the model's
+    /// (naming the first difference) or it does not fit the device.
+    pub async fn load_draft(&mut self, files: &ModelFiles) -> Result<()> {
+        let weights = files.weights()?;
+        let tokenizer = files.tokenizer()?;
+        check_same_vocabulary(
+            (&self.tokenizer, self.forward.config()),
+            (&tokenizer, &weights.config),
+        )?;
+        // the old draft's memory goes first
+        self.draft = None;
+        let context = self.context().min(weights.config.context_length);
+        let forward =
+            Forward::new(&self.ctx, &self.kernels, &weights, context, DEFAULT_CHUNK).await?;
+        self.draft = Some(Draft {
+            forward,
+            cached: Vec::new(),
+            name: files.name().to_string(),
+        });
+        Ok(())
+    }
+
+    /// Drops the draft model (and frees its GPU memory).
+    pub fn unload_draft(&mut self) {
+        self.draft = None;
+    }
+
+    /// The loaded draft model's name and its forward pass (`None`: no draft).
+    pub fn draft(&self) -> Option<(&str, &Forward)> {
+        self.draft.as_ref().map(|d| (d.name.as_str(), &d.forward))
+    }
+
+    /// Where drafts come from for a call asking for `source`: the draft model needs one
+    /// loaded; no preference means the draft model when loaded, else lookup.
+    pub(super) fn spec_source(&self, source: Option<SpecSource>) -> Result<SpecSource> {
+        match (source, self.draft.is_some()) {
+            (Some(SpecSource::Draft), false) => Err(Error::invalid(
+                "draft",
+                "speculation from a draft model needs one loaded first (--draft-model, loadDraft)",
+            )),
+            (Some(s), _) => Ok(s),
+            (None, true) => Ok(SpecSource::Draft),
+            (None, false) => Ok(SpecSource::Lookup),
+        }
+    }
+
+    /// Up to `k` drafted tokens to follow `x`, the last generated token (not yet in the
+    /// target's cache), with the distributions a draft model drew them from. The draft model
+    /// first catches up with the target's cached tokens (reusing its common prefix), then
+    /// draws each token with the call's sampler from its processed distribution.
+    pub(super) async fn propose(
+        &mut self,
+        source: SpecSource,
+        c: &Ctx<'_>,
+        generated: &[u32],
+        x: u32,
+        k: usize,
+        sampler: &mut Sampler,
+    ) -> Result<Proposal> {
+        if source == SpecSource::Lookup {
+            let mut history = c.prompt.to_vec();
+            history.extend_from_slice(generated);
+            return Ok(Proposal {
+                tokens: lookup_draft(&history, k, LOOKUP_MAX_N),
+                q: Vec::new(),
+            });
+        }
+        let vocab = self.vocab();
+        let Some(draft) = self.draft.as_mut() else {
+            return Err(Error::invalid("draft", "no draft model is loaded"));
+        };
+        let mut history = self.cached.clone();
+        history.push(x);
+        // the draft's cache must hold the history and all but the last drafted token
+        let room = draft
+            .forward
+            .kv()
+            .context()
+            .saturating_sub(history.len() - 1);
+        let k = k.min(room);
+        let mut out = Proposal {
+            tokens: Vec::new(),
+            q: Vec::new(),
+        };
+        if k == 0 {
+            return Ok(out);
+        }
+        let common = common_prefix(&draft.cached, &history).min(history.len() - 1);
+        draft.forward.truncate(common)?;
+        draft.cached.truncate(common);
+        let mut run = history[common..].to_vec();
+        let mut gen = generated.to_vec();
+        for i in 0..k {
+            let row = match draft
+                .forward
+                .run(&self.ctx, &run, Readback::LastRow)
+                .await?
+            {
+                Output::Logits(row) => row,
+                _ => return Err(Error::invalid("draft", "the draft step returned no logits")),
+            };
+            draft.cached.extend_from_slice(&run);
+            let Some(row) = row.get(..vocab) else {
+                return Err(Error::invalid(
+                    "draft",
+                    "the draft's logits row is too short",
+                ));
+            };
+            let q = sampler.distribution(row, c.prompt, &gen)?;
+            let d = sampler.draw_from(&q, &q);
+            out.tokens.push(d);
+            out.q.push(q);
+            gen.push(d);
+            if i + 1 < k {
+                run = vec![d];
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,188 @@
+//! Speculative decoding: draft `k` tokens cheaply (a draft model or prompt lookup), run them
+//! through the model in one multi-token step, keep the longest verified prefix and one token
+//! from the model itself.
+//!
+//! A step starts with `x`, the last generated token, not yet in the model's KV cache. The
+//! model runs `[x, d_0 .. d_{k-1}]` as one step (the prefill path) and reads back the k + 1
+//! rows; row i is the model's distribution after `d_{i-1}` (after `x` for i = 0). Each `d_i`
+//! is verified against row i ([`Sampler::verify`]) with the sampler's processors applied to
+//! the history as it would be in plain decoding; the first rejection is replaced by a token
+//! from the residual distribution, and when every draft stands, row k gives one more token
+//! (`extra_token`). The cache then keeps `x` and the accepted drafts: rejected positions are
+//! dropped by moving the cache's end back, nothing runs again. The new token becomes the
+//! next step's `x`.
+//!
+//! Greedy output is token for token that of plain decoding; sampled output has the model's
+//! distribution (not the same tokens for a seed: the random draws are used differently).
+
+use crate::error::{Error, Result};
+use crate::forward::{Output, Readback};
+use crate::sampling::speculative::{raw_logprob, DraftLength, Verdict};
+use crate::sampling::{Sampled, Sampler};
+
+use super::decode::Running;
+use super::spec_options::{SpecOptions, SpecSource};
+use super::{Ctx, FinishReason, Session, Stats, TokenEvent};
+
+/// A call's speculation: where drafts come from and the settings.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Speculation<'a> {
+    pub source: SpecSource,
+    pub options: &'a SpecOptions,
+}
+
+impl Session {
+    /// Keeps the first `n` cached positions (drops rejected drafts).
+    fn keep_cached(&mut self, n: usize) -> Result<()> {
+        self.forward.truncate(n)?;
+        self.cached.truncate(n);
+        Ok(())
+    }
+
+    /// Generates the rest of a sequence speculatively after its first token `x` (emitted,
+    /// not yet in the cache). Steps that cannot draft (nothing found, no room left in the
+    /// context, speculation turned off by its acceptance rate) run as plain decode steps.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn speculate(
+        &mut self,
+        c: &Ctx<'_>,
+        sampler: &mut Sampler,
+        stats: &mut Stats,
+        warnings: &mut Vec<String>,
+        on_token: &mut dyn FnMut(&TokenEvent),
+        run: &mut Running<'_>,
+        mut x: u32,
+        spec: Speculation<'_>,
+    ) -> Result<FinishReason> {
+        let o = spec.options;
+        let mut length = DraftLength::new(o.k, o.adaptive, o.disable_below_accept);
+        let max_new = sampler.params().max_new_tokens;
+        let (vocab, row_len) = (self.vocab(), self.forward.config().vocab_size);
+        let finish = loop {
+            if self.abort.is_aborted() {
+                break FinishReason::Abort;
+            }
+            // room for x and the drafts in the cache; a block never drafts past the length
+            let room = self.context().saturating_sub(self.cached.len() + 1);
+            let remaining = max_new.saturating_sub(run.tokens.len());
+            let k = length.next().min(room).min(remaining.saturating_sub(1));
+            let proposal = match k {
+                0 => None,
+                _ => Some(
+                    self.propose(spec.source, c, &run.tokens, x, k, sampler)
+                        .await?,
+                ),
+            };
+            let Some(proposal) = proposal.filter(|p| !p.tokens.is_empty()) else {
+                // a plain step
+                let request = sampler.select_request(c.prompt, &run.tokens)?;
+                let Some(logits) = self
+                    .advance(x, c.n_keep, warnings, request.as_ref())
+                    .await?
+                else {
+                    break FinishReason::Abort;
+                };
+                self.count_step(stats, 0, 0, &length);
+                let s = self
+                    .sample_step(
+                        sampler,
+                        &logits,
+                        request.as_ref(),
+                        c.prompt,
+                        &run.tokens,
+                        stats,
+                    )
+                    .await?;
+                if let Some(finish) = run.emit(c, s, on_token)? {
+                    break finish;
+                }
+                x = s.id;
+                continue;
+            };
+            let drafts = proposal.tokens;
+            let base = self.cached.len();
+            let mut fed = Vec::with_capacity(drafts.len() + 1);
+            fed.push(x);
+            fed.extend_from_slice(&drafts);
+            let rows = match self.forward.run(&self.ctx, &fed, Readback::AllRows).await? {
+                Output::Logits(rows) if rows.len() >= fed.len() * row_len => rows,
+                _ => {
+                    return Err(Error::invalid(
+                        "speculative",
+                        "the verification step returned too few logits rows",
+                    ))
+                }
+            };
+            self.cached.extend_from_slice(&fed);
+            let row = |i: usize| &rows[i * row_len..i * row_len + vocab];
+            let mut accepted = 0;
+            let mut replaced = None;
+            let mut ended = None;
+            for (i, &d) in drafts.iter().enumerate() {
+                let p = sampler.distribution(row(i), c.prompt, &run.tokens)?;
+                let q = proposal.q.get(i).map(Vec::as_slice);
+                match sampler.verify(&p, q, d)? {
+                    Verdict::Accept => {
+                        accepted += 1;
+                        let s = Sampled {
+                            id: d,
+                            logprob: raw_logprob(row(i), d),
+                        };
+                        if let Some(finish) = run.emit(c, s, on_token)? {
+                            ended = Some(finish);
+                            break;
+                        }
+                    }
+                    Verdict::Replace(id) => {
+                        replaced = Some(Sampled {
+                            id,
+                            logprob: raw_logprob(row(i), id),
+                        });
+                        break;
+                    }
+                }
+            }
+            length.record(drafts.len(), accepted);
+            self.count_step(stats, drafts.len(), accepted, &length);
+            // x and the accepted drafts stay in the cache
+            let keep = base + 1 + accepted;
+            if let Some(finish) = ended {
+                self.keep_cached(keep)?;
+                break finish;
+            }
+            let next = match replaced {
+                Some(s) => s,
+                None if o.extra_token => {
+                    sampler.sample(row(drafts.len()), c.prompt, &run.tokens)?
+                }
+                None => {
+                    // the last draft becomes the next step's x, run again there
+                    self.keep_cached(keep - 1)?;
+                    x = drafts[drafts.len() - 1];
+                    continue;
+                }
+            };
+            self.keep_cached(keep)?;
+            if let Some(finish) = run.emit(c, next, on_token)? {
+                break finish;
+            }
+            x = next.id;
+        };
+        Ok(finish)
+    }
+
+    /// Counts one model step in the call's speculation statistics.
+    fn count_step(&self, stats: &mut Stats, drafted: usize, accepted: usize, length: &DraftLength) {
+        if let Some(s) = stats.speculative.as_mut() {
+            s.target_steps += 1;
+            s.drafted += drafted;
+            s.accepted += accepted;
+            s.acceptance_rate = if s.drafted == 0 {
+                0.0
+            } else {
+                s.accepted as f64 / s.drafted as f64
+            };
+            s.k_final = length.next();
+        }
+    }
+}
