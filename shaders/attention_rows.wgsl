@@ -10,7 +10,9 @@
 // over a head then have a constant trip count and are unrolled. llvmpipe bounds the iterations
 // a shader's loops may run in all (about 65k, to stop runaway shaders), and a runtime-bounded
 // loop per key would reach that bound at a couple of thousand keys and silently cut attention
-// short. Only the loop over keys remains (contexts stay far below that bound).
+// short. Compilers may still leave those loops rolled when the body is large (a cache kind's
+// decoding, heads of 128), so the host never gives one invocation more keys than that bound
+// allows (SHADER_LOOP_BUDGET, src/gpu/ops/key_split.rs): longer steps split.
 //
 // With SPLIT (flash-decoding), invocation (h, t, s) walks only split s's keys and writes its
 // unnormalised partial to split_part (see attention_common.wgsl); attention_merge.wgsl

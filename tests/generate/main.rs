@@ -10,4 +10,5 @@ mod candidates;
 mod control;
 mod goldens;
 mod sequences;
+mod speculative;
 mod support;
