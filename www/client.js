@@ -78,7 +78,29 @@ export class EngineClient {
     } else if (source instanceof ArrayBuffer) {
       transfer = [source];
     }
+    if (typeof options.draft === 'string' || options.draft instanceof URL) {
+      options = { ...options, draft: new URL(options.draft, document.baseURI).href };
+    }
     return this.#call('load', { source, options }, { onProgress }, transfer).promise;
+  }
+
+  /**
+   * Loads a draft model for speculative decoding (a smaller model with the same vocabulary;
+   * sources as `load`). Resolves to engine.info(), whose `draft` names it.
+   */
+  loadDraft(source, options = {}) {
+    let transfer = [];
+    if (typeof source === 'string' || source instanceof URL) {
+      source = new URL(source, document.baseURI).href;
+    } else if (source instanceof ArrayBuffer) {
+      transfer = [source];
+    }
+    return this.#call('loadDraft', { source, options }, {}, transfer).promise;
+  }
+
+  /** Drops the draft model. Resolves to engine.info(). */
+  unloadDraft() {
+    return this.#call('unloadDraft').promise;
   }
 
   /** Generates; `onToken(event)` sees every token. Resolves to the GenerationResult. */

@@ -2,7 +2,7 @@
 // www/client.js (EngineClient) is the other end of this protocol:
 //   page -> worker: { id, op, ...args }     op: load | generate | stream | cancel | abort |
 //                                               reset | info | free | destroyDeviceForTest |
-//                                               version
+//                                               version | loadDraft | unloadDraft
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
 import init, { Engine, version } from './pkg/emberlm.js';
 
@@ -39,6 +39,14 @@ const ops = {
       onProgress: (progress) => postMessage({ id, progress }),
     });
     return engine.info();
+  },
+  async loadDraft(id, { source, options = {} }) {
+    await requireEngine().loadDraft(source, options);
+    return requireEngine().info();
+  },
+  async unloadDraft() {
+    await requireEngine().unloadDraft();
+    return requireEngine().info();
   },
   async generate(id, { prompt, options }) {
     return requireEngine().generate(prompt, options, (token) => postMessage({ id, token }));

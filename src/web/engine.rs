@@ -52,9 +52,9 @@ pub(crate) fn generation_js(g: &Generation) -> Result<JsValue, JsValue> {
 /// cache, so the conversation goes on where it was before the failing call.
 #[wasm_bindgen]
 pub struct Engine {
-    inner: Rc<engine::Engine>,
+    pub(super) inner: Rc<engine::Engine>,
     /// What `info()` returns; refreshed when the engine is rebuilt on a new device.
-    info: Rc<RefCell<EngineInfo>>,
+    pub(super) info: Rc<RefCell<EngineInfo>>,
 }
 
 impl Drop for Engine {
@@ -92,6 +92,7 @@ impl Engine {
         } else {
             None
         };
+        let draft = load_option(&options, "draft");
         let on_progress = load_option(&options, "onProgress");
         let on_progress: Option<Function> = if present(&on_progress) {
             Some(
@@ -183,6 +184,9 @@ impl Engine {
             let rebuilt = refresh.borrow().rebuilt(session);
             *refresh.borrow_mut() = rebuilt;
         });
+        if present(&draft) {
+            super::draft::load_into(&inner, &info, draft, &JsValue::UNDEFINED).await?;
+        }
         Ok(Engine {
             inner: Rc::new(inner),
             info,

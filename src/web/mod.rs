@@ -11,6 +11,7 @@
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
 mod cache_options;
+mod draft;
 mod engine;
 mod source;
 mod stream;

@@ -51,6 +51,28 @@ struct GenerationStats {
     full_row_steps: usize,
     /// Of those, steps whose candidates did not suffice, so the row was read as well.
     select_fallbacks: usize,
+    /// What speculative decoding did (absent when it was off).
+    #[tsify(optional)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    speculative: Option<SpeculativeStats>,
+}
+
+/// Speculative decoding's counts for one call.
+#[derive(Serialize, Tsify)]
+#[serde(rename_all = "camelCase")]
+struct SpeculativeStats {
+    /// `draft` or `lookup`.
+    method: String,
+    /// Tokens drafted.
+    drafted: usize,
+    /// Drafted tokens the model accepted.
+    accepted: usize,
+    /// `accepted / drafted` (0 when nothing was drafted).
+    acceptance_rate: f64,
+    /// Model forward steps after the prompt.
+    target_steps: usize,
+    /// The draft length at the end (0 once the acceptance fallback turned speculation off).
+    k_final: usize,
 }
 
 impl From<&Stats> for GenerationStats {
@@ -66,6 +88,14 @@ impl From<&Stats> for GenerationStats {
             candidate_steps: s.candidate_steps,
             full_row_steps: s.full_row_steps,
             select_fallbacks: s.select_fallbacks,
+            speculative: s.speculative.as_ref().map(|p| SpeculativeStats {
+                method: p.method.clone(),
+                drafted: p.drafted,
+                accepted: p.accepted,
+                acceptance_rate: p.acceptance_rate,
+                target_steps: p.target_steps,
+                k_final: p.k_final,
+            }),
         }
     }
 }
@@ -193,6 +223,8 @@ pub(crate) struct EngineInfo {
     /// The kernel plan of this device and model.
     #[tsify(type = "KernelPlanInfo")]
     kernel_plan: crate::gpu::KernelPlan,
+    /// The draft model of speculative decoding (`loadDraft`, `draft` load option), if any.
+    draft: Option<String>,
 }
 
 impl EngineInfo {
@@ -248,6 +280,7 @@ impl EngineInfo {
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,
             kernel_plan: session.forward().plan().clone(),
+            draft: session.draft().map(|(name, _)| name.to_string()),
         }
     }
 

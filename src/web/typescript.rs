@@ -38,6 +38,11 @@ export interface LoadProgress {
 export interface LoadOptions {
   /** KV cache length in positions (default: the model's context, at most 4096). */
   contextLength?: number;
+  /**
+   * A draft model for speculative decoding (a smaller model with the same vocabulary), loaded
+   * after the model as `engine.loadDraft(draft)` would.
+   */
+  draft?: ModelSource;
   /** Called as the model downloads, parses and uploads to the GPU; exceptions are ignored. */
   onProgress?: (progress: LoadProgress) => void;
   /**
@@ -261,6 +266,29 @@ export interface GenerateOptions {
   echo?: boolean;
   /** Tokens at the start that context sliding never drops (default: the BOS token). */
   nKeep?: number;
+  /**
+   * Speculative decoding (`true`: the defaults): drafts from the draft model (`loadDraft`) or
+   * from earlier text (`'lookup'`), verified several tokens per model step. Greedy output is
+   * identical to plain decoding; sampled output keeps the model's distribution. The result's
+   * `stats.speculative` reports the acceptance. Not with beam search or `useCache: false`.
+   */
+  speculative?: boolean | SpeculativeOptions;
+}
+
+/** Speculative decoding settings (`GenerateOptions.speculative`). */
+export interface SpeculativeOptions {
+  /** Where drafts come from (default: the draft model when one is loaded, else lookup). */
+  method?: 'draft' | 'lookup';
+  /** Tokens drafted per step, 1..=64 (default 4). */
+  k?: number;
+  /** Adjust the draft length within [1, 2k] from each step's acceptance (default false). */
+  adaptive?: boolean;
+  /** Fall back to plain decoding below this acceptance rate, [0, 1] (default 0). */
+  disableBelowAccept?: number;
+  /** When every draft is accepted, take one more token from the model's row (default true). */
+  extraToken?: boolean;
+  /** The verification rule; only `'reject_sampling'` exists. */
+  specMethod?: 'reject_sampling';
 }
 
 /** What `gpuInfo()` reports about the adapter (snake_case, as the native CLI prints it). */

@@ -46,6 +46,7 @@ const options: GenerateOptions = {
   special: false,
   strict: false,
   nKeep: 1,
+  speculative: { method: 'lookup', k: 4, adaptive: true, disableBelowAccept: 0.2, extraToken: true },
 };
 
 function describe(info: EngineInfo): string {
@@ -61,7 +62,8 @@ function report(result: GenerationResult): string {
   const seqs = result.sequences.map((q) => `${q.text} ${q.tokens.length} ${q.finishReason} ${q.logprob}`);
   return `${result.text} ${finish} ${result.seed ?? 'greedy'} ${result.warnings.join()} ${seqs.join()} `
     + `${s.promptTokens} ${s.cachedTokens} ${s.generatedTokens} ${s.prefillMs} ${s.decodeMs} `
-    + `${s.timeToFirstTokenMs} ${s.decodeTokPerS} ${result.promptTokenIds.length}`;
+    + `${s.timeToFirstTokenMs} ${s.decodeTokPerS} ${result.promptTokenIds.length} `
+    + `${s.speculative?.acceptanceRate ?? 'plain'} ${s.speculative?.targetSteps ?? 0}`;
 }
 
 function onToken(event: TokenEvent): void {
@@ -92,6 +94,8 @@ export async function withClient(file: File): Promise<void> {
   if (step.done) console.log(report(step.value));
   await client.abort();
   await client.reset();
+  const withDraft: EngineInfo = await client.loadDraft('draft.gguf');
+  console.log(withDraft.draft ?? 'no draft', (await client.unloadDraft()).draft === undefined);
   console.log(describe(await client.info()));
   await client.destroyDeviceForTest();
   await client.free();

@@ -17,6 +17,7 @@ const DTS = 'www/pkg/emberlm.d.ts';
 const DERIVED = [
   'TokenEvent', 'FinishReason', 'GenerationResult', 'SequenceResult', 'GenerationStats',
   'EngineInfo', 'ModelInfo', 'EngineLimits', 'EngineCounters', 'EngineMemory', 'BeamProgress',
+  'SpeculativeStats',
 ];
 
 const declarations = (text, name) =>

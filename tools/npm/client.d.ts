@@ -81,6 +81,13 @@ export declare class EngineClient {
    * ArrayBuffer is transferred to the worker). Resolves to the engine's info.
    */
   load(source: ModelSource, options?: LoadOptions): Promise<EngineInfo>;
+  /**
+   * Loads a draft model for speculative decoding (a smaller model with the same vocabulary;
+   * sources as `load`). Resolves to the engine's info, whose `draft` names it.
+   */
+  loadDraft(source: ModelSource, options?: { name?: string; cache?: string }): Promise<EngineInfo>;
+  /** Drops the draft model. Resolves to the engine's info. */
+  unloadDraft(): Promise<EngineInfo>;
   /** Generates; `onToken` sees every token as it comes. */
   generate(
     prompt: Prompt,

@@ -416,6 +416,10 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         decode_steps: args.decode.min(32),
     }
     .run(&weights, &crate::cli::gpu_options())?;
+    let spec = crate::bench_spec::SpecBench {
+        max_new_tokens: if args.quick { 24 } else { 64 },
+    };
+    let (speculative, spec_lines) = spec.run(&model, Path::new("tests/fixtures"))?;
 
     // llama.cpp figures and ratios.
     let llama = if llama_runs.is_empty() {
@@ -471,6 +475,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         "kv_cache": kv_rows,
         "kv_kinds": kv_kinds,
         "precision": precision,
+        "speculative": speculative,
         "llama_cpp": llama,
         "notes": notes,
     });
@@ -539,7 +544,11 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
             row["speedup"].as_f64().unwrap_or(0.0)
         );
     }
-    for line in kv_kind_lines.iter().chain(&precision_lines) {
+    for line in kv_kind_lines
+        .iter()
+        .chain(&precision_lines)
+        .chain(&spec_lines)
+    {
         println!("{line}");
     }
     if llama["available"].as_bool() == Some(true) {
