@@ -272,6 +272,13 @@ function options() {
     if (id) bias[id] = Number(value);
   }
   if (Object.keys(bias).length) o.logitBias = bias;
+  if ($('speculative').value) {
+    o.speculative = {
+      method: $('speculative').value,
+      k: number('spec-k'),
+      adaptive: $('spec-adaptive').checked,
+    };
+  }
   return o;
 }
 
@@ -309,6 +316,8 @@ async function send() {
   const sent = performance.now();
   let first = null;
   let count = 0;
+  let drafted = 0;
+  setStat('spec', $('speculative').value ? '…' : 'off');
   setStat('ttft', '…');
   setStat('tps', '…');
   setStat('tokens', '0');
@@ -323,6 +332,10 @@ async function send() {
       content.textContent += event.text;
       if (event.id === null) return;
       count += 1;
+      if (event.drafted) drafted += 1;
+      if (event.drafted !== undefined) {
+        setStat('spec', `${((100 * drafted) / count).toFixed(0)}% of tokens drafted`);
+      }
       const now = performance.now();
       if (first === null) {
         first = now;
@@ -349,6 +362,11 @@ async function send() {
     setStat('tps', s.decodeTokPerS > 0 ? `${s.decodeTokPerS.toFixed(2)} tok/s` : '–');
     setStat('tokens', `${s.generatedTokens} (prompt ${s.promptTokens})`);
     setStat('cached', `${s.cachedTokens} tokens`);
+    const sp = s.speculative;
+    setStat('spec', sp
+      ? `${sp.accepted}/${sp.drafted} drafts accepted (${(100 * sp.acceptanceRate).toFixed(0)}%), `
+        + `${sp.targetSteps} model steps`
+      : 'off');
     generating = false;
     setStatus('ready', 'Ready.');
   } catch (e) {
@@ -368,7 +386,7 @@ async function send() {
 function newChat() {
   history = [];
   $('messages').replaceChildren();
-  for (const id of ['ttft', 'tps', 'tokens', 'cached']) setStat(id, '–');
+  for (const id of ['ttft', 'tps', 'tokens', 'cached', 'spec']) setStat(id, '–');
 }
 
 async function main() {

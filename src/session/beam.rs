@@ -178,6 +178,7 @@ impl Session {
                         text: self.tokenizer.decode(&tokens, true)?,
                         switched,
                     }),
+                    drafted: None,
                 });
                 leader = tokens;
             }
@@ -282,6 +283,7 @@ impl Session {
                 logprob: None,
                 text: text.clone(),
                 beam: None,
+                drafted: None,
             });
             out.push(Sequence {
                 tokens: f.tokens,

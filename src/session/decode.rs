@@ -38,6 +38,7 @@ impl Running<'_> {
         &mut self,
         c: &Ctx<'_>,
         s: Sampled,
+        drafted: Option<bool>,
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Option<FinishReason>> {
         if c.stops.contains(&s.id) {
@@ -55,6 +56,7 @@ impl Running<'_> {
             logprob: Some(s.logprob),
             text: out.text,
             beam: None,
+            drafted,
         });
         if out.stopped {
             return Ok(Some(FinishReason::Stop));
@@ -193,6 +195,7 @@ impl Session {
                     logprob: None,
                     text: text.clone(),
                     beam: None,
+                    drafted: None,
                 });
             }
         }
@@ -362,7 +365,7 @@ impl Session {
                     stats.time_to_first_token_ms = elapsed_ms(c.start);
                 }
             }
-            if let Some(finish) = run.emit(c, s, on_token)? {
+            if let Some(finish) = run.emit(c, s, None, on_token)? {
                 break finish;
             }
             if let Some(spec) = speculation.take() {
@@ -397,6 +400,7 @@ impl Session {
                     logprob: None,
                     text: tail,
                     beam: None,
+                    drafted: None,
                 });
             }
         }

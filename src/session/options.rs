@@ -196,6 +196,11 @@ pub struct TokenEvent {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(target_arch = "wasm32", tsify(optional))]
     pub beam: Option<BeamProgress>,
+    /// With speculative decoding: whether the token is a drafted one the model accepted
+    /// (`false`: the model's own token, after a rejection, the extra token or a plain step).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(target_arch = "wasm32", tsify(optional))]
+    pub drafted: Option<bool>,
 }
 
 /// One generated sequence.

@@ -93,7 +93,7 @@ impl Session {
                         stats,
                     )
                     .await?;
-                if let Some(finish) = run.emit(c, s, on_token)? {
+                if let Some(finish) = run.emit(c, s, Some(false), on_token)? {
                     break finish;
                 }
                 x = s.id;
@@ -128,7 +128,7 @@ impl Session {
                             id: d,
                             logprob: raw_logprob(row(i), d),
                         };
-                        if let Some(finish) = run.emit(c, s, on_token)? {
+                        if let Some(finish) = run.emit(c, s, Some(true), on_token)? {
                             ended = Some(finish);
                             break;
                         }
@@ -163,7 +163,7 @@ impl Session {
                 }
             };
             self.keep_cached(keep)?;
-            if let Some(finish) = run.emit(c, next, on_token)? {
+            if let Some(finish) = run.emit(c, next, Some(false), on_token)? {
                 break finish;
             }
             x = next.id;

@@ -112,7 +112,8 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   assert.ok(snapshots.length >= 2, `the reply streamed in pieces: ${JSON.stringify(snapshots)}`);
   assert.match(await page.textContent('#tps'), /tok\/s/);
 
-  // Stop during a longer reply.
+  // Stop during a longer reply, speculating (prompt lookup): the stats report the drafts.
+  await page.selectOption('#speculative', 'lookup');
   await page.fill('#max-tokens', '200');
   since = performance.now();
   await page.fill('#prompt', 'Tell me a long story about a dragon.');
@@ -128,6 +129,7 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   console.log(`stopped after ${tokens} tokens, ${seconds(since)} s`);
   assert.equal(stopped, 'abort');
   assert.ok(tokens < 200, `${tokens} tokens`);
+  assert.match(await page.textContent('#spec'), /drafts accepted/);
 
   mkdirSync('target/e2e', { recursive: true });
   await page.screenshot({ path: 'target/e2e/chat.png', fullPage: true });

@@ -123,6 +123,34 @@ fn greedy_speculation_matches_plain_decoding() {
     }
 }
 
+/// Generation past the end of the context slides (keeps the first tokens, drops the oldest
+/// half of the rest, runs the tail again): speculation drafts only while there is room and
+/// decodes plainly at the edge, so the tokens stay plain decoding's.
+#[test]
+fn speculation_slides_with_the_context_as_plain_decoding_does() {
+    let Some(mut plain) = session(TARGET, Some(40)) else {
+        return;
+    };
+    let prompt = Prompt::Tokens(vec![1, 17, 300, 4, 17, 300, 4, 17, 9, 12]);
+    let want = generate(&mut plain, &prompt, &greedy(70), None).unwrap();
+    assert!(
+        !want.warnings.is_empty(),
+        "the context slid: {:?}",
+        want.warnings
+    );
+    let mut s = session(TARGET, Some(40)).unwrap();
+    pollster::block_on(s.load_draft(&files("tiny-llama-q8_0.gguf"))).unwrap();
+    for source in [SpecSource::Draft, SpecSource::Lookup] {
+        let g = generate(&mut s, &prompt, &greedy(70), Some(spec(source, 5, true))).unwrap();
+        assert_same(
+            &want.sequences,
+            &g.sequences,
+            &format!("{source:?} sliding"),
+        );
+        assert_eq!(g.warnings, want.warnings);
+    }
+}
+
 #[test]
 fn a_draft_equal_to_the_model_accepts_everything() {
     let Some(mut s) = with_draft(TARGET) else {
