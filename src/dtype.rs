@@ -24,6 +24,11 @@ pub enum DType {
     Q4_0,
     /// 32 values: f16 scale `d`, f16 minimum `m`, 16 bytes of 4-bit `q`; `x = d·q + m`.
     Q4_1,
+    /// 32 values: f16 scale `d`, 32 fifth bits, 16 bytes of low nibbles; `x = d·(q − 16)`.
+    Q5_0,
+    /// 32 values: f16 scale `d`, f16 minimum `m`, 32 fifth bits, 16 bytes of low nibbles;
+    /// `x = d·q + m`.
+    Q5_1,
     /// 256 values in 8 sub-blocks of 32 with 6-bit scales and minimums; 4-bit `q`.
     Q4_K,
     /// 256 values in 8 sub-blocks of 32 with 6-bit scales and minimums; 5-bit `q`.
@@ -34,13 +39,15 @@ pub enum DType {
 
 impl DType {
     /// Every supported type.
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 11] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::Q8_0,
         DType::Q4_0,
         DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
@@ -54,6 +61,8 @@ impl DType {
             1 => DType::F16,
             2 => DType::Q4_0,
             3 => DType::Q4_1,
+            6 => DType::Q5_0,
+            7 => DType::Q5_1,
             8 => DType::Q8_0,
             12 => DType::Q4_K,
             13 => DType::Q5_K,
@@ -70,6 +79,8 @@ impl DType {
             DType::F16 => 1,
             DType::Q4_0 => 2,
             DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
+            DType::Q5_1 => 7,
             DType::Q8_0 => 8,
             DType::Q4_K => 12,
             DType::Q5_K => 13,
@@ -87,7 +98,7 @@ impl DType {
     pub fn block_elements(self) -> u64 {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
             DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
@@ -100,6 +111,8 @@ impl DType {
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,
@@ -239,6 +252,8 @@ pub fn dequantize_into(dtype: DType, bytes: &[u8], out: &mut [f32], name: &str) 
         DType::Q8_0 => for_each_block(bytes, out, q8_0_block),
         DType::Q4_0 => for_each_block(bytes, out, q4_0_block),
         DType::Q4_1 => for_each_block(bytes, out, q4_1_block),
+        DType::Q5_0 => for_each_block(bytes, out, q5_0_block),
+        DType::Q5_1 => for_each_block(bytes, out, q5_1_block),
         DType::Q4_K => for_each_block(bytes, out, q4_k_block),
         DType::Q5_K => for_each_block(bytes, out, q5_k_block),
         DType::Q6_K => for_each_block(bytes, out, q6_k_block),
@@ -259,7 +274,14 @@ pub fn encode_float(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
             .iter()
             .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
             .collect(),
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q5_K | DType::Q6_K => {
+        DType::Q8_0
+        | DType::Q4_0
+        | DType::Q4_1
+        | DType::Q5_0
+        | DType::Q5_1
+        | DType::Q4_K
+        | DType::Q5_K
+        | DType::Q6_K => {
             return Err(Error::invalid(
                 "dtype",
                 format!("encode_float writes F32, F16 or BF16, not {dtype}"),
@@ -336,6 +358,41 @@ fn q4_1_block(b: &[u8; 20], y: &mut [f32; 32]) {
     for ((&q, lo), hi) in b[4..].iter().zip(lo).zip(hi) {
         *lo = d * f32::from(q & 0x0F) + m;
         *hi = d * f32::from(q >> 4) + m;
+    }
+}
+
+/// The 5-bit values of a Q5_0/Q5_1 block: `qh` (32 bits, bit `j` the fifth bit of value `j`)
+/// and 16 bytes whose byte `j` holds value `j` in its low nibble and value `j + 16` in its high.
+#[inline(always)]
+fn q5_values(qh: u32, qs: &[u8]) -> [u8; 32] {
+    let mut q = [0u8; 32];
+    for (j, &b) in qs.iter().enumerate().take(16) {
+        q[j] = (b & 0x0F) | ((((qh >> j) & 1) as u8) << 4);
+        q[j + 16] = (b >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+    }
+    q
+}
+
+/// Q5_0, 22 bytes for 32 values:
+/// `[0..2]` d: f16 | `[2..6]` qh: u32, the fifth bits | `[6..22]` qs: low nibbles as in Q4_0.
+/// `y = (q - 16) * d`.
+fn q5_0_block(b: &[u8; 22], y: &mut [f32; 32]) {
+    let d = f16_at(b, 0);
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    for (y, &q) in y.iter_mut().zip(&q5_values(qh, &b[6..])) {
+        *y = f32::from(i16::from(q) - 16) * d;
+    }
+}
+
+/// Q5_1, 24 bytes for 32 values:
+/// `[0..2]` d: f16 | `[2..4]` m: f16 | `[4..8]` qh | `[8..24]` qs, as in Q5_0.
+/// `y = d * q + m`.
+fn q5_1_block(b: &[u8; 24], y: &mut [f32; 32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    for (y, &q) in y.iter_mut().zip(&q5_values(qh, &b[8..])) {
+        *y = d * f32::from(q) + m;
     }
 }
 
@@ -452,3 +509,5 @@ fn q6_k_block(b: &[u8; 210], y: &mut [f32; 256]) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_q5;

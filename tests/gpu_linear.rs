@@ -59,7 +59,13 @@ fn linear_float_types_match_reference() {
 
 #[test]
 fn linear_32_blocks_match_reference() {
-    linear_matches_reference(&[DType::Q8_0, DType::Q4_0, DType::Q4_1]);
+    linear_matches_reference(&[
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ]);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 // Weight decoding for every stored type, included by the kernels that read weights as stored
 // (linear.wgsl, embed.wgsl). Exactly one flag selects the type: WEIGHT_F32, WEIGHT_F16,
-// WEIGHT_BF16, WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_Q4_1, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K.
+// WEIGHT_BF16, WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_Q4_1, WEIGHT_Q5_0, WEIGHT_Q5_1, WEIGHT_Q4_K,
+// WEIGHT_Q5_K, WEIGHT_Q6_K.
 //
 // The includer declares the tensor as `qw: array<u32>`: its bytes as stored, zero-padded to a
 // multiple of 4, a matrix [rows, cols] row-major (quantized rows are whole blocks).
@@ -23,7 +24,7 @@
 // Exactness (`q_dequant`): each value is computed with the operations of
 // `model::weights::dequantize`, in the same order, in f32, so the results are the same bits.
 // f16 fields are widened by hand when subnormal, since unpack2x16float may flush them to zero.
-// Byte fields of blocks whose size is not a multiple of 4 (Q4_0 18 B, Q4_1 20 B, Q8_0 34 B,
+// Byte fields of blocks whose size is not a multiple of 4 (Q4_0 18 B, Q4_1 20 B, Q5_0 22 B, Q5_1 24 B, Q8_0 34 B,
 // Q6_K 210 B) are read from the two words they straddle. f16 fields sit at even offsets of
 // blocks of even size, so they never straddle.
 
@@ -90,6 +91,13 @@ fn q_f16_at(a: u32) -> f32 {
 // The 4 unsigned nibbles at bit `shift` (0 or 4) of each byte of `w`.
 fn q_u4x4(w: u32, shift: u32) -> vec4<u32> {
     return (vec4<u32>(w >> shift) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xfu);
+}
+
+// The fifth bits of part p's 8 values in a Q5_0/Q5_1 block (bits 8p .. 8p + 8 of qh), as 16s.
+fn q5_fifth(qh: u32, p: u32) -> Q8 {
+    let bits = vec4<u32>(qh >> (8u * p)) >> vec4<u32>(0u, 1u, 2u, 3u);
+    return Q8(vec4<f32>((bits & vec4<u32>(1u)) << vec4<u32>(4u)),
+        vec4<f32>(((bits >> vec4<u32>(4u)) & vec4<u32>(1u)) << vec4<u32>(4u)));
 }
 
 // The 4 signed bytes of `w`, as f32.
@@ -233,6 +241,45 @@ fn q_load(row: u32, part: u32, cols: u32) -> QPart {
     let qs = q_bytes8(b + 4u + 8u * (p & 1u));
     let shift = 4u * (p >> 1u);
     return QPart(Q8(vec4<f32>(q_u4x4(qs.x, shift)), vec4<f32>(q_u4x4(qs.y, shift))), dm.x, dm.y);
+}
+#endif
+
+#ifdef WEIGHT_Q5_0
+// 22 bytes: d f16 | qh 4 bytes (bit j: the fifth bit of value j) | 16 bytes of low nibbles as
+// in Q4_0.  y = (q - 16) * d.
+const Q_BLOCK: u32 = 32u;
+const Q_SCALED: bool = true;
+const Q_AFFINE: bool = false;
+fn q_load(row: u32, part: u32, cols: u32) -> QPart {
+    let b = (row * (cols / 32u) + part / 4u) * 22u;
+    let p = part & 3u;
+    let qh = q_bytes8(b + 2u).x;
+    let qs = q_bytes8(b + 6u + 8u * (p & 1u));
+    let shift = 4u * (p >> 1u);
+    let high = q5_fifth(qh, p);
+    let lo = vec4<f32>(q_u4x4(qs.x, shift)) + high.lo - 16.0;
+    let hi = vec4<f32>(q_u4x4(qs.y, shift)) + high.hi - 16.0;
+    return QPart(Q8(lo, hi), q_f16_at(b), 0.0);
+}
+#endif
+
+#ifdef WEIGHT_Q5_1
+// 24 bytes (even, word-aligned every other block): d f16 | m f16 | qh 4 bytes | 16 bytes of
+// low nibbles, as in Q5_0.  y = d * q + m.
+const Q_BLOCK: u32 = 32u;
+const Q_SCALED: bool = true;
+const Q_AFFINE: bool = true;
+fn q_load(row: u32, part: u32, cols: u32) -> QPart {
+    let b = (row * (cols / 32u) + part / 4u) * 24u;
+    let p = part & 3u;
+    let head = q_bytes8(b);
+    let dm = q_f16x2(head.x);
+    let qs = q_bytes8(b + 8u + 8u * (p & 1u));
+    let shift = 4u * (p >> 1u);
+    let high = q5_fifth(head.y, p);
+    let lo = vec4<f32>(q_u4x4(qs.x, shift)) + high.lo;
+    let hi = vec4<f32>(q_u4x4(qs.y, shift)) + high.hi;
+    return QPart(Q8(lo, hi), dm.x, dm.y);
 }
 #endif
 

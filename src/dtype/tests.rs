@@ -26,7 +26,7 @@ fn byte_sizes_follow_blocks() {
 
 /// Compares bit patterns, so that -0.0 vs 0.0 or a last-bit difference fails.
 #[track_caller]
-fn assert_bits(got: &[f32], want: &[f32]) {
+pub(super) fn assert_bits(got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.to_bits(), w.to_bits(), "value {i}: got {g:e}, want {w:e}");
@@ -307,7 +307,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// A ChaCha8 generator; the seed is printed so that a failure can be replayed.
-fn seeded(test: &str, seed: u64) -> ChaCha8Rng {
+pub(super) fn seeded(test: &str, seed: u64) -> ChaCha8Rng {
     println!("{test}: rand_chacha seed {seed:#x}");
     ChaCha8Rng::seed_from_u64(seed)
 }
@@ -403,7 +403,7 @@ fn float_encoding_rounds_to_nearest_even() {
 }
 
 /// The smallest f16 ≥ `x` (x finite, within the f16 range).
-fn f16_at_least(x: f32) -> half::f16 {
+pub(super) fn f16_at_least(x: f32) -> half::f16 {
     let mut h = half::f16::from_f32(x);
     while h.to_f32() < x {
         let bits = h.to_bits();
@@ -417,12 +417,12 @@ fn f16_at_least(x: f32) -> half::f16 {
 }
 
 /// The largest f16 ≤ `x`.
-fn f16_at_most(x: f32) -> half::f16 {
+pub(super) fn f16_at_most(x: f32) -> half::f16 {
     -f16_at_least(-x)
 }
 
 /// Random blocks of 32 with a per-block magnitude from 1e-3 to 1e3; one block all zero.
-fn random_blocks(rng: &mut ChaCha8Rng, blocks: usize, offset: bool) -> Vec<f32> {
+pub(super) fn random_blocks(rng: &mut ChaCha8Rng, blocks: usize, offset: bool) -> Vec<f32> {
     let mut x = Vec::with_capacity(blocks * 32);
     for i in 0..blocks {
         let scale = 10f32.powf(rng.random_range(-3.0..3.0));

@@ -401,13 +401,15 @@ mod tests {
             }
         }
         // The weight kernels, once per stored type: each type brings exactly one decoder.
-        const WEIGHTS: [&str; 9] = [
+        const WEIGHTS: [&str; 11] = [
             "WEIGHT_F32",
             "WEIGHT_F16",
             "WEIGHT_BF16",
             "WEIGHT_Q8_0",
             "WEIGHT_Q4_0",
             "WEIGHT_Q4_1",
+            "WEIGHT_Q5_0",
+            "WEIGHT_Q5_1",
             "WEIGHT_Q4_K",
             "WEIGHT_Q5_K",
             "WEIGHT_Q6_K",

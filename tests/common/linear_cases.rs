@@ -71,8 +71,8 @@ pub fn random_weights(rng: &mut ChaCha8Rng, dtype: DType, n: usize) -> Vec<u8> {
             rng.fill(bytes.as_mut_slice());
             // Offsets of the f16 scales in the block.
             let scales: &[usize] = match dtype {
-                DType::Q8_0 | DType::Q4_0 => &[0],
-                DType::Q4_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+                DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => &[0],
+                DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
                 DType::Q6_K => &[208],
                 _ => unreachable!("float types handled above"),
             };

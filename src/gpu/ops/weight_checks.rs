@@ -18,6 +18,8 @@ pub(crate) fn weight_flag(dtype: DType) -> &'static str {
         DType::Q8_0 => "WEIGHT_Q8_0",
         DType::Q4_0 => "WEIGHT_Q4_0",
         DType::Q4_1 => "WEIGHT_Q4_1",
+        DType::Q5_0 => "WEIGHT_Q5_0",
+        DType::Q5_1 => "WEIGHT_Q5_1",
         DType::Q4_K => "WEIGHT_Q4_K",
         DType::Q5_K => "WEIGHT_Q5_K",
         DType::Q6_K => "WEIGHT_Q6_K",
