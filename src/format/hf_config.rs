@@ -143,7 +143,17 @@ pub fn parse_config(
                 n_heads: heads,
                 n_kv_heads: heads,
                 head_dim: d / heads,
-                ffn_size: raw.n_inner.unwrap_or(4 * d),
+                // GPT-2's feed-forward is 4·d unless given; an n_embd too large for that is
+                // refused here, before the range checks see it
+                ffn_size: match raw.n_inner {
+                    Some(n) => n,
+                    None => d.checked_mul(4).ok_or_else(|| {
+                        Error::format(
+                            file,
+                            format!("n_embd {d} is too large (4·n_embd overflows)"),
+                        )
+                    })?,
+                },
                 context_length: required(raw.n_positions, "n_positions", file)?,
                 norm: NormKind::LayerNorm,
                 norm_eps: raw.layer_norm_epsilon.unwrap_or(1e-5),
