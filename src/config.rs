@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod rope_scaling;
+pub use rope_scaling::{RopeFreqs, RopeScaling};
+
 /// The transformer family, which fixes the forward graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -90,6 +93,8 @@ pub struct ModelConfig {
     pub rope_theta: f32,
     /// RoPE pairing.
     pub rope_layout: RopeLayout,
+    /// RoPE frequency scaling for contexts past the original training length.
+    pub rope_scaling: RopeScaling,
     /// Feed-forward activation.
     pub activation: Activation,
     /// The LM head reuses the token embedding.
@@ -106,6 +111,14 @@ pub struct ModelConfig {
 const MAX_DIM: usize = 1 << 24;
 
 impl ModelConfig {
+    /// The RoPE base and scaling.
+    pub fn rope(&self) -> RopeFreqs {
+        RopeFreqs {
+            theta: self.rope_theta,
+            scaling: self.rope_scaling.clone(),
+        }
+    }
+
     /// Width of the K (and V) projection: `n_kv_heads · head_dim`.
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
@@ -172,6 +185,11 @@ impl ModelConfig {
                 "rope theta {} must be finite and > 0",
                 self.rope_theta
             ));
+        }
+        if self.rope_layout != RopeLayout::None {
+            self.rope_scaling
+                .check(self.head_dim)
+                .map_err(|e| Error::format(file, e.to_string()))?;
         }
         for &id in self.bos_id.iter().chain(&self.eos_ids) {
             if id as usize >= self.vocab_size {
@@ -348,6 +366,7 @@ pub(crate) mod tests {
             norm_eps: 1e-5,
             rope_theta: 10000.0,
             rope_layout: RopeLayout::RotateHalf,
+            rope_scaling: RopeScaling::None,
             activation: Activation::SwiGlu,
             tied_embeddings: false,
             qkv_bias: false,

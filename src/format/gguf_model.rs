@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::gguf::GgufHeader;
-use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
+use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
 use crate::model::weights::{ModelWeights, Tensor};
 
@@ -92,13 +92,20 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
             format!("`{}` is 0", key("attention.head_count")),
         ));
     }
+    // Llama 3's scaling comes as the `rope_freqs.weight` tensor (read with the weights)
+    let mut rope_scaling = RopeScaling::None;
     if let Some(kind) = h.get_str(&key("rope.scaling.type"))? {
         let factor = h.get_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0);
-        if kind != "none" && factor != 1.0 {
-            return Err(Error::Unsupported {
-                file: file.to_string(),
-                what: format!("RoPE scaling `{kind}` with factor {factor}"),
-            });
+        match kind {
+            _ if factor == 1.0 => {}
+            "none" => {}
+            "linear" => rope_scaling = RopeScaling::Linear { factor },
+            _ => {
+                return Err(Error::Unsupported {
+                    file: file.to_string(),
+                    what: format!("RoPE scaling `{kind}` with factor {factor} (supported: linear, and Llama 3's rope_freqs)"),
+                })
+            }
         }
     }
     let embd = h.tensor("token_embd.weight").ok_or_else(|| {
@@ -158,6 +165,7 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
             h.get_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0)
         },
         rope_layout,
+        rope_scaling,
         activation,
         tied_embeddings: h.tensor("output.weight").is_none(),
         qkv_bias,
@@ -168,9 +176,12 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
     Ok(config)
 }
 
+/// The tensor in which llama.cpp stores Llama 3.1's RoPE scaling: `[head_dim / 2]` divisors.
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// The configuration and every tensor of a GGUF file, borrowing `bytes` (the whole file).
 pub fn weights_from_gguf<'a>(h: &GgufHeader, bytes: &'a [u8]) -> Result<ModelWeights<'a>> {
-    let config = config_from_gguf(h)?;
+    let mut config = config_from_gguf(h)?;
     let mut tensors = BTreeMap::new();
     for info in h.tensors() {
         let shape = info
@@ -187,6 +198,17 @@ pub fn weights_from_gguf<'a>(h: &GgufHeader, bytes: &'a [u8]) -> Result<ModelWei
                 data: Cow::Borrowed(data),
             },
         );
+    }
+    // llama.cpp writes Llama 3.1's frequency scaling as one divisor per rotated pair
+    if let Some(t) = tensors.get(ROPE_FREQS) {
+        let values = crate::dtype::dequantize(
+            t.dtype,
+            &t.data,
+            t.shape.iter().product::<usize>() as u64,
+            ROPE_FREQS,
+        )?;
+        config.rope_scaling = RopeScaling::Factors(values);
+        config.validate(h.file())?;
     }
     let weights = ModelWeights {
         file: h.file().to_string(),

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
+use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
 
 /// A token id or a list of them (`eos_token_id` is either in the wild).
@@ -86,9 +86,10 @@ pub fn parse_config(
     };
     let mut config = match model_type {
         "llama" | "mistral" | "qwen2" => {
-            if let Some(scaling) = raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
-                return Err(unsupported(format!("rope_scaling {scaling}")));
-            }
+            let rope_scaling = match raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+                None => RopeScaling::None,
+                Some(v) => rope_scaling(v).map_err(&unsupported)?,
+            };
             let act = raw.hidden_act.as_deref().unwrap_or("silu");
             if act != "silu" {
                 return Err(unsupported(format!("hidden_act `{act}` (only `silu`)")));
@@ -116,6 +117,7 @@ pub fn parse_config(
                 norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
                 rope_theta: raw.rope_theta.unwrap_or(10_000.0),
                 rope_layout: RopeLayout::RotateHalf,
+                rope_scaling,
                 activation: Activation::SwiGlu,
                 tied_embeddings: raw.tie_word_embeddings.unwrap_or(false),
                 qkv_bias: model_type == "qwen2" || raw.attention_bias.unwrap_or(false),
@@ -159,6 +161,7 @@ pub fn parse_config(
                 norm_eps: raw.layer_norm_epsilon.unwrap_or(1e-5),
                 rope_theta: 0.0,
                 rope_layout: RopeLayout::None,
+                rope_scaling: RopeScaling::None,
                 activation: Activation::GeluTanh,
                 tied_embeddings: raw.tie_word_embeddings.unwrap_or(true),
                 qkv_bias: true,
@@ -184,6 +187,37 @@ pub fn parse_config(
         .unwrap_or_default();
     config.validate(file)?;
     Ok(config)
+}
+
+/// `rope_scaling` of a `config.json`: `linear` and `llama3` (`rope_type`, or `type` in older
+/// files); anything else, or a missing or non-numeric field, is refused with what it was.
+fn rope_scaling(v: &serde_json::Value) -> std::result::Result<RopeScaling, String> {
+    let kind = v
+        .get("rope_type")
+        .or_else(|| v.get("type"))
+        .and_then(|t| t.as_str())
+        .unwrap_or("");
+    let number = |key: &str| {
+        v.get(key)
+            .and_then(|x| x.as_f64())
+            .map(|x| x as f32)
+            .ok_or_else(|| format!("rope_scaling {v} (`{key}` missing or not a number)"))
+    };
+    match kind {
+        "default" => Ok(RopeScaling::None),
+        "linear" => Ok(RopeScaling::Linear {
+            factor: number("factor")?,
+        }),
+        "llama3" => Ok(RopeScaling::Llama3 {
+            factor: number("factor")?,
+            low_freq_factor: number("low_freq_factor")?,
+            high_freq_factor: number("high_freq_factor")?,
+            original_context: number("original_max_position_embeddings")? as usize,
+        }),
+        _ => Err(format!(
+            "rope_scaling {v} (supported: `linear` and `llama3`)"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -247,12 +281,41 @@ mod tests {
                 .to_string();
             assert!(err.contains(needle), "{json}: {err}");
         }
-        let scaled = LLAMA.replace(
-            "\"hidden_act\"",
-            "\"rope_scaling\": {\"rope_type\": \"llama3\"}, \"hidden_act\"",
-        );
-        let err = parse_config(scaled.as_bytes(), None, "c").unwrap_err();
-        assert!(err.to_string().contains("rope_scaling"), "{err}");
+        // llama3 without its fields, and a kind not supported: refused naming rope_scaling
+        for scaling in [
+            r#"{"rope_type": "llama3"}"#,
+            r#"{"rope_type": "yarn", "factor": 4}"#,
+        ] {
+            let scaled = LLAMA.replace(
+                "\"hidden_act\"",
+                &format!("\"rope_scaling\": {scaling}, \"hidden_act\""),
+            );
+            let err = parse_config(scaled.as_bytes(), None, "c").unwrap_err();
+            assert!(err.to_string().contains("rope_scaling"), "{err}");
+        }
+        let llama3 = r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}"#;
+        for (scaling, want) in [
+            (
+                llama3,
+                RopeScaling::Llama3 {
+                    factor: 8.0,
+                    low_freq_factor: 1.0,
+                    high_freq_factor: 4.0,
+                    original_context: 64,
+                },
+            ),
+            (
+                r#"{"type": "linear", "factor": 2.0}"#,
+                RopeScaling::Linear { factor: 2.0 },
+            ),
+        ] {
+            let scaled = LLAMA.replace(
+                "\"hidden_act\"",
+                &format!("\"rope_scaling\": {scaling}, \"hidden_act\""),
+            );
+            let c = parse_config(scaled.as_bytes(), None, "c").unwrap();
+            assert_eq!(c.rope_scaling, want);
+        }
         let gqa = LLAMA.replace("\"num_key_value_heads\":2", "\"num_key_value_heads\":3");
         let err = parse_config(gqa.as_bytes(), None, "c").unwrap_err();
         assert!(err.to_string().contains("n_kv_heads"), "{err}");

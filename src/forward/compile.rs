@@ -294,7 +294,7 @@ impl Compiler<'_> {
                     &a.q,
                     &a.k,
                     heads,
-                    c.rope_theta,
+                    c.rope(),
                     max,
                 )?)
             }
@@ -313,7 +313,7 @@ impl Compiler<'_> {
                     k_cache,
                     v_cache,
                     heads,
-                    c.rope_theta,
+                    c.rope(),
                     positions,
                     max,
                 )?)
@@ -411,6 +411,7 @@ impl Compiler<'_> {
             None => None,
         };
         let deferred = !self.kv.kinds().is_f32();
+        let rope = c.rope();
         let kv = match op.kv_layer {
             Some(layer) => {
                 let caches = self.layer_cache(layer)?;
@@ -419,7 +420,7 @@ impl Compiler<'_> {
                     q_rows: c.q_dim() as u32,
                     kv_rows: c.kv_dim() as u32,
                     head_dim: c.head_dim as u32,
-                    theta: c.rope_theta,
+                    rope: &rope,
                     max_positions: self.kv.context() as u32,
                 })
             }

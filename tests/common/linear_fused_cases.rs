@@ -3,7 +3,7 @@
 //! last-row only, and the stacked Q/K/V projection writing the KV cache (with RoPE). The
 //! tolerances are those of `linear_cases`, plus what the fusions add.
 
-use emberlm::config::RopeLayout;
+use emberlm::config::{RopeFreqs, RopeLayout, RopeScaling};
 use emberlm::dtype::DType;
 use emberlm::gpu::ops::{
     Epilogue, InputNorm, KvWriteBinding, LinearKernel, LinearOptions, NormBinding,
@@ -237,6 +237,17 @@ pub async fn check_linear_qkv(
     rng: &mut ChaCha8Rng,
 ) -> Result<(), String> {
     let (n_heads, n_kv, hd, theta, positions) = (3usize, 1usize, 6usize, 10000.0f32, 1040usize);
+    // Llama 3's scaling with an original context of 512: of the 3 pairs, the first keeps its
+    // frequency, the second is blended, the third divided by the factor
+    let freqs = RopeFreqs {
+        theta,
+        scaling: RopeScaling::Llama3 {
+            factor: 4.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_context: 512,
+        },
+    };
     let (q_rows, kv_rows) = (n_heads * hd, n_kv * hd);
     let rows = q_rows + 2 * kv_rows;
     let cols = match dtype.block_elements() {
@@ -281,7 +292,7 @@ pub async fn check_linear_qkv(
             q_rows: q_rows as u32,
             kv_rows: kv_rows as u32,
             head_dim: hd as u32,
-            theta,
+            rope: &freqs,
             max_positions: positions as u32,
         };
         let binding = op
@@ -340,13 +351,13 @@ pub async fn check_linear_qkv(
                     RopeLayout::None
                 };
                 let pos = pos0 + t;
-                reference::rope(&mut want[..q_rows], n_heads, hd, pos, theta, layout);
+                reference::rope(&mut want[..q_rows], n_heads, hd, pos, &freqs, layout);
                 reference::rope(
                     &mut want[q_rows..q_rows + kv_rows],
                     n_kv,
                     hd,
                     pos,
-                    theta,
+                    &freqs,
                     layout,
                 );
                 let magnitude: f64 =

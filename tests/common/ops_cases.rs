@@ -11,7 +11,7 @@
 //! Each check returns the worst `|gpu − reference| / tolerance` seen (≤ 1 when it passes), so
 //! the margins can be logged.
 
-use emberlm::config::RopeLayout;
+use emberlm::config::{RopeFreqs, RopeLayout, RopeScaling};
 use emberlm::gpu::{
     GpuContext, Heads, KernelBinding, KernelCache, Qkv, RopeKvWrite, StepParams, SwiGlu,
 };
@@ -176,10 +176,23 @@ pub async fn check_rope(
     let op = RopeKvWrite::new(ctx, cache, layout)
         .await
         .map_err(err(format!("rope {layout:?}")))?;
-    let theta = 10000.0f32;
     let mut worst = 0.0f32;
-    for c in cases {
-        let what = format!("rope {layout:?} {c:?}");
+    for (ci, c) in cases.iter().enumerate() {
+        // every other case with Llama 3's frequency scaling (kept, blended and divided pairs)
+        let theta = RopeFreqs {
+            theta: 10000.0,
+            scaling: if ci % 2 == 1 {
+                RopeScaling::Llama3 {
+                    factor: 8.0,
+                    low_freq_factor: 1.0,
+                    high_freq_factor: 4.0,
+                    original_context: 64,
+                }
+            } else {
+                RopeScaling::None
+            },
+        };
+        let what = format!("rope {layout:?} {c:?} scaling {}", theta.scaling.describe());
         let e = err(&what);
         let hd = c.head_dim as usize;
         let (q_dim, kv_dim) = (c.n_heads as usize * hd, c.n_kv_heads as usize * hd);
@@ -210,7 +223,7 @@ pub async fn check_rope(
                 &kc,
                 &vc,
                 c.heads(),
-                theta,
+                &theta,
                 c.max_positions,
                 c.max_tokens,
             )
@@ -231,10 +244,10 @@ pub async fn check_rope(
         for t in 0..live {
             let pos = pos0 + t;
             let qr = &mut want_q[t * stride..][..q_dim];
-            reference::rope(qr, c.n_heads as usize, hd, pos, theta, layout);
+            reference::rope(qr, c.n_heads as usize, hd, pos, &theta, layout);
             let kr = &mut want_k[pos * kv_dim..][..kv_dim];
             kr.copy_from_slice(&k[t * kv_dim..][..kv_dim]);
-            reference::rope(kr, c.n_kv_heads as usize, hd, pos, theta, layout);
+            reference::rope(kr, c.n_kv_heads as usize, hd, pos, &theta, layout);
             want_v[pos * kv_dim..][..kv_dim].copy_from_slice(&v[t * kv_dim..][..kv_dim]);
         }
         // tolerance from the pair's length before rotation

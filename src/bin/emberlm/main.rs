@@ -448,7 +448,12 @@ mod cli {
         );
         println!("context:      {} (trained)", c.context_length);
         println!("norm:         {:?}, eps {:e}", c.norm, c.norm_eps);
-        println!("rope:         {:?}, theta {}", c.rope_layout, c.rope_theta);
+        println!(
+            "rope:         {:?}, theta {}, scaling {}",
+            c.rope_layout,
+            c.rope_theta,
+            c.rope_scaling.describe()
+        );
         println!(
             "lm head:      {}{}",
             if c.tied_embeddings {

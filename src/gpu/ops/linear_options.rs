@@ -62,8 +62,8 @@ pub struct KvWriteBinding<'a> {
     pub kv_rows: u32,
     /// Values per head (even with RoPE, at most [`super::MAX_HEAD_DIM`]).
     pub head_dim: u32,
-    /// RoPE base (finite, ≥ 1; ignored without RoPE).
-    pub theta: f32,
+    /// RoPE base and scaling (theta finite, ≥ 1; ignored without RoPE).
+    pub rope: &'a crate::config::RopeFreqs,
     /// Rows of each cache.
     pub max_positions: u32,
 }

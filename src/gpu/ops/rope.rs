@@ -18,7 +18,7 @@ use super::{
     check_distinct, check_len, check_max_tokens, check_step, dispatch_grid, elements, load,
     positive, wg_size, Grid, Heads, KernelBinding, MAX_HEAD_DIM,
 };
-use crate::config::RopeLayout;
+use crate::config::{RopeFreqs, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
@@ -42,14 +42,14 @@ struct RopeParams {
     freqs: [[u32; 4]; FREQ_VEC4S],
 }
 
-/// Each rotated pair's frequency `theta^(−2i/head_dim)` as turns per position, `freq / 2π`
-/// in 0.64 fixed point split into (high, low) 32-bit words, computed in f64 like the CPU
-/// reference. `freq / 2π < 1/6`, so the integer part is always 0.
-fn freq_table(theta: f32, head_dim: u32) -> [[u32; 4]; FREQ_VEC4S] {
+/// Each rotated pair's frequency (`theta^(−2i/head_dim)`, scaled as `rope` says) as turns
+/// per position, `freq / 2π` in 0.64 fixed point split into (high, low) 32-bit words,
+/// computed in f64 like the CPU reference. The callers check `freq / 2π < 1`, so the integer
+/// part is always 0.
+fn freq_table(rope: &RopeFreqs, head_dim: u32) -> [[u32; 4]; FREQ_VEC4S] {
     let mut table = [[0u32; 4]; FREQ_VEC4S];
     for i in 0..(head_dim / 2) as usize {
-        let freq = f64::from(theta).powf(-2.0 * i as f64 / f64::from(head_dim));
-        // < 2^64 since freq ≤ 1 for theta ≥ 1; `as` saturates for the rest (see `bind`)
+        let freq = rope.frequency(i, head_dim as usize);
         let fixed = (freq / TAU * 2f64.powi(64)).round() as u64;
         table[i / 2][2 * (i % 2)] = (fixed >> 32) as u32;
         table[i / 2][2 * (i % 2) + 1] = fixed as u32;
@@ -59,11 +59,36 @@ fn freq_table(theta: f32, head_dim: u32) -> [[u32; 4]; FREQ_VEC4S] {
 
 /// [`freq_table`] as one `[hi, lo]` pair per rotated pair `i < head_dim / 2` (the fused
 /// Q/K/V linear's table).
-pub(crate) fn freq_pairs(theta: f32, head_dim: u32) -> Vec<[u32; 2]> {
-    let table = freq_table(theta, head_dim);
+pub(crate) fn freq_pairs(rope: &RopeFreqs, head_dim: u32) -> Vec<[u32; 2]> {
+    let table = freq_table(rope, head_dim);
     (0..(head_dim / 2) as usize)
         .map(|i| [table[i / 2][2 * (i % 2)], table[i / 2][2 * (i % 2) + 1]])
         .collect()
+}
+
+/// Checks a RoPE for heads of `head_dim`: theta finite and ≥ 1 (below 1 frequencies exceed a
+/// radian per position: no model does it), the scaling's parameters, and every frequency
+/// under a turn per position (the fixed-point table holds fractions of a turn).
+pub(crate) fn check_freqs(rope: &RopeFreqs, head_dim: u32) -> Result<()> {
+    let theta = rope.theta;
+    if !(theta.is_finite() && theta >= 1.0) {
+        return Err(Error::invalid(
+            "theta",
+            format!("must be finite and >= 1, got {theta}"),
+        ));
+    }
+    rope.scaling.check(head_dim as usize)?;
+    if let Some(f) = rope
+        .frequencies(head_dim as usize)
+        .into_iter()
+        .find(|f| !(*f >= 0.0 && *f < TAU))
+    {
+        return Err(Error::invalid(
+            "rope_scaling",
+            format!("a frequency of {f} rad per position is out of range"),
+        ));
+    }
+    Ok(())
 }
 
 /// The buffers holding the step's q, k and v (separate projections; a stacked `q | k | v`
@@ -153,7 +178,7 @@ impl RopeKvWrite {
         q: &wgpu::Buffer,
         k: &wgpu::Buffer,
         heads: Heads,
-        theta: f32,
+        rope: impl Into<RopeFreqs>,
         max_tokens: u32,
     ) -> Result<KernelBinding> {
         if !self.rotate_only {
@@ -170,7 +195,7 @@ impl RopeKvWrite {
             Qkv { q, k, v: k },
             None,
             heads,
-            theta,
+            &rope.into(),
             positions,
             max_tokens,
         )
@@ -190,7 +215,7 @@ impl RopeKvWrite {
         k_cache: &wgpu::Buffer,
         v_cache: &wgpu::Buffer,
         heads: Heads,
-        theta: f32,
+        rope: impl Into<RopeFreqs>,
         max_positions: u32,
         max_tokens: u32,
     ) -> Result<KernelBinding> {
@@ -206,7 +231,7 @@ impl RopeKvWrite {
             qkv,
             Some((k_cache, v_cache)),
             heads,
-            theta,
+            &rope.into(),
             max_positions,
             max_tokens,
         )
@@ -220,7 +245,7 @@ impl RopeKvWrite {
         qkv: Qkv<'_>,
         caches: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
         heads: Heads,
-        theta: f32,
+        freqs: &RopeFreqs,
         max_positions: u32,
         max_tokens: u32,
     ) -> Result<KernelBinding> {
@@ -235,13 +260,8 @@ impl RopeKvWrite {
                 format!("must be even for RoPE, got {}", heads.head_dim),
             ));
         }
-        // theta < 1 would make frequencies above one radian per position: no model does it,
-        // and the fixed-point table assumes freq / 2π < 1
-        if rope && !(theta.is_finite() && theta >= 1.0) {
-            return Err(Error::invalid(
-                "theta",
-                format!("must be finite and >= 1, got {theta}"),
-            ));
+        if rope {
+            check_freqs(freqs, heads.head_dim)?;
         }
         let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
         let mut storage: Vec<&wgpu::Buffer> = Vec::with_capacity(5);
@@ -305,7 +325,7 @@ impl RopeKvWrite {
             v_stride: to_u32(v_stride),
             _pad: [0; 3],
             freqs: if rope {
-                freq_table(theta, heads.head_dim)
+                freq_table(freqs, heads.head_dim)
             } else {
                 [[0; 4]; FREQ_VEC4S]
             },
@@ -337,7 +357,7 @@ mod tests {
     #[test]
     fn fixed_point_angles_match_f64_at_any_position() {
         let (theta, hd) = (10000.0f32, 64u32);
-        let table = freq_table(theta, hd);
+        let table = freq_table(&theta.into(), hd);
         for pos in [0u32, 1, 7, 4095, 65_537, 1 << 20, u32::MAX] {
             for i in 0..(hd / 2) as usize {
                 let freq = f64::from(theta).powf(-2.0 * i as f64 / f64::from(hd));

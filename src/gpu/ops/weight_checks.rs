@@ -163,13 +163,8 @@ pub(crate) fn check_kv(
                 ),
             ));
         }
-        if !(kv.theta.is_finite() && kv.theta >= 1.0) {
-            return Err(Error::invalid(
-                "theta",
-                format!("must be finite and >= 1, got {}", kv.theta),
-            ));
-        }
-        let pairs = super::rope::freq_pairs(kv.theta, hd);
+        super::rope::check_freqs(kv.rope, hd)?;
+        let pairs = super::rope::freq_pairs(kv.rope, hd);
         Some(ctx.storage_from("rope frequencies", &pairs)?)
     } else {
         None

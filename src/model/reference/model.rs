@@ -310,6 +310,7 @@ impl ReferenceModel {
             }
         }
 
+        let freqs = c.rope();
         for (l, b) in self.blocks.iter().enumerate() {
             let h = b.attn_norm.apply(&x, c.norm_eps);
             let mut q = matmul(&b.wq, &h, b.bq.as_deref(), q_dim, d);
@@ -320,8 +321,8 @@ impl ReferenceModel {
                 .zip(k.chunks_exact_mut(kv_dim))
                 .enumerate()
             {
-                rope(qi, c.n_heads, hd, start + i, c.rope_theta, c.rope_layout);
-                rope(ki, c.n_kv_heads, hd, start + i, c.rope_theta, c.rope_layout);
+                rope(qi, c.n_heads, hd, start + i, &freqs, c.rope_layout);
+                rope(ki, c.n_kv_heads, hd, start + i, &freqs, c.rope_layout);
             }
             cache.k[l].extend_from_slice(&k);
             cache.v[l].extend_from_slice(&v);

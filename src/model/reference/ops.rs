@@ -1,6 +1,6 @@
 //! Norms, rotary embedding, softmax, attention, activations and embedding lookup.
 
-use crate::config::RopeLayout;
+use crate::config::{RopeFreqs, RopeLayout};
 use crate::dtype::dequantize;
 use crate::error::{Error, Result};
 use crate::model::weights::Tensor;
@@ -59,7 +59,8 @@ pub fn layer_norm(x: &[f32], weight: &[f32], bias: &[f32], n: usize, eps: f32) -
 
 /// Rotary position embedding, in place, for one token at position `pos`:
 /// `x: [n_heads, head_dim]`. Pair `i` (of `head_dim / 2`) is rotated by the angle
-/// `pos · theta^(−2i / head_dim)`; [`RopeLayout::Interleaved`] pairs dimensions `(2i, 2i+1)`,
+/// `pos · theta^(−2i / head_dim)` (scaled as `rope`'s scaling says: `rope` is the base
+/// `theta` alone or a [`RopeFreqs`]); [`RopeLayout::Interleaved`] pairs dimensions `(2i, 2i+1)`,
 /// [`RopeLayout::RotateHalf`] pairs `(i, i + head_dim/2)`, [`RopeLayout::None`] leaves `x` as is.
 ///
 /// # Panics
@@ -69,9 +70,10 @@ pub fn rope(
     n_heads: usize,
     head_dim: usize,
     pos: usize,
-    theta: f32,
+    rope: impl Into<RopeFreqs>,
     layout: RopeLayout,
 ) {
+    let rope = rope.into();
     assert_eq!(x.len(), n_heads * head_dim, "x must be [n_heads, head_dim]");
     if layout == RopeLayout::None {
         return;
@@ -84,7 +86,7 @@ pub fn rope(
             _ => (i, i + half),
         };
         // The angle in f64: at long positions an f32 angle alone is off by ~pos·2⁻²⁴ radians.
-        let freq = f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64);
+        let freq = rope.frequency(i, head_dim);
         let (sin, cos) = (pos as f64 * freq).sin_cos();
         for head in x.chunks_exact_mut(head_dim) {
             let (x0, x1) = (f64::from(head[a]), f64::from(head[b]));

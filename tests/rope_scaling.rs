@@ -1,0 +1,112 @@
+//! RoPE frequency scaling end to end: the tiny Llama's Hugging Face folder with `rope_scaling`
+//! (`llama3`, `linear`) in its `config.json` runs on the GPU within rounding of the CPU
+//! reference (which computes every angle in f64), at positions past the original context,
+//! and the scaling changes the logits there (a loader that ignored it would fail).
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use emberlm::config::RopeScaling;
+use emberlm::forward::{Forward, DEFAULT_CHUNK};
+use emberlm::gpu::KernelCache;
+use emberlm::loader::ModelFiles;
+use emberlm::model::reference::ReferenceModel;
+use emberlm::GpuOptions;
+
+/// The tiny Llama folder with `scaling` (JSON) added to its config, in a fresh folder.
+fn scaled_folder(scaling: &str, tag: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
+    let dir = std::env::temp_dir().join(format!("emberlm-rope-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    let config = config.replace(
+        "\"hidden_act\"",
+        &format!("\"rope_scaling\": {scaling}, \"hidden_act\""),
+    );
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    dir
+}
+
+/// Every row's logits, GPU and reference, for `tokens` through the model in `dir`.
+fn logits(dir: &Path, tokens: &[u32]) -> Option<(Vec<f32>, Vec<Vec<f32>>)> {
+    let ctx = common::native_gpu(GpuOptions::default())?;
+    let files = ModelFiles::open(dir).unwrap();
+    let weights = files.weights().unwrap();
+    let cache = KernelCache::new();
+    let mut fwd = pollster::block_on(Forward::new(
+        &ctx,
+        &cache,
+        &weights,
+        tokens.len(),
+        DEFAULT_CHUNK,
+    ))
+    .unwrap();
+    let gpu = pollster::block_on(fwd.forward(&ctx, tokens, true)).unwrap();
+    let reference = ReferenceModel::new(&weights).unwrap();
+    let mut rc = reference.new_cache();
+    let want = reference.forward(&mut rc, tokens).unwrap();
+    Some((gpu, want))
+}
+
+#[test]
+fn scaled_rope_runs_as_the_reference_and_changes_long_positions() {
+    let tokens: Vec<u32> = (0..120u32).map(|i| (i * 37 + 11) % 512).collect();
+    let plain_dir = scaled_folder("null", "plain");
+    let Some((plain, _)) = logits(&plain_dir, &tokens) else {
+        return;
+    };
+    let vocab = 512;
+    for (tag, scaling, want) in [
+        (
+            "llama3",
+            r#"{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}"#,
+            RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_context: 32,
+            },
+        ),
+        (
+            "linear",
+            r#"{"type": "linear", "factor": 4.0}"#,
+            RopeScaling::Linear { factor: 4.0 },
+        ),
+    ] {
+        let dir = scaled_folder(scaling, tag);
+        let files = ModelFiles::open(&dir).unwrap();
+        assert_eq!(files.weights().unwrap().config.rope_scaling, want);
+        let (gpu, reference) = logits(&dir, &tokens).unwrap();
+        let mut worst = 0.0f32;
+        let mut changed = 0.0f32;
+        for (t, row) in reference.iter().enumerate() {
+            let got = &gpu[t * vocab..][..vocab];
+            for (i, (&g, &r)) in got.iter().zip(row).enumerate() {
+                let d = (g - r).abs();
+                worst = worst.max(d);
+                assert!(
+                    d <= 2e-3 + 1e-3 * r.abs(),
+                    "{tag}: token {t} logit {i}: {g} vs {r}"
+                );
+            }
+            if t >= 40 {
+                for (&g, &p) in got.iter().zip(&plain[t * vocab..][..vocab]) {
+                    changed = changed.max((g - p).abs());
+                }
+            }
+        }
+        eprintln!("{tag}: GPU vs reference max |Δ| {worst:.2e}, vs unscaled {changed:.3}");
+        assert!(
+            changed > 0.05,
+            "{tag}: the scaling changed nothing past position 40"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    std::fs::remove_dir_all(&plain_dir).ok();
+}
