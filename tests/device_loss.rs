@@ -113,3 +113,37 @@ fn a_request_after_device_loss_rebuilds_by_itself() {
     assert_eq!(generate(&engine, &history).unwrap(), want);
     assert_eq!(engine.rebuilds(), 1);
 }
+
+/// Speculative decoding across a device loss: the verification step meets the lost device and
+/// fails with `DeviceLost`; the rebuild loads the draft model again beside the model, and the
+/// next request speculates with it and gives the plain tokens.
+#[test]
+fn a_draft_model_is_loaded_again_after_device_loss() {
+    let Some(engine) = load() else {
+        return;
+    };
+    let draft = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-llama-q8_0.gguf"
+    );
+    pollster::block_on(engine.load_draft(ModelFiles::open(Path::new(draft)).unwrap())).unwrap();
+    let history = vec![ChatMessage::new("user", "Permission is hereby granted")];
+    let want = generate(&engine, &history).unwrap();
+    let speculative = GenerateOptions {
+        speculative: Some(emberlm::session::SpecOptions::default()),
+        ..options()
+    };
+    let run = |engine: &Engine| {
+        let prompt = Prompt::Chat(history.clone());
+        pollster::block_on(engine.generate(&prompt, &speculative, &mut |_| {}))
+    };
+    assert_eq!(run(&engine).unwrap().sequences[0].tokens, want);
+    pollster::block_on(engine.destroy_device_for_test());
+    assert!(matches!(run(&engine), Err(Error::DeviceLost { .. })));
+    let g = run(&engine).unwrap();
+    assert_eq!(g.sequences[0].tokens, want);
+    let s = g.stats.speculative.expect("speculative stats");
+    assert_eq!(s.method, "draft", "the draft came back with the rebuild");
+    assert!(s.drafted > 0, "{s:?}");
+    assert_eq!(engine.rebuilds(), 1);
+}
