@@ -110,3 +110,88 @@ fn scaled_rope_runs_as_the_reference_and_changes_long_positions() {
     }
     std::fs::remove_dir_all(&plain_dir).ok();
 }
+
+#[path = "common/gguf_meta.rs"]
+mod gguf_meta;
+
+/// The GGUF forms: `rope.scaling.type = linear` with a factor, and the `rope_freqs.weight`
+/// divisors llama.cpp writes for Llama 3 (here 4 for every pair, which is linear ×4). Both load
+/// as their scaling and give the logits of the `config.json` linear ×4 model.
+#[test]
+fn gguf_linear_metadata_and_rope_freqs_divisors_load_as_scaling() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama-f32.gguf");
+    let meta = gguf_meta::read(&src);
+    let tensors = gguf_meta::read_tensors(&src);
+    let tokens: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % 512).collect();
+    let hf = scaled_folder(r#"{"type": "linear", "factor": 4.0}"#, "gguf-ref");
+    let Some((want, _)) = logits(&hf, &tokens) else {
+        return;
+    };
+    std::fs::remove_dir_all(&hf).ok();
+    let dir = std::env::temp_dir().join(format!("emberlm-rope-gguf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let mut linear = meta.clone();
+    gguf_meta::set(
+        &mut linear,
+        "llama.rope.scaling.type",
+        emberlm::format::gguf::GgufValue::String("linear".into()),
+    );
+    gguf_meta::set(
+        &mut linear,
+        "llama.rope.scaling.factor",
+        emberlm::format::gguf::GgufValue::F32(4.0),
+    );
+    let mut with_freqs = tensors.clone();
+    let divisors: Vec<u8> = std::iter::repeat_n(4.0f32, 8)
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    with_freqs.push(("rope_freqs.weight".into(), vec![8], 0, divisors));
+    for (tag, meta, tensors, want_scaling) in [
+        (
+            "linear",
+            &linear,
+            &tensors,
+            RopeScaling::Linear { factor: 4.0 },
+        ),
+        (
+            "freqs",
+            &meta,
+            &with_freqs,
+            RopeScaling::Factors(vec![4.0; 8]),
+        ),
+    ] {
+        let path = dir.join(format!("{tag}.gguf"));
+        std::fs::write(&path, gguf_meta::write_with_tensors(meta, tensors)).unwrap();
+        let files = ModelFiles::open(&path).unwrap();
+        assert_eq!(files.weights().unwrap().config.rope_scaling, want_scaling);
+        let (got, _) = logits(&path, &tokens).unwrap();
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst < 1e-3,
+            "{tag}: max |Δ| {worst} against the HF linear ×4 model"
+        );
+    }
+    // a scaling the engine does not implement is refused by name, not ignored
+    let mut yarn = meta.clone();
+    gguf_meta::set(
+        &mut yarn,
+        "llama.rope.scaling.type",
+        emberlm::format::gguf::GgufValue::String("yarn".into()),
+    );
+    gguf_meta::set(
+        &mut yarn,
+        "llama.rope.scaling.factor",
+        emberlm::format::gguf::GgufValue::F32(4.0),
+    );
+    let path = dir.join("yarn.gguf");
+    std::fs::write(&path, gguf_meta::write_with_tensors(&yarn, &tensors)).unwrap();
+    let err = ModelFiles::open(&path).and_then(|f| f.weights().map(|_| ()));
+    let text = err.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(text.contains("yarn"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}

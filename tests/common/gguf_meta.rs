@@ -154,3 +154,54 @@ pub fn strings<S: AsRef<str>>(items: &[S]) -> GgufValue {
         items.iter().map(|s| s.as_ref().to_string()).collect(),
     ))
 }
+
+/// One tensor to write: name, dims as stored (`dims[0]` fastest), GGML type id, bytes.
+pub type TensorBytes = (String, Vec<u64>, u32, Vec<u8>);
+
+/// Every tensor of a GGUF file on disk, in file order.
+pub fn read_tensors(path: &Path) -> Vec<TensorBytes> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header = GgufHeader::parse(&bytes, "t").unwrap_or_else(|e| panic!("{e}"));
+    header
+        .tensors()
+        .iter()
+        .map(|t| {
+            let data = header.tensor_data(&bytes, t).unwrap().to_vec();
+            (t.name.clone(), t.dims.clone(), t.dtype.ggml_id(), data)
+        })
+        .collect()
+}
+
+/// A GGUF v3 file holding `metadata` and `tensors` (data aligned to 32 bytes).
+pub fn write_with_tensors(metadata: &Metadata, tensors: &[TensorBytes]) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    put_u32(&mut out, 3);
+    put_u64(&mut out, tensors.len() as u64);
+    put_u64(&mut out, metadata.len() as u64);
+    for (key, value) in metadata {
+        put_str(&mut out, key);
+        put_u32(&mut out, value_type(value));
+        put_value(&mut out, value);
+    }
+    let mut offset = 0u64;
+    for (name, dims, dtype, data) in tensors {
+        put_str(&mut out, name);
+        put_u32(&mut out, dims.len() as u32);
+        for &d in dims {
+            put_u64(&mut out, d);
+        }
+        put_u32(&mut out, *dtype);
+        put_u64(&mut out, offset);
+        offset += (data.len() as u64).div_ceil(32) * 32;
+    }
+    while !out.len().is_multiple_of(32) {
+        out.push(0);
+    }
+    for (_, _, _, data) in tensors {
+        out.extend_from_slice(data);
+        while !out.len().is_multiple_of(32) {
+            out.push(0);
+        }
+    }
+    out
+}
