@@ -68,6 +68,9 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         "llama" => (Architecture::Llama, RopeLayout::Interleaved, false),
         // ... but not Qwen2's, which keeps the rotate-half pairing (and has q/k/v biases).
         "qwen2" => (Architecture::Llama, RopeLayout::RotateHalf, true),
+        // Phi-3: the Llama graph with fused qkv and gate|up matrices (split on load) and
+        // rotate-half RoPE, unpermuted
+        "phi3" => (Architecture::Llama, RopeLayout::RotateHalf, false),
         "gpt2" => (Architecture::Gpt2, RopeLayout::None, true),
         other => {
             return Err(Error::Unsupported {
@@ -156,7 +159,12 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         n_kv_heads: optional("attention.head_count_kv")?.unwrap_or(n_heads),
         head_dim: optional("attention.key_length")?.unwrap_or(hidden / n_heads),
         ffn_size: required("feed_forward_length")?,
-        context_length: required("context_length")?,
+        // exact only within a trained sliding window (Phi-3 writes one): capped there
+        context_length: required("context_length")?.min(
+            optional("attention.sliding_window")?
+                .filter(|&w| w > 0)
+                .unwrap_or(usize::MAX),
+        ),
         norm,
         norm_eps: h.get_f32(&key(eps_key))?.unwrap_or(1e-5),
         rope_theta: if rope_layout == RopeLayout::None {
@@ -198,6 +206,9 @@ pub fn weights_from_gguf<'a>(h: &GgufHeader, bytes: &'a [u8]) -> Result<ModelWei
                 data: Cow::Borrowed(data),
             },
         );
+    }
+    if config.arch == crate::config::Architecture::Llama {
+        crate::model::unfuse::split_fused(&config, &mut tensors)?;
     }
     // llama.cpp writes Llama 3.1's frequency scaling as one divisor per rotated pair
     if let Some(t) = tensors.get(ROPE_FREQS) {

@@ -40,6 +40,8 @@ struct RawConfig {
     rope_scaling: Option<serde_json::Value>,
     hidden_act: Option<String>,
     attention_bias: Option<bool>,
+    /// Mistral 7B v0.1, Phi-3: attention over the latest `sliding_window` keys only.
+    sliding_window: Option<usize>,
     // gpt2
     n_embd: Option<usize>,
     n_inner: Option<usize>,
@@ -85,7 +87,7 @@ pub fn parse_config(
         what,
     };
     let mut config = match model_type {
-        "llama" | "mistral" | "qwen2" => {
+        "llama" | "mistral" | "qwen2" | "phi3" => {
             let rope_scaling = match raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
                 None => RopeScaling::None,
                 Some(v) => rope_scaling(v).map_err(&unsupported)?,
@@ -108,11 +110,14 @@ pub fn parse_config(
                 n_kv_heads: raw.num_key_value_heads.unwrap_or(heads),
                 head_dim: raw.head_dim.unwrap_or(hidden / heads),
                 ffn_size: required(raw.intermediate_size, "intermediate_size", file)?,
+                // a model trained with a sliding window is exact only within it: its context
+                // is capped there rather than run past it with full attention
                 context_length: required(
                     raw.max_position_embeddings,
                     "max_position_embeddings",
                     file,
-                )?,
+                )?
+                .min(raw.sliding_window.filter(|&w| w > 0).unwrap_or(usize::MAX)),
                 norm: NormKind::RmsNorm,
                 norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
                 rope_theta: raw.rope_theta.unwrap_or(10_000.0),

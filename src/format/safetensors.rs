@@ -189,6 +189,9 @@ impl HfFolder {
                 }
             }
         }
+        if config.arch == Architecture::Llama {
+            crate::model::unfuse::split_fused(&config, &mut tensors)?;
+        }
         let weights = ModelWeights {
             file: self.name.clone(),
             config,
@@ -261,6 +264,9 @@ pub fn gguf_name(arch: Architecture, hf_name: &str) -> Option<String> {
                 "self_attn.k_proj" => "attn_k",
                 "self_attn.v_proj" => "attn_v",
                 "self_attn.o_proj" => "attn_output",
+                // Phi-3's fused projections, split on load (model::unfuse)
+                "self_attn.qkv_proj" => "attn_qkv",
+                "mlp.gate_up_proj" => "ffn_up",
                 "post_attention_layernorm" => "ffn_norm",
                 "mlp.gate_proj" => "ffn_gate",
                 "mlp.up_proj" => "ffn_up",

@@ -2,4 +2,5 @@
 //! the GPU kernels are tested against.
 
 pub mod reference;
+pub mod unfuse;
 pub mod weights;

@@ -1,0 +1,77 @@
+//! Phi-3 stores each layer's Q, K and V projections as one `attn_qkv` matrix and the gate and
+//! up projections as one `ffn_up` matrix of twice the feed-forward width (gate rows first).
+//! The engine's Llama graph reads them apart (and fuses them again its own way, see
+//! `forward::fuse`), so a loader splits them by rows here: quantized rows are whole blocks, so
+//! a row range is a byte range and nothing is dequantized.
+
+use std::borrow::Cow;
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::model::weights::Tensor;
+
+/// Rows `[from, from + n)` of a `[rows, cols]` tensor, as a tensor of its own.
+fn rows(t: &Tensor<'_>, from: usize, n: usize, name: &str) -> Result<Tensor<'static>> {
+    let [total, cols] = t.shape[..] else {
+        return Err(Error::invalid(
+            "tensor",
+            format!("`{name}` must be a matrix, got shape {:?}", t.shape),
+        ));
+    };
+    if from + n > total {
+        return Err(Error::invalid(
+            "tensor",
+            format!("`{name}` has {total} rows, {} are needed", from + n),
+        ));
+    }
+    let row_bytes = t.dtype.bytes_for(cols as u64, name)? as usize;
+    let bytes = t
+        .data
+        .get(from * row_bytes..(from + n) * row_bytes)
+        .ok_or_else(|| {
+            Error::invalid(
+                "tensor",
+                format!("`{name}` holds fewer bytes than its shape"),
+            )
+        })?;
+    Ok(Tensor {
+        shape: vec![n, cols],
+        dtype: t.dtype,
+        data: Cow::Owned(bytes.to_vec()),
+    })
+}
+
+/// Splits every layer's fused `attn_qkv.weight` (`[q_dim + 2·kv_dim, d]`) into `attn_q`,
+/// `attn_k` and `attn_v`, and every `ffn_up.weight` of `2·ffn_size` rows into `ffn_gate`
+/// (the first half) and `ffn_up`, for a Llama-graph model whose file fuses them. Layers that
+/// already hold the separate tensors are left alone.
+pub fn split_fused(
+    config: &ModelConfig,
+    tensors: &mut std::collections::BTreeMap<String, Tensor<'_>>,
+) -> Result<()> {
+    let (q, kv, ff) = (config.q_dim(), config.kv_dim(), config.ffn_size);
+    for layer in 0..config.n_layers {
+        let qkv = format!("blk.{layer}.attn_qkv.weight");
+        if let Some(t) = tensors.remove(&qkv) {
+            tensors.insert(format!("blk.{layer}.attn_q.weight"), rows(&t, 0, q, &qkv)?);
+            tensors.insert(format!("blk.{layer}.attn_k.weight"), rows(&t, q, kv, &qkv)?);
+            tensors.insert(
+                format!("blk.{layer}.attn_v.weight"),
+                rows(&t, q + kv, kv, &qkv)?,
+            );
+        }
+        let up = format!("blk.{layer}.ffn_up.weight");
+        let gate = format!("blk.{layer}.ffn_gate.weight");
+        let fused = !tensors.contains_key(&gate)
+            && tensors
+                .get(&up)
+                .is_some_and(|t| t.shape.first() == Some(&(2 * ff)));
+        if fused {
+            if let Some(t) = tensors.remove(&up) {
+                tensors.insert(gate, rows(&t, 0, ff, &up)?);
+                tensors.insert(up.clone(), rows(&t, ff, ff, &up)?);
+            }
+        }
+    }
+    Ok(())
+}
