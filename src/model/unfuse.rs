@@ -75,3 +75,47 @@ pub fn split_fused(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::tiny_llama;
+    use crate::dtype::DType;
+
+    fn f32_tensor(shape: Vec<usize>) -> Tensor<'static> {
+        let n: usize = shape.iter().product();
+        Tensor {
+            shape,
+            dtype: DType::F32,
+            data: Cow::Owned((0..n).flat_map(|i| (i as f32).to_le_bytes()).collect()),
+        }
+    }
+
+    #[test]
+    fn fused_matrices_split_by_rows_and_bad_ones_are_named() {
+        let c = tiny_llama();
+        let (q, kv, ff, d) = (c.q_dim(), c.kv_dim(), c.ffn_size, c.hidden_size);
+        let mut t = std::collections::BTreeMap::new();
+        t.insert(
+            "blk.0.attn_qkv.weight".to_string(),
+            f32_tensor(vec![q + 2 * kv, d]),
+        );
+        t.insert(
+            "blk.0.ffn_up.weight".to_string(),
+            f32_tensor(vec![2 * ff, d]),
+        );
+        split_fused(&c, &mut t).unwrap();
+        assert_eq!(t["blk.0.attn_k.weight"].shape, vec![kv, d]);
+        // the first value of attn_v is row q + kv of the fused matrix
+        let first = f32::from_le_bytes(t["blk.0.attn_v.weight"].data[..4].try_into().unwrap());
+        assert_eq!(first, ((q + kv) * d) as f32);
+        assert_eq!(t["blk.0.ffn_gate.weight"].shape, vec![ff, d]);
+        let up = f32::from_le_bytes(t["blk.0.ffn_up.weight"].data[..4].try_into().unwrap());
+        assert_eq!(up, (ff * d) as f32);
+        // too few rows: refused naming the tensor
+        let mut short = std::collections::BTreeMap::new();
+        short.insert("blk.1.attn_qkv.weight".to_string(), f32_tensor(vec![q, d]));
+        let err = split_fused(&c, &mut short).unwrap_err().to_string();
+        assert!(err.contains("blk.1.attn_qkv.weight"), "{err}");
+    }
+}
