@@ -8,13 +8,14 @@ use crate::session::Session;
 
 impl Engine {
     /// Loads `files` as the draft model (see [`Session::load_draft`]) in its turn, replacing
-    /// one loaded before. On an error the session keeps no draft.
+    /// one loaded before. A draft refused before loading (another vocabulary) leaves the
+    /// previous one in place; a failed upload leaves none.
     pub async fn load_draft(&self, files: ModelFiles) -> Result<()> {
         let (_running, mut session) = self.begin(None).await?;
         let result = session.load_draft(&files).await;
         if result.is_ok() {
             *self.draft.borrow_mut() = Some(files);
-        } else {
+        } else if session.draft().is_none() {
             *self.draft.borrow_mut() = None;
         }
         self.end(session, result)

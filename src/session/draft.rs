@@ -102,7 +102,8 @@ impl Session {
     /// Loads `files` as the draft model for speculative decoding, on this session's device
     /// with a KV cache as long as the session's (or the draft's own context, if shorter).
     /// Replaces a draft loaded before. Errors when its vocabulary differs from the model's
-    /// (naming the first difference) or it does not fit the device.
+    /// (naming the first difference; the previous draft stays) or it does not fit the device
+    /// (the previous draft was freed first to make room, so none is left).
     pub async fn load_draft(&mut self, files: &ModelFiles) -> Result<()> {
         let weights = files.weights()?;
         let tokenizer = files.tokenizer()?;
