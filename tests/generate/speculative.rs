@@ -419,8 +419,11 @@ fn speculative_settings_are_checked_by_name() {
     let err = pollster::block_on(s.load_draft(&files("tiny-llama-spm-f32.gguf"))).err();
     let text = err.map(|e| e.to_string()).unwrap_or_default();
     assert!(text.contains("vocabulary differs"), "{text}");
-    eprintln!("refused: {text}");
     assert!(s.draft().is_none());
+    // a refused draft leaves the one loaded before in place
+    pollster::block_on(s.load_draft(&files("tiny-llama-q8_0.gguf"))).unwrap();
+    assert!(pollster::block_on(s.load_draft(&files("tiny-llama-spm-f32.gguf"))).is_err());
+    assert!(s.draft().is_some_and(|(name, _)| name.contains("q8_0")));
 }
 
 #[test]
