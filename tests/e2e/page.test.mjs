@@ -113,6 +113,7 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   assert.match(await page.textContent('#tps'), /tok\/s/);
 
   // Stop during a longer reply, speculating (prompt lookup): the stats report the drafts.
+  await page.click('details:has(#advanced) > summary');
   await page.selectOption('#speculative', 'lookup');
   await page.fill('#max-tokens', '200');
   since = performance.now();
