@@ -8,41 +8,17 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
-#[path = "common/gguf_meta.rs"]
-mod gguf_meta;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use emberlm::config::Architecture;
-use emberlm::format::gguf::GgufValue;
-use emberlm::format::safetensors::gguf_name;
-use emberlm::forward::{Forward, DEFAULT_CHUNK};
-use emberlm::gpu::KernelCache;
+use common::model_forms::{
+    as_f32, fixtures, logits, max_diff, tiny_llama_tensors, write_folder, write_gguf, Tensors,
+};
 use emberlm::loader::ModelFiles;
-use emberlm::GpuOptions;
-use safetensors::tensor::{Dtype, TensorView};
-
-type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 /// The tiny Llama's HF tensors with each layer's q, k, v and gate, up stacked as Phi-3 does.
 fn phi3_tensors() -> Tensors {
-    let bytes = std::fs::read(fixtures().join("tiny-llama/model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut t: Tensors = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| {
-            (
-                n,
-                (v.shape().to_vec(), bytemuck::pod_collect_to_vec(v.data())),
-            )
-        })
-        .collect();
+    let mut t = tiny_llama_tensors();
     for layer in 0..2 {
         let p = |m: &str| format!("model.layers.{layer}.{m}.weight");
         let stack = |t: &mut Tensors, parts: &[String], name: String| {
@@ -72,60 +48,13 @@ fn phi3_tensors() -> Tensors {
     t
 }
 
-fn write_folder(t: &Tensors, dir: &Path, model_type: &str, extra: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let src = fixtures().join("tiny-llama");
-    std::fs::copy(src.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
-    let config = std::fs::read_to_string(src.join("config.json"))
-        .unwrap()
-        .replace(
+fn phi3_folder(t: &Tensors, dir: &Path, extra: &str) {
+    write_folder(t, dir, |c| {
+        c.replace(
             "\"model_type\": \"llama\"",
-            &format!("\"model_type\": \"{model_type}\"{extra}"),
-        );
-    std::fs::write(dir.join("config.json"), config).unwrap();
-    let raw: Vec<(String, Vec<usize>, Vec<u8>)> = t
-        .iter()
-        .map(|(n, (s, v))| (n.clone(), s.clone(), bytemuck::cast_slice(v).to_vec()))
-        .collect();
-    let views: Vec<(String, TensorView<'_>)> = raw
-        .iter()
-        .map(|(n, s, b)| {
-            (
-                n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
-            )
-        })
-        .collect();
-    std::fs::write(
-        dir.join("model.safetensors"),
-        safetensors::serialize(views, None).unwrap(),
-    )
-    .unwrap();
-}
-
-/// A `phi3` GGUF of `t` (f32, or Q8_0 rows for the matrices when `q8`).
-fn write_gguf(t: &Tensors, path: &Path, q8: bool) {
-    let meta: gguf_meta::Metadata = gguf_meta::read(&fixtures().join("tiny-llama-f32.gguf"))
-        .into_iter()
-        .map(|(k, v)| match k.strip_prefix("llama.") {
-            Some(rest) => (format!("phi3.{rest}"), v),
-            None if k == "general.architecture" => (k, GgufValue::String("phi3".into())),
-            None => (k, v),
-        })
-        .collect();
-    let tensors: Vec<gguf_meta::TensorBytes> = t
-        .iter()
-        .filter_map(|(n, (s, v))| {
-            let name = gguf_name(Architecture::Llama, n)?;
-            let dims = s.iter().rev().map(|&d| d as u64).collect();
-            if q8 && s.len() == 2 {
-                Some((name, dims, 8, q8_0(v)))
-            } else {
-                Some((name, dims, 0, bytemuck::cast_slice(v).to_vec()))
-            }
-        })
-        .collect();
-    std::fs::write(path, gguf_meta::write_with_tensors(&meta, &tensors)).unwrap();
+            &format!("\"model_type\": \"phi3\"{extra}"),
+        )
+    });
 }
 
 /// Q8_0 blocks of `v` (rows are multiples of 32 here).
@@ -149,48 +78,30 @@ fn q8_0(v: &[f32]) -> Vec<u8> {
     out
 }
 
-fn logits(path: &Path, tokens: &[u32]) -> Option<Vec<f32>> {
-    let ctx = common::native_gpu(GpuOptions::default())?;
-    let files = ModelFiles::open(path).unwrap();
-    let weights = files.weights().unwrap();
-    let cache = KernelCache::new();
-    let mut fwd = pollster::block_on(Forward::new(
-        &ctx,
-        &cache,
-        &weights,
-        tokens.len(),
-        DEFAULT_CHUNK,
-    ))
-    .unwrap();
-    Some(pollster::block_on(fwd.forward(&ctx, tokens, true)).unwrap())
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+/// The GPU's logits alone.
+fn gpu_logits(path: &Path, tokens: &[u32]) -> Option<Vec<f32>> {
+    logits(path, tokens).map(|(gpu, _)| gpu)
 }
 
 #[test]
 fn phi3_folders_and_ggufs_split_their_fused_matrices() {
     let tokens: Vec<u32> = (0..40u32).map(|i| (i * 71 + 3) % 512).collect();
-    let Some(want) = logits(&fixtures().join("tiny-llama"), &tokens) else {
+    let Some(want) = gpu_logits(&fixtures().join("tiny-llama"), &tokens) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("emberlm-phi3-{}", std::process::id()));
     let t = phi3_tensors();
     let folder = dir.join("hf");
-    write_folder(&t, &folder, "phi3", "");
-    let got = logits(&folder, &tokens).unwrap();
+    phi3_folder(&t, &folder, "");
+    let got = gpu_logits(&folder, &tokens).unwrap();
     assert!(
         max_diff(&got, &want) < 1e-4,
         "HF phi3: {}",
         max_diff(&got, &want)
     );
     let f32_gguf = dir.join("phi3.gguf");
-    write_gguf(&t, &f32_gguf, false);
-    let got = logits(&f32_gguf, &tokens).unwrap();
+    write_gguf(&t, &f32_gguf, "phi3", as_f32);
+    let got = gpu_logits(&f32_gguf, &tokens).unwrap();
     assert!(
         max_diff(&got, &want) < 1e-4,
         "GGUF phi3: {}",
@@ -198,7 +109,7 @@ fn phi3_folders_and_ggufs_split_their_fused_matrices() {
     );
     // Q8_0 rows split as bytes: each part holds exactly the blocks of its own rows
     let q8_gguf = dir.join("phi3-q8_0.gguf");
-    write_gguf(&t, &q8_gguf, true);
+    write_gguf(&t, &q8_gguf, "phi3", |v| (8, q8_0(v)));
     let files = ModelFiles::open(&q8_gguf).unwrap();
     let w = files.weights().unwrap();
     assert!(!w.tensors.contains_key("blk.0.attn_qkv.weight"));
@@ -224,11 +135,11 @@ fn phi3_folders_and_ggufs_split_their_fused_matrices() {
             );
         }
     }
-    let got = logits(&q8_gguf, &tokens).unwrap();
+    let got = gpu_logits(&q8_gguf, &tokens).unwrap();
     assert!(got.iter().all(|v| v.is_finite()));
     // a trained sliding window caps the context
     let windowed = dir.join("windowed");
-    write_folder(&t, &windowed, "phi3", ", \"sliding_window\": 47");
+    phi3_folder(&t, &windowed, ", \"sliding_window\": 47");
     let files = ModelFiles::open(&windowed).unwrap();
     assert_eq!(files.weights().unwrap().config.context_length, 47);
     std::fs::remove_dir_all(&dir).ok();

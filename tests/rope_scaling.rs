@@ -9,49 +9,20 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::model_forms::{logits, tiny_llama_tensors, write_folder};
 use emberlm::config::RopeScaling;
-use emberlm::forward::{Forward, DEFAULT_CHUNK};
-use emberlm::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
-use emberlm::model::reference::ReferenceModel;
-use emberlm::GpuOptions;
 
 /// The tiny Llama folder with `scaling` (JSON) added to its config, in a fresh folder.
 fn scaled_folder(scaling: &str, tag: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama");
     let dir = std::env::temp_dir().join(format!("emberlm-rope-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["model.safetensors", "tokenizer.json"] {
-        std::fs::copy(src.join(f), dir.join(f)).unwrap();
-    }
-    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
-    let config = config.replace(
-        "\"hidden_act\"",
-        &format!("\"rope_scaling\": {scaling}, \"hidden_act\""),
-    );
-    std::fs::write(dir.join("config.json"), config).unwrap();
+    write_folder(&tiny_llama_tensors(), &dir, |c| {
+        c.replace(
+            "\"hidden_act\"",
+            &format!("\"rope_scaling\": {scaling}, \"hidden_act\""),
+        )
+    });
     dir
-}
-
-/// Every row's logits, GPU and reference, for `tokens` through the model in `dir`.
-fn logits(dir: &Path, tokens: &[u32]) -> Option<(Vec<f32>, Vec<Vec<f32>>)> {
-    let ctx = common::native_gpu(GpuOptions::default())?;
-    let files = ModelFiles::open(dir).unwrap();
-    let weights = files.weights().unwrap();
-    let cache = KernelCache::new();
-    let mut fwd = pollster::block_on(Forward::new(
-        &ctx,
-        &cache,
-        &weights,
-        tokens.len(),
-        DEFAULT_CHUNK,
-    ))
-    .unwrap();
-    let gpu = pollster::block_on(fwd.forward(&ctx, tokens, true)).unwrap();
-    let reference = ReferenceModel::new(&weights).unwrap();
-    let mut rc = reference.new_cache();
-    let want = reference.forward(&mut rc, tokens).unwrap();
-    Some((gpu, want))
 }
 
 #[test]
@@ -111,8 +82,7 @@ fn scaled_rope_runs_as_the_reference_and_changes_long_positions() {
     std::fs::remove_dir_all(&plain_dir).ok();
 }
 
-#[path = "common/gguf_meta.rs"]
-mod gguf_meta;
+use common::gguf_meta;
 
 /// The GGUF forms: `rope.scaling.type = linear` with a factor, and the `rope_freqs.weight`
 /// divisors llama.cpp writes for Llama 3 (here 4 for every pair, which is linear ×4). Both load

@@ -4,11 +4,16 @@
 
 pub mod attention_cases;
 pub mod forward_cases;
+#[cfg(not(target_arch = "wasm32"))]
+#[path = "gguf_meta.rs"]
+pub mod gguf_meta;
 pub mod golden;
 pub mod kernel_cases;
 pub mod kv_kind_cases;
 pub mod linear_cases;
 pub mod linear_fused_cases;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod model_forms;
 pub mod ops_cases;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod require;
