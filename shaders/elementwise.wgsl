@@ -1,6 +1,7 @@
 // The SwiGLU gate over the step's tokens, one invocation per value; the grid is
 // (ceil(n / WG_SIZE), n_tokens). Rows t >= step_params.n_tokens are left alone.
 //   swiglu: dst[t, i] = silu(src0[t, in_off0 + i]) * src1[t, in_off1 + i]
+//           (gelu_tanh for silu with GELU_GATE: GeGLU)
 //           (gate = src0, up = src1; both may be the same fused [gate | up] buffer)
 // dst: [max_tokens, n]; src0, src1: [max_tokens, in_stride].
 
@@ -27,5 +28,10 @@ fn swiglu(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid:
         return;
     }
     let src = t * params.in_stride + i;
-    dst[t * params.n + i] = silu(src0[src + params.in_off0]) * src1[src + params.in_off1];
+#ifdef GELU_GATE
+    let gate = gelu_tanh(src0[src + params.in_off0]);
+#else
+    let gate = silu(src0[src + params.in_off0]);
+#endif
+    dst[t * params.n + i] = gate * src1[src + params.in_off1];
 }

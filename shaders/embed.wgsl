@@ -1,5 +1,7 @@
 // Dequantizing row gather (token and learned position embeddings):
-//   out[t, :] (+)= table[id_t, :]   for t < n_tokens
+//   out[t, :] (+)= scale * table[id_t, :]   for t < n_tokens
+// A table larger than one storage binding is bound in parts of whole rows: each dispatch holds
+// rows first_row .. first_row + part_rows and writes only the tokens whose rows it holds.
 // table: [rows, dim] in its stored type (see quant.wgsl), out: [max_tokens, dim] f32.
 // With FROM_IDS, id_t = ids[t] (ids: u32 [max_tokens]); without, id_t = pos0 + t (GPT-2's
 // learned positions). ACCUMULATE adds to out instead of overwriting it.
@@ -16,6 +18,9 @@ struct Params {
     max_tokens: u32,
     // Always 0; see put().
     zero: u32,
+    first_row: u32,
+    part_rows: u32,
+    scale: f32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -37,10 +42,10 @@ fn put(i: u32, v: f32) {
     // them) may merge this add into the multiply-add that computed the value, which rounds
     // differently (seen on lavapipe: Q4_K sums 1 ulp off). Passing the value through an
     // integer XOR with a zero the compiler cannot see keeps the two apart.
-    let exact = bitcast<f32>(bitcast<u32>(v) ^ params.zero);
+    let exact = bitcast<f32>(bitcast<u32>(v * params.scale) ^ params.zero);
     out[i] = out[i] + exact;
 #else
-    out[i] = v;
+    out[i] = v * params.scale;
 #endif
 }
 
@@ -60,7 +65,10 @@ fn embed(
 #else
     let id = min(step_params.pos0 + t, params.rows - 1u);
 #endif
-    let v = q_dequant(q_load(id, part, dim));
+    if id < params.first_row || id - params.first_row >= params.part_rows {
+        return;
+    }
+    let v = q_dequant(q_load(id - params.first_row, part, dim));
     let c0 = 8u * part;
     let base = t * dim + c0;
     for (var i = 0u; i < 4u; i++) {

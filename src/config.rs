@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod local_attention;
 mod rope_scaling;
+pub use local_attention::{LocalAttention, GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN};
 pub use rope_scaling::{RopeFreqs, RopeScaling};
 
 /// The transformer family, which fixes the forward graph.
@@ -20,6 +22,10 @@ pub enum Architecture {
     Llama,
     /// GPT-2: LayerNorm with bias, learned position embeddings, fused QKV with bias, GELU.
     Gpt2,
+    /// Gemma 3: the embedding scaled by √d, RMSNorm before and after attention and the
+    /// feed-forward, RMSNorm of each query and key head (QK-norm), GeGLU, and local
+    /// (sliding-window) layers between global ones ([`LocalAttention`]).
+    Gemma3,
 }
 
 impl Architecture {
@@ -28,6 +34,7 @@ impl Architecture {
         match self {
             Architecture::Llama => "llama",
             Architecture::Gpt2 => "gpt2",
+            Architecture::Gemma3 => "gemma3",
         }
     }
 }
@@ -62,6 +69,8 @@ pub enum Activation {
     SwiGlu,
     /// `down(gelu_tanh(up(x)))`.
     GeluTanh,
+    /// `down(gelu_tanh(gate(x)) · up(x))`.
+    GeGlu,
 }
 
 /// Everything the engine needs to know about a model's shape and numerics.
@@ -105,6 +114,8 @@ pub struct ModelConfig {
     pub bos_id: Option<u32>,
     /// End-of-sequence tokens (several allowed, e.g. `<|im_end|>` and `<|endoftext|>`).
     pub eos_ids: Vec<u32>,
+    /// Local (sliding-window) layers between global ones, for models trained that way.
+    pub local_attention: Option<LocalAttention>,
 }
 
 /// Largest value accepted for any dimension, a guard against absurd metadata.
@@ -116,6 +127,23 @@ impl ModelConfig {
         RopeFreqs {
             theta: self.rope_theta,
             scaling: self.rope_scaling.clone(),
+        }
+    }
+
+    /// The RoPE of `layer`: a local layer's own base, or the model's.
+    pub fn layer_rope(&self, layer: usize) -> RopeFreqs {
+        match &self.local_attention {
+            Some(l) if l.is_local(layer) => l.rope(),
+            _ => self.rope(),
+        }
+    }
+
+    /// The keys `layer` was trained to read: its window for a local layer, `None` (every key)
+    /// otherwise.
+    pub fn layer_window(&self, layer: usize) -> Option<u32> {
+        match &self.local_attention {
+            Some(l) if l.is_local(layer) => Some(u32::try_from(l.window).unwrap_or(u32::MAX)),
+            _ => None,
         }
     }
 
@@ -191,6 +219,9 @@ impl ModelConfig {
                 .check(self.head_dim)
                 .map_err(|e| Error::format(file, e.to_string()))?;
         }
+        if let Some(problem) = self.local_attention.as_ref().and_then(LocalAttention::problem) {
+            return bad(problem);
+        }
         for &id in self.bos_id.iter().chain(&self.eos_ids) {
             if id as usize >= self.vocab_size {
                 return bad(format!(
@@ -264,6 +295,26 @@ impl ModelConfig {
                 }
                 f("output_norm.weight".into(), vec![d])?;
                 f("output_norm.bias".into(), vec![d])?;
+            }
+            Architecture::Gemma3 => {
+                let (q, kv, hd) = (self.q_dim(), self.kv_dim(), self.head_dim);
+                for i in 0..self.n_layers {
+                    let b = |s: &str| format!("blk.{i}.{s}");
+                    f(b("attn_norm.weight"), vec![d])?;
+                    f(b("attn_q.weight"), vec![q, d])?;
+                    f(b("attn_k.weight"), vec![kv, d])?;
+                    f(b("attn_v.weight"), vec![kv, d])?;
+                    f(b("attn_q_norm.weight"), vec![hd])?;
+                    f(b("attn_k_norm.weight"), vec![hd])?;
+                    f(b("attn_output.weight"), vec![d, q])?;
+                    f(b("post_attention_norm.weight"), vec![d])?;
+                    f(b("ffn_norm.weight"), vec![d])?;
+                    f(b("ffn_gate.weight"), vec![ff, d])?;
+                    f(b("ffn_up.weight"), vec![ff, d])?;
+                    f(b("ffn_down.weight"), vec![d, ff])?;
+                    f(b("post_ffw_norm.weight"), vec![d])?;
+                }
+                f("output_norm.weight".into(), vec![d])?;
             }
         }
         if !self.tied_embeddings {
@@ -372,6 +423,7 @@ pub(crate) mod tests {
             qkv_bias: false,
             bos_id: Some(0),
             eos_ids: vec![0],
+            local_attention: None,
         }
     }
 

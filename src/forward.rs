@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use crate::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
-use crate::config::ModelConfig;
+use crate::config::{Architecture, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gpu::ops::{LinearBinding, Select};
 use crate::gpu::{
@@ -20,6 +20,7 @@ use crate::model::weights::ModelWeights;
 mod arch;
 mod compile;
 pub mod fuse;
+pub mod gemma3;
 pub mod gpt2;
 pub mod graph;
 mod kv;
@@ -234,17 +235,24 @@ impl Forward {
             up: buf("up", (c * ff * sep_ffn).max(1))?,
             hidden: buf("hidden", c * ff)?,
             logits: buf("logits", c * vocab)?,
+            branch: buf(
+                "branch",
+                match config.arch {
+                    Architecture::Gemma3 => c * d,
+                    _ => 1,
+                },
+            )?,
         };
         let step = StepParams::create_buffer(ctx, "step params");
         let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab));
-        let weight_bytes: u64 = gpu.values().map(|t| t.buffer.size()).sum();
+        let weight_bytes: u64 = gpu.values().map(GpuTensor::buffer_bytes).sum();
         let act_buffers: Vec<&wgpu::Buffer> =
             act.all().into_iter().chain([&step, &staging]).collect();
         let activation_bytes: u64 = act_buffers.iter().map(|b| b.size()).sum();
         let alive = AliveBuffers::new(
             ctx.counter_cells(),
             gpu.values()
-                .map(|t| t.buffer.size())
+                .map(GpuTensor::buffer_bytes)
                 .chain(act_buffers.iter().map(|b| b.size())),
         );
         let memory = MemoryReport {

@@ -15,6 +15,11 @@ struct Params {
     kv_rows: u32,
     head_dim: u32,
     max_positions: u32,
+    // y[t, r] is y[t * y_stride + y_offset + r]: a matrix split by rows across bindings runs
+    // once per part, each writing its rows of the whole output (y_stride = rows, y_offset = 0
+    // otherwise). Not for GLU.
+    y_stride: u32,
+    y_offset: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -177,7 +182,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
         }
     }
 #endif
-    y[t * params.rows + r] = out;
+    y[t * params.y_stride + params.y_offset + r] = out;
 #ifndef KV_DEFER
     // positions past the cache were refused on the host; never write outside it anyway
     if pos < params.max_positions {
@@ -192,13 +197,18 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #ifdef GLU
     let out_rows = params.rows / 2u;
     let i = t * out_rows + r;
-    y[i] = silu(v + bias_at(2u * r)) * (u + bias_at(2u * r + 1u));
+#ifdef GELU
+    let gate = gelu_tanh(v + bias_at(2u * r));
+#else
+    let gate = silu(v + bias_at(2u * r));
+#endif
+    y[i] = gate * (u + bias_at(2u * r + 1u));
 #else
     var out = v + bias_at(r);
 #ifdef GELU
     out = gelu_tanh(out);
 #endif
-    let i = t * params.rows + r;
+    let i = t * params.y_stride + params.y_offset + r;
 #ifdef ACCUMULATE
     out = y[i] + out;
 #endif

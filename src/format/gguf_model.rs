@@ -5,7 +5,13 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::gguf::GgufHeader;
-use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout, RopeScaling};
+use crate::config::{
+    Activation, Architecture, LocalAttention, ModelConfig, NormKind, RopeLayout, RopeScaling,
+    GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN,
+};
+
+/// Gemma 3's sliding window where a file does not give one.
+const GEMMA3_WINDOW: usize = 512;
 use crate::error::{Error, Result};
 use crate::model::weights::{ModelWeights, Tensor};
 
@@ -72,6 +78,8 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         // rotate-half RoPE, unpermuted
         "phi3" => (Architecture::Llama, RopeLayout::RotateHalf, false),
         "gpt2" => (Architecture::Gpt2, RopeLayout::None, true),
+        // Gemma 3: rotate-half RoPE, unpermuted
+        "gemma3" => (Architecture::Gemma3, RopeLayout::RotateHalf, false),
         other => {
             return Err(Error::Unsupported {
                 file: file.to_string(),
@@ -140,6 +148,27 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
             "attention.layer_norm_epsilon",
             Activation::GeluTanh,
         ),
+        Architecture::Gemma3 => (
+            NormKind::RmsNorm,
+            "attention.layer_norm_rms_epsilon",
+            Activation::GeGlu,
+        ),
+    };
+    let sliding_window = optional("attention.sliding_window")?.filter(|&w| w > 0);
+    // Gemma 3 interleaves local layers (the window) with global ones; other models trained
+    // with a window are exact only within it, so their context is capped there
+    let (local_attention, context_cap) = match arch {
+        Architecture::Gemma3 => (
+            Some(LocalAttention {
+                window: sliding_window.unwrap_or(GEMMA3_WINDOW),
+                pattern: optional("attention.sliding_window_pattern")?.unwrap_or(GEMMA3_PATTERN),
+                rope_theta: h
+                    .get_f32(&key("rope.freq_base_swa"))?
+                    .unwrap_or(GEMMA3_LOCAL_ROPE_THETA),
+            }),
+            usize::MAX,
+        ),
+        _ => (None, sliding_window.unwrap_or(usize::MAX)),
     };
     let bos_id = h.get_u32("tokenizer.ggml.bos_token_id")?;
     let mut eos_ids = Vec::new();
@@ -159,12 +188,7 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         n_kv_heads: optional("attention.head_count_kv")?.unwrap_or(n_heads),
         head_dim: optional("attention.key_length")?.unwrap_or(hidden / n_heads),
         ffn_size: required("feed_forward_length")?,
-        // exact only within a trained sliding window (Phi-3 writes one): capped there
-        context_length: required("context_length")?.min(
-            optional("attention.sliding_window")?
-                .filter(|&w| w > 0)
-                .unwrap_or(usize::MAX),
-        ),
+        context_length: required("context_length")?.min(context_cap),
         norm,
         norm_eps: h.get_f32(&key(eps_key))?.unwrap_or(1e-5),
         rope_theta: if rope_layout == RopeLayout::None {
@@ -179,6 +203,7 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         qkv_bias,
         bos_id,
         eos_ids,
+        local_attention,
     };
     config.validate(file)?;
     Ok(config)

@@ -128,6 +128,7 @@ pub fn parse_config(
                 qkv_bias: model_type == "qwen2" || raw.attention_bias.unwrap_or(false),
                 bos_id: None,
                 eos_ids: Vec::new(),
+                local_attention: None,
             }
         }
         "gpt2" => {
@@ -172,6 +173,7 @@ pub fn parse_config(
                 qkv_bias: true,
                 bos_id: None,
                 eos_ids: Vec::new(),
+                local_attention: None,
             }
         }
         other => return Err(unsupported(format!("model_type `{other}`"))),

@@ -248,6 +248,8 @@ fn transpose_2d<'a>(t: &Tensor<'a>, file: &str, name: &str) -> Result<Tensor<'a>
 /// read (GPT-2's causal-mask buffers, rotary caches).
 pub fn gguf_name(arch: Architecture, hf_name: &str) -> Option<String> {
     match arch {
+        // read from GGUF files only (the Hugging Face loader refuses its model_type first)
+        Architecture::Gemma3 => None,
         Architecture::Llama => {
             let n = hf_name.strip_prefix("model.").unwrap_or(hf_name);
             match n {

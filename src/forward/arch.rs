@@ -1,7 +1,7 @@
 //! Which architecture builds the graph: the one place that branches on it.
 
 use super::graph::{Graph, Lookup, WeightIndex};
-use super::{gpt2, llama};
+use super::{gemma3, gpt2, llama};
 use crate::config::{Architecture, ModelConfig};
 use crate::error::Result;
 
@@ -12,6 +12,7 @@ pub fn build(config: &ModelConfig, index: &dyn WeightIndex, file: &str) -> Resul
     match config.arch {
         Architecture::Llama => llama::build(config, &w),
         Architecture::Gpt2 => gpt2::build(config, &w),
+        Architecture::Gemma3 => gemma3::build(config, &w),
     }
 }
 

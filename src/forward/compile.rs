@@ -4,14 +4,14 @@
 
 use std::collections::HashMap;
 
-use super::graph::{Act, Graph, LinearOp, Op, Post, Rows, WeightIndex};
+use super::graph::{Act, EmbedScale, Graph, LinearOp, Op, Post, Rows, WeightIndex};
 use crate::config::{ModelConfig, NormKind, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gpu::decode_plan::DecodePlan;
 use crate::gpu::ops::{
     Attention, AttentionBinding, AttentionKeys, EmbedSource, Embedding, Epilogue, Heads, InputNorm,
     KeySplit, KvSource, KvStore, KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding,
-    Qkv, RopeKvWrite, SwiGlu,
+    Qkv, RopeKvWrite, RowNorm, RowNormKind, SwiGlu,
 };
 use crate::gpu::plan::Family;
 use crate::gpu::{
@@ -23,6 +23,8 @@ use crate::gpu::{
 #[derive(Debug)]
 pub(super) enum Node {
     Kernel(KernelBinding),
+    /// One kernel bound once per row part of a split weight, recorded in order.
+    Parts(Vec<KernelBinding>),
     Linear(LinearBinding),
     /// Attention, bound in each variant the plan may choose.
     Attention(Vec<(Variant, AttentionBinding)>),
@@ -39,6 +41,7 @@ impl Node {
         let n_tokens = step.n_tokens;
         match self {
             Node::Kernel(k) => k.record(pass, n_tokens),
+            Node::Parts(parts) => parts.iter().for_each(|k| k.record(pass, n_tokens)),
             Node::Linear(l) => l.record_planned(pass, n_tokens, plan),
             Node::Attention(built) => {
                 if let Some(k) = pick_variant(built, plan.variant(Family::Attention)) {
@@ -109,6 +112,8 @@ pub(super) struct Activations {
     pub hidden: wgpu::Buffer,
     /// Logits; a step that needs only its last token's has them in row 0.
     pub logits: wgpu::Buffer,
+    /// A sub-layer's output before its post-norm (one float for models without them).
+    pub branch: wgpu::Buffer,
 }
 
 impl Activations {
@@ -125,11 +130,12 @@ impl Activations {
             Act::Up => &self.up,
             Act::Hidden => &self.hidden,
             Act::Logits => &self.logits,
+            Act::Branch => &self.branch,
         }
     }
 
     /// Every buffer, for the memory report.
-    pub(super) fn all(&self) -> [&wgpu::Buffer; 11] {
+    pub(super) fn all(&self) -> [&wgpu::Buffer; 12] {
         [
             &self.ids,
             &self.x,
@@ -142,6 +148,7 @@ impl Activations {
             &self.up,
             &self.hidden,
             &self.logits,
+            &self.branch,
         ]
     }
 }
@@ -272,6 +279,7 @@ impl Compiler<'_> {
                 table,
                 rows,
                 accumulate,
+                scale,
             } => {
                 let t = self.get(table)?;
                 let (source, ids) = match rows {
@@ -279,7 +287,11 @@ impl Compiler<'_> {
                     Rows::Positions => (EmbedSource::Positions, None),
                 };
                 let e = Embedding::new(ctx, cache, t.dtype, source, *accumulate).await?;
-                Node::Kernel(e.bind(ctx, self.step, t, ids, &a.x, max)?)
+                let scale = match scale {
+                    EmbedScale::One => 1.0,
+                    EmbedScale::SqrtDim => (c.hidden_size as f32).sqrt(),
+                };
+                Node::Parts(e.bind_scaled(ctx, self.step, t, ids, &a.x, max, scale)?)
             }
             Op::Linear(l) => Node::Linear(self.linear(l, red, false).await?),
             Op::RopeKvWrite { .. } if !self.kv.kinds().is_f32() => {
@@ -287,6 +299,9 @@ impl Compiler<'_> {
                     // nothing to rotate: the cache write that follows is the whole op
                     return Ok(None);
                 }
+                let Op::RopeKvWrite { layer } = op else {
+                    return Ok(None);
+                };
                 let rope = RopeKvWrite::rotate_only(ctx, cache, c.rope_layout).await?;
                 Node::Kernel(rope.bind_rotate_only(
                     ctx,
@@ -294,7 +309,7 @@ impl Compiler<'_> {
                     &a.q,
                     &a.k,
                     heads,
-                    c.rope(),
+                    c.layer_rope(*layer),
                     max,
                 )?)
             }
@@ -313,7 +328,7 @@ impl Compiler<'_> {
                     k_cache,
                     v_cache,
                     heads,
-                    c.rope(),
+                    c.layer_rope(*layer),
                     positions,
                     max,
                 )?)
@@ -362,7 +377,7 @@ impl Compiler<'_> {
                                 &ctx.options().decode_plan,
                                 self.config,
                                 positions,
-                                None,
+                                c.layer_window(*layer),
                             )?,
                             Some(&a.attn_split),
                         )?,
@@ -370,8 +385,43 @@ impl Compiler<'_> {
                 }
                 Node::Attention(built)
             }
-            Op::SwiGlu => {
-                let swiglu = SwiGlu::new(ctx, cache).await?;
+            Op::HeadNorm { act, weight } => {
+                let n_heads = match act {
+                    Act::K => c.n_kv_heads,
+                    _ => c.n_heads,
+                } as u32;
+                let stride = match act {
+                    Act::K => c.kv_dim(),
+                    _ => c.q_dim(),
+                } as u32;
+                let norm = RowNorm::new(ctx, cache, RowNormKind::Heads).await?;
+                Node::Kernel(norm.bind_heads(
+                    ctx,
+                    self.step,
+                    a.get(*act),
+                    &self.get(weight)?.buffer,
+                    (n_heads, c.head_dim as u32, stride),
+                    c.norm_eps,
+                    max,
+                )?)
+            }
+            Op::AddNormed { weight } => {
+                let norm = RowNorm::new(ctx, cache, RowNormKind::AddInto).await?;
+                Node::Kernel(norm.bind_add(
+                    ctx,
+                    self.step,
+                    &a.branch,
+                    &a.x,
+                    &self.get(weight)?.buffer,
+                    (c.hidden_size as u32, c.norm_eps),
+                    max,
+                )?)
+            }
+            Op::SwiGlu | Op::GeGlu => {
+                let swiglu = match op {
+                    Op::GeGlu => SwiGlu::geglu(ctx, cache).await?,
+                    _ => SwiGlu::new(ctx, cache).await?,
+                };
                 Node::Kernel(swiglu.bind(
                     ctx,
                     self.step,
@@ -411,7 +461,7 @@ impl Compiler<'_> {
             None => None,
         };
         let deferred = !self.kv.kinds().is_f32();
-        let rope = c.rope();
+        let rope = c.layer_rope(op.kv_layer.unwrap_or(0));
         let kv = match op.kv_layer {
             Some(layer) => {
                 let caches = self.layer_cache(layer)?;
@@ -434,6 +484,7 @@ impl Compiler<'_> {
                 Post::None => Epilogue::None,
                 Post::SwiGlu => Epilogue::SwiGlu,
                 Post::Gelu => Epilogue::Gelu,
+                Post::GeGlu => Epilogue::GeGlu,
             },
             last_row,
             kv_write: kv.is_some(),

@@ -95,10 +95,13 @@ pub fn plan(weights: &ModelWeights<'_>) -> FusionPlan {
     for layer in 0..c.n_layers {
         let get = |s: &str| weights.tensors.get(&format!("blk.{layer}.{s}.weight"));
         let llama = c.arch == Architecture::Llama;
+        // Gemma 3 normalises each query and key head before RoPE: its projections stay
+        // separate; its gate and up interleave like Llama's (a GeGLU epilogue)
+        let gated = llama || c.arch == Architecture::Gemma3;
         out.qkv
             .push(llama && compatible(&[get("attn_q"), get("attn_k"), get("attn_v")]));
         out.gate_up
-            .push(llama && compatible(&[get("ffn_gate"), get("ffn_up")]));
+            .push(gated && compatible(&[get("ffn_gate"), get("ffn_up")]));
     }
     out
 }

@@ -68,11 +68,13 @@ pub fn build(c: &ModelConfig, w: &Lookup<'_>) -> Result<Graph> {
             table: w.tensor("token_embd.weight", &[c.vocab_size, d])?,
             rows: Rows::Tokens,
             accumulate: false,
+        scale: super::graph::EmbedScale::One,
         },
         Op::Embed {
             table: w.tensor("position_embd.weight", &[c.context_length, d])?,
             rows: Rows::Positions,
             accumulate: true,
+            scale: super::graph::EmbedScale::One,
         },
     ];
     for layer in 0..c.n_layers {

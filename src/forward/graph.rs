@@ -34,6 +34,8 @@ pub enum Act {
     Hidden,
     /// Logits, `[chunk, vocab]`.
     Logits,
+    /// A sub-layer's output before its norm joins the residual (Gemma), `[chunk, d]`.
+    Branch,
 }
 
 /// A weight matrix `[out, in]` and its bias `[out]`, by tensor name.
@@ -67,6 +69,8 @@ pub enum Post {
     SwiGlu,
     /// `y = gelu_tanh(W·x + bias)`.
     Gelu,
+    /// As [`Post::SwiGlu`] with `gelu_tanh` for `silu` (Gemma's GeGLU).
+    GeGlu,
 }
 
 /// `y (+)= post(W · norm(x) + bias)`.
@@ -131,6 +135,16 @@ pub enum Rows {
     Positions,
 }
 
+/// What an embedding's rows are multiplied by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EmbedScale {
+    /// The rows as stored.
+    #[default]
+    One,
+    /// √d, d the model width (Gemma).
+    SqrtDim,
+}
+
 /// One operation of the graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -142,6 +156,8 @@ pub enum Op {
         rows: Rows,
         /// Adds into [`Act::X`] instead of overwriting it.
         accumulate: bool,
+        /// What every row is multiplied by.
+        scale: EmbedScale,
     },
     /// A linear layer.
     Linear(LinearOp),
@@ -160,6 +176,22 @@ pub enum Op {
     },
     /// `Hidden = silu(Gate) · Up`.
     SwiGlu,
+    /// `Hidden = gelu_tanh(Gate) · Up`.
+    GeGlu,
+    /// RMSNorm of every head of `act` in place (QK-norm): each token's `heads` rows of
+    /// `head_dim` values, gain `[head_dim]`.
+    HeadNorm {
+        /// [`Act::Q`] (`n_heads` heads) or [`Act::K`] (`n_kv_heads`).
+        act: Act,
+        /// The gain's tensor, `[head_dim]`.
+        weight: String,
+    },
+    /// `X += rms_norm(Branch) · weight`: a sub-layer's output normalised before it joins the
+    /// residual (Gemma's post-norms), gain `[d]`.
+    AddNormed {
+        /// The gain's tensor, `[d]`.
+        weight: String,
+    },
 }
 
 /// A model's forward pass: the per-layer operations, then the head.

@@ -125,6 +125,7 @@ pub fn build(c: &ModelConfig, w: &Lookup<'_>) -> Result<Graph> {
         table,
         rows: super::graph::Rows::Tokens,
         accumulate: false,
+        scale: super::graph::EmbedScale::One,
     }];
     for layer in 0..c.n_layers {
         Block::find(c, w, layer)?.ops(layer, &mut ops);

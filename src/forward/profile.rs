@@ -138,6 +138,16 @@ impl Forward {
                     variant: None,
                     bytes: k.weight_bytes(n),
                 },
+                Node::Parts(parts) => {
+                    let label = parts.first().map_or("kernel", |k| k.label());
+                    Item {
+                        node: Timed::Node(node),
+                        kernel: label.split(' ').next().unwrap_or("kernel").to_string(),
+                        shape: format!("{label} in {} parts", parts.len()),
+                        variant: None,
+                        bytes: parts.iter().map(|k| k.weight_bytes(n)).sum(),
+                    }
+                }
                 Node::Linear(l) => {
                     let (rows, cols) = l.shape();
                     Item {

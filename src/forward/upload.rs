@@ -37,9 +37,13 @@ impl Forward {
         chunk: usize,
     ) -> Result<()> {
         let c = &weights.config;
-        let limit = ctx.limits().max_storage_buffer_binding_size;
+        let limit = ctx.binding_limit();
         for (name, t) in &weights.tensors {
-            let bytes = t.data.len() as u64;
+            // a matrix larger than one binding is split by rows: one row must fit
+            let bytes = match t.shape.as_slice() {
+                [rows, _] if *rows > 0 => (t.data.len() / rows) as u64,
+                _ => t.data.len() as u64,
+            };
             if bytes > limit {
                 return Err(Error::Limit {
                     what: format!("tensor `{name}` ({} {:?})", t.dtype, t.shape),

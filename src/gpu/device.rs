@@ -34,6 +34,10 @@ pub struct GpuOptions {
     /// Which kind of device runs the model (`device`): any adapter, a hardware GPU only, or
     /// the CPU backend.
     pub device: DeviceChoice,
+    /// A lower cap on the bytes one storage binding holds than the device grants (`None`: the
+    /// device's `maxStorageBufferBindingSize`). Tensors larger than the cap are split by rows;
+    /// tests force the split with it.
+    pub binding_cap: Option<u64>,
 }
 
 /// Which kind of device runs the model (`--device`, `device`).
@@ -87,6 +91,7 @@ impl Default for GpuOptions {
             decode_plan: super::decode_plan::DecodePlan::default(),
             precision: super::precision::Precision::default(),
             device: DeviceChoice::default(),
+            binding_cap: None,
         }
     }
 }
@@ -400,6 +405,13 @@ impl GpuContext {
     /// The limits granted to the device.
     pub fn limits(&self) -> &wgpu::Limits {
         &self.limits
+    }
+
+    /// The most bytes one storage binding of a weight may hold: the device's
+    /// `maxStorageBufferBindingSize`, or [`GpuOptions::binding_cap`] when lower.
+    pub fn binding_limit(&self) -> u64 {
+        let granted = self.limits.max_storage_buffer_binding_size;
+        self.options.binding_cap.map_or(granted, |cap| cap.min(granted))
     }
 
     /// The options the context was created with.

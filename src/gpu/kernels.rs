@@ -54,6 +54,8 @@ pub const ATTENTION_ROWS: ShaderFile = shader_file!("attention_rows.wgsl");
 pub const ATTENTION_MERGE: ShaderFile = shader_file!("attention_merge.wgsl");
 /// The elementwise SwiGLU gate (separate gate and up projections).
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
+/// RMS norms of whole rows outside a linear (QK-norm, post-norms).
+pub const ROW_NORM: ShaderFile = shader_file!("row_norm.wgsl");
 /// Linear layers with weights in their stored type (decode and prefill).
 pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
 /// Linear layers in the rows shape (each invocation owns whole rows; no barriers).
@@ -377,6 +379,7 @@ mod tests {
             ATTENTION_ROWS,
             ATTENTION_MERGE,
             ELEMENTWISE,
+            ROW_NORM,
             COPY,
             SELECT,
             KV_STORE,

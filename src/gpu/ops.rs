@@ -13,6 +13,7 @@ pub mod linear;
 mod linear_binding;
 mod linear_options;
 pub mod rope;
+pub mod row_norm;
 pub mod select;
 mod weight_checks;
 
@@ -26,6 +27,7 @@ pub use linear::{
     NormBinding,
 };
 pub use rope::{Qkv, RopeKvWrite};
+pub use row_norm::{RowNorm, RowNormKind};
 pub use select::Select;
 
 use std::sync::Arc;

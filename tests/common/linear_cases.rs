@@ -372,8 +372,10 @@ pub async fn check_linear_errors(ctx: &GpuContext, cache: &KernelCache) -> Resul
     let matrix = |shape: Vec<usize>, dtype: DType, bytes: u64| -> Result<GpuTensor, String> {
         Ok(GpuTensor {
             buffer: buf(bytes)?,
+            first_rows: shape[0] as u32,
             shape,
             dtype,
+            rest: Vec::new(),
         })
     };
     let good = matrix(vec![3, 64], DType::Q8_0, 3 * 2 * 34)?;

@@ -37,7 +37,7 @@ pub async fn check_linear_fused(
     let op = every_variant(ctx, cache, dtype, reduction, options, &what).await?;
     let max_tokens = runs.iter().map(|r| r.1).max().unwrap_or(1) as usize;
     let step = step_buffer(ctx);
-    let glu = options.epilogue == Epilogue::SwiGlu;
+    let glu = options.epilogue.is_glu();
     for &(rows, cols) in shapes {
         let rows = if glu { rows + rows % 2 } else { rows };
         let what = format!("{what} [{rows}, {cols}]");
@@ -159,10 +159,16 @@ pub async fn check_linear_fused(
                             let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
                             (0.5 * v * (1.0 + u.tanh()), m)
                         }
-                        Epilogue::SwiGlu => {
+                        Epilogue::SwiGlu | Epilogue::GeGlu => {
                             let (g, mg) = dot(2 * r);
                             let (u, mu) = dot(2 * r + 1);
-                            let s = g / (1.0 + (-g).exp());
+                            let s = match options.epilogue {
+                                Epilogue::GeGlu => {
+                                    let k = 0.7978845608028654 * (g + 0.044715 * g * g * g);
+                                    0.5 * g * (1.0 + k.tanh())
+                                }
+                                _ => g / (1.0 + (-g).exp()),
+                            };
                             // |d silu| ≤ 1.1: the gate's error passes through scaled by |up|
                             (s * u, mg * u.abs() * 1.1 + mu * s.abs())
                         }
@@ -204,6 +210,11 @@ pub fn fused_options() -> Vec<LinearOptions> {
         LinearOptions {
             epilogue: Epilogue::SwiGlu,
             has_bias: true,
+            ..base
+        },
+        LinearOptions {
+            norm: Some(InputNorm::Rms),
+            epilogue: Epilogue::GeGlu,
             ..base
         },
         LinearOptions {

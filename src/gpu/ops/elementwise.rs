@@ -31,9 +31,16 @@ struct Elementwise {
 }
 
 impl Elementwise {
-    async fn new(ctx: &GpuContext, cache: &KernelCache, entry: &'static str) -> Result<Self> {
+    async fn new(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        entry: &'static str,
+        gelu_gate: bool,
+    ) -> Result<Self> {
         let wg_size = wg_size(ctx);
-        let defines = Defines::new().value("WG_SIZE", format!("{wg_size}u"));
+        let defines = Defines::new()
+            .value("WG_SIZE", format!("{wg_size}u"))
+            .flag_if("GELU_GATE", gelu_gate);
         let pipeline = load(ctx, cache, &kernels::ELEMENTWISE, entry, defines).await?;
         Ok(Self {
             pipeline,
@@ -86,7 +93,13 @@ pub struct SwiGlu(Elementwise);
 impl SwiGlu {
     /// Builds (or fetches from `cache`) the kernel.
     pub async fn new(ctx: &GpuContext, cache: &KernelCache) -> Result<Self> {
-        Ok(Self(Elementwise::new(ctx, cache, "swiglu").await?))
+        Ok(Self(Elementwise::new(ctx, cache, "swiglu", false).await?))
+    }
+
+    /// The GeGLU gate instead (Gemma): `out[t, i] = gelu_tanh(gate[t, i]) · up[t, i]`, bound
+    /// the same way.
+    pub async fn geglu(ctx: &GpuContext, cache: &KernelCache) -> Result<Self> {
+        Ok(Self(Elementwise::new(ctx, cache, "swiglu", true).await?))
     }
 
     /// Binds `gate, up, out: [max_tokens, ff]` with the [`super::StepParams`] uniform `step`.

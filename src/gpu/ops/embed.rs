@@ -26,6 +26,13 @@ struct EmbedParams {
     max_tokens: u32,
     /// Always 0: an operand the shader compiler cannot fold (see `put` in the shader).
     zero: u32,
+    /// The first table row this binding's buffer holds (a split table's part).
+    first_row: u32,
+    /// Rows this binding's buffer holds.
+    part_rows: u32,
+    /// Every gathered value is multiplied by it (1: the row as stored).
+    scale: f32,
+    _pad: u32,
 }
 
 /// Where the row of each token comes from.
@@ -70,7 +77,7 @@ impl Embedding {
     }
 
     /// Binds one lookup: `step` is the shared [`super::StepParams`] uniform, `table: [rows, dim]`
-    /// (from `table.shape`), `ids: u32 [max_tokens]` (given exactly for
+    /// (from `table.shape`, in one binding), `ids: u32 [max_tokens]` (given exactly for
     /// [`EmbedSource::Tokens`]), `out: [max_tokens, dim]` f32. Errors name the argument.
     /// Record the binding with the step's token count (at most `max_tokens`).
     pub fn bind(
@@ -82,6 +89,29 @@ impl Embedding {
         out: &wgpu::Buffer,
         max_tokens: u32,
     ) -> Result<KernelBinding> {
+        table.whole("table")?;
+        let mut parts = self.bind_scaled(ctx, step, table, ids, out, max_tokens, 1.0)?;
+        parts
+            .pop()
+            .ok_or_else(|| Error::invalid("table", "no rows to bind"))
+    }
+
+    /// [`Self::bind`] for a table of any number of row parts (one binding per part, to record
+    /// in order), each value multiplied by `scale` (Gemma's √d; 1 keeps rows as stored).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_scaled(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        table: &GpuTensor,
+        ids: Option<&wgpu::Buffer>,
+        out: &wgpu::Buffer,
+        max_tokens: u32,
+        scale: f32,
+    ) -> Result<Vec<KernelBinding>> {
+        if !scale.is_finite() {
+            return Err(Error::invalid("scale", format!("{scale} is not finite")));
+        }
         positive("max_tokens", max_tokens)?;
         check_step(step)?;
         let (rows, dim) = matrix_shape(table, self.dtype, "table")?;
@@ -91,13 +121,14 @@ impl Embedding {
             u64::from(max_tokens) * u64::from(dim),
             &format!("[{max_tokens}, {dim}] f32"),
         )?;
-        if out == &table.buffer || ids.is_some_and(|i| i == out) {
+        let parts = table.parts();
+        if parts.iter().any(|(_, _, b)| *b == out) || ids.is_some_and(|i| i == out) {
             return Err(Error::invalid(
                 "out",
                 "the output buffer is also an input of the lookup",
             ));
         }
-        let mut storage = vec![&table.buffer];
+        let mut storage = Vec::new();
         match (self.source, ids) {
             (EmbedSource::Tokens, Some(ids)) => {
                 check_words(
@@ -132,23 +163,35 @@ impl Embedding {
                 });
             }
         }
-        let params = EmbedParams {
-            rows,
-            dim,
-            max_tokens,
-            zero: 0,
-        };
-        Ok(KernelBinding::new(
-            ctx,
-            &self.pipeline,
-            &format!("embed {} [{rows}, {dim}]", self.dtype),
-            &params,
-            Some(step),
-            &storage,
-            Grid::PerToken(x),
-        )
-        .with_weights(WeightRead::PerToken(
-            self.dtype.bytes_for(u64::from(dim), "table")?,
-        )))
+        let label = format!("embed {} [{rows}, {dim}]", self.dtype);
+        let per_token = self.dtype.bytes_for(u64::from(dim), "table")?;
+        Ok(parts
+            .into_iter()
+            .map(|(first_row, part_rows, buffer)| {
+                let params = EmbedParams {
+                    rows,
+                    dim,
+                    max_tokens,
+                    zero: 0,
+                    first_row,
+                    part_rows,
+                    scale,
+                    _pad: 0,
+                };
+                let bound: Vec<&wgpu::Buffer> =
+                    std::iter::once(buffer).chain(storage.iter().copied()).collect();
+                KernelBinding::new(
+                    ctx,
+                    &self.pipeline,
+                    &label,
+                    &params,
+                    Some(step),
+                    &bound,
+                    Grid::PerToken(x),
+                )
+                // every token reads one row, from whichever part holds it
+                .with_weights(WeightRead::PerToken(if first_row == 0 { per_token } else { 0 }))
+            })
+            .collect())
     }
 }

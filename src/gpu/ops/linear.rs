@@ -64,6 +64,11 @@ struct LinearParams {
     kv_rows: u32,
     head_dim: u32,
     max_positions: u32,
+    /// Floats between two tokens' rows of `y` (the whole matrix's output rows).
+    y_stride: u32,
+    /// The output row this binding's first weight row writes (a split matrix's part).
+    y_offset: u32,
+    _pad: [u32; 2],
 }
 
 /// `y[t, r] (+)= Σ_c W[r, c]·x[t, c] (+ bias[r])` for `t < n_tokens`, with `W: [rows, cols]`
@@ -203,8 +208,11 @@ impl Linear {
                 // RMS norms reduce their squares together with the products (decode kernel)
                 .flag_if("REDUCE_PAIR", options.norm == Some(InputNorm::Rms))
                 .flag_if("NORM_LAYER", options.norm == Some(InputNorm::Layer))
-                .flag_if("GLU", options.epilogue == Epilogue::SwiGlu)
-                .flag_if("GELU", options.epilogue == Epilogue::Gelu)
+                .flag_if("GLU", options.epilogue.is_glu())
+                .flag_if(
+                    "GELU",
+                    matches!(options.epilogue, Epilogue::Gelu | Epilogue::GeGlu),
+                )
                 .flag_if("LAST_ROW", options.last_row)
                 .flag_if("KV_WRITE", options.kv_write)
                 .flag_if("ROPE", options.rope)
@@ -323,11 +331,11 @@ impl Linear {
         check_step(step)?;
         let (rows, cols) = matrix_shape(w, self.dtype, "w")?;
         let opts = self.options;
-        let out_rows = if opts.epilogue == Epilogue::SwiGlu {
+        let out_rows = if opts.epilogue.is_glu() {
             if !rows.is_multiple_of(2) {
                 return Err(Error::invalid(
                     "w",
-                    format!("SwiGLU needs (gate, up) row pairs, got {rows} rows"),
+                    format!("a gated unit needs (gate, up) row pairs, got {rows} rows"),
                 ));
             }
             rows / 2
@@ -348,13 +356,26 @@ impl Linear {
             u64::from(out_tokens) * u64::from(out_rows),
             &shape(out_tokens, out_rows),
         )?;
-        if y == x || y == &w.buffer || bias.is_some_and(|b| b == y) {
+        let parts = w.parts();
+        if parts.iter().any(|(_, _, b)| *b == y) || y == x || bias.is_some_and(|b| b == y) {
             return Err(Error::invalid(
                 "y",
                 "the output buffer is also an input of the same layer",
             ));
         }
-        let mut storage = vec![(2, &w.buffer), (3, x), (4, y)];
+        if parts.len() > 1
+            && (opts.kv_write || opts.epilogue.is_glu() || opts.has_bias)
+        {
+            return Err(Error::invalid(
+                "w",
+                format!(
+                    "a [{rows}, {cols}] matrix split across {} bindings cannot have a bias, \
+                     interleaved SwiGLU rows or a KV write",
+                    parts.len()
+                ),
+            ));
+        }
+        let mut storage = vec![(3, x), (4, y)];
         if let Some(b) = optional_input("bias", "bias", opts.has_bias, bias)? {
             check_words("bias", b, u64::from(rows), &format!("[{rows}] f32"))?;
             storage.push((5, b));
@@ -401,59 +422,70 @@ impl Linear {
             storage.push((10, f));
         }
         let max_groups = ctx.limits().max_compute_workgroups_per_dimension;
-        let params = LinearParams {
-            rows,
-            cols,
-            max_tokens,
-            eps,
-            q_rows: kv_params[0],
-            kv_rows: kv_params[1],
-            head_dim: kv_params[2],
-            max_positions: kv_params[3],
-        };
-        let label = format!("linear {} [{rows}, {cols}]", self.dtype);
-        let weights = WeightRead::Whole(
-            self.dtype
-                .bytes_for(u64::from(rows) * u64::from(cols), "w")?,
-        );
-        let bind = |pipeline: &Arc<wgpu::ComputePipeline>, grid: Grid| {
-            KernelBinding::new_at(ctx, pipeline, &label, &params, Some(step), &storage, grid)
-                .with_weights(weights)
-        };
-        let rows_groups = rows.div_ceil(ROWS_PER_INVOCATION * ROWS_WG);
-        let mut decode = Vec::new();
-        for (v, pipeline) in &self.decode {
-            let groups = match v {
-                Variant::Workgroup => rows.div_ceil(LINEAR_DECODE_ROWS),
-                Variant::Rows => rows_groups,
+        let mut decode: Vec<(Variant, Vec<KernelBinding>)> =
+            self.decode.iter().map(|(v, _)| (*v, Vec::new())).collect();
+        let mut prefill: Vec<(Variant, Vec<KernelBinding>)> =
+            self.prefill.iter().map(|(v, _)| (*v, Vec::new())).collect();
+        for &(first_row, part_rows, buffer) in &parts {
+            let params = LinearParams {
+                rows: part_rows,
+                cols,
+                max_tokens,
+                eps,
+                q_rows: kv_params[0],
+                kv_rows: kv_params[1],
+                head_dim: kv_params[2],
+                max_positions: kv_params[3],
+                y_stride: out_rows,
+                y_offset: first_row,
+                _pad: [0; 2],
             };
-            let (x, y) = dispatch_grid(ctx, "linear_decode", groups)?;
-            decode.push((*v, bind(pipeline, Grid::Fixed(x, y))));
-        }
-        let mut prefill = Vec::new();
-        for (v, pipeline) in &self.prefill {
-            let (row_groups, tile) = match v {
-                Variant::Workgroup => (rows.div_ceil(LINEAR_PREFILL_ROWS), LINEAR_PREFILL_TOKENS),
-                Variant::Rows => (rows_groups, LINEAR_PREFILL_ROWS_TOKENS),
+            let label = format!("linear {} [{part_rows}, {cols}]", self.dtype);
+            let weights = WeightRead::Whole(
+                self.dtype
+                    .bytes_for(u64::from(part_rows) * u64::from(cols), "w")?,
+            );
+            let mut bound = storage.clone();
+            bound.push((2, buffer));
+            let bind = |pipeline: &Arc<wgpu::ComputePipeline>, grid: Grid| {
+                KernelBinding::new_at(ctx, pipeline, &label, &params, Some(step), &bound, grid)
+                    .with_weights(weights)
             };
-            for (what, needed) in [
-                ("linear_prefill row groups", row_groups),
-                ("linear_prefill token tiles", max_tokens.div_ceil(tile)),
-            ] {
-                if needed > max_groups {
-                    return Err(Error::Limit {
-                        what: what.into(),
-                        limit: "maxComputeWorkgroupsPerDimension",
-                        needed: u64::from(needed),
-                        allowed: u64::from(max_groups),
-                    });
-                }
+            let rows_groups = part_rows.div_ceil(ROWS_PER_INVOCATION * ROWS_WG);
+            for ((v, pipeline), (_, out)) in self.decode.iter().zip(decode.iter_mut()) {
+                let groups = match v {
+                    Variant::Workgroup => part_rows.div_ceil(LINEAR_DECODE_ROWS),
+                    Variant::Rows => rows_groups,
+                };
+                let (x, y) = dispatch_grid(ctx, "linear_decode", groups)?;
+                out.push(bind(pipeline, Grid::Fixed(x, y)));
             }
-            let grid = Grid::TokenTiles {
-                x: row_groups,
-                tile,
-            };
-            prefill.push((*v, bind(pipeline, grid)));
+            for ((v, pipeline), (_, out)) in self.prefill.iter().zip(prefill.iter_mut()) {
+                let (row_groups, tile) = match v {
+                    Variant::Workgroup => {
+                        (part_rows.div_ceil(LINEAR_PREFILL_ROWS), LINEAR_PREFILL_TOKENS)
+                    }
+                    Variant::Rows => (rows_groups, LINEAR_PREFILL_ROWS_TOKENS),
+                };
+                for (what, needed) in [
+                    ("linear_prefill row groups", row_groups),
+                    ("linear_prefill token tiles", max_tokens.div_ceil(tile)),
+                ] {
+                    if needed > max_groups {
+                        return Err(Error::Limit {
+                            what: what.into(),
+                            limit: "maxComputeWorkgroupsPerDimension",
+                            needed: u64::from(needed),
+                            allowed: u64::from(max_groups),
+                        });
+                    }
+                }
+                let grid = Grid::TokenTiles {
+                    x: row_groups,
+                    tile,
+                };
+                out.push(bind(pipeline, grid));
+            }
         }
         Ok(LinearBinding {
             decode,

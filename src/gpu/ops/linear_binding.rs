@@ -30,8 +30,9 @@ impl LinearKernel {
 /// once, record every step.
 #[derive(Debug)]
 pub struct LinearBinding {
-    pub(super) decode: Vec<(Variant, KernelBinding)>,
-    pub(super) prefill: Vec<(Variant, KernelBinding)>,
+    /// Per variant, one binding per row part of the weight (one unless it is split).
+    pub(super) decode: Vec<(Variant, Vec<KernelBinding>)>,
+    pub(super) prefill: Vec<(Variant, Vec<KernelBinding>)>,
     pub(super) rows: u32,
     pub(super) cols: u32,
     pub(super) last_row: bool,
@@ -43,11 +44,14 @@ pub struct LinearBinding {
 }
 
 /// The binding of `variant` in `built`, or the first one when that variant was not built.
-fn pick(built: &[(Variant, KernelBinding)], variant: Option<Variant>) -> Option<&KernelBinding> {
+fn pick(
+    built: &[(Variant, Vec<KernelBinding>)],
+    variant: Option<Variant>,
+) -> Option<&[KernelBinding]> {
     variant
         .and_then(|v| built.iter().find(|(b, _)| *b == v))
         .or(built.first())
-        .map(|(_, k)| k)
+        .map(|(_, k)| k.as_slice())
 }
 
 impl LinearBinding {
@@ -98,7 +102,7 @@ impl LinearBinding {
             LinearKernel::Prefill if !self.last_row => pick(&self.prefill, variant),
             _ => pick(&self.decode, variant),
         };
-        if let Some(b) = binding {
+        for b in binding.unwrap_or_default() {
             b.record(pass, n_tokens);
         }
     }
@@ -140,6 +144,7 @@ impl LinearBinding {
         match o.epilogue {
             Epilogue::SwiGlu => parts.push("swiglu"),
             Epilogue::Gelu => parts.push("gelu"),
+            Epilogue::GeGlu => parts.push("geglu"),
             Epilogue::None => {}
         }
         if o.accumulate {

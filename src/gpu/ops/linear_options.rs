@@ -21,6 +21,15 @@ pub enum Epilogue {
     SwiGlu,
     /// `y = gelu_tanh(W·x + bias)`.
     Gelu,
+    /// As [`Epilogue::SwiGlu`] with `gelu_tanh` for `silu`: a GeGLU feed-forward (Gemma).
+    GeGlu,
+}
+
+impl Epilogue {
+    /// Whether rows are interleaved (gate, up) pairs and the output has half of them.
+    pub fn is_glu(self) -> bool {
+        matches!(self, Epilogue::SwiGlu | Epilogue::GeGlu)
+    }
 }
 
 /// What a [`Linear`] fuses around its product. The default is the plain layer.

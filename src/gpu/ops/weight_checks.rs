@@ -60,13 +60,26 @@ pub(crate) fn matrix_shape(w: &GpuTensor, dtype: DType, name: &'static str) -> R
         ));
     }
     let bytes = dtype.bytes_for(u64::from(rows) * u64::from(cols), name)?;
-    if w.buffer.size() < bytes {
+    let mut next_row = 0u32;
+    for (first_row, part_rows, buffer) in w.parts() {
+        let part = dtype.bytes_for(u64::from(part_rows) * u64::from(cols), name)?;
+        if first_row != next_row || buffer.size() < part {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "buffer of rows {first_row}..{} holds {} bytes but [{part_rows}, {cols}] \
+                     {dtype} needs {part}",
+                    first_row + part_rows,
+                    buffer.size()
+                ),
+            ));
+        }
+        next_row += part_rows;
+    }
+    if next_row != rows {
         return Err(Error::invalid(
             name,
-            format!(
-                "buffer holds {} bytes but [{rows}, {cols}] {dtype} needs {bytes}",
-                w.buffer.size()
-            ),
+            format!("its parts hold {next_row} rows, the shape {rows}"),
         ));
     }
     // Byte addresses of blocks (and, for F32, element indices) are u32 in the kernels.

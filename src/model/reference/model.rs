@@ -1,5 +1,5 @@
-//! [`ReferenceModel`]: the whole forward pass on the CPU, Llama and GPT-2, from the operations
-//! of the sibling modules.
+//! [`ReferenceModel`]: the whole forward pass on the CPU, Llama, GPT-2 and Gemma 3, from the
+//! operations of the sibling modules.
 
 use crate::config::{Activation, Architecture, ModelConfig, NormKind};
 use crate::dtype::dequantize;
@@ -63,6 +63,22 @@ struct Block {
     down: Vec<f32>,
     /// `[d]`
     down_bias: Option<Vec<f32>>,
+    /// Gemma 3's extra norms.
+    gemma: Option<GemmaNorms>,
+}
+
+/// Gemma 3's norms beyond the pre-norms: of each query and key head, and of the attention and
+/// feed-forward outputs before they join the residual.
+#[derive(Debug, Clone)]
+struct GemmaNorms {
+    /// `[head_dim]`
+    q_norm: Vec<f32>,
+    /// `[head_dim]`
+    k_norm: Vec<f32>,
+    /// `[d]`
+    post_attention: Vec<f32>,
+    /// `[d]`
+    post_ffn: Vec<f32>,
 }
 
 /// A whole model on the CPU, every weight dequantized exactly to f32 once: the plain forward
@@ -161,7 +177,7 @@ impl ReferenceModel {
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
             let (wq, wk, wv, bq, bk, bv, bo, up_bias, down_bias) = match c.arch {
-                Architecture::Llama => {
+                Architecture::Llama | Architecture::Gemma3 => {
                     let bias = |s: &str| -> Result<Option<Vec<f32>>> {
                         if c.qkv_bias {
                             load(&n(s)).map(Some)
@@ -212,20 +228,29 @@ impl ReferenceModel {
                 bo,
                 ffn_norm: norm(&n("ffn_norm"))?,
                 gate: match c.activation {
-                    Activation::SwiGlu => Some(load(&n("ffn_gate.weight"))?),
+                    Activation::SwiGlu | Activation::GeGlu => Some(load(&n("ffn_gate.weight"))?),
                     Activation::GeluTanh => None,
                 },
                 up: load(&n("ffn_up.weight"))?,
                 up_bias,
                 down: load(&n("ffn_down.weight"))?,
                 down_bias,
+                gemma: match c.arch {
+                    Architecture::Gemma3 => Some(GemmaNorms {
+                        q_norm: load(&n("attn_q_norm.weight"))?,
+                        k_norm: load(&n("attn_k_norm.weight"))?,
+                        post_attention: load(&n("post_attention_norm.weight"))?,
+                        post_ffn: load(&n("post_ffw_norm.weight"))?,
+                    }),
+                    _ => None,
+                },
             });
         }
         Ok(ReferenceModel {
             token_embd: load("token_embd.weight")?,
             position_embd: match c.arch {
                 Architecture::Gpt2 => Some(load("position_embd.weight")?),
-                Architecture::Llama => None,
+                Architecture::Llama | Architecture::Gemma3 => None,
             },
             blocks,
             output_norm: norm("output_norm")?,
@@ -297,7 +322,11 @@ impl ReferenceModel {
         let (d, hd, ff) = (c.hidden_size, c.head_dim, c.ffn_size);
         let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
 
-        // x: [n, d], the residual stream.
+        // x: [n, d], the residual stream (Gemma scales the embedding by √d).
+        let scale = match c.arch {
+            Architecture::Gemma3 => (d as f32).sqrt(),
+            _ => 1.0,
+        };
         let mut x = Vec::with_capacity(n * d);
         for (i, &t) in tokens.iter().enumerate() {
             let row = &self.token_embd[t as usize * d..][..d];
@@ -306,16 +335,22 @@ impl ReferenceModel {
                     let prow = &p[(start + i) * d..][..d];
                     x.extend(row.iter().zip(prow).map(|(a, b)| a + b));
                 }
-                None => x.extend_from_slice(row),
+                None => x.extend(row.iter().map(|v| v * scale)),
             }
         }
 
-        let freqs = c.rope();
         for (l, b) in self.blocks.iter().enumerate() {
+            let freqs = c.layer_rope(l);
+            let window = c.layer_window(l).map(|w| w as usize);
             let h = b.attn_norm.apply(&x, c.norm_eps);
             let mut q = matmul(&b.wq, &h, b.bq.as_deref(), q_dim, d);
             let mut k = matmul(&b.wk, &h, b.bk.as_deref(), kv_dim, d);
             let v = matmul(&b.wv, &h, b.bv.as_deref(), kv_dim, d);
+            if let Some(g) = &b.gemma {
+                // QK-norm: every head of every token on its own
+                q = rms_norm(&q, &g.q_norm, hd, c.norm_eps);
+                k = rms_norm(&k, &g.k_norm, hd, c.norm_eps);
+            }
             for (i, (qi, ki)) in q
                 .chunks_exact_mut(q_dim)
                 .zip(k.chunks_exact_mut(kv_dim))
@@ -328,32 +363,44 @@ impl ReferenceModel {
             cache.v[l].extend_from_slice(&v);
             let mut att = Vec::with_capacity(n * q_dim);
             for (i, qi) in q.chunks_exact(q_dim).enumerate() {
-                // Causal: token i sees the cached prefix and itself, nothing after.
+                // Causal: token i sees the cached prefix and itself, nothing after (a local
+                // layer only its latest `window` keys).
+                let end = start + i + 1;
+                let first = window.map_or(0, |w| end.saturating_sub(w));
                 att.extend(attention(
                     qi,
-                    &cache.k[l],
-                    &cache.v[l],
-                    start + i + 1,
+                    &cache.k[l][first * kv_dim..],
+                    &cache.v[l][first * kv_dim..],
+                    end - first,
                     c.n_heads,
                     c.n_kv_heads,
                     hd,
                 ));
             }
-            add_in_place(&mut x, &matmul(&b.wo, &att, b.bo.as_deref(), d, q_dim));
+            let out = matmul(&b.wo, &att, b.bo.as_deref(), d, q_dim);
+            match &b.gemma {
+                Some(g) => add_in_place(&mut x, &rms_norm(&out, &g.post_attention, d, c.norm_eps)),
+                None => add_in_place(&mut x, &out),
+            }
 
             let h = b.ffn_norm.apply(&x, c.norm_eps);
             let up = matmul(&b.up, &h, b.up_bias.as_deref(), ff, d);
             let act: Vec<f32> = match &b.gate {
                 Some(gate) => {
                     let g = matmul(gate, &h, None, ff, d);
-                    g.iter().zip(&up).map(|(&g, &u)| silu(g) * u).collect()
+                    let f = match c.activation {
+                        Activation::GeGlu => gelu_tanh,
+                        _ => silu,
+                    };
+                    g.iter().zip(&up).map(|(&g, &u)| f(g) * u).collect()
                 }
                 None => up.iter().map(|&u| gelu_tanh(u)).collect(),
             };
-            add_in_place(
-                &mut x,
-                &matmul(&b.down, &act, b.down_bias.as_deref(), d, ff),
-            );
+            let out = matmul(&b.down, &act, b.down_bias.as_deref(), d, ff);
+            match &b.gemma {
+                Some(g) => add_in_place(&mut x, &rms_norm(&out, &g.post_ffn, d, c.norm_eps)),
+                None => add_in_place(&mut x, &out),
+            }
         }
         cache.pos = end;
 
