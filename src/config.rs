@@ -219,7 +219,11 @@ impl ModelConfig {
                 .check(self.head_dim)
                 .map_err(|e| Error::format(file, e.to_string()))?;
         }
-        if let Some(problem) = self.local_attention.as_ref().and_then(LocalAttention::problem) {
+        if let Some(problem) = self
+            .local_attention
+            .as_ref()
+            .and_then(LocalAttention::problem)
+        {
             return bad(problem);
         }
         for &id in self.bos_id.iter().chain(&self.eos_ids) {

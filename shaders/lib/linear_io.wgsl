@@ -17,7 +17,7 @@ struct Params {
     max_positions: u32,
     // y[t, r] is y[t * y_stride + y_offset + r]: a matrix split by rows across bindings runs
     // once per part, each writing its rows of the whole output (y_stride = rows, y_offset = 0
-    // otherwise). Not for GLU.
+    // otherwise). With GLU both count output rows (half the weight rows). Not for KV_WRITE.
     y_stride: u32,
     y_offset: u32,
 }
@@ -195,8 +195,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #endif
 #else
 #ifdef GLU
-    let out_rows = params.rows / 2u;
-    let i = t * out_rows + r;
+    let i = t * params.y_stride + params.y_offset + r;
 #ifdef GELU
     let gate = gelu_tanh(v + bias_at(2u * r));
 #else

@@ -42,7 +42,10 @@ impl LocalAttention {
     /// A description of the check that failed, or `None` when the numbers are usable.
     pub fn problem(&self) -> Option<String> {
         if self.window == 0 || self.window > u32::MAX as usize {
-            return Some(format!("sliding window {} is outside 1..=2^32-1", self.window));
+            return Some(format!(
+                "sliding window {} is outside 1..=2^32-1",
+                self.window
+            ));
         }
         if self.pattern == 0 {
             return Some("sliding-window layer pattern 0 (must be at least 1)".into());
@@ -71,10 +74,13 @@ mod tests {
         let global: Vec<usize> = (0..18).filter(|&i| !l.is_local(i)).collect();
         assert_eq!(global, vec![5, 11, 17]);
         assert!(l.problem().is_none());
-        assert!(LocalAttention { window: 0, ..l.clone() }
-            .problem()
-            .unwrap()
-            .contains("sliding window 0"));
+        assert!(LocalAttention {
+            window: 0,
+            ..l.clone()
+        }
+        .problem()
+        .unwrap()
+        .contains("sliding window 0"));
         assert!(LocalAttention { pattern: 0, ..l }
             .problem()
             .unwrap()

@@ -48,13 +48,7 @@ impl Block {
     /// Layer `layer`'s weights, shapes checked.
     fn find(c: &ModelConfig, w: &Lookup<'_>, layer: usize) -> Result<Self> {
         let b = |s: &str| format!("blk.{layer}.{s}");
-        let (d, q, kv, ff, hd) = (
-            c.hidden_size,
-            c.q_dim(),
-            c.kv_dim(),
-            c.ffn_size,
-            c.head_dim,
-        );
+        let (d, q, kv, ff, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.ffn_size, c.head_dim);
         let gate_up = if w.has(&fuse::gate_up_name(layer, "weight")) {
             GateUp::Interleaved(w.matrix(&b("ffn_gate_up"), 2 * ff, d)?)
         } else {

@@ -68,7 +68,7 @@ pub fn build(c: &ModelConfig, w: &Lookup<'_>) -> Result<Graph> {
             table: w.tensor("token_embd.weight", &[c.vocab_size, d])?,
             rows: Rows::Tokens,
             accumulate: false,
-        scale: super::graph::EmbedScale::One,
+            scale: super::graph::EmbedScale::One,
         },
         Op::Embed {
             table: w.tensor("position_embd.weight", &[c.context_length, d])?,

@@ -411,7 +411,9 @@ impl GpuContext {
     /// `maxStorageBufferBindingSize`, or [`GpuOptions::binding_cap`] when lower.
     pub fn binding_limit(&self) -> u64 {
         let granted = self.limits.max_storage_buffer_binding_size;
-        self.options.binding_cap.map_or(granted, |cap| cap.min(granted))
+        self.options
+            .binding_cap
+            .map_or(granted, |cap| cap.min(granted))
     }
 
     /// The options the context was created with.

@@ -52,13 +52,19 @@ fn padded(data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 }
 
 /// Rows per part of a matrix whose rows hold `row_bytes` bytes each, under a binding limit of
-/// `limit` bytes (padding included): whole rows, as many as fit.
+/// `limit` bytes (padding included): whole rows, as many as fit, an even number where more
+/// than one fits (interleaved gate and up rows stay in one part).
 pub fn rows_per_part(row_bytes: u64, limit: u64) -> u64 {
     if row_bytes == 0 {
         return u64::MAX;
     }
     // the last part is padded by up to 3 bytes
-    limit.saturating_sub(3) / row_bytes
+    let fit = limit.saturating_sub(3) / row_bytes;
+    if fit > 1 {
+        fit & !1
+    } else {
+        fit
+    }
 }
 
 impl GpuTensor {

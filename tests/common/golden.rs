@@ -63,13 +63,43 @@ impl GoldenResult {
         }
         let row = |i: usize| &logits[i * vocab..(i + 1) * vocab];
         let first = self.prompt_tokens.len() - 1;
-        let mut worst = 0.0f64;
-        for (k, top5) in self.f64_greedy_path_top5.iter().enumerate() {
-            let pos = first + k;
-            if pos >= n {
-                break;
+        let worst = self.check_path(&logits[first * vocab..], vocab, tol)?;
+        let seq = self.sequence();
+        let mut nll = 0.0f64;
+        let count = self.prompt_tokens.len().saturating_sub(1);
+        for i in 0..count {
+            let r = row(i);
+            let max = r.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+            let lse = max
+                + r.iter()
+                    .map(|&v| (f64::from(v) - max).exp())
+                    .sum::<f64>()
+                    .ln();
+            nll += lse - f64::from(r[seq[i + 1] as usize]);
+        }
+        if count > 0 {
+            let nll = nll / count as f64;
+            if (nll - self.f64_prompt_nll).abs() > nll_tol {
+                return Err(format!(
+                    "{:?}: prompt NLL {nll} vs f64 {} (tolerance {nll_tol})",
+                    self.prompt, self.f64_prompt_nll
+                ));
             }
-            let r = row(pos);
+        }
+        Ok(worst)
+    }
+
+    /// Checks the rows of the teacher-forced path from the last prompt token on (`logits`:
+    /// one row of `vocab` values per position from there, as many as were computed) against
+    /// the f64 top-5, and the argmax where the margin allows it. Returns the largest
+    /// |logit − f64| seen.
+    pub fn check_path(&self, logits: &[f32], vocab: usize, tol: f64) -> Result<f64, String> {
+        let first = self.prompt_tokens.len() - 1;
+        let mut worst = 0.0f64;
+        let rows = logits.len() / vocab;
+        for (k, top5) in self.f64_greedy_path_top5.iter().enumerate().take(rows) {
+            let pos = first + k;
+            let r = &logits[k * vocab..(k + 1) * vocab];
             for &(id, want) in top5 {
                 let got = f64::from(r[id as usize]);
                 let d = (got - want).abs();
@@ -96,28 +126,6 @@ impl GoldenResult {
                         self.prompt, top5[0].0
                     ));
                 }
-            }
-        }
-        let seq = self.sequence();
-        let mut nll = 0.0f64;
-        let count = self.prompt_tokens.len().saturating_sub(1);
-        for i in 0..count {
-            let r = row(i);
-            let max = r.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-            let lse = max
-                + r.iter()
-                    .map(|&v| (f64::from(v) - max).exp())
-                    .sum::<f64>()
-                    .ln();
-            nll += lse - f64::from(r[seq[i + 1] as usize]);
-        }
-        if count > 0 {
-            let nll = nll / count as f64;
-            if (nll - self.f64_prompt_nll).abs() > nll_tol {
-                return Err(format!(
-                    "{:?}: prompt NLL {nll} vs f64 {} (tolerance {nll_tol})",
-                    self.prompt, self.f64_prompt_nll
-                ));
             }
         }
         Ok(worst)

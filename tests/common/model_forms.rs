@@ -73,7 +73,20 @@ pub fn write_gguf(
     arch: &str,
     matrix: impl Fn(&[f32]) -> (u32, Vec<u8>),
 ) {
-    let meta: super::gguf_meta::Metadata =
+    write_gguf_with(tensors, &Tensors::new(), path, arch, matrix, |_| {});
+}
+
+/// [`write_gguf`] plus `extra` tensors already under their GGUF names, with the metadata
+/// edited by `edit` last.
+pub fn write_gguf_with(
+    tensors: &Tensors,
+    extra: &Tensors,
+    path: &Path,
+    arch: &str,
+    matrix: impl Fn(&[f32]) -> (u32, Vec<u8>),
+    edit: impl Fn(&mut super::gguf_meta::Metadata),
+) {
+    let mut meta: super::gguf_meta::Metadata =
         super::gguf_meta::read(&fixtures().join("tiny-llama-f32.gguf"))
             .into_iter()
             .map(|(k, v)| match k.strip_prefix("llama.") {
@@ -82,17 +95,20 @@ pub fn write_gguf(
                 None => (k, v),
             })
             .collect();
-    let out: Vec<super::gguf_meta::TensorBytes> = tensors
+    edit(&mut meta);
+    let renamed = tensors
         .iter()
-        .filter_map(|(n, (s, v))| {
-            let name = gguf_name(Architecture::Llama, n)?;
+        .filter_map(|(n, t)| Some((gguf_name(Architecture::Llama, n)?, t)));
+    let out: Vec<super::gguf_meta::TensorBytes> = renamed
+        .chain(extra.iter().map(|(n, t)| (n.clone(), t)))
+        .map(|(name, (s, v))| {
             let dims = s.iter().rev().map(|&d| d as u64).collect();
             let (dtype, bytes) = if s.len() == 2 {
                 matrix(v)
             } else {
                 (0, bytemuck::cast_slice(v).to_vec())
             };
-            Some((name, dims, dtype, bytes))
+            (name, dims, dtype, bytes)
         })
         .collect();
     std::fs::write(path, super::gguf_meta::write_with_tensors(&meta, &out)).unwrap();

@@ -40,10 +40,22 @@ pub fn cli_found_no_gpu(stderr: &str) -> bool {
 /// SmolLM2-135M-Instruct Q4_1, relative to the crate root (`./build.sh setup` fetches it).
 pub const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// Gemma 3 270M Q4_K_M, relative to the crate root (`./build.sh setup` fetches it).
+pub const GEMMA3: &str = "models/gemma-3-270m-q4_k_m.gguf";
+
 /// The path of SmolLM2 ([`SMOLLM2`]) when it is present, or `None` (with the reason printed)
 /// when it is absent. In CI ([`in_ci`]) an absent model fails the test, saying how to fetch it.
 pub fn smollm2() -> Option<std::path::PathBuf> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
+    real_model(SMOLLM2)
+}
+
+/// The path of Gemma 3 270M ([`GEMMA3`]), as [`smollm2`].
+pub fn gemma3() -> Option<std::path::PathBuf> {
+    real_model(GEMMA3)
+}
+
+fn real_model(relative: &str) -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
     if path.is_file() {
         return Some(path);
     }

@@ -5,7 +5,8 @@ use emberlm::tokenizer::Tokenizer;
 use emberlm::Error;
 
 use crate::support::{
-    fixtures, gguf_fixtures, gguf_tokenizer, golden, json_tokenizer, smollm2, Case, JSON_TWINS,
+    fixtures, gemma3, gguf_fixtures, gguf_tokenizer, golden, json_tokenizer, smollm2, Case,
+    JSON_TWINS,
 };
 
 fn check_goldens(name: &str, tok: &Tokenizer, cases: &[Case]) {
@@ -30,6 +31,23 @@ fn golden_prompt_tokens_from_gguf_metadata() {
     for (path, stem) in gguf_fixtures() {
         check_goldens(&stem, &gguf_tokenizer(&path), &golden(&stem));
     }
+}
+
+#[test]
+fn golden_prompt_tokens_gemma3() {
+    let Some(tok) = gemma3() else { return };
+    let cases = golden("gemma-3-270m-q4_k_m");
+    assert!(
+        cases
+            .iter()
+            .any(|c| c.special && c.prompt.contains("<start_of_turn>")),
+        "the chat-formatted prompt is among the goldens"
+    );
+    assert!(
+        cases.iter().any(|c| c.tokens.len() > 512),
+        "a prompt past the window"
+    );
+    check_goldens("Gemma 3", tok, &cases);
 }
 
 #[test]

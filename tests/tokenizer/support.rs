@@ -106,6 +106,14 @@ pub fn smollm2() -> Option<&'static Tokenizer> {
         .as_ref()
 }
 
+/// Gemma 3's tokenizer (262,144 SentencePiece pieces with byte fallback), loaded once; `None`
+/// when the model is absent, as [`smollm2`].
+pub fn gemma3() -> Option<&'static Tokenizer> {
+    static CELL: OnceLock<Option<Tokenizer>> = OnceLock::new();
+    CELL.get_or_init(|| require::gemma3().map(|path| gguf_tokenizer(&path)))
+        .as_ref()
+}
+
 /// Calls `f` with every tokenizer under test and the golden cases that apply to it: the
 /// tokenizer.json folders, the tiny GGUFs and SmolLM2 when present.
 pub fn for_each_tokenizer(mut f: impl FnMut(&str, &Tokenizer, &[Case])) {
@@ -125,6 +133,9 @@ pub fn for_each_tokenizer(mut f: impl FnMut(&str, &Tokenizer, &[Case])) {
     }
     if let Some(smol) = smollm2() {
         f("SmolLM2", smol, &golden("smollm2-135m-q4_1"));
+    }
+    if let Some(gemma) = gemma3() {
+        f("Gemma 3", gemma, &golden("gemma-3-270m-q4_k_m"));
     }
 }
 

@@ -17,6 +17,8 @@ mod decode_args;
 #[cfg(not(target_arch = "wasm32"))]
 mod generate;
 #[cfg(not(target_arch = "wasm32"))]
+mod info;
+#[cfg(not(target_arch = "wasm32"))]
 mod kv_args;
 #[cfg(not(target_arch = "wasm32"))]
 mod logits;
@@ -35,12 +37,11 @@ mod cli {
     use std::path::{Path, PathBuf};
 
     use clap::{Parser, Subcommand};
-    use emberlm::config::default_context;
     use emberlm::dtype::kv::KvKinds;
     use emberlm::engine::{Engine, EngineOptions};
     use emberlm::gpu::KernelOverrides;
     use emberlm::loader::ModelFiles;
-    use emberlm::session::{CachePlanOptions, Session};
+    use emberlm::session::CachePlanOptions;
     use emberlm::{GpuContext, GpuOptions};
 
     use crate::batch::BatchArgs;
@@ -371,144 +372,6 @@ mod cli {
         }
     }
 
-    fn mib(bytes: u64) -> String {
-        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
-    }
-
-    fn info(model: Option<PathBuf>, context: Option<usize>, json: bool) -> CliResult<()> {
-        if context == Some(0) {
-            return Err(Failure::usage("--ctx must be at least 1"));
-        }
-        let path = model_path(model)?;
-        let files = ModelFiles::open(&path)?;
-        let weights = files.weights()?;
-        let c = &weights.config;
-        let context = context.unwrap_or_else(|| default_context(c));
-        let plan = match cache_plan() {
-            Some(options) => {
-                let ctx = pollster::block_on(GpuContext::new(gpu_options()))?;
-                let mut session = pollster::block_on(Session::new(ctx, &files, Some(context)))?;
-                Some(pollster::block_on(session.plan_kv_cache(&options))?)
-            }
-            None => None,
-        };
-        let kinds = match &plan {
-            Some(d) => KvKinds::from_options(Some(&d.kind), None, None)?,
-            None => kv_kinds(),
-        };
-        let memory = weights.memory_estimate_with(context, kinds);
-        let decode_plan = gpu_options().decode_plan;
-        let tally = weights.tally();
-        let tokenizer = files.tokenizer()?;
-        let has_template = files.chat_template(&tokenizer)?.is_some();
-        if json {
-            let types: serde_json::Map<String, serde_json::Value> = tally
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.to_string(),
-                        serde_json::json!({ "tensors": v.tensors, "bytes": v.bytes }),
-                    )
-                })
-                .collect();
-            let out = serde_json::json!({
-                "model": files.name(),
-                "config": c,
-                "tensors": weights.tensors.len(),
-                "types": types,
-                "weight_bytes": weights.weight_bytes(),
-                "memory": memory,
-                "tokenizer": {
-                    "vocab_size": tokenizer.vocab_size(),
-                    "bos_id": tokenizer.bos_id(),
-                    "eos_ids": tokenizer.eos_ids(),
-                    "add_bos": tokenizer.add_bos_default(),
-                },
-                "chat_template": has_template,
-                "kv_cache_plan": plan,
-                "decode_plan": {
-                    "settings": decode_plan,
-                    "at_context": decode_plan.describe(memory.context as u32),
-                },
-            });
-            println!("{}", serde_json::to_string_pretty(&out)?);
-            return Ok(());
-        }
-        println!("model:        {}", files.name());
-        println!("architecture: {}", c.arch.name());
-        println!(
-            "dimensions:   vocab {}, hidden {}, layers {}, heads {} (kv {}), head dim {}, ffn {}",
-            c.vocab_size,
-            c.hidden_size,
-            c.n_layers,
-            c.n_heads,
-            c.n_kv_heads,
-            c.head_dim,
-            c.ffn_size
-        );
-        println!("context:      {} (trained)", c.context_length);
-        println!("norm:         {:?}, eps {:e}", c.norm, c.norm_eps);
-        println!(
-            "rope:         {:?}, theta {}, scaling {}",
-            c.rope_layout,
-            c.rope_theta,
-            c.rope_scaling.describe()
-        );
-        println!(
-            "lm head:      {}{}",
-            if c.tied_embeddings {
-                "tied to the embedding"
-            } else {
-                "separate"
-            },
-            if c.qkv_bias { "; q/k/v biases" } else { "" }
-        );
-        println!("bos / eos:    {:?} / {:?}", c.bos_id, c.eos_ids);
-        println!(
-            "tokenizer:    {} tokens, bos {:?} (added: {}), eos {:?}; chat template: {}",
-            tokenizer.vocab_size(),
-            tokenizer.bos_id(),
-            tokenizer.add_bos_default(),
-            tokenizer.eos_ids(),
-            if has_template {
-                "yes"
-            } else {
-                "none (plain fallback)"
-            }
-        );
-        println!("tensors:      {}", weights.tensors.len());
-        for (ty, t) in &tally {
-            println!("  {ty:<6} {:>4} tensors  {}", t.tensors, mib(t.bytes));
-        }
-        println!(
-            "weights:      {} ({} bytes)",
-            mib(memory.weights),
-            memory.weights
-        );
-        println!(
-            "GPU memory at context {}: {} = weights {} + KV cache {} + activations {}",
-            memory.context,
-            mib(memory.total),
-            mib(memory.weights),
-            mib(memory.kv_cache),
-            mib(memory.activations)
-        );
-        println!(
-            "KV cache:     {}, {} bytes per token ({})",
-            memory.kv_kinds,
-            memory.kv_bytes_per_token,
-            crate::kv_args::per_kind_bytes(c.n_layers, c.kv_dim()),
-        );
-        println!(
-            "decode plan:  {}",
-            decode_plan.describe(memory.context as u32)
-        );
-        if let Some(d) = &plan {
-            print!("{}", crate::kv_args::describe(d));
-        }
-        Ok(())
-    }
-
     fn tokenize(
         model: Option<PathBuf>,
         text: &str,
@@ -552,7 +415,7 @@ mod cli {
                 bos,
                 json: _,
             } => tokenize(model, &prompt, special, bos),
-            Command::Info { model, ctx, json } => info(model, ctx, json),
+            Command::Info { model, ctx, json } => crate::info::info(model, ctx, json),
             Command::Adapter { json, no_subgroups } => {
                 let options = GpuOptions {
                     allow_subgroups: !no_subgroups,

@@ -178,8 +178,9 @@ impl Embedding {
                     scale,
                     _pad: 0,
                 };
-                let bound: Vec<&wgpu::Buffer> =
-                    std::iter::once(buffer).chain(storage.iter().copied()).collect();
+                let bound: Vec<&wgpu::Buffer> = std::iter::once(buffer)
+                    .chain(storage.iter().copied())
+                    .collect();
                 KernelBinding::new(
                     ctx,
                     &self.pipeline,
@@ -190,7 +191,11 @@ impl Embedding {
                     Grid::PerToken(x),
                 )
                 // every token reads one row, from whichever part holds it
-                .with_weights(WeightRead::PerToken(if first_row == 0 { per_token } else { 0 }))
+                .with_weights(WeightRead::PerToken(if first_row == 0 {
+                    per_token
+                } else {
+                    0
+                }))
             })
             .collect())
     }

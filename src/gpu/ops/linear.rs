@@ -363,14 +363,12 @@ impl Linear {
                 "the output buffer is also an input of the same layer",
             ));
         }
-        if parts.len() > 1
-            && (opts.kv_write || opts.epilogue.is_glu() || opts.has_bias)
-        {
+        if parts.len() > 1 && (opts.kv_write || opts.has_bias) {
             return Err(Error::invalid(
                 "w",
                 format!(
-                    "a [{rows}, {cols}] matrix split across {} bindings cannot have a bias, \
-                     interleaved SwiGLU rows or a KV write",
+                    "a [{rows}, {cols}] matrix split across {} bindings cannot have a bias \
+                     or a KV write",
                     parts.len()
                 ),
             ));
@@ -427,6 +425,12 @@ impl Linear {
         let mut prefill: Vec<(Variant, Vec<KernelBinding>)> =
             self.prefill.iter().map(|(v, _)| (*v, Vec::new())).collect();
         for &(first_row, part_rows, buffer) in &parts {
+            if opts.epilogue.is_glu() && !part_rows.is_multiple_of(2) {
+                return Err(Error::invalid(
+                    "w",
+                    format!("a part of {part_rows} rows splits a (gate, up) pair"),
+                ));
+            }
             let params = LinearParams {
                 rows: part_rows,
                 cols,
@@ -437,7 +441,12 @@ impl Linear {
                 head_dim: kv_params[2],
                 max_positions: kv_params[3],
                 y_stride: out_rows,
-                y_offset: first_row,
+                // gated units write one output per (gate, up) pair of rows
+                y_offset: if opts.epilogue.is_glu() {
+                    first_row / 2
+                } else {
+                    first_row
+                },
                 _pad: [0; 2],
             };
             let label = format!("linear {} [{part_rows}, {cols}]", self.dtype);
@@ -462,9 +471,10 @@ impl Linear {
             }
             for ((v, pipeline), (_, out)) in self.prefill.iter().zip(prefill.iter_mut()) {
                 let (row_groups, tile) = match v {
-                    Variant::Workgroup => {
-                        (part_rows.div_ceil(LINEAR_PREFILL_ROWS), LINEAR_PREFILL_TOKENS)
-                    }
+                    Variant::Workgroup => (
+                        part_rows.div_ceil(LINEAR_PREFILL_ROWS),
+                        LINEAR_PREFILL_TOKENS,
+                    ),
                     Variant::Rows => (rows_groups, LINEAR_PREFILL_ROWS_TOKENS),
                 };
                 for (what, needed) in [

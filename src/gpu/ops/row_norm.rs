@@ -159,8 +159,7 @@ impl RowNorm {
         if self.kind != RowNormKind::AddInto {
             return Err(Error::invalid("kind", "built to normalise heads in place"));
         }
-        let (params, total) =
-            Self::params(ctx, step, weight, (width, 1, width), eps, max_tokens)?;
+        let (params, total) = Self::params(ctx, step, weight, (width, 1, width), eps, max_tokens)?;
         check_len("src", src, total)?;
         check_len("dst", dst, total)?;
         check_distinct("dst", dst, "src", src)?;

@@ -1,0 +1,221 @@
+//! `emberlm info`: describe a model without running it (a GPU only for `--kv-cache auto`).
+
+use std::path::PathBuf;
+
+use emberlm::config::default_context;
+use emberlm::dtype::kv::KvKinds;
+use emberlm::gpu::tensor::rows_per_part;
+use emberlm::loader::ModelFiles;
+use emberlm::model::weights::ModelWeights;
+use emberlm::session::Session;
+use emberlm::GpuContext;
+
+use crate::cli::{cache_plan, gpu_options, kv_kinds, model_path};
+use crate::{CliResult, Failure};
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// `emberlm info`: the model's configuration, tensors per type, weight bytes, tensors split
+/// across bindings and the GPU memory estimate.
+pub fn info(model: Option<PathBuf>, context: Option<usize>, json: bool) -> CliResult<()> {
+    if context == Some(0) {
+        return Err(Failure::usage("--ctx must be at least 1"));
+    }
+    let path = model_path(model)?;
+    let files = ModelFiles::open(&path)?;
+    let weights = files.weights()?;
+    let c = &weights.config;
+    let context = context.unwrap_or_else(|| default_context(c));
+    let plan = match cache_plan() {
+        Some(options) => {
+            let ctx = pollster::block_on(GpuContext::new(gpu_options()))?;
+            let mut session = pollster::block_on(Session::new(ctx, &files, Some(context)))?;
+            Some(pollster::block_on(session.plan_kv_cache(&options))?)
+        }
+        None => None,
+    };
+    let kinds = match &plan {
+        Some(d) => KvKinds::from_options(Some(&d.kind), None, None)?,
+        None => kv_kinds(),
+    };
+    let memory = weights.memory_estimate_with(context, kinds);
+    let decode_plan = gpu_options().decode_plan;
+    let tally = weights.tally();
+    let (largest, splits) = binding_splits(&weights, WEBGPU_DEFAULT_BINDING);
+    let tokenizer = files.tokenizer()?;
+    let has_template = files.chat_template(&tokenizer)?.is_some();
+    if json {
+        let types: serde_json::Map<String, serde_json::Value> = tally
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    serde_json::json!({ "tensors": v.tensors, "bytes": v.bytes }),
+                )
+            })
+            .collect();
+        let out = serde_json::json!({
+            "model": files.name(),
+            "config": c,
+            "tensors": weights.tensors.len(),
+            "types": types,
+            "weight_bytes": weights.weight_bytes(),
+            "memory": memory,
+            "tokenizer": {
+                "vocab_size": tokenizer.vocab_size(),
+                "bos_id": tokenizer.bos_id(),
+                "eos_ids": tokenizer.eos_ids(),
+                "add_bos": tokenizer.add_bos_default(),
+            },
+            "chat_template": has_template,
+            "bindings": {
+                "limit": WEBGPU_DEFAULT_BINDING,
+                "largest_tensor_bytes": largest,
+                "split": splits.iter().map(|s| serde_json::json!({
+                    "tensor": s.name,
+                    "bytes": s.bytes,
+                    "parts": s.parts,
+                    "rows_per_part": s.rows_per_part,
+                })).collect::<Vec<_>>(),
+            },
+            "kv_cache_plan": plan,
+            "decode_plan": {
+                "settings": decode_plan,
+                "at_context": decode_plan.describe(memory.context as u32),
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("model:        {}", files.name());
+    println!("architecture: {}", c.arch.name());
+    println!(
+        "dimensions:   vocab {}, hidden {}, layers {}, heads {} (kv {}), head dim {}, ffn {}",
+        c.vocab_size, c.hidden_size, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_size
+    );
+    println!("context:      {} (trained)", c.context_length);
+    println!("norm:         {:?}, eps {:e}", c.norm, c.norm_eps);
+    println!(
+        "rope:         {:?}, theta {}, scaling {}",
+        c.rope_layout,
+        c.rope_theta,
+        c.rope_scaling.describe()
+    );
+    println!(
+        "lm head:      {}{}",
+        if c.tied_embeddings {
+            "tied to the embedding"
+        } else {
+            "separate"
+        },
+        if c.qkv_bias { "; q/k/v biases" } else { "" }
+    );
+    println!("bos / eos:    {:?} / {:?}", c.bos_id, c.eos_ids);
+    println!(
+        "tokenizer:    {} tokens, bos {:?} (added: {}), eos {:?}; chat template: {}",
+        tokenizer.vocab_size(),
+        tokenizer.bos_id(),
+        tokenizer.add_bos_default(),
+        tokenizer.eos_ids(),
+        if has_template {
+            "yes"
+        } else {
+            "none (plain fallback)"
+        }
+    );
+    if let Some(l) = &c.local_attention {
+        let local = (0..c.n_layers).filter(|&i| l.is_local(i)).count();
+        println!(
+            "attention:    local window {} on {local} of {} layers (every {}th global), local rope theta {}",
+            l.window, c.n_layers, l.pattern, l.rope_theta
+        );
+    }
+    println!("tensors:      {}", weights.tensors.len());
+    for (ty, t) in &tally {
+        println!("  {ty:<6} {:>4} tensors  {}", t.tensors, mib(t.bytes));
+    }
+    println!(
+        "bindings:     largest tensor {}; over WebGPU's default binding of {} (split by rows): {}",
+        mib(largest),
+        mib(WEBGPU_DEFAULT_BINDING),
+        if splits.is_empty() {
+            "none".to_string()
+        } else {
+            splits
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} ({}) in {} parts of up to {} rows",
+                        s.name,
+                        mib(s.bytes),
+                        s.parts,
+                        s.rows_per_part
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    println!(
+        "weights:      {} ({} bytes)",
+        mib(memory.weights),
+        memory.weights
+    );
+    println!(
+        "GPU memory at context {}: {} = weights {} + KV cache {} + activations {}",
+        memory.context,
+        mib(memory.total),
+        mib(memory.weights),
+        mib(memory.kv_cache),
+        mib(memory.activations)
+    );
+    println!(
+        "KV cache:     {}, {} bytes per token ({})",
+        memory.kv_kinds,
+        memory.kv_bytes_per_token,
+        crate::kv_args::per_kind_bytes(c.n_layers, c.kv_dim()),
+    );
+    println!(
+        "decode plan:  {}",
+        decode_plan.describe(memory.context as u32)
+    );
+    if let Some(d) = &plan {
+        print!("{}", crate::kv_args::describe(d));
+    }
+    Ok(())
+}
+
+/// WebGPU's default `maxStorageBufferBindingSize` (lavapipe's too): tensors above it are
+/// split by rows where the device grants no more.
+const WEBGPU_DEFAULT_BINDING: u64 = 128 << 20;
+
+/// A tensor split across bindings.
+struct Split {
+    name: String,
+    bytes: u64,
+    parts: u64,
+    rows_per_part: u64,
+}
+
+/// The largest tensor's bytes, and the matrices larger than `limit` with their row parts.
+fn binding_splits(weights: &ModelWeights<'_>, limit: u64) -> (u64, Vec<Split>) {
+    let mut largest = 0;
+    let mut splits = Vec::new();
+    for (name, t) in &weights.tensors {
+        let bytes = t.data.len() as u64;
+        largest = largest.max(bytes);
+        if let ([rows, _], true) = (t.shape.as_slice(), bytes > limit) {
+            let rows = *rows as u64;
+            let per = rows_per_part(bytes / rows.max(1), limit).max(1);
+            splits.push(Split {
+                name: name.clone(),
+                bytes,
+                parts: rows.div_ceil(per),
+                rows_per_part: per,
+            });
+        }
+    }
+    (largest, splits)
+}
