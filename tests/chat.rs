@@ -478,3 +478,55 @@ fn chat_messages_are_serde() {
         r#"{"role":"user","content":"hi"}"#
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Gemma 3: its GGUF has no template; the caller gives the instruction-tuned format
+
+#[test]
+fn gemma3_template_given_by_the_caller_gives_the_golden_chat_tokens() {
+    let Some(path) = require::gemma3() else {
+        return;
+    };
+    let bytes = std::fs::read(&path).unwrap();
+    let header = GgufHeader::parse(&bytes, "gemma").unwrap();
+    let tokenizer = Tokenizer::from_gguf(&header).unwrap();
+    let source = std::fs::read_to_string(fixtures().join("templates/gemma3.jinja")).unwrap();
+    let template = ChatTemplate::from_source(&source, &tokenizer).unwrap();
+    let text = template
+        .render(&[msg("user", "Name three colors of the rainbow.")], true)
+        .unwrap();
+    assert_eq!(
+        text,
+        "<bos><start_of_turn>user\nName three colors of the rainbow.<end_of_turn>\n<start_of_turn>model\n"
+    );
+    // the golden chat prompt: the same ids, BOS written by the template rather than added
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("golden/gemma-3-270m-q4_k_m.golden.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let want: Vec<u32> = golden["results"][1]["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(tokenizer.encode(&text, true, Some(false)).unwrap(), want);
+    // a system message joins the first user turn; replies are the model's turns
+    let text = template
+        .render(
+            &[
+                msg("system", "Be brief."),
+                msg("user", "Hi"),
+                msg("assistant", "Hello."),
+                msg("user", "Bye"),
+            ],
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        text,
+        "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+         <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    );
+}

@@ -14,8 +14,6 @@ use common::golden::Golden;
 use emberlm::forward::Forward;
 use emberlm::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
-use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -123,34 +121,6 @@ async fn tiny_models_match_f64_goldens() {
     }
 }
 
-#[wasm_bindgen]
-extern "C" {
-    /// The global `fetch` (window or worker).
-    #[wasm_bindgen(js_name = fetch)]
-    fn fetch_url(url: &str) -> js_sys::Promise;
-}
-
-/// Fetches `url` into one `Vec` in wasm memory (the JS `ArrayBuffer` is garbage afterwards).
-async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
-    let js = |e: JsValue| format!("{url}: {e:?}");
-    let response: web_sys::Response = JsFuture::from(fetch_url(url))
-        .await
-        .map_err(js)?
-        .dyn_into()
-        .map_err(js)?;
-    if !response.ok() {
-        return Err(format!(
-            "{url}: HTTP {} {}",
-            response.status(),
-            response.status_text()
-        ));
-    }
-    let buffer = JsFuture::from(response.array_buffer().map_err(js)?)
-        .await
-        .map_err(js)?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
-}
-
 /// SmolLM2-135M Q4_1 on its first golden prompt: the teacher-forced top-5 within 2e-2 of f64
 /// (NLL within 1e-2) and the 16 greedy tokens.
 #[wasm_bindgen_test]
@@ -160,7 +130,7 @@ async fn smollm2_matches_f64_goldens() {
     };
     let ctx = common::browser_gpu().await;
     let start = now_ms();
-    let bytes = fetch_bytes(url)
+    let bytes = common::fetch_bytes(url)
         .await
         .unwrap_or_else(|e| panic!("fetching the model failed: {e}"));
     log(&format!(

@@ -109,6 +109,13 @@ impl ChatTemplate {
         })
     }
 
+    /// A template the caller gives (a model whose file has none, such as Gemma 3's GGUF), with
+    /// BOS/EOS strings from `tokenizer`.
+    pub fn from_source(source: &str, tokenizer: &Tokenizer) -> Result<Self> {
+        let (bos, eos) = special_strings(tokenizer);
+        Self::new(source, &bos, &eos)
+    }
+
     /// The template in GGUF metadata `tokenizer.chat_template`, if there is one. BOS/EOS strings
     /// come from `tokenizer`.
     pub fn from_gguf(header: &GgufHeader, tokenizer: &Tokenizer) -> Result<Option<Self>> {

@@ -43,6 +43,8 @@ pub struct EngineOptions {
     /// Choose the KV-cache kind automatically (`kv_cache: "auto"`) under these settings;
     /// `None` keeps `gpu.kv_cache`.
     pub cache_plan: Option<crate::session::CachePlanOptions>,
+    /// A Jinja chat template to use instead of the model's own (or of the plain fallback).
+    pub chat_template: Option<String>,
 }
 
 /// Called with the new session after every rebuild on a new device.
@@ -124,6 +126,9 @@ impl Engine {
     ) -> Result<Self> {
         let mut session =
             Session::new_with_progress(gpu, &files, options.context, progress).await?;
+        if let Some(source) = &options.chat_template {
+            session.set_chat_template(source)?;
+        }
         if let Some(plan) = &options.cache_plan {
             session.plan_kv_cache(plan).await?;
         }

@@ -13,6 +13,9 @@ impl Engine {
     pub(super) async fn rebuild(&self) -> Result<Session> {
         let gpu = GpuContext::new(self.options.gpu.clone()).await?;
         let mut session = Session::new(gpu, &self.files, self.options.context).await?;
+        if let Some(source) = &self.options.chat_template {
+            session.set_chat_template(source)?;
+        }
         // the automatic plan's choice stands: the same kinds on the new device
         let decided = self.session_kinds.get();
         if let Some(kinds) = decided.filter(|k| *k != session.forward().kv().kinds()) {

@@ -225,6 +225,17 @@ impl Session {
         })
     }
 
+    /// Uses `source` (a Jinja chat template) in place of the model's own, or of the plain
+    /// fallback for a model without one; its end-of-turn tokens become stop tokens. A template
+    /// that does not compile is an error, and the current one stays.
+    pub fn set_chat_template(&mut self, source: &str) -> Result<()> {
+        let template = ChatTemplate::from_source(source, &self.tokenizer)?;
+        self.end_of_turn = Self::end_of_turn_ids(&template, &self.tokenizer);
+        self.template = template;
+        self.has_template = true;
+        Ok(())
+    }
+
     /// End-of-turn tokens that the template writes after a message.
     fn end_of_turn_ids(template: &ChatTemplate, tokenizer: &Tokenizer) -> Vec<u32> {
         let probe = [

@@ -113,6 +113,7 @@ impl Engine {
                 .ok_or_else(|| js_error(&Error::invalid(key, "must be a string")))
         };
         let cache = string_option("cache")?;
+        let chat_template = string_option("chatTemplate")?;
         let name = string_option("name")?;
         let kernels = match string_option("kernels")? {
             Some(spec) => spec.parse::<KernelOverrides>().map_err(|e| js_error(&e))?,
@@ -167,6 +168,7 @@ impl Engine {
             context,
             gpu: gpu_options,
             cache_plan,
+            chat_template,
         };
         let inner = engine::Engine::new(gpu, files, options, &mut |l, t| report("upload", l, t))
             .await

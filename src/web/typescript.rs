@@ -53,6 +53,11 @@ export interface LoadOptions {
   /** A name for messages when the source is raw bytes (default `model.gguf`). */
   name?: string;
   /**
+   * A Jinja chat template to use instead of the model's own: for files without one (Gemma 3's
+   * GGUF: `<start_of_turn>user` ...). Its end-of-turn token stops generation.
+   */
+  chatTemplate?: string;
+  /**
    * Force kernel variants instead of the plan measured on this device: `'rows'` or
    * `'workgroup'` for every kernel family, or `'linear_decode=rows,attention=workgroup'`.
    */

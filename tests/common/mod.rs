@@ -83,6 +83,54 @@ pub async fn browser_gpu() -> emberlm::GpuContext {
     ctx
 }
 
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// The global `fetch` (window or worker).
+    #[wasm_bindgen(js_name = fetch)]
+    fn fetch_url(url: &str) -> js_sys::Promise;
+}
+
+#[cfg(target_arch = "wasm32")]
+/// Fetches `url` into one `Vec` in wasm memory (the JS `ArrayBuffer` is garbage afterwards).
+pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen_futures::JsFuture;
+    let js = |e: wasm_bindgen::JsValue| format!("{url}: {e:?}");
+    let response: web_sys::Response = JsFuture::from(fetch_url(url))
+        .await
+        .map_err(js)?
+        .dyn_into()
+        .map_err(js)?;
+    if !response.ok() {
+        return Err(format!(
+            "{url}: HTTP {} {}",
+            response.status(),
+            response.status_text()
+        ));
+    }
+    let buffer = JsFuture::from(response.array_buffer().map_err(js)?)
+        .await
+        .map_err(js)?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
+/// The URL of Gemma 3 270M for the browser tests, as [`smollm2_url`] with
+/// `EMBERLM_TEST_GEMMA_URL`.
+#[cfg(target_arch = "wasm32")]
+pub fn gemma3_url(test: &str) -> Option<&'static str> {
+    if let Some(url) = option_env!("EMBERLM_TEST_GEMMA_URL").filter(|u| !u.is_empty()) {
+        return Some(url);
+    }
+    let reason = "EMBERLM_TEST_GEMMA_URL was not set at compile time (`./build.sh setup` fetches \
+                  Gemma 3 into models/, `./build.sh test` serves it and sets the URL)";
+    if option_env!("CI").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+        panic!("{test}: CI=true runs every model test, but {reason}");
+    }
+    browser_log(&format!("SKIPPED {test}: {reason}"));
+    None
+}
+
 /// The URL of SmolLM2 for the browser tests (the page cannot read files): the compile-time
 /// `EMBERLM_TEST_MODEL_URL`, which `./build.sh test` sets to the GGUF on its model server. When
 /// it was not set, `None` with the reason logged for `test`; compiled with `CI=true`, that fails

@@ -186,3 +186,21 @@ fn smollm2_chat_stops_at_the_end_of_its_turn() {
     assert!(!seq.text.contains("<|im_end|>"));
     assert_eq!(streamed(&events, 0), seq.text);
 }
+
+#[test]
+fn a_chat_template_given_by_the_caller_renders_the_prompt() {
+    let Some(mut s) = session("tiny-llama-f32.gguf", Some(64)) else {
+        return;
+    };
+    let chat = Prompt::Chat(vec![emberlm::chat::ChatMessage::new("user", "hi there")]);
+    let before = s.tokenize_prompt(&chat, false).unwrap();
+    let source = "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}\
+                  {% if add_generation_prompt %}A:{% endif %}";
+    assert!(s.set_chat_template("{% for m in messages %}").is_err());
+    s.set_chat_template(source).unwrap();
+    assert!(s.has_chat_template());
+    let after = s.tokenize_prompt(&chat, false).unwrap();
+    let want = s.tokenizer().encode("Q: hi there\nA:", true, None).unwrap();
+    assert_eq!(after, want);
+    assert_ne!(after, before, "the fallback format differs");
+}

@@ -118,6 +118,7 @@ mod cli {
             context,
             gpu: gpu_options(),
             cache_plan: cache_plan(),
+            chat_template: TEMPLATE.get().cloned(),
         };
         let engine = pollster::block_on(Engine::load(files, options))?;
         let notice = engine
@@ -179,6 +180,10 @@ mod cli {
         /// (the CPU backend, not built yet).
         #[arg(long, global = true, value_name = "auto|gpu|cpu")]
         device: Option<String>,
+        /// A Jinja chat template file to use instead of the model's own (for files without
+        /// one, such as Gemma 3's GGUF); its end-of-turn token stops a reply.
+        #[arg(long, global = true, value_name = "FILE")]
+        chat_template: Option<PathBuf>,
         #[command(subcommand)]
         command: Command,
     }
@@ -192,6 +197,8 @@ mod cli {
     static DECODE: std::sync::OnceLock<emberlm::gpu::DecodePlan> = std::sync::OnceLock::new();
     /// `--device`, parsed once by `main`.
     static DEVICE: std::sync::OnceLock<emberlm::gpu::DeviceChoice> = std::sync::OnceLock::new();
+    /// `--chat-template`, read once by `main`.
+    static TEMPLATE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     /// `--precision`, parsed once by `main`.
     static PRECISION: std::sync::OnceLock<emberlm::gpu::Precision> = std::sync::OnceLock::new();
 
@@ -310,6 +317,17 @@ mod cli {
                 }
                 Err(e) => {
                     eprintln!("emberlm: --kernels: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            }
+        }
+        if let Some(path) = &cli.chat_template {
+            match std::fs::read_to_string(path) {
+                Ok(source) => {
+                    let _ = TEMPLATE.set(source);
+                }
+                Err(e) => {
+                    eprintln!("emberlm: --chat-template {}: {e}", path.display());
                     return std::process::ExitCode::from(2);
                 }
             }
