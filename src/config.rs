@@ -17,8 +17,8 @@ pub use rope_scaling::{RopeFreqs, RopeScaling};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Architecture {
-    /// Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral, Qwen2 (with q/k/v biases): RMSNorm,
-    /// RoPE, grouped-query attention, SwiGLU feed-forward.
+    /// Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral, Qwen2 (with q/k/v biases), Qwen3 (with
+    /// QK-norm): RMSNorm, RoPE, grouped-query attention, SwiGLU feed-forward.
     Llama,
     /// GPT-2: LayerNorm with bias, learned position embeddings, fused QKV with bias, GELU.
     Gpt2,
@@ -110,6 +110,9 @@ pub struct ModelConfig {
     pub tied_embeddings: bool,
     /// Q, K and V projections have biases (Qwen2).
     pub qkv_bias: bool,
+    /// Each query and key head is RMS-normalised before RoPE, with gains `attn_q_norm` and
+    /// `attn_k_norm` of `[head_dim]` (Qwen3, Gemma 3).
+    pub qk_norm: bool,
     /// Beginning-of-sequence token.
     pub bos_id: Option<u32>,
     /// End-of-sequence tokens (several allowed, e.g. `<|im_end|>` and `<|endoftext|>`).
@@ -272,6 +275,10 @@ impl ModelConfig {
                         f(b("attn_k.bias"), vec![kv])?;
                         f(b("attn_v.bias"), vec![kv])?;
                     }
+                    if self.qk_norm {
+                        f(b("attn_q_norm.weight"), vec![self.head_dim])?;
+                        f(b("attn_k_norm.weight"), vec![self.head_dim])?;
+                    }
                     f(b("attn_output.weight"), vec![d, q])?;
                     f(b("ffn_norm.weight"), vec![d])?;
                     f(b("ffn_gate.weight"), vec![ff, d])?;
@@ -425,6 +432,7 @@ pub(crate) mod tests {
             activation: Activation::SwiGlu,
             tied_embeddings: false,
             qkv_bias: false,
+            qk_norm: false,
             bos_id: Some(0),
             eos_ids: vec![0],
             local_attention: None,

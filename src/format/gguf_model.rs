@@ -74,6 +74,8 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         "llama" => (Architecture::Llama, RopeLayout::Interleaved, false),
         // ... but not Qwen2's, which keeps the rotate-half pairing (and has q/k/v biases).
         "qwen2" => (Architecture::Llama, RopeLayout::RotateHalf, true),
+        // Qwen3: Qwen2 without the biases, with QK-norm
+        "qwen3" => (Architecture::Llama, RopeLayout::RotateHalf, false),
         // Phi-3: the Llama graph with fused qkv and gate|up matrices (split on load) and
         // rotate-half RoPE, unpermuted
         "phi3" => (Architecture::Llama, RopeLayout::RotateHalf, false),
@@ -201,6 +203,7 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         activation,
         tied_embeddings: h.tensor("output.weight").is_none(),
         qkv_bias,
+        qk_norm: matches!(arch_name, "qwen3" | "gemma3"),
         bos_id,
         eos_ids,
         local_attention,

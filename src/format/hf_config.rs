@@ -87,7 +87,7 @@ pub fn parse_config(
         what,
     };
     let mut config = match model_type {
-        "llama" | "mistral" | "qwen2" | "phi3" => {
+        "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
             let rope_scaling = match raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
                 None => RopeScaling::None,
                 Some(v) => rope_scaling(v).map_err(&unsupported)?,
@@ -126,6 +126,7 @@ pub fn parse_config(
                 activation: Activation::SwiGlu,
                 tied_embeddings: raw.tie_word_embeddings.unwrap_or(false),
                 qkv_bias: model_type == "qwen2" || raw.attention_bias.unwrap_or(false),
+                qk_norm: model_type == "qwen3",
                 bos_id: None,
                 eos_ids: Vec::new(),
                 local_attention: None,
@@ -171,6 +172,7 @@ pub fn parse_config(
                 activation: Activation::GeluTanh,
                 tied_embeddings: raw.tie_word_embeddings.unwrap_or(true),
                 qkv_bias: true,
+                qk_norm: false,
                 bos_id: None,
                 eos_ids: Vec::new(),
                 local_attention: None,

@@ -266,6 +266,9 @@ pub fn gguf_name(arch: Architecture, hf_name: &str) -> Option<String> {
                 "self_attn.k_proj" => "attn_k",
                 "self_attn.v_proj" => "attn_v",
                 "self_attn.o_proj" => "attn_output",
+                // Qwen3's QK-norm gains
+                "self_attn.q_norm" => "attn_q_norm",
+                "self_attn.k_norm" => "attn_k_norm",
                 // Phi-3's fused projections, split on load (model::unfuse)
                 "self_attn.qkv_proj" => "attn_qkv",
                 "mlp.gate_up_proj" => "ffn_up",

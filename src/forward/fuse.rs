@@ -98,8 +98,10 @@ pub fn plan(weights: &ModelWeights<'_>) -> FusionPlan {
         // Gemma 3 normalises each query and key head before RoPE: its projections stay
         // separate; its gate and up interleave like Llama's (a GeGLU epilogue)
         let gated = llama || c.arch == Architecture::Gemma3;
-        out.qkv
-            .push(llama && compatible(&[get("attn_q"), get("attn_k"), get("attn_v")]));
+        // QK-norm (Qwen3) normalises the heads between the projection and RoPE
+        out.qkv.push(
+            llama && !c.qk_norm && compatible(&[get("attn_q"), get("attn_k"), get("attn_v")]),
+        );
         out.gate_up
             .push(gated && compatible(&[get("ffn_gate"), get("ffn_up")]));
     }

@@ -1,5 +1,6 @@
-//! The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2): pre-norm blocks with
-//! RMSNorm, RoPE attention with grouped K/V heads, and a SwiGLU feed-forward.
+//! The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2, Qwen3): pre-norm blocks
+//! with RMSNorm, RoPE attention with grouped K/V heads (Qwen3 normalises each query and key
+//! head first), and a SwiGLU feed-forward.
 
 use super::fuse;
 use super::graph::{Act, Graph, LinearOp, Lookup, Matrix, Norm, Op, Post};
@@ -32,6 +33,8 @@ struct Block {
     attn_norm: Norm,
     /// Q, K, V.
     qkv: Qkv,
+    /// QK-norm gains `(q, k)`, `[head_dim]` each (Qwen3).
+    qk_norm: Option<(String, String)>,
     /// Attention output projection, `[d, q_dim]`.
     attn_output: Matrix,
     /// RMSNorm before the feed-forward, `[d]`.
@@ -47,7 +50,14 @@ impl Block {
     fn find(c: &ModelConfig, w: &Lookup<'_>, layer: usize) -> Result<Self> {
         let b = |s: &str| format!("blk.{layer}.{s}");
         let (d, q, kv, ff) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.ffn_size);
-        let qkv = if w.has(&fuse::qkv_name(layer, "weight")) {
+        let qk_norm = match c.qk_norm {
+            true => Some((
+                w.tensor(&b("attn_q_norm.weight"), &[c.head_dim])?,
+                w.tensor(&b("attn_k_norm.weight"), &[c.head_dim])?,
+            )),
+            false => None,
+        };
+        let qkv = if w.has(&fuse::qkv_name(layer, "weight")) && qk_norm.is_none() {
             Qkv::Stacked(w.matrix(&b("attn_qkv"), q + 2 * kv, d)?)
         } else {
             Qkv::Separate {
@@ -67,6 +77,7 @@ impl Block {
         Ok(Self {
             attn_norm: w.norm(c, &b("attn_norm"), d)?,
             qkv,
+            qk_norm,
             attn_output: w.matrix(&b("attn_output"), d, q)?,
             ffn_norm: w.norm(c, &b("ffn_norm"), d)?,
             gate_up,
@@ -88,6 +99,16 @@ impl Block {
                     ops.push(Op::Linear(
                         LinearOp::new(m, Act::X, y).normed(&self.attn_norm),
                     ));
+                }
+                if let Some((q_norm, k_norm)) = self.qk_norm {
+                    ops.push(Op::HeadNorm {
+                        act: Act::Q,
+                        weight: q_norm,
+                    });
+                    ops.push(Op::HeadNorm {
+                        act: Act::K,
+                        weight: k_norm,
+                    });
                 }
                 ops.push(Op::RopeKvWrite { layer });
                 false

@@ -63,18 +63,15 @@ struct Block {
     down: Vec<f32>,
     /// `[d]`
     down_bias: Option<Vec<f32>>,
-    /// Gemma 3's extra norms.
+    /// QK-norm gains `(q, k)`, `[head_dim]` each (Qwen3, Gemma 3).
+    qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    /// Gemma 3's norms after attention and the feed-forward.
     gemma: Option<GemmaNorms>,
 }
 
-/// Gemma 3's norms beyond the pre-norms: of each query and key head, and of the attention and
-/// feed-forward outputs before they join the residual.
+/// Gemma 3's norms of the attention and feed-forward outputs before they join the residual.
 #[derive(Debug, Clone)]
 struct GemmaNorms {
-    /// `[head_dim]`
-    q_norm: Vec<f32>,
-    /// `[head_dim]`
-    k_norm: Vec<f32>,
     /// `[d]`
     post_attention: Vec<f32>,
     /// `[d]`
@@ -235,10 +232,15 @@ impl ReferenceModel {
                 up_bias,
                 down: load(&n("ffn_down.weight"))?,
                 down_bias,
+                qk_norm: match c.qk_norm || c.arch == Architecture::Gemma3 {
+                    true => Some((
+                        load(&n("attn_q_norm.weight"))?,
+                        load(&n("attn_k_norm.weight"))?,
+                    )),
+                    false => None,
+                },
                 gemma: match c.arch {
                     Architecture::Gemma3 => Some(GemmaNorms {
-                        q_norm: load(&n("attn_q_norm.weight"))?,
-                        k_norm: load(&n("attn_k_norm.weight"))?,
                         post_attention: load(&n("post_attention_norm.weight"))?,
                         post_ffn: load(&n("post_ffw_norm.weight"))?,
                     }),
@@ -346,10 +348,10 @@ impl ReferenceModel {
             let mut q = matmul(&b.wq, &h, b.bq.as_deref(), q_dim, d);
             let mut k = matmul(&b.wk, &h, b.bk.as_deref(), kv_dim, d);
             let v = matmul(&b.wv, &h, b.bv.as_deref(), kv_dim, d);
-            if let Some(g) = &b.gemma {
+            if let Some((q_norm, k_norm)) = &b.qk_norm {
                 // QK-norm: every head of every token on its own
-                q = rms_norm(&q, &g.q_norm, hd, c.norm_eps);
-                k = rms_norm(&k, &g.k_norm, hd, c.norm_eps);
+                q = rms_norm(&q, q_norm, hd, c.norm_eps);
+                k = rms_norm(&k, k_norm, hd, c.norm_eps);
             }
             for (i, (qi, ki)) in q
                 .chunks_exact_mut(q_dim)
