@@ -222,6 +222,9 @@ impl ModelConfig {
                 .check(self.head_dim)
                 .map_err(|e| Error::format(file, e.to_string()))?;
         }
+        if self.arch == Architecture::Gemma3 && !self.qk_norm {
+            return bad("Gemma 3 normalises its query and key heads: qk_norm must be set".into());
+        }
         if let Some(problem) = self
             .local_attention
             .as_ref()
@@ -262,8 +265,10 @@ impl ModelConfig {
         let (d, ff, v) = (self.hidden_size, self.ffn_size, self.vocab_size);
         f("token_embd.weight".into(), vec![v, d])?;
         match self.arch {
-            Architecture::Llama => {
+            Architecture::Llama | Architecture::Gemma3 => {
                 let (q, kv) = (self.q_dim(), self.kv_dim());
+                // Gemma 3 also normalises each sub-layer's output before the residual
+                let post_norms = self.arch == Architecture::Gemma3;
                 for i in 0..self.n_layers {
                     let b = |s: &str| format!("blk.{i}.{s}");
                     f(b("attn_norm.weight"), vec![d])?;
@@ -280,10 +285,16 @@ impl ModelConfig {
                         f(b("attn_k_norm.weight"), vec![self.head_dim])?;
                     }
                     f(b("attn_output.weight"), vec![d, q])?;
+                    if post_norms {
+                        f(b("post_attention_norm.weight"), vec![d])?;
+                    }
                     f(b("ffn_norm.weight"), vec![d])?;
                     f(b("ffn_gate.weight"), vec![ff, d])?;
                     f(b("ffn_up.weight"), vec![ff, d])?;
                     f(b("ffn_down.weight"), vec![d, ff])?;
+                    if post_norms {
+                        f(b("post_ffw_norm.weight"), vec![d])?;
+                    }
                 }
                 f("output_norm.weight".into(), vec![d])?;
             }
@@ -306,26 +317,6 @@ impl ModelConfig {
                 }
                 f("output_norm.weight".into(), vec![d])?;
                 f("output_norm.bias".into(), vec![d])?;
-            }
-            Architecture::Gemma3 => {
-                let (q, kv, hd) = (self.q_dim(), self.kv_dim(), self.head_dim);
-                for i in 0..self.n_layers {
-                    let b = |s: &str| format!("blk.{i}.{s}");
-                    f(b("attn_norm.weight"), vec![d])?;
-                    f(b("attn_q.weight"), vec![q, d])?;
-                    f(b("attn_k.weight"), vec![kv, d])?;
-                    f(b("attn_v.weight"), vec![kv, d])?;
-                    f(b("attn_q_norm.weight"), vec![hd])?;
-                    f(b("attn_k_norm.weight"), vec![hd])?;
-                    f(b("attn_output.weight"), vec![d, q])?;
-                    f(b("post_attention_norm.weight"), vec![d])?;
-                    f(b("ffn_norm.weight"), vec![d])?;
-                    f(b("ffn_gate.weight"), vec![ff, d])?;
-                    f(b("ffn_up.weight"), vec![ff, d])?;
-                    f(b("ffn_down.weight"), vec![d, ff])?;
-                    f(b("post_ffw_norm.weight"), vec![d])?;
-                }
-                f("output_norm.weight".into(), vec![d])?;
             }
         }
         if !self.tied_embeddings {

@@ -11,7 +11,7 @@ mod common;
 
 use std::path::Path;
 
-use common::model_forms::{as_f32, logits, tiny_llama_tensors, write_folder, write_gguf, Tensors};
+use common::model_forms::{as_f32, hf_folder, logits, tiny_llama_tensors, write_gguf, Tensors};
 use emberlm::loader::ModelFiles;
 use rand::{Rng, SeedableRng};
 
@@ -29,15 +29,6 @@ fn qwen2_tensors() -> Tensors {
         }
     }
     out
-}
-
-fn hf_folder(tensors: &Tensors, dir: &Path, model_type: &str) {
-    write_folder(tensors, dir, |c| {
-        c.replace(
-            "\"model_type\": \"llama\"",
-            &format!("\"model_type\": \"{model_type}\""),
-        )
-    });
 }
 
 /// Every row's logits (GPU, reference) and whether the model loaded with q/k/v biases.

@@ -9,10 +9,8 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::model_forms::{
-    as_f32, logits, max_diff, tiny_llama_tensors, write_folder, write_gguf, Tensors,
+    as_f32, hf_folder, logits, max_diff, tiny_llama_tensors, write_gguf, Tensors,
 };
 use emberlm::loader::ModelFiles;
 use rand::{Rng, SeedableRng};
@@ -31,15 +29,6 @@ fn qwen3_tensors() -> Tensors {
         }
     }
     out
-}
-
-fn hf_folder(tensors: &Tensors, dir: &Path, model_type: &str) {
-    write_folder(tensors, dir, |c| {
-        c.replace(
-            "\"model_type\": \"llama\"",
-            &format!("\"model_type\": \"{model_type}\""),
-        )
-    });
 }
 
 fn close(got: &[f32], want: &[Vec<f32>], what: &str) {

@@ -294,14 +294,11 @@ impl Compiler<'_> {
                 Node::Parts(e.bind_scaled(ctx, self.step, t, ids, &a.x, max, scale)?)
             }
             Op::Linear(l) => Node::Linear(self.linear(l, red, false).await?),
-            Op::RopeKvWrite { .. } if !self.kv.kinds().is_f32() => {
+            Op::RopeKvWrite { layer } if !self.kv.kinds().is_f32() => {
                 if c.rope_layout == RopeLayout::None {
                     // nothing to rotate: the cache write that follows is the whole op
                     return Ok(None);
                 }
-                let Op::RopeKvWrite { layer } = op else {
-                    return Ok(None);
-                };
                 let rope = RopeKvWrite::rotate_only(ctx, cache, c.rope_layout).await?;
                 Node::Kernel(rope.bind_rotate_only(
                     ctx,

@@ -4,19 +4,10 @@
 //! (sliding-window) layers with their own RoPE base between global ones, which the backend
 //! reads from [`ModelConfig::layer_window`] and [`ModelConfig::layer_rope`].
 
-use super::fuse;
-use super::graph::{Act, EmbedScale, Graph, LinearOp, Lookup, Matrix, Norm, Op, Post, Rows};
+use super::graph::{Act, EmbedScale, Graph, LinearOp, Lookup, Matrix, Norm, Op, Rows};
+use super::llama::GateUp;
 use crate::config::ModelConfig;
 use crate::error::Result;
-
-/// Gate and up projections of one block's feed-forward.
-#[derive(Debug)]
-enum GateUp {
-    /// Interleaved at load ([`fuse`]): `[2·ffn, d]`, rows `gate₀, up₀, gate₁, up₁, …`.
-    Interleaved(Matrix),
-    /// Separate: `gate, up: [ffn, d]`.
-    Separate { gate: Matrix, up: Matrix },
-}
 
 /// One block's weights.
 #[derive(Debug)]
@@ -49,14 +40,7 @@ impl Block {
     fn find(c: &ModelConfig, w: &Lookup<'_>, layer: usize) -> Result<Self> {
         let b = |s: &str| format!("blk.{layer}.{s}");
         let (d, q, kv, ff, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.ffn_size, c.head_dim);
-        let gate_up = if w.has(&fuse::gate_up_name(layer, "weight")) {
-            GateUp::Interleaved(w.matrix(&b("ffn_gate_up"), 2 * ff, d)?)
-        } else {
-            GateUp::Separate {
-                gate: w.matrix(&b("ffn_gate"), ff, d)?,
-                up: w.matrix(&b("ffn_up"), ff, d)?,
-            }
-        };
+        let gate_up = GateUp::find(c, w, layer)?;
         Ok(Self {
             attn_norm: w.norm(c, &b("attn_norm"), d)?,
             q: w.matrix(&b("attn_q"), q, d)?,
@@ -101,21 +85,7 @@ impl Block {
         ops.push(Op::AddNormed {
             weight: self.post_attention_norm,
         });
-        match self.gate_up {
-            GateUp::Interleaved(m) => ops.push(Op::Linear(
-                LinearOp::new(m, Act::X, Act::Hidden)
-                    .normed(&self.ffn_norm)
-                    .then(Post::GeGlu),
-            )),
-            GateUp::Separate { gate, up } => {
-                for (m, y) in [(gate, Act::Gate), (up, Act::Up)] {
-                    ops.push(Op::Linear(
-                        LinearOp::new(m, Act::X, y).normed(&self.ffn_norm),
-                    ));
-                }
-                ops.push(Op::GeGlu);
-            }
-        }
+        self.gate_up.ops(&self.ffn_norm, true, ops);
         ops.push(Op::Linear(LinearOp::new(
             self.ffn_down,
             Act::Hidden,

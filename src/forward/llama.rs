@@ -17,13 +17,46 @@ enum Qkv {
     Separate { q: Matrix, k: Matrix, v: Matrix },
 }
 
-/// Gate and up projections of one block's feed-forward.
+/// Gate and up projections of one block's feed-forward (shared with Gemma 3's GeGLU).
 #[derive(Debug)]
-enum GateUp {
+pub(super) enum GateUp {
     /// Interleaved at load ([`fuse`]): `[2·ffn, d]`, rows `gate₀, up₀, gate₁, up₁, …`.
     Interleaved(Matrix),
     /// Separate: `gate, up: [ffn, d]`.
     Separate { gate: Matrix, up: Matrix },
+}
+
+impl GateUp {
+    /// Layer `layer`'s gate and up (interleaved when [`fuse`] did so), shapes checked.
+    pub(super) fn find(c: &ModelConfig, w: &Lookup<'_>, layer: usize) -> Result<Self> {
+        let b = |s: &str| format!("blk.{layer}.{s}");
+        let (d, ff) = (c.hidden_size, c.ffn_size);
+        Ok(if w.has(&fuse::gate_up_name(layer, "weight")) {
+            GateUp::Interleaved(w.matrix(&b("ffn_gate_up"), 2 * ff, d)?)
+        } else {
+            GateUp::Separate {
+                gate: w.matrix(&b("ffn_gate"), ff, d)?,
+                up: w.matrix(&b("ffn_up"), ff, d)?,
+            }
+        })
+    }
+
+    /// `Hidden = act(gate(norm(X))) · up(norm(X))`, `act` silu or (`gelu`) gelu_tanh.
+    pub(super) fn ops(self, norm: &Norm, gelu: bool, ops: &mut Vec<Op>) {
+        match self {
+            GateUp::Interleaved(m) => ops.push(Op::Linear(
+                LinearOp::new(m, Act::X, Act::Hidden)
+                    .normed(norm)
+                    .then(if gelu { Post::GeGlu } else { Post::SwiGlu }),
+            )),
+            GateUp::Separate { gate, up } => {
+                for (m, y) in [(gate, Act::Gate), (up, Act::Up)] {
+                    ops.push(Op::Linear(LinearOp::new(m, Act::X, y).normed(norm)));
+                }
+                ops.push(if gelu { Op::GeGlu } else { Op::SwiGlu });
+            }
+        }
+    }
 }
 
 /// One block's weights.
@@ -66,14 +99,7 @@ impl Block {
                 v: w.matrix(&b("attn_v"), kv, d)?,
             }
         };
-        let gate_up = if w.has(&fuse::gate_up_name(layer, "weight")) {
-            GateUp::Interleaved(w.matrix(&b("ffn_gate_up"), 2 * ff, d)?)
-        } else {
-            GateUp::Separate {
-                gate: w.matrix(&b("ffn_gate"), ff, d)?,
-                up: w.matrix(&b("ffn_up"), ff, d)?,
-            }
-        };
+        let gate_up = GateUp::find(c, w, layer)?;
         Ok(Self {
             attn_norm: w.norm(c, &b("attn_norm"), d)?,
             qkv,
@@ -118,21 +144,7 @@ impl Block {
         ops.push(Op::Linear(
             LinearOp::new(self.attn_output, Act::Attn, Act::X).residual(),
         ));
-        match self.gate_up {
-            GateUp::Interleaved(m) => ops.push(Op::Linear(
-                LinearOp::new(m, Act::X, Act::Hidden)
-                    .normed(&self.ffn_norm)
-                    .then(Post::SwiGlu),
-            )),
-            GateUp::Separate { gate, up } => {
-                for (m, y) in [(gate, Act::Gate), (up, Act::Up)] {
-                    ops.push(Op::Linear(
-                        LinearOp::new(m, Act::X, y).normed(&self.ffn_norm),
-                    ));
-                }
-                ops.push(Op::SwiGlu);
-            }
-        }
+        self.gate_up.ops(&self.ffn_norm, false, ops);
         ops.push(Op::Linear(
             LinearOp::new(self.ffn_down, Act::Hidden, Act::X).residual(),
         ));

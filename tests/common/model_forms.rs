@@ -64,6 +64,16 @@ pub fn write_folder(tensors: &Tensors, dir: &Path, config: impl Fn(String) -> St
     .unwrap();
 }
 
+/// A folder of `tensors` whose config says `model_type` instead of `llama`.
+pub fn hf_folder(tensors: &Tensors, dir: &Path, model_type: &str) {
+    write_folder(tensors, dir, |c| {
+        c.replace(
+            "\"model_type\": \"llama\"",
+            &format!("\"model_type\": \"{model_type}\""),
+        )
+    });
+}
+
 /// A GGUF of `tensors` (unpermuted, as for rotate-half architectures) under architecture
 /// `arch`, with the tiny Llama's metadata renamed; matrices stored by `matrix` as
 /// (GGML type id, bytes).

@@ -232,7 +232,7 @@ impl ReferenceModel {
                 up_bias,
                 down: load(&n("ffn_down.weight"))?,
                 down_bias,
-                qk_norm: match c.qk_norm || c.arch == Architecture::Gemma3 {
+                qk_norm: match c.qk_norm {
                     true => Some((
                         load(&n("attn_q_norm.weight"))?,
                         load(&n("attn_k_norm.weight"))?,
