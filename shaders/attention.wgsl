@@ -1,6 +1,6 @@
 // Causal grouped-query attention over the KV cache, one workgroup per (query head, token):
 //   out[t, h*hd .. (h+1)*hd] = softmax_j(q[t, h] . k_cache[j, kvh] * scale) @ v_cache[j, kvh]
-// for the step's tokens t < n_tokens at positions p = pos0 + t (step_params), over cache rows
+// for the step's tokens t < n_tokens at positions p = token_pos(t) (step.wgsl), over cache rows
 // j = 0..=p (with a local window W: j = p + 1 - W ..= p), with kv head
 // kvh = h / (n_heads / n_kv_heads).
 // q: [max_tokens, q_stride] (heads at columns 0..n_heads*hd), k_cache, v_cache:

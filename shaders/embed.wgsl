@@ -3,7 +3,7 @@
 // A table larger than one storage binding is bound in parts of whole rows: each dispatch holds
 // rows first_row .. first_row + part_rows and writes only the tokens whose rows it holds.
 // table: [rows, dim] in its stored type (see quant.wgsl), out: [max_tokens, dim] f32.
-// With FROM_IDS, id_t = ids[t] (ids: u32 [max_tokens]); without, id_t = pos0 + t (GPT-2's
+// With FROM_IDS, id_t = ids[t] (ids: u32 [max_tokens]); without, id_t = token_pos(t) (GPT-2's
 // learned positions). ACCUMULATE adds to out instead of overwriting it.
 // An id past the table is clamped to its last row, so a bad id can never read out of bounds;
 // the engine validates token ids on the CPU before uploading them.
@@ -63,7 +63,7 @@ fn embed(
 #ifdef FROM_IDS
     let id = min(ids[t], params.rows - 1u);
 #else
-    let id = min(step_params.pos0 + t, params.rows - 1u);
+    let id = min(token_pos(t), params.rows - 1u);
 #endif
     if id < params.first_row || id - params.first_row >= params.part_rows {
         return;

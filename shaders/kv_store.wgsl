@@ -1,6 +1,6 @@
 // The KV-cache write for caches of kinds other than f32 (kv_kind.wgsl; src/dtype/kv.rs is the
 // CPU reference): the step's keys and values, already rotated, are encoded into the K and V
-// caches at positions p = step_params.pos0 + t, for t < step_params.n_tokens.
+// caches at positions p = token_pos(t) (rows token_base(t) + p), for t < step_params.n_tokens.
 //   k_src[t * k_stride + k_off + c], v_src[t * v_stride + v_off + c], c < kv_dim: the step's
 //   rows (for a stacked q | k | v projection both are its output, bound twice);
 //   k_cache, v_cache: [max_positions, row words of their kind] u32.
@@ -144,7 +144,7 @@ fn kv_store(
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
     let t = wid.y;
-    let pos = step_params.pos0 + t;
+    let pos = token_pos(t);
     // positions past the cache were refused on the host; never write outside it anyway
     if t >= step_params.n_tokens || pos >= params.max_positions {
         return;
@@ -161,7 +161,7 @@ fn kv_store(
         return;
     }
     let kind = kv_kind(which);
-    let base = pos * kv_row_words(kind, params.kv_dim);
+    let base = (token_base(t) + pos) * kv_row_words(kind, params.kv_dim);
     let sw = kv_scale_words(kind, params.kv_dim);
     let b = 2u * item;
     let d0 = encode_block(which, kind, t, b, base, sw);

@@ -1,5 +1,5 @@
 // Rotary position embedding fused with the KV-cache write, for the step's tokens
-// t < step_params.n_tokens at positions p = step_params.pos0 + t:
+// t < step_params.n_tokens at positions p = token_pos(t) (cache row token_base(t) + p):
 //   q[t] is rotated in place; k[t] is rotated and written to k_cache[p]; v[t] is copied to
 //   v_cache[p]. With NO_ROPE (GPT-2) nothing is rotated: k and v are only copied.
 // Pair i of a head (of head_dim / 2) is rotated by p * theta^(-2i / head_dim) radians; it
@@ -90,7 +90,7 @@ fn rope_kv_write(
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
     let t = wid.y;
-    let pos = step_params.pos0 + t;
+    let pos = token_pos(t);
     // positions past the cache were refused on the host; never write outside it anyway
     if t >= step_params.n_tokens || pos >= params.max_positions {
         return;
@@ -98,7 +98,7 @@ fn rope_kv_write(
     let hd = params.head_dim;
     let kv_dim = params.n_kv_heads * hd;
     var item = wid.x * WG_SIZE + lid;
-    let cache_row = pos * kv_dim;
+    let cache_row = (token_base(t) + pos) * kv_dim;
 #ifndef NO_ROPE
     let n_pairs = hd / 2u;
     let q_pairs = params.n_heads * n_pairs;

@@ -1,7 +1,7 @@
 // Candidate selection for sampling: one workgroup reads one logits row and writes a compact
 // result (at most 4 KB) that the CPU sampler can draw from instead of the whole row.
 //
-//   logits: [n] raw logits (row 0 of the step's logits)
+//   logits: [n] raw logits from element params.offset (one row of the step's logits)
 //   adjust: [n_adjust] sparse adjustments (bias, repetition, presence/frequency), distinct ids
 //   work:   [n] scratch, the adjusted row
 //   out:    header [16] + k x (id, adjusted bits, raw bits) + n_adjust x raw bits
@@ -21,7 +21,8 @@
 struct Params {
     // Length of the logits and work buffers (upper bound for n).
     capacity: u32,
-    _pad0: u32,
+    // First element of the row in `logits` (row index times capacity).
+    offset: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -173,7 +174,7 @@ fn select_top_k(@builtin(local_invocation_index) lid: u32) {
     var raw_max = -FLT_MAX;
     var bad = false;
     for (var i = lid; i < n; i += WG_SIZE) {
-        let x = logits[i];
+        let x = logits[params.offset + i];
         if is_finite(x) {
             raw_max = max(raw_max, x);
         } else {
@@ -215,7 +216,7 @@ fn select_top_k(@builtin(local_invocation_index) lid: u32) {
         for (var i = lid; i < n; i += WG_SIZE) {
             let a = work[i];
             if r == 0u {
-                raw_sum += exp(logits[i] - raw_max);
+                raw_sum += exp(logits[params.offset + i] - raw_max);
                 adj_max = max(adj_max, a);
             }
             let key = ordered(a);
@@ -289,7 +290,7 @@ fn select_top_k(@builtin(local_invocation_index) lid: u32) {
         let id = adjust[j].id;
         var raw = 0u;
         if id < n {
-            raw = bitcast<u32>(logits[id]);
+            raw = bitcast<u32>(logits[params.offset + id]);
             let a = work[id];
             let key = ordered(a);
             if !(key > threshold || (key == threshold && id <= id_limit)) {
@@ -326,7 +327,7 @@ fn select_top_k(@builtin(local_invocation_index) lid: u32) {
         let id = cand_id[lid];
         out[HEADER + 3u * lid] = id;
         out[HEADER + 3u * lid + 1u] = bitcast<u32>(work[id]);
-        out[HEADER + 3u * lid + 2u] = bitcast<u32>(logits[id]);
+        out[HEADER + 3u * lid + 2u] = bitcast<u32>(logits[params.offset + id]);
     }
     if lid == 0u {
         out[0] = atomicLoad(&flags);

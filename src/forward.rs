@@ -13,11 +13,12 @@ use crate::config::{Architecture, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gpu::ops::{LinearBinding, Select};
 use crate::gpu::{
-    AliveBuffers, GpuContext, GpuTensor, KernelCache, KernelPlan, KvCache, StepParams,
+    AliveBuffers, GpuContext, GpuTensor, KernelCache, KernelPlan, KvCache, StepParams, StepRow,
 };
 use crate::model::weights::ModelWeights;
 
 mod arch;
+mod batch;
 mod compile;
 pub mod fuse;
 pub mod gemma3;
@@ -29,6 +30,7 @@ mod measure;
 mod profile;
 mod upload;
 
+pub use batch::BatchToken;
 use compile::{attention_keys, heads_of, Activations, Compiler, Node};
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
@@ -63,6 +65,8 @@ pub struct Forward {
     plan: KernelPlan,
     /// The pass as data, kept to rebind it to another KV cache ([`Forward::set_kv`]).
     graph: graph::Graph,
+    /// What batched steps need beyond a single sequence's ([`Forward::set_batch`]).
+    batch: batch::BatchBuffers,
 }
 
 /// Called after each step of [`Readback::EachStep`] with the index of the step's first token,
@@ -133,6 +137,14 @@ enum Head {
     All,
 }
 
+/// Which sequence a step runs: the main one (slot 0, whose fill mark the cache keeps) or
+/// the one in a KV slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seq {
+    Main,
+    Slot(usize),
+}
+
 /// What one step read back.
 enum StepRead {
     Nothing,
@@ -161,12 +173,15 @@ pub struct MemoryReport {
     pub activations: u64,
     /// Bytes of K and V per cached token, all layers.
     pub kv_bytes_per_token: u64,
+    /// Batched decoding's per-sequence selection buffers and readback
+    /// ([`Forward::set_batch`]; its extra KV slots count in `kv_cache`).
+    pub batch: u64,
 }
 
 impl MemoryReport {
     /// Everything.
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.activations
+        self.weights + self.kv_cache + self.activations + self.batch
     }
 }
 
@@ -260,6 +275,7 @@ impl Forward {
             kv_cache: kv.bytes(),
             activations: activation_bytes,
             kv_bytes_per_token: kv.kinds().bytes_per_token(config.n_layers, config.kv_dim()),
+            batch: 0,
         };
         let graph = arch::build(&config, &gpu, &weights.file)?;
         let compiled = Compiler {
@@ -304,6 +320,7 @@ impl Forward {
             select_staging,
             plan,
             graph,
+            batch: batch::BatchBuffers::default(),
         };
         forward.finish_plan(ctx, &key).await?;
         Ok(forward)
@@ -362,24 +379,51 @@ impl Forward {
         tokens: &[u32],
         readback: Readback<'_>,
     ) -> Result<Output> {
+        let pos = self.kv.pos();
+        self.run_seq(ctx, Seq::Main, pos, tokens, readback).await
+    }
+
+    /// [`Self::run`] for the sequence in KV slot `slot` (see [`Self::set_batch`]), whose
+    /// positions before `pos` are cached: `tokens` go to positions `pos..`. The main
+    /// sequence's fill mark ([`KvCache::pos`]) is left alone, even for slot 0.
+    pub async fn run_in_slot(
+        &mut self,
+        ctx: &GpuContext,
+        slot: usize,
+        pos: usize,
+        tokens: &[u32],
+        readback: Readback<'_>,
+    ) -> Result<Output> {
+        if slot >= self.kv.slots() {
+            return Err(Error::invalid(
+                "slot",
+                format!("{slot} is not one of the cache's {} slots", self.kv.slots()),
+            ));
+        }
+        self.run_seq(ctx, Seq::Slot(slot), pos, tokens, readback)
+            .await
+    }
+
+    async fn run_seq(
+        &mut self,
+        ctx: &GpuContext,
+        seq: Seq,
+        pos: usize,
+        tokens: &[u32],
+        readback: Readback<'_>,
+    ) -> Result<Output> {
         if tokens.is_empty() {
             return Err(Error::invalid("tokens", "at least one token is needed"));
         }
-        let vocab = self.config.vocab_size;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(Error::invalid(
-                "tokens",
-                format!("token id {bad} is outside the vocabulary of {vocab}"),
-            ));
-        }
-        let end = self.kv.pos() + tokens.len();
+        self.check_ids(tokens)?;
+        let end = pos + tokens.len();
         if end > self.kv.context() {
             return Err(Error::invalid(
                 "tokens",
                 format!(
                     "{} tokens after {} cached ones exceed the context of {}",
                     tokens.len(),
-                    self.kv.pos(),
+                    pos,
                     self.kv.context()
                 ),
             ));
@@ -402,16 +446,23 @@ impl Forward {
                 _ if !last => Head::None,
                 _ => Head::Last,
             };
-            let rows = match self
-                .step(ctx, chunk, head, request.filter(|_| last))
-                .await?
-            {
+            let base = match seq {
+                Seq::Main => 0,
+                Seq::Slot(s) => self.kv.slot_base(s),
+            };
+            let read = self
+                .step(ctx, base, pos + ran, chunk, head, request.filter(|_| last))
+                .await?;
+            let first = ran;
+            ran += chunk.len();
+            if seq == Seq::Main {
+                self.kv.set_pos(pos + ran)?;
+            }
+            let rows = match read {
                 StepRead::Nothing => Vec::new(),
                 StepRead::Logits(rows) => rows,
                 StepRead::Candidates(c) => return Ok(Output::Candidates(c)),
             };
-            let first = ran;
-            ran += chunk.len();
             match on_step.as_mut() {
                 Some(on_step) => {
                     if !on_step(first, chunk.len(), rows)? && !last {
@@ -467,19 +518,21 @@ impl Forward {
         }
     }
 
-    /// One step of at most [`Self::chunk`] tokens: writes the parameters and ids, records every
+    /// One step of at most [`Self::chunk`] tokens at positions `pos0..` of the sequence whose
+    /// cache rows start at `base`: writes the parameters and ids, records every
     /// node and the head in one compute pass (and the selection after them, when given), copies
     /// what is read back to a staging buffer, submits once, reads back.
     async fn step(
         &mut self,
         ctx: &GpuContext,
+        base: usize,
+        pos0: usize,
         tokens: &[u32],
         head: Head,
         request: Option<&SelectRequest>,
     ) -> Result<StepRead> {
         let select = request.and_then(|r| self.select.as_ref().map(|s| (s, r)));
         let n = tokens.len();
-        let pos0 = self.kv.pos();
         let params = StepParams::checked(
             pos0 as u32,
             n as u32,
@@ -489,7 +542,7 @@ impl Forward {
         if let Some((select, request)) = select {
             select.write(ctx, request)?;
         }
-        params.write(ctx, &self.step);
+        params.write_rows(ctx, &self.step, &[StepRow::new(pos0 as u32, base as u32)]);
         ctx.queue
             .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
         let mut encoder = ctx
@@ -542,7 +595,6 @@ impl Forward {
         ctx.counter_cells().submit(1);
         ctx.counter_cells().forward_step(n as u64);
         let submission = ctx.queue.submit([encoder.finish()]);
-        self.kv.set_pos(pos0 + n)?;
         if bytes == 0 {
             ctx.check()?;
             return Ok(StepRead::Nothing);

@@ -35,7 +35,7 @@ const NEG_BIG: f32 = -3.4028234e38;
 // Keys a token at position p attends to: 0..=p (the end of its range), capped at the cache (positions past it were
 // refused on the host, never read past it).
 fn token_keys(t: u32) -> u32 {
-    return min(step_params.pos0 + t + 1u, params.max_positions);
+    return min(token_pos(t) + 1u, params.max_positions);
 }
 
 // The first key token `t` reads: 0, or with a local window the oldest key inside it.
@@ -47,16 +47,18 @@ fn token_first_key(t: u32) -> u32 {
     return n - min(n, params.window);
 }
 
-// The keys [first, end) that split `s` of token `t` walks (splits count from the token's first
-// key): all of them without SPLIT.
+// The cache rows [first, end) that split `s` of token `t` walks (splits count from the token's
+// first key; rows are the keys' positions past the sequence's first row): all of them
+// without SPLIT.
 fn split_keys(s: u32, t: u32) -> vec2<u32> {
     let n = token_keys(t);
     let lo = token_first_key(t);
+    let base = token_base(t);
 #ifdef SPLIT
     let first = min(lo + s * params.keys_per_split, n);
-    return vec2<u32>(first, first + min(params.keys_per_split, n - first));
+    return vec2<u32>(base + first, base + first + min(params.keys_per_split, n - first));
 #else
-    return vec2<u32>(lo, n);
+    return vec2<u32>(base + lo, base + n);
 #endif
 }
 

@@ -167,7 +167,8 @@ fn bias_at(r: u32) -> f32 {
 fn store(t: u32, r: u32, v: f32, u: f32) {
 #ifdef KV_WRITE
     var out = v + bias_at(r);
-    let pos = step_params.pos0 + t;
+    let pos = token_pos(t);
+    let row = token_base(t) + pos;
     let kv_end = params.q_rows + params.kv_rows;
 #ifdef ROPE
     if r < kv_end {
@@ -187,9 +188,9 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
     // positions past the cache were refused on the host; never write outside it anyway
     if pos < params.max_positions {
         if r >= kv_end {
-            v_cache[pos * params.kv_rows + r - kv_end] = out;
+            v_cache[row * params.kv_rows + r - kv_end] = out;
         } else if r >= params.q_rows {
-            k_cache[pos * params.kv_rows + r - params.q_rows] = out;
+            k_cache[row * params.kv_rows + r - params.q_rows] = out;
         }
     }
 #endif

@@ -73,6 +73,7 @@ impl Forward {
     /// The old cache is freed before the new one is allocated.
     /// Pipelines come from `cache` (pass the one the model was loaded with: only the kernels
     /// that depend on the kinds are built again).
+    /// Batched decoding's extra slots are given up ([`Forward::set_batch`] makes them again).
     pub async fn set_kv(
         &mut self,
         ctx: &GpuContext,
@@ -80,17 +81,36 @@ impl Forward {
         kinds: KvKinds,
         context: usize,
     ) -> Result<()> {
+        self.rebuild_kv(ctx, cache, kinds, context, 1).await
+    }
+
+    /// [`Forward::set_kv`] with `slots` sequences of `context` positions side by side.
+    pub(super) async fn rebuild_kv(
+        &mut self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        kinds: KvKinds,
+        context: usize,
+        slots: usize,
+    ) -> Result<()> {
         let config = self.config.clone();
         check_context(&config, context)?;
         let kv_dim = config.kv_dim();
         let row = kinds.k.row_bytes(kv_dim).max(kinds.v.row_bytes(kv_dim));
+        let what = match slots {
+            1 => "KV cache layer (context × kv_dim)".to_string(),
+            n => format!("KV cache layer ({n} sequences × context × kv_dim)"),
+        };
         ctx.check_storage_size(
-            "KV cache layer (context × kv_dim)",
-            (context as u64).saturating_mul(row),
+            &what,
+            (context as u64)
+                .saturating_mul(slots as u64)
+                .saturating_mul(row),
         )?;
+        self.batch.clear();
         // free the old cache first: a placeholder of one position holds its place
         self.kv = KvCache::with_kinds(ctx, &config, 1, kinds)?;
-        self.kv = KvCache::with_kinds(ctx, &config, context, kinds)?;
+        self.kv = KvCache::with_slots(ctx, &config, context, kinds, slots)?;
         let keys = attention_keys(
             &self.plan,
             &ctx.options().decode_plan,
@@ -123,6 +143,7 @@ impl Forward {
         self.head_last = compiled.head_last;
         self.head_all = compiled.head_all;
         self.memory.kv_cache = self.kv.bytes();
+        self.memory.batch = 0;
         self.memory.kv_bytes_per_token = kinds.bytes_per_token(config.n_layers, kv_dim);
         Ok(())
     }

@@ -8,16 +8,20 @@ use crate::error::{Error, Result};
 use super::counters::AliveBuffers;
 use super::device::GpuContext;
 
-/// Per layer, a K and a V buffer of `context` rows of `kv_dim` values each, a row stored in
-/// [`crate::dtype::kv::KvKind::row_words`] u32 words of its kind (`[context, kv_dim]` f32 for
-/// f32). Positions advance as tokens are processed; nothing is ever re-uploaded.
+/// Per layer, a K and a V buffer of `slots · context` rows of `kv_dim` values each, a row
+/// stored in [`crate::dtype::kv::KvKind::row_words`] u32 words of its kind
+/// (`[slots · context, kv_dim]` f32 for f32). Each slot holds one sequence of up to `context`
+/// positions (slot `s`'s position `p` is row `s · context + p`); slot 0 is the main sequence,
+/// whose fill mark [`KvCache::pos`] tracks, and the others serve batched decoding. Positions
+/// advance as tokens are processed; nothing is ever re-uploaded.
 #[derive(Debug)]
 pub struct KvCache {
-    /// K per layer, `[context, row words of kinds.k]`.
+    /// K per layer, `[slots · context, row words of kinds.k]`.
     pub k: Vec<wgpu::Buffer>,
-    /// V per layer, `[context, row words of kinds.v]`.
+    /// V per layer, `[slots · context, row words of kinds.v]`.
     pub v: Vec<wgpu::Buffer>,
     context: usize,
+    slots: usize,
     kv_dim: usize,
     kinds: KvKinds,
     pos: usize,
@@ -39,14 +43,41 @@ impl KvCache {
         context: usize,
         kinds: KvKinds,
     ) -> Result<Self> {
+        Self::with_slots(ctx, config, context, kinds, 1)
+    }
+
+    /// Allocates `slots` sequences of `context` positions each with K and V in `kinds` (see
+    /// [`KvCache::with_kinds`]).
+    pub fn with_slots(
+        ctx: &GpuContext,
+        config: &ModelConfig,
+        context: usize,
+        kinds: KvKinds,
+        slots: usize,
+    ) -> Result<Self> {
         if context == 0 {
             return Err(Error::invalid("context", "must be at least 1"));
         }
+        if slots == 0 {
+            return Err(Error::invalid("slots", "must be at least 1"));
+        }
         let kv_dim = config.kv_dim();
+        let rows = context.checked_mul(slots).ok_or_else(|| {
+            Error::invalid(
+                "slots",
+                format!("{slots} slots of {context} positions overflow"),
+            )
+        })?;
+        if u32::try_from(rows).is_err() {
+            return Err(Error::invalid(
+                "slots",
+                format!("{slots} slots of {context} positions exceed 2^32 cache rows"),
+            ));
+        }
         let layer_bytes = |kind: crate::dtype::kv::KvKind| {
-            (context as u64)
+            (rows as u64)
                 .checked_mul(kind.row_bytes(kv_dim))
-                .ok_or_else(|| Error::invalid("context", format!("{context} positions overflow")))
+                .ok_or_else(|| Error::invalid("context", format!("{rows} positions overflow")))
         };
         let (k_bytes, v_bytes) = (layer_bytes(kinds.k)?, layer_bytes(kinds.v)?);
         ctx.check_storage_size("KV cache layer", k_bytes.max(v_bytes))?;
@@ -65,6 +96,7 @@ impl KvCache {
             k,
             v,
             context,
+            slots,
             kv_dim,
             kinds,
             pos: 0,
@@ -76,9 +108,24 @@ impl KvCache {
         self.kinds
     }
 
-    /// Positions the cache holds at most.
+    /// Positions one sequence (slot) holds at most.
     pub fn context(&self) -> usize {
         self.context
+    }
+
+    /// Sequences the cache holds side by side.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Rows of every layer's buffers: `slots · context`.
+    pub fn rows(&self) -> usize {
+        self.slots * self.context
+    }
+
+    /// The first row of `slot`.
+    pub fn slot_base(&self, slot: usize) -> usize {
+        slot * self.context
     }
 
     /// Width of one cached row.
@@ -134,13 +181,19 @@ impl KvCache {
                 ),
             ));
         }
-        if src_row + rows > src.context || dst_row + rows > dst.context {
+        if src_row + rows > src.rows() || dst_row + rows > dst.rows() {
             return Err(Error::invalid(
                 "rows",
                 format!(
                     "copying {rows} rows from row {src_row} (of {}) to row {dst_row} (of {}) is out of range",
-                    src.context, dst.context
+                    src.rows(), dst.rows()
                 ),
+            ));
+        }
+        if std::ptr::eq(src, dst) {
+            return Err(Error::invalid(
+                "kv",
+                "rows are copied between two caches, not within one",
             ));
         }
         if rows == 0 {

@@ -21,7 +21,7 @@ pub use kernels::{Defines, KernelCache, ShaderFile};
 pub use kv_cache::KvCache;
 pub use ops::{
     Attention, AttentionBinding, Grid, Heads, KernelBinding, KeySplit, Qkv, Reduction, RopeKvWrite,
-    Select, StepParams, SwiGlu, WeightRead, MAX_HEAD_DIM,
+    Select, StepParams, StepRow, SwiGlu, WeightRead, MAX_HEAD_DIM, STEP_ROWS,
 };
 pub use plan::{Family, KernelOverrides, KernelPlan, SplitOverride, Variant};
 pub use precision::{MatmulPrecision, Precision};

@@ -149,20 +149,59 @@ pub(crate) fn positive(name: &'static str, value: u32) -> Result<()> {
     Ok(())
 }
 
+/// Tokens a batched step holds at most (`STEP_ROWS` in `shaders/lib/step.wgsl`): one row of
+/// the step uniform per token.
+pub const STEP_ROWS: usize = 64;
+
 /// Values that change with every forward step, written once per step into one uniform buffer
-/// that every token-dependent kernel binds at `@binding(1)`.
+/// that every token-dependent kernel binds at `@binding(1)`, followed by [`STEP_ROWS`]
+/// [`StepRow`]s.
+///
+/// A step is either one run of one sequence (`batched == 0`: token `t` at position
+/// `pos0 + t`, its sequence's cache rows starting at row 0's `base`), or one token of each of
+/// several sequences (`batched == 1`: token `t` at row `t`'s position and base).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct StepParams {
-    /// Position of the step's first token in the sequence.
+    /// Position of the step's first token in the sequence (unbatched steps).
     pub pos0: u32,
-    /// Tokens in this step (1 for decode, the chunk length for prefill).
+    /// Tokens in this step (1 for decode, the chunk length for prefill, the sequences of a
+    /// batched step).
     pub n_tokens: u32,
-    /// Cached positions attention reads after this step's keys are written: `pos0 + n_tokens`.
+    /// Cached positions attention reads after this step's keys are written: `pos0 + n_tokens`,
+    /// the most of any sequence for a batched step.
     pub kv_len: u32,
-    /// Padding to 16 bytes.
-    pub _pad: u32,
+    /// 1 when every token has its own [`StepRow`].
+    pub batched: u32,
 }
+
+/// Where one token of a step lives: its position in its sequence and the first KV-cache row
+/// of that sequence (its position `p` is cache row `base + p`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct StepRow {
+    /// Position in the sequence.
+    pub pos: u32,
+    /// The sequence's first cache row.
+    pub base: u32,
+    /// Padding to 16 bytes.
+    pub _pad: [u32; 2],
+}
+
+impl StepRow {
+    /// Position `pos` of the sequence whose cache rows start at `base`.
+    pub fn new(pos: u32, base: u32) -> Self {
+        Self {
+            pos,
+            base,
+            _pad: [0; 2],
+        }
+    }
+}
+
+/// Bytes of the step uniform: the header and [`STEP_ROWS`] rows.
+pub const STEP_UNIFORM_BYTES: u64 =
+    (std::mem::size_of::<StepParams>() + STEP_ROWS * std::mem::size_of::<StepRow>()) as u64;
 
 impl StepParams {
     /// The parameters of a step of `n_tokens` tokens starting at `pos0`.
@@ -171,7 +210,7 @@ impl StepParams {
             pos0,
             n_tokens,
             kv_len: pos0 + n_tokens,
-            _pad: 0,
+            batched: 0,
         }
     }
 
@@ -197,21 +236,62 @@ impl StepParams {
         }
     }
 
+    /// A batched step of one token per row (`rows.len()` tokens), checked like
+    /// [`Self::checked`]: at most `max_tokens` and [`STEP_ROWS`] rows, every position below
+    /// `max_positions` (the positions one sequence's cache holds).
+    pub fn batched(rows: &[StepRow], max_tokens: u32, max_positions: u32) -> Result<Self> {
+        let limit = max_tokens.min(STEP_ROWS as u32);
+        if rows.is_empty() || rows.len() > limit as usize {
+            return Err(Error::invalid(
+                "batch",
+                format!(
+                    "a batched step holds 1..={limit} sequences, got {}",
+                    rows.len()
+                ),
+            ));
+        }
+        if let Some(r) = rows.iter().find(|r| r.pos >= max_positions) {
+            return Err(Error::invalid(
+                "pos",
+                format!(
+                    "position {} does not fit in the {max_positions} cached positions",
+                    r.pos
+                ),
+            ));
+        }
+        Ok(Self {
+            pos0: 0,
+            n_tokens: rows.len() as u32,
+            kv_len: rows.iter().map(|r| r.pos + 1).max().unwrap_or(1),
+            batched: 1,
+        })
+    }
+
     /// A uniform buffer for step parameters that [`Self::write`] can update every step.
     pub fn create_buffer(ctx: &GpuContext, label: &str) -> wgpu::Buffer {
-        ctx.counter_cells()
-            .buffer_created(std::mem::size_of::<Self>() as u64);
+        ctx.counter_cells().buffer_created(STEP_UNIFORM_BYTES);
         ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: std::mem::size_of::<Self>() as u64,
+            size: STEP_UNIFORM_BYTES,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
     }
 
-    /// Queues a write of these parameters into `buffer` (seen by the next submit).
+    /// Queues a write of these parameters into `buffer` (seen by the next submit), for a
+    /// sequence whose cache rows start at row 0.
     pub fn write(&self, ctx: &GpuContext, buffer: &wgpu::Buffer) {
-        ctx.queue.write_buffer(buffer, 0, bytemuck::bytes_of(self));
+        self.write_rows(ctx, buffer, &[StepRow::new(self.pos0, 0)]);
+    }
+
+    /// Queues a write of these parameters and `rows` (one per token of a batched step; for an
+    /// unbatched step, one row whose `base` is the sequence's first cache row).
+    pub fn write_rows(&self, ctx: &GpuContext, buffer: &wgpu::Buffer, rows: &[StepRow]) {
+        let rows = &rows[..rows.len().min(STEP_ROWS)];
+        let mut bytes = Vec::with_capacity(16 + 16 * rows.len());
+        bytes.extend_from_slice(bytemuck::bytes_of(self));
+        bytes.extend_from_slice(bytemuck::cast_slice(rows));
+        ctx.queue.write_buffer(buffer, 0, &bytes);
     }
 }
 
@@ -219,7 +299,7 @@ impl StepParams {
 /// large enough to hold the step parameters. Every token-dependent kernel checks its step
 /// buffer with this.
 pub(crate) fn check_step(step: &wgpu::Buffer) -> Result<()> {
-    let needed = std::mem::size_of::<StepParams>() as u64;
+    let needed = STEP_UNIFORM_BYTES;
     if !step.usage().contains(wgpu::BufferUsages::UNIFORM) {
         return Err(Error::invalid(
             "step",

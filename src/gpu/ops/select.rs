@@ -23,7 +23,8 @@ const SELECT_WG: u32 = 256;
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 struct SelectParams {
     capacity: u32,
-    _pad: [u32; 3],
+    offset: u32,
+    _pad: [u32; 2],
 }
 
 /// The per-step uniform (`Request` in the shader).
@@ -93,10 +94,25 @@ impl Select {
         logits: &wgpu::Buffer,
         capacity: u32,
     ) -> Result<Self> {
+        Self::for_row(ctx, cache, logits, capacity, 0).await
+    }
+
+    /// [`Select::new`] over row `row` of `logits` (`[rows, capacity]`: elements from
+    /// `row · capacity` on), for one sequence of a batched step.
+    pub async fn for_row(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        logits: &wgpu::Buffer,
+        capacity: u32,
+        row: u32,
+    ) -> Result<Self> {
         if capacity == 0 {
             return Err(Error::invalid("capacity", "must be at least 1"));
         }
-        super::check_len("logits", logits, u64::from(capacity))?;
+        let offset = row.checked_mul(capacity).ok_or_else(|| {
+            Error::invalid("row", format!("row {row} of {capacity} logits overflows"))
+        })?;
+        super::check_len("logits", logits, u64::from(offset) + u64::from(capacity))?;
         if wg_size(ctx) < SELECT_WG {
             return Err(Error::Limit {
                 what: "candidate selection workgroup".to_string(),
@@ -124,7 +140,8 @@ impl Select {
         let result = ctx.storage_zeroed("select result", MAX_RESULT_BYTES as u64)?;
         let params = SelectParams {
             capacity,
-            _pad: [0; 3],
+            offset,
+            _pad: [0; 2],
         };
         let binding = KernelBinding::new(
             ctx,

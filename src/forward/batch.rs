@@ -1,0 +1,262 @@
+//! Batched decoding on the forward pass: the KV cache cut into slots, one sequence each, and
+//! one step that advances several sequences by one token each, every one at its own position
+//! and over its own slot's keys, with the matrix products reading each weight once for all of
+//! them. The step is still one compute pass, one submit and one readback: each sequence's
+//! candidate selection (or, without one, every row of logits).
+
+use super::upload::f32_bytes;
+use super::{Forward, StepLogits};
+use crate::candidates::{SelectRequest, MAX_RESULT_BYTES};
+use crate::error::{Error, Result};
+use crate::gpu::ops::Select;
+use crate::gpu::{GpuContext, KernelCache, StepParams, StepRow, STEP_ROWS};
+
+/// The selections and readback of batched steps: one [`Select`] per row after the first
+/// (row 0 uses the forward pass's own) and a staging buffer of `rows · MAX_RESULT_BYTES`.
+#[derive(Debug, Default)]
+pub(super) struct BatchBuffers {
+    selects: Vec<Select>,
+    staging: Option<wgpu::Buffer>,
+}
+
+impl BatchBuffers {
+    /// Frees everything (the cache is being rebuilt).
+    pub(super) fn clear(&mut self) {
+        self.selects.clear();
+        self.staging = None;
+    }
+
+    /// GPU bytes held.
+    pub(super) fn bytes(&self) -> u64 {
+        self.selects.iter().map(Select::bytes).sum::<u64>()
+            + self.staging.as_ref().map_or(0, wgpu::Buffer::size)
+    }
+}
+
+/// One sequence's token in a batched step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchToken {
+    /// The KV slot holding the sequence (`0..slots`, distinct within a step).
+    pub slot: usize,
+    /// The token's position: the sequence's positions `0..pos` are cached in the slot.
+    pub pos: usize,
+    /// The token id.
+    pub token: u32,
+}
+
+impl Forward {
+    /// Fails unless every id is inside the vocabulary.
+    pub(super) fn check_ids(&self, tokens: &[u32]) -> crate::error::Result<()> {
+        let vocab = self.config.vocab_size;
+        match tokens.iter().find(|&&t| t as usize >= vocab) {
+            Some(bad) => Err(Error::invalid(
+                "tokens",
+                format!("token id {bad} is outside the vocabulary of {vocab}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Sequences one batched step holds at most: [`STEP_ROWS`], and the tokens of one step
+    /// ([`Forward::chunk`]).
+    pub fn max_batch(&self) -> usize {
+        STEP_ROWS.min(self.chunk)
+    }
+
+    /// Bytes of K and V one more slot of the current context takes (all layers).
+    pub fn slot_bytes(&self) -> u64 {
+        self.kv.bytes() / self.kv.slots() as u64
+    }
+
+    /// Makes the KV cache hold `slots` sequences of the current context each (in the current
+    /// kinds) and the per-row selections for steps of up to `min(slots, max_batch)` sequences.
+    /// Reallocating forgets every cached position, of the main sequence too; asking for the
+    /// slots the cache already has keeps them. Fails with the numbers when one layer's
+    /// buffer would exceed the device's binding limit.
+    pub async fn set_batch(
+        &mut self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        slots: usize,
+    ) -> Result<()> {
+        if slots == 0 {
+            return Err(Error::invalid("slots", "must be at least 1"));
+        }
+        if slots != self.kv.slots() {
+            let (kinds, context) = (self.kv.kinds(), self.kv.context());
+            self.rebuild_kv(ctx, cache, kinds, context, slots).await?;
+        }
+        let rows = slots.min(self.max_batch());
+        if self.select.is_some() {
+            let vocab = self.config.vocab_size as u32;
+            while self.batch.selects.len() + 1 < rows {
+                let row = self.batch.selects.len() as u32 + 1;
+                let select = Select::for_row(ctx, cache, &self.act.logits, vocab, row).await?;
+                self.batch.selects.push(select);
+            }
+            let bytes = (rows * MAX_RESULT_BYTES) as u64;
+            if self.batch.staging.as_ref().is_none_or(|s| s.size() < bytes) {
+                self.batch.staging = Some(ctx.staging_buffer("batch select readback", bytes));
+            }
+        }
+        self.memory.kv_cache = self.kv.bytes();
+        self.memory.batch = self.batch.bytes();
+        Ok(())
+    }
+
+    /// One decode step for several sequences at once: `tokens[i]` at its position in its slot,
+    /// all in one compute pass with one submit and one readback. With a request for every
+    /// row (`requests[i]`) and a device that runs the selection, each row's candidates come
+    /// back ([`StepLogits::Candidates`]); otherwise every row's logits ([`StepLogits::Full`]).
+    /// Each sequence's keys go to its own slot and its attention reads only that slot.
+    pub async fn decode_batch(
+        &mut self,
+        ctx: &GpuContext,
+        tokens: &[BatchToken],
+        requests: &[Option<SelectRequest>],
+    ) -> Result<Vec<StepLogits>> {
+        let n = tokens.len();
+        if requests.len() != n {
+            return Err(Error::invalid(
+                "requests",
+                format!("{} requests for {n} sequences", requests.len()),
+            ));
+        }
+        let ids: Vec<u32> = tokens.iter().map(|t| t.token).collect();
+        self.check_ids(&ids)?;
+        let mut seen = vec![false; self.kv.slots()];
+        let mut rows = Vec::with_capacity(n);
+        for t in tokens {
+            match seen.get_mut(t.slot) {
+                None => {
+                    return Err(Error::invalid(
+                        "slot",
+                        format!("{} is not one of the cache's {} slots", t.slot, seen.len()),
+                    ))
+                }
+                Some(true) => {
+                    return Err(Error::invalid(
+                        "slot",
+                        format!("slot {} appears twice in one step", t.slot),
+                    ))
+                }
+                Some(s) => *s = true,
+            }
+            rows.push(StepRow::new(t.pos as u32, self.kv.slot_base(t.slot) as u32));
+        }
+        let params = StepParams::batched(&rows, self.chunk as u32, self.kv.context() as u32)?;
+        let selects: Option<Vec<(&Select, &SelectRequest)>> = match (&self.select, n) {
+            (Some(first), _) if self.batch.selects.len() + 1 >= n => std::iter::once(first)
+                .chain(&self.batch.selects)
+                .zip(requests)
+                .map(|(s, r)| r.as_ref().map(|r| (s, r)))
+                .collect(),
+            _ => None,
+        };
+        let staging = match (&selects, &self.batch.staging) {
+            (Some(_), Some(staging)) if n > 1 => staging,
+            _ => &self.select_staging,
+        };
+        if let Some(selects) = &selects {
+            for (select, request) in selects {
+                select.write(ctx, request)?;
+            }
+        }
+        params.write_rows(ctx, &self.step, &rows);
+        ctx.queue
+            .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(&ids));
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("batched decode step"),
+            });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("batched decode step"),
+                timestamp_writes: None,
+            });
+            ctx.counter_cells().compute_pass();
+            for node in &self.nodes {
+                node.record(&mut pass, &params, &self.plan);
+            }
+            self.head_all
+                .record_planned(&mut pass, n as u32, &self.plan);
+            for (select, _) in selects.iter().flatten() {
+                select.record(&mut pass);
+            }
+        }
+        let row_bytes = f32_bytes(self.config.vocab_size as u64);
+        let (staging, bytes) = match &selects {
+            Some(selects) => {
+                let mut end = 0;
+                for (i, (select, request)) in selects.iter().enumerate() {
+                    let at = (i * MAX_RESULT_BYTES) as u64;
+                    let bytes = request.result_bytes();
+                    encoder.copy_buffer_to_buffer(select.result(), 0, staging, at, bytes);
+                    end = at + bytes;
+                }
+                (staging, end)
+            }
+            None => {
+                let bytes = n as u64 * row_bytes;
+                encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, bytes);
+                (&self.staging, bytes)
+            }
+        };
+        ctx.counter_cells().submit(1);
+        ctx.counter_cells().forward_step(n as u64);
+        let submission = ctx.queue.submit([encoder.finish()]);
+        let data = ctx.read_staging(staging, bytes, submission).await?;
+        match &selects {
+            Some(selects) => selects
+                .iter()
+                .enumerate()
+                .map(|(i, (_, request))| {
+                    let at = i * MAX_RESULT_BYTES;
+                    let end = at + request.result_bytes() as usize;
+                    let bytes = data.get(at..end).ok_or_else(|| Error::Readback {
+                        buffer: "batch select readback".to_string(),
+                        message: format!("{} bytes read, row {i} ends at {end}", data.len()),
+                    })?;
+                    Select::parse(bytes, request).map(StepLogits::Candidates)
+                })
+                .collect(),
+            None => {
+                let all: Vec<f32> = bytemuck::pod_collect_to_vec(&data);
+                let vocab = self.config.vocab_size;
+                Ok(all
+                    .chunks(vocab)
+                    .map(|row| StepLogits::Full(row.to_vec()))
+                    .collect())
+            }
+        }
+    }
+
+    /// Reads back row `row` of the last step's logits (`[vocab]`): a batched step's sequence
+    /// whose candidates did not suffice. One more submit and readback, no forward step.
+    pub async fn logits_row(&self, ctx: &GpuContext, row: usize) -> Result<Vec<f32>> {
+        if row >= self.chunk {
+            return Err(Error::invalid(
+                "row",
+                format!("{row} is past the {} rows of a step", self.chunk),
+            ));
+        }
+        let bytes = f32_bytes(self.config.vocab_size as u64);
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("logits row readback"),
+            });
+        encoder.copy_buffer_to_buffer(
+            &self.act.logits,
+            row as u64 * bytes,
+            &self.staging,
+            0,
+            bytes,
+        );
+        ctx.counter_cells().submit(1);
+        let submission = ctx.queue.submit([encoder.finish()]);
+        let data = ctx.read_staging(&self.staging, bytes, submission).await?;
+        Ok(bytemuck::pod_collect_to_vec(&data))
+    }
+}
