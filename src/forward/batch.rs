@@ -9,7 +9,7 @@ use super::{Forward, StepLogits};
 use crate::candidates::{SelectRequest, MAX_RESULT_BYTES};
 use crate::error::{Error, Result};
 use crate::gpu::ops::Select;
-use crate::gpu::{GpuContext, KernelCache, StepParams, StepRow, STEP_ROWS};
+use crate::gpu::{GpuContext, KernelCache, KvCache, StepParams, StepRow, STEP_ROWS};
 
 /// The selections and readback of batched steps: one [`Select`] per row after the first
 /// (row 0 uses the forward pass's own) and a staging buffer of `rows · MAX_RESULT_BYTES`.
@@ -230,6 +230,40 @@ impl Forward {
                     .collect())
             }
         }
+    }
+
+    /// Copies positions `0..rows` of slot `from` into slots `to` (the samples of one prompt
+    /// share its prefill), through a scratch cache of `rows` positions: rows are copied
+    /// between buffers, never within one.
+    pub fn copy_slot_prefix(
+        &self,
+        ctx: &GpuContext,
+        from: usize,
+        to: &[usize],
+        rows: usize,
+    ) -> Result<()> {
+        if to.is_empty() || rows == 0 {
+            return Ok(());
+        }
+        let slots = self.kv.slots();
+        if let Some(bad) = std::iter::once(&from).chain(to).find(|&&s| s >= slots) {
+            return Err(Error::invalid(
+                "slot",
+                format!("{bad} is not one of the cache's {slots} slots"),
+            ));
+        }
+        if rows > self.kv.context() {
+            return Err(Error::invalid(
+                "rows",
+                format!("{rows} is past the context of {}", self.kv.context()),
+            ));
+        }
+        let scratch = KvCache::with_kinds(ctx, &self.config, rows, self.kv.kinds())?;
+        KvCache::copy_rows(ctx, &self.kv, self.kv.slot_base(from), &scratch, 0, rows)?;
+        for &slot in to {
+            KvCache::copy_rows(ctx, &scratch, 0, &self.kv, self.kv.slot_base(slot), rows)?;
+        }
+        Ok(())
     }
 
     /// Reads back row `row` of the last step's logits (`[vocab]`): a batched step's sequence

@@ -63,6 +63,20 @@ impl Sampler {
         self.seed
     }
 
+    /// The sampler of sequence `sequence` of a call's `num_return_sequences`: the same seed and
+    /// parameters, its own random stream (sequence 0's is this sampler's at its start), so a
+    /// sequence draws the same tokens whether it runs alone, after the others, or beside them.
+    pub fn for_sequence(&self, sequence: usize) -> Self {
+        let mut rng = ChaCha20Rng::seed_from_u64(self.seed);
+        rng.set_stream(sequence as u64);
+        Self {
+            params: self.params.clone(),
+            rng,
+            seed: self.seed,
+            vocab_size: self.vocab_size,
+        }
+    }
+
     /// The parameters this sampler was built with.
     pub fn params(&self) -> &SamplingParams {
         &self.params

@@ -30,7 +30,64 @@ pub(super) struct Running<'t> {
     max_new_tokens: usize,
 }
 
-impl Running<'_> {
+impl<'t> Running<'t> {
+    /// Sequence `sequence` of a call, before its first token.
+    pub fn new(
+        tokenizer: &'t crate::tokenizer::Tokenizer,
+        params: &crate::sampling::SamplingParams,
+        sequence: usize,
+    ) -> Self {
+        Self {
+            tokens: Vec::new(),
+            text: String::new(),
+            logprob: 0.0,
+            decoder: tokenizer.stream_decoder(true),
+            stops: StopMatcher::new(&params.stop),
+            sequence,
+            max_new_tokens: params.max_new_tokens,
+        }
+    }
+
+    /// The sequence's index among the call's `num_return_sequences`.
+    pub fn sequence(&self) -> usize {
+        self.sequence
+    }
+
+    /// Ends the sequence for `finish`: streams what the decoder and the stop matcher still
+    /// held back (unless a stop string ended it) and returns the result.
+    pub fn finish(
+        mut self,
+        c: &Ctx<'_>,
+        finish: FinishReason,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Sequence> {
+        if !self.stops.stopped() {
+            let rest = self.decoder.finish()?;
+            let mut tail = self.stops.push(&rest).text;
+            if !self.stops.stopped() {
+                tail.push_str(&self.stops.finish());
+            }
+            if !tail.is_empty() {
+                self.text.push_str(&tail);
+                on_token(&TokenEvent {
+                    prompt: c.index,
+                    sequence: self.sequence,
+                    id: None,
+                    logprob: None,
+                    text: tail,
+                    beam: None,
+                    drafted: None,
+                });
+            }
+        }
+        Ok(Sequence {
+            tokens: self.tokens,
+            text: self.text,
+            finish_reason: finish,
+            logprob: self.logprob,
+        })
+    }
+
     /// Takes sampled token `s`: streams its text (held back while it may start a stop
     /// string) and says why the sequence ends with it, if it does (an end id, which is not
     /// kept; a stop string; `max_new_tokens`).
@@ -85,29 +142,26 @@ impl Session {
         result
     }
 
-    /// Generates from each prompt in turn (each stops on its own end-of-sequence); results in
-    /// input order. Events carry the prompt's index.
+    /// Generates from every prompt with the same options, their sequences decoded together
+    /// (see [`Session::generate_items`]); results in input order, events carry the prompt's
+    /// index.
     pub async fn generate_batch(
         &mut self,
         prompts: &[Prompt],
         options: &GenerateOptions,
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Vec<Generation>> {
-        self.abort.clear();
-        let mut out = Vec::with_capacity(prompts.len());
-        for (i, prompt) in prompts.iter().enumerate() {
-            match self.generate_one(i, prompt, options, on_token).await {
-                Ok(g) => out.push(g),
-                Err(e) => {
-                    self.reset();
-                    return Err(e);
-                }
-            }
-        }
-        Ok(out)
+        let items: Vec<super::BatchItem> = prompts
+            .iter()
+            .map(|p| super::BatchItem {
+                prompt: p.clone(),
+                options: options.clone(),
+            })
+            .collect();
+        self.generate_items(&items, None, on_token).await
     }
 
-    async fn generate_one(
+    pub(super) async fn generate_one(
         &mut self,
         index: usize,
         prompt: &Prompt,
@@ -129,26 +183,8 @@ impl Session {
             self.forward.truncate(0)?;
             self.cached.clear();
         }
-        let mut tokens = self.tokenize_prompt(prompt, options.special)?;
-        if tokens.is_empty() {
-            return Err(Error::invalid(
-                "prompt",
-                "the prompt has no tokens (give some text, or enable BOS)",
-            ));
-        }
         let mut warnings = Vec::new();
-        let n_keep = self.n_keep(&tokens, options)?;
-        self.fit_prompt(&mut tokens, n_keep, options, &mut warnings)?;
-        // the caller's end tokens replace the model's; ignore_eos drops both (and end of turn)
-        let mut stops = match (params.ignore_eos, params.eos_token_id.is_empty()) {
-            (true, _) => Vec::new(),
-            (false, true) => self.eos.clone(),
-            (false, false) => params.eos_token_id.clone(),
-        };
-        stops.extend(&params.stop_token_ids);
-        if matches!(prompt, Prompt::Chat(_)) && !params.ignore_eos {
-            stops.extend(&self.end_of_turn);
-        }
+        let (tokens, n_keep, stops) = self.prepare_prompt(prompt, options, &mut warnings)?;
         let mut stats = Stats {
             prompt_tokens: tokens.len(),
             ..Stats::default()
@@ -211,9 +247,10 @@ impl Session {
             let seqs = self.beam_search(&ctx, params, &mut stats, on_token).await?;
             (seqs, None)
         } else {
-            let mut sampler = Sampler::new(params, self.vocab())?;
+            let sampler = Sampler::new(params, self.vocab())?;
             let mut seqs = Vec::with_capacity(params.num_return_sequences);
             for s in 0..params.num_return_sequences {
+                let mut sampler = sampler.for_sequence(s);
                 let seq = self
                     .sample_sequence(&ctx, s, &mut sampler, &mut stats, &mut warnings, on_token)
                     .await?;
@@ -243,6 +280,37 @@ impl Session {
             seed,
             warnings,
         })
+    }
+
+    /// A call's prompt as ids fitted to the context (cut with a warning unless strict), the
+    /// tokens sliding keeps, and the ids that end its sequences.
+    pub(super) fn prepare_prompt(
+        &self,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Vec<u32>, usize, Vec<u32>)> {
+        let params = &options.sampling;
+        let mut tokens = self.tokenize_prompt(prompt, options.special)?;
+        if tokens.is_empty() {
+            return Err(Error::invalid(
+                "prompt",
+                "the prompt has no tokens (give some text, or enable BOS)",
+            ));
+        }
+        let n_keep = self.n_keep(&tokens, options)?;
+        self.fit_prompt(&mut tokens, n_keep, options, warnings)?;
+        // the caller's end tokens replace the model's; ignore_eos drops both (and end of turn)
+        let mut stops = match (params.ignore_eos, params.eos_token_id.is_empty()) {
+            (true, _) => Vec::new(),
+            (false, true) => self.eos.clone(),
+            (false, false) => params.eos_token_id.clone(),
+        };
+        stops.extend(&params.stop_token_ids);
+        if matches!(prompt, Prompt::Chat(_)) && !params.ignore_eos {
+            stops.extend(&self.end_of_turn);
+        }
+        Ok((tokens, n_keep, stops))
     }
 
     /// Feeds one generated token, sliding the context first when it is full. Returns what the
@@ -333,15 +401,7 @@ impl Session {
         let mut logits = StepLogits::Full(logits);
         let mut request = None;
         let tokenizer = Arc::clone(&self.tokenizer);
-        let mut run = Running {
-            tokens: Vec::new(),
-            text: String::new(),
-            logprob: 0.0,
-            decoder: tokenizer.stream_decoder(true),
-            stops: StopMatcher::new(&params.stop),
-            sequence,
-            max_new_tokens: params.max_new_tokens,
-        };
+        let mut run = Running::new(&tokenizer, &params, sequence);
         // speculation starts after the first token (drawn from the prompt's last row)
         let mut speculation = c.speculative;
         let mut decode_start = None;
@@ -385,31 +445,7 @@ impl Session {
         if let Some(t) = decode_start {
             stats.decode_ms += elapsed_ms(t);
         }
-        if !run.stops.stopped() {
-            let rest = run.decoder.finish()?;
-            let mut tail = run.stops.push(&rest).text;
-            if !run.stops.stopped() {
-                tail.push_str(&run.stops.finish());
-            }
-            if !tail.is_empty() {
-                run.text.push_str(&tail);
-                on_token(&TokenEvent {
-                    prompt: c.index,
-                    sequence,
-                    id: None,
-                    logprob: None,
-                    text: tail,
-                    beam: None,
-                    drafted: None,
-                });
-            }
-        }
-        Ok(Sequence {
-            tokens: run.tokens,
-            text: run.text,
-            finish_reason: finish,
-            logprob: run.logprob,
-        })
+        run.finish(c, finish, on_token)
     }
 
     /// The result of a sequence aborted before its first token.

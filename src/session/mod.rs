@@ -25,6 +25,7 @@
 //! (fitting, sliding, prefix reuse), `decode` (the sampling loop) and `beam` (beam search and
 //! scoring).
 
+mod batched;
 mod beam;
 pub mod cache_plan;
 mod context;
@@ -48,6 +49,7 @@ use crate::gpu::{GpuContext, KernelCache};
 use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
 
+pub use batched::BatchItem;
 pub use cache_plan::{CacheCandidate, CacheDecision, CachePlanOptions};
 pub use draft::check_same_vocabulary;
 pub use options::{

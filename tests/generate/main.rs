@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batched;
 mod candidates;
 mod control;
 mod goldens;
