@@ -306,7 +306,21 @@ impl Engine {
         self.end(session, result)
     }
 
-    /// Generates from each prompt in turn (see [`Session::generate_batch`]).
+    /// Generates from every item, their sequences decoded together (see
+    /// [`Session::generate_items`]); results in input order.
+    pub async fn generate_items(
+        &self,
+        items: &[crate::session::BatchItem],
+        max_batch: Option<usize>,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Vec<Generation>> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.generate_items(items, max_batch, on_token).await;
+        self.end(session, result)
+    }
+
+    /// Generates from every prompt with the same options, decoded together (see
+    /// [`Session::generate_batch`]).
     pub async fn generate_batch(
         &self,
         prompts: &[Prompt],

@@ -133,6 +133,22 @@ impl Session {
         options: &GenerateOptions,
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Generation> {
+        let p = &options.sampling;
+        if p.num_return_sequences > 1
+            && p.num_beams == 1
+            && options.speculative.is_none()
+            && !options.no_kv_cache
+        {
+            // the samples share the prompt's prefill and decode together
+            let item = super::BatchItem {
+                prompt: prompt.clone(),
+                options: options.clone(),
+            };
+            let mut out = self.generate_items(&[item], None, on_token).await?;
+            return out
+                .pop()
+                .ok_or_else(|| Error::invalid("prompt", "the batch returned no result"));
+        }
         self.abort.clear();
         let result = self.generate_one(0, prompt, options, on_token).await;
         if result.is_err() {

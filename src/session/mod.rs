@@ -25,6 +25,7 @@
 //! (fitting, sliding, prefix reuse), `decode` (the sampling loop) and `beam` (beam search and
 //! scoring).
 
+mod batch_json;
 mod batched;
 mod beam;
 pub mod cache_plan;
@@ -49,6 +50,7 @@ use crate::gpu::{GpuContext, KernelCache};
 use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
 
+pub use batch_json::parse_batch;
 pub use batched::BatchItem;
 pub use cache_plan::{CacheCandidate, CacheDecision, CachePlanOptions};
 pub use draft::check_same_vocabulary;

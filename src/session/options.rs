@@ -50,6 +50,21 @@ pub struct GenerateOptions {
     pub speculative: Option<super::SpecOptions>,
 }
 
+/// `topK` → `top_k`: the snake_case spelling of a camelCase option name (snake_case names
+/// pass through), for merging option objects written in either spelling.
+pub fn snake_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 4);
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Removes option `name` (or its camelCase `alias`) from `map`; both given is an error.
 fn take_option(
     map: &mut serde_json::Map<String, serde_json::Value>,

@@ -10,6 +10,7 @@
 //! `std::panic::set_hook` hook was chosen over a JavaScript-side wrapper because it runs at the
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
+mod batch;
 mod cache_options;
 mod draft;
 mod engine;

@@ -22,6 +22,15 @@ export interface ChatMessage {
  */
 export type Prompt = string | ChatMessage[] | number[];
 
+/** One prompt of `generateBatch` with options that replace the shared ones for it. */
+export type BatchPrompt = { prompt: Prompt } & GenerateOptions;
+
+/** `generateBatch`'s shared options: generation options and the most sequences per step. */
+export interface BatchOptions extends GenerateOptions {
+  /** Sequences decoded together in one step (default: as many as the device and the KV memory allow). */
+  maxBatch?: number;
+}
+
 /** A GGUF model: a URL (fetched, with download progress), its bytes, or a File/Blob. */
 export type ModelSource = string | URL | Uint8Array | ArrayBuffer | ArrayBufferView | Blob;
 

@@ -107,5 +107,11 @@ export async function withEngine(bytes: Uint8Array): Promise<void> {
   console.log(version());
   const engine = await Engine.load(bytes, loadOptions);
   console.log(describe(engine.info()), report(await engine.generate('Hi', options, onToken)));
+  const batch: GenerationResult[] = await engine.generateBatch(
+    ['Hi', { prompt: [1, 2, 3], temperature: 0.5, seed: 7 }],
+    { maxNewTokens: 8, maxBatch: 4 },
+    (e: TokenEvent) => console.log(e.prompt, e.sequence, e.text),
+  );
+  console.log(batch.map(report));
   engine.free();
 }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 use emberlm::chat::ChatMessage;
 use emberlm::sampling::SamplingParams;
-use emberlm::session::{GenerateOptions, Generation, Prompt};
+use emberlm::session::options::snake_case;
+use emberlm::session::{BatchItem, GenerateOptions, Generation, Prompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::generate::{generation_json, read_text};
@@ -63,9 +64,16 @@ pub struct BatchArgs {
     /// Write one JSON object per prompt and line (JSON Lines) instead of text.
     #[arg(long, visible_alias = "json")]
     pub jsonl: bool,
+    /// Sequences decoded together in one forward step (default: as many as the device, the
+    /// KV memory and the step size allow; 1 runs the prompts one after another).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_batch: Option<u32>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
+
+/// Prompts handed to the engine at once: results are written after each window.
+const WINDOW: usize = 256;
 
 /// One prompt of the input file.
 struct Item {
@@ -73,20 +81,6 @@ struct Item {
     line: usize,
     text: String,
     params: SamplingParams,
-}
-
-/// `topK` → `top_k`: the snake_case name of a camelCase alias (snake_case names pass through).
-fn snake_case(key: &str) -> String {
-    let mut out = String::with_capacity(key.len() + 4);
-    for c in key.chars() {
-        if c.is_ascii_uppercase() {
-            out.push('_');
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Parses one non-blank line; `base` holds the flags' parameters.
@@ -252,41 +246,59 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
         code: 1,
         message: format!("cannot write the results: {e}"),
     };
-    for (index, (item, prompt)) in items.iter().zip(&prompts).enumerate() {
-        let options = GenerateOptions {
-            sampling: item.params.clone(),
-            special: args.special,
-            strict: args.strict,
-            n_keep: None,
-            no_kv_cache: args.sampling.no_kv_cache,
-            echo: args.sampling.echo,
-            speculative: speculative.clone(),
-        };
+    let items_with_options: Vec<BatchItem> = items
+        .iter()
+        .zip(&prompts)
+        .map(|(item, prompt)| BatchItem {
+            prompt: prompt.clone(),
+            options: GenerateOptions {
+                sampling: item.params.clone(),
+                special: args.special,
+                strict: args.strict,
+                n_keep: None,
+                no_kv_cache: args.sampling.no_kv_cache,
+                echo: args.sampling.echo,
+                speculative: speculative.clone(),
+            },
+        })
+        .collect();
+    let max_batch = args.max_batch.map(|n| n as usize);
+    // Prompts go to the engine a window at a time, so results are written while later ones
+    // still wait; within a window finished sequences make room for waiting ones.
+    for (w, window) in items_with_options.chunks(WINDOW).enumerate() {
+        let first = w * WINDOW;
         let mut on_token = |e: &emberlm::session::TokenEvent| {
             if e.id.is_some() {
                 streamed += 1;
                 bar.set_message(format!("{streamed} tokens"));
             }
         };
-        let g =
-            pollster::block_on(engine.generate(prompt, &options, &mut on_token)).map_err(|e| {
-                let f = Failure::from(e);
-                Failure {
-                    code: f.code,
-                    message: format!("line {}: {}", item.line, f.message),
-                }
-            })?;
-        tokens += g.stats.generated_tokens;
-        for w in &g.warnings {
-            bar.suspend(|| eprintln!("emberlm: warning: line {}: {w}", item.line));
-        }
-        if args.jsonl {
-            writeln!(out, "{}", json_line(index, item, &g)).map_err(write_failed)?;
-        } else {
-            write_text(&mut out, item, &g).map_err(write_failed)?;
+        let results = pollster::block_on(engine.generate_items(window, max_batch, &mut on_token))
+            .map_err(|e| {
+            let f = Failure::from(e);
+            let last = (first + window.len()).min(items.len()) - 1;
+            Failure {
+                code: f.code,
+                message: format!(
+                    "lines {}..={}: {}",
+                    items[first].line, items[last].line, f.message
+                ),
+            }
+        })?;
+        for (k, g) in results.iter().enumerate() {
+            let (index, item) = (first + k, &items[first + k]);
+            tokens += g.stats.generated_tokens;
+            for w in &g.warnings {
+                bar.suspend(|| eprintln!("emberlm: warning: line {}: {w}", item.line));
+            }
+            if args.jsonl {
+                writeln!(out, "{}", json_line(index, item, g)).map_err(write_failed)?;
+            } else {
+                write_text(&mut out, item, g).map_err(write_failed)?;
+            }
+            bar.inc(1);
         }
         out.flush().map_err(write_failed)?;
-        bar.inc(1);
     }
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();

@@ -411,6 +411,11 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
     .run(&ctx, &cache, &mut fwd)?;
     notes.extend(kv_kind_notes);
     drop(fwd);
+    let (batched, batch_lines) = crate::bench_batch::BatchBench {
+        steps: if args.quick { 3 } else { 8 },
+        position: 64,
+    }
+    .run(&ctx, &cache, &weights)?;
     let (precision, precision_lines) = crate::bench_precision::PrecisionBench {
         tokens: &prompts[0],
         decode_steps: args.decode.min(32),
@@ -476,6 +481,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         "kv_kinds": kv_kinds,
         "precision": precision,
         "speculative": speculative,
+        "batched": batched,
         "llama_cpp": llama,
         "notes": notes,
     });
@@ -536,17 +542,19 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         efficiency * 100.0
     );
     for row in &kv_rows {
+        let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
         println!(
             "KV cache at {:>4} generated tokens: on {:.2} s, off {:.2} s → {:.1}× faster with it",
             row["tokens"],
-            row["kv_on_s"].as_f64().unwrap_or(0.0),
-            row["kv_off_s"].as_f64().unwrap_or(0.0),
-            row["speedup"].as_f64().unwrap_or(0.0)
+            f("kv_on_s"),
+            f("kv_off_s"),
+            f("speedup")
         );
     }
     for line in kv_kind_lines
         .iter()
         .chain(&precision_lines)
+        .chain(&batch_lines)
         .chain(&spec_lines)
     {
         println!("{line}");

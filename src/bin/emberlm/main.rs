@@ -5,6 +5,7 @@ mod batch;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench;
 #[cfg(not(target_arch = "wasm32"))]
+mod bench_batch;
 mod bench_kv;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_precision;
