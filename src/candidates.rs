@@ -30,6 +30,10 @@ pub const RESULT_HEADER_WORDS: usize = 16;
 pub const MAX_RESULT_BYTES: usize =
     4 * (RESULT_HEADER_WORDS + 3 * MAX_CANDIDATES + MAX_ADJUSTMENTS);
 
+/// GPU bytes one selection holds besides its logits-row scratch: the request uniform (16),
+/// the adjustment list (32 bytes each), the result, and its share of a batched step's readback.
+pub const SELECT_BUFFER_BYTES: u64 = (16 + 32 * MAX_ADJUSTMENTS + 2 * MAX_RESULT_BYTES) as u64;
+
 /// Presence and frequency penalties (OpenAI semantics) for a token generated `count` times
 /// inside the penalty window.
 #[derive(Clone, Copy, Debug, PartialEq)]

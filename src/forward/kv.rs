@@ -1,5 +1,4 @@
-//! The forward pass's KV cache beyond one step: spare stores for beam states, copies between
-//! them, and replacing the cache with one of another kind or length ([`Forward::set_kv`]),
+//! The forward pass's KV cache beyond one step: replacing the cache with one of another kind or length ([`Forward::set_kv`]),
 //! which the automatic cache plan uses to measure each kind on the loaded model.
 
 use super::compile::{attention_keys, heads_of, Compiler};
@@ -25,41 +24,6 @@ pub(super) fn check_context(config: &ModelConfig, context: usize) -> Result<()> 
 }
 
 impl Forward {
-    /// A spare KV store of `rows` positions with this model's shape (for beam states).
-    pub fn new_kv_slot(&self, ctx: &GpuContext, rows: usize) -> Result<KvCache> {
-        KvCache::with_kinds(ctx, &self.config, rows.max(1), self.kv.kinds())
-    }
-
-    /// Copies cached positions `[start, pos)` into rows `[0, pos - start)` of `slot`.
-    pub fn save_kv(&self, ctx: &GpuContext, start: usize, slot: &KvCache) -> Result<()> {
-        let rows = self.kv.pos().checked_sub(start).ok_or_else(|| {
-            Error::invalid(
-                "start",
-                format!("{start} is past the cached {} positions", self.kv.pos()),
-            )
-        })?;
-        KvCache::copy_rows(ctx, &self.kv, start, slot, 0, rows)
-    }
-
-    /// Restores rows `[0, rows)` of `slot` into positions `[start, start + rows)` and sets the
-    /// position to `start + rows`. Positions before `start` must already hold the shared prefix.
-    pub fn load_kv(
-        &mut self,
-        ctx: &GpuContext,
-        start: usize,
-        slot: &KvCache,
-        rows: usize,
-    ) -> Result<()> {
-        if start > self.kv.pos() {
-            return Err(Error::invalid(
-                "start",
-                format!("{start} is past the cached {} positions", self.kv.pos()),
-            ));
-        }
-        KvCache::copy_rows(ctx, slot, 0, &self.kv, start, rows)?;
-        self.kv.set_pos(start + rows)
-    }
-
     /// Moves the fill mark to `pos` (at most the context) without computing the positions the
     /// cache does not hold yet: their rows keep what they held (zeros after allocation). For
     /// timing a step at a given cache position only (the bench); what such a step computes

@@ -63,6 +63,11 @@ pub struct MemoryEstimate {
     pub kv_bytes_per_token: u64,
     /// Activations of one prefill chunk of [`PREFILL_CHUNK`] tokens, f32.
     pub activations: u64,
+    /// Sequences decoded together: `kv_cache` holds a KV slot of `context` positions for each.
+    pub batch: usize,
+    /// The per-sequence candidate selections of a batched step beyond the first (a logits
+    /// row of scratch and a result each).
+    pub batch_select: u64,
     /// The sum.
     pub total: u64,
 }
@@ -84,7 +89,19 @@ impl<'a> ModelWeights<'a> {
 
     /// GPU memory for running this model with `context` positions of KV cache in `kinds`.
     pub fn memory_estimate_with(&self, context: usize, kinds: KvKinds) -> MemoryEstimate {
+        self.memory_estimate_batch(context, kinds, 1)
+    }
+
+    /// [`ModelWeights::memory_estimate_with`] for `batch` sequences decoded together, each
+    /// with a KV slot of `context` positions.
+    pub fn memory_estimate_batch(
+        &self,
+        context: usize,
+        kinds: KvKinds,
+        batch: usize,
+    ) -> MemoryEstimate {
         let c = &self.config;
+        let batch = batch.max(1);
         let chunk = PREFILL_CHUNK.min(context.max(1)) as u64;
         let per_token =
             (2 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn_size) as u64;
@@ -92,7 +109,11 @@ impl<'a> ModelWeights<'a> {
         let activations = 4 * (chunk * (per_token + scores) + c.vocab_size as u64);
         let weights = self.weight_bytes();
         let kv_bytes_per_token = kinds.bytes_per_token(c.n_layers, c.kv_dim());
-        let kv_cache = kv_bytes_per_token.saturating_mul(context as u64);
+        let kv_cache = kv_bytes_per_token
+            .saturating_mul(context as u64)
+            .saturating_mul(batch as u64);
+        let per_select = 4 * c.vocab_size as u64 + crate::candidates::SELECT_BUFFER_BYTES;
+        let batch_select = per_select * (batch as u64 - 1);
         MemoryEstimate {
             context,
             weights,
@@ -100,7 +121,9 @@ impl<'a> ModelWeights<'a> {
             kv_kinds: kinds.to_string(),
             kv_bytes_per_token,
             activations,
-            total: weights + kv_cache + activations,
+            batch,
+            batch_select,
+            total: weights + kv_cache + activations + batch_select,
         }
     }
 

@@ -1,13 +1,12 @@
-//! Beam search (each beam with its own copy of its generated KV rows) and scoring a text by
-//! its mean negative log-likelihood.
+//! Beam search (every beam in a KV slot of its own, all beams advanced in one batched step per
+//! position) and scoring a text by its mean negative log-likelihood.
 
 use web_time::Instant;
 
 use crate::error::{Error, Result};
-use crate::gpu::KvCache;
+use crate::forward::{BatchToken, Output, Readback, StepLogits};
 use crate::sampling::{log_softmax, Sampler, SamplingParams, StopMatcher};
 
-use super::context::common_prefix;
 use super::{
     check_token_ids, elapsed_ms, BeamProgress, Ctx, FinishReason, Score, Sequence, Session, Stats,
     TokenEvent,
@@ -19,8 +18,8 @@ struct Beam {
     score: f64,
     /// Sum of raw log-probabilities.
     logprob: f64,
-    /// Slot holding the KV rows of `tokens` (none before the first token).
-    slot: Option<usize>,
+    /// The KV slot holding the prompt and `tokens`' rows.
+    slot: usize,
     /// Logits after the last token.
     logits: Vec<f32>,
 }
@@ -58,8 +57,9 @@ impl Finished {
 }
 
 impl Session {
-    /// Beam search: every beam keeps its generated KV rows in a slot of its own; the prompt's
-    /// rows are shared. Stop strings cut the finished texts afterwards.
+    /// Beam search: every beam keeps its rows in a KV slot of its own (the prompt is run
+    /// once and copied when a beam branches) and one batched step per position advances all
+    /// of them. Stop strings cut the finished texts afterwards.
     pub(super) async fn beam_search(
         &mut self,
         c: &Ctx<'_>,
@@ -91,22 +91,39 @@ impl Session {
         };
         let scorer = Sampler::new(&scoring, self.vocab())?;
         let vocab = self.vocab();
+        // every beam in a KV slot of its own, all advanced by one step per position
+        if self.batch_limit(width) < width {
+            return Err(Error::invalid(
+                "num_beams",
+                format!(
+                    "{width} beams need {width} KV slots of {} positions; this device and step size hold {}",
+                    self.context(),
+                    self.batch_limit(width)
+                ),
+            ));
+        }
         let prefill_start = Instant::now();
-        stats.cached_tokens = common_prefix(&self.cached, c.prompt).min(p.saturating_sub(1));
-        let Some(first) = self.prefill(c.prompt).await? else {
+        self.cached.clear();
+        self.forward
+            .set_batch(&self.ctx, &self.kernels, width)
+            .await?;
+        if self.abort.is_aborted() {
             return Ok(vec![self.aborted_sequence()]);
+        }
+        let first = match self
+            .forward
+            .run_in_slot(&self.ctx, 0, 0, c.prompt, Readback::LastRow)
+            .await?
+        {
+            Output::Logits(row) => row,
+            _ => return Err(Error::invalid("prompt", "the prefill returned no logits")),
         };
         stats.prefill_ms = elapsed_ms(prefill_start);
-        let mut slots: Vec<KvCache> = Vec::with_capacity(2 * width);
-        for _ in 0..2 * width {
-            slots.push(self.forward.new_kv_slot(&self.ctx, max_new)?);
-        }
-        let mut free: Vec<usize> = (0..slots.len()).collect();
         let mut running = vec![Beam {
             tokens: Vec::new(),
             score: 0.0,
             logprob: 0.0,
-            slot: None,
+            slot: 0,
             logits: first,
         }];
         let mut finished: Vec<Finished> = Vec::new();
@@ -217,42 +234,12 @@ impl Session {
                 }
                 break;
             }
-            // Run each new beam's last token on its parent's KV rows, and keep its own rows.
-            let mut new_running = Vec::with_capacity(grown.len());
-            for (b, tokens, score, logprob) in grown {
-                let parent_rows = tokens.len() - 1;
-                if let Some(slot) = running[b].slot {
-                    self.forward.truncate(p.min(self.forward.kv().pos()))?;
-                    self.forward
-                        .load_kv(&self.ctx, p, &slots[slot], parent_rows)?;
-                } else {
-                    self.forward.truncate(p)?;
-                }
-                let last = tokens[tokens.len() - 1];
-                let logits = self.forward.forward(&self.ctx, &[last], false).await?;
-                let slot = free
-                    .pop()
-                    .ok_or_else(|| Error::invalid("num_beams", "internal: no free beam slot"))?;
-                self.forward.save_kv(&self.ctx, p, &slots[slot])?;
-                new_running.push(Beam {
-                    tokens,
-                    score,
-                    logprob,
-                    slot: Some(slot),
-                    logits,
-                });
-            }
-            for beam in &running {
-                if let Some(s) = beam.slot {
-                    free.push(s);
-                }
-            }
-            running = new_running;
+            running = self.advance_beams(&running, grown, p, width).await?;
         }
         stats.decode_ms = elapsed_ms(decode_start);
-        // The cache now holds the prompt and some beam's rows: keep only the prompt.
-        self.forward.truncate(p.min(self.forward.kv().pos()))?;
-        self.cached.truncate(p);
+        // The slots hold beams, not a conversation.
+        self.forward.truncate(0)?;
+        self.cached.clear();
         if finished.is_empty() {
             for beam in running {
                 finished.push(Finished::new(
@@ -293,6 +280,78 @@ impl Session {
             });
         }
         Ok(out)
+    }
+
+    /// Runs every new beam's last token in one batched step. A beam takes its parent's slot
+    /// when it is the parent's first child; the others get a free slot (one of a parent with
+    /// no child, or one not yet used) with a copy of their parent's rows.
+    async fn advance_beams(
+        &mut self,
+        running: &[Beam],
+        grown: Vec<(usize, Vec<u32>, f64, f64)>,
+        prompt: usize,
+        width: usize,
+    ) -> Result<Vec<Beam>> {
+        let mut kept = vec![false; running.len()];
+        let mut slots: Vec<Option<usize>> = grown
+            .iter()
+            .map(|&(b, ..)| match kept[b] {
+                true => None,
+                false => {
+                    kept[b] = true;
+                    Some(running[b].slot)
+                }
+            })
+            .collect();
+        let held: Vec<usize> = running
+            .iter()
+            .zip(&kept)
+            .filter(|(_, &k)| k)
+            .map(|(r, _)| r.slot)
+            .collect();
+        let mut free: Vec<usize> = (0..width).rev().filter(|s| !held.contains(s)).collect();
+        for (i, &(b, ..)) in grown.iter().enumerate() {
+            if slots[i].is_none() {
+                let slot = free
+                    .pop()
+                    .ok_or_else(|| Error::invalid("num_beams", "internal: no free beam slot"))?;
+                let rows = prompt + running[b].tokens.len();
+                self.forward
+                    .copy_slot_prefix(&self.ctx, running[b].slot, &[slot], rows)?;
+                slots[i] = Some(slot);
+            }
+        }
+        let tokens: Vec<BatchToken> = grown
+            .iter()
+            .zip(&slots)
+            .map(|((_, tokens, ..), slot)| BatchToken {
+                slot: slot.unwrap_or(0),
+                pos: prompt + tokens.len() - 1,
+                token: tokens[tokens.len() - 1],
+            })
+            .collect();
+        let rows = self
+            .forward
+            .decode_batch(&self.ctx, &tokens, &vec![None; tokens.len()])
+            .await?;
+        grown
+            .into_iter()
+            .zip(tokens)
+            .zip(rows)
+            .map(|(((_, tokens, score, logprob), t), row)| match row {
+                StepLogits::Full(logits) => Ok(Beam {
+                    tokens,
+                    score,
+                    logprob,
+                    slot: t.slot,
+                    logits,
+                }),
+                StepLogits::Candidates(_) => Err(Error::invalid(
+                    "num_beams",
+                    "internal: a beam step read candidates instead of its row",
+                )),
+            })
+            .collect()
     }
 
     /// Mean negative log-likelihood of `tokens` (at least 2), in windows of the context length:

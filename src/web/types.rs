@@ -204,6 +204,9 @@ pub(crate) struct EngineInfo {
     kv_cache: String,
     /// Bytes of K and V per cached token, all layers.
     kv_bytes_per_token: u64,
+    /// Sequences `generateBatch` decodes together at most at this context (each takes a KV
+    /// slot of `contextLength` positions: `kvBytesPerToken · contextLength` bytes).
+    max_batch: usize,
     /// The automatic KV-cache plan's decision and measurements (`kvCache: 'auto'`).
     #[tsify(type = "KvCachePlanInfo | null")]
     kv_cache_plan: Option<crate::session::CacheDecision>,
@@ -268,6 +271,7 @@ impl EngineInfo {
             context_length: session.context(),
             kv_cache: session.forward().kv().kinds().to_string(),
             kv_bytes_per_token: session.forward().memory().kv_bytes_per_token,
+            max_batch: session.batch_limit(usize::MAX),
             kv_cache_plan: session.cache_decision().cloned(),
             decode_plan: session
                 .gpu()
@@ -309,6 +313,8 @@ struct EngineMemory {
     /// Bytes of K and V per cached token, all layers.
     kv_bytes_per_token: u64,
     activations: u64,
+    /// Batched decoding's per-sequence selections (its KV slots count in `kvCache`).
+    batch: u64,
     total: u64,
 }
 
@@ -378,6 +384,7 @@ impl EngineCounters {
                 kv_kinds: session.forward().kv().kinds().to_string(),
                 kv_bytes_per_token: m.kv_bytes_per_token,
                 activations: m.activations,
+                batch: m.batch,
                 total: m.total(),
             },
             nodes: session.forward().node_count(),

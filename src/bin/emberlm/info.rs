@@ -19,9 +19,17 @@ fn mib(bytes: u64) -> String {
 
 /// `emberlm info`: the model's configuration, tensors per type, weight bytes, tensors split
 /// across bindings and the GPU memory estimate.
-pub fn info(model: Option<PathBuf>, context: Option<usize>, json: bool) -> CliResult<()> {
+pub fn info(
+    model: Option<PathBuf>,
+    context: Option<usize>,
+    batch: usize,
+    json: bool,
+) -> CliResult<()> {
     if context == Some(0) {
         return Err(Failure::usage("--ctx must be at least 1"));
+    }
+    if batch == 0 {
+        return Err(Failure::usage("--batch must be at least 1"));
     }
     let path = model_path(model)?;
     let files = ModelFiles::open(&path)?;
@@ -40,7 +48,16 @@ pub fn info(model: Option<PathBuf>, context: Option<usize>, json: bool) -> CliRe
         Some(d) => KvKinds::from_options(Some(&d.kind), None, None)?,
         None => kv_kinds(),
     };
-    let memory = weights.memory_estimate_with(context, kinds);
+    let memory = weights.memory_estimate_batch(context, kinds, batch);
+    // sequences whose KV slots fit in one binding of WebGPU's default limit
+    let slot_layer = (context as u64).saturating_mul(
+        kinds
+            .k
+            .row_bytes(c.kv_dim())
+            .max(kinds.v.row_bytes(c.kv_dim())),
+    );
+    let batch_fits =
+        (WEBGPU_DEFAULT_BINDING / slot_layer.max(1)).min(emberlm::gpu::STEP_ROWS as u64);
     let decode_plan = gpu_options().decode_plan;
     let tally = weights.tally();
     let (largest, splits) = binding_splits(&weights, WEBGPU_DEFAULT_BINDING);
@@ -63,6 +80,7 @@ pub fn info(model: Option<PathBuf>, context: Option<usize>, json: bool) -> CliRe
             "types": types,
             "weight_bytes": weights.weight_bytes(),
             "memory": memory,
+            "batch_fits_default_binding": batch_fits,
             "tokenizer": {
                 "vocab_size": tokenizer.vocab_size(),
                 "bos_id": tokenizer.bos_id(),
@@ -163,13 +181,26 @@ pub fn info(model: Option<PathBuf>, context: Option<usize>, json: bool) -> CliRe
         mib(memory.weights),
         memory.weights
     );
+    let per = match memory.batch {
+        1 => String::new(),
+        n => format!(" for {n} sequences decoded together"),
+    };
     println!(
-        "GPU memory at context {}: {} = weights {} + KV cache {} + activations {}",
+        "GPU memory at context {}{per}: {} = weights {} + KV cache {} + activations {}{}",
         memory.context,
         mib(memory.total),
         mib(memory.weights),
         mib(memory.kv_cache),
-        mib(memory.activations)
+        mib(memory.activations),
+        match memory.batch_select {
+            0 => String::new(),
+            b => format!(" + batch selections {}", mib(b)),
+        }
+    );
+    println!(
+        "batching:     each sequence decoded together adds {} of KV cache; up to {batch_fits} fit a {} binding",
+        mib(memory.kv_bytes_per_token.saturating_mul(context as u64)),
+        mib(WEBGPU_DEFAULT_BINDING)
     );
     println!(
         "KV cache:     {}, {} bytes per token ({})",

@@ -6,6 +6,7 @@ mod batch;
 mod bench;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_batch;
+#[cfg(not(target_arch = "wasm32"))]
 mod bench_kv;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_precision;
@@ -303,6 +304,10 @@ mod cli {
             /// Context length for the memory estimate (default: the model's, at most 4096).
             #[arg(long = "ctx", visible_alias = "context")]
             ctx: Option<usize>,
+            /// Sequences decoded together (`batch`, samples, beams): the estimate holds a KV
+            /// slot of the context for each.
+            #[arg(long, default_value_t = 1)]
+            batch: usize,
             /// Print JSON instead of text.
             #[arg(long)]
             json: bool,
@@ -434,7 +439,12 @@ mod cli {
                 bos,
                 json: _,
             } => tokenize(model, &prompt, special, bos),
-            Command::Info { model, ctx, json } => crate::info::info(model, ctx, json),
+            Command::Info {
+                model,
+                ctx,
+                batch,
+                json,
+            } => crate::info::info(model, ctx, batch, json),
             Command::Adapter { json, no_subgroups } => {
                 let options = GpuOptions {
                     allow_subgroups: !no_subgroups,
