@@ -208,6 +208,11 @@ async function main() {
           }
           if (run === 0) {
             ours.profile = await page.evaluate(() => bench.emberProfile());
+            ours.batched = [];
+            for (const b of [1, 4, 8, 16]) {
+              console.error(`bench_browser: emberlm batched decoding B = ${b}`);
+              ours.batched.push(await page.evaluate(([b, n]) => bench.emberBatch(b, n), [b, o.quick ? 4 : 16]));
+            }
           }
           await page.evaluate(() => bench.emberFree());
           ours.runs.push(rec);
@@ -332,6 +337,7 @@ async function main() {
         memory: lastOurs.decode.memory,
         graph_nodes: lastOurs.decode.nodes,
         prefill_chunk: lastOurs.decode.prefillChunk,
+        batched: ours.batched ?? null,
         kernels_forced: o.kernels,
         kernel_plan: ours.info.kernelPlan,
         profile: ours.profile ?? null,
@@ -406,6 +412,10 @@ async function main() {
           lines.push(`  ${r.kernel.padEnd(32)} ${r.shape.padEnd(22)} ${String(r.variant ?? '-').padEnd(9)} x${String(r.count).padEnd(3)} ${(r.seconds * 1e3).toFixed(3).padStart(9)} ms ${share.padStart(5)}%  ${(r.bytes / 1e6).toFixed(2)} MB`);
         }
       }
+    }
+    for (const r of ours.batched ?? []) {
+      const b1 = ours.batched[0].aggregateTokS;
+      lines.push(`emberlm batched decode B = ${String(r.batch).padStart(2)}: ${r.stepMs.toFixed(1)} ms/step, ${r.aggregateTokS.toFixed(2)} tok/s aggregate (${(r.aggregateTokS / b1).toFixed(2)}× B = 1)`);
     }
     if (ratios) {
       for (const p of ratios.prefill) lines.push(`ours/theirs prefill ${p.tokens}: ${p.ours_over_theirs.toFixed(3)}`);

@@ -99,6 +99,25 @@ const bench = {
     };
   },
 
+  /**
+   * Batched decoding: `b` one-token prompts (distinct ids) generated together, `maxNew`
+   * tokens each, greedy with the end-of-sequence tokens banned. The sequences decode side by
+   * side, so the aggregate rate is every decode step's tokens over the longest decode time.
+   */
+  async emberBatch(b, maxNew) {
+    await engine.reset();
+    const info = engine.info();
+    const logitBias = {};
+    for (const id of info.model.eosIds) logitBias[id] = -100;
+    const prompts = Array.from({ length: b }, (_, i) => [(17 + 31 * i) % info.model.vocab]);
+    const start = now();
+    const results = await engine.generateBatch(prompts, { maxNewTokens: maxNew, temperature: 0, logitBias, maxBatch: b });
+    const wallMs = now() - start;
+    const decodeMs = Math.max(...results.map((r) => r.stats.decodeMs));
+    const steps = results.reduce((n, r) => n + r.tokens.length - 1, 0);
+    return { batch: b, wallMs, decodeMs, stepMs: decodeMs / Math.max(maxNew - 1, 1), aggregateTokS: steps / (decodeMs / 1000) };
+  },
+
   /** engine.profile(): time per kernel of a decode step and a prefill chunk, and the plan. */
   async emberProfile() {
     return engine.profile({ decodePos: 32, promptTokens: 32 });

@@ -46,6 +46,9 @@ pub struct BenchArgs {
     /// Small figures everywhere (prefill 16 and 32, 8 decode tokens, KV at 4 and 8): a smoke run.
     #[arg(long)]
     pub quick: bool,
+    /// Run only the batched decoding section (aggregate tok/s for B = 1, 4, 8, 16).
+    #[arg(long)]
+    pub batch_only: bool,
     /// MiB copied by the bandwidth kernel.
     #[arg(long, default_value_t = 64)]
     pub copy_mib: u64,
@@ -258,6 +261,9 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         ));
     }
     let model = crate::cli::model_path(args.model.clone()).map_err(Failure::usage)?;
+    if args.batch_only {
+        return crate::bench_batch::only(&model, args.quick);
+    }
     let mut notes: Vec<String> = Vec::new();
     let longest = args.prefill.iter().copied().max().unwrap_or(1);
     let context = longest.max(args.prefill[0] + args.decode) + 8;

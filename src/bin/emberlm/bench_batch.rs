@@ -15,6 +15,24 @@ use crate::CliResult;
 /// Batch sizes measured.
 pub const SIZES: [usize; 4] = [1, 4, 8, 16];
 
+/// `emberlm bench --batch-only`: the section alone on `model`, printed.
+pub fn only(model: &std::path::Path, quick: bool) -> CliResult<()> {
+    let files = emberlm::loader::ModelFiles::open(model)?;
+    let weights = files.weights()?;
+    let ctx = pollster::block_on(GpuContext::new(crate::cli::gpu_options()))?;
+    eprintln!("bench: {} on {}", model.display(), ctx.report());
+    let bench = BatchBench {
+        steps: if quick { 3 } else { 8 },
+        position: 64,
+    };
+    let (json, lines) = bench.run(&ctx, &KernelCache::new(), &weights)?;
+    for line in lines {
+        println!("{line}");
+    }
+    println!("{json}");
+    Ok(())
+}
+
 /// What the section measures.
 pub struct BatchBench {
     /// Timed steps per batch size (after one untimed step).
