@@ -311,3 +311,63 @@ fn batch_usage_errors() {
     ]);
     assert_eq!(code, 2, "--system needs --chat: {err}");
 }
+
+/// `--max-batch` changes how many sequences share a step, never what they generate; `info
+/// --batch` sizes the KV cache for that many.
+#[test]
+fn batch_size_changes_speed_not_results() {
+    let file = input(
+        "sizes.txt",
+        &format!(
+            "{}\n{}\n{}\n{{\"prompt\": \"MIT\", \"max_new_tokens\": 2}}\n",
+            PROMPTS[0], PROMPTS[1], PROMPTS[2]
+        ),
+    );
+    let run = |max_batch: &str| {
+        let path = file.to_str().expect("utf-8 path");
+        let args = [
+            "batch",
+            "--model",
+            LLAMA,
+            "--prompts",
+            path,
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "6",
+            "--jsonl",
+            "--max-batch",
+            max_batch,
+        ];
+        emberlm(&args)
+    };
+    let (code, one, err) = run("1");
+    if require::cli_found_no_gpu(&err) {
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    let one = json_lines(&one);
+    for size in ["2", "4"] {
+        let (code, out, err) = run(size);
+        assert_eq!(code, 0, "{err}");
+        let got = json_lines(&out);
+        assert_eq!(got.len(), 4);
+        for (a, b) in got.iter().zip(&one) {
+            let (a, b) = (&a["sequences"][0], &b["sequences"][0]);
+            // the log-probabilities differ in rounding (other kernels add in another order)
+            for key in ["tokens", "text", "finish_reason"] {
+                assert_eq!(a[key], b[key], "--max-batch {size}: {key}");
+            }
+        }
+    }
+    assert_eq!(
+        one[3]["sequences"][0]["tokens"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let (code, _, err) = run("0");
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = emberlm(&["info", "--model", LLAMA, "--ctx", "32", "--batch", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("for 4 sequences decoded together"), "{out}");
+    assert!(out.contains("batching:"), "{out}");
+}

@@ -72,7 +72,7 @@ impl Forward {
     /// kinds) and the per-row selections for steps of up to `min(slots, max_batch)` sequences.
     /// Reallocating forgets every cached position, of the main sequence too; asking for the
     /// slots the cache already has keeps them. Fails with the numbers when one layer's
-    /// buffer would exceed the device's binding limit.
+    /// buffer would exceed the device's binding limit, leaving one slot of the context.
     pub async fn set_batch(
         &mut self,
         ctx: &GpuContext,
@@ -84,7 +84,11 @@ impl Forward {
         }
         if slots != self.kv.slots() {
             let (kinds, context) = (self.kv.kinds(), self.kv.context());
-            self.rebuild_kv(ctx, cache, kinds, context, slots).await?;
+            if let Err(e) = self.rebuild_kv(ctx, cache, kinds, context, slots).await {
+                // back to one sequence of the same context, so that the model stays usable
+                self.rebuild_kv(ctx, cache, kinds, context, 1).await?;
+                return Err(e);
+            }
         }
         let rows = slots.min(self.max_batch());
         if self.select.is_some() {

@@ -100,13 +100,20 @@ impl Session {
             let result = self
                 .run_batched(items, &batched, max_batch, on_token, &mut out)
                 .await;
-            // the slots hold the batch's rows, not a conversation
+            // the slots hold the batch's rows, not a conversation; their memory goes back
             self.reset();
+            let shrunk = self.release_slots().await;
             result?;
+            shrunk?;
         }
         out.into_iter()
             .map(|g| g.ok_or_else(|| Error::invalid("items", "an item produced no result")))
             .collect()
+    }
+
+    /// Gives the KV slots of batched decoding back: one sequence of the context remains.
+    pub(super) async fn release_slots(&mut self) -> Result<()> {
+        self.forward.set_batch(&self.ctx, &self.kernels, 1).await
     }
 
     /// Sequences a batched step can hold with a KV cache of the current context: at most

@@ -108,6 +108,7 @@ impl Session {
             .set_batch(&self.ctx, &self.kernels, width)
             .await?;
         if self.abort.is_aborted() {
+            self.release_slots().await?;
             return Ok(vec![self.aborted_sequence()]);
         }
         let first = match self
@@ -237,9 +238,9 @@ impl Session {
             running = self.advance_beams(&running, grown, p, width).await?;
         }
         stats.decode_ms = elapsed_ms(decode_start);
-        // The slots hold beams, not a conversation.
-        self.forward.truncate(0)?;
+        // The slots hold beams, not a conversation; their memory goes back.
         self.cached.clear();
+        self.release_slots().await?;
         if finished.is_empty() {
             for beam in running {
                 finished.push(Finished::new(

@@ -152,8 +152,10 @@ impl Session {
         self.abort.clear();
         let result = self.generate_one(0, prompt, options, on_token).await;
         if result.is_err() {
-            // The KV state is unknown after a failure: start the next call from scratch.
+            // The KV state is unknown after a failure: start the next call from scratch, with
+            // any batch slots given back.
             self.reset();
+            let _ = self.release_slots().await;
         }
         result
     }

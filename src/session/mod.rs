@@ -8,9 +8,10 @@
 //!   `n_keep` tokens, drops the oldest half of the rest and runs the kept tail again (positions
 //!   and RoPE are recomputed, never shifted), then generation goes on. A prompt longer than the
 //!   context is cut from the left with a warning, or rejected in strict mode.
-//! - **Several sequences.** `num_return_sequences` samples share the prompt's KV rows (a new
-//!   sequence only reruns the last prompt token); beam search gives each beam its own copy of
-//!   its generated KV rows; a batch of prompts runs prompt by prompt, each to its own stop.
+//! - **Several sequences.** A batch of prompts and a prompt's `num_return_sequences` samples
+//!   decode together, each sequence in a KV slot of its own (`batched`: continuous batching,
+//!   one forward step for all of them); beam search keeps every beam in a slot and advances
+//!   all beams in one step per position.
 //! - **Stopping.** End-of-sequence ids (the model's, the caller's and, in chat form, the
 //!   template's end-of-turn token), stop strings matched across token boundaries,
 //!   `max_new_tokens`, and [`AbortHandle::abort`], honoured between tokens and prefill chunks.
