@@ -134,12 +134,7 @@ pub async fn every_variant(
 }
 
 pub fn step_buffer(ctx: &GpuContext) -> wgpu::Buffer {
-    ctx.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("step"),
-        size: std::mem::size_of::<StepParams>() as u64,
-        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    })
+    StepParams::create_buffer(ctx, "step")
 }
 
 /// `(rows, cols)` of the linear cases for `dtype`: rows not multiples of the 4 rows of a decode
