@@ -28,12 +28,14 @@ mod kv;
 pub mod llama;
 mod measure;
 mod profile;
+mod readback;
 mod upload;
 
 pub use batch::BatchToken;
 use compile::{attention_keys, heads_of, Activations, Compiler, Node};
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
+pub use readback::{MemoryReport, OnStep, Output, Readback, StepLogits};
 use upload::f32_bytes;
 
 /// Tokens per prefill step: long prompts are processed in chunks of this many.
@@ -69,65 +71,6 @@ pub struct Forward {
     batch: batch::BatchBuffers,
 }
 
-/// Called after each step of [`Readback::EachStep`] with the index of the step's first token,
-/// its token count and its logits; returns whether to go on.
-pub type OnStep<'r> = dyn FnMut(usize, usize, Vec<f32>) -> Result<bool> + 'r;
-
-/// What [`Forward::run`] reads back.
-pub enum Readback<'r> {
-    /// Nothing (a prefill whose logits nobody needs: the head does not run either).
-    None,
-    /// The last token's logits row, `[vocab]`.
-    LastRow,
-    /// Every token's logits, `[tokens · vocab]`.
-    AllRows,
-    /// The selection `request` asks for over the last token's logits (the logits stay on the
-    /// device).
-    Candidates(&'r SelectRequest),
-    /// Step by step, so that a caller can stop between steps and never holds more than one
-    /// step's logits: `on_step(first, n, rows)` after each step gets every row
-    /// (`[n · vocab]`) when `all_rows`, else the last token's row (`[vocab]`) after the last
-    /// step and nothing before.
-    EachStep {
-        /// Every row of every step, or the last token's.
-        all_rows: bool,
-        /// Receives each step; `false` stops the run (the cache holds the steps run).
-        on_step: &'r mut OnStep<'r>,
-    },
-}
-
-impl std::fmt::Debug for Readback<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Readback::None => f.write_str("None"),
-            Readback::LastRow => f.write_str("LastRow"),
-            Readback::AllRows => f.write_str("AllRows"),
-            Readback::Candidates(r) => f.debug_tuple("Candidates").field(r).finish(),
-            Readback::EachStep { all_rows, .. } => f
-                .debug_struct("EachStep")
-                .field("all_rows", all_rows)
-                .finish_non_exhaustive(),
-        }
-    }
-}
-
-/// What [`Forward::run`] returns.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Output {
-    /// [`Readback::None`].
-    None,
-    /// Logits, `[rows · vocab]` (one row for [`Readback::LastRow`], and for
-    /// [`Readback::Candidates`] on a device that cannot run the selection).
-    Logits(Vec<f32>),
-    /// The selection's result.
-    Candidates(Candidates),
-    /// [`Readback::EachStep`] ran every token, or stopped after `ran` of them.
-    Stepped {
-        /// Tokens run (the cache holds them).
-        ran: usize,
-    },
-}
-
 /// Which rows of a step's logits the head computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Head {
@@ -150,39 +93,6 @@ enum StepRead {
     Nothing,
     Logits(Vec<f32>),
     Candidates(Candidates),
-}
-
-/// What a one-token decode step read back.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StepLogits {
-    /// The GPU's selection from the logits row (at most `MAX_RESULT_BYTES` read back).
-    Candidates(Candidates),
-    /// The whole logits row, `[vocab]`.
-    Full(Vec<f32>),
-}
-
-/// GPU memory a [`Forward`] allocated at load, bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct MemoryReport {
-    /// Model weights as uploaded (stored type; 1-D tensors as f32).
-    pub weights: u64,
-    /// The KV cache (`layers · context ·` the bytes of a K and a V row in their kinds).
-    pub kv_cache: u64,
-    /// Activations for one chunk, the step uniform, the readback staging buffer and the
-    /// kernels' parameter uniforms.
-    pub activations: u64,
-    /// Bytes of K and V per cached token, all layers.
-    pub kv_bytes_per_token: u64,
-    /// Batched decoding's per-sequence selection buffers and readback
-    /// ([`Forward::set_batch`]; its extra KV slots count in `kv_cache`).
-    pub batch: u64,
-}
-
-impl MemoryReport {
-    /// Everything.
-    pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.activations + self.batch
-    }
 }
 
 impl Forward {
@@ -609,16 +519,6 @@ impl Forward {
     /// Reads back the logits row of the last one-token step (`[vocab]`, row 0), for a decode
     /// step whose candidates did not suffice: one more submit and readback, no forward step.
     pub async fn last_logits(&self, ctx: &GpuContext) -> Result<Vec<f32>> {
-        let bytes = f32_bytes(self.config.vocab_size as u64);
-        let mut encoder = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("logits readback"),
-            });
-        encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, bytes);
-        ctx.counter_cells().submit(1);
-        let submission = ctx.queue.submit([encoder.finish()]);
-        let data = ctx.read_staging(&self.staging, bytes, submission).await?;
-        Ok(bytemuck::pod_collect_to_vec(&data))
+        self.logits_row(ctx, 0).await
     }
 }

@@ -147,12 +147,14 @@ fn a_batch_over_a_quantised_cache_decodes_as_alone() {
         kv_cache: KvKinds::both(KvKind::Q8_0),
         ..GpuOptions::default()
     };
-    // the kernels' different rounding occasionally moves a value across a q8_0 code (seen: 2e-4)
+    // the kernels' different rounding occasionally moves a value across a q8_0 code: one code
+    // of a block whose largest value is ~3 is 3 / 127 ≈ 0.024 before attention averages it
+    // (seen: 2e-4, and once past 2e-3 under another seed)
     batch_matches_alone(
         &fixture("tiny-llama-q4_1.gguf"),
         options,
         "q8_0 cache",
-        2e-3,
+        1e-2,
     );
 }
 

@@ -117,7 +117,7 @@ impl Forward {
         &mut self,
         ctx: &GpuContext,
         tokens: &[BatchToken],
-        requests: &[Option<SelectRequest>],
+        requests: &[Option<&SelectRequest>],
     ) -> Result<Vec<StepLogits>> {
         let n = tokens.len();
         if requests.len() != n {
@@ -153,7 +153,7 @@ impl Forward {
             (Some(first), _) if self.batch.selects.len() + 1 >= n => std::iter::once(first)
                 .chain(&self.batch.selects)
                 .zip(requests)
-                .map(|(s, r)| r.as_ref().map(|r| (s, r)))
+                .map(|(s, r)| r.map(|r| (s, r)))
                 .collect(),
             _ => None,
         };

@@ -254,24 +254,7 @@ impl Session {
         params.validate_for_vocab(self.vocab())?;
         let mut warnings = Vec::new();
         let (tokens, _, stops) = self.prepare_prompt(&item.prompt, &item.options, &mut warnings)?;
-        let echo = match (item.options.echo, &item.prompt) {
-            (false, _) => None,
-            (true, Prompt::Text(text)) => Some(text.clone()),
-            (true, _) => Some(self.tokenizer.decode(&tokens, false)?),
-        };
-        if let Some(text) = &echo {
-            for sequence in 0..params.num_return_sequences {
-                on_token(&TokenEvent {
-                    prompt: index,
-                    sequence,
-                    id: None,
-                    logprob: None,
-                    text: text.clone(),
-                    beam: None,
-                    drafted: None,
-                });
-            }
-        }
+        let echo = self.echo(index, &item.prompt, &tokens, &item.options, on_token)?;
         let n = params.num_return_sequences;
         let empty = Sequence {
             tokens: Vec::new(),
@@ -358,9 +341,8 @@ impl Session {
                 }
             }
             (StepLogits::Full(full), _) => {
-                if lane.run.tokens.is_empty() {
-                    // counted at the prefill
-                } else {
+                // a sequence's first row is counted at its prefill
+                if !lane.run.tokens.is_empty() {
                     item.stats.full_row_steps += 1;
                 }
                 lane.sampler
@@ -410,8 +392,8 @@ impl Session {
                 token: l.next,
             })
             .collect();
-        let requests: Vec<Option<SelectRequest>> =
-            lanes.iter().map(|l| l.request.clone()).collect();
+        let requests: Vec<Option<&SelectRequest>> =
+            lanes.iter().map(|l| l.request.as_ref()).collect();
         let rows = self
             .forward
             .decode_batch(&self.ctx, &tokens, &requests)

@@ -234,25 +234,7 @@ impl Session {
             start,
             speculative,
         };
-        // echo: the prompt's text first, in the stream and in every sequence's text
-        let echo = match (options.echo, prompt) {
-            (false, _) => None,
-            (true, Prompt::Text(text)) => Some(text.clone()),
-            (true, _) => Some(self.tokenizer.decode(&tokens, false)?),
-        };
-        if let Some(text) = &echo {
-            for sequence in 0..params.num_return_sequences {
-                on_token(&TokenEvent {
-                    prompt: index,
-                    sequence,
-                    id: None,
-                    logprob: None,
-                    text: text.clone(),
-                    beam: None,
-                    drafted: None,
-                });
-            }
-        }
+        let echo = self.echo(index, prompt, &tokens, options, on_token)?;
         let (mut sequences, seed) = if params.max_new_tokens == 0 {
             let empty = Sequence {
                 tokens: Vec::new(),
@@ -298,6 +280,37 @@ impl Session {
             seed,
             warnings,
         })
+    }
+
+    /// With `echo`, the prompt's text (a text prompt as given, others as the model saw them),
+    /// streamed first as one event per sequence; it also starts every sequence's text.
+    pub(super) fn echo(
+        &self,
+        index: usize,
+        prompt: &Prompt,
+        tokens: &[u32],
+        options: &GenerateOptions,
+        on_token: &mut dyn FnMut(&TokenEvent),
+    ) -> Result<Option<String>> {
+        let echo = match (options.echo, prompt) {
+            (false, _) => None,
+            (true, Prompt::Text(text)) => Some(text.clone()),
+            (true, _) => Some(self.tokenizer.decode(tokens, false)?),
+        };
+        if let Some(text) = &echo {
+            for sequence in 0..options.sampling.num_return_sequences {
+                on_token(&TokenEvent {
+                    prompt: index,
+                    sequence,
+                    id: None,
+                    logprob: None,
+                    text: text.clone(),
+                    beam: None,
+                    drafted: None,
+                });
+            }
+        }
+        Ok(echo)
     }
 
     /// A call's prompt as ids fitted to the context (cut with a warning unless strict), the

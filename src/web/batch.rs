@@ -3,13 +3,12 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Promise};
+use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
-use super::engine::{event_js, generation_js, present, Engine};
+use super::engine::{emitter, generation_js, on_token_function, Engine};
 use super::{js_error, spawn_promise, to_json};
-use crate::session::{parse_batch, TokenEvent};
-use crate::Error;
+use crate::session::parse_batch;
 
 #[wasm_bindgen]
 impl Engine {
@@ -38,33 +37,18 @@ impl Engine {
             let o = to_json(&options, "options")?;
             parse_batch(&p, &o).map_err(|e| js_error(&e))
         });
-        let on_token: Result<Option<Function>, JsValue> = if present(&on_token) {
-            on_token
-                .dyn_into()
-                .map(Some)
-                .map_err(|_| js_error(&Error::invalid("onToken", "must be a function")))
-        } else {
-            Ok(None)
-        };
+        let on_token = on_token_function(on_token);
         let inner = Rc::clone(&self.inner);
         spawn_promise(async move {
             let (items, max_batch) = parsed?;
             let on_token = on_token?;
             let mut failure: Option<JsValue> = None;
-            let mut emit = |e: &TokenEvent| {
-                let Some(f) = &on_token else { return };
-                if failure.is_some() {
-                    return;
-                }
-                if let Err(err) = event_js(e).and_then(|v| f.call1(&JsValue::UNDEFINED, &v)) {
-                    failure = Some(err);
-                    inner.abort();
-                }
-            };
+            let mut emit = emitter(on_token.as_ref(), &inner, &mut failure);
             let results = inner
                 .generate_items(&items, max_batch, &mut emit)
                 .await
                 .map_err(|e| js_error(&e))?;
+            drop(emit);
             if let Some(err) = failure {
                 return Err(err);
             }

@@ -36,6 +36,36 @@ pub(crate) fn event_js(e: &TokenEvent) -> Result<JsValue, JsValue> {
     to_js(e)
 }
 
+/// The `onToken` argument: a function, or nothing.
+pub(crate) fn on_token_function(on_token: JsValue) -> Result<Option<Function>, JsValue> {
+    if !present(&on_token) {
+        return Ok(None);
+    }
+    on_token
+        .dyn_into()
+        .map(Some)
+        .map_err(|_| js_error(&Error::invalid("onToken", "must be a function")))
+}
+
+/// Calls `on_token` with every event; the first exception it throws is kept in `failure` and
+/// aborts the call (later events are dropped).
+pub(crate) fn emitter<'a>(
+    on_token: Option<&'a Function>,
+    inner: &'a engine::Engine,
+    failure: &'a mut Option<JsValue>,
+) -> impl FnMut(&TokenEvent) + 'a {
+    move |e: &TokenEvent| {
+        let Some(f) = on_token else { return };
+        if failure.is_some() {
+            return;
+        }
+        if let Err(err) = event_js(e).and_then(|v| f.call1(&JsValue::UNDEFINED, &v)) {
+            *failure = Some(err);
+            inner.abort();
+        }
+    }
+}
+
 /// A generation as a JS `GenerationResult`.
 pub(crate) fn generation_js(g: &Generation) -> Result<JsValue, JsValue> {
     to_js(&GenerationResult::from(g))
@@ -234,33 +264,18 @@ impl Engine {
         on_token: JsValue,
     ) -> Promise {
         let parsed = parse_call(&prompt, &options);
-        let on_token: Result<Option<Function>, JsValue> = if present(&on_token) {
-            on_token
-                .dyn_into()
-                .map(Some)
-                .map_err(|_| js_error(&Error::invalid("onToken", "must be a function")))
-        } else {
-            Ok(None)
-        };
+        let on_token = on_token_function(on_token);
         let inner = Rc::clone(&self.inner);
         spawn_promise(async move {
             let (prompt, options) = parsed?;
             let on_token = on_token?;
             let mut failure: Option<JsValue> = None;
-            let mut emit = |e: &TokenEvent| {
-                let Some(f) = &on_token else { return };
-                if failure.is_some() {
-                    return;
-                }
-                if let Err(err) = event_js(e).and_then(|v| f.call1(&JsValue::UNDEFINED, &v)) {
-                    failure = Some(err);
-                    inner.abort();
-                }
-            };
+            let mut emit = emitter(on_token.as_ref(), &inner, &mut failure);
             let g = inner
                 .generate(&prompt, &options, &mut emit)
                 .await
                 .map_err(|e| js_error(&e))?;
+            drop(emit);
             match failure {
                 Some(err) => Err(err),
                 None => generation_js(&g),

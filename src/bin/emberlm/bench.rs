@@ -157,42 +157,6 @@ fn run_once(
     Ok((g.stats, session.gpu().counters().since(&before)))
 }
 
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = (0usize, f32::NEG_INFINITY);
-    for (i, &v) in row.iter().enumerate() {
-        if v > best.1 {
-            best = (i, v);
-        }
-    }
-    best.0 as u32
-}
-
-/// Seconds to generate `n` tokens greedily after `prompt`, with the KV cache (`kv`) or by
-/// recomputing the whole prefix every step.
-fn kv_run(
-    ctx: &GpuContext,
-    fwd: &mut Forward,
-    prompt: &[u32],
-    n: usize,
-    kv: bool,
-) -> CliResult<f64> {
-    fwd.truncate(0)?;
-    let start = Instant::now();
-    let mut tokens = prompt.to_vec();
-    let mut logits = pollster::block_on(fwd.forward(ctx, &tokens, false))?;
-    for _ in 0..n {
-        let next = argmax(&logits);
-        tokens.push(next);
-        logits = if kv {
-            pollster::block_on(fwd.forward(ctx, &[next], false))?
-        } else {
-            fwd.truncate(0)?;
-            pollster::block_on(fwd.forward(ctx, &tokens, false))?
-        };
-    }
-    Ok(start.elapsed().as_secs_f64())
-}
-
 /// The llama.cpp peer: runs `tools/bench_llama_cpp.py` once; `Err` carries why it could not.
 fn llama_cpp_once(
     python: &Path,
@@ -405,8 +369,8 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
             continue;
         }
         eprintln!("bench: KV on/off at {n} tokens");
-        let on = kv_run(&ctx, &mut fwd, &kv_prompt, n, true)?;
-        let off = kv_run(&ctx, &mut fwd, &kv_prompt, n, false)?;
+        let on = crate::bench_kv::kv_run(&ctx, &mut fwd, &kv_prompt, n, true)?;
+        let off = crate::bench_kv::kv_run(&ctx, &mut fwd, &kv_prompt, n, false)?;
         kv_rows.push(json!({ "tokens": n, "kv_on_s": on, "kv_off_s": off, "speedup": off / on }));
     }
     let (kv_kinds, kv_kind_lines, kv_kind_notes) = crate::bench_kv::KvKindsBench {

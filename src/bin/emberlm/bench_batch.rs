@@ -74,7 +74,7 @@ impl BatchBench {
                     token: (17 + 31 * slot as u32) % vocab as u32,
                 })
                 .collect();
-            let requests = vec![request.clone(); b];
+            let requests = vec![request.as_ref(); b];
             let mut step = |tokens: &mut [BatchToken]| -> CliResult<()> {
                 pollster::block_on(fwd.decode_batch(ctx, tokens, &requests))?;
                 for t in tokens.iter_mut() {

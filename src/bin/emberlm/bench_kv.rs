@@ -1,4 +1,5 @@
-//! The bench's KV-cache kinds section: per kind, the bytes per token, the positions a fixed
+//! The bench's KV-cache sections: with the cache against recomputing the prefix
+//! ([`kv_run`]), and per kind: per kind, the bytes per token, the positions a fixed
 //! budget holds, and the decode speed at given cache positions (the positions before are
 //! marked cached without being computed: a step's cost depends on how many keys it reads, not
 //! on their values).
@@ -90,4 +91,40 @@ impl KvKindsBench<'_> {
         }
         Ok((Value::Array(rows), lines, notes))
     }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in row.iter().enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0 as u32
+}
+
+/// Seconds to generate `n` tokens greedily after `prompt`, with the KV cache (`kv`) or by
+/// recomputing the whole prefix every step.
+pub fn kv_run(
+    ctx: &GpuContext,
+    fwd: &mut Forward,
+    prompt: &[u32],
+    n: usize,
+    kv: bool,
+) -> CliResult<f64> {
+    fwd.truncate(0)?;
+    let start = Instant::now();
+    let mut tokens = prompt.to_vec();
+    let mut logits = pollster::block_on(fwd.forward(ctx, &tokens, false))?;
+    for _ in 0..n {
+        let next = argmax(&logits);
+        tokens.push(next);
+        logits = if kv {
+            pollster::block_on(fwd.forward(ctx, &[next], false))?
+        } else {
+            fwd.truncate(0)?;
+            pollster::block_on(fwd.forward(ctx, &tokens, false))?
+        };
+    }
+    Ok(start.elapsed().as_secs_f64())
 }

@@ -1,0 +1,97 @@
+//! What a forward step is asked to read back and what it returns, and the memory a model
+//! holds on the GPU.
+
+use crate::candidates::{Candidates, SelectRequest};
+use crate::error::Result;
+
+/// Called after each step of [`Readback::EachStep`] with the index of the step's first token,
+/// its token count and its logits; returns whether to go on.
+pub type OnStep<'r> = dyn FnMut(usize, usize, Vec<f32>) -> Result<bool> + 'r;
+
+/// What [`Forward::run`] reads back.
+pub enum Readback<'r> {
+    /// Nothing (a prefill whose logits nobody needs: the head does not run either).
+    None,
+    /// The last token's logits row, `[vocab]`.
+    LastRow,
+    /// Every token's logits, `[tokens · vocab]`.
+    AllRows,
+    /// The selection `request` asks for over the last token's logits (the logits stay on the
+    /// device).
+    Candidates(&'r SelectRequest),
+    /// Step by step, so that a caller can stop between steps and never holds more than one
+    /// step's logits: `on_step(first, n, rows)` after each step gets every row
+    /// (`[n · vocab]`) when `all_rows`, else the last token's row (`[vocab]`) after the last
+    /// step and nothing before.
+    EachStep {
+        /// Every row of every step, or the last token's.
+        all_rows: bool,
+        /// Receives each step; `false` stops the run (the cache holds the steps run).
+        on_step: &'r mut OnStep<'r>,
+    },
+}
+
+impl std::fmt::Debug for Readback<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readback::None => f.write_str("None"),
+            Readback::LastRow => f.write_str("LastRow"),
+            Readback::AllRows => f.write_str("AllRows"),
+            Readback::Candidates(r) => f.debug_tuple("Candidates").field(r).finish(),
+            Readback::EachStep { all_rows, .. } => f
+                .debug_struct("EachStep")
+                .field("all_rows", all_rows)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// What [`Forward::run`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// [`Readback::None`].
+    None,
+    /// Logits, `[rows · vocab]` (one row for [`Readback::LastRow`], and for
+    /// [`Readback::Candidates`] on a device that cannot run the selection).
+    Logits(Vec<f32>),
+    /// The selection's result.
+    Candidates(Candidates),
+    /// [`Readback::EachStep`] ran every token, or stopped after `ran` of them.
+    Stepped {
+        /// Tokens run (the cache holds them).
+        ran: usize,
+    },
+}
+
+/// What a one-token decode step read back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepLogits {
+    /// The GPU's selection from the logits row (at most `MAX_RESULT_BYTES` read back).
+    Candidates(Candidates),
+    /// The whole logits row, `[vocab]`.
+    Full(Vec<f32>),
+}
+
+/// GPU memory a [`Forward`] allocated at load, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryReport {
+    /// Model weights as uploaded (stored type; 1-D tensors as f32).
+    pub weights: u64,
+    /// The KV cache (`layers · context ·` the bytes of a K and a V row in their kinds).
+    pub kv_cache: u64,
+    /// Activations for one chunk, the step uniform, the readback staging buffer and the
+    /// kernels' parameter uniforms.
+    pub activations: u64,
+    /// Bytes of K and V per cached token, all layers.
+    pub kv_bytes_per_token: u64,
+    /// Batched decoding's per-sequence selection buffers and readback
+    /// ([`Forward::set_batch`]; its extra KV slots count in `kv_cache`).
+    pub batch: u64,
+}
+
+impl MemoryReport {
+    /// Everything.
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.activations + self.batch
+    }
+}
