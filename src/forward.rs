@@ -20,6 +20,7 @@ use crate::model::weights::ModelWeights;
 mod arch;
 mod batch;
 mod compile;
+pub mod cpu;
 pub mod fuse;
 pub mod gemma3;
 pub mod gpt2;

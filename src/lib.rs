@@ -6,7 +6,7 @@
 //! - leaves: [`error`], [`dtype`] (storage types, dequantization), [`config`] (the model
 //!   description), [`candidates`] (the selection kernel's wire format), [`tune`];
 //! - [`model`]: host tensors and weights, and the CPU reference forward pass;
-//! - [`gpu`] (device, buffers, kernels), [`format`] (GGUF, safetensors), [`sampling`];
+//! - [`gpu`] (device, buffers, kernels), [`cpu`] (the CPU backend's kernels), [`format`] (GGUF, safetensors), [`sampling`];
 //! - [`tokenizer`], then [`chat`];
 //! - [`loader`] (files → weights, tokenizer, template) and [`forward`] (the GPU graph);
 //! - the session, the engine, and `web` (wasm32 only), which converts between JavaScript and
@@ -15,6 +15,7 @@
 pub mod candidates;
 pub mod chat;
 pub mod config;
+pub mod cpu;
 pub mod dtype;
 pub mod engine;
 pub mod error;

@@ -9,7 +9,7 @@
 //! | 0 | `error` | the crate's error type |
 //! | 1 | `dtype`, `config`, `candidates`, `tune` | leaves: storage types and dequantization, model configuration, the selection wire format, per-device choices |
 //! | 2 | `model` | host tensors and weights, the CPU reference |
-//! | 3 | `gpu`, `format`, `sampling` | device and kernels; file formats; CPU sampling |
+//! | 3 | `gpu`, `cpu`, `format`, `sampling` | device and kernels; the CPU backend's kernels; file formats; CPU sampling |
 //! | 4 | `tokenizer` | text ↔ ids |
 //! | 5 | `chat` | chat templates |
 //! | 6 | `loader`, `forward` | a model opened from files; the GPU forward pass (graph, per-architecture builders) |
@@ -29,6 +29,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("tune", 1),
     ("model", 2),
     ("gpu", 3),
+    ("cpu", 3),
     ("format", 3),
     ("sampling", 3),
     ("tokenizer", 4),

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod attention_cases;
+pub mod cpu_cases;
+pub mod cpu_kernel_cases;
 pub mod forward_cases;
 #[cfg(not(target_arch = "wasm32"))]
 #[path = "gguf_meta.rs"]

@@ -1,0 +1,129 @@
+//! The CPU backend's element-wise and attention kernels, in f32 (RoPE angles in f64).
+
+use rayon::prelude::*;
+
+use super::matmul::dot_f32;
+use crate::config::RopeLayout;
+
+/// `out[r] = x[r] / rms(x[r]) · w` for the rows of `x: [n, d]`.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, yr) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (ss + eps).sqrt();
+        for ((y, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
+            *y = v * inv * g;
+        }
+    }
+}
+
+/// `out[r] = (x[r] − mean) / std · w + b` for the rows of `x: [n, d]`.
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, yr) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let mean = xr.iter().sum::<f32>() / d as f32;
+        let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (((y, &v), &g), &bb) in yr.iter_mut().zip(xr).zip(w).zip(b) {
+            *y = (v - mean) * inv * g + bb;
+        }
+    }
+}
+
+/// RoPE in place on one token's heads, `x: [heads, head_dim]`, at position `pos`, with the
+/// frequency of each pair (`freqs: [head_dim / 2]`).
+pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, freqs: &[f64], layout: RopeLayout) {
+    if layout == RopeLayout::None {
+        return;
+    }
+    let half = head_dim / 2;
+    for (i, &f) in freqs.iter().enumerate().take(half) {
+        let (a, b) = match layout {
+            RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+            _ => (i, i + half),
+        };
+        let (sin, cos) = (pos as f64 * f).sin_cos();
+        let (sin, cos) = (sin as f32, cos as f32);
+        for head in x.chunks_exact_mut(head_dim) {
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * cos - x1 * sin;
+            head[b] = x0 * sin + x1 * cos;
+        }
+    }
+}
+
+/// One query token's keys: the cache rows `first..end` of its sequence.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyRange {
+    /// First cache row attended.
+    pub first: usize,
+    /// One past the last (the token's own row).
+    pub end: usize,
+}
+
+/// Shapes of an attention call.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnShape {
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (query head `h` reads `h / (n_heads / n_kv_heads)`).
+    pub n_kv_heads: usize,
+    /// Values per head.
+    pub head_dim: usize,
+    /// Distance between two tokens' queries in `q` (`q_dim`, or `q_dim + 2·kv_dim` stacked).
+    pub q_stride: usize,
+}
+
+/// Causal attention: for token `t`, query heads `q[t·q_stride ..][..n_heads·head_dim]` over
+/// the cache rows `keys[t]` (`k`, `v: [rows, kv_dim]`), scaled by `1/√head_dim`, into
+/// `out: [tokens, n_heads·head_dim]`. Heads and tokens are spread over the thread pool.
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    keys: &[KeyRange],
+    s: AttnShape,
+    out: &mut [f32],
+) {
+    let hd = s.head_dim;
+    let kv_dim = s.n_kv_heads * hd;
+    let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
+    let scale = 1.0 / (hd as f32).sqrt();
+    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
+        let (t, h) = (i / s.n_heads, i % s.n_heads);
+        let qh = &q[t * s.q_stride + h * hd..][..hd];
+        let off = (h / group) * hd;
+        let KeyRange { first, end } = keys[t];
+        let mut scores: Vec<f32> = (first..end)
+            .map(|r| dot_f32(qh, &k[r * kv_dim + off..][..hd]) * scale)
+            .collect();
+        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let mut sum = 0.0f32;
+        for x in scores.iter_mut() {
+            *x = (*x - max).exp();
+            sum += *x;
+        }
+        o.fill(0.0);
+        for (r, &p) in (first..end).zip(&scores) {
+            let vr = &v[r * kv_dim + off..][..hd];
+            for (a, &b) in o.iter_mut().zip(vr) {
+                *a += p * b;
+            }
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        o.iter_mut().for_each(|a| *a *= inv);
+    });
+}
+
+/// SiLU, `x · sigmoid(x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU, tanh approximation.
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // √(2/π)
+    0.5 * x * (1.0 + (K * (x + 0.044715 * x * x * x)).tanh())
+}

@@ -1,0 +1,279 @@
+//! 8-bit activations and the unpacking of quantized weight rows into one common form, so that
+//! every weight type shares one integer dot product.
+//!
+//! Activations are quantized per block of [`QK`] values: `a ≈ d · q` with `q` in −127..=127
+//! and `d = max|a| / 127` (llama.cpp's `Q8_0`/`Q8_1` activations). A weight row of any
+//! quantized type unpacks into small integers `w` with one scale per 16 values and one
+//! offset per 32, `x = scale · w + offset`, so that
+//! `Σ x·a = Σ_blocks d · (scale₀·Σ₀ w·q + scale₁·Σ₁ w·q) + offset · d · Σ q`,
+//! the sums `Σ w·q` over 16 values being exact in `i32`.
+
+use crate::dtype::DType;
+
+/// Values per activation block.
+pub const QK: usize = 32;
+
+/// Rows of activations quantized to 8 bits per block: `tokens × cols` values.
+#[derive(Debug, Default, Clone)]
+pub struct Q8Rows {
+    /// Quantized values, `[tokens, cols]`.
+    pub q: Vec<i8>,
+    /// Scale of each block, `[tokens, cols / QK]`.
+    pub d: Vec<f32>,
+    /// `d · Σ q` of each block (what a weight offset multiplies), `[tokens, cols / QK]`.
+    pub s: Vec<f32>,
+    /// Values per row (a multiple of [`QK`]).
+    pub cols: usize,
+}
+
+impl Q8Rows {
+    /// Quantizes `x: [tokens, cols]` (`cols` a multiple of [`QK`]) into `self`, reusing its
+    /// buffers.
+    pub fn quantize(&mut self, x: &[f32], cols: usize) {
+        debug_assert!(cols.is_multiple_of(QK) && x.len().is_multiple_of(cols));
+        let blocks = x.len() / QK;
+        self.cols = cols;
+        self.q.resize(x.len(), 0);
+        self.d.resize(blocks, 0.0);
+        self.s.resize(blocks, 0.0);
+        for (b, (xs, qs)) in x
+            .chunks_exact(QK)
+            .zip(self.q.chunks_exact_mut(QK))
+            .enumerate()
+        {
+            let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (q, &v) in qs.iter_mut().zip(xs) {
+                let r = (v * inv).round() as i32;
+                *q = r as i8;
+                sum += r;
+            }
+            self.d[b] = d;
+            self.s[b] = d * sum as f32;
+        }
+    }
+
+    /// Row `t`: its values, block scales and block sums.
+    pub fn row(&self, t: usize) -> (&[i8], &[f32], &[f32]) {
+        let nb = self.cols / QK;
+        (
+            &self.q[t * self.cols..][..self.cols],
+            &self.d[t * nb..][..nb],
+            &self.s[t * nb..][..nb],
+        )
+    }
+}
+
+/// A weight row unpacked: `x[i] = scale[i / 16] · w[i] + offset[i / 32]`.
+#[derive(Debug, Default, Clone)]
+pub struct UnpackedRow {
+    /// Small integers, `[cols]`.
+    pub w: Vec<i8>,
+    /// One scale per 16 values, `[cols / 16]`.
+    pub scale: Vec<f32>,
+    /// One offset per 32 values, `[cols / 32]` (all zero for the symmetric types).
+    pub offset: Vec<f32>,
+    /// Whether any offset can be non-zero.
+    pub has_offset: bool,
+}
+
+impl UnpackedRow {
+    /// Room for rows of `cols` values.
+    pub fn with_cols(cols: usize) -> Self {
+        Self {
+            w: vec![0; cols],
+            scale: vec![0.0; cols / 16],
+            offset: vec![0.0; cols / 32],
+            has_offset: false,
+        }
+    }
+
+    /// Unpacks one row of `dtype` (a quantized type; `bytes` hold exactly one row).
+    pub fn unpack(&mut self, dtype: DType, bytes: &[u8]) {
+        self.has_offset = matches!(dtype, DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K);
+        match dtype {
+            DType::Q8_0 => self.blocks32(bytes, 34, |b, w| {
+                for (w, &q) in w.iter_mut().zip(&b[2..34]) {
+                    *w = q as i8;
+                }
+                (f16_at(b, 0), 0.0)
+            }),
+            DType::Q4_0 => self.blocks32(bytes, 18, |b, w| {
+                nibbles(&b[2..18], w, -8);
+                (f16_at(b, 0), 0.0)
+            }),
+            DType::Q4_1 => self.blocks32(bytes, 20, |b, w| {
+                nibbles(&b[4..20], w, 0);
+                (f16_at(b, 0), f16_at(b, 2))
+            }),
+            DType::Q5_0 => self.blocks32(bytes, 22, |b, w| {
+                fives(
+                    u32::from_le_bytes([b[2], b[3], b[4], b[5]]),
+                    &b[6..22],
+                    w,
+                    -16,
+                );
+                (f16_at(b, 0), 0.0)
+            }),
+            DType::Q5_1 => self.blocks32(bytes, 24, |b, w| {
+                fives(
+                    u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+                    &b[8..24],
+                    w,
+                    0,
+                );
+                (f16_at(b, 0), f16_at(b, 2))
+            }),
+            DType::Q4_K => self.q4_k(bytes),
+            DType::Q5_K => self.q5_k(bytes),
+            DType::Q6_K => self.q6_k(bytes),
+            DType::F32 | DType::F16 | DType::BF16 => {
+                debug_assert!(false, "float rows are not unpacked to integers")
+            }
+        }
+    }
+
+    /// The 32-value types: `f` fills a block's integers and returns its scale and offset.
+    #[inline(always)]
+    fn blocks32(&mut self, bytes: &[u8], size: usize, f: impl Fn(&[u8], &mut [i8]) -> (f32, f32)) {
+        for (i, (b, w)) in bytes
+            .chunks_exact(size)
+            .zip(self.w.chunks_exact_mut(32))
+            .enumerate()
+        {
+            let (d, m) = f(b, w);
+            self.scale[2 * i] = d;
+            self.scale[2 * i + 1] = d;
+            self.offset[i] = m;
+        }
+    }
+
+    fn q4_k(&mut self, bytes: &[u8]) {
+        for (i, b) in bytes.chunks_exact(144).enumerate() {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let scales: &[u8; 12] = b[4..16].try_into().unwrap_or(&[0; 12]);
+            let w = &mut self.w[256 * i..][..256];
+            for (k, qs) in b[16..144].chunks_exact(32).enumerate() {
+                let (lo, hi) = w[64 * k..][..64].split_at_mut(32);
+                for ((&q, lo), hi) in qs.iter().zip(lo).zip(hi) {
+                    *lo = (q & 0x0F) as i8;
+                    *hi = (q >> 4) as i8;
+                }
+            }
+            self.k_scales(i, d, dmin, scales);
+        }
+    }
+
+    fn q5_k(&mut self, bytes: &[u8]) {
+        for (i, b) in bytes.chunks_exact(176).enumerate() {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let scales: &[u8; 12] = b[4..16].try_into().unwrap_or(&[0; 12]);
+            let qh = &b[16..48];
+            let w = &mut self.w[256 * i..][..256];
+            for (k, qs) in b[48..176].chunks_exact(32).enumerate() {
+                let (lo, hi) = w[64 * k..][..64].split_at_mut(32);
+                for (((&q, &h), lo), hi) in qs.iter().zip(qh).zip(lo).zip(hi) {
+                    *lo = ((q & 0x0F) | (((h >> (2 * k)) & 1) << 4)) as i8;
+                    *hi = ((q >> 4) | (((h >> (2 * k + 1)) & 1) << 4)) as i8;
+                }
+            }
+            self.k_scales(i, d, dmin, scales);
+        }
+    }
+
+    /// Scales and offsets of super-block `i` of a Q4_K/Q5_K row.
+    fn k_scales(&mut self, i: usize, d: f32, dmin: f32, s: &[u8; 12]) {
+        for j in 0..8 {
+            let (sc, m) = if j < 4 {
+                (s[j] & 63, s[j + 4] & 63)
+            } else {
+                (
+                    (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
+                    (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                )
+            };
+            let scale = d * f32::from(sc);
+            self.scale[16 * i + 2 * j] = scale;
+            self.scale[16 * i + 2 * j + 1] = scale;
+            self.offset[8 * i + j] = -(dmin * f32::from(m));
+        }
+    }
+
+    fn q6_k(&mut self, bytes: &[u8]) {
+        for (i, b) in bytes.chunks_exact(210).enumerate() {
+            let d = f16_at(b, 208);
+            for (s, &sc) in self.scale[16 * i..][..16].iter_mut().zip(&b[192..208]) {
+                *s = d * f32::from(sc as i8);
+            }
+            self.offset[8 * i..][..8].fill(0.0);
+            let w = &mut self.w[256 * i..][..256];
+            for (n, w) in w.chunks_exact_mut(128).enumerate() {
+                let ql = &b[64 * n..64 * n + 64];
+                let qh = &b[128 + 32 * n..128 + 32 * n + 32];
+                for l in 0..32 {
+                    let h = qh[l];
+                    w[l] = ((ql[l] & 0x0F) | ((h & 3) << 4)) as i8 - 32;
+                    w[l + 32] = ((ql[l + 32] & 0x0F) | (((h >> 2) & 3) << 4)) as i8 - 32;
+                    w[l + 64] = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
+                    w[l + 96] = ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
+                }
+            }
+        }
+    }
+
+    /// `Σ x·a` of this row with one quantized activation row (values, block scales, block
+    /// sums).
+    #[inline]
+    pub fn dot(&self, q: &[i8], d: &[f32], s: &[f32]) -> f32 {
+        let mut acc = 0.0f32;
+        for (b, (w, a)) in self.w.chunks_exact(QK).zip(q.chunks_exact(QK)).enumerate() {
+            let (s0, s1) = (dot16(&w[..16], &a[..16]), dot16(&w[16..], &a[16..]));
+            acc += (self.scale[2 * b] * s0 as f32 + self.scale[2 * b + 1] * s1 as f32) * d[b];
+        }
+        if self.has_offset {
+            acc += self.offset.iter().zip(s).map(|(m, s)| m * s).sum::<f32>();
+        }
+        acc
+    }
+}
+
+/// `Σ w·a` over 16 values, exact.
+#[inline(always)]
+fn dot16(w: &[i8], a: &[i8]) -> i32 {
+    let (w, a): (&[i8; 16], &[i8; 16]) = match (w.try_into(), a.try_into()) {
+        (Ok(w), Ok(a)) => (w, a),
+        _ => return 0,
+    };
+    let mut sum = 0i32;
+    for i in 0..16 {
+        sum += i32::from(i16::from(w[i]) * i16::from(a[i]));
+    }
+    sum
+}
+
+/// The f16 at `b[at..at + 2]` as f32.
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// 16 bytes of nibbles (byte `j`: value `j` low, value `j + 16` high), plus `bias`.
+#[inline(always)]
+fn nibbles(qs: &[u8], w: &mut [i8], bias: i8) {
+    let (lo, hi) = w.split_at_mut(16);
+    for ((&q, lo), hi) in qs.iter().zip(lo).zip(hi) {
+        *lo = (q & 0x0F) as i8 + bias;
+        *hi = (q >> 4) as i8 + bias;
+    }
+}
+
+/// Q5_0/Q5_1 values: nibbles as [`nibbles`] with bit `j` of `qh` the fifth bit of value `j`.
+#[inline(always)]
+fn fives(qh: u32, qs: &[u8], w: &mut [i8], bias: i8) {
+    for (j, &b) in qs.iter().enumerate().take(16) {
+        w[j] = ((b & 0x0F) | ((((qh >> j) & 1) as u8) << 4)) as i8 + bias;
+        w[j + 16] = ((b >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4)) as i8 + bias;
+    }
+}

@@ -1,0 +1,476 @@
+//! The forward pass on the CPU: the same [`Graph`] the GPU compiles, run op by op on the
+//! kernels of [`crate::cpu`], with the weights in wasm or process memory in their stored
+//! format and an f32 KV cache cut into slots as the GPU's is. It answers the same calls as
+//! the GPU's [`super::Forward`] (through [`super::Backend`]), so the session cannot tell them
+//! apart.
+
+use std::collections::HashMap;
+
+use super::graph::{Graph, WeightIndex};
+use super::readback::{MemoryReport, OnStep, Output, Readback, StepLogits};
+use super::BatchToken;
+use crate::candidates::SelectRequest;
+use crate::config::ModelConfig;
+use crate::cpu::QMatrix;
+use crate::dtype::dequantize;
+use crate::dtype::kv::{KvKind, KvKinds};
+use crate::error::{Error, Result};
+use crate::model::weights::ModelWeights;
+
+mod step;
+
+/// The most sequences one batched step holds (as on the GPU).
+const MAX_BATCH: usize = 64;
+
+/// The weights as the CPU backend holds them.
+#[derive(Debug)]
+struct CpuWeights {
+    /// Every matrix (and embedding table), stored format, `[rows, cols]`.
+    mats: HashMap<String, QMatrix>,
+    /// Every vector (norm gains and shifts, biases), f32.
+    vecs: HashMap<String, Vec<f32>>,
+    /// Shapes of both, for the graph builder.
+    shapes: HashMap<String, Vec<usize>>,
+}
+
+impl WeightIndex for CpuWeights {
+    fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.shapes.get(name).map(Vec::as_slice)
+    }
+}
+
+/// The KV cache: per layer, `slots · context` rows of `kv_dim` f32 keys and values.
+#[derive(Debug)]
+struct CpuKv {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    context: usize,
+    slots: usize,
+    /// Positions the main sequence (slot 0) holds.
+    pos: usize,
+}
+
+impl CpuKv {
+    fn new(config: &ModelConfig, context: usize, slots: usize) -> Result<Self> {
+        let len = context
+            .checked_mul(slots)
+            .and_then(|n| n.checked_mul(config.kv_dim()))
+            .ok_or_else(|| Error::invalid("context", "the KV cache's size overflows"))?;
+        let layer = |_| {
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).map_err(|_| {
+                Error::invalid(
+                    "context",
+                    format!(
+                        "a KV cache layer of {context} positions × {slots} sequences \
+                         ({} MiB) does not fit in memory",
+                        len * 4 >> 20
+                    ),
+                )
+            })?;
+            v.resize(len, 0.0f32);
+            Ok(v)
+        };
+        Ok(Self {
+            k: (0..config.n_layers).map(layer).collect::<Result<_>>()?,
+            v: (0..config.n_layers).map(layer).collect::<Result<_>>()?,
+            context,
+            slots,
+            pos: 0,
+        })
+    }
+
+    fn bytes(&self) -> u64 {
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|l| l.len() as u64 * 4)
+            .sum()
+    }
+}
+
+/// A model ready to run on the CPU.
+#[derive(Debug)]
+pub struct CpuForward {
+    config: ModelConfig,
+    chunk: usize,
+    graph: Graph,
+    weights: CpuWeights,
+    kv: CpuKv,
+    /// Per layer, the RoPE frequency of each pair, `[head_dim / 2]`.
+    freqs: Vec<Vec<f64>>,
+    /// The logits of the last step, `[rows, vocab]` (what [`Self::logits_row`] reads).
+    logits: Vec<f32>,
+    memory: MemoryReport,
+}
+
+impl CpuForward {
+    /// Copies the weights (matrices in their stored format, vectors as f32), allocates an f32
+    /// KV cache of `context` positions, builds the graph.
+    pub fn new(weights: &ModelWeights<'_>, context: usize, chunk: usize) -> Result<Self> {
+        let config = weights.config.clone();
+        config.validate(&weights.file)?;
+        weights.check_shapes()?;
+        super::kv::check_context(&config, context)?;
+        if chunk == 0 {
+            return Err(Error::invalid("chunk", "must be at least 1"));
+        }
+        let mut held = CpuWeights {
+            mats: HashMap::new(),
+            vecs: HashMap::new(),
+            shapes: HashMap::new(),
+        };
+        for (name, t) in &weights.tensors {
+            held.shapes.insert(name.clone(), t.shape.clone());
+            match t.shape.as_slice() {
+                &[rows, cols] => {
+                    let m = QMatrix::new(t.dtype, rows, cols, t.data.to_vec(), name)?;
+                    held.mats.insert(name.clone(), m);
+                }
+                _ => {
+                    let v = dequantize(t.dtype, &t.data, t.n_elements() as u64, name)?;
+                    held.vecs.insert(name.clone(), v);
+                }
+            }
+        }
+        let graph = super::arch::build(&config, &held, &weights.file)?;
+        let freqs = (0..config.n_layers)
+            .map(|l| config.layer_rope(l).frequencies(config.head_dim))
+            .collect();
+        let kv = CpuKv::new(&config, context, 1)?;
+        let weight_bytes = held.mats.values().map(|m| m.bytes() as u64).sum::<u64>()
+            + held.vecs.values().map(|v| v.len() as u64 * 4).sum::<u64>();
+        let memory = MemoryReport {
+            weights: weight_bytes,
+            kv_cache: kv.bytes(),
+            activations: 0,
+            kv_bytes_per_token: KvKinds::both(KvKind::F32)
+                .bytes_per_token(config.n_layers, config.kv_dim()),
+            batch: 0,
+        };
+        Ok(Self {
+            config,
+            chunk,
+            graph,
+            weights: held,
+            kv,
+            freqs,
+            logits: Vec::new(),
+            memory,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Tokens per step.
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// Operations per step (the graph's, and the head).
+    pub fn node_count(&self) -> usize {
+        self.graph.ops.len() + 1
+    }
+
+    /// Memory held: weights, KV cache (activations are allocated per step).
+    pub fn memory(&self) -> MemoryReport {
+        self.memory
+    }
+
+    /// Positions the main sequence holds (the next token's position).
+    pub fn pos(&self) -> usize {
+        self.kv.pos
+    }
+
+    /// KV positions per sequence.
+    pub fn context(&self) -> usize {
+        self.kv.context
+    }
+
+    /// KV slots (sequences the cache holds side by side).
+    pub fn slots(&self) -> usize {
+        self.kv.slots
+    }
+
+    /// The cache's storage kinds (always f32 here).
+    pub fn kv_kinds(&self) -> KvKinds {
+        KvKinds::both(KvKind::F32)
+    }
+
+    /// Forgets cached positions from `pos` on.
+    pub fn truncate(&mut self, pos: usize) -> Result<()> {
+        if pos > self.kv.pos {
+            return Err(Error::invalid(
+                "pos",
+                format!("{pos} is past the cached {} positions", self.kv.pos),
+            ));
+        }
+        self.kv.pos = pos;
+        Ok(())
+    }
+
+    /// Moves the fill mark to `pos` without computing the positions in between (benchmarks).
+    pub fn assume_cached(&mut self, pos: usize) -> Result<()> {
+        if pos > self.kv.context {
+            return Err(Error::invalid(
+                "pos",
+                format!("{pos} is past the context of {}", self.kv.context),
+            ));
+        }
+        self.kv.pos = pos;
+        Ok(())
+    }
+
+    /// Replaces the KV cache by one of `context` positions (kinds other than f32 are refused).
+    pub fn set_kv(&mut self, kinds: KvKinds, context: usize) -> Result<()> {
+        check_kinds(kinds)?;
+        self.rebuild(context, 1)
+    }
+
+    /// The cache holds `slots` sequences of the current context (forgetting what it held
+    /// unless the count is unchanged).
+    pub fn set_batch(&mut self, slots: usize) -> Result<()> {
+        if slots == 0 {
+            return Err(Error::invalid("slots", "must be at least 1"));
+        }
+        if slots != self.kv.slots {
+            let context = self.kv.context;
+            if let Err(e) = self.rebuild(context, slots) {
+                self.rebuild(context, 1)?;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn rebuild(&mut self, context: usize, slots: usize) -> Result<()> {
+        super::kv::check_context(&self.config, context)?;
+        self.kv = CpuKv::new(&self.config, 1, 1)?;
+        self.kv = CpuKv::new(&self.config, context, slots)?;
+        self.memory.kv_cache = self.kv.bytes();
+        Ok(())
+    }
+
+    /// Sequences one batched step holds at most.
+    pub fn max_batch(&self) -> usize {
+        MAX_BATCH.min(self.chunk)
+    }
+
+    /// Bytes of one more slot.
+    pub fn slot_bytes(&self) -> u64 {
+        self.kv.bytes() / self.kv.slots as u64
+    }
+
+    /// Runs `tokens` from the main sequence's position on (see [`super::Forward::run`]).
+    /// A request for candidates is answered with the last row's logits.
+    pub fn run(&mut self, tokens: &[u32], readback: Readback<'_>) -> Result<Output> {
+        let pos = self.kv.pos;
+        self.run_at(None, pos, tokens, readback)
+    }
+
+    /// [`Self::run`] for the sequence in `slot`, whose positions before `pos` are cached.
+    pub fn run_in_slot(
+        &mut self,
+        slot: usize,
+        pos: usize,
+        tokens: &[u32],
+        readback: Readback<'_>,
+    ) -> Result<Output> {
+        if slot >= self.kv.slots {
+            return Err(Error::invalid(
+                "slot",
+                format!("{slot} is not one of the cache's {} slots", self.kv.slots),
+            ));
+        }
+        self.run_at(Some(slot), pos, tokens, readback)
+    }
+
+    fn run_at(
+        &mut self,
+        slot: Option<usize>,
+        pos: usize,
+        tokens: &[u32],
+        readback: Readback<'_>,
+    ) -> Result<Output> {
+        if tokens.is_empty() {
+            return Err(Error::invalid("tokens", "at least one token is needed"));
+        }
+        self.check_ids(tokens)?;
+        if pos + tokens.len() > self.kv.context {
+            return Err(Error::invalid(
+                "tokens",
+                format!(
+                    "{} tokens after {pos} cached ones exceed the context of {}",
+                    tokens.len(),
+                    self.kv.context
+                ),
+            ));
+        }
+        let base = slot.map_or(0, |s| s * self.kv.context);
+        let nothing = matches!(readback, Readback::None);
+        let (all_rows, mut on_step): (bool, Option<&mut OnStep<'_>>) = match readback {
+            Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step)),
+            Readback::AllRows => (true, None),
+            _ => (false, None),
+        };
+        let mut logits = Vec::new();
+        let n_chunks = tokens.len().div_ceil(self.chunk);
+        let mut ran = 0;
+        for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
+            let last = i + 1 == n_chunks;
+            let head = match () {
+                _ if nothing => step::Head::None,
+                _ if all_rows => step::Head::All,
+                _ if !last => step::Head::None,
+                _ => step::Head::Last,
+            };
+            let rows: Vec<step::Row> = (0..chunk.len())
+                .map(|j| step::Row {
+                    pos: pos + ran + j,
+                    base,
+                })
+                .collect();
+            self.step(chunk, &rows, head)?;
+            let first = ran;
+            ran += chunk.len();
+            if slot.is_none() {
+                self.kv.pos = pos + ran;
+            }
+            let rows = match head {
+                step::Head::None => Vec::new(),
+                _ => self.logits.clone(),
+            };
+            match on_step.as_mut() {
+                Some(on_step) => {
+                    if !on_step(first, chunk.len(), rows)? && !last {
+                        return Ok(Output::Stepped { ran });
+                    }
+                }
+                None => logits.extend(rows),
+            }
+        }
+        Ok(match (nothing, on_step) {
+            (true, _) => Output::None,
+            (false, Some(_)) => Output::Stepped { ran },
+            (false, None) => Output::Logits(logits),
+        })
+    }
+
+    /// One decode step for several sequences, each at its position in its slot; every row's
+    /// logits come back ([`StepLogits::Full`]).
+    pub fn decode_batch(
+        &mut self,
+        tokens: &[BatchToken],
+        requests: &[Option<&SelectRequest>],
+    ) -> Result<Vec<StepLogits>> {
+        let n = tokens.len();
+        if requests.len() != n {
+            return Err(Error::invalid(
+                "requests",
+                format!("{} requests for {n} sequences", requests.len()),
+            ));
+        }
+        if n == 0 || n > self.max_batch() {
+            return Err(Error::invalid(
+                "tokens",
+                format!("{n} sequences in one step; 1 to {} fit", self.max_batch()),
+            ));
+        }
+        let ids: Vec<u32> = tokens.iter().map(|t| t.token).collect();
+        self.check_ids(&ids)?;
+        let mut seen = vec![false; self.kv.slots];
+        let mut rows = Vec::with_capacity(n);
+        for t in tokens {
+            if t.slot >= self.kv.slots || std::mem::replace(&mut seen[t.slot], true) {
+                return Err(Error::invalid(
+                    "slot",
+                    format!(
+                        "slot {} is not one of the cache's {} or is used twice",
+                        t.slot, self.kv.slots
+                    ),
+                ));
+            }
+            if t.pos >= self.kv.context {
+                return Err(Error::invalid(
+                    "pos",
+                    format!("{} is past the context of {}", t.pos, self.kv.context),
+                ));
+            }
+            rows.push(step::Row {
+                pos: t.pos,
+                base: t.slot * self.kv.context,
+            });
+        }
+        self.step(&ids, &rows, step::Head::All)?;
+        let vocab = self.config.vocab_size;
+        Ok(self
+            .logits
+            .chunks_exact(vocab)
+            .map(|r| StepLogits::Full(r.to_vec()))
+            .collect())
+    }
+
+    /// Copies positions `0..rows` of slot `from` into the slots `to`.
+    pub fn copy_slot_prefix(&mut self, from: usize, to: &[usize], rows: usize) -> Result<()> {
+        let slots = self.kv.slots;
+        if let Some(bad) = std::iter::once(&from).chain(to).find(|&&s| s >= slots) {
+            return Err(Error::invalid(
+                "slot",
+                format!("{bad} is not one of the cache's {slots} slots"),
+            ));
+        }
+        if rows > self.kv.context {
+            return Err(Error::invalid(
+                "rows",
+                format!("{rows} is past the context of {}", self.kv.context),
+            ));
+        }
+        let w = self.config.kv_dim();
+        let (ctx, src) = (self.kv.context, from * self.kv.context * w);
+        for layer in self.kv.k.iter_mut().chain(self.kv.v.iter_mut()) {
+            for &s in to.iter().filter(|&&s| s != from) {
+                layer.copy_within(src..src + rows * w, s * ctx * w);
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `row` of the last step's logits, `[vocab]`.
+    pub fn logits_row(&self, row: usize) -> Result<Vec<f32>> {
+        let vocab = self.config.vocab_size;
+        self.logits
+            .get(row * vocab..(row + 1) * vocab)
+            .map(<[f32]>::to_vec)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "row",
+                    format!("{row} is not a row of the last step's logits"),
+                )
+            })
+    }
+
+    fn check_ids(&self, tokens: &[u32]) -> Result<()> {
+        let vocab = self.config.vocab_size;
+        match tokens.iter().find(|&&t| t as usize >= vocab) {
+            Some(bad) => Err(Error::invalid(
+                "tokens",
+                format!("token id {bad} is outside the vocabulary of {vocab}"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Fails unless both kinds are f32 (the only kind the CPU cache stores so far).
+pub(super) fn check_kinds(kinds: KvKinds) -> Result<()> {
+    if kinds != KvKinds::both(KvKind::F32) {
+        return Err(Error::invalid(
+            "kv_cache",
+            format!("the CPU backend stores the KV cache in f32 only, not {kinds}"),
+        ));
+    }
+    Ok(())
+}

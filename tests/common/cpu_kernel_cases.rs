@@ -1,0 +1,219 @@
+//! The CPU backend's kernels against references in f64 on fresh random inputs at awkward
+//! sizes, shared by the native test (`tests/cpu_kernels.rs`) and the browser test
+//! (`tests/web_cpu.rs`).
+//!
+//! The matrix product of a quantized type runs on 8-bit activations, so it is checked twice:
+//! exactly (to f32 rounding) against the f64 product of the dequantized weights with the
+//! dequantized 8-bit activations, and against the f64 product with the f32 activations
+//! within the bound the activation rounding allows (`Σ_blocks d/2 · Σ|w|`).
+
+use emberlm::cpu::ops::{self, AttnShape, KeyRange};
+use emberlm::cpu::quant::{Q8Rows, QK};
+use emberlm::cpu::QMatrix;
+use emberlm::dtype::{dequantize, DType};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use super::linear_cases::{linear_shapes, random_weights};
+
+fn random_acts(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let v: f32 = rng.random_range(-1.0..1.0);
+            // a few outliers, as real activations have
+            if i % 97 == 5 {
+                v * 30.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+/// Every weight type, every shape of [`linear_shapes`], 1, 3 and 17 tokens, with and
+/// without a bias.
+pub fn check_matmul(rng: &mut ChaCha8Rng, small: bool) -> Result<(), String> {
+    for dtype in DType::ALL {
+        for (rows, cols) in linear_shapes(dtype, small) {
+            for tokens in [1usize, 3, 17] {
+                check_one(rng, dtype, rows, cols, tokens)
+                    .map_err(|e| format!("{dtype} [{rows}, {cols}] × {tokens} tokens: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_one(
+    rng: &mut ChaCha8Rng,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+) -> Result<(), String> {
+    let bytes = random_weights(rng, dtype, rows * cols);
+    let w = dequantize(dtype, &bytes, (rows * cols) as u64, "w").map_err(|e| e.to_string())?;
+    let m = QMatrix::new(dtype, rows, cols, bytes, "w").map_err(|e| e.to_string())?;
+    let x = random_acts(rng, tokens * cols);
+    let bias: Option<Vec<f32>> = (tokens != 3).then(|| random_acts(rng, rows));
+    let mut y = vec![f32::NAN; tokens * rows];
+    m.matmul(&x, bias.as_deref(), &mut y);
+    // The activations the product saw.
+    let seen: Vec<f32> = if m.quantizes_activations() {
+        let mut q8 = Q8Rows::default();
+        q8.quantize(&x, cols);
+        q8.q.iter()
+            .enumerate()
+            .map(|(i, &q)| f32::from(q) * q8.d[i / QK])
+            .collect()
+    } else {
+        x.clone()
+    };
+    for t in 0..tokens {
+        for r in 0..rows {
+            let wr = &w[r * cols..][..cols];
+            let b = bias.as_ref().map_or(0.0, |b| f64::from(b[r]));
+            let exact: f64 = wr
+                .iter()
+                .zip(&seen[t * cols..][..cols])
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum::<f64>()
+                + b;
+            let mag: f64 = wr
+                .iter()
+                .zip(&seen[t * cols..][..cols])
+                .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
+                .sum::<f64>()
+                + b.abs();
+            let got = f64::from(y[t * rows + r]);
+            // f32 accumulation over `cols` products, and the f32 scales of the blocks
+            let tol = 1e-5 * mag + 1e-30;
+            if !((got - exact).abs() <= tol * 4.0) {
+                return Err(format!(
+                    "token {t} row {r}: {got} vs {exact} on the activations it saw (tolerance {tol:.1e})"
+                ));
+            }
+            // against the true activations, within the rounding of 8-bit blocks
+            let truth: f64 = wr
+                .iter()
+                .zip(&x[t * cols..][..cols])
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum::<f64>()
+                + b;
+            let bound: f64 = wr
+                .chunks(QK)
+                .zip(x[t * cols..][..cols].chunks(QK))
+                .map(|(wb, xb)| {
+                    let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let half_step = f64::from(amax) / 127.0 / 2.0;
+                    half_step * wb.iter().map(|v| f64::from(v.abs())).sum::<f64>()
+                })
+                .sum::<f64>();
+            let bound = if m.quantizes_activations() {
+                bound
+            } else {
+                0.0
+            } + tol * 4.0;
+            if !((got - truth).abs() <= bound) {
+                return Err(format!(
+                    "token {t} row {r}: {got} vs {truth} (|Δ| beyond the 8-bit bound {bound:.2e})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Attention over random caches: tokens at their own positions over their own key ranges
+/// (sliding windows included), grouped-query heads, stacked queries.
+pub fn check_attention(rng: &mut ChaCha8Rng) -> Result<(), String> {
+    for &(n_heads, n_kv_heads, head_dim, stacked) in &[
+        (4usize, 2usize, 8usize, false),
+        (3, 1, 20, true),
+        (2, 2, 64, false),
+    ] {
+        let kv_dim = n_kv_heads * head_dim;
+        let q_dim = n_heads * head_dim;
+        let q_stride = if stacked { q_dim + 2 * kv_dim } else { q_dim };
+        let cache_rows = 41;
+        let k = random_acts(rng, cache_rows * kv_dim);
+        let v = random_acts(rng, cache_rows * kv_dim);
+        let keys = [
+            KeyRange { first: 0, end: 1 },
+            KeyRange { first: 3, end: 40 },
+            KeyRange { first: 20, end: 41 },
+        ];
+        let q = random_acts(rng, keys.len() * q_stride);
+        let mut out = vec![f32::NAN; keys.len() * q_dim];
+        let shape = AttnShape {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            q_stride,
+        };
+        ops::attention(&q, &k, &v, &keys, shape, &mut out);
+        let group = n_heads / n_kv_heads;
+        for (t, kr) in keys.iter().enumerate() {
+            for h in 0..n_heads {
+                let qh = &q[t * q_stride + h * head_dim..][..head_dim];
+                let off = (h / group) * head_dim;
+                let scores: Vec<f64> = (kr.first..kr.end)
+                    .map(|r| {
+                        qh.iter()
+                            .zip(&k[r * kv_dim + off..][..head_dim])
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum::<f64>()
+                            / (head_dim as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for d in 0..head_dim {
+                    let want: f64 = (kr.first..kr.end)
+                        .zip(&e)
+                        .map(|(r, p)| p / sum * f64::from(v[r * kv_dim + off + d]))
+                        .sum();
+                    let got = f64::from(out[t * q_dim + h * head_dim + d]);
+                    if !((got - want).abs() <= 1e-4 * (1.0 + want.abs())) {
+                        return Err(format!(
+                            "attention ({n_heads}/{n_kv_heads} heads of {head_dim}) token {t} head {h} dim {d}: {got} vs {want}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// RMSNorm and LayerNorm of random rows of an odd width against f64.
+pub fn check_norms(rng: &mut ChaCha8Rng) -> Result<(), String> {
+    let (n, d) = (5, 77);
+    let x = random_acts(rng, n * d);
+    let g = random_acts(rng, d);
+    let b = random_acts(rng, d);
+    let mut rms = vec![0.0; n * d];
+    let mut ln = vec![0.0; n * d];
+    ops::rms_norm(&x, &g, 1e-5, &mut rms);
+    ops::layer_norm(&x, &g, &b, 1e-5, &mut ln);
+    for (r, xr) in x.chunks(d).enumerate() {
+        let xs: Vec<f64> = xr.iter().map(|&v| f64::from(v)).collect();
+        let ms = xs.iter().map(|v| v * v).sum::<f64>() / d as f64;
+        let mean = xs.iter().sum::<f64>() / d as f64;
+        let var = xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        for i in 0..d {
+            let want_rms = xs[i] / (ms + 1e-5).sqrt() * f64::from(g[i]);
+            let want_ln = (xs[i] - mean) / (var + 1e-5).sqrt() * f64::from(g[i]) + f64::from(b[i]);
+            for (what, got, want) in [
+                ("rms", rms[r * d + i], want_rms),
+                ("layer", ln[r * d + i], want_ln),
+            ] {
+                if !((f64::from(got) - want).abs() <= 1e-4 * (1.0 + want.abs())) {
+                    return Err(format!("{what} norm row {r} [{i}]: {got} vs {want}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
