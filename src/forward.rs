@@ -18,6 +18,7 @@ use crate::gpu::{
 use crate::model::weights::ModelWeights;
 
 mod arch;
+mod backend;
 mod batch;
 mod compile;
 pub mod cpu;
@@ -32,6 +33,7 @@ mod profile;
 mod readback;
 mod upload;
 
+pub use backend::{Backend, BackendKind, GpuModel};
 pub use batch::BatchToken;
 use compile::{attention_keys, heads_of, Activations, Compiler, Node};
 pub use measure::plan_key;

@@ -178,14 +178,14 @@ fn a_hundred_generations_leave_the_buffers_alive_unchanged() {
     let Some(mut s) = session("tiny-llama-q4_1.gguf", Some(64)) else {
         return;
     };
-    let before = s.gpu().counters();
+    let before = s.gpu().expect("a GPU session").counters();
     for i in 0..100 {
         let prompt = Prompt::Text(format!("Run {i}: permission is hereby granted"));
         let opts = never_stop(&s, 4 + i % 5);
         let g = pollster::block_on(s.generate(&prompt, &opts, &mut |_| {})).unwrap();
         assert_eq!(g.sequences[0].tokens.len(), 4 + i % 5);
     }
-    let d = s.gpu().counters().since(&before);
+    let d = s.gpu().expect("a GPU session").counters().since(&before);
     eprintln!("100 generations: {d:?}");
     assert_eq!(d.buffers_alive, 0, "buffers alive changed: {d:?}");
     assert_eq!(d.buffer_bytes_alive, 0, "bytes alive changed: {d:?}");
@@ -207,14 +207,14 @@ fn ten_thousand_tokens_through_a_sliding_64_token_context() {
     let Some(mut s) = session("tiny-llama-q4_1.gguf", Some(64)) else {
         return;
     };
-    let before = s.gpu().counters();
+    let before = s.gpu().expect("a GPU session").counters();
     let opts = never_stop(&s, 10_000);
     let prompt = Prompt::Text("Permission is hereby granted".into());
     let g = pollster::block_on(s.generate(&prompt, &opts, &mut |_| {})).unwrap();
     let seq = &g.sequences[0];
     assert_eq!(seq.tokens.len(), 10_000);
     assert_eq!(seq.finish_reason, FinishReason::Length);
-    let d = s.gpu().counters().since(&before);
+    let d = s.gpu().expect("a GPU session").counters().since(&before);
     eprintln!(
         "10,000 tokens: {d:?}, decode {:.1} tok/s",
         g.stats.decode_tok_per_s
@@ -238,9 +238,9 @@ fn sampled_decode_steps_read_back_at_most_4_kb() {
         opts.sampling.top_p = top_p;
         opts.sampling.seed = Some(9);
         s.reset();
-        let before = s.gpu().counters();
+        let before = s.gpu().expect("a GPU session").counters();
         let g = pollster::block_on(s.generate(&prompt, &opts, &mut |_| {})).unwrap();
-        let d = s.gpu().counters().since(&before);
+        let d = s.gpu().expect("a GPU session").counters().since(&before);
         let decode_steps = 11;
         assert_eq!(
             g.stats.candidate_steps, decode_steps,

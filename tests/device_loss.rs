@@ -80,7 +80,7 @@ fn a_lost_device_fails_the_call_and_the_engine_recovers_the_conversation() {
     assert_eq!(engine.rebuilds(), 1);
     assert!(!engine.is_lost());
     assert_eq!(engine.cached_tokens(), conversation);
-    let kv = engine.inspect(|s| s.forward().kv().pos()).unwrap();
+    let kv = engine.inspect(|s| s.forward().pos()).unwrap();
     assert_eq!(kv, conversation.len());
 
     // The next turn reuses the replayed cache and equals the fresh engine's.

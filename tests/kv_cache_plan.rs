@@ -80,7 +80,7 @@ fn budget_drops_kinds_and_the_decision_is_kept_and_reused() {
     }
     assert!(["q8_0", "q4_0", "nf4"].contains(&d.kind.as_str()));
     // the session runs with the decision
-    assert_eq!(session.forward().kv().kinds().k.name(), d.kind);
+    assert_eq!(session.forward().kv_kinds().k.name(), d.kind);
     assert_eq!(session.context(), 128);
     let stored = d.stored_at.clone().unwrap();
     assert!(Path::new(&stored).is_file(), "{stored}");
@@ -133,7 +133,7 @@ fn gates_drop_kinds_and_nothing_passing_falls_back_or_fails() {
     };
     let d = decision.unwrap();
     assert_eq!(d.kind, "f32");
-    assert_eq!(session.forward().kv().kinds().k, KvKind::F32);
+    assert_eq!(session.forward().kv_kinds().k, KvKind::F32);
     assert_eq!(candidate(&d, "f32").delta_nll, Some(0.0));
     for kind in ["q8_0", "q4_0", "nf4"] {
         let reason = candidate(&d, kind).dropped.as_deref().unwrap_or("");
@@ -167,7 +167,7 @@ fn gates_drop_kinds_and_nothing_passing_falls_back_or_fails() {
     );
     // and the session is left as it was loaded
     assert_eq!(session.context(), 100);
-    assert_eq!(session.forward().kv().kinds().k, KvKind::F32);
+    assert_eq!(session.forward().kv_kinds().k, KvKind::F32);
     let _ = std::fs::remove_dir_all(dir);
 }
 

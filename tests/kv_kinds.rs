@@ -291,7 +291,7 @@ fn sessions_beams_reuse_and_sliding_work_with_every_kind() {
             return;
         };
         let mut s = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
-        assert_eq!(s.forward().kv().kinds(), kinds);
+        assert_eq!(s.forward().kv_kinds(), kinds);
         let prompt = Prompt::Text("Redistribution and use".into());
         let mut beam = greedy(6);
         beam.num_beams = 3;

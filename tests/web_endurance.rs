@@ -46,7 +46,7 @@ async fn a_hundred_generations_leave_no_trace() {
     let mut memory_at_10 = 0.0;
     for i in 0..100 {
         if i == 10 {
-            before = Some(session.gpu().counters());
+            before = Some(session.gpu().expect("a GPU session").counters());
             memory_at_10 = wasm_memory_bytes();
         }
         let options = GenerateOptions {
@@ -67,7 +67,7 @@ async fn a_hundred_generations_leave_no_trace() {
         assert_eq!(g.sequences[0].finish_reason, FinishReason::Length);
         assert_eq!(g.sequences[0].tokens.len(), 6);
     }
-    let after = session.gpu().counters();
+    let after = session.gpu().expect("a GPU session").counters();
     let before = before.unwrap();
     let d = after.since(&before);
     log(&format!("generations 10..100: {d:?}"));

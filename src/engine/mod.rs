@@ -25,7 +25,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{GpuContext, GpuOptions};
+use crate::gpu::{DeviceChoice, GpuContext, GpuOptions};
 use crate::loader::ModelFiles;
 use crate::session::{GenerateOptions, Generation, Prompt, Score, Session, TokenEvent};
 use queue::{Queue, Turn};
@@ -72,6 +72,8 @@ pub struct Engine {
     session_kinds: Cell<Option<crate::dtype::kv::KvKinds>>,
     /// The draft model's files (speculative decoding), loaded again by a rebuild.
     draft: RefCell<Option<ModelFiles>>,
+    /// Why the model runs on the CPU though that was not asked for.
+    backend_notice: Option<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -104,16 +106,46 @@ impl Drop for Running<'_> {
 fn lost_error<T>(session: &Session, result: &Result<T>) -> Option<Error> {
     match result {
         Err(e @ Error::DeviceLost { .. }) => Some(e.clone()),
-        Err(e) if session.gpu().is_lost() => Some(session.gpu().check().err().unwrap_or(e.clone())),
+        Err(e) if session.gpu().is_some_and(GpuContext::is_lost) => Some(
+            session
+                .gpu()
+                .and_then(|g| g.check().err())
+                .unwrap_or(e.clone()),
+        ),
         _ => None,
     }
 }
 
 impl Engine {
-    /// Creates a device with `options.gpu` and loads `files` on it.
+    /// Loads `files` on the backend `options.gpu.device` asks for: a new GPU device (`gpu`),
+    /// the CPU (`cpu`), or the best adapter there is and the CPU where there is none
+    /// (`auto`).
     pub async fn load(files: ModelFiles, options: EngineOptions) -> Result<Self> {
-        let gpu = GpuContext::new(options.gpu.clone()).await?;
-        Self::new(gpu, files, options, &mut |_, _| {}).await
+        match options.gpu.device {
+            DeviceChoice::Cpu => Self::new_cpu(files, options, None).await,
+            DeviceChoice::Gpu => {
+                let gpu = GpuContext::new(options.gpu.clone()).await?;
+                Self::new(gpu, files, options, &mut |_, _| {}).await
+            }
+            DeviceChoice::Auto => match GpuContext::new(options.gpu.clone()).await {
+                Ok(gpu) => Self::new(gpu, files, options, &mut |_, _| {}).await,
+                Err(e @ (Error::NoAdapter(_) | Error::RequestDevice { .. })) => {
+                    let notice = format!("no usable GPU ({e}); running on the CPU");
+                    Self::new_cpu(files, options, Some(notice)).await
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// Loads `files` on the CPU backend; `notice` says why, when it was not asked for.
+    pub async fn new_cpu(
+        files: ModelFiles,
+        options: EngineOptions,
+        notice: Option<String>,
+    ) -> Result<Self> {
+        let session = Session::new_cpu(&files, options.context)?;
+        Self::from_session(session, files, options, notice).await
     }
 
     /// Loads `files` on `gpu` (created with `options.gpu`), calling `progress(uploaded, total)`
@@ -124,8 +156,16 @@ impl Engine {
         options: EngineOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        let mut session =
-            Session::new_with_progress(gpu, &files, options.context, progress).await?;
+        let session = Session::new_with_progress(gpu, &files, options.context, progress).await?;
+        Self::from_session(session, files, options, None).await
+    }
+
+    async fn from_session(
+        mut session: Session,
+        files: ModelFiles,
+        options: EngineOptions,
+        notice: Option<String>,
+    ) -> Result<Self> {
         if let Some(source) = &options.chat_template {
             session.set_chat_template(source)?;
         }
@@ -134,7 +174,7 @@ impl Engine {
         }
         let abort = AbortSwitch::default();
         abort.set(session.abort_handle());
-        let kinds = session.forward().kv().kinds();
+        let kinds = session.forward().kv_kinds();
         Ok(Self {
             queue: Rc::default(),
             files,
@@ -149,7 +189,13 @@ impl Engine {
             on_rebuild: RefCell::new(None),
             session_kinds: Cell::new(Some(kinds)),
             draft: RefCell::new(None),
+            backend_notice: notice,
         })
+    }
+
+    /// Why the model runs on the CPU when that was not asked for (no usable GPU).
+    pub fn backend_notice(&self) -> Option<&str> {
+        self.backend_notice.as_deref()
     }
 
     /// The model's files.
@@ -385,7 +431,10 @@ impl Engine {
 
     /// Whether the device is known to be lost (a rebuild is due at the next request).
     pub fn is_lost(&self) -> bool {
-        self.lost.get() || self.inspect(|s| s.gpu().is_lost()).unwrap_or(false)
+        self.lost.get()
+            || self
+                .inspect(|s| s.gpu().is_some_and(GpuContext::is_lost))
+                .unwrap_or(false)
     }
 
     /// Destroys the GPU device in its turn, as a driver reset would, to test device-loss
@@ -393,8 +442,8 @@ impl Engine {
     /// new device with the conversation replayed.
     pub async fn destroy_device_for_test(&self) {
         let _turn = self.queue.turn().await;
-        if let Some(session) = self.session.borrow().as_ref() {
-            session.gpu().destroy_for_test();
+        if let Some(gpu) = self.session.borrow().as_ref().and_then(Session::gpu) {
+            gpu.destroy_for_test();
         }
     }
 }

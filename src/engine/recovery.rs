@@ -18,7 +18,7 @@ impl Engine {
         }
         // the automatic plan's choice stands: the same kinds on the new device
         let decided = self.session_kinds.get();
-        if let Some(kinds) = decided.filter(|k| *k != session.forward().kv().kinds()) {
+        if let Some(kinds) = decided.filter(|k| *k != session.forward().kv_kinds()) {
             session.set_kv_kinds(kinds).await?;
         }
         self.reload_draft(&mut session).await?;
@@ -27,7 +27,7 @@ impl Engine {
         match session.restore(&tokens).await {
             Ok(()) => {}
             Err(e @ Error::DeviceLost { .. }) => return Err(e),
-            Err(e) if session.gpu().is_lost() => return Err(e),
+            Err(e) if session.gpu().is_some_and(GpuContext::is_lost) => return Err(e),
             // The session reset itself; the conversation is gone but the model works.
             Err(_) => {}
         }

@@ -43,12 +43,13 @@ pub struct GpuOptions {
 /// Which kind of device runs the model (`--device`, `device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceChoice {
-    /// The best adapter there is, a software one (lavapipe, SwiftShader) included.
+    /// The best adapter there is, a software one (lavapipe, SwiftShader) included; the CPU
+    /// backend where there is none.
     #[default]
     Auto,
     /// A hardware GPU: a software adapter is an error that names it.
     Gpu,
-    /// The CPU backend (not built yet: an error that says so).
+    /// The CPU backend (no GPU is used).
     Cpu,
 }
 
@@ -255,8 +256,8 @@ impl GpuContext {
         if options.device == DeviceChoice::Cpu {
             return Err(Error::invalid(
                 "device",
-                "cpu: emberlm has no CPU backend yet; `auto` runs on a software adapter \
-                 (lavapipe, SwiftShader) where there is no GPU",
+                "cpu: the CPU backend needs no GPU context (load the model through the \
+                 engine, which runs it on the CPU)",
             ));
         }
         let instance =

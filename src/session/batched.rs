@@ -113,25 +113,16 @@ impl Session {
 
     /// Gives the KV slots of batched decoding back: one sequence of the context remains.
     pub(super) async fn release_slots(&mut self) -> Result<()> {
-        self.forward.set_batch(&self.ctx, &self.kernels, 1).await
+        self.forward.set_batch(1).await
     }
 
     /// Sequences a batched step can hold with a KV cache of the current context: at most
     /// `wanted`, the forward pass's step size and what one layer's binding holds.
     pub fn batch_limit(&self, wanted: usize) -> usize {
-        let limits = self.ctx.limits();
-        let binding = limits
-            .max_storage_buffer_binding_size
-            .min(limits.max_buffer_size);
-        let kv = self.forward.kv();
-        let kinds = kv.kinds();
-        let row = kinds
-            .k
-            .row_bytes(kv.kv_dim())
-            .max(kinds.v.row_bytes(kv.kv_dim()));
-        let per_slot = (kv.context() as u64).saturating_mul(row).max(1);
-        let fit = usize::try_from(binding / per_slot).unwrap_or(usize::MAX);
-        wanted.min(self.forward.max_batch()).min(fit).max(1)
+        wanted
+            .min(self.forward.max_batch())
+            .min(self.forward.slots_that_fit())
+            .max(1)
     }
 
     async fn run_batched(
@@ -158,9 +149,7 @@ impl Session {
         let lanes_wanted = waiting.len();
         let slots = self.batch_limit(max_batch.unwrap_or(usize::MAX).min(lanes_wanted));
         self.cached.clear();
-        self.forward
-            .set_batch(&self.ctx, &self.kernels, slots.max(1))
-            .await?;
+        self.forward.set_batch(slots.max(1)).await?;
         let mut free: Vec<usize> = (0..slots).rev().collect();
         let mut lanes: Vec<Lane<'_>> = Vec::new();
         loop {
@@ -293,14 +282,14 @@ impl Session {
         let first = group.first().map(|g| g.1).ok_or_else(gone)?;
         let out = self
             .forward
-            .run_in_slot(&self.ctx, first, 0, &item.tokens, Readback::LastRow)
+            .run_in_slot(first, 0, &item.tokens, Readback::LastRow)
             .await?;
         let Output::Logits(row) = out else {
             return Err(Error::invalid("prompt", "the prefill returned no logits"));
         };
         let others: Vec<usize> = group.iter().skip(1).map(|g| g.1).collect();
         self.forward
-            .copy_slot_prefix(&self.ctx, first, &others, item.tokens.len())?;
+            .copy_slot_prefix(first, &others, item.tokens.len())?;
         if item.stats.prefill_ms == 0.0 {
             item.stats.prefill_ms = elapsed_ms(t);
         }
@@ -334,7 +323,7 @@ impl Session {
                     None => {
                         item.stats.select_fallbacks += 1;
                         item.stats.full_row_steps += 1;
-                        let full = self.forward.logits_row(&self.ctx, row).await?;
+                        let full = self.forward.logits_row(row).await?;
                         lane.sampler
                             .sample(&full[..vocab], &item.tokens, &lane.run.tokens)?
                     }
@@ -350,7 +339,7 @@ impl Session {
             }
             (StepLogits::Candidates(_), None) => {
                 item.stats.full_row_steps += 1;
-                let full = self.forward.logits_row(&self.ctx, row).await?;
+                let full = self.forward.logits_row(row).await?;
                 lane.sampler
                     .sample(&full[..vocab], &item.tokens, &lane.run.tokens)?
             }
@@ -394,10 +383,7 @@ impl Session {
             .collect();
         let requests: Vec<Option<&SelectRequest>> =
             lanes.iter().map(|l| l.request.as_ref()).collect();
-        let rows = self
-            .forward
-            .decode_batch(&self.ctx, &tokens, &requests)
-            .await?;
+        let rows = self.forward.decode_batch(&tokens, &requests).await?;
         for (row, (lane, logits)) in lanes.iter_mut().zip(rows).enumerate() {
             lane.pos += 1;
             lane.logits = Some((logits, row));

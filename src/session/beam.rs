@@ -104,16 +104,14 @@ impl Session {
         }
         let prefill_start = Instant::now();
         self.cached.clear();
-        self.forward
-            .set_batch(&self.ctx, &self.kernels, width)
-            .await?;
+        self.forward.set_batch(width).await?;
         if self.abort.is_aborted() {
             self.release_slots().await?;
             return Ok(vec![self.aborted_sequence()]);
         }
         let first = match self
             .forward
-            .run_in_slot(&self.ctx, 0, 0, c.prompt, Readback::LastRow)
+            .run_in_slot(0, 0, c.prompt, Readback::LastRow)
             .await?
         {
             Output::Logits(row) => row,
@@ -318,7 +316,7 @@ impl Session {
                     .ok_or_else(|| Error::invalid("num_beams", "internal: no free beam slot"))?;
                 let rows = prompt + running[b].tokens.len();
                 self.forward
-                    .copy_slot_prefix(&self.ctx, running[b].slot, &[slot], rows)?;
+                    .copy_slot_prefix(running[b].slot, &[slot], rows)?;
                 slots[i] = Some(slot);
             }
         }
@@ -333,7 +331,7 @@ impl Session {
             .collect();
         let rows = self
             .forward
-            .decode_batch(&self.ctx, &tokens, &vec![None; tokens.len()])
+            .decode_batch(&tokens, &vec![None; tokens.len()])
             .await?;
         grown
             .into_iter()

@@ -228,9 +228,7 @@ impl Session {
     pub async fn set_kv_kinds(&mut self, kinds: KvKinds) -> Result<()> {
         let context = self.context();
         self.cached.clear();
-        self.forward
-            .set_kv(&self.ctx, &self.kernels, kinds, context)
-            .await
+        self.forward.set_kv(kinds, context).await
     }
 
     /// Chooses the KV-cache kind under `options` (see the module documentation), applies it
@@ -240,7 +238,21 @@ impl Session {
         options.validate()?;
         let context = self.context();
         let config = self.config().clone();
-        let r = self.ctx.report();
+        let Some(r) = self.forward.gpu_context().map(|c| c.report().clone()) else {
+            // The CPU cache has one kind: nothing to measure.
+            let decision = CacheDecision {
+                kind: KvKind::F32.name().to_string(),
+                source: "measured".into(),
+                measured_at: now_sec(),
+                budget_mb: options.cache_budget_mb,
+                context,
+                candidates: Vec::new(),
+                notice: Some("the CPU backend stores the KV cache in f32 only".into()),
+                stored_at: None,
+            };
+            self.cache_decision = Some(decision.clone());
+            return Ok(decision);
+        };
         let budget = options
             .cache_budget_mb
             .map(|mb| format!("{mb}"))
@@ -281,16 +293,14 @@ impl Session {
                 (kind, d)
             }
             None => {
-                let before = self.forward.kv().kinds();
+                let before = self.forward.kv_kinds();
                 let measured = self.measure_kv_kinds(options, context).await;
                 let (kind, mut d) = match measured {
                     Ok(m) => m,
                     Err(e) => {
                         // leave the session as it was loaded (measuring resized its cache)
                         self.cached.clear();
-                        self.forward
-                            .set_kv(&self.ctx, &self.kernels, before, context)
-                            .await?;
+                        self.forward.set_kv(before, context).await?;
                         return Err(e);
                     }
                 };
@@ -308,9 +318,7 @@ impl Session {
         };
         decision.stored_at = decision.stored_at.or_else(|| store.location(&key));
         self.cached.clear();
-        self.forward
-            .set_kv(&self.ctx, &self.kernels, KvKinds::both(kind), context)
-            .await?;
+        self.forward.set_kv(KvKinds::both(kind), context).await?;
         self.cache_decision = Some(decision.clone());
         Ok(decision)
     }
@@ -506,14 +514,12 @@ impl Session {
     /// prompt's last row (its other rows skip the head), then one row per decode step.
     async fn calibration_logits(&mut self, kinds: KvKinds, cal: &Calibration) -> Result<Vec<f32>> {
         self.cached.clear();
-        self.forward
-            .set_kv(&self.ctx, &self.kernels, kinds, cal.tokens.len())
-            .await?;
+        self.forward.set_kv(kinds, cal.tokens.len()).await?;
         let prompt = &cal.tokens[..cal.prompt_len];
-        let mut rows = self.forward.forward(&self.ctx, prompt, false).await?;
+        let mut rows = self.forward.forward(prompt, false).await?;
         // the last token is only predicted, never fed
         for &t in &cal.tokens[cal.prompt_len..cal.tokens.len() - 1] {
-            rows.extend(self.forward.forward(&self.ctx, &[t], false).await?);
+            rows.extend(self.forward.forward(&[t], false).await?);
         }
         self.forward.truncate(0)?;
         Ok(rows)
@@ -525,24 +531,20 @@ impl Session {
         let steps = options.cache_auto_bench_steps;
         let len = (prompt + steps + 1).min(self.config().context_length);
         self.cached.clear();
-        self.forward
-            .set_kv(&self.ctx, &self.kernels, KvKinds::both(kind), len)
-            .await?;
+        self.forward.set_kv(KvKinds::both(kind), len).await?;
         let bos = self.tokenizer.bos_id().unwrap_or(0);
         let tokens: Vec<u32> = (0..len as u32)
             .map(|i| (bos + i) % self.config().vocab_size as u32)
             .collect();
         let prompt = prompt.min(len.saturating_sub(steps + 1)).max(1);
+        self.forward.run(&tokens[..prompt], Readback::None).await?;
         self.forward
-            .run(&self.ctx, &tokens[..prompt], Readback::None)
-            .await?;
-        self.forward
-            .run(&self.ctx, &tokens[prompt..prompt + 1], Readback::LastRow)
+            .run(&tokens[prompt..prompt + 1], Readback::LastRow)
             .await?;
         let start = Instant::now();
         let mut ran = 0usize;
         for &t in &tokens[prompt + 1..] {
-            self.forward.run(&self.ctx, &[t], Readback::LastRow).await?;
+            self.forward.run(&[t], Readback::LastRow).await?;
             ran += 1;
         }
         let secs = start.elapsed().as_secs_f64().max(1e-9);

@@ -109,7 +109,7 @@ impl Session {
             all_rows: all_logits,
             on_step: &mut on_step,
         };
-        match self.forward.run(&self.ctx, tokens, readback).await? {
+        match self.forward.run(tokens, readback).await? {
             Output::Stepped { ran } => Ok(ran == tokens.len()),
             _ => Ok(true),
         }

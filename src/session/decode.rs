@@ -360,7 +360,7 @@ impl Session {
             all.push(token);
             self.forward.truncate(0)?;
             self.cached.clear();
-            let row = match self.forward.run(&self.ctx, &all, Readback::LastRow).await? {
+            let row = match self.forward.run(&all, Readback::LastRow).await? {
                 Output::Logits(row) => row,
                 _ => return Err(Error::invalid("use_cache", "the step returned no logits")),
             };
@@ -369,10 +369,7 @@ impl Session {
         }
         if self.cached.len() < self.context() {
             let request = request.filter(|_| !self.full_row_readback);
-            let logits = self
-                .forward
-                .decode_select(&self.ctx, token, request)
-                .await?;
+            let logits = self.forward.decode_select(token, request).await?;
             self.cached.push(token);
             return Ok(Some(logits));
         }
@@ -402,7 +399,7 @@ impl Session {
         match logits {
             StepLogits::Full(row) => sampler.sample(&row[..vocab], prompt, generated),
             StepLogits::Candidates(_) => {
-                let row = self.forward.last_logits(&self.ctx).await?;
+                let row = self.forward.last_logits().await?;
                 sampler.sample(&row[..vocab], prompt, generated)
             }
         }

@@ -4,7 +4,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::forward::{Forward, Output, Readback, DEFAULT_CHUNK};
+use crate::forward::{Backend, Output, Readback};
 use crate::loader::ModelFiles;
 use crate::sampling::speculative::lookup_draft;
 use crate::sampling::Sampler;
@@ -86,7 +86,7 @@ pub fn check_same_vocabulary(
 
 /// A loaded draft model and the tokens its KV cache holds.
 pub(super) struct Draft {
-    pub forward: Forward,
+    pub forward: Backend,
     pub cached: Vec<u32>,
     pub name: String,
 }
@@ -114,8 +114,7 @@ impl Session {
         // the old draft's memory goes first
         self.draft = None;
         let context = self.context().min(weights.config.context_length);
-        let forward =
-            Forward::new(&self.ctx, &self.kernels, &weights, context, DEFAULT_CHUNK).await?;
+        let forward = self.forward.load_beside(&weights, context).await?;
         self.draft = Some(Draft {
             forward,
             cached: Vec::new(),
@@ -130,7 +129,7 @@ impl Session {
     }
 
     /// The loaded draft model's name and its forward pass (`None`: no draft).
-    pub fn draft(&self) -> Option<(&str, &Forward)> {
+    pub fn draft(&self) -> Option<(&str, &Backend)> {
         self.draft.as_ref().map(|d| (d.name.as_str(), &d.forward))
     }
 
@@ -176,11 +175,7 @@ impl Session {
         let mut history = self.cached.clone();
         history.push(x);
         // the draft's cache must hold the history and all but the last drafted token
-        let room = draft
-            .forward
-            .kv()
-            .context()
-            .saturating_sub(history.len() - 1);
+        let room = draft.forward.context().saturating_sub(history.len() - 1);
         let k = k.min(room);
         let mut out = Proposal {
             tokens: Vec::new(),
@@ -195,11 +190,7 @@ impl Session {
         let mut run = history[common..].to_vec();
         let mut gen = generated.to_vec();
         for i in 0..k {
-            let row = match draft
-                .forward
-                .run(&self.ctx, &run, Readback::LastRow)
-                .await?
-            {
+            let row = match draft.forward.run(&run, Readback::LastRow).await? {
                 Output::Logits(row) => row,
                 _ => return Err(Error::invalid("draft", "the draft step returned no logits")),
             };

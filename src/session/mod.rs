@@ -44,10 +44,10 @@ use web_time::Instant;
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::config::ModelConfig;
-use crate::config::{auto_context, ContextChoice};
+use crate::config::{auto_context, default_context, ContextChoice};
 use crate::error::{Error, Result};
-use crate::forward::{Forward, Readback, DEFAULT_CHUNK};
-use crate::gpu::{GpuContext, KernelCache};
+use crate::forward::{Backend, Readback};
+use crate::gpu::GpuContext;
 use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
 
@@ -94,11 +94,10 @@ const END_OF_TURN: &[&str] = &[
     "</s>",
 ];
 
-/// A model loaded on the GPU with its tokenizer and chat template, and the state of one
-/// conversation (the tokens its KV cache holds).
+/// A model loaded on the GPU or the CPU with its tokenizer and chat template, and the state
+/// of one conversation (the tokens its KV cache holds).
 pub struct Session {
-    ctx: GpuContext,
-    forward: Forward,
+    forward: Backend,
     tokenizer: Arc<Tokenizer>,
     template: ChatTemplate,
     has_template: bool,
@@ -116,8 +115,6 @@ pub struct Session {
     recompute: bool,
     /// The automatic KV-cache plan's decision, when one was made.
     cache_decision: Option<cache_plan::CacheDecision>,
-    /// The pipelines the model was built with (reused when the KV cache is replaced).
-    kernels: KernelCache,
     /// The draft model of speculative decoding, when one is loaded.
     draft: Option<draft::Draft>,
 }
@@ -179,10 +176,6 @@ impl Session {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
         let weights = files.weights()?;
-        let tokenizer = files.tokenizer()?;
-        let template = files.chat_template(&tokenizer)?;
-        let has_template = template.is_some();
-        let template = template.unwrap_or_else(ChatTemplate::fallback);
         let choice = match context {
             Some(n) => ContextChoice {
                 context: n,
@@ -199,12 +192,35 @@ impl Session {
                 )
             }
         };
-        let context = choice.context;
-        let kernels = KernelCache::new();
-        let forward =
-            Forward::new_with_progress(&ctx, &kernels, &weights, context, DEFAULT_CHUNK, progress)
-                .await?;
-        let mut eos: Vec<u32> = weights.config.eos_ids.clone();
+        let forward = Backend::gpu(ctx, &weights, choice.context, progress).await?;
+        Self::with_backend(files, forward, choice)
+    }
+
+    /// Loads `files` for the CPU backend with a KV cache of `context` positions (default: the
+    /// model's context, at most 4096).
+    pub fn new_cpu(files: &ModelFiles, context: Option<usize>) -> Result<Self> {
+        let weights = files.weights()?;
+        let choice = match context {
+            Some(n) => ContextChoice {
+                context: n,
+                reason: "asked for".into(),
+            },
+            None => ContextChoice {
+                context: default_context(&weights.config),
+                reason: "the model's context, at most 4096".into(),
+            },
+        };
+        let forward = Backend::cpu(&weights, choice.context)?;
+        Self::with_backend(files, forward, choice)
+    }
+
+    /// The session over a loaded model.
+    fn with_backend(files: &ModelFiles, forward: Backend, choice: ContextChoice) -> Result<Self> {
+        let tokenizer = files.tokenizer()?;
+        let template = files.chat_template(&tokenizer)?;
+        let has_template = template.is_some();
+        let template = template.unwrap_or_else(ChatTemplate::fallback);
+        let mut eos: Vec<u32> = forward.config().eos_ids.clone();
         for &id in tokenizer.eos_ids() {
             if !eos.contains(&id) {
                 eos.push(id);
@@ -212,7 +228,6 @@ impl Session {
         }
         let end_of_turn = Self::end_of_turn_ids(&template, &tokenizer);
         Ok(Self {
-            ctx,
             forward,
             tokenizer: Arc::new(tokenizer),
             template,
@@ -225,7 +240,6 @@ impl Session {
             full_row_readback: false,
             recompute: false,
             cache_decision: None,
-            kernels,
             draft: None,
         })
     }
@@ -257,13 +271,13 @@ impl Session {
             .collect()
     }
 
-    /// The GPU context.
-    pub fn gpu(&self) -> &GpuContext {
-        &self.ctx
+    /// The GPU context (`None` on the CPU backend).
+    pub fn gpu(&self) -> Option<&GpuContext> {
+        self.forward.gpu_context()
     }
 
-    /// The model on the GPU (graph, KV cache, memory).
-    pub fn forward(&self) -> &Forward {
+    /// The loaded model's forward pass (backend, KV cache, memory).
+    pub fn forward(&self) -> &Backend {
         &self.forward
     }
 
@@ -279,7 +293,7 @@ impl Session {
 
     /// KV cache length in positions.
     pub fn context(&self) -> usize {
-        self.forward.kv().context()
+        self.forward.context()
     }
 
     /// The context length and why it was chosen (given by the caller, or picked from the
@@ -324,10 +338,7 @@ impl Session {
         prompt_tokens: u32,
     ) -> Result<crate::forward::Profile> {
         self.cached.clear();
-        let result = self
-            .forward
-            .profile(&self.ctx, decode_pos, prompt_tokens)
-            .await;
+        let result = self.forward.profile(decode_pos, prompt_tokens).await;
         self.reset();
         result
     }
@@ -352,7 +363,7 @@ impl Session {
         if tokens.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.forward.run(&self.ctx, tokens, Readback::None).await {
+        if let Err(e) = self.forward.run(tokens, Readback::None).await {
             self.reset();
             return Err(e);
         }

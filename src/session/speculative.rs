@@ -104,7 +104,7 @@ impl Session {
             let mut fed = Vec::with_capacity(drafts.len() + 1);
             fed.push(x);
             fed.extend_from_slice(&drafts);
-            let rows = match self.forward.run(&self.ctx, &fed, Readback::AllRows).await? {
+            let rows = match self.forward.run(&fed, Readback::AllRows).await? {
                 Output::Logits(rows) if rows.len() >= fed.len() * row_len => rows,
                 _ => {
                     return Err(Error::invalid(

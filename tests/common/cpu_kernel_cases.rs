@@ -16,6 +16,11 @@ use rand_chacha::ChaCha8Rng;
 
 use super::linear_cases::{linear_shapes, random_weights};
 
+/// `d ≤ tol`, false for NaN.
+fn within(d: f64, tol: f64) -> bool {
+    d <= tol
+}
+
 fn random_acts(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| {
@@ -88,7 +93,7 @@ fn check_one(
             let got = f64::from(y[t * rows + r]);
             // f32 accumulation over `cols` products, and the f32 scales of the blocks
             let tol = 1e-5 * mag + 1e-30;
-            if !((got - exact).abs() <= tol * 4.0) {
+            if !within((got - exact).abs(), tol * 4.0) {
                 return Err(format!(
                     "token {t} row {r}: {got} vs {exact} on the activations it saw (tolerance {tol:.1e})"
                 ));
@@ -114,7 +119,7 @@ fn check_one(
             } else {
                 0.0
             } + tol * 4.0;
-            if !((got - truth).abs() <= bound) {
+            if !within((got - truth).abs(), bound) {
                 return Err(format!(
                     "token {t} row {r}: {got} vs {truth} (|Δ| beyond the 8-bit bound {bound:.2e})"
                 ));
@@ -175,7 +180,7 @@ pub fn check_attention(rng: &mut ChaCha8Rng) -> Result<(), String> {
                         .map(|(r, p)| p / sum * f64::from(v[r * kv_dim + off + d]))
                         .sum();
                     let got = f64::from(out[t * q_dim + h * head_dim + d]);
-                    if !((got - want).abs() <= 1e-4 * (1.0 + want.abs())) {
+                    if !within((got - want).abs(), 1e-4 * (1.0 + want.abs())) {
                         return Err(format!(
                             "attention ({n_heads}/{n_kv_heads} heads of {head_dim}) token {t} head {h} dim {d}: {got} vs {want}"
                         ));
@@ -209,7 +214,7 @@ pub fn check_norms(rng: &mut ChaCha8Rng) -> Result<(), String> {
                 ("rms", rms[r * d + i], want_rms),
                 ("layer", ln[r * d + i], want_ln),
             ] {
-                if !((f64::from(got) - want).abs() <= 1e-4 * (1.0 + want.abs())) {
+                if !within((f64::from(got) - want).abs(), 1e-4 * (1.0 + want.abs())) {
                     return Err(format!("{what} norm row {r} [{i}]: {got} vs {want}"));
                 }
             }

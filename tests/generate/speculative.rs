@@ -258,7 +258,7 @@ fn chi_square(
 fn row_after(s: &mut Session, ids: &[u32]) -> Vec<f32> {
     generate(s, &Prompt::Tokens(ids.to_vec()), &greedy(1), None).unwrap();
     let vocab = s.config().vocab_size;
-    let row = pollster::block_on(s.forward().last_logits(s.gpu())).unwrap();
+    let row = pollster::block_on(s.forward().last_logits()).unwrap();
     row[..vocab].to_vec()
 }
 

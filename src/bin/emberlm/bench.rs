@@ -150,11 +150,18 @@ fn run_once(
     max_new: usize,
 ) -> CliResult<(emberlm::session::Stats, Counters)> {
     session.reset();
-    let before = session.gpu().counters();
+    let before = gpu_of(session)?.counters();
     let opts = greedy_forever(session, max_new);
     let g =
         pollster::block_on(session.generate(&Prompt::Tokens(prompt.to_vec()), &opts, &mut |_| {}))?;
-    Ok((g.stats, session.gpu().counters().since(&before)))
+    Ok((g.stats, gpu_of(session)?.counters().since(&before)))
+}
+
+/// The bench's session's GPU (it loads every model on one).
+fn gpu_of(session: &Session) -> CliResult<&GpuContext> {
+    session
+        .gpu()
+        .ok_or_else(|| fail("the bench measures the GPU backend; this session runs on the CPU"))
 }
 
 /// The llama.cpp peer: runs `tools/bench_llama_cpp.py` once; `Err` carries why it could not.
@@ -245,7 +252,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         session = Some(s);
     }
     let mut session = session.ok_or_else(|| fail("no session"))?;
-    let adapter = session.gpu().report().clone();
+    let adapter = gpu_of(&session)?.report().clone();
     eprintln!("bench: {} on {adapter}", model.display());
 
     let files = ModelFiles::open(&model)?;
@@ -313,7 +320,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
     // Bandwidth and efficiency.
     let cache = KernelCache::new();
     let bw = pollster::block_on(copy_bandwidth(
-        session.gpu(),
+        gpu_of(&session)?,
         &cache,
         args.copy_mib << 20,
         8,

@@ -109,7 +109,8 @@ mod cli {
     /// What subcommands return.
     pub type CliResult<T> = Result<T, Failure>;
 
-    /// Opens the model (`--model` or the default) and loads it on the GPU.
+    /// Opens the model (`--model` or the default) and loads it on the backend `--device`
+    /// asks for.
     pub fn load_engine(model: Option<PathBuf>, context: Option<usize>) -> CliResult<Engine> {
         let path = model_path(model)?;
         let files = ModelFiles::open(&path)?;
@@ -124,9 +125,13 @@ mod cli {
         };
         let engine = pollster::block_on(Engine::load(files, options))?;
         let notice = engine
-            .inspect(|s| s.gpu().precision_notice().map(String::from))
+            .inspect(|s| s.gpu().and_then(|g| g.precision_notice().map(String::from)))
             .flatten();
-        if let Some(notice) = notice {
+        for notice in notice
+            .iter()
+            .map(String::as_str)
+            .chain(engine.backend_notice())
+        {
             eprintln!("emberlm: {notice}");
         }
         Ok(engine)
@@ -177,10 +182,10 @@ mod cli {
         /// and reports how the two agree.
         #[arg(long, global = true, value_name = "f32|f16|auto")]
         precision: Option<String>,
-        /// Which device runs the model: auto (default: the best adapter, a software one such as
-        /// lavapipe included), gpu (a hardware GPU, else an error naming the adapter) or cpu
-        /// (the CPU backend, not built yet).
-        #[arg(long, global = true, value_name = "auto|gpu|cpu")]
+        /// Which backend runs the model: auto (default: the best adapter, a software one such
+        /// as lavapipe included, and the CPU where there is none), gpu (a hardware GPU, else an
+        /// error naming the adapter) or cpu (the CPU backend, no GPU used).
+        #[arg(long, global = true, value_name = "auto|gpu|cpu", alias = "backend")]
         device: Option<String>,
         /// A Jinja chat template file to use instead of the model's own (for files without
         /// one, such as Gemma 3's GGUF); its end-of-turn token stops a reply.

@@ -64,7 +64,7 @@ impl CpuKv {
                     format!(
                         "a KV cache layer of {context} positions × {slots} sequences \
                          ({} MiB) does not fit in memory",
-                        len * 4 >> 20
+                        (len * 4) >> 20
                     ),
                 )
             })?;
