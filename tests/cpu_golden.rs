@@ -42,9 +42,9 @@ const TINY: &[(&str, &str, f64)] = &[
     ("tiny-gpt2-f16.gguf", "tiny-gpt2-f16.golden.json", 2e-3),
     ("tiny-gpt2", "tiny-gpt2-f32.golden.json", 2e-3),
     ("tiny-llama-f32.gguf", "tiny-llama-f32.golden.json", 2e-3),
-    ("tiny-llama-q8_0.gguf", "tiny-llama-q8_0.golden.json", 1.0),
-    ("tiny-llama-q4_0.gguf", "tiny-llama-q4_0.golden.json", 1.0),
-    ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json", 1.0),
+    ("tiny-llama-q8_0.gguf", "tiny-llama-q8_0.golden.json", 5.0),
+    ("tiny-llama-q4_0.gguf", "tiny-llama-q4_0.golden.json", 5.0),
+    ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json", 5.0),
     ("tiny-llama", "tiny-llama-f32.golden.json", 2e-3),
     (
         "tiny-llama-256-f32.gguf",

@@ -18,20 +18,34 @@ use serde_json::Value;
 
 #[test]
 fn greedy_generation_agrees_with_the_cli() {
+    check("cases", &|files| {
+        let ctx = common::native_gpu(GpuOptions::default())?;
+        Some(pollster::block_on(Session::new(ctx, files, None)).unwrap())
+    });
+}
+
+/// The CPU backend's greedy continuations (`cpu_cases`), which the browser's WebAssembly CPU
+/// backend reproduces too (`tests/web_cpu.rs`).
+#[test]
+fn cpu_greedy_generation_agrees_with_the_cli() {
+    check("cpu_cases", &|files| Some(Session::new_cpu(files, None).unwrap()));
+}
+
+/// Every case of `key` through a session `load` makes (`None`: no GPU here, and none required).
+fn check(key: &str, load: &dyn Fn(&ModelFiles) -> Option<Session>) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let text =
         std::fs::read_to_string(root.join("tests/fixtures/native_browser_agreement.json")).unwrap();
     let agreement: Value = serde_json::from_str(&text).unwrap();
     let max_new_tokens = agreement["max_new_tokens"].as_u64().unwrap() as usize;
-    let cases = agreement["cases"].as_array().unwrap();
+    let cases = agreement[key].as_array().unwrap();
     assert!(!cases.is_empty());
     for case in cases {
-        let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
-            return;
-        };
         let model = case["model"].as_str().unwrap();
         let files = ModelFiles::open(&root.join("tests/fixtures").join(model)).unwrap();
-        let mut session = pollster::block_on(Session::new(ctx, &files, None)).unwrap();
+        let Some(mut session) = load(&files) else {
+            return;
+        };
         let prompt = Prompt::from_json(&case["prompt"].to_string()).unwrap();
         let options = GenerateOptions {
             sampling: SamplingParams {

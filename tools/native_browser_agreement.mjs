@@ -2,7 +2,8 @@
 // the tiny fixtures, as the native CLI produces them. tests/native_browser_agreement.rs (native
 // Session) and tests/web_engine.rs (the JavaScript Engine in the browser) both check against
 // this file, so native and browser generation agree with each other; correctness is held to the
-// float64 goldens in tests/fixtures/golden/.
+// float64 goldens in tests/fixtures/golden/. `cpu_cases` hold the CPU backend's continuations,
+// which tests/native_browser_agreement.rs and tests/web_cpu.rs check the same way.
 //
 //   cargo build --bin emberlm && node tools/native_browser_agreement.mjs
 import { execFileSync } from 'node:child_process';
@@ -16,17 +17,19 @@ const CASES = [
   { model: 'tiny-llama-q4_1.gguf', prompt: [{ role: 'user', content: 'Permission is hereby granted' }] },
 ];
 
-const cases = CASES.map(({ model, prompt }) => {
+/** Every case through the CLI, on the backend `device` names. */
+const run = (device) => CASES.map(({ model, prompt }) => {
   const chat = Array.isArray(prompt);
   const text = chat ? prompt[0].content : prompt;
   const args = [
     'generate', '--model', `tests/fixtures/${model}`, '--prompt', text,
     '--temperature', '0', '--max-new-tokens', String(MAX_NEW_TOKENS), '--json',
     ...(chat ? ['--chat'] : []),
+    '--device', device,
   ];
   const out = JSON.parse(execFileSync('target/debug/emberlm', args, { encoding: 'utf8' }));
   const [seq] = out.sequences;
-  console.log(`${model} ${JSON.stringify(prompt)}: ${JSON.stringify(seq.text)} (${seq.finish_reason})`);
+  console.log(`${device} ${model} ${JSON.stringify(prompt)}: ${JSON.stringify(seq.text)} (${seq.finish_reason})`);
   return {
     model,
     prompt,
@@ -41,8 +44,10 @@ const agreement = {
   about: 'Greedy continuations by `emberlm generate --model tests/fixtures/MODEL --prompt TEXT '
     + `--temperature 0 --max-new-tokens ${MAX_NEW_TOKENS} --json` + '` (with --chat for a one-message '
     + 'conversation); written by tools/native_browser_agreement.mjs; native and browser generation '
-    + 'must reproduce them (an agreement check: correctness is held to the float64 goldens in golden/)',
+    + 'must reproduce them (an agreement check: correctness is held to the float64 goldens in golden/); '
+    + '`cpu_cases` are the same with `--device cpu` (the CPU backend, native and WebAssembly)',
   max_new_tokens: MAX_NEW_TOKENS,
-  cases,
+  cases: run('auto'),
+  cpu_cases: run('cpu'),
 };
 writeFileSync('tests/fixtures/native_browser_agreement.json', `${JSON.stringify(agreement, null, 2)}\n`);

@@ -2,7 +2,7 @@
 //! pipelines) or on the CPU ([`CpuForward`]). Every call the session makes goes through here,
 //! so nothing above this layer knows which one runs.
 
-use std::sync::Arc;
+use std::rc::Rc;
 
 use super::cpu::CpuForward;
 use super::readback::{MemoryReport, Output, Readback, StepLogits};
@@ -39,11 +39,11 @@ impl BackendKind {
 #[derive(Debug)]
 pub struct GpuModel {
     /// The device (shared with a draft model's).
-    pub ctx: Arc<GpuContext>,
+    pub ctx: Rc<GpuContext>,
     /// The forward pass.
     pub forward: Forward,
     /// Pipelines, reused when the KV cache is rebuilt (and by a draft model).
-    pub kernels: Arc<KernelCache>,
+    pub kernels: Rc<KernelCache>,
 }
 
 /// The forward pass of a loaded model, on either backend.
@@ -63,12 +63,12 @@ impl Backend {
         context: usize,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        let kernels = Arc::new(KernelCache::new());
+        let kernels = Rc::new(KernelCache::new());
         let forward =
             Forward::new_with_progress(&ctx, &kernels, weights, context, DEFAULT_CHUNK, progress)
                 .await?;
         Ok(Backend::Gpu(Box::new(GpuModel {
-            ctx: Arc::new(ctx),
+            ctx: Rc::new(ctx),
             forward,
             kernels,
         })))
@@ -87,9 +87,9 @@ impl Backend {
     pub async fn load_beside(&self, weights: &ModelWeights<'_>, context: usize) -> Result<Self> {
         match self {
             Backend::Gpu(g) => Ok(Backend::Gpu(Box::new(GpuModel {
-                ctx: Arc::clone(&g.ctx),
+                ctx: Rc::clone(&g.ctx),
                 forward: Forward::new(&g.ctx, &g.kernels, weights, context, DEFAULT_CHUNK).await?,
-                kernels: Arc::clone(&g.kernels),
+                kernels: Rc::clone(&g.kernels),
             }))),
             Backend::Cpu(_) => Self::cpu(weights, context),
         }

@@ -98,7 +98,7 @@ impl Default for GpuOptions {
 }
 
 /// The device limits the engine reads, as granted to the device.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct LimitsReport {
     /// Largest storage-buffer binding, bytes.
     pub max_storage_buffer_binding_size: u64,
@@ -115,7 +115,7 @@ pub struct LimitsReport {
 }
 
 /// A description of the adapter and device in use, for logs, `engine.info()` and bug reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct AdapterReport {
     /// Adapter name, e.g. `llvmpipe (LLVM 15.0.6, 256 bits)` or `SwiftShader Device`.
     pub name: String,

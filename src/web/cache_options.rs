@@ -154,10 +154,11 @@ pub(super) fn precision(options: &JsValue) -> Result<Precision> {
     }
 }
 
-/// `device`: `'auto'` (default), `'gpu'` (`'webgpu'`) or `'cpu'`.
+/// `backend` (or its older name `device`): `'auto'` (default), `'gpu'` (`'webgpu'`) or
+/// `'cpu'`.
 pub(super) fn device(options: &JsValue) -> Result<DeviceChoice> {
-    match string(options, "device")? {
-        Some(s) => s.parse(),
-        None => Ok(DeviceChoice::default()),
+    match (string(options, "backend")?, string(options, "device")?) {
+        (Some(s), _) | (None, Some(s)) => s.parse(),
+        (None, None) => Ok(DeviceChoice::default()),
     }
 }

@@ -13,7 +13,7 @@ use super::stream;
 use super::types::{EngineCounters, EngineInfo, GenerationResult, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
 use crate::engine::{self, EngineOptions};
-use crate::gpu::{GpuContext, GpuOptions, KernelOverrides};
+use crate::gpu::{DeviceChoice, GpuContext, GpuOptions, KernelOverrides};
 use crate::loader::ModelFiles;
 use crate::session::{GenerateOptions, Generation, Prompt, TokenEvent};
 use crate::Error;
@@ -172,10 +172,26 @@ impl Engine {
             }
         };
 
-        // The device first: without WebGPU there is no point downloading the model.
-        let gpu = GpuContext::new(gpu_options.clone())
-            .await
-            .map_err(|e| js_error(&e))?;
+        // The device first: without a backend there is no point downloading the model.
+        let (gpu, notice) = match gpu_options.device {
+            DeviceChoice::Cpu => (None, None),
+            DeviceChoice::Gpu => (
+                Some(
+                    GpuContext::new(gpu_options.clone())
+                        .await
+                        .map_err(|e| js_error(&e))?,
+                ),
+                None,
+            ),
+            DeviceChoice::Auto => match GpuContext::new(gpu_options.clone()).await {
+                Ok(gpu) => (Some(gpu), None),
+                Err(e @ (Error::NoAdapter(_) | Error::RequestDevice { .. })) => (
+                    None,
+                    Some(format!("no usable WebGPU ({e}); running on the CPU")),
+                ),
+                Err(e) => return Err(js_error(&e)),
+            },
+        };
         let fetched = source
             .read(name, cache.as_deref(), &mut |l, t| report("download", l, t))
             .await
@@ -200,15 +216,22 @@ impl Engine {
             cache_plan,
             chat_template,
         };
-        let inner = engine::Engine::new(gpu, files, options, &mut |l, t| report("upload", l, t))
-            .await
-            .map_err(|e| js_error(&e))?;
+        let inner = match gpu {
+            Some(gpu) => {
+                engine::Engine::new(gpu, files, options, &mut |l, t| report("upload", l, t)).await
+            }
+            None => engine::Engine::new_cpu(files, options, notice).await,
+        }
+        .map_err(|e| js_error(&e))?;
         let note = SourceNote {
             loaded_from_cache: fetched.from_cache,
             stored_in_cache: stored,
         };
         let info = inner
-            .inspect(|s| EngineInfo::new(s, &fetched.name, weight_bytes, note))
+            .inspect(|s| {
+                EngineInfo::new(s, &fetched.name, weight_bytes, note)
+                    .with_backend_notice(inner.backend_notice())
+            })
             .ok_or_else(|| js_message("Internal", "the engine lost its model while loading"))?;
         let info = Rc::new(RefCell::new(info));
         let refresh = Rc::clone(&info);
@@ -229,8 +252,9 @@ impl Engine {
 #[wasm_bindgen]
 impl Engine {
     /// Loads a GGUF model: fetches, reads or takes its bytes, parses it and uploads it to the
-    /// GPU. Rejects with an Error whose message starts with the failure's kind: `NoAdapter`
-    /// (no WebGPU), `Limit` (the model exceeds this GPU's limits; `needed`/`allowed` give the
+    /// GPU, or keeps it in memory for the CPU backend (`backend: 'cpu'`, and `'auto'` where
+    /// the browser has no usable WebGPU). Rejects with an Error whose message starts with the
+    /// failure's kind: `NoAdapter` (`backend: 'gpu'` without WebGPU), `Limit` (the model exceeds this GPU's limits; `needed`/`allowed` give the
     /// numbers), `Format`/`Unsupported` (a malformed or unsupported file), `Io` (download).
     #[wasm_bindgen(unchecked_return_type = "Promise<Engine>")]
     pub fn load(

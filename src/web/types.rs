@@ -223,9 +223,15 @@ pub(crate) struct EngineInfo {
     loaded_from_cache: bool,
     /// The file was stored in the Cache API by this load.
     stored_in_cache: bool,
-    /// The kernel plan of this device and model.
-    #[tsify(type = "KernelPlanInfo")]
-    kernel_plan: crate::gpu::KernelPlan,
+    /// The kernel plan of this device and model (`null` on the CPU backend).
+    #[tsify(type = "KernelPlanInfo | null")]
+    kernel_plan: Option<crate::gpu::KernelPlan>,
+    /// What runs the model: `gpu` (WebGPU) or `cpu` (WebAssembly).
+    runs_on: &'static str,
+    /// Threads the CPU backend computes on (1 without cross-origin isolation); 0 on the GPU.
+    threads: usize,
+    /// Why the model runs on the CPU though that was not asked for (no usable WebGPU).
+    backend_notice: Option<String>,
     /// The draft model of speculative decoding (`loadDraft`, `draft` load option), if any.
     draft: Option<String>,
 }
@@ -233,7 +239,14 @@ pub(crate) struct EngineInfo {
 impl EngineInfo {
     /// Describes a loaded session; `name` is the model file's name, `weight_bytes` its weights.
     pub fn new(session: &Session, name: &str, weight_bytes: u64, source: SourceNote) -> Self {
-        let r = session.gpu().report();
+        let cpu_report;
+        let r = match session.gpu() {
+            Some(gpu) => gpu.report(),
+            None => {
+                cpu_report = cpu_adapter_report();
+                &cpu_report
+            }
+        };
         let c = session.config();
         Self {
             adapter: r.name.clone(),
@@ -269,28 +282,52 @@ impl EngineInfo {
                 eos_ids: c.eos_ids.clone(),
             },
             context_length: session.context(),
-            kv_cache: session.forward().kv().kinds().to_string(),
+            kv_cache: session.forward().kv_kinds().to_string(),
             kv_bytes_per_token: session.forward().memory().kv_bytes_per_token,
             max_batch: session.batch_limit(usize::MAX),
             kv_cache_plan: session.cache_decision().cloned(),
-            decode_plan: session
-                .gpu()
-                .options()
-                .decode_plan
-                .describe(session.context() as u32),
-            precision: session.gpu().precision().to_string(),
-            precision_notice: session.gpu().precision_notice().map(String::from),
+            decode_plan: match session.gpu() {
+                Some(gpu) => gpu
+                    .options()
+                    .decode_plan
+                    .describe(session.context() as u32),
+                None => "whole (every key in one pass per head)".into(),
+            },
+            precision: match session.gpu() {
+                Some(gpu) => gpu.precision().to_string(),
+                None => "f32".into(),
+            },
+            precision_notice: match session.gpu() {
+                Some(gpu) => gpu.precision_notice().map(String::from),
+                None => Some(
+                    "the CPU backend multiplies quantized weights with activations quantized \
+                     to 8 bits per block of 32, as llama.cpp does"
+                        .into(),
+                ),
+            },
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,
-            kernel_plan: session.forward().plan().clone(),
+            kernel_plan: session.forward().plan().cloned(),
+            runs_on: session.forward().kind().name(),
+            threads: match session.gpu() {
+                Some(_) => 0,
+                None => crate::cpu::threads(),
+            },
+            backend_notice: None,
             draft: session.draft().map(|(name, _)| name.to_string()),
         }
     }
 
+    /// With the reason the model runs on the CPU though that was not asked for.
+    pub fn with_backend_notice(mut self, notice: Option<&str>) -> Self {
+        self.backend_notice = notice.map(String::from);
+        self
+    }
+
     /// The same description for a session rebuilt on a new device.
     pub fn rebuilt(&self, session: &Session) -> Self {
-        Self::new(
+        let mut info = Self::new(
             session,
             &self.model.name,
             self.model.weight_bytes,
@@ -298,7 +335,9 @@ impl EngineInfo {
                 loaded_from_cache: self.loaded_from_cache,
                 stored_in_cache: self.stored_in_cache,
             },
-        )
+        );
+        info.backend_notice = self.backend_notice.clone();
+        info
     }
 }
 
@@ -360,7 +399,7 @@ pub(crate) struct EngineCounters {
 impl EngineCounters {
     /// The session's counters now, with its memory and graph size.
     pub fn new(session: &Session) -> Self {
-        let c: Counters = session.gpu().counters();
+        let c: Counters = session.gpu().map(|g| g.counters()).unwrap_or_default();
         let m = session.forward().memory();
         Self {
             dispatches: c.dispatches,
@@ -381,7 +420,7 @@ impl EngineCounters {
             memory: EngineMemory {
                 weights: m.weights,
                 kv_cache: m.kv_cache,
-                kv_kinds: session.forward().kv().kinds().to_string(),
+                kv_kinds: session.forward().kv_kinds().to_string(),
                 kv_bytes_per_token: m.kv_bytes_per_token,
                 activations: m.activations,
                 batch: m.batch,
@@ -390,5 +429,15 @@ impl EngineCounters {
             nodes: session.forward().node_count(),
             prefill_chunk: session.forward().chunk(),
         }
+    }
+}
+
+/// What `engine.info()` reports as the adapter of the CPU backend.
+fn cpu_adapter_report() -> crate::gpu::AdapterReport {
+    crate::gpu::AdapterReport {
+        name: "CPU (WebAssembly)".into(),
+        backend: "cpu".into(),
+        device_type: "Cpu".into(),
+        ..crate::gpu::AdapterReport::default()
     }
 }

@@ -127,11 +127,14 @@ export interface LoadOptions {
    */
   precision?: 'f32' | 'f16' | 'auto';
   /**
-   * Which device runs the model: `'auto'` (default: the best adapter, a software one such as
-   * SwiftShader included), `'gpu'` (a hardware GPU; a software adapter is an error naming it)
-   * or `'cpu'` (the CPU backend, not built yet: an error).
+   * Which backend runs the model: `'auto'` (default: the best WebGPU adapter, a software one
+   * such as SwiftShader included, and the CPU where the browser has no usable WebGPU;
+   * `engine.info().backendNotice` then says so), `'gpu'` (a hardware GPU; a software adapter
+   * is an error naming it) or `'cpu'` (WebAssembly on the CPU, no WebGPU used).
    */
-  device?: 'auto' | 'gpu' | 'cpu';
+  backend?: 'auto' | 'gpu' | 'webgpu' | 'cpu';
+  /** The older name of `backend`. */
+  device?: 'auto' | 'gpu' | 'webgpu' | 'cpu';
 }
 
 /** Options of `engine.profile`. */
