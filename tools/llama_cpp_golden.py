@@ -5,7 +5,7 @@ Usage: python tools/llama_cpp_golden.py MODEL GOLDEN [MODEL GOLDEN ...]
 For each pair, runs every golden prompt's teacher-forced sequence (prompt + f64 greedy tokens)
 through llama.cpp in one batch with every position's logits kept, and reports the largest
 |logit - f64| over the f64 top-5 of every position from the last prompt token on (what
-tests/common/golden.rs checks) and the largest |prompt NLL - f64|. Prints one JSON object per
+tests/common/golden.rs checks), their mean, and the largest |prompt NLL - f64|. Prints one JSON object per
 model. The CPU backend's golden tolerances for 8-bit activations are set from these numbers.
 """
 import json
@@ -29,6 +29,8 @@ def measure(model, golden_path):
     )
     worst = 0.0
     worst_nll = 0.0
+    total = 0.0
+    count_all = 0
     for r in golden["results"]:
         seq = r["prompt_tokens"] + r["f64_greedy_tokens"]
         llm.reset()
@@ -38,7 +40,10 @@ def measure(model, golden_path):
         for k, top5 in enumerate(r["f64_greedy_path_top5"]):
             row = rows[first + k]
             for tok, want in top5:
-                worst = max(worst, abs(float(row[tok]) - want))
+                d = abs(float(row[tok]) - want)
+                worst = max(worst, d)
+                total += d
+                count_all += 1
         nll = 0.0
         count = len(r["prompt_tokens"]) - 1
         for i in range(count):
@@ -48,7 +53,13 @@ def measure(model, golden_path):
             nll += lse - float(row[seq[i + 1]])
         if count:
             worst_nll = max(worst_nll, abs(nll / count - r["f64_prompt_nll"]))
-    return {"model": model, "golden": golden_path, "max_abs_logit_delta": worst, "max_nll_delta": worst_nll}
+    return {
+        "model": model,
+        "golden": golden_path,
+        "max_abs_logit_delta": worst,
+        "mean_abs_logit_delta": total / max(count_all, 1),
+        "max_nll_delta": worst_nll,
+    }
 
 
 def main():

@@ -1,26 +1,31 @@
 //! 8-bit activations and the unpacking of quantized weight rows into one common form, so that
 //! every weight type shares one integer dot product.
 //!
-//! Activations are quantized per block of [`QK`] values: `a ≈ d · q` with `q` in −127..=127
-//! and `d = max|a| / 127` (llama.cpp's `Q8_0`/`Q8_1` activations). A weight row of any
-//! quantized type unpacks into small integers `w` with one scale per 16 values and one
-//! offset per 32, `x = scale · w + offset`, so that
-//! `Σ x·a = Σ_blocks d · (scale₀·Σ₀ w·q + scale₁·Σ₁ w·q) + offset · d · Σ q`,
+//! Activations are quantized per half-block of [`QA`] = 16 values: `a ≈ d · q` with `q` in
+//! −127..=127 and `d = max|a| / 127` (as llama.cpp's `Q8_0`/`Q8_1` activations, with scales
+//! twice as fine: the products need one scale per 16 values anyway, for Q6_K, so the finer
+//! activations cost one multiply per 16 and halve the rounding of outlier-heavy blocks). A
+//! weight row of any quantized type unpacks into small integers `w` with one scale per 16
+//! values and one offset per 32, `x = scale · w + offset`, so that
+//! `Σ x·a = Σ_halves scale · d · Σ w·q + Σ_blocks offset · Σ d·q`,
 //! the sums `Σ w·q` over 16 values being exact in `i32`.
 
 use crate::dtype::DType;
 
-/// Values per activation block.
+/// Values per weight block (an offset each, and the granularity rows are checked against).
 pub const QK: usize = 32;
+
+/// Values per activation scale.
+pub const QA: usize = 16;
 
 /// Rows of activations quantized to 8 bits per block: `tokens × cols` values.
 #[derive(Debug, Default, Clone)]
 pub struct Q8Rows {
     /// Quantized values, `[tokens, cols]`.
     pub q: Vec<i8>,
-    /// Scale of each block, `[tokens, cols / QK]`.
+    /// Scale of each half-block, `[tokens, cols / QA]`.
     pub d: Vec<f32>,
-    /// `d · Σ q` of each block (what a weight offset multiplies), `[tokens, cols / QK]`.
+    /// `Σ d · q` of each block (what a weight offset multiplies), `[tokens, cols / QK]`.
     pub s: Vec<f32>,
     /// Values per row (a multiple of [`QK`]).
     pub cols: usize,
@@ -31,16 +36,11 @@ impl Q8Rows {
     /// buffers.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
         debug_assert!(cols.is_multiple_of(QK) && x.len().is_multiple_of(cols));
-        let blocks = x.len() / QK;
         self.cols = cols;
         self.q.resize(x.len(), 0);
-        self.d.resize(blocks, 0.0);
-        self.s.resize(blocks, 0.0);
-        for (b, (xs, qs)) in x
-            .chunks_exact(QK)
-            .zip(self.q.chunks_exact_mut(QK))
-            .enumerate()
-        {
+        self.d.resize(x.len() / QA, 0.0);
+        self.s.resize(x.len() / QK, 0.0);
+        for (h, (xs, qs)) in x.chunks_exact(QA).zip(self.q.chunks_exact_mut(QA)).enumerate() {
             let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
@@ -50,17 +50,21 @@ impl Q8Rows {
                 *q = r as i8;
                 sum += r;
             }
-            self.d[b] = d;
-            self.s[b] = d * sum as f32;
+            self.d[h] = d;
+            if h % 2 == 0 {
+                self.s[h / 2] = d * sum as f32;
+            } else {
+                self.s[h / 2] += d * sum as f32;
+            }
         }
     }
 
     /// Row `t`: its values, block scales and block sums.
     pub fn row(&self, t: usize) -> (&[i8], &[f32], &[f32]) {
-        let nb = self.cols / QK;
+        let (nh, nb) = (self.cols / QA, self.cols / QK);
         (
             &self.q[t * self.cols..][..self.cols],
-            &self.d[t * nb..][..nb],
+            &self.d[t * nh..][..nh],
             &self.s[t * nb..][..nb],
         )
     }
@@ -223,14 +227,15 @@ impl UnpackedRow {
         }
     }
 
-    /// `Σ x·a` of this row with one quantized activation row (values, block scales, block
-    /// sums).
+    /// `Σ x·a` of this row with one quantized activation row (values, half-block scales,
+    /// block sums).
     #[inline]
     pub fn dot(&self, q: &[i8], d: &[f32], s: &[f32]) -> f32 {
         let mut acc = 0.0f32;
         for (b, (w, a)) in self.w.chunks_exact(QK).zip(q.chunks_exact(QK)).enumerate() {
             let (s0, s1) = (dot16(&w[..16], &a[..16]), dot16(&w[16..], &a[16..]));
-            acc += (self.scale[2 * b] * s0 as f32 + self.scale[2 * b + 1] * s1 as f32) * d[b];
+            acc += self.scale[2 * b] * d[2 * b] * s0 as f32
+                + self.scale[2 * b + 1] * d[2 * b + 1] * s1 as f32;
         }
         if self.has_offset {
             acc += self.offset.iter().zip(s).map(|(m, s)| m * s).sum::<f32>();

@@ -32,6 +32,34 @@ fn logits(fwd: &mut CpuForward, tokens: &[u32], all: bool) -> Result<Vec<f32>, S
     }
 }
 
+/// The mean |logit − f64| over the f64 top-5 of every position from the last prompt token
+/// on, for `logits` over the whole sequence (one row per position): the figure
+/// `tools/llama_cpp_golden.py` reports for llama.cpp. Returns (sum, count).
+fn delta_sum(r: &super::golden::GoldenResult, logits: &[f32], vocab: usize) -> (f64, usize) {
+    let first = r.prompt_tokens.len() - 1;
+    let mut sum = 0.0;
+    let mut n = 0;
+    for (k, top5) in r.f64_greedy_path_top5.iter().enumerate() {
+        let Some(row) = logits.get((first + k) * vocab..(first + k + 1) * vocab) else {
+            break;
+        };
+        for &(id, want) in top5 {
+            sum += (f64::from(row[id as usize]) - want).abs();
+            n += 1;
+        }
+    }
+    (sum, n)
+}
+
+/// What [`check_model`] measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Deltas {
+    /// The largest |logit − f64|.
+    pub max: f64,
+    /// The mean |logit − f64| of the one-chunk prefills.
+    pub mean: f64,
+}
+
 /// Every prompt of `golden` through `weights` on the CPU: prefill in chunks of 64 and 5,
 /// decode token by token (every prompt when `decode_all`, else the longest), and greedy
 /// decoding when `greedy` (exact only where the activations stay f32: 8-bit activations may
@@ -44,7 +72,7 @@ pub fn check_model(
     nll_tol: f64,
     decode_all: bool,
     greedy: bool,
-) -> Result<f64, String> {
+) -> Result<Deltas, String> {
     let longest_seq = golden
         .results
         .iter()
@@ -56,6 +84,7 @@ pub fn check_model(
         .max_by_key(|&i| golden.results[i].sequence().len())
         .unwrap_or(0);
     let mut worst = 0.0f64;
+    let (mut sum, mut count) = (0.0, 0);
     for chunk in [64, 5] {
         let mut fwd =
             CpuForward::new(weights, context, chunk).map_err(|e| format!("{name}: {e}"))?;
@@ -63,6 +92,11 @@ pub fn check_model(
             let vocab = fwd.config().vocab_size;
             fwd.truncate(0).map_err(|e| e.to_string())?;
             let all = logits(&mut fwd, &r.sequence(), true)?;
+            if chunk == 64 {
+                let (s, n) = delta_sum(r, &all, vocab);
+                sum += s;
+                count += n;
+            }
             worst = worst.max(
                 r.check(&all, vocab, tol, nll_tol)
                     .map_err(|e| format!("{name} prefill (chunk {chunk}): {e}"))?,
@@ -102,5 +136,54 @@ pub fn check_model(
             }
         }
     }
-    Ok(worst)
+    Ok(Deltas {
+        max: worst,
+        mean: sum / count.max(1) as f64,
+    })
+}
+
+/// How close the CPU backend's logits must be to the float64 goldens for a model file.
+#[derive(Debug, Clone, Copy)]
+pub struct Tolerance {
+    /// The largest |logit − f64| allowed.
+    pub max: f64,
+    /// The mean |logit − f64| allowed (one-chunk prefills), when bounded.
+    pub mean: Option<f64>,
+    /// Whether greedy decoding must reproduce the f64 tokens exactly (f32 activations only).
+    pub greedy: bool,
+}
+
+/// llama.cpp's own distance from the goldens on the same file (CPU, llama-cpp-python 0.3.36,
+/// `tools/llama_cpp_golden.py`; recorded in `bench/NOTES.md`): (largest, mean) |logit − f64|.
+/// Files whose weights are quantized run on 8-bit activations, as llama.cpp's do: their
+/// logits may be no further from the truth than llama.cpp's on average (measured: 20–50 %
+/// closer on every file), and no single logit more than half beyond llama.cpp's worst (a
+/// maximum over a few hundred logits rests on one or two outlier positions; ours reach
+/// 0.54–1.4 × llama.cpp's). Float files keep f32 activations and the GPU path's tolerance.
+const LLAMA_CPP: &[(&str, f64, f64)] = &[
+    ("tiny-llama-q8_0", 0.378, 0.0626),
+    ("tiny-llama-q4_0", 0.284, 0.0560),
+    ("tiny-llama-q4_1", 0.313, 0.0609),
+    ("tiny-llama-256-q4_k_m", 1.126, 0.2278),
+    ("tiny-llama-256-q5_k_m", 1.543, 0.2358),
+    ("tiny-llama-256-q6_k", 1.777, 0.3225),
+    ("SmolLM2-135M-Instruct.Q4_1", 0.939, 0.1598),
+    ("gemma-3-270m-q4_k_m", 0.884, 0.2434),
+];
+
+/// The tolerance for the model file or folder `name` (a path or a file name).
+pub fn tolerance(name: &str) -> Tolerance {
+    let base = name.rsplit('/').next().unwrap_or(name).trim_end_matches(".gguf");
+    match LLAMA_CPP.iter().find(|(file, ..)| *file == base) {
+        Some(&(_, max, mean)) => Tolerance {
+            max: max * 1.5,
+            mean: Some(mean),
+            greedy: false,
+        },
+        None => Tolerance {
+            max: 2e-3,
+            mean: None,
+            greedy: true,
+        },
+    }
 }

@@ -5,10 +5,10 @@
 //! The matrix product of a quantized type runs on 8-bit activations, so it is checked twice:
 //! exactly (to f32 rounding) against the f64 product of the dequantized weights with the
 //! dequantized 8-bit activations, and against the f64 product with the f32 activations
-//! within the bound the activation rounding allows (`Σ_blocks d/2 · Σ|w|`).
+//! within the bound the activation rounding allows (`Σ_half-blocks d/2 · Σ|w|`).
 
 use emberlm::cpu::ops::{self, AttnShape, KeyRange};
-use emberlm::cpu::quant::{Q8Rows, QK};
+use emberlm::cpu::quant::{Q8Rows, QA, QK};
 use emberlm::cpu::QMatrix;
 use emberlm::dtype::{dequantize, DType};
 use rand::Rng;
@@ -69,7 +69,7 @@ fn check_one(
         q8.quantize(&x, cols);
         q8.q.iter()
             .enumerate()
-            .map(|(i, &q)| f32::from(q) * q8.d[i / QK])
+            .map(|(i, &q)| f32::from(q) * q8.d[i / QA])
             .collect()
     } else {
         x.clone()
@@ -106,8 +106,8 @@ fn check_one(
                 .sum::<f64>()
                 + b;
             let bound: f64 = wr
-                .chunks(QK)
-                .zip(x[t * cols..][..cols].chunks(QK))
+                .chunks(QA)
+                .zip(x[t * cols..][..cols].chunks(QA))
                 .map(|(wb, xb)| {
                     let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     let half_step = f64::from(amax) / 127.0 / 2.0;
