@@ -8,7 +8,7 @@
 //! within the bound the activation rounding allows (`Σ_half-blocks d/2 · Σ|w|`).
 
 use emberlm::cpu::ops::{self, AttnShape, KeyRange};
-use emberlm::cpu::quant::{Q8Rows, QA, QK};
+use emberlm::cpu::quant::{Q8Rows, QA};
 use emberlm::cpu::QMatrix;
 use emberlm::dtype::{dequantize, DType};
 use rand::Rng;
