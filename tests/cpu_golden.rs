@@ -58,9 +58,18 @@ const TINY: &[(&str, &str)] = &[
     ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json"),
     ("tiny-llama", "tiny-llama-f32.golden.json"),
     ("tiny-llama-256-f32.gguf", "tiny-llama-256-f32.golden.json"),
-    ("tiny-llama-256-q4_k_m.gguf", "tiny-llama-256-q4_k_m.golden.json"),
-    ("tiny-llama-256-q5_k_m.gguf", "tiny-llama-256-q5_k_m.golden.json"),
-    ("tiny-llama-256-q6_k.gguf", "tiny-llama-256-q6_k.golden.json"),
+    (
+        "tiny-llama-256-q4_k_m.gguf",
+        "tiny-llama-256-q4_k_m.golden.json",
+    ),
+    (
+        "tiny-llama-256-q5_k_m.gguf",
+        "tiny-llama-256-q5_k_m.golden.json",
+    ),
+    (
+        "tiny-llama-256-q6_k.gguf",
+        "tiny-llama-256-q6_k.golden.json",
+    ),
     ("tiny-llama-256", "tiny-llama-256-f32.golden.json"),
     ("tiny-llama-spm-f32.gguf", "tiny-llama-spm-f32.golden.json"),
     ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),

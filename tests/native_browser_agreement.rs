@@ -28,7 +28,9 @@ fn greedy_generation_agrees_with_the_cli() {
 /// backend reproduces too (`tests/web_cpu.rs`).
 #[test]
 fn cpu_greedy_generation_agrees_with_the_cli() {
-    check("cpu_cases", &|files| Some(Session::new_cpu(files, None).unwrap()));
+    check("cpu_cases", &|files| {
+        Some(Session::new_cpu(files, None).unwrap())
+    });
 }
 
 /// Every case of `key` through a session `load` makes (`None`: no GPU here, and none required).

@@ -74,7 +74,11 @@ fn tiny_models_match_f64_goldens_on_the_cpu_in_webassembly() {
             d.max, d.mean
         ));
         if let Some(mean) = tol.mean {
-            assert!(d.mean <= mean, "{name}: mean {} above llama.cpp's {mean}", d.mean);
+            assert!(
+                d.mean <= mean,
+                "{name}: mean {} above llama.cpp's {mean}",
+                d.mean
+            );
         }
     }
 }
@@ -100,7 +104,10 @@ async fn engine_on_the_cpu_agrees_with_the_native_cli() {
         let engine = load_cpu(model, "cpu").await.unwrap();
         let info = rust(&engine.info().unwrap());
         assert_eq!(info["runsOn"], "cpu", "{info}");
-        assert_eq!(info["threads"], 1, "no threads without cross-origin isolation");
+        assert_eq!(
+            info["threads"], 1,
+            "no threads without cross-origin isolation"
+        );
         assert!(info["kernelPlan"].is_null(), "{info}");
         let events = Events::new();
         let g = generate(
@@ -116,7 +123,11 @@ async fn engine_on_the_cpu_agrees_with_the_native_cli() {
         assert_eq!(g["tokens"], case["tokens"], "{model} {}", case["prompt"]);
         assert_eq!(g["text"], case["text"], "{model}");
         assert_eq!(g["finishReason"], case["finish_reason"], "{model}");
-        assert_eq!(Value::String(events.text()), g["text"], "events add up to the text");
+        assert_eq!(
+            Value::String(events.text()),
+            g["text"],
+            "events add up to the text"
+        );
     }
 }
 

@@ -2,8 +2,6 @@
 //! weight row is unpacked once per call and multiplied with every token's activations, and the
 //! rows are spread over the thread pool.
 
-use rayon::prelude::*;
-
 use super::quant::{Q8Rows, UnpackedRow, QK};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -130,14 +128,10 @@ impl QMatrix {
             }
         };
         if tokens == 1 {
-            y.par_chunks_mut(per)
-                .enumerate()
-                .for_each(|(i, out)| task(i * per, out));
+            super::for_each_chunk(y, per, |i, out| task(i * per, out));
         } else {
             let mut yt = vec![0.0f32; self.rows * tokens];
-            yt.par_chunks_mut(per * tokens)
-                .enumerate()
-                .for_each(|(i, out)| task(i * per, out));
+            super::for_each_chunk(&mut yt, per * tokens, |i, out| task(i * per, out));
             for (r, col) in yt.chunks_exact(tokens).enumerate() {
                 for (t, &v) in col.iter().enumerate() {
                     y[t * self.rows + r] = v;

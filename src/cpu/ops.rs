@@ -1,7 +1,5 @@
 //! The CPU backend's element-wise and attention kernels, in f32 (RoPE angles in f64).
 
-use rayon::prelude::*;
-
 use super::matmul::dot_f32;
 use crate::config::RopeLayout;
 
@@ -89,7 +87,7 @@ pub fn attention(
     let kv_dim = s.n_kv_heads * hd;
     let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
     let scale = 1.0 / (hd as f32).sqrt();
-    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
+    super::for_each_chunk(out, hd, |i, o| {
         let (t, h) = (i / s.n_heads, i % s.n_heads);
         let qh = &q[t * s.q_stride + h * hd..][..hd];
         let off = (h / group) * hd;

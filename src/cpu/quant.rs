@@ -40,7 +40,11 @@ impl Q8Rows {
         self.q.resize(x.len(), 0);
         self.d.resize(x.len() / QA, 0.0);
         self.s.resize(x.len() / QK, 0.0);
-        for (h, (xs, qs)) in x.chunks_exact(QA).zip(self.q.chunks_exact_mut(QA)).enumerate() {
+        for (h, (xs, qs)) in x
+            .chunks_exact(QA)
+            .zip(self.q.chunks_exact_mut(QA))
+            .enumerate()
+        {
             let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
@@ -99,9 +103,7 @@ impl UnpackedRow {
         self.has_offset = matches!(dtype, DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K);
         match dtype {
             DType::Q8_0 => self.blocks32(bytes, 34, |b, w| {
-                for (w, &q) in w.iter_mut().zip(&b[2..34]) {
-                    *w = q as i8;
-                }
+                w.copy_from_slice(bytemuck::cast_slice(&b[2..34]));
                 (f16_at(b, 0), 0.0)
             }),
             DType::Q4_0 => self.blocks32(bytes, 18, |b, w| {
@@ -161,10 +163,8 @@ impl UnpackedRow {
             let w = &mut self.w[256 * i..][..256];
             for (k, qs) in b[16..144].chunks_exact(32).enumerate() {
                 let (lo, hi) = w[64 * k..][..64].split_at_mut(32);
-                for ((&q, lo), hi) in qs.iter().zip(lo).zip(hi) {
-                    *lo = (q & 0x0F) as i8;
-                    *hi = (q >> 4) as i8;
-                }
+                split_nibbles(&qs[..16], &mut lo[..16], &mut hi[..16], 0);
+                split_nibbles(&qs[16..], &mut lo[16..], &mut hi[16..], 0);
             }
             self.k_scales(i, d, dmin, scales);
         }
@@ -231,44 +231,50 @@ impl UnpackedRow {
     /// block sums).
     #[inline]
     pub fn dot(&self, q: &[i8], d: &[f32], s: &[f32]) -> f32 {
-        let mut acc = 0.0f32;
-        for (b, (w, a)) in self.w.chunks_exact(QK).zip(q.chunks_exact(QK)).enumerate() {
-            let (s0, s1) = (dot16(&w[..16], &a[..16]), dot16(&w[16..], &a[16..]));
-            acc += self.scale[2 * b] * d[2 * b] * s0 as f32
-                + self.scale[2 * b + 1] * d[2 * b + 1] * s1 as f32;
-        }
+        let acc = super::dot::scaled_dot(&self.w, q, &self.scale, d);
         if self.has_offset {
-            acc += self.offset.iter().zip(s).map(|(m, s)| m * s).sum::<f32>();
+            acc + super::matmul::dot_f32(&self.offset, s)
+        } else {
+            acc
         }
-        acc
     }
 }
 
-/// `Σ w·a` over 16 values, exact.
-#[inline(always)]
-fn dot16(w: &[i8], a: &[i8]) -> i32 {
-    let (w, a): (&[i8; 16], &[i8; 16]) = match (w.try_into(), a.try_into()) {
-        (Ok(w), Ok(a)) => (w, a),
-        _ => return 0,
-    };
-    let mut sum = 0i32;
-    for i in 0..16 {
-        sum += i32::from(i16::from(w[i]) * i16::from(a[i]));
-    }
-    sum
-}
-
-/// The f16 at `b[at..at + 2]` as f32.
+/// The f16 at `b[at..at + 2]` as f32 (exact; half's portable conversion, which inlines, where
+/// its hardware one is a call behind a feature check per value).
 #[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32_const()
 }
 
 /// 16 bytes of nibbles (byte `j`: value `j` low, value `j + 16` high), plus `bias`.
 #[inline(always)]
 fn nibbles(qs: &[u8], w: &mut [i8], bias: i8) {
     let (lo, hi) = w.split_at_mut(16);
-    for ((&q, lo), hi) in qs.iter().zip(lo).zip(hi) {
+    split_nibbles(qs, lo, hi, bias);
+}
+
+/// `lo[j] = (qs[j] & 15) + bias`, `hi[j] = (qs[j] >> 4) + bias` for 16 bytes.
+#[inline(always)]
+fn split_nibbles(qs: &[u8], lo: &mut [i8], hi: &mut [i8], bias: i8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        assert!(qs.len() >= 16 && lo.len() >= 16 && hi.len() >= 16);
+        // SAFETY: SSE2 is part of the x86_64 baseline; the three 16-byte accesses are inside
+        // the slices, whose lengths were checked above.
+        unsafe {
+            let v = _mm_loadu_si128(qs.as_ptr().cast());
+            let mask = _mm_set1_epi8(0x0F);
+            let b = _mm_set1_epi8(bias);
+            let l = _mm_add_epi8(_mm_and_si128(v, mask), b);
+            let h = _mm_add_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), b);
+            _mm_storeu_si128(lo.as_mut_ptr().cast(), l);
+            _mm_storeu_si128(hi.as_mut_ptr().cast(), h);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    for ((&q, lo), hi) in qs.iter().zip(lo).zip(hi).take(16) {
         *lo = (q & 0x0F) as i8 + bias;
         *hi = (q >> 4) as i8 + bias;
     }

@@ -287,10 +287,7 @@ impl EngineInfo {
             max_batch: session.batch_limit(usize::MAX),
             kv_cache_plan: session.cache_decision().cloned(),
             decode_plan: match session.gpu() {
-                Some(gpu) => gpu
-                    .options()
-                    .decode_plan
-                    .describe(session.context() as u32),
+                Some(gpu) => gpu.options().decode_plan.describe(session.context() as u32),
                 None => "whole (every key in one pass per head)".into(),
             },
             precision: match session.gpu() {

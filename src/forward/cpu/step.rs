@@ -62,6 +62,11 @@ impl CpuForward {
     /// Runs the graph for `ids` (token `i` at `rows[i]`) and leaves the logits `head` asks
     /// for in `self.logits`.
     pub(super) fn step(&mut self, ids: &[u32], rows: &[Row], head: Head) -> Result<()> {
+        crate::cpu::run(|| self.step_here(ids, rows, head))
+    }
+
+    /// [`Self::step`] on the calling thread.
+    fn step_here(&mut self, ids: &[u32], rows: &[Row], head: Head) -> Result<()> {
         let Self {
             config,
             graph,
