@@ -50,15 +50,84 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
     acc
 }
 
-/// The accumulators after the first `groups` half-blocks (a multiple of 4), four at a time
-/// with SSE2: bytes widened to i16, `pmaddwd`, the four groups' lanes summed by a transpose.
+/// Whether this x86_64 CPU has AVX2 (asked once).
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
+}
+
+/// The accumulators after the first `groups` half-blocks (a multiple of 4): AVX2 where the CPU
+/// has it, SSE2 (the x86_64 baseline) otherwise.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [f32; 4] {
-    use std::arch::x86_64::*;
-
     assert!(w.len() >= groups * H && q.len() >= groups * H);
     assert!(scale.len() >= groups && d.len() >= groups);
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 (checked above); the lengths were checked.
+        unsafe { groups_avx2(w, q, scale, d, groups) }
+    } else {
+        groups_sse2(w, q, scale, d, groups)
+    }
+}
+
+/// [`simd_groups`] with AVX2, two half-blocks per 32-byte load: `|w|·sign(q, w)` summed in
+/// pairs by `vpmaddubsw` (at most 2·128·127, which fits i16), then in fours by `vpmaddwd`,
+/// then across lanes by two `vphaddd`. The caller checked the lengths and the CPU.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn groups_avx2(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [f32; 4] {
+    use std::arch::x86_64::*;
+
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm_setzero_ps();
+    let mut h = 0;
+    while h + 4 <= groups {
+        // SAFETY: 32-byte loads at `h·16` and `(h + 2)·16` with `h + 4 ≤ groups`, inside both
+        // slices.
+        let (p01, p23) = unsafe {
+            let w01 = _mm256_loadu_si256(w.as_ptr().add(h * H).cast());
+            let q01 = _mm256_loadu_si256(q.as_ptr().add(h * H).cast());
+            let w23 = _mm256_loadu_si256(w.as_ptr().add((h + 2) * H).cast());
+            let q23 = _mm256_loadu_si256(q.as_ptr().add((h + 2) * H).cast());
+            (
+                _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_abs_epi8(w01), _mm256_sign_epi8(q01, w01)),
+                    ones,
+                ),
+                _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_abs_epi8(w23), _mm256_sign_epi8(q23, w23)),
+                    ones,
+                ),
+            )
+        };
+        // per 128-bit lane: [g0 g0 g2 g2 | g1 g1 g3 g3], then [g0 g2 · · | g1 g3 · ·]
+        let t = _mm256_hadd_epi32(p01, p23);
+        let t = _mm256_hadd_epi32(t, t);
+        let sums = _mm_unpacklo_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        let c = _mm_setr_ps(
+            scale[h] * d[h],
+            scale[h + 1] * d[h + 1],
+            scale[h + 2] * d[h + 2],
+            scale[h + 3] * d[h + 3],
+        );
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
+        h += 4;
+    }
+    let mut out = [0.0f32; 4];
+    // SAFETY: a 16-byte store into a 16-byte array.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    out
+}
+
+/// [`simd_groups`] with SSE2: bytes widened to i16, `pmaddwd`, the four groups' lanes summed
+/// by a transpose. The caller checked the lengths.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn groups_sse2(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [f32; 4] {
+    use std::arch::x86_64::*;
+
     // SAFETY: SSE2 is part of the x86_64 baseline; every load reads 16 bytes inside `w` or
     // `q`, whose lengths were checked above.
     unsafe {
@@ -172,5 +241,12 @@ mod tests {
         }
         let want = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         assert_eq!(scaled_dot(&w, &q, &scale, &d).to_bits(), want.to_bits());
+        // both x86_64 paths, whichever the CPU picks
+        #[cfg(target_arch = "x86_64")]
+        {
+            let whole = n / H / 4 * 4;
+            let sse2 = groups_sse2(&w, &q, &scale, &d, whole);
+            assert_eq!(sse2, simd_groups(&w, &q, &scale, &d, whole));
+        }
     }
 }

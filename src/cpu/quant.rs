@@ -240,11 +240,21 @@ impl UnpackedRow {
     }
 }
 
-/// The f16 at `b[at..at + 2]` as f32 (exact; half's portable conversion, which inlines, where
-/// its hardware one is a call behind a feature check per value).
+/// The f16 at `b[at..at + 2]` as f32, exactly: the bits moved into f32 position and scaled by
+/// 2¹¹² (which also turns f16 subnormals into the right normal f32), infinities and NaNs
+/// given f32's all-ones exponent. Branch-free but for those, and inlined, where a library
+/// conversion is a call behind a CPU-feature check per value.
 #[inline(always)]
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32_const()
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
+    let h = u32::from(u16::from_le_bytes([b[at], b[at + 1]]));
+    let sign = (h & 0x8000) << 16;
+    let rest = (h & 0x7fff) << 13;
+    if h & 0x7c00 == 0x7c00 {
+        return f32::from_bits(sign | 0x7f80_0000 | rest);
+    }
+    // 2¹¹² = 2^(127 − 15): the exponent bias difference
+    let magnitude = f32::from_bits(rest) * f32::from_bits(0x7780_0000);
+    f32::from_bits(sign | magnitude.to_bits())
 }
 
 /// 16 bytes of nibbles (byte `j`: value `j` low, value `j + 16` high), plus `bias`.
@@ -286,5 +296,21 @@ fn fives(qh: u32, qs: &[u8], w: &mut [i8], bias: i8) {
     for (j, &b) in qs.iter().enumerate().take(16) {
         w[j] = ((b & 0x0F) | ((((qh >> j) & 1) as u8) << 4)) as i8 + bias;
         w[j + 16] = ((b >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4)) as i8 + bias;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every f16 converts exactly as `half` converts it.
+    #[test]
+    fn f16_conversion_is_exact_for_every_value() {
+        for bits in 0..=u16::MAX {
+            let want = half::f16::from_bits(bits).to_f32();
+            let got = super::f16_at(&bits.to_le_bytes(), 0);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{bits:#06x}: {got} vs {want}"
+            );
+        }
     }
 }
