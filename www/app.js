@@ -131,6 +131,9 @@ function showInfo(info) {
     row('Chat template', info.hasChatTemplate ? 'the model\'s own' : 'none (a plain fallback)'),
   );
   $('adapter').tBodies[0].replaceChildren(
+    row('Runs on', info.runsOn === 'cpu'
+      ? `CPU (WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'})${info.backendNotice ? `: ${info.backendNotice}` : ''}`
+      : 'GPU (WebGPU)'),
     row('Adapter', info.adapter || '(not disclosed by the browser)'),
     row('Backend', `${info.backend} (${info.deviceType})`),
     row('Subgroups', info.subgroups ? 'used' : 'no'),

@@ -229,7 +229,9 @@ mod tests {
     fn simd_matches_the_scalar_definition() {
         let n = 32 * 7;
         let w: Vec<i8> = (0..n).map(|i| ((i * 37 + 11) % 255) as i32 as i8).collect();
-        let q: Vec<i8> = (0..n).map(|i| ((i as i32 * 91 + 3) % 255 - 127) as i8).collect();
+        let q: Vec<i8> = (0..n)
+            .map(|i| ((i as i32 * 91 + 3) % 255 - 127) as i8)
+            .collect();
         let scale: Vec<f32> = (0..n / H).map(|i| 0.013 * (i as f32 + 0.7)).collect();
         let d: Vec<f32> = (0..n / H).map(|i| 0.0071 / (i as f32 + 1.3)).collect();
         let mut acc = [0.0f32; 4];

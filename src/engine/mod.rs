@@ -1,4 +1,5 @@
-//! The engine: one model loaded on the GPU behind a request queue, used alike by the
+//! The engine: one model loaded on the GPU (or the CPU backend, asked for or where no GPU is
+//! usable) behind a request queue, used alike by the
 //! command-line tool (natively, driven by `pollster`) and by the browser (`web` converts its
 //! calls from and to JavaScript).
 //!
@@ -14,7 +15,8 @@
 //!   tokens of the conversation (what the KV cache held after the last request). A request that
 //!   meets a lost device fails with [`Error::DeviceLost`]; the next request (or
 //!   [`Engine::recover`]) creates a new device, uploads the model again and replays the
-//!   conversation's tokens, so the KV cache holds the conversation as before the loss.
+//!   conversation's tokens, so the KV cache holds the conversation as before the loss. A model
+//!   on the CPU has no device to lose.
 
 mod cancel;
 mod draft;
@@ -50,7 +52,8 @@ pub struct EngineOptions {
 /// Called with the new session after every rebuild on a new device.
 type RebuildHook = Box<dyn FnMut(&Session)>;
 
-/// A model loaded on the GPU, ready to generate: see the [module documentation](self).
+/// A model loaded on the GPU or the CPU, ready to generate: see the
+/// [module documentation](self).
 pub struct Engine {
     queue: Rc<Queue>,
     /// The model, kept to upload it again after device loss.

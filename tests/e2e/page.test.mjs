@@ -5,7 +5,7 @@
 // One browser, in order: the default model loads and is stored in the Cache API; a greedy reply
 // streams in and equals the native CLI's; Stop ends a longer reply with finish "abort"; after a
 // reload the model comes from the cache, with no download. A screenshot goes to
-// target/e2e/chat.png.
+// target/e2e/chat.png. A second browser without WebGPU runs the page on the CPU backend.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -22,12 +22,13 @@ const PROMPT = 'What is the capital of France?';
 const MAX_TOKENS = 8;
 const CLI = 'target/debug/emberlm';
 
-/** The native CLI's greedy reply to PROMPT as a one-message chat (no system message). */
-async function nativeReply() {
+/** The native CLI's greedy reply to PROMPT as a one-message chat (no system message), on the
+ * backend `device` names. */
+async function nativeReply(device = 'auto') {
   const xdg = mkdtempSync(join(tmpdir(), 'emberlm-xdg-'));
   const { stdout } = await promisify(execFile)(CLI, [
     'generate', '--model', `models/${MODEL}`, '--chat', '--prompt', PROMPT,
-    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json',
+    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json', '--device', device,
   ], { env: { ...process.env, XDG_RUNTIME_DIR: xdg }, maxBuffer: 1 << 20 });
   return JSON.parse(stdout).sequences[0];
 }
@@ -145,4 +146,51 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   assert.match(await page.textContent('#cache-note'), /loaded from cache/i);
   assert.deepEqual(modelRequests, [], 'no download after the reload');
   assert.deepEqual(problems, [], 'no console errors');
+});
+
+test('chat page without WebGPU: the CPU backend loads the model, greedy reply equal to the CLI on the CPU', async (t) => {
+  assert.ok(existsSync('www/pkg/emberlm.js'), 'www/pkg is missing: run ./build.sh build');
+  assert.ok(existsSync(CLI), `${CLI} is missing: run cargo build --bin emberlm`);
+  linkModel();
+  const expected = nativeReply('cpu');
+  expected.catch(() => {});
+  const { server, url } = await startServer('www');
+  t.after(() => server.close());
+  const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'emberlm-e2e-')), {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [...CHROMIUM_ARGS.filter((a) => a !== '--enable-unsafe-webgpu'), '--disable-features=WebGPU'],
+  });
+  t.after(() => browser.close());
+  const page = await browser.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(String(e)));
+  let since = performance.now();
+  await page.goto(url);
+  assert.equal(await page.evaluate(() => 'gpu' in navigator && navigator.gpu !== undefined
+    ? navigator.gpu.requestAdapter().then((a) => a !== null) : false), false, 'WebGPU is off');
+  await page.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
+  assert.equal(await page.getAttribute('#status', 'data-state'), 'ready',
+    `${await page.textContent('#status')} ${await page.textContent('#error-text')}`);
+  console.log(`loaded on the CPU in ${seconds(since)} s`);
+  const rows = Object.fromEntries(await page.$$eval('#adapter tr', (trs) =>
+    trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
+  console.log(`runs on: ${rows['Runs on']}`);
+  assert.match(rows['Runs on'], /^CPU \(WebAssembly, 1 thread\): no usable WebGPU/);
+
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', String(MAX_TOKENS));
+  since = performance.now();
+  await page.fill('#prompt', PROMPT);
+  await page.click('#send');
+  await page.waitForSelector('#status[data-state="generating"]', { timeout: 10_000 });
+  await page.waitForSelector('#status[data-state="ready"]', { timeout: 600_000 });
+  const reply = await page.textContent('#messages .message.assistant:last-child .content');
+  const finish = await page.getAttribute('#messages .message.assistant:last-child', 'data-finish');
+  console.log(`reply on the CPU in ${seconds(since)} s: ${JSON.stringify(reply)} (${finish})`);
+  const native = await expected;
+  console.log(`native CLI on the CPU: ${JSON.stringify(native.text)} (${native.finish_reason})`);
+  assert.equal(reply, native.text, 'the page on the CPU replies as the native CLI on the CPU does');
+  assert.equal(finish, native.finish_reason);
+  assert.deepEqual(problems, [], 'no page errors');
 });
