@@ -115,6 +115,7 @@ impl CpuForward {
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
+        check_address_space(weights, &config, context)?;
         let mut held = CpuWeights {
             mats: HashMap::new(),
             vecs: HashMap::new(),
@@ -462,6 +463,42 @@ impl CpuForward {
             None => Ok(()),
         }
     }
+}
+
+/// The most bytes a WebAssembly module can address (wasm32: 4 GiB).
+const WASM32_ADDRESS_SPACE: u64 = 4 << 30;
+
+/// Refuses, with the numbers, a model whose file, weights as held here and KV cache would not
+/// fit the address space of a wasm32 module together (the file stays in memory beside the
+/// copy: the engine keeps it to load the model again). Natively there is no such limit.
+fn check_address_space(
+    weights: &ModelWeights<'_>,
+    config: &ModelConfig,
+    context: usize,
+) -> Result<()> {
+    let held: u64 = weights
+        .tensors
+        .values()
+        .map(|t| match t.shape.len() {
+            2 => t.data.len() as u64,
+            _ => t.n_elements() as u64 * 4,
+        })
+        .sum();
+    let kv = 2 * (config.n_layers as u64) * (context as u64) * (config.kv_dim() as u64) * 4;
+    let needed = weights.weight_bytes() + held + kv;
+    if cfg!(target_arch = "wasm32") && needed > WASM32_ADDRESS_SPACE {
+        return Err(Error::Limit {
+            what: format!(
+                "{} on the CPU backend: the file, the weights and an f32 KV cache of {context} \
+                 positions",
+                weights.file
+            ),
+            limit: "wasm32 address space",
+            needed,
+            allowed: WASM32_ADDRESS_SPACE,
+        });
+    }
+    Ok(())
 }
 
 /// Fails unless both kinds are f32 (the only kind the CPU cache stores so far).
