@@ -144,8 +144,9 @@ fn logits_in_f16_report_agreement_with_f32() {
     assert!(err.contains("--precision"), "{err}");
 }
 
-/// `--device`: `gpu` refuses a software adapter by name (lavapipe here), `cpu` says the CPU
-/// backend does not exist yet, `auto` runs on whatever there is; a bad name is a usage error.
+/// `--device`: `gpu` refuses a software adapter by name (lavapipe here), `cpu` runs generation
+/// on the CPU backend (`--backend` is the same flag) and says why a GPU command cannot, `auto`
+/// runs on whatever there is; a bad name is a usage error.
 #[test]
 fn device_choice_is_checked() {
     let (code, out, err) = emberlm(&["--device", "gpu", "adapter", "--json"]);
@@ -161,7 +162,32 @@ fn device_choice_is_checked() {
     }
     let (code, _, err) = emberlm(&["--device", "cpu", "adapter"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("no CPU backend"), "{err}");
+    assert!(
+        err.contains("CPU backend") && err.contains("GPU device"),
+        "{err}"
+    );
+    let mut texts = Vec::new();
+    for flag in ["--device", "--backend"] {
+        let (code, out, err) = emberlm(&[
+            flag,
+            "cpu",
+            "generate",
+            "--model",
+            "tests/fixtures/tiny-llama-spm-f32.gguf",
+            "--prompt",
+            "The software is provided",
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "6",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{flag} cpu: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        texts.push(v["sequences"][0]["tokens"].clone());
+    }
+    assert_eq!(texts[0], texts[1]);
+    assert_eq!(texts[0].as_array().map(Vec::len), Some(6), "{:?}", texts[0]);
     let (code, _, err) = emberlm(&["--device", "quantum", "adapter"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--device"), "{err}");

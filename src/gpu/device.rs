@@ -256,8 +256,8 @@ impl GpuContext {
         if options.device == DeviceChoice::Cpu {
             return Err(Error::invalid(
                 "device",
-                "cpu: the CPU backend needs no GPU context (load the model through the \
-                 engine, which runs it on the CPU)",
+                "cpu asks for the CPU backend, but this needs a GPU device (generation, chat \
+                 and batches run on the CPU; the GPU's kernels, profile and benchmarks do not)",
             ));
         }
         let instance =
