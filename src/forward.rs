@@ -38,6 +38,7 @@ pub use batch::BatchToken;
 use compile::{attention_keys, heads_of, Activations, Compiler, Node};
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
+use readback::{Collect, Head};
 pub use readback::{MemoryReport, OnStep, Output, Readback, StepLogits};
 use upload::f32_bytes;
 
@@ -72,15 +73,6 @@ pub struct Forward {
     graph: graph::Graph,
     /// What batched steps need beyond a single sequence's ([`Forward::set_batch`]).
     batch: batch::BatchBuffers,
-}
-
-/// Which rows of a step's logits the head computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Head {
-    None,
-    /// The last row, into row 0.
-    Last,
-    All,
 }
 
 /// Which sequence a step runs: the main one (slot 0, whose fill mark the cache keeps) or
@@ -341,24 +333,12 @@ impl Forward {
                 ),
             ));
         }
-        let nothing = matches!(readback, Readback::None);
-        let (all_rows, mut on_step, request) = match readback {
-            Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step), None),
-            Readback::AllRows => (true, None, None),
-            Readback::Candidates(request) if self.select.is_some() => (false, None, Some(request)),
-            _ => (false, None, None),
-        };
-        let mut logits = Vec::new();
+        let (mut collect, request) = Collect::new(readback, self.select.is_some());
         let n_chunks = tokens.len().div_ceil(self.chunk);
         let mut ran = 0;
         for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
             let last = i + 1 == n_chunks;
-            let head = match () {
-                _ if nothing => Head::None,
-                _ if all_rows => Head::All,
-                _ if !last => Head::None,
-                _ => Head::Last,
-            };
+            let head = collect.head(last);
             let base = match seq {
                 Seq::Main => 0,
                 Seq::Slot(s) => self.kv.slot_base(s),
@@ -376,20 +356,11 @@ impl Forward {
                 StepRead::Logits(rows) => rows,
                 StepRead::Candidates(c) => return Ok(Output::Candidates(c)),
             };
-            match on_step.as_mut() {
-                Some(on_step) => {
-                    if !on_step(first, chunk.len(), rows)? && !last {
-                        return Ok(Output::Stepped { ran });
-                    }
-                }
-                None => logits.extend(rows),
+            if let Some(out) = collect.step(first, chunk.len(), rows, last, ran)? {
+                return Ok(out);
             }
         }
-        Ok(match (nothing, on_step) {
-            (true, _) => Output::None,
-            (false, Some(_)) => Output::Stepped { ran },
-            (false, None) => Output::Logits(logits),
-        })
+        Ok(collect.finish(ran))
     }
 
     /// Runs `tokens` (see [`Self::run`]) and returns the logits of the last token (`[vocab]`),

@@ -9,7 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::golden::Golden;
+use common::golden::{Golden, TINY_MODELS};
 use emberlm::loader::ModelFiles;
 
 fn root() -> PathBuf {
@@ -47,38 +47,10 @@ fn check(model: &Path, golden_file: &str, decode_all: bool) {
     }
 }
 
-/// Every fixture model and its golden.
-const TINY: &[(&str, &str)] = &[
-    ("tiny-gpt2-f32.gguf", "tiny-gpt2-f32.golden.json"),
-    ("tiny-gpt2-f16.gguf", "tiny-gpt2-f16.golden.json"),
-    ("tiny-gpt2", "tiny-gpt2-f32.golden.json"),
-    ("tiny-llama-f32.gguf", "tiny-llama-f32.golden.json"),
-    ("tiny-llama-q8_0.gguf", "tiny-llama-q8_0.golden.json"),
-    ("tiny-llama-q4_0.gguf", "tiny-llama-q4_0.golden.json"),
-    ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json"),
-    ("tiny-llama", "tiny-llama-f32.golden.json"),
-    ("tiny-llama-256-f32.gguf", "tiny-llama-256-f32.golden.json"),
-    (
-        "tiny-llama-256-q4_k_m.gguf",
-        "tiny-llama-256-q4_k_m.golden.json",
-    ),
-    (
-        "tiny-llama-256-q5_k_m.gguf",
-        "tiny-llama-256-q5_k_m.golden.json",
-    ),
-    (
-        "tiny-llama-256-q6_k.gguf",
-        "tiny-llama-256-q6_k.golden.json",
-    ),
-    ("tiny-llama-256", "tiny-llama-256-f32.golden.json"),
-    ("tiny-llama-spm-f32.gguf", "tiny-llama-spm-f32.golden.json"),
-    ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),
-];
-
 #[test]
 fn tiny_models_match_f64_goldens_on_the_cpu() {
     let fx = root().join("tests/fixtures");
-    for (model, golden) in TINY {
+    for (model, golden) in TINY_MODELS {
         check(&fx.join(model), golden, true);
     }
 }

@@ -24,3 +24,9 @@ fn norms_match_f64() {
     let mut rng = common::rng("cpu norms", &|m| eprintln!("{m}"));
     cases::check_norms(&mut rng).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn dot_product_follows_its_definition_bit_for_bit() {
+    let mut rng = common::rng("cpu dot order", &|m| eprintln!("{m}"));
+    cases::check_dot_order(&mut rng).unwrap_or_else(|e| panic!("{e}"));
+}

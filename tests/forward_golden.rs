@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::forward_cases::{self, Decode};
-use common::golden::Golden;
+use common::golden::{Golden, TINY_MODELS};
 use emberlm::gpu::{KernelCache, KernelOverrides, SplitOverride, Variant};
 use emberlm::loader::ModelFiles;
 use emberlm::{GpuContext, GpuOptions};
@@ -41,34 +41,6 @@ fn check(ctx: &GpuContext, model: &Path, golden_file: &str, tol: f64, decode: De
     eprintln!("{name}: max |Δ logit| vs f64 = {worst:.2e}");
 }
 
-/// Every fixture model and its golden.
-const TINY: &[(&str, &str)] = &[
-    ("tiny-gpt2-f32.gguf", "tiny-gpt2-f32.golden.json"),
-    ("tiny-gpt2-f16.gguf", "tiny-gpt2-f16.golden.json"),
-    ("tiny-gpt2", "tiny-gpt2-f32.golden.json"),
-    ("tiny-llama-f32.gguf", "tiny-llama-f32.golden.json"),
-    ("tiny-llama-q8_0.gguf", "tiny-llama-q8_0.golden.json"),
-    ("tiny-llama-q4_0.gguf", "tiny-llama-q4_0.golden.json"),
-    ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json"),
-    ("tiny-llama", "tiny-llama-f32.golden.json"),
-    ("tiny-llama-256-f32.gguf", "tiny-llama-256-f32.golden.json"),
-    (
-        "tiny-llama-256-q4_k_m.gguf",
-        "tiny-llama-256-q4_k_m.golden.json",
-    ),
-    (
-        "tiny-llama-256-q5_k_m.gguf",
-        "tiny-llama-256-q5_k_m.golden.json",
-    ),
-    (
-        "tiny-llama-256-q6_k.gguf",
-        "tiny-llama-256-q6_k.golden.json",
-    ),
-    ("tiny-llama-256", "tiny-llama-256-f32.golden.json"),
-    ("tiny-llama-spm-f32.gguf", "tiny-llama-spm-f32.golden.json"),
-    ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),
-];
-
 /// A context whose every kernel family runs `variant`, with attention splitting the keys of
 /// decode steps from 14 keys on into splits of 7 (flash-decoding, which the engine's policy
 /// keeps for contexts far longer than these models'), so the goldens cover the split path
@@ -86,7 +58,7 @@ fn tiny_models_match_f64_goldens() {
         return;
     };
     let fx = root().join("tests/fixtures");
-    for (model, golden) in TINY {
+    for (model, golden) in TINY_MODELS {
         check(&ctx, &fx.join(model), golden, 2e-3, Decode::All);
     }
 }
@@ -99,7 +71,7 @@ fn tiny_models_match_f64_goldens_in_every_kernel_variant() {
         };
         eprintln!("every kernel family forced to {variant}");
         let fx = root().join("tests/fixtures");
-        for (model, golden) in TINY {
+        for (model, golden) in TINY_MODELS {
             check(&ctx, &fx.join(model), golden, 2e-3, Decode::All);
         }
     }

@@ -26,36 +26,12 @@ fn kernels_match_f64_in_webassembly() {
     cases::check_matmul(&mut rng, true).unwrap_or_else(|e| panic!("{e}"));
     cases::check_attention(&mut rng).unwrap_or_else(|e| panic!("{e}"));
     cases::check_norms(&mut rng).unwrap_or_else(|e| panic!("{e}"));
+    cases::check_dot_order(&mut rng).unwrap_or_else(|e| panic!("{e}"));
 }
-
-macro_rules! fixture {
-    ($name:literal) => {
-        (
-            concat!($name, ".gguf"),
-            include_bytes!(concat!("fixtures/", $name, ".gguf")).as_slice(),
-            include_str!(concat!("fixtures/golden/", $name, ".golden.json")),
-        )
-    };
-}
-
-/// Every tiny GGUF fixture: both architectures, both tokenizers, every weight type.
-const TINY: [(&str, &[u8], &str); 11] = [
-    fixture!("tiny-gpt2-f32"),
-    fixture!("tiny-gpt2-f16"),
-    fixture!("tiny-llama-f32"),
-    fixture!("tiny-llama-q8_0"),
-    fixture!("tiny-llama-q4_0"),
-    fixture!("tiny-llama-q4_1"),
-    fixture!("tiny-llama-256-f32"),
-    fixture!("tiny-llama-256-q4_k_m"),
-    fixture!("tiny-llama-256-q5_k_m"),
-    fixture!("tiny-llama-256-q6_k"),
-    fixture!("tiny-llama-spm-f32"),
-];
 
 #[wasm_bindgen_test]
 fn tiny_models_match_f64_goldens_on_the_cpu_in_webassembly() {
-    for (name, bytes, golden) in TINY {
+    for (name, bytes, golden) in common::web_fixtures::TINY_GGUFS {
         let files = ModelFiles::from_bytes(bytes.to_vec(), name).unwrap();
         let weights = files.weights().unwrap();
         let tol = common::cpu_cases::tolerance(name);

@@ -23,31 +23,6 @@ fn now_ms() -> f64 {
     js_sys::Date::now()
 }
 
-macro_rules! fixture {
-    ($name:literal) => {
-        (
-            concat!($name, ".gguf"),
-            include_bytes!(concat!("fixtures/", $name, ".gguf")).as_slice(),
-            include_str!(concat!("fixtures/golden/", $name, ".golden.json")),
-        )
-    };
-}
-
-/// Every tiny GGUF fixture: both architectures, both tokenizers, every weight type.
-const TINY: [(&str, &[u8], &str); 11] = [
-    fixture!("tiny-gpt2-f32"),
-    fixture!("tiny-gpt2-f16"),
-    fixture!("tiny-llama-f32"),
-    fixture!("tiny-llama-q8_0"),
-    fixture!("tiny-llama-q4_0"),
-    fixture!("tiny-llama-q4_1"),
-    fixture!("tiny-llama-256-f32"),
-    fixture!("tiny-llama-256-q4_k_m"),
-    fixture!("tiny-llama-256-q5_k_m"),
-    fixture!("tiny-llama-256-q6_k"),
-    fixture!("tiny-llama-spm-f32"),
-];
-
 /// A Hugging Face folder in the browser (files as a picker would give them): GPT-2, whose
 /// Conv1D weights are transposed on load, against its f32 GGUF twin's goldens.
 #[wasm_bindgen_test]
@@ -97,7 +72,7 @@ async fn hf_folder_matches_its_gguf_twins_goldens() {
 async fn tiny_models_match_f64_goldens() {
     let ctx = common::browser_gpu().await;
     let cache = KernelCache::new();
-    for (name, gguf, golden) in TINY {
+    for (name, gguf, golden) in common::web_fixtures::TINY_GGUFS {
         let start = now_ms();
         let golden = Golden::parse(golden);
         let files = ModelFiles::from_bytes(gguf.to_vec(), name).unwrap();

@@ -95,3 +95,83 @@ impl MemoryReport {
         self.weights + self.kv_cache + self.activations + self.batch
     }
 }
+
+/// Which rows of a step's logits the head computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Head {
+    None,
+    /// The last row (into row 0 on the GPU).
+    Last,
+    All,
+}
+
+/// A run's steps as a [`Readback`] asks for them, for either backend: which rows each step's
+/// head computes, where each step's logits go (kept, or handed to `on_step`), and what the run
+/// returns.
+pub(super) struct Collect<'r> {
+    nothing: bool,
+    all_rows: bool,
+    on_step: Option<&'r mut OnStep<'r>>,
+    logits: Vec<f32>,
+}
+
+impl<'r> Collect<'r> {
+    /// The collector for `readback`, and the selection request when the backend can run it
+    /// (`selects`; otherwise a request for candidates reads the last row).
+    pub(super) fn new(readback: Readback<'r>, selects: bool) -> (Self, Option<&'r SelectRequest>) {
+        let nothing = matches!(readback, Readback::None);
+        let (all_rows, on_step, request) = match readback {
+            Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step), None),
+            Readback::AllRows => (true, None, None),
+            Readback::Candidates(request) if selects => (false, None, Some(request)),
+            _ => (false, None, None),
+        };
+        let collect = Self {
+            nothing,
+            all_rows,
+            on_step,
+            logits: Vec::new(),
+        };
+        (collect, request)
+    }
+
+    /// The rows the head of a step computes (`last`: the run's last step).
+    pub(super) fn head(&self, last: bool) -> Head {
+        match () {
+            _ if self.nothing => Head::None,
+            _ if self.all_rows => Head::All,
+            _ if !last => Head::None,
+            _ => Head::Last,
+        }
+    }
+
+    /// Takes a step's logits (`n` tokens from the run's token `first` on; `ran` tokens run in
+    /// all); `Some` ends the run early (`on_step` said stop).
+    pub(super) fn step(
+        &mut self,
+        first: usize,
+        n: usize,
+        rows: Vec<f32>,
+        last: bool,
+        ran: usize,
+    ) -> Result<Option<Output>> {
+        match self.on_step.as_mut() {
+            Some(on_step) => {
+                if !on_step(first, n, rows)? && !last {
+                    return Ok(Some(Output::Stepped { ran }));
+                }
+            }
+            None => self.logits.extend(rows),
+        }
+        Ok(None)
+    }
+
+    /// What the run returns after `ran` tokens.
+    pub(super) fn finish(self, ran: usize) -> Output {
+        match (self.nothing, self.on_step) {
+            (true, _) => Output::None,
+            (false, Some(_)) => Output::Stepped { ran },
+            (false, None) => Output::Logits(self.logits),
+        }
+    }
+}

@@ -7,18 +7,8 @@ use emberlm::forward::cpu::CpuForward;
 use emberlm::forward::Readback;
 use emberlm::model::weights::ModelWeights;
 
+use super::forward_cases::argmax;
 use super::golden::Golden;
-
-/// Index of the largest value (the first one on ties).
-fn argmax(v: &[f32]) -> u32 {
-    v.iter()
-        .enumerate()
-        .fold(
-            (0, f32::NEG_INFINITY),
-            |b, (i, &x)| if x > b.1 { (i, x) } else { b },
-        )
-        .0 as u32
-}
 
 fn logits(fwd: &mut CpuForward, tokens: &[u32], all: bool) -> Result<Vec<f32>, String> {
     let readback = if all {

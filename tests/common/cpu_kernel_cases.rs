@@ -222,3 +222,38 @@ pub fn check_norms(rng: &mut ChaCha8Rng) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The integer dot product gives the bits of its definition (`src/cpu/dot.rs`) on this
+/// target, whichever SIMD path it takes, so native and browser models agree bit for bit.
+pub fn check_dot_order(rng: &mut ChaCha8Rng) -> Result<(), String> {
+    for halves in [2usize, 4, 6, 16, 18, 40] {
+        let n = halves * 16;
+        let w: Vec<i8> = (0..n)
+            .map(|_| rng.random_range(-128i32..=127) as i8)
+            .collect();
+        let q: Vec<i8> = (0..n)
+            .map(|_| rng.random_range(-127i32..=127) as i8)
+            .collect();
+        let scale: Vec<f32> = (0..halves)
+            .map(|_| rng.random_range(-0.1f32..0.1))
+            .collect();
+        let d: Vec<f32> = (0..halves)
+            .map(|_| rng.random_range(0.0f32..0.05))
+            .collect();
+        let mut acc = [0.0f32; 4];
+        for h in 0..halves {
+            let s: i32 = (0..16)
+                .map(|i| i32::from(w[h * 16 + i]) * i32::from(q[h * 16 + i]))
+                .sum();
+            acc[h % 4] += s as f32 * (scale[h] * d[h]);
+        }
+        let want = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        let got = emberlm::cpu::dot::scaled_dot(&w, &q, &scale, &d);
+        if got.to_bits() != want.to_bits() {
+            return Err(format!(
+                "{halves} half-blocks: {got:e} vs the definition's {want:e}"
+            ));
+        }
+    }
+    Ok(())
+}

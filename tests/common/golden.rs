@@ -131,3 +131,32 @@ impl GoldenResult {
         Ok(worst)
     }
 }
+
+/// Every fixture model (GGUF in every weight type, and the Hugging Face folders) and its
+/// golden file.
+pub const TINY_MODELS: &[(&str, &str)] = &[
+    ("tiny-gpt2-f32.gguf", "tiny-gpt2-f32.golden.json"),
+    ("tiny-gpt2-f16.gguf", "tiny-gpt2-f16.golden.json"),
+    ("tiny-gpt2", "tiny-gpt2-f32.golden.json"),
+    ("tiny-llama-f32.gguf", "tiny-llama-f32.golden.json"),
+    ("tiny-llama-q8_0.gguf", "tiny-llama-q8_0.golden.json"),
+    ("tiny-llama-q4_0.gguf", "tiny-llama-q4_0.golden.json"),
+    ("tiny-llama-q4_1.gguf", "tiny-llama-q4_1.golden.json"),
+    ("tiny-llama", "tiny-llama-f32.golden.json"),
+    ("tiny-llama-256-f32.gguf", "tiny-llama-256-f32.golden.json"),
+    (
+        "tiny-llama-256-q4_k_m.gguf",
+        "tiny-llama-256-q4_k_m.golden.json",
+    ),
+    (
+        "tiny-llama-256-q5_k_m.gguf",
+        "tiny-llama-256-q5_k_m.golden.json",
+    ),
+    (
+        "tiny-llama-256-q6_k.gguf",
+        "tiny-llama-256-q6_k.golden.json",
+    ),
+    ("tiny-llama-256", "tiny-llama-256-f32.golden.json"),
+    ("tiny-llama-spm-f32.gguf", "tiny-llama-spm-f32.golden.json"),
+    ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),
+];

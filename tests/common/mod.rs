@@ -22,6 +22,8 @@ pub mod require;
 pub mod select_ref;
 #[cfg(target_arch = "wasm32")]
 pub mod web_engine;
+#[cfg(target_arch = "wasm32")]
+pub mod web_fixtures;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::graph::{Graph, WeightIndex};
-use super::readback::{MemoryReport, OnStep, Output, Readback, StepLogits};
+use super::readback::{Collect, Head, MemoryReport, Output, Readback, StepLogits};
 use super::BatchToken;
 use crate::candidates::SelectRequest;
 use crate::config::ModelConfig;
@@ -311,23 +311,12 @@ impl CpuForward {
             ));
         }
         let base = slot.map_or(0, |s| s * self.kv.context);
-        let nothing = matches!(readback, Readback::None);
-        let (all_rows, mut on_step): (bool, Option<&mut OnStep<'_>>) = match readback {
-            Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step)),
-            Readback::AllRows => (true, None),
-            _ => (false, None),
-        };
-        let mut logits = Vec::new();
+        let (mut collect, _) = Collect::new(readback, false);
         let n_chunks = tokens.len().div_ceil(self.chunk);
         let mut ran = 0;
         for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
             let last = i + 1 == n_chunks;
-            let head = match () {
-                _ if nothing => step::Head::None,
-                _ if all_rows => step::Head::All,
-                _ if !last => step::Head::None,
-                _ => step::Head::Last,
-            };
+            let head = collect.head(last);
             let rows: Vec<step::Row> = (0..chunk.len())
                 .map(|j| step::Row {
                     pos: pos + ran + j,
@@ -341,23 +330,14 @@ impl CpuForward {
                 self.kv.pos = pos + ran;
             }
             let rows = match head {
-                step::Head::None => Vec::new(),
+                Head::None => Vec::new(),
                 _ => self.logits.clone(),
             };
-            match on_step.as_mut() {
-                Some(on_step) => {
-                    if !on_step(first, chunk.len(), rows)? && !last {
-                        return Ok(Output::Stepped { ran });
-                    }
-                }
-                None => logits.extend(rows),
+            if let Some(out) = collect.step(first, chunk.len(), rows, last, ran)? {
+                return Ok(out);
             }
         }
-        Ok(match (nothing, on_step) {
-            (true, _) => Output::None,
-            (false, Some(_)) => Output::Stepped { ran },
-            (false, None) => Output::Logits(logits),
-        })
+        Ok(collect.finish(ran))
     }
 
     /// One decode step for several sequences, each at its position in its slot; every row's
@@ -405,7 +385,7 @@ impl CpuForward {
                 base: t.slot * self.kv.context,
             });
         }
-        self.step(&ids, &rows, step::Head::All)?;
+        self.step(&ids, &rows, Head::All)?;
         let vocab = self.config.vocab_size;
         Ok(self
             .logits

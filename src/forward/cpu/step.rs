@@ -6,15 +6,7 @@ use crate::config::{ModelConfig, NormKind};
 use crate::cpu::ops::{self, AttnShape, KeyRange};
 use crate::error::{Error, Result};
 use crate::forward::graph::{Act, EmbedScale, LinearOp, Op, Post, Rows};
-
-/// Which rows of logits a step computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Head {
-    None,
-    /// The last token's.
-    Last,
-    All,
-}
+use crate::forward::readback::Head;
 
 /// Where one token of a step goes.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,26 @@
+//! The tiny GGUF fixtures and their goldens compiled into the browser tests.
+
+macro_rules! fixture {
+    ($name:literal) => {
+        (
+            concat!($name, ".gguf"),
+            include_bytes!(concat!("../fixtures/", $name, ".gguf")).as_slice(),
+            include_str!(concat!("../fixtures/golden/", $name, ".golden.json")),
+        )
+    };
+}
+
+/// Every tiny GGUF fixture: both architectures, both tokenizers, every weight type.
+pub const TINY_GGUFS: [(&str, &[u8], &str); 11] = [
+    fixture!("tiny-gpt2-f32"),
+    fixture!("tiny-gpt2-f16"),
+    fixture!("tiny-llama-f32"),
+    fixture!("tiny-llama-q8_0"),
+    fixture!("tiny-llama-q4_0"),
+    fixture!("tiny-llama-q4_1"),
+    fixture!("tiny-llama-256-f32"),
+    fixture!("tiny-llama-256-q4_k_m"),
+    fixture!("tiny-llama-256-q5_k_m"),
+    fixture!("tiny-llama-256-q6_k"),
+    fixture!("tiny-llama-spm-f32"),
+];
