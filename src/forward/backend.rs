@@ -187,15 +187,6 @@ impl Backend {
             Backend::Cpu(c) => c.truncate(pos),
         }
     }
-
-    /// Moves the fill mark without computing (benchmarks only).
-    pub fn assume_cached(&mut self, pos: usize) -> Result<()> {
-        match self {
-            Backend::Gpu(g) => g.forward.assume_cached(pos),
-            Backend::Cpu(c) => c.assume_cached(pos),
-        }
-    }
-
     /// Runs `tokens` from the cache's position on (see [`Forward::run`]).
     pub async fn run(&mut self, tokens: &[u32], readback: Readback<'_>) -> Result<Output> {
         match self {

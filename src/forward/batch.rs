@@ -33,6 +33,17 @@ impl BatchBuffers {
     }
 }
 
+/// Fails unless every id of `tokens` is inside a vocabulary of `vocab` (both backends).
+pub(super) fn check_ids(tokens: &[u32], vocab: usize) -> Result<()> {
+    match tokens.iter().find(|&&t| t as usize >= vocab) {
+        Some(bad) => Err(Error::invalid(
+            "tokens",
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// One sequence's token in a batched step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchToken {
@@ -47,14 +58,7 @@ pub struct BatchToken {
 impl Forward {
     /// Fails unless every id is inside the vocabulary.
     pub(super) fn check_ids(&self, tokens: &[u32]) -> crate::error::Result<()> {
-        let vocab = self.config.vocab_size;
-        match tokens.iter().find(|&&t| t as usize >= vocab) {
-            Some(bad) => Err(Error::invalid(
-                "tokens",
-                format!("token id {bad} is outside the vocabulary of {vocab}"),
-            )),
-            None => Ok(()),
-        }
+        check_ids(tokens, self.config.vocab_size)
     }
 
     /// Sequences one batched step holds at most: [`STEP_ROWS`], and the tokens of one step

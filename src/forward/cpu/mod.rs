@@ -212,19 +212,6 @@ impl CpuForward {
         self.kv.pos = pos;
         Ok(())
     }
-
-    /// Moves the fill mark to `pos` without computing the positions in between (benchmarks).
-    pub fn assume_cached(&mut self, pos: usize) -> Result<()> {
-        if pos > self.kv.context {
-            return Err(Error::invalid(
-                "pos",
-                format!("{pos} is past the context of {}", self.kv.context),
-            ));
-        }
-        self.kv.pos = pos;
-        Ok(())
-    }
-
     /// Replaces the KV cache by one of `context` positions (kinds other than f32 are refused).
     pub fn set_kv(&mut self, kinds: KvKinds, context: usize) -> Result<()> {
         check_kinds(kinds)?;
@@ -259,12 +246,6 @@ impl CpuForward {
     pub fn max_batch(&self) -> usize {
         MAX_BATCH.min(self.chunk)
     }
-
-    /// Bytes of one more slot.
-    pub fn slot_bytes(&self) -> u64 {
-        self.kv.bytes() / self.kv.slots as u64
-    }
-
     /// Runs `tokens` from the main sequence's position on (see [`super::Forward::run`]).
     /// A request for candidates is answered with the last row's logits.
     pub fn run(&mut self, tokens: &[u32], readback: Readback<'_>) -> Result<Output> {
@@ -434,14 +415,7 @@ impl CpuForward {
     }
 
     fn check_ids(&self, tokens: &[u32]) -> Result<()> {
-        let vocab = self.config.vocab_size;
-        match tokens.iter().find(|&&t| t as usize >= vocab) {
-            Some(bad) => Err(Error::invalid(
-                "tokens",
-                format!("token id {bad} is outside the vocabulary of {vocab}"),
-            )),
-            None => Ok(()),
-        }
+        super::batch::check_ids(tokens, self.config.vocab_size)
     }
 }
 
