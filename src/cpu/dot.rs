@@ -25,6 +25,12 @@ pub fn scaled_dot(w: &[i8], q: &[i8], scale: &[f32], d: &[f32]) -> f32 {
     (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
 
+/// `scale_h · d_h` of the four half-blocks from `h` on (one f32 product each).
+#[inline(always)]
+fn group_scales(scale: &[f32], d: &[f32], h: usize) -> [f32; 4] {
+    std::array::from_fn(|k| scale[h + k] * d[h + k])
+}
+
 /// `Σ w·q` over 16 values, exact.
 #[inline(always)]
 fn int_dot16(w: &[i8], q: &[i8]) -> i32 {
@@ -106,12 +112,8 @@ unsafe fn groups_avx2(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usiz
         let t = _mm256_hadd_epi32(p01, p23);
         let t = _mm256_hadd_epi32(t, t);
         let sums = _mm_unpacklo_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-        let c = _mm_setr_ps(
-            scale[h] * d[h],
-            scale[h + 1] * d[h + 1],
-            scale[h + 2] * d[h + 2],
-            scale[h + 3] * d[h + 3],
-        );
+        let [c0, c1, c2, c3] = group_scales(scale, d, h);
+        let c = _mm_setr_ps(c0, c1, c2, c3);
         acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
         h += 4;
     }
@@ -151,12 +153,8 @@ fn groups_sse2(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
             let s01 = _mm_add_epi32(_mm_unpacklo_epi32(v0, v1), _mm_unpackhi_epi32(v0, v1));
             let s23 = _mm_add_epi32(_mm_unpacklo_epi32(v2, v3), _mm_unpackhi_epi32(v2, v3));
             let sums = _mm_add_epi32(_mm_unpacklo_epi64(s01, s23), _mm_unpackhi_epi64(s01, s23));
-            let c = _mm_setr_ps(
-                scale[h] * d[h],
-                scale[h + 1] * d[h + 1],
-                scale[h + 2] * d[h + 2],
-                scale[h + 3] * d[h + 3],
-            );
+            let [c0, c1, c2, c3] = group_scales(scale, d, h);
+            let c = _mm_setr_ps(c0, c1, c2, c3);
             acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
             h += 4;
         }
@@ -202,12 +200,8 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
                 i64x2_shuffle::<0, 2>(s01, s23),
                 i64x2_shuffle::<1, 3>(s01, s23),
             );
-            let c = f32x4(
-                scale[h] * d[h],
-                scale[h + 1] * d[h + 1],
-                scale[h + 2] * d[h + 2],
-                scale[h + 3] * d[h + 3],
-            );
+            let [c0, c1, c2, c3] = group_scales(scale, d, h);
+            let c = f32x4(c0, c1, c2, c3);
             acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(sums), c));
             h += 4;
         }
