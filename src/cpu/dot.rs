@@ -26,6 +26,10 @@ pub fn scaled_dot(w: &[i8], q: &[i8], scale: &[f32], d: &[f32]) -> f32 {
 }
 
 /// `scale_h · d_h` of the four half-blocks from `h` on (one f32 product each).
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
 #[inline(always)]
 fn group_scales(scale: &[f32], d: &[f32], h: usize) -> [f32; 4] {
     std::array::from_fn(|k| scale[h + k] * d[h + k])
