@@ -15,6 +15,7 @@
 pub mod candidates;
 pub mod chat;
 pub mod config;
+pub mod constrain;
 pub mod cpu;
 pub mod dtype;
 pub mod engine;

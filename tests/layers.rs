@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("sampling", 3),
     ("tokenizer", 4),
     ("chat", 5),
+    ("constrain", 5),
     ("loader", 6),
     ("forward", 6),
     ("session", 7),

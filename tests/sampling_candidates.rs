@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::select_ref;
-use emberlm::sampling::{Sampler, SamplingParams};
+use emberlm::sampling::{Sampler, SamplingParams, TokenMask};
 use rand::Rng;
 
 const VOCAB: usize = 2000;
@@ -72,6 +72,12 @@ fn params(name: &str) -> SamplingParams {
 /// from the candidates (falling back to the row when they decline). Returns how many steps the
 /// candidates served.
 fn compare(name: &str, rng: &mut impl Rng, steps: usize) -> usize {
+    compare_masked(name, rng, steps, None)
+}
+
+/// [`compare`] with a fresh random mask at every step allowing each token with probability
+/// `density` (at least one token), set on both samplers.
+fn compare_masked(name: &str, rng: &mut impl Rng, steps: usize, density: Option<f64>) -> usize {
     let p = params(name);
     let mut full = Sampler::new(&p, VOCAB).unwrap();
     let mut cand = Sampler::new(&p, VOCAB).unwrap();
@@ -80,7 +86,22 @@ fn compare(name: &str, rng: &mut impl Rng, steps: usize) -> usize {
     let mut served = 0;
     for step in 0..steps {
         let row = select_ref::random_row(rng, VOCAB);
+        if let Some(density) = density {
+            let mut mask = TokenMask::none(VOCAB);
+            for id in 0..VOCAB as u32 {
+                mask.set(id, rng.random_bool(density));
+            }
+            mask.set(rng.random_range(0..VOCAB as u32), true);
+            full.set_mask(Some(mask.clone())).unwrap();
+            cand.set_mask(Some(mask)).unwrap();
+        }
         let want = full.sample(&row, &prompt, &generated).unwrap();
+        if let Some(mask) = full.mask() {
+            assert!(
+                mask.allows(want.id),
+                "{name}: step {step}: a forbidden token"
+            );
+        }
         let got = match cand.select_request(&prompt, &generated).unwrap() {
             Some(request) => {
                 let c = select_ref::select(&row, &request);
@@ -136,6 +157,37 @@ fn candidates_give_the_full_rows_tokens() {
         }
         if name.starts_with("top_p") {
             assert!(served > 0, "{name}: the nucleus never fit the candidates");
+        }
+    }
+}
+
+/// With a constraint's mask the candidates still give exactly the full row's token: greedy and
+/// top-k are served whenever enough allowed tokens are among them, the nucleus never (its mass
+/// over the allowed tokens is not summed by the selection).
+#[test]
+fn masked_candidates_give_the_masked_full_rows_tokens() {
+    let mut rng = common::rng("masked_candidates_give_the_masked_full_rows_tokens", &|m| {
+        eprintln!("{m}")
+    });
+    let steps = 100;
+    for density in [0.5, 0.05, 0.002] {
+        for (name, served_at_half) in [
+            ("greedy", true),
+            ("greedy penalties", true),
+            ("default", true),
+            ("penalties and bias", true),
+            ("top_k typical min_p", false),
+            ("top_p only", false),
+            ("min_p only", false),
+        ] {
+            let served = compare_masked(name, &mut rng, steps, Some(density));
+            eprintln!("{name}, density {density}: {served}/{steps} from the candidates");
+            if density == 0.5 && served_at_half {
+                assert!(served * 10 >= steps * 9, "{name}: only {served}/{steps}");
+            }
+            if name.contains("only") {
+                assert_eq!(served, 0, "{name}: masked, the candidates cannot serve it");
+            }
         }
     }
 }

@@ -38,8 +38,15 @@ impl Sampler {
         }
         let p = &self.params;
         let n = self.vocab_size;
+        let masked = self.mask.is_some();
         let k = if n <= MAX_CANDIDATES {
             n
+        } else if masked && !p.is_greedy() && !(p.top_k > 0 && p.top_k <= MAX_CANDIDATES) {
+            // the nucleus needs the allowed tokens' mass, which the selection does not sum
+            return Ok(None);
+        } else if masked {
+            // forbidden tokens may fill the top: ask for as many as one step returns
+            MAX_CANDIDATES
         } else if p.is_greedy() {
             1 + CANDIDATE_MARGIN
         } else if p.top_k > 0 && p.top_k < n {
@@ -123,6 +130,13 @@ impl Sampler {
         for (a, &raw) in request.adjustments.iter().zip(&c.adjusted_raw) {
             if ix(a.id) < n && chosen.binary_search(&a.id).is_err() {
                 pool.push((a.id, raw, a.apply(raw)));
+            }
+        }
+        if let Some(mask) = &self.mask {
+            // forbidden tokens drop out; every token outside the pool still stays below the bound
+            pool.retain(|e| mask.allows(e.0));
+            if pool.is_empty() || !(p_greedy_or_top_k(&self.params, n)) {
+                return Ok(None);
             }
         }
         // Every token outside the pool has an adjusted logit of at most `bound`, and equal
@@ -267,4 +281,9 @@ impl Sampler {
         }
         None
     }
+}
+
+/// Whether `p` draws greedily or with top-k (the draws a masked selection can decide).
+fn p_greedy_or_top_k(p: &super::SamplingParams, n: usize) -> bool {
+    p.is_greedy() || (p.top_k > 0 && p.top_k < n)
 }

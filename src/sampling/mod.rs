@@ -20,6 +20,10 @@
 //!    probability reaches `top_p`.
 //! 8. **Min-p**: keeps the survivors whose probability is at least `min_p` times the largest.
 //!
+//! **Constraints.** A [`TokenMask`] set with [`Sampler::set_mask`] acts before step 1: a
+//! forbidden token's logit becomes `f32::NEG_INFINITY` and every step leaves it there, so a
+//! constrained draw is an unconstrained draw from the allowed tokens, renormalised.
+//!
 //! Probabilities in steps 6-8 are the softmax over the tokens that survived the previous steps.
 //! The penalty window is the last `penalty_last_n` tokens of `prompt ++ generated` (all of them
 //! when `penalty_last_n` is 0). A filtered token's logit becomes `f32::NEG_INFINITY`; every
@@ -64,6 +68,7 @@ pub mod divergence;
 mod filters;
 mod from_candidates;
 mod logits;
+pub mod mask;
 pub mod params;
 pub mod sampler;
 pub mod speculative;
@@ -71,6 +76,7 @@ pub mod stop;
 
 pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
 pub use divergence::{agreement, LogitAgreement};
+pub use mask::TokenMask;
 pub use params::{draw_seed, Preset, SamplingParams};
 pub use sampler::{log_softmax, Sampled, Sampler};
 pub use stop::{StopMatcher, StopOutput};

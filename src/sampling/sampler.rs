@@ -8,7 +8,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::candidates::saturate;
 use crate::candidates::{LogitAdjustment, OpenAiPenalty};
 use crate::sampling::params::draw_seed;
-use crate::sampling::SamplingParams;
+use crate::sampling::{SamplingParams, TokenMask};
 use crate::{Error, Result};
 
 use super::filters::{filter_candidates, filter_out};
@@ -34,6 +34,8 @@ pub struct Sampler {
     pub(super) rng: ChaCha20Rng,
     seed: u64,
     pub(super) vocab_size: usize,
+    /// The tokens a constraint allows at the next draw (`None`: all).
+    pub(super) mask: Option<TokenMask>,
 }
 
 impl Sampler {
@@ -55,6 +57,7 @@ impl Sampler {
             rng: ChaCha20Rng::seed_from_u64(seed),
             seed,
             vocab_size,
+            mask: None,
         })
     }
 
@@ -74,7 +77,41 @@ impl Sampler {
             rng,
             seed: self.seed,
             vocab_size: self.vocab_size,
+            mask: None,
         }
+    }
+
+    /// Restricts the next draws to the tokens `mask` allows (`None` lifts the restriction).
+    /// The mask acts before every processor: a forbidden token is gone, and the bias,
+    /// penalties, temperature and filters work on the allowed ones, so a draw is an
+    /// unconstrained draw from the allowed set renormalised. A mask of another length, or one
+    /// that allows nothing -> Error.
+    pub fn set_mask(&mut self, mask: Option<TokenMask>) -> Result<()> {
+        if let Some(m) = &mask {
+            if m.len() != self.vocab_size {
+                return Err(Error::invalid(
+                    "mask",
+                    format!(
+                        "covers {} tokens but the vocabulary has {}",
+                        m.len(),
+                        self.vocab_size
+                    ),
+                ));
+            }
+            if m.count() == 0 {
+                return Err(Error::invalid(
+                    "response_format",
+                    "the constraint allows no token at this point",
+                ));
+            }
+        }
+        self.mask = mask;
+        Ok(())
+    }
+
+    /// The mask the next draw obeys, if any.
+    pub fn mask(&self) -> Option<&TokenMask> {
+        self.mask.as_ref()
     }
 
     /// The parameters this sampler was built with.
@@ -139,11 +176,19 @@ impl Sampler {
         }
         check_logits(logits)?;
         let p = &self.params;
+        // A forbidden token is gone before any processor; the processors below leave `-inf`
+        // as it is.
+        if let Some(mask) = &self.mask {
+            mask.apply(logits);
+        }
 
         // Each token's adjustments depend only on its own logit, so applying them token by
         // token gives the same values as applying each processor to the whole row in turn.
         for a in self.adjustments(prompt, generated)? {
-            logits[ix(a.id)] = a.apply(logits[ix(a.id)]);
+            let x = logits[ix(a.id)];
+            if x != f32::NEG_INFINITY {
+                logits[ix(a.id)] = a.apply(x);
+            }
         }
 
         if p.is_greedy() {
@@ -158,12 +203,17 @@ impl Sampler {
 
         if p.temperature != 1.0 {
             let t = f64::from(p.temperature);
-            for x in logits.iter_mut() {
+            for x in logits.iter_mut().filter(|x| **x != f32::NEG_INFINITY) {
                 *x = saturate(f64::from(*x) / t);
             }
         }
 
-        let use_top_k = p.top_k > 0 && p.top_k < logits.len();
+        // Only allowed tokens are candidates (all of them without a mask).
+        let allowed = match &self.mask {
+            Some(mask) => mask.count(),
+            None => logits.len(),
+        };
+        let use_top_k = p.top_k > 0 && p.top_k < allowed;
         let use_typical = p.typical_p < 1.0;
         let use_top_p = p.top_p < 1.0;
         let use_min_p = p.min_p > 0.0;
@@ -176,6 +226,7 @@ impl Sampler {
         let mut cand: Vec<u64> = logits
             .iter()
             .enumerate()
+            .filter(|(_, &x)| x != f32::NEG_INFINITY)
             .map(|(i, &x)| key(x, i as u32))
             .collect();
         if use_top_k {

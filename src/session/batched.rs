@@ -19,6 +19,7 @@ use super::{
     elapsed_ms, Ctx, FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, Stats,
     TokenEvent,
 };
+use crate::constrain::Constraint;
 use crate::error::{Error, Result};
 use crate::forward::{BatchToken, Output, Readback, StepLogits};
 use crate::sampling::{Sampler, SelectRequest};
@@ -41,6 +42,8 @@ struct Item {
     warnings: Vec<String>,
     echo: Option<String>,
     sampler: Sampler,
+    /// Its response format, compiled (`None`: free text).
+    constraint: Option<Constraint>,
     /// Its sequences as they end, by sequence index.
     done: Vec<Option<Sequence>>,
     /// When its first sequence started decoding, and when its last one ended.
@@ -168,9 +171,10 @@ impl Session {
                     None => k += 1,
                     Some(f) => {
                         // keep the batch in admission order (swap_remove would reorder it)
-                        let lane = lanes.remove(k);
+                        let mut lane = lanes.remove(k);
                         free.push(lane.slot);
                         let item = prepared[lane.item].as_mut().ok_or_else(gone)?;
+                        item.warnings.extend(lane.run.incomplete(f));
                         let sequence = lane.run.sequence();
                         let seq = lane.run.finish(&lane_ctx(lane.item, item), f, on_token)?;
                         item.decode_span = item.decode_span.map(|(s, _)| (s, Instant::now()));
@@ -206,7 +210,7 @@ impl Session {
                         item: i,
                         slot,
                         pos: item.tokens.len(),
-                        run: Running::new(&tokenizer, params, s),
+                        run: Running::new(&tokenizer, params, s, item.constraint.as_ref()),
                         sampler: item.sampler.for_sequence(s),
                         logits: Some((StepLogits::Full(row.clone()), 0)),
                         request: None,
@@ -243,6 +247,7 @@ impl Session {
         params.validate_for_vocab(self.vocab())?;
         let mut warnings = Vec::new();
         let (tokens, _, stops) = self.prepare_prompt(&item.prompt, &item.options, &mut warnings)?;
+        let constraint = self.constraint(&item.options)?;
         let echo = self.echo(index, &item.prompt, &tokens, &item.options, on_token)?;
         let n = params.num_return_sequences;
         let empty = Sequence {
@@ -266,6 +271,7 @@ impl Session {
             warnings,
             echo,
             sampler: Sampler::new(params, self.vocab())?,
+            constraint,
             done,
             decode_span: None,
         })
@@ -310,6 +316,8 @@ impl Session {
             return Ok(None);
         };
         let vocab = self.vocab();
+        lane.run
+            .constrain(&mut lane.sampler, &item.stops, &mut item.stats)?;
         let s = match (&logits, &lane.request) {
             (StepLogits::Candidates(c), Some(request)) => {
                 match lane
@@ -442,5 +450,6 @@ fn lane_ctx(index: usize, item: &Item) -> Ctx<'_> {
         stops: &item.stops,
         start: item.start,
         speculative: None,
+        constraint: item.constraint.as_ref(),
     }
 }

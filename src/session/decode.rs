@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
+use crate::constrain::{Constraint, GrammarState};
 use crate::error::{Error, Result};
 use crate::forward::{Output, Readback, StepLogits};
 use crate::sampling::{Sampled, Sampler, SelectRequest, StopMatcher};
@@ -28,6 +29,8 @@ pub(super) struct Running<'t> {
     /// The sequence's index among `num_return_sequences`.
     sequence: usize,
     max_new_tokens: usize,
+    /// Where the sequence stands in the call's constraint, if it has one.
+    grammar: Option<GrammarState>,
 }
 
 impl<'t> Running<'t> {
@@ -36,6 +39,7 @@ impl<'t> Running<'t> {
         tokenizer: &'t crate::tokenizer::Tokenizer,
         params: &crate::sampling::SamplingParams,
         sequence: usize,
+        constraint: Option<&Constraint>,
     ) -> Self {
         Self {
             tokens: Vec::new(),
@@ -45,7 +49,52 @@ impl<'t> Running<'t> {
             stops: StopMatcher::new(&params.stop),
             sequence,
             max_new_tokens: params.max_new_tokens,
+            grammar: constraint.map(Constraint::start),
         }
+    }
+
+    /// Restricts `sampler`'s next draw to what the sequence's constraint allows (`ends`: the
+    /// ids that end the text, allowed only where the grammar may end); nothing without one.
+    /// Adds the time it took to `stats.constraint_ms`.
+    pub fn constrain(
+        &mut self,
+        sampler: &mut Sampler,
+        ends: &[u32],
+        stats: &mut Stats,
+    ) -> Result<()> {
+        if let Some(grammar) = &mut self.grammar {
+            let t = Instant::now();
+            let mask = grammar.mask(ends)?;
+            sampler.set_mask(Some(mask))?;
+            stats.constraint_ms += elapsed_ms(t);
+            stats.constrained_steps += 1;
+        }
+        Ok(())
+    }
+
+    /// When the sequence ended (not by abort) before its constraint's text was complete: the
+    /// warning that says so.
+    pub fn incomplete(&mut self, finish: FinishReason) -> Option<String> {
+        let grammar = self.grammar.as_mut()?;
+        if self.stops.stopped() {
+            return Some(format!(
+                "a stop string cut sequence {}: its text is a part of the {} output and may not satisfy the response format",
+                self.sequence,
+                grammar.kind()
+            ));
+        }
+        if finish == FinishReason::Abort || grammar.is_complete() {
+            return None;
+        }
+        let why = match finish {
+            FinishReason::Length => "reached its token limit",
+            _ => "was stopped",
+        };
+        Some(format!(
+            "sequence {} {why} before its {} was complete: the text does not satisfy the response format",
+            self.sequence,
+            grammar.kind()
+        ))
     }
 
     /// The sequence's index among the call's `num_return_sequences`.
@@ -103,6 +152,9 @@ impl<'t> Running<'t> {
         }
         self.tokens.push(s.id);
         self.logprob += f64::from(s.logprob);
+        if let Some(grammar) = &mut self.grammar {
+            grammar.accept(s.id)?;
+        }
         let piece = self.decoder.push(s.id)?;
         let out = self.stops.push(&piece);
         self.text.push_str(&out.text);
@@ -115,7 +167,7 @@ impl<'t> Running<'t> {
             beam: None,
             drafted,
         });
-        if out.stopped {
+        if out.stopped || self.grammar.as_ref().is_some_and(GrammarState::must_end) {
             return Ok(Some(FinishReason::Stop));
         }
         if self.tokens.len() >= self.max_new_tokens {
@@ -203,6 +255,7 @@ impl Session {
         }
         let mut warnings = Vec::new();
         let (tokens, n_keep, stops) = self.prepare_prompt(prompt, options, &mut warnings)?;
+        let constraint = self.constraint(options)?;
         let mut stats = Stats {
             prompt_tokens: tokens.len(),
             ..Stats::default()
@@ -233,6 +286,7 @@ impl Session {
             stops: &stops,
             start,
             speculative,
+            constraint: constraint.as_ref(),
         };
         let echo = self.echo(index, prompt, &tokens, options, on_token)?;
         let (mut sequences, seed) = if params.max_new_tokens == 0 {
@@ -429,7 +483,7 @@ impl Session {
         let mut logits = StepLogits::Full(logits);
         let mut request = None;
         let tokenizer = Arc::clone(&self.tokenizer);
-        let mut run = Running::new(&tokenizer, &params, sequence);
+        let mut run = Running::new(&tokenizer, &params, sequence, c.constraint);
         // speculation starts after the first token (drawn from the prompt's last row)
         let mut speculation = c.speculative;
         let mut decode_start = None;
@@ -437,6 +491,7 @@ impl Session {
             if self.abort.is_aborted() {
                 break FinishReason::Abort;
             }
+            run.constrain(sampler, c.stops, stats)?;
             let s = self
                 .sample_step(
                     sampler,
@@ -473,6 +528,7 @@ impl Session {
         if let Some(t) = decode_start {
             stats.decode_ms += elapsed_ms(t);
         }
+        warnings.extend(run.incomplete(finish));
         run.finish(c, finish, on_token)
     }
 

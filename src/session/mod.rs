@@ -45,6 +45,7 @@ use web_time::Instant;
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::config::ModelConfig;
 use crate::config::{auto_context, default_context, ContextChoice};
+use crate::constrain::{Constraint, Grammars};
 use crate::error::{Error, Result};
 use crate::forward::{Backend, Readback};
 use crate::gpu::GpuContext;
@@ -117,6 +118,8 @@ pub struct Session {
     cache_decision: Option<cache_plan::CacheDecision>,
     /// The draft model of speculative decoding, when one is loaded.
     draft: Option<draft::Draft>,
+    /// The grammar compiler for this tokenizer, built at the first constrained call.
+    grammars: Option<Arc<Grammars>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -142,6 +145,8 @@ struct Ctx<'a> {
     start: Instant,
     /// Speculative decoding for the call's sampled sequences.
     speculative: Option<speculative::Speculation<'a>>,
+    /// The call's response format, compiled (`None`: free text).
+    constraint: Option<&'a Constraint>,
 }
 
 /// Rejects token ids outside `0..vocab`, naming the first bad id and its position. The one
@@ -241,6 +246,7 @@ impl Session {
             recompute: false,
             cache_decision: None,
             draft: None,
+            grammars: None,
         })
     }
 
@@ -391,6 +397,31 @@ impl Session {
         };
         check_token_ids("prompt", &ids, self.vocab())?;
         Ok(ids)
+    }
+
+    /// `options`' response format compiled for this model (`None`: free text). Refuses the
+    /// decodings that do not take a constraint (beam search, speculative decoding).
+    pub(super) fn constraint(&mut self, options: &GenerateOptions) -> Result<Option<Constraint>> {
+        let format = &options.response_format;
+        if !format.is_constrained() {
+            return Ok(None);
+        }
+        if options.sampling.num_beams > 1 || options.speculative.is_some() {
+            return Err(Error::invalid(
+                "response_format",
+                "a response format runs with sampling and greedy decoding, not with beam search or speculative decoding",
+            ));
+        }
+        let grammars = match &self.grammars {
+            Some(g) => Arc::clone(g),
+            None => {
+                let eos = self.eos.first().copied().unwrap_or(0);
+                let g = Arc::new(Grammars::new(&self.tokenizer, self.vocab(), eos)?);
+                self.grammars = Some(Arc::clone(&g));
+                g
+            }
+        };
+        grammars.compile(format)
     }
 
     /// Ids the sampler may choose: the model's and the tokenizer's vocabularies overlap.

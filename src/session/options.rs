@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::chat::ChatMessage;
+use crate::constrain::ResponseFormat;
 use crate::error::{Error, Result};
 use crate::sampling::SamplingParams;
 
@@ -48,6 +49,10 @@ pub struct GenerateOptions {
     /// Speculative decoding (`None`: off): drafts from a draft model or prompt lookup,
     /// verified by the model in one step each. Sampling and greedy only.
     pub speculative: Option<super::SpecOptions>,
+    /// The shape the text must have (JSON `response_format`): free text, a JSON object, JSON
+    /// under a schema, a regular expression, a Lark or a GBNF grammar. Sampling and greedy
+    /// only (also batched and with `num_return_sequences`).
+    pub response_format: ResponseFormat,
 }
 
 /// `topK` → `top_k`: the snake_case spelling of a camelCase option name (snake_case names
@@ -120,6 +125,11 @@ impl GenerateOptions {
         }
         if let Some(v) = take_option(&mut map, "speculative", "speculative")? {
             options.speculative = super::SpecOptions::from_json(&v)?;
+        }
+        if let Some(v) = take_option(&mut map, "response_format", "responseFormat")? {
+            if !v.is_null() {
+                options.response_format = ResponseFormat::from_value(&v)?;
+            }
         }
         if let Some(v) = take_option(&mut map, "n_keep", "nKeep")? {
             if !v.is_null() {
@@ -256,6 +266,10 @@ pub struct Stats {
     /// Of those, decode steps that read the candidates first and then, as they did not
     /// suffice, the row too.
     pub select_fallbacks: usize,
+    /// Decode steps whose draw a response format restricted.
+    pub constrained_steps: usize,
+    /// Time spent computing those steps' allowed tokens.
+    pub constraint_ms: f64,
     /// What speculative decoding did (`None` when it was off).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculative: Option<super::SpecStats>,

@@ -9,6 +9,7 @@
 //! - `model = llama`: SentencePiece-style BPE whose merge priorities come from `scores` (as Hugging
 //!   Face's Llama converter derives them), with `<0xNN>` byte fallback and the `▁` space marker.
 
+mod bytes;
 mod gguf_vocab;
 mod hf_json;
 mod stream;
@@ -19,6 +20,7 @@ use tokenizers::{AddedVocabulary, Model, OffsetType, PreTokenizer};
 
 use crate::{Error, Result};
 
+pub use bytes::SPECIAL_MARKER;
 pub(crate) use hf_json::config_token;
 pub use stream::StreamDecoder;
 

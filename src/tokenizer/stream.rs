@@ -59,7 +59,7 @@ impl fmt::Debug for StreamDecoder<'_> {
 }
 
 /// Whether a vocabulary entry is a SentencePiece byte-fallback token `<0xNN>`.
-fn is_byte_token(token: &str) -> bool {
+pub(super) fn is_byte_token(token: &str) -> bool {
     let b = token.as_bytes();
     b.len() == 6
         && token.starts_with("<0x")

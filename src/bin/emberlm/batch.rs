@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
+use emberlm::constrain::ResponseFormat;
 use emberlm::sampling::SamplingParams;
 use emberlm::session::options::snake_case;
 use emberlm::session::{BatchItem, GenerateOptions, Generation, Prompt};
@@ -70,6 +71,8 @@ pub struct BatchArgs {
     pub max_batch: Option<u32>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub format: crate::format_args::FormatArgs,
 }
 
 /// Prompts handed to the engine at once: results are written after each window.
@@ -81,6 +84,8 @@ struct Item {
     line: usize,
     text: String,
     params: SamplingParams,
+    /// The line's own `response_format` (`None`: the flags').
+    format: Option<ResponseFormat>,
 }
 
 /// Parses one non-blank line; `base` holds the flags' parameters.
@@ -91,6 +96,7 @@ fn parse_line(line: usize, raw: &str, base: &SamplingParams) -> CliResult<Item> 
             line,
             text: raw.to_string(),
             params: base.clone(),
+            format: None,
         });
     }
     let value: serde_json::Value =
@@ -103,11 +109,26 @@ fn parse_line(line: usize, raw: &str, base: &SamplingParams) -> CliResult<Item> 
         Some(_) => return Err(bad("`prompt` must be a string".into())),
         None => return Err(bad("the object has no `prompt`".into())),
     };
+    let format = match (
+        options.remove("response_format"),
+        options.remove("responseFormat"),
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "`response_format` given twice (also as `responseFormat`)".into(),
+            ))
+        }
+        (Some(v), None) | (None, Some(v)) if !v.is_null() => {
+            Some(ResponseFormat::from_value(&v).map_err(|e| bad(e.to_string()))?)
+        }
+        _ => None,
+    };
     if options.is_empty() {
         return Ok(Item {
             line,
             text,
             params: base.clone(),
+            format,
         });
     }
     // Checked on their own first, so that the error names the option.
@@ -122,7 +143,12 @@ fn parse_line(line: usize, raw: &str, base: &SamplingParams) -> CliResult<Item> 
     let params: SamplingParams =
         serde_json::from_value(merged).map_err(|e| bad(format!("sampling options: {e}")))?;
     params.validate().map_err(|e| bad(e.to_string()))?;
-    Ok(Item { line, text, params })
+    Ok(Item {
+        line,
+        text,
+        params,
+        format,
+    })
 }
 
 /// Reads and checks every line of the prompts file.
@@ -246,6 +272,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
         code: 1,
         message: format!("cannot write the results: {e}"),
     };
+    let format = args.format.format()?;
     let items_with_options: Vec<BatchItem> = items
         .iter()
         .zip(&prompts)
@@ -259,6 +286,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
                 no_kv_cache: args.sampling.no_kv_cache,
                 echo: args.sampling.echo,
                 speculative: speculative.clone(),
+                response_format: item.format.clone().unwrap_or_else(|| format.clone()),
             },
         })
         .collect();

@@ -63,6 +63,8 @@ pub struct ChatArgs {
     pub no_template: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub format: crate::format_args::FormatArgs,
 }
 
 /// What a command asks the loop to do next.
@@ -80,6 +82,8 @@ struct Conversation {
     plain: bool,
     /// Speculative decoding (`/spec`), `None`: off.
     speculative: Option<emberlm::session::SpecOptions>,
+    /// `--json-object`, `--json-schema` ...: the shape of every reply.
+    format: emberlm::constrain::ResponseFormat,
     system: Option<String>,
     history: Vec<ChatMessage>,
 }
@@ -429,6 +433,7 @@ fn reply(text: &str, conv: &mut Conversation, engine: &Engine, interrupt: &Inter
         sampling: conv.params.clone(),
         no_kv_cache: conv.no_kv_cache,
         speculative: conv.speculative.clone(),
+        response_format: conv.format.clone(),
         ..GenerateOptions::default()
     };
     let mut printed = false;
@@ -479,6 +484,7 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
         ));
     }
     let speculative = args.sampling.spec.options()?;
+    let format = args.format.format()?;
     let engine = load_engine(args.model, args.ctx)?;
     args.sampling.spec.load_draft(&engine)?;
     let (inputs, received) = mpsc::channel();
@@ -488,6 +494,7 @@ pub fn chat(args: ChatArgs) -> CliResult<()> {
         no_kv_cache: args.sampling.no_kv_cache,
         plain: args.no_template,
         speculative,
+        format,
         system: args.system,
         history: Vec::new(),
     };

@@ -50,6 +50,8 @@ pub struct GenerateArgs {
     pub json: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub format: crate::format_args::FormatArgs,
 }
 
 /// Flags of `emberlm perplexity`.
@@ -118,6 +120,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
         no_kv_cache: args.sampling.no_kv_cache,
         echo: args.sampling.echo,
         speculative: args.sampling.spec.options()?,
+        response_format: args.format.format()?,
     };
     let stream = args.stream && !args.json;
     let several = options.sampling.num_return_sequences > 1;

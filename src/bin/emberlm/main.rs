@@ -17,6 +17,8 @@ mod chat;
 #[cfg(not(target_arch = "wasm32"))]
 mod decode_args;
 #[cfg(not(target_arch = "wasm32"))]
+mod format_args;
+#[cfg(not(target_arch = "wasm32"))]
 mod generate;
 #[cfg(not(target_arch = "wasm32"))]
 mod info;

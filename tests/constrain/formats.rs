@@ -1,0 +1,181 @@
+//! Each kind of response format on the tiny fixtures: the text obeys it, greedy and sampled,
+//! alone, with several sequences and in batches.
+
+use emberlm::constrain::ResponseFormat;
+use emberlm::session::{BatchItem, FinishReason, Prompt};
+use serde_json::json;
+
+use crate::support::*;
+
+/// `ddd-l{2,4}`: three digits, a dash, two to four lower-case letters.
+fn is_code(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() >= 6
+        && b.len() <= 8
+        && b[..3].iter().all(u8::is_ascii_digit)
+        && b[3] == b'-'
+        && b[4..].iter().all(u8::is_ascii_lowercase)
+}
+
+#[test]
+fn regex_outputs_match_on_every_tokenizer_kind() {
+    let format = ResponseFormat::Regex("[0-9]{3}-[a-z]{2,4}".into());
+    for model in TOKENIZER_KINDS {
+        let mut s = cpu_session(&fixture(model));
+        let mut params = vec![greedy(40)];
+        params.extend((0..12).map(|seed| sampled(seed, 40)));
+        for p in params {
+            let g = generate(&mut s, "The code is", &format, p.clone());
+            assert_complete(&g, model);
+            let text = &g.sequences[0].text;
+            assert!(is_code(text), "{model} seed {:?}: {text:?}", p.seed);
+        }
+    }
+}
+
+/// A small arithmetic language, as GBNF and as Lark; both give texts the checker accepts.
+fn is_sum(text: &str) -> bool {
+    let terms: Vec<&str> = text.split(['+', '-']).collect();
+    (1..=4).contains(&terms.len())
+        && terms
+            .iter()
+            .all(|t| (1..=3).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[test]
+fn gbnf_and_lark_grammars_are_followed() {
+    let gbnf = ResponseFormat::Gbnf(
+        "# sums of small numbers\nroot ::= Term (op Term){0,3}\nop ::= \"+\" | \"-\"\nTerm ::= [0-9]{1,3}\n"
+            .into(),
+    );
+    let lark = ResponseFormat::Lark(
+        "start: term (op term){0,3}\nop: \"+\" | \"-\"\nterm: /[0-9]{1,3}/\n".into(),
+    );
+    for model in TOKENIZER_KINDS {
+        let mut s = cpu_session(&fixture(model));
+        for format in [&gbnf, &lark] {
+            for seed in 0..8 {
+                let g = generate(&mut s, "2+2", format, sampled(seed, 40));
+                assert_complete(&g, model);
+                let text = &g.sequences[0].text;
+                assert!(is_sum(text), "{model} {}: {text:?}", format.kind());
+            }
+        }
+    }
+}
+
+#[test]
+fn json_object_mode_gives_an_object() {
+    let schema = json!({"type": "object"});
+    for model in TOKENIZER_KINDS {
+        let mut s = cpu_session(&fixture(model));
+        for seed in 0..6 {
+            let g = generate(&mut s, "{", &ResponseFormat::JsonObject, sampled(seed, 100));
+            let seq = &g.sequences[0];
+            match seq.finish_reason {
+                FinishReason::Stop => assert_valid(&schema, &seq.text, model),
+                // an object with free keys may outgrow the limit: then it says so
+                _ => assert!(
+                    g.warnings.iter().any(|w| w.contains("json_object")),
+                    "{g:?}"
+                ),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_limit_before_the_end_is_reported_not_hidden() {
+    let mut s = cpu_session(&fixture("tiny-llama-f32.gguf"));
+    let format = schema_format(&json!({
+        "type": "object",
+        "properties": {"name": {"type": "string", "minLength": 10}},
+        "required": ["name"]
+    }));
+    let g = generate(&mut s, "x", &format, greedy(3));
+    assert_eq!(g.sequences[0].finish_reason, FinishReason::Length);
+    assert!(
+        g.warnings
+            .iter()
+            .any(|w| w.contains("before its json_schema was complete")),
+        "{:?}",
+        g.warnings
+    );
+    assert!(g.stats.constrained_steps >= 3, "{:?}", g.stats);
+}
+
+#[test]
+fn several_sequences_and_batches_keep_each_sequence_in_its_format() {
+    let code = ResponseFormat::Regex("[0-9]{3}-[a-z]{2,4}".into());
+    let schema = json!({
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["ok", "n"],
+        "additionalProperties": false
+    });
+    let json_format = schema_format(&schema);
+    let mut s = cpu_session(&fixture("tiny-gpt2-f32.gguf"));
+    let mut p = sampled(5, 60);
+    p.num_return_sequences = 4;
+    let g = generate(&mut s, "code:", &code, p.clone());
+    assert_eq!(g.sequences.len(), 4);
+    assert_complete(&g, "num_return_sequences");
+    for seq in &g.sequences {
+        assert!(is_code(&seq.text), "{:?}", seq.text);
+    }
+    // two prompts with different formats decoded together draw what each draws alone
+    let items = vec![
+        BatchItem {
+            prompt: Prompt::Text("code:".into()),
+            options: options(&code, sampled(7, 60)),
+        },
+        BatchItem {
+            prompt: Prompt::Text("json:".into()),
+            options: options(&json_format, sampled(8, 60)),
+        },
+    ];
+    let together = pollster::block_on(s.generate_items(&items, Some(4), &mut |_| {})).unwrap();
+    let alone = pollster::block_on(s.generate_items(&items, Some(1), &mut |_| {})).unwrap();
+    for (t, a) in together.iter().zip(&alone) {
+        assert_eq!(t.sequences[0].tokens, a.sequences[0].tokens);
+    }
+    assert_complete(&together[0], "batched regex");
+    assert!(is_code(&together[0].sequences[0].text));
+    assert_complete(&together[1], "batched schema");
+    assert_valid(&schema, &together[1].sequences[0].text, "batched schema");
+}
+
+#[test]
+fn stop_strings_and_streaming_work_under_a_constraint() {
+    let mut s = cpu_session(&fixture("tiny-llama-spm-f32.gguf"));
+    let format = ResponseFormat::Regex("(ab|cd){2,6}".into());
+    for seed in 0..8 {
+        let mut p = sampled(seed, 40);
+        p.stop = vec!["cd".into()];
+        let mut streamed = String::new();
+        let g = pollster::block_on(s.generate(
+            &Prompt::Text("x".into()),
+            &options(&format, p),
+            &mut |e| streamed.push_str(&e.text),
+        ))
+        .unwrap();
+        let seq = &g.sequences[0];
+        assert_eq!(streamed, seq.text);
+        assert!(!seq.text.contains("cd"), "{:?}", seq.text);
+        let all = s.tokenizer().decode(&seq.tokens, true).unwrap();
+        if all.contains("cd") {
+            // the stop string cut the text: it is not vouched for
+            assert!(
+                g.warnings.iter().any(|w| w.contains("stop string")),
+                "{g:?}"
+            );
+        } else {
+            assert_complete(&g, "no stop string");
+            assert!(
+                seq.text.len() >= 4 && seq.text.len().is_multiple_of(2),
+                "{:?}",
+                seq.text
+            );
+        }
+    }
+}
