@@ -25,6 +25,7 @@ pub mod forward;
 pub mod gpu;
 pub mod loader;
 pub mod model;
+pub mod openai;
 pub mod sampling;
 pub mod session;
 pub mod tokenizer;

@@ -39,6 +39,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("forward", 6),
     ("session", 7),
     ("engine", 8),
+    ("openai", 8),
     ("web", 9),
 ];
 

@@ -292,6 +292,11 @@ impl Session {
         self.forward.config()
     }
 
+    /// The tokenizer, shared (to decode tokens while a call runs).
+    pub fn shared_tokenizer(&self) -> Arc<Tokenizer> {
+        Arc::clone(&self.tokenizer)
+    }
+
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer

@@ -51,6 +51,10 @@ struct GenerationStats {
     full_row_steps: usize,
     /// Of those, steps whose candidates did not suffice, so the row was read as well.
     select_fallbacks: usize,
+    /// Steps whose draw a response format restricted.
+    constrained_steps: usize,
+    /// Time spent computing those steps' allowed tokens.
+    constraint_ms: f64,
     /// What speculative decoding did (absent when it was off).
     #[tsify(optional)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,6 +92,8 @@ impl From<&Stats> for GenerationStats {
             candidate_steps: s.candidate_steps,
             full_row_steps: s.full_row_steps,
             select_fallbacks: s.select_fallbacks,
+            constrained_steps: s.constrained_steps,
+            constraint_ms: s.constraint_ms,
             speculative: s.speculative.as_ref().map(|p| SpeculativeStats {
                 method: p.method.clone(),
                 drafted: p.drafted,

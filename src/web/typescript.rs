@@ -290,7 +290,40 @@ export interface GenerateOptions {
    * `stats.speculative` reports the acceptance. Not with beam search or `useCache: false`.
    */
   speculative?: boolean | SpeculativeOptions;
+  /**
+   * The shape the text must have: every draw is limited to the tokens that keep the text
+   * inside it. A format that does not compile rejects the call before generation; a sequence
+   * that reaches `maxNewTokens` first ends with `finishReason: 'length'` and a warning. Also
+   * spelled `response_format`. Not with beam search or speculative decoding.
+   */
+  responseFormat?: ResponseFormat;
 }
+
+/**
+ * A response format (`GenerateOptions.responseFormat`), as OpenAI's `response_format` with
+ * regular expressions and grammars besides: JSON is written with `", "` and `": "` and no other
+ * whitespace.
+ */
+export type ResponseFormat =
+  | { type: 'text' }
+  | { type: 'json_object'; schema?: object | string }
+  | {
+      type: 'json_schema';
+      json_schema: {
+        name?: string;
+        description?: string;
+        schema?: object | boolean;
+        /** false: schema keywords the compiler does not support are ignored (default true: refused). */
+        strict?: boolean;
+      };
+    }
+  /** Rust `regex` syntax, matched against the whole text. */
+  | { type: 'regex'; regex: string }
+  /** A Lark grammar; `start` is the start rule. */
+  | { type: 'lark'; lark: string }
+  /** A llama.cpp GBNF grammar; `root` is the start rule. `grammar` is the same (WebLLM's name). */
+  | { type: 'gbnf'; gbnf: string }
+  | { type: 'grammar'; grammar: string };
 
 /** Speculative decoding settings (`GenerateOptions.speculative`). */
 export interface SpeculativeOptions {

@@ -31,6 +31,8 @@ mod profile;
 #[cfg(not(target_arch = "wasm32"))]
 mod sampling_args;
 #[cfg(not(target_arch = "wasm32"))]
+mod serve_api;
+#[cfg(not(target_arch = "wasm32"))]
 mod spec_args;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -240,6 +242,8 @@ mod cli {
         Generate(Box<GenerateArgs>),
         /// Talk with the model: one line per message on stdin, replies streamed to stdout.
         Chat(Box<ChatArgs>),
+        /// Serve the OpenAI-style HTTP API (chat completions, completions, models) on loopback.
+        ServeApi(Box<crate::serve_api::ServeApiArgs>),
         /// Generate for every prompt of a file (plain lines or JSON lines), in input order.
         Batch(Box<BatchArgs>),
         /// Mean negative log-likelihood and perplexity of a text file (JSON).
@@ -389,6 +393,7 @@ mod cli {
             Command::Generate(args) => crate::generate::generate(*args),
             Command::Perplexity(args) => crate::generate::perplexity(args),
             Command::Chat(args) => crate::chat::chat(*args),
+            Command::ServeApi(args) => crate::serve_api::serve_api(*args),
             Command::Batch(args) => crate::batch::batch(*args),
             Command::Bench(args) => crate::bench::bench(*args),
             Command::Profile(args) => crate::profile::profile(args),
@@ -426,6 +431,7 @@ mod cli {
             Command::Generate(_)
             | Command::Perplexity(_)
             | Command::Chat(_)
+            | Command::ServeApi(_)
             | Command::Batch(_)
             | Command::Bench(_)
             | Command::Profile(_) => Ok(()),

@@ -1,0 +1,187 @@
+use serde_json::json;
+
+use super::*;
+use crate::session::{FinishReason, Generation, Sequence, Stats, TokenEvent};
+
+fn chat(body: serde_json::Value) -> Result<Request> {
+    Request::from_value(CompletionKind::Chat, &body)
+}
+
+#[test]
+fn chat_fields_map_to_generation_options() {
+    let r = chat(json!({
+        "model": "smollm2",
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}
+        ],
+        "temperature": 0.5, "top_p": 0.9, "max_tokens": 12, "stop": "\n", "seed": 7, "n": 3,
+        "frequency_penalty": 0.5, "presence_penalty": 0.25, "logit_bias": {"5": -100},
+        "response_format": {"type": "json_object"}, "logprobs": true, "top_logprobs": 0,
+        "stream": true, "stream_options": {"include_usage": true}, "user": "u1"
+    }))
+    .expect("valid request");
+    let p = &r.options.sampling;
+    assert_eq!((p.temperature, p.top_p, p.max_new_tokens), (0.5, 0.9, 12));
+    assert_eq!(p.stop, vec!["\n".to_string()]);
+    assert_eq!((p.seed, p.num_return_sequences), (Some(7), 3));
+    assert_eq!((p.frequency_penalty, p.presence_penalty), (0.5, 0.25));
+    assert_eq!(p.logit_bias.get(&5), Some(&-100.0));
+    assert_eq!(r.options.response_format, ResponseFormat::JsonObject);
+    assert!(r.stream && r.include_usage && r.logprobs);
+    assert_eq!(r.model.as_deref(), Some("smollm2"));
+    let Prompt::Chat(messages) = &r.prompt else {
+        panic!("{:?}", r.prompt)
+    };
+    assert_eq!(messages[0].role, "system");
+    assert_eq!(messages[1].content, "Hi!");
+}
+
+#[test]
+fn defaults_are_openais() {
+    let r = chat(json!({"messages": [{"role": "user", "content": "x"}]})).expect("valid");
+    assert_eq!(r.options.sampling.temperature, 1.0);
+    assert_eq!(r.options.sampling.max_new_tokens, 256);
+    assert!(!r.stream && !r.logprobs);
+    let t = Request::from_value(CompletionKind::Text, &json!({"prompt": "x", "echo": true}))
+        .expect("valid");
+    assert_eq!(t.options.sampling.max_new_tokens, 16);
+    assert!(t.options.echo);
+    assert_eq!(t.prompt, Prompt::Text("x".into()));
+}
+
+#[test]
+fn bad_requests_name_the_field() {
+    let cases = [
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "temprature": 1}),
+            "unknown field `temprature`",
+        ),
+        (json!({"messages": []}), "at least one message"),
+        (
+            json!({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}),
+            "unknown field `tool_calls`",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "n": 0}),
+            "`n` must be in 1..=64",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "temperature": 3}),
+            "`temperature` must be in [0, 2]",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+            "not supported",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "stop": 5}),
+            "`stop` must be",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}}),
+            "unknown type \"yaml\"",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "max_completion_tokens": 2}),
+            "not both",
+        ),
+        (json!([1, 2]), "must be a JSON object"),
+    ];
+    for (body, want) in cases {
+        let e = chat(body.clone()).expect_err(&body.to_string()).to_string();
+        assert!(e.contains(want), "{body}: {e}");
+    }
+    let e = Request::from_json(CompletionKind::Chat, "{")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not valid JSON"), "{e}");
+}
+
+fn generation() -> Generation {
+    let seq = |text: &str, finish| Sequence {
+        tokens: vec![1, 2],
+        text: text.into(),
+        finish_reason: finish,
+        logprob: -1.0,
+    };
+    Generation {
+        prompt_tokens: vec![9, 9, 9],
+        sequences: vec![
+            seq("{}", FinishReason::Stop),
+            seq("{\"a", FinishReason::Length),
+        ],
+        stats: Stats {
+            generated_tokens: 4,
+            ..Stats::default()
+        },
+        seed: Some(1),
+        warnings: vec!["sequence 1 reached its token limit".into()],
+    }
+}
+
+#[test]
+fn responses_have_the_documented_shape() {
+    let g = generation();
+    let lp = vec![
+        vec![
+            response::TokenLogprob {
+                token: "{".into(),
+                logprob: -0.5,
+            },
+            response::TokenLogprob {
+                token: "}".into(),
+                logprob: -0.25,
+            },
+        ],
+        vec![],
+    ];
+    let r = response::response(CompletionKind::Chat, "chatcmpl-1", "m", &g, Some(&lp));
+    assert_eq!(r["object"], "chat.completion");
+    assert_eq!(
+        r["choices"][0]["message"],
+        json!({"role": "assistant", "content": "{}", "refusal": null})
+    );
+    assert_eq!(r["choices"][1]["finish_reason"], "length");
+    assert_eq!(r["choices"][0]["logprobs"]["content"][1]["logprob"], -0.25);
+    assert_eq!(
+        r["usage"],
+        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+    );
+    assert_eq!(r["warnings"][0], "sequence 1 reached its token limit");
+    let t = response::response(CompletionKind::Text, "cmpl-1", "m", &g, None);
+    assert_eq!(t["object"], "text_completion");
+    assert_eq!(t["choices"][0]["text"], "{}");
+    assert!(t["choices"][0]["logprobs"].is_null());
+}
+
+#[test]
+fn chunks_start_with_the_role_and_end_with_reasons_and_usage() {
+    let g = generation();
+    let mut w = ChunkWriter::new(CompletionKind::Chat, "chatcmpl-1", "m", false);
+    let event = |sequence, text: &str| TokenEvent {
+        prompt: 0,
+        sequence,
+        id: Some(1),
+        logprob: Some(-0.1),
+        text: text.into(),
+        beam: None,
+        drafted: None,
+    };
+    let first = w.event(&event(0, "{"), None).expect("a chunk");
+    assert_eq!(first["object"], "chat.completion.chunk");
+    assert_eq!(
+        first["choices"][0]["delta"],
+        json!({"role": "assistant", "content": "{"})
+    );
+    let next = w.event(&event(0, "}"), None).expect("a chunk");
+    assert_eq!(next["choices"][0]["delta"], json!({"content": "}"}));
+    assert!(w.event(&event(0, ""), None).is_none());
+    let end = w.finish(&g, true);
+    assert_eq!(end.len(), 3);
+    assert_eq!(end[0]["choices"][0]["finish_reason"], "stop");
+    // choice 1 never sent a token: its closing chunk carries the role
+    assert_eq!(end[1]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(end[2]["choices"], json!([]));
+    assert_eq!(end[2]["usage"]["total_tokens"], 7);
+}

@@ -1,0 +1,230 @@
+//! `emberlm serve-api` over HTTP on loopback, on a tiny fixture and the CPU backend: the models
+//! list, chat and plain completions (whole and streamed as server-sent events), a response
+//! format, and the errors (bad JSON, unknown fields, a body over the limit, unknown paths).
+
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+
+/// The server process, killed when dropped.
+struct Server {
+    child: Child,
+    address: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(extra: &[&str]) -> Server {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-llama-f32.gguf"
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_emberlm"))
+        .args([
+            "serve-api",
+            "--device",
+            "cpu",
+            "--port",
+            "0",
+            "--model",
+            model,
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the binary runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("a line");
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Server { child, address }
+}
+
+/// One HTTP/1.1 exchange: (status, body).
+fn http(server: &Server, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(&server.address).expect("connect");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        server.address,
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("receive");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+fn json_body(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{body:?}: {e}"))
+}
+
+#[test]
+fn completions_answer_in_the_openai_shape() {
+    let server = start(&[]);
+    let (status, body) = http(&server, "GET", "/v1/models", "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_body(&body)["data"][0]["object"], "model");
+
+    let request = json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Give a number"}],
+        "max_tokens": 40,
+        "seed": 3,
+        "n": 2,
+        "logprobs": true,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
+            "type": "object",
+            "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 999}},
+            "required": ["n"], "additionalProperties": false
+        }}}
+    });
+    let (status, body) = http(
+        &server,
+        "POST",
+        "/v1/chat/completions",
+        &request.to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let r = json_body(&body);
+    assert_eq!(r["object"], "chat.completion");
+    assert_eq!(r["model"], "tiny");
+    assert!(r["id"]
+        .as_str()
+        .is_some_and(|id| id.starts_with("chatcmpl-")));
+    assert_eq!(r["choices"].as_array().map(Vec::len), Some(2));
+    for choice in r["choices"].as_array().into_iter().flatten() {
+        assert_eq!(choice["message"]["role"], "assistant");
+        assert_eq!(choice["finish_reason"], "stop", "{choice}");
+        let content = choice["message"]["content"].as_str().expect("content");
+        let value = json_body(content);
+        assert!(value["n"].as_u64().is_some_and(|n| n <= 999), "{content}");
+        let tokens = choice["logprobs"]["content"].as_array().expect("logprobs");
+        assert!(!tokens.is_empty());
+        assert!(tokens
+            .iter()
+            .all(|t| t["logprob"].as_f64().is_some_and(|l| l <= 0.0)));
+    }
+    let usage = &r["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(
+            usage["prompt_tokens"].as_u64().unwrap_or(0)
+                + usage["completion_tokens"].as_u64().unwrap_or(0)
+        )
+    );
+
+    let request = json!({"prompt": "Once", "max_tokens": 5, "temperature": 0});
+    let (status, body) = http(&server, "POST", "/v1/completions", &request.to_string());
+    assert_eq!(status, 200, "{body}");
+    let r = json_body(&body);
+    assert_eq!(r["object"], "text_completion");
+    assert_eq!(r["choices"][0]["finish_reason"], "length");
+    assert_eq!(r["usage"]["completion_tokens"], 5);
+}
+
+#[test]
+fn streams_are_server_sent_events_ending_with_done() {
+    let server = start(&[]);
+    let request = json!({
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 6,
+        "temperature": 0,
+        "stream": true,
+        "stream_options": {"include_usage": true}
+    });
+    let (status, body) = http(
+        &server,
+        "POST",
+        "/v1/chat/completions",
+        &request.to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let frames: Vec<&str> = body
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .collect();
+    assert_eq!(frames.last(), Some(&"[DONE]"), "{body}");
+    let chunks: Vec<Value> = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| json_body(f))
+        .collect();
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let finish = &chunks[chunks.len() - 2]["choices"][0]["finish_reason"];
+    assert_eq!(finish, "length", "{body}");
+    assert_eq!(chunks[chunks.len() - 1]["usage"]["completion_tokens"], 6);
+    // the same request unstreamed gives the same text
+    let mut whole = request.clone();
+    whole["stream"] = json!(false);
+    whole.as_object_mut().map(|m| m.remove("stream_options"));
+    let (_, body) = http(&server, "POST", "/v1/chat/completions", &whole.to_string());
+    assert_eq!(
+        json_body(&body)["choices"][0]["message"]["content"],
+        text.as_str()
+    );
+}
+
+#[test]
+fn bad_requests_get_errors_that_name_the_problem() {
+    let server = start(&["--max-body", "2000"]);
+    let cases = [
+        ("POST", "/v1/chat/completions", "{".to_string(), 400, "not valid JSON"),
+        (
+            "POST",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "temprature": 1}).to_string(),
+            400,
+            "unknown field `temprature`",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "regex", "regex": "[0-"}}).to_string(),
+            400,
+            "regex",
+        ),
+        ("POST", "/v1/completions", format!("{{\"prompt\": \"{}\"}}", "a".repeat(3000)), 413, "limit of 2000 bytes"),
+        ("GET", "/v1/engines", String::new(), 404, "no endpoint /v1/engines"),
+        ("GET", "/v1/chat/completions", String::new(), 405, "not allowed"),
+    ];
+    for (method, path, body, want_status, want) in cases {
+        let (status, answer) = http(&server, method, path, &body);
+        assert_eq!(status, want_status, "{method} {path}: {answer}");
+        let message = json_body(&answer)["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(message.contains(want), "{method} {path}: {message}");
+    }
+}
