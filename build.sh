@@ -94,11 +94,11 @@ setup_wasm_tools() {
 }
 
 # Node tools pinned in package.json / package-lock.json: wasm-opt (binaryen), playwright-core
-# (a driver only: it uses Debian's Chromium and downloads no browser), and typescript and vite
-# for the npm package's tests.
+# (a driver only: it uses Debian's Chromium and downloads no browser), typescript and vite
+# for the npm package's tests, and the official `openai` client for the API tests.
 setup_node() {
   if [ -x node_modules/.bin/wasm-opt ] && [ -d node_modules/playwright-core ] &&
-    [ -x node_modules/.bin/tsc ] && [ -x node_modules/.bin/vite ] &&
+    [ -x node_modules/.bin/tsc ] && [ -x node_modules/.bin/vite ] && [ -d node_modules/openai ] &&
     [ node_modules/.package-lock.json -nt package-lock.json ]; then
     return
   fi
@@ -285,7 +285,8 @@ cmd_test() {
   stop_model_server
   log "demo page test (release build, Playwright driving headless Chromium)"
   cmd_build
-  node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs
+  node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs \
+    tests/e2e/openai.test.mjs
   log "offline demo, npm package and examples (dist/)"
   dist_only
   node --test --test-concurrency=1 tests/e2e/dist.test.mjs tests/e2e/npm.test.mjs

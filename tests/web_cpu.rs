@@ -113,3 +113,115 @@ async fn an_unknown_backend_is_named() {
     let e = load_cpu("tiny-llama-q4_1.gguf", "tpu").await.err().unwrap();
     assert!(e.contains("tpu") && e.contains("device"), "{e}");
 }
+
+/// A record as the schema below allows it: `{"name": "<1 to 8 letters>", "n": <0..=99>}`.
+fn check_record(text: &str) {
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    let obj = v.as_object().unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(obj.len(), 2, "{text}");
+    let name = obj["name"].as_str().unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        name.len() <= 8 && name.bytes().all(|b| b.is_ascii_lowercase()),
+        "{text}"
+    );
+    assert!(obj["n"].as_u64().is_some_and(|n| n <= 99), "{text}");
+}
+
+/// Structured output and the OpenAI-style API in the page: `chat.completions.create` with a
+/// JSON schema (whole and streamed), and `generate` with a regular expression.
+#[wasm_bindgen_test]
+async fn structured_output_and_the_openai_api_in_the_page() {
+    use wasm_bindgen_futures::JsFuture;
+    let engine = load_cpu("tiny-gpt2-f32.gguf", "cpu").await.unwrap();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z]{1,8}$"},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99}
+        },
+        "required": ["name", "n"],
+        "additionalProperties": false
+    });
+    let request = json!({
+        "messages": [{"role": "user", "content": "A record"}],
+        "n": 3,
+        "seed": 4,
+        "max_tokens": 60,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    });
+    let completions = engine.chat().completions();
+    let r = JsFuture::from(completions.create(common::web_engine::js(&request)))
+        .await
+        .map(|v| rust(&v))
+        .unwrap_or_else(|e| panic!("{}", message(&e)));
+    assert_eq!(r["object"], "chat.completion");
+    for choice in r["choices"].as_array().unwrap() {
+        assert_eq!(choice["finish_reason"], "stop", "{choice}");
+        check_record(choice["message"]["content"].as_str().unwrap());
+    }
+    // streamed: chunks through the async iterator, the same text as a whole call
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    streamed["n"] = json!(1);
+    let iterator = JsFuture::from(completions.create(common::web_engine::js(&streamed)))
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)));
+    let next: js_sys::Function = Reflect::get(&iterator, &"next".into()).unwrap().into();
+    let mut text = String::new();
+    let mut chunks = Vec::new();
+    loop {
+        let step = JsFuture::from(js_sys::Promise::from(next.call0(&iterator).unwrap()))
+            .await
+            .unwrap_or_else(|e| panic!("{}", message(&e)));
+        if Reflect::get(&step, &"done".into()).unwrap().as_bool() == Some(true) {
+            break;
+        }
+        let chunk = rust(&Reflect::get(&step, &"value".into()).unwrap());
+        if let Some(t) = chunk["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+        }
+        chunks.push(chunk);
+    }
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+    check_record(&text);
+    assert_eq!(
+        text,
+        r["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    // an unknown field is named
+    let bad = json!({"messages": [{"role": "user", "content": "x"}], "temprature": 1});
+    let e = JsFuture::from(completions.create(common::web_engine::js(&bad)))
+        .await
+        .err()
+        .map(|e| message(&e))
+        .unwrap();
+    assert!(e.contains("temprature"), "{e}");
+    // generate() with a regular expression
+    let g = generate(
+        &engine,
+        &json!("code"),
+        json!({"seed": 1, "maxNewTokens": 20, "responseFormat": {"type": "regex", "regex": "[0-9]{3}-[a-z]{2}"}}),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
+    let code = g["sequences"][0]["text"].as_str().unwrap();
+    let b = code.as_bytes();
+    assert!(
+        b.len() == 6
+            && b[..3].iter().all(u8::is_ascii_digit)
+            && b[3] == b'-'
+            && b[4..].iter().all(u8::is_ascii_lowercase),
+        "{code:?}"
+    );
+    assert!(
+        g["stats"]["constrainedSteps"]
+            .as_u64()
+            .is_some_and(|n| n >= 6),
+        "{g}"
+    );
+}

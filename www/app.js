@@ -3,7 +3,8 @@
 //
 // Element ids and data-* attributes are stable, the page tests rely on them:
 //   #status[data-state = loading | ready | generating | error], #prompt, #send, #stop, #reset,
-//   #messages > .message.user / .message.assistant (.content; data-finish, data-tokens),
+//   #messages > .message.user / .message.assistant (.content; data-finish, data-tokens;
+//   pre.parsed[data-valid] under a reply with #json-output on, #json-schema its schema),
 //   #load-progress, #load-phase, #cache-note[data-cached], #error[data-kind], #retry.
 // #status is `idle` while an offline page waits for a model file.
 //
@@ -241,6 +242,20 @@ function addMessage(role, text) {
   return div;
 }
 
+/** Under a JSON reply: the parsed value, or why the text is not complete JSON. */
+function showParsed(bubble, result) {
+  const box = document.createElement('pre');
+  box.className = 'parsed';
+  try {
+    box.textContent = JSON.stringify(JSON.parse(result.text), null, 2);
+    box.dataset.valid = 'true';
+  } catch {
+    box.textContent = result.warnings?.join('\n') || `not complete JSON (finish: ${result.finishReason})`;
+    box.dataset.valid = 'false';
+  }
+  bubble.append(box);
+}
+
 function number(id) {
   return Number($(id).value);
 }
@@ -275,6 +290,20 @@ function options() {
     if (id) bias[id] = Number(value);
   }
   if (Object.keys(bias).length) o.logitBias = bias;
+  if ($('json-output').checked) {
+    const schema = $('json-schema').value.trim();
+    if (schema === '') {
+      o.responseFormat = { type: 'json_object' };
+    } else {
+      let parsed;
+      try {
+        parsed = JSON.parse(schema);
+      } catch (e) {
+        throw new Error(`The JSON schema is not valid JSON: ${e.message}`);
+      }
+      o.responseFormat = { type: 'json_schema', json_schema: { schema: parsed } };
+    }
+  }
   if ($('speculative').value) {
     o.speculative = {
       method: $('speculative').value,
@@ -350,6 +379,7 @@ async function send() {
       bubble.scrollIntoView({ block: 'end' });
     });
     content.textContent = result.text;
+    if ($('json-output').checked) showParsed(bubble, result);
     bubble.dataset.finish = result.finishReason;
     bubble.dataset.tokens = String(result.tokens.length);
     bubble.dataset.state = 'done';

@@ -23,7 +23,7 @@ use crate::session::{GenerateOptions, Prompt};
 use crate::{Error, Result};
 
 pub use response::{ChunkWriter, CompletionKind};
-pub use run::complete;
+pub use run::{complete, model_name};
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_CHOICES: usize = 64;

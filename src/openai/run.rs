@@ -23,7 +23,7 @@ pub async fn complete(
     let model = request
         .model
         .clone()
-        .unwrap_or_else(|| engine.files().name().to_string());
+        .unwrap_or_else(|| model_name(engine.files().name()));
     let n = request.options.sampling.num_return_sequences;
     let mut logprobs: Vec<Vec<TokenLogprob>> = vec![Vec::new(); n];
     let mut writer = ChunkWriter::new(kind, &id, &model, request.logprobs);
@@ -63,4 +63,11 @@ pub async fn complete(
     }
     let lp = request.logprobs.then_some(logprobs.as_slice());
     Ok(response(kind, &id, &model, &g, lp))
+}
+
+/// The name responses give a model: its file's stem (`SmolLM2-135M-Instruct.Q4_1` for
+/// `models/SmolLM2-135M-Instruct.Q4_1.gguf`).
+pub fn model_name(file: &str) -> String {
+    let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
+    base.strip_suffix(".gguf").unwrap_or(base).to_string()
 }

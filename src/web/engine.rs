@@ -318,6 +318,18 @@ impl Engine {
         stream::start(Rc::clone(&self.inner), parse_call(&prompt, &options))
     }
 
+    /// The OpenAI-style chat API: `engine.chat.completions.create({ messages, ... })`.
+    #[wasm_bindgen(getter)]
+    pub fn chat(&self) -> super::openai::Chat {
+        super::openai::Chat::new(Rc::clone(&self.inner))
+    }
+
+    /// The OpenAI-style plain completions: `engine.completions.create({ prompt, ... })`.
+    #[wasm_bindgen(getter)]
+    pub fn completions(&self) -> super::openai::Completions {
+        super::openai::Completions::text(Rc::clone(&self.inner))
+    }
+
     /// Stops the running call between two tokens; it resolves with `finishReason: "abort"`.
     pub fn abort(&self) {
         self.inner.abort();

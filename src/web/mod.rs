@@ -14,6 +14,7 @@ mod batch;
 mod cache_options;
 mod draft;
 mod engine;
+mod openai;
 mod source;
 mod stream;
 mod types;

@@ -325,6 +325,117 @@ export type ResponseFormat =
   | { type: 'gbnf'; gbnf: string }
   | { type: 'grammar'; grammar: string };
 
+/** Fields shared by `chat.completions.create` and `completions.create` (OpenAI's names). */
+export interface CompletionRequestBase {
+  /** Echoed in the response (the engine runs its own model whatever this says). */
+  model?: string;
+  /** Answer with an async iterator of chunks instead of one object. */
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean };
+  /** In [0, 2] (default 1; 0 is greedy). */
+  temperature?: number;
+  top_p?: number;
+  /** Most tokens to generate (default 256 for chat, 16 for completions). */
+  max_tokens?: number;
+  stop?: string | string[];
+  seed?: number;
+  /** Choices to generate, 1..=64 (default 1). */
+  n?: number;
+  response_format?: ResponseFormat;
+  frequency_penalty?: number;
+  presence_penalty?: number;
+  /** Token id (as a string key) to bias in [-100, 100]. */
+  logit_bias?: Record<string, number>;
+  user?: string;
+}
+
+/** A `chat.completions.create` request. */
+export interface ChatCompletionRequest extends CompletionRequestBase {
+  messages: { role: 'system' | 'developer' | 'user' | 'assistant' | string; content: string | { type: 'text'; text: string }[]; name?: string }[];
+  max_completion_tokens?: number;
+  /** Report each generated token's log-probability. */
+  logprobs?: boolean;
+  /** Only 0: alternatives per token are not reported. */
+  top_logprobs?: number;
+}
+
+/** A `completions.create` request. */
+export interface CompletionRequest extends CompletionRequestBase {
+  prompt: string | number[];
+  /** Put the prompt before the completion in `text`. */
+  echo?: boolean;
+  /** 0: report each token's log-probability (alternatives are not reported). */
+  logprobs?: number;
+}
+
+/** Token counts of a completion. */
+export interface CompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** One generated token's log-probability (`logprobs: true`). */
+export interface TokenLogprobInfo {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: [];
+}
+
+/** The answer of `chat.completions.create` without `stream`. */
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  system_fingerprint: null;
+  choices: {
+    index: number;
+    message: { role: 'assistant'; content: string; refusal: null };
+    logprobs: { content: TokenLogprobInfo[]; refusal: null } | null;
+    finish_reason: 'stop' | 'length' | 'abort';
+  }[];
+  usage: CompletionUsage;
+  /** Present when the generation had something to report (an unfinished response format, a cut prompt). */
+  warnings?: string[];
+}
+
+/** One chunk of a streamed chat completion. */
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  system_fingerprint: null;
+  choices: {
+    index: number;
+    delta: { role?: 'assistant'; content?: string };
+    logprobs: { content: TokenLogprobInfo[]; refusal: null } | null;
+    finish_reason: 'stop' | 'length' | 'abort' | null;
+  }[];
+  /** On the last chunk with `stream_options.include_usage`. */
+  usage?: CompletionUsage;
+  warnings?: string[];
+}
+
+/** The answer of `completions.create` (and each of its chunks when streamed). */
+export interface TextCompletion {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  system_fingerprint?: null;
+  choices: {
+    index: number;
+    text: string;
+    logprobs: { tokens: string[]; token_logprobs: number[]; top_logprobs: null; text_offset: number[] } | null;
+    finish_reason: 'stop' | 'length' | 'abort' | null;
+  }[];
+  usage?: CompletionUsage;
+  warnings?: string[];
+}
+
 /** Speculative decoding settings (`GenerateOptions.speculative`). */
 export interface SpeculativeOptions {
   /** Where drafts come from (default: the draft model when one is loaded, else lookup). */

@@ -179,3 +179,34 @@ fn stop_strings_and_streaming_work_under_a_constraint() {
         }
     }
 }
+
+/// On the GPU the constrained draw reads the selected candidates when they decide it (greedy
+/// and top-k with enough allowed tokens among them) and the whole row otherwise; either way the
+/// text obeys the format.
+#[test]
+fn gpu_sessions_follow_formats_from_candidates_and_rows() {
+    let Some(ctx) = crate::common::native_gpu(emberlm::GpuOptions::default()) else {
+        return;
+    };
+    let files = emberlm::loader::ModelFiles::open(&fixture("tiny-llama-f32.gguf")).unwrap();
+    let mut s = pollster::block_on(emberlm::session::Session::new(ctx, &files, None)).unwrap();
+    let code = ResponseFormat::Regex("[0-9]{3}-[a-z]{2,4}".into());
+    let g = generate(&mut s, "code", &code, greedy(20));
+    assert_complete(&g, "gpu greedy");
+    assert!(is_code(&g.sequences[0].text), "{:?}", g.sequences[0].text);
+    assert!(g.stats.candidate_steps > 0, "{:?}", g.stats);
+    let schema = json!({
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["ok", "n"],
+        "additionalProperties": false
+    });
+    for (i, p) in [sampled(1, 60), balanced(2, 60), greedy(60)]
+        .into_iter()
+        .enumerate()
+    {
+        let g = generate(&mut s, "json", &schema_format(&schema), p);
+        assert_complete(&g, "gpu schema");
+        assert_valid(&schema, &g.sequences[0].text, &format!("gpu schema {i}"));
+    }
+}

@@ -192,5 +192,29 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   console.log(`native CLI on the CPU: ${JSON.stringify(native.text)} (${native.finish_reason})`);
   assert.equal(reply, native.text, 'the page on the CPU replies as the native CLI on the CPU does');
   assert.equal(finish, native.finish_reason);
+
+  // JSON output with a schema: the reply is shown parsed, and it satisfies the schema
+  await page.click('summary:has-text("Structured output")');
+  await page.check('#json-output');
+  await page.fill('#json-schema', JSON.stringify({
+    type: 'object',
+    properties: { city: { type: 'string', maxLength: 20 }, rainy: { type: 'boolean' } },
+    required: ['city', 'rainy'],
+    additionalProperties: false,
+  }));
+  await page.fill('#max-tokens', '60');
+  since = performance.now();
+  await page.fill('#prompt', 'Name a city and say whether it is rainy.');
+  await page.click('#send');
+  await page.waitForSelector('#status[data-state="generating"]', { timeout: 10_000 });
+  await page.waitForSelector('#status[data-state="ready"]', { timeout: 600_000 });
+  const parsed = await page.$('#messages .message.assistant:last-child pre.parsed');
+  assert.ok(parsed, 'the reply is shown parsed');
+  assert.equal(await parsed.getAttribute('data-valid'), 'true', await parsed.textContent());
+  const value = JSON.parse(await parsed.textContent());
+  console.log(`JSON reply on the CPU in ${seconds(since)} s: ${JSON.stringify(value)}`);
+  assert.deepEqual(Object.keys(value).sort(), ['city', 'rainy']);
+  assert.equal(typeof value.city, 'string');
+  assert.equal(typeof value.rainy, 'boolean');
   assert.deepEqual(problems, [], 'no page errors');
 });

@@ -122,8 +122,9 @@ fn completion(
             }
         };
     }
+    // Server-sent events in HTTP/1.1 chunks written as they come (the connection stays usable).
     let mut out = request.into_writer();
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
     if out
         .write_all(head.as_bytes())
         .and_then(|_| out.flush())
@@ -131,16 +132,16 @@ fn completion(
     {
         return;
     }
-    let cancel = engine.cancel_handle();
-    let mut gone = false;
-    let mut send = |value: &Value| -> bool {
-        let frame = format!("data: {value}\n\n");
-        out.write_all(frame.as_bytes())
+    let mut send = move |data: &str| -> bool {
+        let framed = format!("{:x}\r\n{data}\r\n", data.len());
+        out.write_all(framed.as_bytes())
             .and_then(|_| out.flush())
             .is_ok()
     };
+    let cancel = engine.cancel_handle();
+    let mut gone = false;
     let result = pollster::block_on(complete(engine, &parsed, Some(&cancel), &mut |chunk| {
-        if !gone && !send(&chunk) {
+        if !gone && !send(&format!("data: {chunk}\n\n")) {
             // the client went away: stop generating for it
             gone = true;
             cancel.cancel();
@@ -150,9 +151,15 @@ fn completion(
         return;
     }
     if let Err(e) = result {
-        send(&error_body(&e.to_string(), "server_error"));
+        send(&format!(
+            "data: {}\n\n",
+            error_body(&e.to_string(), "server_error")
+        ));
     }
-    let _ = out.write_all(b"data: [DONE]\n\n").and_then(|_| out.flush());
+    if send("data: [DONE]\n\n") {
+        // the empty chunk ends the body
+        send("");
+    }
 }
 
 /// Serves until the process is stopped.
@@ -167,7 +174,7 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
         .map_or_else(|| format!("{}:{}", args.host, args.port), |a| a.to_string());
     println!("emberlm: serving the OpenAI-style API at http://{address}/v1/");
     let _ = std::io::stdout().flush();
-    let model = engine.files().name().to_string();
+    let model = emberlm::openai::model_name(engine.files().name());
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or("").to_string();
         match (request.method(), path.trim_end_matches('/')) {
