@@ -2,6 +2,8 @@
 // option, event and result type of EngineClient and the engine.
 import init, { Engine, version } from 'emberlm';
 import type {
+  ChatCompletion,
+  ChatCompletionRequest,
   ChatMessage,
   EngineInfo,
   GenerateOptions,
@@ -113,5 +115,25 @@ export async function withEngine(bytes: Uint8Array): Promise<void> {
     (e: TokenEvent) => console.log(e.prompt, e.sequence, e.text),
   );
   console.log(batch.map(report));
+  const structured: GenerationResult = await engine.generate('A record', {
+    responseFormat: { type: 'json_schema', json_schema: { schema: { type: 'object' }, strict: true } },
+  });
+  console.log(structured.text, structured.stats.constrainedSteps, structured.stats.constraintMs);
+  const request: ChatCompletionRequest = {
+    messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 16,
+    response_format: { type: 'regex', regex: '[0-9]+' },
+  };
+  const completion = await engine.chat.completions.create(request);
+  if ('object' in completion && completion.object === 'chat.completion') {
+    const whole: ChatCompletion = completion;
+    console.log(whole.choices[0].message.content, whole.usage.total_tokens);
+  }
+  const chunks = await engine.chat.completions.create({ ...request, stream: true });
+  if (Symbol.asyncIterator in chunks) {
+    for await (const chunk of chunks) console.log(chunk.choices[0]?.finish_reason);
+  }
+  const text = await engine.completions.create({ prompt: 'Once', max_tokens: 4 });
+  if ('object' in text && text.object === 'text_completion') console.log(text.choices[0].text);
   engine.free();
 }
