@@ -105,3 +105,8 @@ fn sampling_params() {
         }
     });
 }
+
+#[test]
+fn response_format() {
+    replay("response_format", fuzz_common::response_format);
+}

@@ -297,3 +297,24 @@ fn render(template: &ChatTemplate, content: &str) {
     let _ = template.render(&messages, true);
     let _ = template.render(&messages[1..2], false);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Response formats
+
+/// The text as a GBNF grammar (translated to Lark, or refused with a line and column), and as
+/// a `response_format` object (parsed, and what parsed reads back the same).
+pub fn response_format(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match emberlm::constrain::gbnf::to_lark(text) {
+        Ok(lark) => assert!(lark.starts_with("start: "), "{lark}"),
+        Err(e) => assert!(e.to_string().contains("gbnf"), "{e}"),
+    }
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
+        if let Ok(format) = emberlm::constrain::ResponseFormat::from_value(&value) {
+            let again = emberlm::constrain::ResponseFormat::from_value(&format.to_value());
+            assert_eq!(again.ok().as_ref(), Some(&format), "{text}");
+        }
+    }
+}

@@ -210,3 +210,32 @@ fn gpu_sessions_follow_formats_from_candidates_and_rows() {
         assert_valid(&schema, &g.sequences[0].text, &format!("gpu schema {i}"));
     }
 }
+
+/// A JSON grammar written in GBNF (character classes with escapes, recursion, optional
+/// groups): every finished text parses as JSON.
+#[test]
+fn a_json_grammar_in_gbnf_gives_json() {
+    let grammar = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fuzz/corpus/response_format/gbnf_json"
+    ))
+    .unwrap();
+    let format = ResponseFormat::Gbnf(grammar);
+    let mut finished = 0;
+    for model in TOKENIZER_KINDS {
+        let mut s = cpu_session(&fixture(model));
+        for seed in 0..6 {
+            let g = generate(&mut s, "{", &format, sampled(seed, 100));
+            let seq = &g.sequences[0];
+            if seq.finish_reason == FinishReason::Stop {
+                finished += 1;
+                let v: serde_json::Value = serde_json::from_str(&seq.text)
+                    .unwrap_or_else(|e| panic!("{model}: {:?}: {e}", seq.text));
+                assert!(v.is_object(), "{}", seq.text);
+            } else {
+                assert!(!g.warnings.is_empty(), "{model}: a silent cut");
+            }
+        }
+    }
+    assert!(finished >= 6, "only {finished}/18 finished");
+}
