@@ -5,18 +5,12 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Object, Promise};
+use js_sys::{Function, Promise};
 use wasm_bindgen::prelude::*;
 
-use super::{js_error, set, spawn_promise, to_js, to_json};
+use super::{js_error, spawn_promise, to_js, to_json};
 use crate::engine::{Cancel, Engine};
 use crate::openai::{complete, CompletionKind, Request};
-
-#[wasm_bindgen(module = "/www/token_stream.js")]
-extern "C" {
-    #[wasm_bindgen(js_name = tokenStream)]
-    fn token_stream(begin: &Function) -> JsValue;
-}
 
 /// `engine.chat`: the chat namespace of the OpenAI-style API.
 #[wasm_bindgen]
@@ -98,19 +92,9 @@ impl Completions {
 /// The chunks of a streamed request as an async iterator (its return value is the whole
 /// completion object).
 fn stream(engine: Rc<Engine>, request: Request) -> JsValue {
-    let begin = Closure::once_into_js(move |on_chunk: Function| -> JsValue {
-        let cancel = engine.cancel_handle();
-        let handle = Object::new();
-        set(
-            &handle,
-            "result",
-            &run(engine, cancel.clone(), request, on_chunk).into(),
-        );
-        let stop = Closure::once_into_js(move || cancel.cancel());
-        set(&handle, "cancel", &stop);
-        handle.into()
-    });
-    token_stream(begin.unchecked_ref())
+    super::stream::iterate(engine, move |engine, cancel, on_chunk| {
+        run(engine, cancel, request, on_chunk)
+    })
 }
 
 fn run(engine: Rc<Engine>, cancel: Cancel, request: Request, on_chunk: Function) -> Promise {

@@ -1,6 +1,7 @@
 //! `engine.stream()`: one generation's token events as a JavaScript async iterator. The
 //! iterator is `tokenStream` of `www/token_stream.js`, the one `EngineClient.stream()` uses
-//! too; this side starts the generation for it and cancels it when asked.
+//! too; this side starts the generation for it and cancels it when asked. [`iterate`] does the
+//! same for any call that hands out items (the OpenAI-style stream of chunks).
 
 use std::rc::Rc;
 
@@ -26,13 +27,25 @@ pub(crate) fn start(
     engine: Rc<Engine>,
     parsed: Result<(Prompt, GenerateOptions), JsValue>,
 ) -> JsValue {
-    let begin = Closure::once_into_js(move |on_token: Function| -> JsValue {
+    iterate(engine, move |engine, cancel, on_token| {
+        run(engine, cancel, parsed, on_token)
+    })
+}
+
+/// An async iterator over the items `work` hands to its `on_item` function: `work(engine,
+/// cancel, on_item)` starts a call stopped by `cancel` and returns its promise, whose value
+/// is the iterator's return value. Leaving the loop early cancels the call.
+pub(crate) fn iterate(
+    engine: Rc<Engine>,
+    work: impl FnOnce(Rc<Engine>, Cancel, Function) -> Promise + 'static,
+) -> JsValue {
+    let begin = Closure::once_into_js(move |on_item: Function| -> JsValue {
         let cancel = engine.cancel_handle();
         let handle = Object::new();
         set(
             &handle,
             "result",
-            &run(engine, cancel.clone(), parsed, on_token).into(),
+            &work(engine, cancel.clone(), on_item).into(),
         );
         let stop = Closure::once_into_js(move || cancel.cancel());
         set(&handle, "cancel", &stop);
