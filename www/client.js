@@ -119,6 +119,27 @@ export class EngineClient {
     });
   }
 
+  /**
+   * The OpenAI-style chat API, as on the engine: `chat.completions.create(request)` resolves to
+   * the completion, or with `stream: true` to an async iterator of chunks.
+   */
+  get chat() {
+    return { completions: { create: (request) => this.#create('chat', request) } };
+  }
+
+  /** OpenAI-style plain completions: `completions.create({ prompt, ... })`. */
+  get completions() {
+    return { create: (request) => this.#create('text', request) };
+  }
+
+  #create(endpoint, request) {
+    if (!request?.stream) return this.#call('complete', { endpoint, request }).promise;
+    return Promise.resolve(tokenStream((onToken) => {
+      const { id, promise } = this.#call('complete', { endpoint, request }, { onToken });
+      return { result: promise, cancel: () => this.#call('cancel', { target: id }).promise };
+    }));
+  }
+
   /** Stops the running generation between two tokens (finishReason "abort"). */
   abort() {
     return this.#call('abort').promise;

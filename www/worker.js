@@ -1,8 +1,9 @@
 // The engine in a dedicated module Worker, so that loading and generation never block the page.
 // www/client.js (EngineClient) is the other end of this protocol:
-//   page -> worker: { id, op, ...args }     op: load | generate | stream | cancel | abort |
-//                                               reset | info | free | destroyDeviceForTest |
-//                                               version | loadDraft | unloadDraft
+//   page -> worker: { id, op, ...args }     op: load | generate | stream | complete | cancel |
+//                                               abort | reset | info | free |
+//                                               destroyDeviceForTest | version | loadDraft |
+//                                               unloadDraft
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
 import init, { Engine, version } from './pkg/emberlm.js';
 
@@ -57,6 +58,24 @@ const ops = {
     try {
       for (;;) {
         const step = await it.next();
+        if (step.done) return step.value;
+        postMessage({ id, token: step.value });
+      }
+    } finally {
+      streams.delete(id);
+    }
+  },
+  // The OpenAI-style API: `endpoint` 'chat' or 'text'; a streamed request posts each chunk as
+  // a token message and resolves to the whole completion.
+  async complete(id, { endpoint, request }) {
+    const engine = requireEngine();
+    const api = endpoint === 'chat' ? engine.chat.completions : engine.completions;
+    const answer = await api.create(request);
+    if (!request?.stream) return answer;
+    streams.set(id, answer);
+    try {
+      for (;;) {
+        const step = await answer.next();
         if (step.done) return step.value;
         postMessage({ id, token: step.value });
       }

@@ -99,6 +99,11 @@ export async function withClient(file: File): Promise<void> {
   const withDraft: EngineInfo = await client.loadDraft('draft.gguf');
   console.log(withDraft.draft ?? 'no draft', (await client.unloadDraft()).draft === undefined);
   console.log(describe(await client.info()));
+  const viaWorker = await client.chat.completions.create({
+    messages: [{ role: 'user', content: 'Hi' }],
+    response_format: { type: 'json_object' },
+  });
+  if ('object' in viaWorker) console.log(viaWorker.choices[0].message.content);
   await client.destroyDeviceForTest();
   await client.free();
   client.terminate();

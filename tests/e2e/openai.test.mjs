@@ -1,7 +1,8 @@
 // The official `openai` npm client against emberlm: `emberlm serve-api` over HTTP, and the
 // page's Engine (the WebAssembly build on its CPU backend, run here in Node) through the
 // `openaiFetch` shim of www/openai_fetch.js. Both give the documented response shapes, honour
-// a JSON schema, stream, and report bad requests as API errors naming the field.
+// a JSON schema, stream, and report bad requests as API errors naming the field. The worker
+// client (`EngineClient`) answers the same API in headless Chromium.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -118,4 +119,45 @@ test('the openai client talks to the page engine through openaiFetch', async () 
     maxRetries: 0,
   });
   await exercise(client);
+});
+
+test('EngineClient (the engine in a worker) answers chat.completions in the browser', async (t) => {
+  const { chromium } = await import('playwright-core');
+  const { CHROMIUM, CHROMIUM_ARGS } = await import('../../tools/chromium.mjs');
+  const { startServer } = await import('../../tools/serve.mjs');
+  const { server, url } = await startServer('www');
+  t.after(() => server.close());
+  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+  t.after(() => browser.close());
+  const page = await browser.newPage();
+  await page.goto(`${url}token_stream.js`);
+  const model = [...readFileSync(MODEL)];
+  const out = await page.evaluate(async ({ model, schema }) => {
+    const { EngineClient } = await import('/client.js');
+    const client = new EngineClient();
+    await client.load(new Uint8Array(model), { backend: 'cpu', name: 'tiny' });
+    const request = {
+      messages: [{ role: 'user', content: 'A record' }],
+      seed: 2,
+      max_tokens: 60,
+      response_format: { type: 'json_schema', json_schema: { schema } },
+    };
+    const whole = await client.chat.completions.create(request);
+    let streamed = '';
+    const chunks = [];
+    for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
+      chunks.push(chunk);
+      streamed += chunk.choices[0]?.delta?.content ?? '';
+    }
+    const text = await client.completions.create({ prompt: 'Once', max_tokens: 3, temperature: 0 });
+    client.terminate();
+    return { whole, streamed, chunks, text };
+  }, { model, schema: SCHEMA });
+  assert.equal(out.whole.object, 'chat.completion');
+  checkRecord(out.whole.choices[0].message.content);
+  assert.equal(out.streamed, out.whole.choices[0].message.content);
+  assert.equal(out.chunks[0].choices[0].delta.role, 'assistant');
+  assert.equal(out.chunks.at(-1).choices[0].finish_reason, 'stop');
+  assert.equal(out.text.object, 'text_completion');
+  assert.equal(out.text.choices[0].finish_reason, 'length');
 });

@@ -1,6 +1,10 @@
 // EngineClient: the engine in a dedicated module Worker, driven over postMessage. The types of
 // options, events and results are the engine's own (./emberlm.js).
 import type {
+  ChatCompletion,
+  ChatCompletionChunk,
+  ChatCompletionRequest,
+  CompletionRequest,
   EngineInfo,
   FinishReason,
   GenerateOptions,
@@ -13,6 +17,7 @@ import type {
   Prompt,
   ChatMessage,
   SequenceResult,
+  TextCompletion,
   TokenEvent,
   TokenStream,
 } from './emberlm.js';
@@ -96,6 +101,21 @@ export declare class EngineClient {
   ): Promise<GenerationResult>;
   /** The token events as an async iterator; leaving a `for await` loop early aborts. */
   stream(prompt: Prompt, options?: GenerateOptions): TokenStream;
+  /**
+   * The OpenAI-style chat API, as on the engine: the completion, or with `stream: true` an
+   * async iterator of chunks.
+   */
+  readonly chat: {
+    completions: {
+      create(
+        request: ChatCompletionRequest,
+      ): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
+    };
+  };
+  /** OpenAI-style plain completions (`stream: true`: an async iterator of chunks). */
+  readonly completions: {
+    create(request: CompletionRequest): Promise<TextCompletion | AsyncIterableIterator<TextCompletion>>;
+  };
   /** Stops the running generation between two tokens (finishReason `abort`). */
   abort(): Promise<void>;
   /** Forgets the conversation: the next call starts from an empty KV cache. */
