@@ -8,6 +8,12 @@ use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 use crate::tokenizer::{Tokenizer, SPECIAL_MARKER};
 use crate::{Error, Result};
 
+/// Longest token the token trie holds (its nodes record up to 1024 parents).
+const MAX_TOKEN_BYTES: usize = 1024;
+
+/// Bytes of all tokens together the trie holds (one node per byte at most, 2^22 nodes).
+const MAX_TRIE_BYTES: usize = 1 << 22;
+
 struct Env {
     trie: TokTrie,
     tokenizer: Arc<Tokenizer>,
@@ -49,6 +55,27 @@ pub(super) fn token_env(tokenizer: &Arc<Tokenizer>, vocab: usize, eos: u32) -> R
         return Err(Error::invalid(
             "eos_token_id",
             format!("the end id {eos} is outside the vocabulary of {vocab}"),
+        ));
+    }
+    // The trie's own limits (it asserts them): a token's depth and the number of nodes.
+    if let Some((id, w)) = words
+        .iter()
+        .enumerate()
+        .find(|(_, w)| w.len() > MAX_TOKEN_BYTES)
+    {
+        return Err(Error::invalid(
+            "response_format",
+            format!(
+                "token {id} is {} bytes long; constrained generation handles tokens of at most {MAX_TOKEN_BYTES}",
+                w.len()
+            ),
+        ));
+    }
+    let total: usize = words.iter().map(Vec::len).sum();
+    if total >= MAX_TRIE_BYTES {
+        return Err(Error::invalid(
+            "response_format",
+            format!("the vocabulary's tokens hold {total} bytes; constrained generation handles fewer than {MAX_TRIE_BYTES}"),
         ));
     }
     let info = TokRxInfo::new(vocab_size, eos);

@@ -151,3 +151,26 @@ fn smollm2_gives_valid_json_in_50_seeded_samples_per_schema() {
         );
     }
 }
+
+/// Gemma 3's 262 144-token SentencePiece vocabulary fits the token trie, and its text obeys a
+/// schema and a regular expression.
+#[test]
+fn gemma3_follows_formats() {
+    let Some(path) = common::require::gemma3() else {
+        return;
+    };
+    let mut s = cpu_session(&path);
+    let g = generate(
+        &mut s,
+        "The year is",
+        &emberlm::constrain::ResponseFormat::Regex("[0-9]{4}".into()),
+        greedy(8),
+    );
+    assert_complete(&g, "gemma3 regex");
+    let text = &g.sequences[0].text;
+    assert!(text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit()), "{text:?}");
+    let (name, schema) = &schemas()[1];
+    let g = generate(&mut s, "Colour:", &schema_format(schema), balanced(3, 64));
+    assert_complete(&g, name);
+    assert_valid(schema, &g.sequences[0].text, name);
+}
