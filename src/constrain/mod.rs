@@ -21,7 +21,7 @@ pub mod gbnf;
 
 use std::sync::Arc;
 
-use llguidance::api::{ParserLimits, TopLevelGrammar};
+use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 
@@ -36,6 +36,8 @@ use crate::{Error, Result};
 pub struct Grammars {
     factory: Arc<ParserFactory>,
     vocab: usize,
+    /// The id the grammar engine treats as the end of text.
+    eos: u32,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -52,6 +54,7 @@ pub struct Constraint {
     start: Matcher,
     kind: &'static str,
     vocab: usize,
+    eos: u32,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -68,6 +71,7 @@ pub struct GrammarState {
     matcher: Matcher,
     kind: &'static str,
     vocab: usize,
+    eos: u32,
 }
 
 impl std::fmt::Debug for GrammarState {
@@ -121,10 +125,10 @@ impl Grammars {
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|e| Error::invalid("response_format", format!("token trie: {e}")))?;
         factory.quiet();
-        *factory.limits_mut() = ParserLimits::default();
         Ok(Self {
             factory: Arc::new(factory),
             vocab,
+            eos,
         })
     }
 
@@ -165,6 +169,7 @@ impl Grammars {
             start,
             kind,
             vocab: self.vocab,
+            eos: self.eos,
         }))
     }
 }
@@ -176,6 +181,7 @@ impl Constraint {
             matcher: self.start.clone(),
             kind: self.kind,
             vocab: self.vocab,
+            eos: self.eos,
         }
     }
 
@@ -193,12 +199,9 @@ impl GrammarState {
             .matcher
             .compute_mask()
             .map_err(|e| grammar_error(self.kind, e))?;
-        let eos = self.matcher_eos();
-        let may_end = eos.is_some_and(|e| vob.is_allowed(e));
+        let may_end = vob.is_allowed(self.eos);
         let mut mask = TokenMask::from_words(vob.as_slice().to_vec(), self.vocab)?;
-        if let Some(e) = eos {
-            mask.set(e, false);
-        }
+        mask.set(self.eos, false);
         for &id in ends {
             mask.set(id, may_end);
         }
@@ -217,13 +220,6 @@ impl GrammarState {
             ));
         }
         Ok(mask)
-    }
-
-    fn matcher_eos(&self) -> Option<u32> {
-        self.matcher
-            .tok_env()
-            .ok()
-            .map(|env| env.tok_trie().eos_token())
     }
 
     /// Takes drawn token `id` (one the last mask allowed).

@@ -168,7 +168,10 @@ fn gemma3_follows_formats() {
     );
     assert_complete(&g, "gemma3 regex");
     let text = &g.sequences[0].text;
-    assert!(text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit()), "{text:?}");
+    assert!(
+        text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit()),
+        "{text:?}"
+    );
     let (name, schema) = &schemas()[1];
     let g = generate(&mut s, "Colour:", &schema_format(schema), balanced(3, 64));
     assert_complete(&g, name);
