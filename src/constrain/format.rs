@@ -8,6 +8,11 @@ use crate::{Error, Result};
 /// Largest grammar, regular expression or schema accepted, in bytes of its text.
 pub const MAX_SOURCE_BYTES: usize = 1 << 20;
 
+/// Deepest nesting accepted: JSON levels of a schema, brackets of a grammar or regex. The
+/// compilers recurse once or more per level; deeper input would overflow a thread's stack
+/// (wasm's 1 MiB first), which aborts instead of failing.
+pub const MAX_NESTING: usize = 48;
+
 /// The shape the generated text must have.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum ResponseFormat {
@@ -94,6 +99,39 @@ fn schema_value(value: &Value) -> Result<Value> {
             "the schema must be a JSON object (or a string holding one)",
         )),
     }
+}
+
+/// How deeply `value`'s arrays and objects nest (a scalar is 0), without recursion.
+fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(a) => Box::new(a.iter()),
+            Value::Object(o) => Box::new(o.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    deepest
+}
+
+/// The deepest run of unclosed `(`, `[` and `{` in `text` (quotes are not understood: a
+/// bracket inside a string literal counts too, which only errs on the safe side).
+fn bracket_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 impl ResponseFormat {
@@ -188,15 +226,26 @@ impl ResponseFormat {
         }
     }
 
-    /// Refuses a source larger than [`MAX_SOURCE_BYTES`].
+    /// Refuses a source larger than [`MAX_SOURCE_BYTES`] or nested deeper than
+    /// [`MAX_NESTING`].
     pub fn check_size(&self) -> Result<()> {
-        match self {
-            Self::Text | Self::JsonObject => Ok(()),
-            Self::JsonSchema { schema, .. } => check_size("schema", schema.to_string().len()),
-            Self::Regex(t) => check_size("regex", t.len()),
-            Self::Lark(t) => check_size("lark", t.len()),
-            Self::Gbnf(t) => check_size("gbnf", t.len()),
+        let (what, bytes, depth) = match self {
+            Self::Text | Self::JsonObject => return Ok(()),
+            Self::JsonSchema { schema, .. } => {
+                ("schema", schema.to_string().len(), json_depth(schema))
+            }
+            Self::Regex(t) => ("regex", t.len(), bracket_depth(t)),
+            Self::Lark(t) => ("lark", t.len(), bracket_depth(t)),
+            Self::Gbnf(t) => ("gbnf", t.len(), bracket_depth(t)),
+        };
+        check_size(what, bytes)?;
+        if depth > MAX_NESTING {
+            return Err(Error::invalid(
+                "response_format",
+                format!("the {what} nests {depth} levels deep; at most {MAX_NESTING} are accepted"),
+            ));
         }
+        Ok(())
     }
 
     /// Whether this format constrains the text at all.
@@ -273,6 +322,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not valid JSON"), "{e}");
+        let deep = format!(
+            "{}a{}",
+            "(".repeat(MAX_NESTING + 1),
+            ")".repeat(MAX_NESTING + 1)
+        );
+        let e = ResponseFormat::Regex(deep)
+            .check_size()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nests 49 levels deep"), "{e}");
+        let mut schema = json!({"type": "integer"});
+        for _ in 0..MAX_NESTING {
+            schema = json!({ "items": schema });
+        }
+        let format = ResponseFormat::JsonSchema {
+            schema: schema.clone(),
+            strict: true,
+        };
+        assert!(format.check_size().is_ok(), "{MAX_NESTING} levels pass");
+        let format = ResponseFormat::JsonSchema {
+            schema: json!({ "items": schema }),
+            strict: true,
+        };
+        assert!(format.check_size().is_err(), "one more does not");
         let big = "a".repeat(MAX_SOURCE_BYTES + 1);
         let e = ResponseFormat::from_value(&json!({"type":"regex","regex":big}))
             .unwrap_err()

@@ -25,7 +25,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 
-pub use format::{ResponseFormat, MAX_SOURCE_BYTES};
+pub use format::{ResponseFormat, MAX_NESTING, MAX_SOURCE_BYTES};
 
 use crate::sampling::TokenMask;
 use crate::tokenizer::Tokenizer;
