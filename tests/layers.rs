@@ -39,8 +39,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("forward", 6),
     ("session", 7),
     ("engine", 8),
-    ("openai", 8),
-    ("web", 9),
+    ("openai", 9),
+    ("web", 10),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
