@@ -11,11 +11,12 @@
 //! | 2 | `model` | host tensors and weights, the CPU reference |
 //! | 3 | `gpu`, `cpu`, `format`, `sampling` | device and kernels; the CPU backend's kernels; file formats; CPU sampling |
 //! | 4 | `tokenizer` | text ↔ ids |
-//! | 5 | `chat` | chat templates |
+//! | 5 | `chat`, `constrain` | chat templates; response formats and the token mask of each step |
 //! | 6 | `loader`, `forward` | a model opened from files; the GPU forward pass (graph, per-architecture builders) |
 //! | 7 | `session` | one conversation: options, context, decode, beam search |
 //! | 8 | `engine` | queue, cancellation, device-loss recovery |
-//! | 9 | `web` | JavaScript ↔ Rust conversion (wasm32 only) |
+//! | 9 | `openai` | OpenAI-style requests and responses over the engine |
+//! | 10 | `web` | JavaScript ↔ Rust conversion (wasm32 only) |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
