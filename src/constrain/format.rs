@@ -332,8 +332,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("nests 49 levels deep"), "{e}");
+        // the innermost object is the first level
         let mut schema = json!({"type": "integer"});
-        for _ in 0..MAX_NESTING {
+        for _ in 1..MAX_NESTING {
             schema = json!({ "items": schema });
         }
         let format = ResponseFormat::JsonSchema {
