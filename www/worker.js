@@ -24,6 +24,21 @@ function plainError(e) {
   return out;
 }
 
+// Posts every item of the async iterator `it` as a token message of call `id` (cancellable by
+// id meanwhile) and resolves to its return value.
+async function relay(id, it) {
+  streams.set(id, it);
+  try {
+    for (;;) {
+      const step = await it.next();
+      if (step.done) return step.value;
+      postMessage({ id, token: step.value });
+    }
+  } finally {
+    streams.delete(id);
+  }
+}
+
 function requireEngine() {
   if (!engine) throw Object.assign(new Error('NoModel: load a model first'), { kind: 'NoModel' });
   return engine;
@@ -53,17 +68,7 @@ const ops = {
     return requireEngine().generate(prompt, options, (token) => postMessage({ id, token }));
   },
   async stream(id, { prompt, options }) {
-    const it = requireEngine().stream(prompt, options);
-    streams.set(id, it);
-    try {
-      for (;;) {
-        const step = await it.next();
-        if (step.done) return step.value;
-        postMessage({ id, token: step.value });
-      }
-    } finally {
-      streams.delete(id);
-    }
+    return relay(id, requireEngine().stream(prompt, options));
   },
   // The OpenAI-style API: `endpoint` 'chat' or 'text'; a streamed request posts each chunk as
   // a token message and resolves to the whole completion.
@@ -71,17 +76,7 @@ const ops = {
     const engine = requireEngine();
     const api = endpoint === 'chat' ? engine.chat.completions : engine.completions;
     const answer = await api.create(request);
-    if (!request?.stream) return answer;
-    streams.set(id, answer);
-    try {
-      for (;;) {
-        const step = await answer.next();
-        if (step.done) return step.value;
-        postMessage({ id, token: step.value });
-      }
-    } finally {
-      streams.delete(id);
-    }
+    return request?.stream ? relay(id, answer) : answer;
   },
   async cancel(id, { target }) {
     await streams.get(target)?.return();

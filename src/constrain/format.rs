@@ -104,15 +104,14 @@ fn schema_value(value: &Value) -> Result<Value> {
 /// How deeply `value`'s arrays and objects nest (a scalar is 0), without recursion.
 fn json_depth(value: &Value) -> usize {
     let mut deepest = 0;
-    let mut stack = vec![(value, 0usize)];
+    let mut stack = vec![(value, 1usize)];
     while let Some((v, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(a) => Box::new(a.iter()),
-            Value::Object(o) => Box::new(o.values()),
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, depth + 1))),
+            Value::Object(o) => stack.extend(o.values().map(|c| (c, depth + 1))),
             _ => continue,
-        };
-        deepest = deepest.max(depth + 1);
-        stack.extend(children.map(|c| (c, depth + 1)));
+        }
+        deepest = deepest.max(depth);
     }
     deepest
 }
@@ -228,7 +227,7 @@ impl ResponseFormat {
 
     /// Refuses a source larger than [`MAX_SOURCE_BYTES`] or nested deeper than
     /// [`MAX_NESTING`].
-    pub fn check_size(&self) -> Result<()> {
+    pub fn check_limits(&self) -> Result<()> {
         let (what, bytes, depth) = match self {
             Self::Text | Self::JsonObject => return Ok(()),
             Self::JsonSchema { schema, .. } => {
@@ -263,11 +262,6 @@ impl ResponseFormat {
             Self::Lark(_) => "lark",
             Self::Gbnf(_) => "gbnf",
         }
-    }
-
-    /// Whether the text is JSON (then callers may parse it).
-    pub fn is_json(&self) -> bool {
-        matches!(self, Self::JsonObject | Self::JsonSchema { .. })
     }
 }
 
@@ -328,7 +322,7 @@ mod tests {
             ")".repeat(MAX_NESTING + 1)
         );
         let e = ResponseFormat::Regex(deep)
-            .check_size()
+            .check_limits()
             .unwrap_err()
             .to_string();
         assert!(e.contains("nests 49 levels deep"), "{e}");
@@ -341,12 +335,12 @@ mod tests {
             schema: schema.clone(),
             strict: true,
         };
-        assert!(format.check_size().is_ok(), "{MAX_NESTING} levels pass");
+        assert!(format.check_limits().is_ok(), "{MAX_NESTING} levels pass");
         let format = ResponseFormat::JsonSchema {
             schema: json!({ "items": schema }),
             strict: true,
         };
-        assert!(format.check_size().is_err(), "one more does not");
+        assert!(format.check_limits().is_err(), "one more does not");
         let big = "a".repeat(MAX_SOURCE_BYTES + 1);
         let e = ResponseFormat::from_value(&json!({"type":"regex","regex":big}))
             .unwrap_err()

@@ -137,7 +137,7 @@ impl Grammars {
     /// GBNF, and the engine's own location for Lark and schemas).
     pub fn compile(&self, format: &ResponseFormat) -> Result<Option<Constraint>> {
         let kind = format.kind();
-        format.check_size()?;
+        format.check_limits()?;
         let grammar = match format {
             ResponseFormat::Text => return Ok(None),
             ResponseFormat::JsonObject => {

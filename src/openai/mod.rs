@@ -1,5 +1,5 @@
 //! The OpenAI-style API over a generation call: a `chat.completions` or `completions` request
-//! ([`ChatRequest`], [`CompletionRequest`]) becomes a prompt and [`GenerateOptions`], and the
+//! ([`Request`]) becomes a prompt and [`GenerateOptions`], and the
 //! [`Generation`] becomes the OpenAI response shape ([`response`]), streamed as
 //! `chat.completion.chunk` / `text_completion` chunks when asked. The JavaScript
 //! `engine.chat.completions.create` and the native `emberlm serve-api` both use it.
@@ -46,11 +46,6 @@ pub struct Request {
     /// `logprobs`: report each token's log-probability.
     pub logprobs: bool,
 }
-
-/// A `chat.completions` request (see the [module documentation](self)).
-pub type ChatRequest = Request;
-/// A `completions` request (see the [module documentation](self)).
-pub type CompletionRequest = Request;
 
 fn bad(message: impl Into<String>) -> Error {
     Error::invalid("request", message)
@@ -145,30 +140,9 @@ fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>> {
     Ok(out)
 }
 
-/// The fields each endpoint knows.
-const CHAT_FIELDS: &[&str] = &[
+/// The fields both endpoints know.
+const COMMON_FIELDS: &[&str] = &[
     "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "seed",
-    "n",
-    "response_format",
-    "frequency_penalty",
-    "presence_penalty",
-    "logit_bias",
-    "logprobs",
-    "top_logprobs",
-    "user",
-];
-const COMPLETION_FIELDS: &[&str] = &[
-    "model",
-    "prompt",
     "stream",
     "stream_options",
     "temperature",
@@ -182,9 +156,16 @@ const COMPLETION_FIELDS: &[&str] = &[
     "presence_penalty",
     "logit_bias",
     "logprobs",
-    "echo",
     "user",
 ];
+
+/// The fields only one endpoint knows.
+fn own_fields(kind: CompletionKind) -> &'static [&'static str] {
+    match kind {
+        CompletionKind::Chat => &["messages", "max_completion_tokens", "top_logprobs"],
+        CompletionKind::Text => &["prompt", "echo"],
+    }
+}
 
 impl Request {
     /// Parses a request body for `kind`. Unknown fields, wrong types and values out of range
@@ -200,15 +181,13 @@ impl Request {
         let map = value
             .as_object()
             .ok_or_else(|| bad("the body must be a JSON object"))?;
-        let known = match kind {
-            CompletionKind::Chat => CHAT_FIELDS,
-            CompletionKind::Text => COMPLETION_FIELDS,
-        };
-        if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        let known = || COMMON_FIELDS.iter().chain(own_fields(kind));
+        if let Some(k) = map.keys().find(|k| !known().any(|f| f == k)) {
+            let names: Vec<&str> = known().copied().collect();
             return Err(bad(format!(
                 "unknown field `{k}` for {} (known: {})",
                 kind.endpoint(),
-                known.join(", ")
+                names.join(", ")
             )));
         }
         let model = match map.get("model") {

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::session::{FinishReason, Generation, TokenEvent};
+use crate::session::{Generation, TokenEvent};
 
 /// Which endpoint: `chat.completions` or the plain `completions`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,10 +53,6 @@ pub fn now_seconds() -> u64 {
     web_time::SystemTime::now()
         .duration_since(web_time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-fn reason(f: FinishReason) -> &'static str {
-    f.as_str()
 }
 
 /// One generated token for `logprobs`: its text and log-probability.
@@ -137,13 +133,13 @@ pub fn response(
                     "index": i,
                     "message": { "role": "assistant", "content": s.text, "refusal": null },
                     "logprobs": lp,
-                    "finish_reason": reason(s.finish_reason),
+                    "finish_reason": s.finish_reason.as_str(),
                 }),
                 CompletionKind::Text => json!({
                     "index": i,
                     "text": s.text,
                     "logprobs": lp,
-                    "finish_reason": reason(s.finish_reason),
+                    "finish_reason": s.finish_reason.as_str(),
                 }),
             }
         })
@@ -246,10 +242,10 @@ impl ChunkWriter {
                     if !self.started.get(i).copied().unwrap_or(false) {
                         delta = json!({ "role": "assistant", "content": "" });
                     }
-                    json!({ "index": i, "delta": delta, "logprobs": null, "finish_reason": reason(s.finish_reason) })
+                    json!({ "index": i, "delta": delta, "logprobs": null, "finish_reason": s.finish_reason.as_str() })
                 }
                 CompletionKind::Text => {
-                    json!({ "index": i, "text": "", "logprobs": null, "finish_reason": reason(s.finish_reason) })
+                    json!({ "index": i, "text": "", "logprobs": null, "finish_reason": s.finish_reason.as_str() })
                 }
             };
             let mut chunk = self.chunk(vec![choice]);

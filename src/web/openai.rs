@@ -52,10 +52,6 @@ impl Chat {
     }
 }
 
-fn json_to_js(value: &serde_json::Value) -> Result<JsValue, JsValue> {
-    to_js(value)
-}
-
 #[wasm_bindgen]
 impl Completions {
     /// Answers an OpenAI-style request (`messages` for chat, `prompt` for completions, and
@@ -82,7 +78,7 @@ impl Completions {
                 let body = complete(&engine, &request, None, &mut |_| {})
                     .await
                     .map_err(|e| js_error(&e))?;
-                return json_to_js(&body);
+                return to_js(&body);
             }
             Ok(stream(engine, request))
         })
@@ -104,7 +100,7 @@ fn run(engine: Rc<Engine>, cancel: Cancel, request: Request, on_chunk: Function)
             if failure.is_some() {
                 return;
             }
-            let sent = json_to_js(&chunk).and_then(|v| on_chunk.call1(&JsValue::UNDEFINED, &v));
+            let sent = to_js(&chunk).and_then(|v| on_chunk.call1(&JsValue::UNDEFINED, &v));
             if let Err(err) = sent {
                 failure = Some(err);
                 cancel.cancel();
@@ -114,7 +110,7 @@ fn run(engine: Rc<Engine>, cancel: Cancel, request: Request, on_chunk: Function)
         .map_err(|e| js_error(&e))?;
         match failure {
             Some(err) => Err(err),
-            None => json_to_js(&body),
+            None => to_js(&body),
         }
     })
 }
