@@ -310,7 +310,7 @@ fn bare_help_lists_the_commands_and_the_banner_describes_the_session() {
         "tiny-llama-q4_1.gguf",
         "parameters",
         "context",
-        "temperature 0.7, top-k 9, top-p 1",
+        "temperature 0.7, top-k 9, top-p 0.9",
     ] {
         assert!(banner.contains(part), "{part}: {banner}");
     }

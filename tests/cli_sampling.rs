@@ -319,3 +319,43 @@ fn echo_puts_the_prompt_first() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--echo"), "{err}");
 }
+
+/// With no sampling flags, `generate` samples with the `balanced` preset (temperature 0.8,
+/// top-k 50, top-p 0.9) for up to 100 tokens: the same tokens as those flags spelled out, and
+/// not those of the whole distribution at temperature 1.
+#[test]
+fn the_defaults_are_the_balanced_preset_and_100_tokens() {
+    let Some(defaults) = tokens(&["--seed", "3", "--ignore-eos"]) else {
+        return;
+    };
+    assert_eq!(defaults.len(), 100);
+    let balanced = ["--preset", "balanced", "--max-new-tokens", "100"];
+    let spelled = [
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "50",
+        "--top-p",
+        "0.9",
+        "--max-new-tokens",
+        "100",
+    ];
+    for flags in [&balanced[..], &spelled[..]] {
+        let mut args = vec!["--seed", "3", "--ignore-eos"];
+        args.extend_from_slice(flags);
+        assert_eq!(tokens(&args).unwrap(), defaults, "{flags:?}");
+    }
+    let whole = tokens(&[
+        "--seed",
+        "3",
+        "--ignore-eos",
+        "--temperature",
+        "1",
+        "--top-k",
+        "0",
+        "--top-p",
+        "1",
+    ])
+    .unwrap();
+    assert_ne!(whole, defaults);
+}

@@ -126,7 +126,7 @@ fn a_decode_token_and_a_prefill_chunk_are_one_submit_and_allocate_nothing() {
                     top_k: 40,
                     top_p: 0.9,
                     seed: Some(1),
-                    ..SamplingParams::default()
+                    ..SamplingParams::unfiltered()
                 },
             ),
         ] {

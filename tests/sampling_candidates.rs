@@ -18,7 +18,7 @@ const VOCAB: usize = 2000;
 fn params(name: &str) -> SamplingParams {
     let base = SamplingParams {
         seed: Some(11),
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let default_sampling = SamplingParams {
         temperature: 0.7,
@@ -198,7 +198,7 @@ fn a_small_vocabulary_is_served_whole() {
         min_p: 0.2,
         typical_p: 0.7,
         seed: Some(3),
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let mut rng = common::rng("a_small_vocabulary_is_served_whole", &|m| eprintln!("{m}"));
     let mut full = Sampler::new(&p, 200).unwrap();
@@ -217,7 +217,7 @@ fn a_small_vocabulary_is_served_whole() {
 fn non_finite_rows_decline_and_the_full_path_reports_them() {
     let p = SamplingParams {
         temperature: 0.0,
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let mut s = Sampler::new(&p, 1000).unwrap();
     let mut row = vec![0.5f32; 1000];
@@ -235,7 +235,7 @@ fn too_many_adjustments_read_the_row() {
     let mut p = SamplingParams {
         temperature: 0.0,
         repetition_penalty: 1.1,
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let s = Sampler::new(&p, 1000).unwrap();
     let history: Vec<u32> = (0..300).collect();

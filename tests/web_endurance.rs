@@ -55,7 +55,7 @@ async fn a_hundred_generations_leave_no_trace() {
                 seed: Some(i),
                 max_new_tokens: 6,
                 logit_bias: bias.clone(),
-                ..SamplingParams::default()
+                ..SamplingParams::unfiltered()
             },
             ..GenerateOptions::default()
         };

@@ -155,9 +155,11 @@ function buildPackage(version) {
   writeFileSync(`${dir}/emberlm.js`, sideBySide(glue));
   for (const file of shared) copyFileSync(`www/${file}`, `${dir}/${file}`);
   copyFileSync('www/client.js', `${dir}/client.js`);
+  copyFileSync('www/openai_fetch.js', `${dir}/openai.js`);
   writeFileSync(`${dir}/worker.js`, workerSource().replace(WORKER_IMPORT, "import init, { $1 } from './emberlm.js';"));
-  for (const file of ['client.d.ts', 'worker.d.ts', 'README.md']) copyFileSync(`tools/npm/${file}`, `${dir}/${file}`);
-  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts', ...shared];
+  for (const file of ['client.d.ts', 'worker.d.ts', 'openai.d.ts', 'README.md']) copyFileSync(`tools/npm/${file}`, `${dir}/${file}`);
+  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts',
+    'openai.js', 'openai.d.ts', ...shared];
   const manifest = {
     name: 'emberlm',
     version,
@@ -170,6 +172,7 @@ function buildPackage(version) {
       '.': { types: './emberlm.d.ts', default: './emberlm.js' },
       './client': { types: './client.d.ts', default: './client.js' },
       './worker': { types: './worker.d.ts', default: './worker.js' },
+      './openai': { types: './openai.d.ts', default: './openai.js' },
       './emberlm_bg.wasm': './emberlm_bg.wasm',
       './package.json': './package.json',
     },

@@ -232,7 +232,12 @@ impl Request {
                 "`top_logprobs` (alternatives per token) is not supported; each token's own log-probability is (`logprobs`)",
             ));
         }
+        // OpenAI's defaults (temperature 1 over the whole vocabulary), not the library's
+        // `balanced` default: a client written for OpenAI gets the distribution it expects.
         let mut sampling = Map::new();
+        sampling.insert("temperature".into(), 1.0.into());
+        sampling.insert("top_p".into(), 1.0.into());
+        sampling.insert("top_k".into(), 0.into());
         if let Some(t) = number(map, "temperature")? {
             if !(0.0..=2.0).contains(&t) {
                 return Err(bad(format!("`temperature` must be in [0, 2], got {t}")));

@@ -40,8 +40,10 @@ fn chat_fields_map_to_generation_options() {
 #[test]
 fn defaults_are_openais() {
     let r = chat(json!({"messages": [{"role": "user", "content": "x"}]})).expect("valid");
-    assert_eq!(r.options.sampling.temperature, 1.0);
-    assert_eq!(r.options.sampling.max_new_tokens, 256);
+    let p = &r.options.sampling;
+    // the whole distribution, not the library's `balanced` default
+    assert_eq!((p.temperature, p.top_k, p.top_p), (1.0, 0, 1.0));
+    assert_eq!(p.max_new_tokens, 256);
     assert!(!r.stream && !r.logprobs);
     let t = Request::from_value(CompletionKind::Text, &json!({"prompt": "x", "echo": true}))
         .expect("valid");

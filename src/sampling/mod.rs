@@ -77,6 +77,6 @@ pub mod stop;
 pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
 pub use divergence::{agreement, LogitAgreement};
 pub use mask::TokenMask;
-pub use params::{draw_seed, Preset, SamplingParams};
+pub use params::{draw_seed, Preset, SamplingParams, DEFAULT_MAX_NEW_TOKENS};
 pub use sampler::{log_softmax, Sampled, Sampler};
 pub use stop::{StopMatcher, StopOutput};

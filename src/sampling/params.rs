@@ -87,19 +87,19 @@ impl std::str::FromStr for Preset {
 
 /// Everything that controls how tokens are chosen and when generation ends.
 ///
-/// Every field has a default (see [`Default`]), so a JSON object only needs the fields it
-/// changes. Field names are snake_case; each multi-word field also accepts its camelCase alias
+/// Every field has a default (see [`Default`]: the `balanced` preset and 100 new tokens), so a
+/// JSON object only needs the fields it changes. Field names are snake_case; each multi-word field also accepts its camelCase alias
 /// (`topK`, `maxNewTokens`, ...).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SamplingParams {
-    /// Softmax temperature, `>= 0` and finite; `0` means greedy (argmax). Default 1.0.
+    /// Softmax temperature, `>= 0` and finite; `0` means greedy (argmax). Default 0.8.
     pub temperature: f32,
-    /// Keep only the `top_k` most likely tokens; `0` turns the filter off. Default 0.
+    /// Keep only the `top_k` most likely tokens; `0` turns the filter off. Default 50.
     #[serde(alias = "topK")]
     pub top_k: usize,
     /// Nucleus sampling: keep the smallest most-likely set whose probability reaches `top_p`;
-    /// in `(0, 1]`, `1` is off. Default 1.0.
+    /// in `(0, 1]`, `1` is off. Default 0.9.
     #[serde(alias = "topP")]
     pub top_p: f32,
     /// Keep tokens whose probability is at least `min_p` times the largest probability;
@@ -126,7 +126,8 @@ pub struct SamplingParams {
     pub logit_bias: BTreeMap<u32, f32>,
     /// Random seed; `None` draws one with [`draw_seed`]. Default `None`.
     pub seed: Option<u64>,
-    /// Most tokens generated after the prompt; `0` is allowed. Default 256.
+    /// Most tokens generated after the prompt; `0` is allowed. Default 100
+    /// ([`DEFAULT_MAX_NEW_TOKENS`]).
     #[serde(alias = "maxNewTokens")]
     pub max_new_tokens: usize,
     /// Stop strings (each non-empty, at most 16); generated text ends before the first match.
@@ -170,12 +171,22 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Ve
     })
 }
 
+/// Tokens generated after the prompt unless [`SamplingParams::max_new_tokens`] says otherwise.
+pub const DEFAULT_MAX_NEW_TOKENS: usize = 100;
+
+/// The one default sampling set of the library, the CLI, the JavaScript API and the chat page:
+/// the `balanced` preset (temperature 0.8, top-k 50, top-p 0.9), no penalties, and
+/// [`DEFAULT_MAX_NEW_TOKENS`] new tokens. Small models ramble and repeat themselves from the
+/// long tail of their distribution at temperature 1; cutting that tail keeps their text on
+/// topic while still varying from run to run. [`SamplingParams::unfiltered`] is the model's
+/// own distribution (OpenAI's defaults).
 impl Default for SamplingParams {
     fn default() -> Self {
+        let (temperature, top_k, top_p) = Preset::Balanced.values();
         SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
+            temperature,
+            top_k,
+            top_p,
             min_p: 0.0,
             typical_p: 1.0,
             repetition_penalty: 1.0,
@@ -184,7 +195,7 @@ impl Default for SamplingParams {
             penalty_last_n: 0,
             logit_bias: BTreeMap::new(),
             seed: None,
-            max_new_tokens: 256,
+            max_new_tokens: DEFAULT_MAX_NEW_TOKENS,
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             num_beams: 1,
@@ -260,10 +271,21 @@ fn check_count(name: &'static str, value: usize, lo: usize, hi: usize) -> Result
 }
 
 impl SamplingParams {
-    /// Greedy defaults (temperature 0).
+    /// Greedy decoding (temperature 0, no filters), otherwise the defaults.
     pub fn greedy() -> Self {
         SamplingParams {
             temperature: 0.0,
+            ..SamplingParams::unfiltered()
+        }
+    }
+
+    /// Temperature 1 over the whole vocabulary (no top-k or top-p), otherwise the defaults: a
+    /// draw from the model's own distribution, as OpenAI's API defaults to.
+    pub fn unfiltered() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
             ..SamplingParams::default()
         }
     }

@@ -334,7 +334,7 @@ mod tests {
         let mut params = SamplingParams {
             seed: Some(1),
             penalty_last_n: 4,
-            ..SamplingParams::default()
+            ..SamplingParams::unfiltered()
         };
         let s = sampler(params.clone(), 10);
         let (p, g) = s.window(&[1, 2, 3, 4], &[5, 6]);
@@ -352,7 +352,7 @@ mod tests {
         let params = SamplingParams {
             temperature: 1e-30,
             seed: Some(3),
-            ..SamplingParams::default()
+            ..SamplingParams::unfiltered()
         };
         let mut s = sampler(params, 3);
         let logits = [3e38, -3e38, 1.0];
@@ -368,7 +368,7 @@ mod tests {
         let params = SamplingParams {
             top_k: 2,
             seed: Some(5),
-            ..SamplingParams::default()
+            ..SamplingParams::unfiltered()
         };
         let s = sampler(params, 5);
         let mut logits = [0.5, 2.0, 2.0, 1.0, 2.0];

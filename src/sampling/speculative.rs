@@ -214,7 +214,7 @@ mod tests {
         let params = SamplingParams {
             temperature,
             seed: Some(seed),
-            ..SamplingParams::default()
+            ..SamplingParams::unfiltered()
         };
         match Sampler::new(&params, 4) {
             Ok(s) => s,

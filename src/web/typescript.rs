@@ -224,16 +224,17 @@ export interface KvCachePlanInfo {
 export interface GenerateOptions {
   /**
    * Named settings for temperature, topK and topP (those given beside it win):
-   * `'conservative'` (0.3 / 20 / 1), `'balanced'` (0.8 / 50 / 0.9), `'creative'` (1.3 / 100 / 0.95).
+   * `'conservative'` (0.3 / 20 / 1), `'balanced'` (0.8 / 50 / 0.9, the defaults), `'creative'`
+   * (1.3 / 100 / 0.95).
    */
   preset?: 'conservative' | 'balanced' | 'creative';
-  /** Most tokens to generate (default 256). */
+  /** Most tokens to generate (default 100). */
   maxNewTokens?: number;
-  /** Softmax temperature, >= 0; 0 is greedy (default 1). */
+  /** Softmax temperature, >= 0; 0 is greedy (default 0.8). */
   temperature?: number;
-  /** Keep the k most likely tokens; 0 is off (default 0). */
+  /** Keep the k most likely tokens; 0 is off (default 50). */
   topK?: number;
-  /** Nucleus sampling mass in (0, 1]; 1 is off (default 1). */
+  /** Nucleus sampling mass in (0, 1]; 1 is off (default 0.9). */
   topP?: number;
   /** Keep tokens at least this fraction of the best one's probability, [0, 1] (default 0). */
   minP?: number;

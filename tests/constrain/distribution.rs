@@ -52,7 +52,7 @@ fn constrained_draws_follow_the_renormalised_distribution() {
         let params = SamplingParams {
             temperature: 1.0,
             seed: Some(99),
-            ..SamplingParams::default()
+            ..SamplingParams::unfiltered()
         };
         let mut sampler = Sampler::new(&params, vocab).unwrap();
         sampler.set_mask(Some(mask)).unwrap();

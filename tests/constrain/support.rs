@@ -31,7 +31,7 @@ pub fn sampled(seed: u64, max_new_tokens: usize) -> SamplingParams {
         temperature: 1.0,
         seed: Some(seed),
         max_new_tokens,
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     }
 }
 
@@ -43,7 +43,7 @@ pub fn balanced(seed: u64, max_new_tokens: usize) -> SamplingParams {
         top_p: 0.9,
         seed: Some(seed),
         max_new_tokens,
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     }
 }
 

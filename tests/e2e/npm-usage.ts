@@ -14,6 +14,7 @@ import type {
   TokenEvent,
 } from 'emberlm';
 import { EngineClient } from 'emberlm/client';
+import { openaiFetch } from 'emberlm/openai';
 import type { EngineError, FinishReason, TokenStream } from 'emberlm/client';
 
 const loadOptions: LoadOptions = {
@@ -104,6 +105,8 @@ export async function withClient(file: File): Promise<void> {
     response_format: { type: 'json_object' },
   });
   if ('object' in viaWorker) console.log(viaWorker.choices[0].message.content);
+  const workerFetch = openaiFetch(client);
+  console.log((await workerFetch('https://emberlm.local/v1/models')).status);
   await client.destroyDeviceForTest();
   await client.free();
   client.terminate();
@@ -140,5 +143,11 @@ export async function withEngine(bytes: Uint8Array): Promise<void> {
   }
   const text = await engine.completions.create({ prompt: 'Once', max_tokens: 4 });
   if ('object' in text && text.object === 'text_completion') console.log(text.choices[0].text);
+  const fetcher: (input: RequestInfo | URL, init?: RequestInit) => Promise<Response> = openaiFetch(engine, { model: 'smol' });
+  const reply: Response = await fetcher('https://emberlm.local/v1/chat/completions', {
+    method: 'POST',
+    body: JSON.stringify(request),
+  });
+  console.log(reply.status, await reply.json());
   engine.free();
 }

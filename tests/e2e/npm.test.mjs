@@ -16,7 +16,7 @@ const VERSION = /^\[package\][^[]*?^version\s*=\s*"([^"]+)"/ms.exec(readFileSync
 const TARBALL = resolve(`dist/emberlm-${VERSION}.tgz`);
 const PACKAGE_FILES = [
   'README.md', 'client.d.ts', 'client.js', 'emberlm.d.ts', 'emberlm.js', 'emberlm_bg.wasm',
-  'package.json', 'token_stream.js', 'worker.d.ts', 'worker.js',
+  'openai.d.ts', 'openai.js', 'package.json', 'token_stream.js', 'worker.d.ts', 'worker.js',
 ];
 const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, maxBuffer: 1 << 24 });
 
@@ -44,7 +44,17 @@ test('the tarball installs; entry points import in Node; tsc accepts the usage f
     import { readFileSync } from 'node:fs';
     import init, { Engine, version, initSync, gpuInfo } from 'emberlm';
     import { EngineClient } from 'emberlm/client';
+    import { openaiFetch } from 'emberlm/openai';
+    // The fetch answers from any engine-shaped object: here one that echoes the request.
+    const fake = { create: async (r) => ({ object: 'chat.completion', echoed: r.messages[0].content }) };
+    const fetch = openaiFetch({ chat: { completions: fake }, completions: fake }, { model: 'm' });
+    const models = await (await fetch('https://x.local/v1/models')).json();
+    const reply = await fetch('https://x.local/v1/chat/completions', {
+      method: 'POST', body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const missing = await fetch('https://x.local/v1/embeddings', { method: 'POST', body: '{}' });
     const out = {
+      openai: [models.data[0].id, (await reply.json()).echoed, missing.status],
       init: typeof init, Engine: typeof Engine, load: typeof Engine.load, version: typeof version,
       gpuInfo: typeof gpuInfo, EngineClient: typeof EngineClient,
       methods: ['load', 'generate', 'stream', 'abort', 'reset', 'info', 'free', 'version', 'terminate']
@@ -61,6 +71,7 @@ test('the tarball installs; entry points import in Node; tsc accepts the usage f
   assert.deepEqual(JSON.parse(stdout), {
     init: 'function', Engine: 'function', load: 'function', version: 'function',
     gpuInfo: 'function', EngineClient: 'function', methods: [], crateVersion: VERSION,
+    openai: ['m', 'hi', 404],
   });
 
   copyFileSync('tests/e2e/npm-usage.ts', join(dir, 'usage.ts'));

@@ -115,7 +115,7 @@ fn seeded_sampling_in_a_batch_draws_what_each_prompt_draws_alone() {
         top_p: 0.95,
         repetition_penalty: 1.1,
         seed: Some(1),
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let mut all = items(7, &params);
     all[1].options.sampling.num_return_sequences = 3;

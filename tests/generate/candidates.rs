@@ -18,7 +18,7 @@ fn select_cases(eos: &[u32]) -> Vec<(&'static str, SamplingParams, &'static str)
         max_new_tokens: 20,
         seed: Some(1234),
         logit_bias: never_stop.clone(),
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let default_sampling = SamplingParams {
         temperature: 0.7,

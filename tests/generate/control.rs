@@ -88,28 +88,28 @@ fn zero_new_tokens_and_invalid_parameters() {
             "top_p",
             SamplingParams {
                 top_p: 1.5,
-                ..SamplingParams::default()
+                ..SamplingParams::unfiltered()
             },
         ),
         (
             "temperature",
             SamplingParams {
                 temperature: -1.0,
-                ..SamplingParams::default()
+                ..SamplingParams::unfiltered()
             },
         ),
         (
             "num_beams",
             SamplingParams {
                 num_beams: 0,
-                ..SamplingParams::default()
+                ..SamplingParams::unfiltered()
             },
         ),
         (
             "logit_bias",
             SamplingParams {
                 logit_bias: [(vocab + 5, 1.0)].into_iter().collect(),
-                ..SamplingParams::default()
+                ..SamplingParams::unfiltered()
             },
         ),
     ];

@@ -17,7 +17,7 @@ fn seeds_repeat_and_sequences_share_one_prefill() {
         seed: Some(1234),
         max_new_tokens: 12,
         num_return_sequences: 3,
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let (a, events) = run(&mut s, &prompt, params.clone());
     assert_eq!(a.seed, Some(1234));

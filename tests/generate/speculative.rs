@@ -184,7 +184,7 @@ fn a_draft_equal_to_the_model_accepts_everything() {
         temperature: 0.9,
         seed: Some(5),
         max_new_tokens: 40,
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let g = generate(
         &mut s,
@@ -278,7 +278,7 @@ fn sampled_speculation_keeps_the_models_distribution() {
         temperature: 1.5,
         top_k: 3,
         max_new_tokens: 3,
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     };
     let vocab = s.config().vocab_size;
     let sampler = Sampler::new(&base, vocab).unwrap();

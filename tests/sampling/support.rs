@@ -15,7 +15,7 @@ pub fn sampler(params: &SamplingParams, vocab: usize) -> Sampler {
 pub fn seeded(seed: u64) -> SamplingParams {
     SamplingParams {
         seed: Some(seed),
-        ..SamplingParams::default()
+        ..SamplingParams::unfiltered()
     }
 }
 

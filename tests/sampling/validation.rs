@@ -202,5 +202,6 @@ fn boundary_values_are_accepted() {
         assert!(Sampler::new(&p, 10).is_ok());
     }
     assert!(SamplingParams::default().validate().is_ok());
+    assert!(SamplingParams::unfiltered().validate().is_ok());
     assert!(SamplingParams::greedy().validate().is_ok());
 }

@@ -9,23 +9,24 @@ use emberlm::sampling::{Preset, SamplingParams};
 #[derive(Debug, Clone, Default, Args)]
 pub struct SamplingArgs {
     /// Named settings for temperature, top-k and top-p, under the flags given beside it:
-    /// conservative (0.3, 20, off), balanced (0.8, 50, 0.9), creative (1.3, 100, 0.95).
+    /// conservative (0.3, 20, off), balanced (0.8, 50, 0.9; the defaults), creative (1.3, 100,
+    /// 0.95).
     #[arg(long, value_name = "conservative|balanced|creative")]
     pub preset: Option<String>,
     /// `false`: greedy decoding (temperature 0; a --temperature beside it is ignored, as in
     /// Hugging Face); `true`: sample (the temperature must then be above 0).
     #[arg(long = "do-sample", alias = "do_sample", value_name = "BOOL")]
     pub do_sample: Option<bool>,
-    /// Most tokens to generate (0 generates nothing).
+    /// Most tokens to generate (0 generates nothing; default 100).
     #[arg(long, alias = "max_new_tokens")]
     pub max_new_tokens: Option<usize>,
-    /// Softmax temperature; 0 is greedy.
+    /// Softmax temperature; 0 is greedy (default 0.8).
     #[arg(long, allow_negative_numbers = true)]
     pub temperature: Option<f32>,
-    /// Keep the K most likely tokens (0: off).
+    /// Keep the K most likely tokens (0: off; default 50).
     #[arg(long, alias = "top_k")]
     pub top_k: Option<usize>,
-    /// Nucleus sampling mass in (0, 1].
+    /// Nucleus sampling mass in (0, 1] (1: off; default 0.9).
     #[arg(long, allow_negative_numbers = true, alias = "top_p")]
     pub top_p: Option<f32>,
     /// Keep tokens at least this fraction as likely as the best, in [0, 1].
