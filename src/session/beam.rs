@@ -3,6 +3,7 @@
 
 use web_time::Instant;
 
+use crate::constrain::{Constraint, GrammarState};
 use crate::error::{Error, Result};
 use crate::forward::{BatchToken, Output, Readback, StepLogits};
 use crate::sampling::{log_softmax, Sampler, SamplingParams, StopMatcher};
@@ -22,7 +23,13 @@ struct Beam {
     slot: usize,
     /// Logits after the last token.
     logits: Vec<f32>,
+    /// Where the beam stands in the call's constraint, if it has one.
+    grammar: Option<GrammarState>,
 }
+
+/// A beam grown by one token, before its step runs: parent index, tokens, score, raw
+/// log-probability, and its constraint state with the token taken.
+type Grown = (usize, Vec<u32>, f64, f64, Option<GrammarState>);
 
 struct Candidate {
     beam: usize,
@@ -36,6 +43,8 @@ struct Finished {
     logprob: f64,
     normalized: f64,
     reason: FinishReason,
+    /// The text is complete in the call's constraint (always, without one).
+    complete: bool,
 }
 
 impl Finished {
@@ -45,6 +54,7 @@ impl Finished {
         logprob: f64,
         reason: FinishReason,
         length_penalty: f32,
+        grammar: Option<&mut GrammarState>,
     ) -> Self {
         let len = tokens.len().max(1) as f64;
         Self {
@@ -52,6 +62,7 @@ impl Finished {
             tokens,
             logprob,
             reason,
+            complete: grammar.is_none_or(|g| g.is_complete()),
         }
     }
 }
@@ -60,11 +71,18 @@ impl Session {
     /// Beam search: every beam keeps its rows in a KV slot of its own (the prompt is run
     /// once and copied when a beam branches) and one batched step per position advances all
     /// of them. Stop strings cut the finished texts afterwards.
+    ///
+    /// Under a response format every beam follows the grammar: its forbidden continuations
+    /// score `-inf` (the allowed ones keep the model's log-probabilities, as a constrained
+    /// Hugging Face beam search does), an end token is a candidate only where the grammar may
+    /// end, and a beam whose grammar can only end finishes. A returned text that is not
+    /// complete in the grammar gets a warning.
     pub(super) async fn beam_search(
         &mut self,
         c: &Ctx<'_>,
         params: &SamplingParams,
         stats: &mut Stats,
+        warnings: &mut Vec<String>,
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Vec<Sequence>> {
         let width = params.num_beams;
@@ -124,6 +142,7 @@ impl Session {
             logprob: 0.0,
             slot: 0,
             logits: first,
+            grammar: c.constraint.map(Constraint::start),
         }];
         let mut finished: Vec<Finished> = Vec::new();
         // the tokens of the last streamed leader
@@ -133,17 +152,26 @@ impl Session {
         for step in 0..max_new {
             // Every running beam proposes its best 2·width continuations.
             let mut cands: Vec<Candidate> = Vec::new();
-            for (b, beam) in running.iter().enumerate() {
+            for (b, beam) in running.iter_mut().enumerate() {
                 let raw = log_softmax(&beam.logits[..vocab])?;
                 let mut processed = beam.logits[..vocab].to_vec();
                 scorer.process(&mut processed, c.prompt, &beam.tokens)?;
-                let lp = log_softmax(&processed)?;
+                let mut lp = log_softmax(&processed)?;
+                if let Some(grammar) = &mut beam.grammar {
+                    let t = Instant::now();
+                    grammar.mask(c.stops)?.apply(&mut lp);
+                    stats.constraint_ms += elapsed_ms(t);
+                    stats.constrained_steps += 1;
+                }
                 let mut ids: Vec<u32> = (0..vocab as u32).collect();
                 let k = (2 * width).min(vocab);
                 ids.select_nth_unstable_by(k - 1, |&a, &b| {
                     lp[b as usize].total_cmp(&lp[a as usize])
                 });
-                for &id in &ids[..k] {
+                for &id in ids[..k]
+                    .iter()
+                    .filter(|&&id| lp[id as usize] > f32::NEG_INFINITY)
+                {
                     cands.push(Candidate {
                         beam: b,
                         id,
@@ -163,12 +191,14 @@ impl Session {
                 let parent = &running[cand.beam];
                 if c.stops.contains(&cand.id) {
                     if rank < width {
+                        // an end token is allowed only where the grammar may end
                         finished.push(Finished::new(
                             parent.tokens.clone(),
                             cand.score,
                             parent.logprob,
                             FinishReason::Stop,
                             params.length_penalty,
+                            None,
                         ));
                     }
                     continue;
@@ -210,11 +240,30 @@ impl Session {
             if done || next.is_empty() {
                 break;
             }
-            let mut grown = Vec::with_capacity(next.len());
+            let mut grown: Vec<Grown> = Vec::with_capacity(next.len());
             for &(b, id, score, logprob) in &next {
                 let mut tokens = running[b].tokens.clone();
                 tokens.push(id);
-                grown.push((b, tokens, score, logprob));
+                let mut grammar = running[b].grammar.clone();
+                if let Some(g) = &mut grammar {
+                    g.accept(id)?;
+                    if g.must_end() {
+                        // nothing may follow: the beam is done
+                        finished.push(Finished::new(
+                            tokens,
+                            score,
+                            logprob,
+                            FinishReason::Stop,
+                            params.length_penalty,
+                            None,
+                        ));
+                        continue;
+                    }
+                }
+                grown.push((b, tokens, score, logprob, grammar));
+            }
+            if grown.is_empty() {
+                break;
             }
             if step + 1 == max_new || self.abort.is_aborted() {
                 let reason = if self.abort.is_aborted() {
@@ -222,13 +271,14 @@ impl Session {
                 } else {
                     FinishReason::Length
                 };
-                for (_, tokens, score, logprob) in grown {
+                for (_, tokens, score, logprob, mut grammar) in grown {
                     finished.push(Finished::new(
                         tokens,
                         score,
                         logprob,
                         reason,
                         params.length_penalty,
+                        grammar.as_mut(),
                     ));
                 }
                 break;
@@ -240,13 +290,14 @@ impl Session {
         self.cached.clear();
         self.release_slots().await?;
         if finished.is_empty() {
-            for beam in running {
+            for mut beam in running {
                 finished.push(Finished::new(
                     beam.tokens,
                     beam.score,
                     beam.logprob,
                     FinishReason::Length,
                     params.length_penalty,
+                    beam.grammar.as_mut(),
                 ));
             }
         }
@@ -261,6 +312,17 @@ impl Session {
             if cut.stopped {
                 text = cut.text;
                 reason = FinishReason::Stop;
+            }
+            if let Some(kind) = c.constraint.map(Constraint::kind) {
+                if cut.stopped {
+                    warnings.push(format!(
+                        "a stop string cut sequence {i}: its text is a part of the {kind} output and may not satisfy the response format"
+                    ));
+                } else if !f.complete && f.reason != FinishReason::Abort {
+                    warnings.push(format!(
+                        "sequence {i} reached its token limit before its {kind} was complete: the text does not satisfy the response format"
+                    ));
+                }
             }
             on_token(&TokenEvent {
                 prompt: c.index,
@@ -287,7 +349,7 @@ impl Session {
     async fn advance_beams(
         &mut self,
         running: &[Beam],
-        grown: Vec<(usize, Vec<u32>, f64, f64)>,
+        grown: Vec<Grown>,
         prompt: usize,
         width: usize,
     ) -> Result<Vec<Beam>> {
@@ -337,19 +399,22 @@ impl Session {
             .into_iter()
             .zip(tokens)
             .zip(rows)
-            .map(|(((_, tokens, score, logprob), t), row)| match row {
-                StepLogits::Full(logits) => Ok(Beam {
-                    tokens,
-                    score,
-                    logprob,
-                    slot: t.slot,
-                    logits,
-                }),
-                StepLogits::Candidates(_) => Err(Error::invalid(
-                    "num_beams",
-                    "internal: a beam step read candidates instead of its row",
-                )),
-            })
+            .map(
+                |(((_, tokens, score, logprob, grammar), t), row)| match row {
+                    StepLogits::Full(logits) => Ok(Beam {
+                        tokens,
+                        score,
+                        logprob,
+                        slot: t.slot,
+                        logits,
+                        grammar,
+                    }),
+                    StepLogits::Candidates(_) => Err(Error::invalid(
+                        "num_beams",
+                        "internal: a beam step read candidates instead of its row",
+                    )),
+                },
+            )
             .collect()
     }
 

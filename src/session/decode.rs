@@ -298,7 +298,9 @@ impl Session {
             };
             (vec![empty; params.num_return_sequences], None)
         } else if params.num_beams > 1 {
-            let seqs = self.beam_search(&ctx, params, &mut stats, on_token).await?;
+            let seqs = self
+                .beam_search(&ctx, params, &mut stats, &mut warnings, on_token)
+                .await?;
             (seqs, None)
         } else {
             let sampler = Sampler::new(params, self.vocab())?;

@@ -405,16 +405,16 @@ impl Session {
     }
 
     /// `options`' response format compiled for this model (`None`: free text). Refuses the
-    /// decodings that do not take a constraint (beam search, speculative decoding).
+    /// decoding that does not take a constraint (speculative decoding).
     pub(super) fn constraint(&mut self, options: &GenerateOptions) -> Result<Option<Constraint>> {
         let format = &options.response_format;
         if !format.is_constrained() {
             return Ok(None);
         }
-        if options.sampling.num_beams > 1 || options.speculative.is_some() {
+        if options.speculative.is_some() {
             return Err(Error::invalid(
                 "response_format",
-                "a response format runs with sampling and greedy decoding, not with beam search or speculative decoding",
+                "a response format runs with sampling, greedy decoding and beam search, not with speculative decoding",
             ));
         }
         let grammars = match &self.grammars {

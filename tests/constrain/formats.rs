@@ -239,3 +239,55 @@ fn a_json_grammar_in_gbnf_gives_json() {
     }
     assert!(finished >= 6, "only {finished}/18 finished");
 }
+
+/// Beam search under a format: every returned beam obeys it and ends by its grammar; the
+/// best beam is the constrained search's, not the unconstrained one's; a limit before the
+/// end gives a warning per unfinished beam.
+#[test]
+fn beam_search_keeps_every_beam_in_the_format() {
+    let code = ResponseFormat::Regex("[0-9]{3}-[a-z]{2,4}".into());
+    for model in TOKENIZER_KINDS {
+        let mut s = cpu_session(&fixture(model));
+        let mut p = greedy(40);
+        p.num_beams = 4;
+        p.num_return_sequences = 3;
+        let g = generate(&mut s, "The code is", &code, p.clone());
+        assert_complete(&g, model);
+        assert_eq!(g.sequences.len(), 3, "{model}");
+        for seq in &g.sequences {
+            assert!(is_code(&seq.text), "{model}: {:?}", seq.text);
+            assert!(seq.logprob.is_finite() && seq.logprob < 0.0, "{seq:?}");
+        }
+        assert!(g.stats.constrained_steps >= 6, "{model}: {:?}", g.stats);
+        // without the format the same search gives free text
+        let free = pollster::block_on(s.generate(
+            &Prompt::Text("The code is".into()),
+            &emberlm::session::GenerateOptions {
+                sampling: p.clone(),
+                ..Default::default()
+            },
+            &mut |_| {},
+        ))
+        .unwrap();
+        assert!(
+            free.sequences.iter().all(|q| !is_code(&q.text)),
+            "{model}: {:?}",
+            free.sequences
+        );
+        // three tokens cannot finish `ddd-ll`: each returned beam says so
+        p.max_new_tokens = 2;
+        let g = generate(&mut s, "The code is", &code, p);
+        assert!(
+            g.sequences
+                .iter()
+                .all(|q| q.finish_reason == FinishReason::Length),
+            "{g:?}"
+        );
+        let warned = g
+            .warnings
+            .iter()
+            .filter(|w| w.contains("before its regex was complete"))
+            .count();
+        assert_eq!(warned, g.sequences.len(), "{:?}", g.warnings);
+    }
+}

@@ -57,11 +57,21 @@ fn empty_languages_are_refused() {
 }
 
 #[test]
-fn beam_search_and_speculation_say_they_take_no_format() {
-    let mut p = greedy(8);
-    p.num_beams = 2;
-    let e = refusal_with(ResponseFormat::JsonObject, p);
-    assert!(e.contains("beam search"), "{e}");
+fn speculation_says_it_takes_no_format() {
+    let mut s = cpu_session(&fixture("tiny-gpt2-f32.gguf"));
+    let options = GenerateOptions {
+        sampling: greedy(8),
+        response_format: ResponseFormat::JsonObject,
+        speculative: Some(emberlm::session::SpecOptions {
+            source: Some(emberlm::session::SpecSource::Lookup),
+            ..Default::default()
+        }),
+        ..GenerateOptions::default()
+    };
+    let e = pollster::block_on(s.generate(&Prompt::Text("x".into()), &options, &mut |_| {}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("speculative decoding"), "{e}");
 }
 
 #[test]
