@@ -117,6 +117,7 @@ fn completions_answer_in_the_openai_shape() {
         "seed": 3,
         "n": 2,
         "logprobs": true,
+        "top_logprobs": 2,
         "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
             "type": "object",
             "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 999}},
@@ -148,6 +149,15 @@ fn completions_answer_in_the_openai_shape() {
         assert!(tokens
             .iter()
             .all(|t| t["logprob"].as_f64().is_some_and(|l| l <= 0.0)));
+        for t in tokens {
+            // the model's two likeliest tokens, whatever the format allowed
+            let top = t["top_logprobs"].as_array().expect("top_logprobs");
+            let lp: Vec<f64> = top.iter().filter_map(|a| a["logprob"].as_f64()).collect();
+            assert!(lp.len() == 2 && lp[0] >= lp[1] && lp[0] <= 0.0, "{t}");
+            assert!(top
+                .iter()
+                .all(|a| a["token"].is_string() && a["bytes"].is_array()));
+        }
     }
     let usage = &r["usage"];
     assert_eq!(
@@ -158,13 +168,27 @@ fn completions_answer_in_the_openai_shape() {
         )
     );
 
-    let request = json!({"prompt": "Once", "max_tokens": 5, "temperature": 0});
+    let request = json!({"prompt": "Once", "max_tokens": 5, "temperature": 0, "logprobs": 3});
     let (status, body) = http(&server, "POST", "/v1/completions", &request.to_string());
     assert_eq!(status, 200, "{body}");
     let r = json_body(&body);
     assert_eq!(r["object"], "text_completion");
     assert_eq!(r["choices"][0]["finish_reason"], "length");
     assert_eq!(r["usage"]["completion_tokens"], 5);
+    let lp = &r["choices"][0]["logprobs"];
+    let top = lp["top_logprobs"].as_array().expect("top_logprobs");
+    assert_eq!(top.len(), 5, "{lp}");
+    for (i, alternatives) in top.iter().enumerate() {
+        let m = alternatives.as_object().expect("an object per position");
+        assert!((1..=3).contains(&m.len()), "{lp}");
+        // greedy: the drawn token is the likeliest
+        let best = m
+            .values()
+            .filter_map(Value::as_f64)
+            .fold(f64::MIN, f64::max);
+        let own = lp["token_logprobs"][i].as_f64().unwrap_or(0.0);
+        assert!((best - own).abs() < 1e-5, "{lp}");
+    }
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! (chat) or `prompt` (completions), `stream`, `stream_options.include_usage`, `temperature`,
 //! `top_p`, `max_tokens` (chat also `max_completion_tokens`), `stop`, `seed`, `n`,
 //! `response_format`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `logprobs`,
-//! `top_logprobs` (0 only), `user`, and for completions `echo`. Defaults are OpenAI's
+//! `top_logprobs` (up to 20 alternatives per token; for completions `logprobs: n`), `user`,
+//! and for completions `echo`. Defaults are OpenAI's
 //! (temperature 1, top-p 1; `max_tokens` 16 for completions), except that `max_tokens` of a
 //! chat defaults to 256 rather than to the whole context.
 
@@ -19,6 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::chat::ChatMessage;
 use crate::constrain::ResponseFormat;
+use crate::sampling::MAX_TOP_LOGPROBS;
 use crate::session::{GenerateOptions, Prompt};
 use crate::{Error, Result};
 
@@ -227,10 +229,18 @@ impl Request {
                 (n.is_some(), n)
             }
         };
-        if top.is_some_and(|n| n > 0) {
-            return Err(bad(
-                "`top_logprobs` (alternatives per token) is not supported; each token's own log-probability is (`logprobs`)",
-            ));
+        let top = top.unwrap_or(0);
+        if top > MAX_TOP_LOGPROBS as u64 {
+            let name = match kind {
+                CompletionKind::Chat => "top_logprobs",
+                CompletionKind::Text => "logprobs",
+            };
+            return Err(bad(format!(
+                "`{name}` must be in 0..={MAX_TOP_LOGPROBS}, got {top}"
+            )));
+        }
+        if top > 0 && !logprobs {
+            return Err(bad("`top_logprobs` needs `logprobs: true`"));
         }
         // OpenAI's defaults (temperature 1 over the whole vocabulary), not the library's
         // `balanced` default: a client written for OpenAI gets the distribution it expects.
@@ -299,6 +309,7 @@ impl Request {
         }
         let mut options = GenerateOptions::from_json(&Value::Object(sampling).to_string())?;
         options.echo = kind == CompletionKind::Text && boolean(map, "echo")?;
+        options.top_logprobs = top as usize;
         if let Some(format) = map.get("response_format").filter(|v| !v.is_null()) {
             options.response_format = ResponseFormat::from_value(format)?;
         }

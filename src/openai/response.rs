@@ -55,24 +55,35 @@ pub fn now_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// One generated token for `logprobs`: its text and log-probability.
+/// One generated token for `logprobs`: its text and log-probability, and the most likely
+/// tokens at its step when `top_logprobs` asked for them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprob {
     /// The token's text (its bytes, lossily decoded when they are part of a character).
     pub token: String,
     /// Its log-probability under the model's raw distribution.
     pub logprob: f32,
+    /// The most likely tokens at this step (text, log-probability), most likely first; empty
+    /// unless asked for.
+    pub top: Vec<(String, f32)>,
 }
 
 fn chat_logprobs(tokens: &[TokenLogprob]) -> Value {
     let content: Vec<Value> = tokens
         .iter()
         .map(|t| {
+            let top: Vec<Value> = t
+                .top
+                .iter()
+                .map(|(token, logprob)| {
+                    json!({ "token": token, "logprob": logprob, "bytes": token.as_bytes() })
+                })
+                .collect();
             json!({
                 "token": t.token,
                 "logprob": t.logprob,
                 "bytes": t.token.as_bytes(),
-                "top_logprobs": [],
+                "top_logprobs": top,
             })
         })
         .collect();
@@ -89,7 +100,24 @@ fn text_logprobs(tokens: &[TokenLogprob], start: usize) -> Value {
     json!({
         "tokens": tokens.iter().map(|t| t.token.clone()).collect::<Vec<_>>(),
         "token_logprobs": tokens.iter().map(|t| t.logprob).collect::<Vec<_>>(),
-        "top_logprobs": null,
+        // one object per position, token text to log-probability (two ids with the same text
+        // keep the likelier), when alternatives were asked for
+        "top_logprobs": if tokens.iter().any(|t| !t.top.is_empty()) {
+            Value::Array(
+                tokens
+                    .iter()
+                    .map(|t| {
+                        let mut m = serde_json::Map::new();
+                        for (token, logprob) in &t.top {
+                            m.entry(token.clone()).or_insert_with(|| json!(logprob));
+                        }
+                        Value::Object(m)
+                    })
+                    .collect(),
+            )
+        } else {
+            Value::Null
+        },
         "text_offset": offsets,
     })
 }

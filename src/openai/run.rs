@@ -32,6 +32,15 @@ pub async fn complete(
             (true, Some(id), Some(logprob)) => Some(TokenLogprob {
                 token: tokenizer.decode(&[id], false).unwrap_or_default(),
                 logprob,
+                top: e
+                    .top_logprobs
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        let text = tokenizer.decode(&[t.id], false).unwrap_or_default();
+                        (text, t.logprob)
+                    })
+                    .collect(),
             }),
             _ => None,
         };

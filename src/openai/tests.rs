@@ -17,7 +17,7 @@ fn chat_fields_map_to_generation_options() {
         ],
         "temperature": 0.5, "top_p": 0.9, "max_tokens": 12, "stop": "\n", "seed": 7, "n": 3,
         "frequency_penalty": 0.5, "presence_penalty": 0.25, "logit_bias": {"5": -100},
-        "response_format": {"type": "json_object"}, "logprobs": true, "top_logprobs": 0,
+        "response_format": {"type": "json_object"}, "logprobs": true, "top_logprobs": 3,
         "stream": true, "stream_options": {"include_usage": true}, "user": "u1"
     }))
     .expect("valid request");
@@ -29,6 +29,11 @@ fn chat_fields_map_to_generation_options() {
     assert_eq!(p.logit_bias.get(&5), Some(&-100.0));
     assert_eq!(r.options.response_format, ResponseFormat::JsonObject);
     assert!(r.stream && r.include_usage && r.logprobs);
+    assert_eq!(r.options.top_logprobs, 3);
+    let t = Request::from_value(CompletionKind::Text, &json!({"prompt": "x", "logprobs": 5}))
+        .expect("valid");
+    assert!(t.logprobs);
+    assert_eq!(t.options.top_logprobs, 5);
     assert_eq!(r.model.as_deref(), Some("smollm2"));
     let Prompt::Chat(messages) = &r.prompt else {
         panic!("{:?}", r.prompt)
@@ -74,7 +79,11 @@ fn bad_requests_name_the_field() {
         ),
         (
             json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
-            "not supported",
+            "needs `logprobs: true`",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}),
+            "`top_logprobs` must be in 0..=20",
         ),
         (
             json!({"messages": [{"role": "user", "content": "x"}], "stop": 5}),
@@ -130,10 +139,12 @@ fn responses_have_the_documented_shape() {
             response::TokenLogprob {
                 token: "{".into(),
                 logprob: -0.5,
+                top: vec![("{".into(), -0.5), ("[".into(), -1.5)],
             },
             response::TokenLogprob {
                 token: "}".into(),
                 logprob: -0.25,
+                top: vec![("}".into(), -0.25), ("}".into(), -2.0)],
             },
         ],
         vec![],
@@ -146,6 +157,16 @@ fn responses_have_the_documented_shape() {
     );
     assert_eq!(r["choices"][1]["finish_reason"], "length");
     assert_eq!(r["choices"][0]["logprobs"]["content"][1]["logprob"], -0.25);
+    assert_eq!(
+        r["choices"][0]["logprobs"]["content"][0]["top_logprobs"][1],
+        json!({"token": "[", "logprob": -1.5, "bytes": [91]})
+    );
+    // completions: one object per position; the likelier of two same-text tokens stays
+    let t = response::response(CompletionKind::Text, "cmpl-1", "m", &g, Some(&lp));
+    assert_eq!(
+        t["choices"][0]["logprobs"]["top_logprobs"],
+        json!([{"{": -0.5, "[": -1.5}, {"}": -0.25}])
+    );
     assert_eq!(
         r["usage"],
         json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
@@ -169,6 +190,7 @@ fn chunks_start_with_the_role_and_end_with_reasons_and_usage() {
         text: text.into(),
         beam: None,
         drafted: None,
+        top_logprobs: None,
     };
     let first = w.event(&event(0, "{"), None).expect("a chunk");
     assert_eq!(first["object"], "chat.completion.chunk");

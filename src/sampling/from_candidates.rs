@@ -7,7 +7,8 @@ use crate::Result;
 
 use super::filters::filter_candidates;
 use super::logits::{draw, ix, key, uniform, weight};
-use super::{Sampled, Sampler};
+use super::sampler::top_logprobs;
+use super::{Sampled, Sampler, TopLogprob};
 
 /// Candidates asked for beyond what greedy or top-k strictly need: the slack that lets the
 /// exactness check pass when a penalised token's GPU value differs in the last bit.
@@ -39,6 +40,10 @@ impl Sampler {
         let p = &self.params;
         let n = self.vocab_size;
         let masked = self.mask.is_some();
+        if self.top_logprobs > 0 && (masked || !adjustments.is_empty()) {
+            // the alternatives rank raw logits; adjusted candidates are ranked otherwise
+            return Ok(None);
+        }
         let k = if n <= MAX_CANDIDATES {
             n
         } else if masked && !p.is_greedy() && !(p.top_k > 0 && p.top_k <= MAX_CANDIDATES) {
@@ -61,7 +66,7 @@ impl Sampler {
         };
         Ok(Some(SelectRequest {
             n: n as u32,
-            k: k.min(MAX_CANDIDATES).min(n) as u32,
+            k: k.max(self.top_logprobs).min(MAX_CANDIDATES).min(n) as u32,
             temperature: if p.is_greedy() { 1.0 } else { p.temperature },
             adjustments,
         }))
@@ -143,8 +148,24 @@ impl Sampler {
         // to it only with an id above `bound_id`.
         let (bound, bound_id) = (c.adjusted[k - 1], c.ids[k - 1]);
         let p = &self.params;
-        let logprob =
-            |raw: f32| (f64::from(raw) - (f64::from(c.raw_max) + f64::from(c.raw_sum).ln())) as f32;
+        let lse = f64::from(c.raw_max) + f64::from(c.raw_sum).ln();
+        let logprob = |raw: f32| (f64::from(raw) - lse) as f32;
+        // Without adjustments or a mask (`select_request` asks for no candidates otherwise) the
+        // candidates are the row's largest raw logits, at least `top_logprobs` of them.
+        let top = if self.top_logprobs > 0 {
+            if !request.adjustments.is_empty() || self.mask.is_some() || k < self.top_logprobs {
+                return Ok(None);
+            }
+            top_logprobs(&c.raw, lse, self.top_logprobs)
+                .into_iter()
+                .map(|t| TopLogprob {
+                    id: c.ids[ix(t.id)],
+                    logprob: t.logprob,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
 
         if p.is_greedy() {
             let Some(&(id, raw, value)) = pool.iter().min_by_key(|e| key(e.2, e.0)) else {
@@ -156,6 +177,7 @@ impl Sampler {
             return Ok(Some(Sampled {
                 id,
                 logprob: logprob(raw),
+                top,
             }));
         }
 
@@ -224,6 +246,7 @@ impl Sampler {
         Ok(Some(Sampled {
             id,
             logprob: logprob(raw),
+            top,
         }))
     }
 

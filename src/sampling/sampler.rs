@@ -17,12 +17,54 @@ use super::logits::{argmax, check_logits, draw, ix, key, log_sum_exp, max_f64, u
 
 /// The chosen token and its log-probability under the model's raw distribution (log-softmax of
 /// the logits as the model produced them, before any processor).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sampled {
     /// Token id.
     pub id: u32,
     /// Log-probability of `id` under the raw logits.
     pub logprob: f32,
+    /// The most likely tokens under the raw logits, most likely first (ties to the lower id),
+    /// as many as [`Sampler::set_top_logprobs`] asked for (empty by default).
+    pub top: Vec<TopLogprob>,
+}
+
+/// Most alternatives [`Sampler::set_top_logprobs`] accepts (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// One of the most likely tokens at a step, with its log-probability under the raw logits.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(target_arch = "wasm32", derive(tsify::Tsify))]
+pub struct TopLogprob {
+    /// Token id.
+    pub id: u32,
+    /// Its log-probability under the raw logits.
+    pub logprob: f32,
+}
+
+/// The `n` largest of `logits` as log-probabilities (`lse`: their log-sum-exp), largest first,
+/// ties to the lower id. `logits` must be finite.
+pub(super) fn top_logprobs(logits: &[f32], lse: f64, n: usize) -> Vec<TopLogprob> {
+    let n = n.min(logits.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut keys: Vec<u64> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| key(x, i as u32))
+        .collect();
+    keys.select_nth_unstable(n - 1);
+    keys.truncate(n);
+    keys.sort_unstable();
+    keys.into_iter()
+        .map(|k| {
+            let id = k as u32;
+            TopLogprob {
+                id,
+                logprob: (f64::from(logits[ix(id)]) - lse) as f32,
+            }
+        })
+        .collect()
 }
 
 /// Draws tokens from logits according to [`SamplingParams`]; see the [module
@@ -36,6 +78,8 @@ pub struct Sampler {
     pub(super) vocab_size: usize,
     /// The tokens a constraint allows at the next draw (`None`: all).
     pub(super) mask: Option<TokenMask>,
+    /// Alternatives reported with each draw ([`Sampled::top`]).
+    pub(super) top_logprobs: usize,
 }
 
 impl Sampler {
@@ -58,7 +102,22 @@ impl Sampler {
             seed,
             vocab_size,
             mask: None,
+            top_logprobs: 0,
         })
+    }
+
+    /// Reports the `n` most likely tokens (under the raw logits) with every draw, `0..=20`
+    /// ([`MAX_TOP_LOGPROBS`]). On the GPU's candidate path this asks for at least `n`
+    /// candidates, and reads the whole row when logit adjustments or a constraint reorder them.
+    pub fn set_top_logprobs(&mut self, n: usize) -> Result<()> {
+        if n > MAX_TOP_LOGPROBS {
+            return Err(Error::invalid(
+                "top_logprobs",
+                format!("must be in 0..={MAX_TOP_LOGPROBS}, got {n}"),
+            ));
+        }
+        self.top_logprobs = n;
+        Ok(())
     }
 
     /// The seed in use (reported to users so a run can be repeated).
@@ -78,6 +137,7 @@ impl Sampler {
             seed: self.seed,
             vocab_size: self.vocab_size,
             mask: None,
+            top_logprobs: self.top_logprobs,
         }
     }
 
@@ -295,10 +355,11 @@ impl Sampler {
         } else {
             draw(&work, uniform(&mut self.rng))
         };
-        let logprob = (f64::from(logits[id]) - log_sum_exp(logits)) as f32;
+        let lse = log_sum_exp(logits);
         Ok(Sampled {
             id: id as u32,
-            logprob,
+            logprob: (f64::from(logits[id]) - lse) as f32,
+            top: top_logprobs(logits, lse, self.top_logprobs),
         })
     }
 

@@ -248,6 +248,9 @@ impl Session {
         let mut warnings = Vec::new();
         let (tokens, _, stops) = self.prepare_prompt(&item.prompt, &item.options, &mut warnings)?;
         let constraint = self.constraint(&item.options)?;
+        Self::check_top_logprobs(&item.options)?;
+        let mut sampler = Sampler::new(params, self.vocab())?;
+        sampler.set_top_logprobs(item.options.top_logprobs)?;
         let echo = self.echo(index, &item.prompt, &tokens, &item.options, on_token)?;
         let n = params.num_return_sequences;
         let empty = Sequence {
@@ -270,7 +273,7 @@ impl Session {
             start,
             warnings,
             echo,
-            sampler: Sampler::new(params, self.vocab())?,
+            sampler,
             constraint,
             done,
             decode_span: None,
@@ -358,7 +361,7 @@ impl Session {
             item.stats.time_to_first_token_ms = elapsed_ms(item.start);
         }
         let c = lane_ctx(lane.item, item);
-        if let Some(finish) = lane.run.emit(&c, s, None, on_token)? {
+        if let Some(finish) = lane.run.emit(&c, &s, None, on_token)? {
             return Ok(Some(finish));
         }
         if lane.pos >= self.context() {

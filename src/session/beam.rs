@@ -225,6 +225,7 @@ impl Session {
                         switched,
                     }),
                     drafted: None,
+                    top_logprobs: None,
                 });
                 leader = tokens;
             }
@@ -332,6 +333,7 @@ impl Session {
                 text: text.clone(),
                 beam: None,
                 drafted: None,
+                top_logprobs: None,
             });
             out.push(Sequence {
                 tokens: f.tokens,

@@ -126,6 +126,7 @@ impl<'t> Running<'t> {
                     text: tail,
                     beam: None,
                     drafted: None,
+                    top_logprobs: None,
                 });
             }
         }
@@ -143,7 +144,7 @@ impl<'t> Running<'t> {
     pub fn emit(
         &mut self,
         c: &Ctx<'_>,
-        s: Sampled,
+        s: &Sampled,
         drafted: Option<bool>,
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Option<FinishReason>> {
@@ -166,6 +167,7 @@ impl<'t> Running<'t> {
             text: out.text,
             beam: None,
             drafted,
+            top_logprobs: (!s.top.is_empty()).then(|| s.top.clone()),
         });
         if out.stopped || self.grammar.as_ref().is_some_and(GrammarState::must_end) {
             return Ok(Some(FinishReason::Stop));
@@ -256,6 +258,7 @@ impl Session {
         let mut warnings = Vec::new();
         let (tokens, n_keep, stops) = self.prepare_prompt(prompt, options, &mut warnings)?;
         let constraint = self.constraint(options)?;
+        Self::check_top_logprobs(options)?;
         let mut stats = Stats {
             prompt_tokens: tokens.len(),
             ..Stats::default()
@@ -303,7 +306,8 @@ impl Session {
                 .await?;
             (seqs, None)
         } else {
-            let sampler = Sampler::new(params, self.vocab())?;
+            let mut sampler = Sampler::new(params, self.vocab())?;
+            sampler.set_top_logprobs(options.top_logprobs)?;
             let mut seqs = Vec::with_capacity(params.num_return_sequences);
             for s in 0..params.num_return_sequences {
                 let mut sampler = sampler.for_sequence(s);
@@ -363,6 +367,7 @@ impl Session {
                     text: text.clone(),
                     beam: None,
                     drafted: None,
+                    top_logprobs: None,
                 });
             }
         }
@@ -510,7 +515,7 @@ impl Session {
                     stats.time_to_first_token_ms = elapsed_ms(c.start);
                 }
             }
-            if let Some(finish) = run.emit(c, s, None, on_token)? {
+            if let Some(finish) = run.emit(c, &s, None, on_token)? {
                 break finish;
             }
             if let Some(spec) = speculation.take() {

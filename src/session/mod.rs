@@ -404,6 +404,20 @@ impl Session {
         Ok(ids)
     }
 
+    /// Refuses `top_logprobs` where the decoding cannot report them (beam search and
+    /// speculative decoding score or verify tokens without a draw per step).
+    pub(super) fn check_top_logprobs(options: &GenerateOptions) -> Result<()> {
+        if options.top_logprobs > 0
+            && (options.sampling.num_beams > 1 || options.speculative.is_some())
+        {
+            return Err(Error::invalid(
+                "top_logprobs",
+                "alternatives per token come with sampling and greedy decoding, not with beam search or speculative decoding",
+            ));
+        }
+        Ok(())
+    }
+
     /// `options`' response format compiled for this model (`None`: free text). Refuses the
     /// decoding that does not take a constraint (speculative decoding).
     pub(super) fn constraint(&mut self, options: &GenerateOptions) -> Result<Option<Constraint>> {

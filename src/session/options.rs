@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::chat::ChatMessage;
 use crate::constrain::ResponseFormat;
 use crate::error::{Error, Result};
-use crate::sampling::SamplingParams;
+use crate::sampling::{SamplingParams, TopLogprob, MAX_TOP_LOGPROBS};
 
 /// What to generate from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,6 +53,10 @@ pub struct GenerateOptions {
     /// under a schema, a regular expression, a Lark or a GBNF grammar. Sampling and greedy
     /// only (also batched and with `num_return_sequences`).
     pub response_format: ResponseFormat,
+    /// How many of the most likely tokens each token event reports beside the drawn one
+    /// (JSON `top_logprobs` / `topLogprobs`), `0..=20`. Default 0. Sampling and greedy
+    /// decoding only (also batched and with `num_return_sequences`).
+    pub top_logprobs: usize,
 }
 
 /// `topK` → `top_k`: the snake_case spelling of a camelCase option name (snake_case names
@@ -95,7 +99,7 @@ fn bool_option(name: &'static str, value: &serde_json::Value) -> Result<bool> {
 impl GenerateOptions {
     /// Parses one JSON object holding the sampling parameters (snake_case or camelCase, see
     /// [`SamplingParams::from_json`]) and `special`, `strict`, `echo`, `use_cache`
-    /// (`useCache`), `n_keep` (`nKeep`) and `speculative` (see [`super::SpecOptions::from_json`]). `null`
+    /// (`useCache`), `n_keep` (`nKeep`), `top_logprobs` (`topLogprobs`) and `speculative` (see [`super::SpecOptions::from_json`]). `null`
     /// means all defaults. Errors name the option.
     pub fn from_json(json: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(json)
@@ -130,6 +134,19 @@ impl GenerateOptions {
             if !v.is_null() {
                 options.response_format = ResponseFormat::from_value(&v)?;
             }
+        }
+        if let Some(v) = take_option(&mut map, "top_logprobs", "topLogprobs")? {
+            let n = v.as_u64().and_then(|n| usize::try_from(n).ok());
+            options.top_logprobs = n
+                .filter(|&n| n <= MAX_TOP_LOGPROBS)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "top_logprobs",
+                        format!(
+                            "`top_logprobs` (`topLogprobs`) must be a whole number in 0..={MAX_TOP_LOGPROBS}, got {v}"
+                        ),
+                    )
+                })?;
         }
         if let Some(v) = take_option(&mut map, "n_keep", "nKeep")? {
             if !v.is_null() {
@@ -226,6 +243,11 @@ pub struct TokenEvent {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(target_arch = "wasm32", tsify(optional))]
     pub drafted: Option<bool>,
+    /// With `top_logprobs` > 0: the most likely tokens at this step under the model's own
+    /// distribution, most likely first (the drawn token may be among them or not).
+    #[serde(rename = "topLogprobs", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(target_arch = "wasm32", tsify(optional))]
+    pub top_logprobs: Option<Vec<TopLogprob>>,
 }
 
 /// One generated sequence.

@@ -93,7 +93,7 @@ impl Session {
                         stats,
                     )
                     .await?;
-                if let Some(finish) = run.emit(c, s, Some(false), on_token)? {
+                if let Some(finish) = run.emit(c, &s, Some(false), on_token)? {
                     break finish;
                 }
                 x = s.id;
@@ -127,8 +127,9 @@ impl Session {
                         let s = Sampled {
                             id: d,
                             logprob: raw_logprob(row(i), d),
+                            top: Vec::new(),
                         };
-                        if let Some(finish) = run.emit(c, s, Some(true), on_token)? {
+                        if let Some(finish) = run.emit(c, &s, Some(true), on_token)? {
                             ended = Some(finish);
                             break;
                         }
@@ -137,6 +138,7 @@ impl Session {
                         replaced = Some(Sampled {
                             id,
                             logprob: raw_logprob(row(i), id),
+                            top: Vec::new(),
                         });
                         break;
                     }
@@ -163,7 +165,7 @@ impl Session {
                 }
             };
             self.keep_cached(keep)?;
-            if let Some(finish) = run.emit(c, next, Some(false), on_token)? {
+            if let Some(finish) = run.emit(c, &next, Some(false), on_token)? {
                 break finish;
             }
             x = next.id;

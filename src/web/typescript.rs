@@ -295,9 +295,16 @@ export interface GenerateOptions {
    * The shape the text must have: every draw is limited to the tokens that keep the text
    * inside it. A format that does not compile rejects the call before generation; a sequence
    * that reaches `maxNewTokens` first ends with `finishReason: 'length'` and a warning. Also
-   * spelled `response_format`. Not with beam search or speculative decoding.
+   * spelled `response_format`. With beam search every beam follows it. Not with speculative
+   * decoding.
    */
   responseFormat?: ResponseFormat;
+  /**
+   * Report the model's most likely tokens at every step (0..=20, default 0) in each token
+   * event's `topLogprobs`, most likely first, under the model's own distribution. Not with
+   * beam search or speculative decoding.
+   */
+  topLogprobs?: number;
 }
 
 /**
@@ -356,7 +363,7 @@ export interface ChatCompletionRequest extends CompletionRequestBase {
   max_completion_tokens?: number;
   /** Report each generated token's log-probability. */
   logprobs?: boolean;
-  /** Only 0: alternatives per token are not reported. */
+  /** With `logprobs: true`: the most likely tokens at each position, 0..=20. */
   top_logprobs?: number;
 }
 
@@ -365,7 +372,7 @@ export interface CompletionRequest extends CompletionRequestBase {
   prompt: string | number[];
   /** Put the prompt before the completion in `text`. */
   echo?: boolean;
-  /** 0: report each token's log-probability (alternatives are not reported). */
+  /** Report each token's log-probability and this many of the most likely tokens, 0..=20. */
   logprobs?: number;
 }
 
@@ -376,12 +383,13 @@ export interface CompletionUsage {
   total_tokens: number;
 }
 
-/** One generated token's log-probability (`logprobs: true`). */
+/** One generated token's log-probability (`logprobs: true`), with the most likely tokens at
+ * its position (`top_logprobs`; empty when none were asked for). */
 export interface TokenLogprobInfo {
   token: string;
   logprob: number;
   bytes: number[];
-  top_logprobs: [];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
 }
 
 /** The answer of `chat.completions.create` without `stream`. */
@@ -430,7 +438,13 @@ export interface TextCompletion {
   choices: {
     index: number;
     text: string;
-    logprobs: { tokens: string[]; token_logprobs: number[]; top_logprobs: null; text_offset: number[] } | null;
+    logprobs: {
+      tokens: string[];
+      token_logprobs: number[];
+      /** Per position, token text to log-probability; null when `logprobs` was 0. */
+      top_logprobs: Record<string, number>[] | null;
+      text_offset: number[];
+    } | null;
     finish_reason: 'stop' | 'length' | 'abort' | null;
   }[];
   usage?: CompletionUsage;

@@ -49,6 +49,7 @@ const options: GenerateOptions = {
   special: false,
   strict: false,
   nKeep: 1,
+  topLogprobs: 0,
   speculative: { method: 'lookup', k: 4, adaptive: true, disableBelowAccept: 0.2, extraToken: true },
 };
 
@@ -72,7 +73,8 @@ function report(result: GenerationResult): string {
 function onToken(event: TokenEvent): void {
   const id: number | null = event.id;
   const logprob: number | null = event.logprob;
-  console.log(event.text, id, logprob, event.sequence, event.prompt);
+  const best: number | undefined = event.topLogprobs?.[0]?.logprob;
+  console.log(event.text, id, logprob, event.sequence, event.prompt, best, event.topLogprobs?.map((t) => t.id));
 }
 
 export async function withClient(file: File): Promise<void> {

@@ -107,3 +107,101 @@ fn candidates_and_full_rows_give_the_same_sequences() {
         assert!(fallbacks > 0, "{model}: top_p never fell back to the row");
     }
 }
+
+/// `top_logprobs`: the alternatives served from the candidates equal the whole row's (ids in
+/// order, log-probabilities to rounding); greedy's token leads them; a logit bias, which
+/// reorders the candidates, makes every step read the row; batched lanes report them too.
+#[test]
+fn top_logprobs_from_candidates_equal_the_whole_rows() {
+    for model in ["tiny-llama-q4_1.gguf", "tiny-gpt2-f32.gguf"] {
+        let Some(mut s) = session(model, None) else {
+            return;
+        };
+        let prompt = Prompt::Text("Permission is hereby granted".into());
+        let go = |s: &mut emberlm::session::Session, params: SamplingParams, full: bool| {
+            let mut events = Vec::new();
+            let options = emberlm::session::GenerateOptions {
+                top_logprobs: 5,
+                ..crate::support::options(params)
+            };
+            s.set_full_row_readback(full);
+            let g = pollster::block_on(s.generate(&prompt, &options, &mut |e| {
+                if e.id.is_some() {
+                    events.push(e.clone());
+                }
+            }))
+            .unwrap();
+            (g, events)
+        };
+        let greedy = SamplingParams {
+            max_new_tokens: 12,
+            ignore_eos: true,
+            ..SamplingParams::greedy()
+        };
+        let (full, full_events) = go(&mut s, greedy.clone(), true);
+        let (cand, cand_events) = go(&mut s, greedy.clone(), false);
+        assert_same(&full.sequences, &cand.sequences, model);
+        assert_eq!(cand.stats.candidate_steps, 11, "{model}: {:?}", cand.stats);
+        assert_eq!(full_events.len(), 12);
+        for (f, c) in full_events.iter().zip(&cand_events) {
+            let (ft, ct) = (
+                f.top_logprobs.as_ref().unwrap(),
+                c.top_logprobs.as_ref().unwrap(),
+            );
+            assert_eq!(ft.len(), 5, "{model}");
+            assert_eq!(
+                ft[0].id,
+                f.id.unwrap(),
+                "{model}: greedy leads the alternatives"
+            );
+            assert_eq!(ft[0].logprob, f.logprob.unwrap(), "{model}");
+            assert!(
+                ft.windows(2).all(|w| w[0].logprob >= w[1].logprob),
+                "{ft:?}"
+            );
+            let ids =
+                |t: &[emberlm::sampling::TopLogprob]| t.iter().map(|x| x.id).collect::<Vec<_>>();
+            assert_eq!(ids(ft), ids(ct), "{model}");
+            for (a, b) in ft.iter().zip(ct) {
+                assert!(
+                    (a.logprob - b.logprob).abs() < 1e-3,
+                    "{model}: {a:?} vs {b:?}"
+                );
+            }
+        }
+        // a bias reorders the adjusted candidates: the alternatives come from the row
+        let mut biased = greedy.clone();
+        biased.logit_bias.insert(7, 2.0);
+        let (g, events) = go(&mut s, biased, false);
+        assert_eq!(g.stats.candidate_steps, 0, "{model}: {:?}", g.stats);
+        assert!(events
+            .iter()
+            .all(|e| e.top_logprobs.as_ref().is_some_and(|t| t.len() == 5)));
+        // batched lanes report them as a single sequence does
+        let items: Vec<emberlm::session::BatchItem> = (0..2)
+            .map(|_| emberlm::session::BatchItem {
+                prompt: prompt.clone(),
+                options: emberlm::session::GenerateOptions {
+                    top_logprobs: 5,
+                    ..crate::support::options(greedy.clone())
+                },
+            })
+            .collect();
+        let mut batched = Vec::new();
+        pollster::block_on(s.generate_items(&items, Some(2), &mut |e| {
+            if e.prompt == 1 && e.id.is_some() {
+                batched.push(e.top_logprobs.clone().unwrap());
+            }
+        }))
+        .unwrap();
+        assert_eq!(batched.len(), 12, "{model}");
+        for (b, c) in batched.iter().zip(&cand_events) {
+            let ct = c.top_logprobs.as_ref().unwrap();
+            assert_eq!(
+                b.iter().map(|x| x.id).collect::<Vec<_>>(),
+                ct.iter().map(|x| x.id).collect::<Vec<_>>(),
+                "{model}"
+            );
+        }
+    }
+}

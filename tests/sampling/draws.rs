@@ -178,8 +178,37 @@ fn logprob_is_the_raw_log_softmax() {
     let mut g = sampler(&SamplingParams::greedy(), 3);
     let t = g.sample(&[1.0, 3.0, 2.0], &[], &[]).ok();
     let lse = (1f64.exp() + 3f64.exp() + 2f64.exp()).ln();
-    assert_eq!(t.map(|t| t.id), Some(1));
+    assert_eq!(t.as_ref().map(|t| t.id), Some(1));
     assert!(t.is_some_and(|t| (f64::from(t.logprob) - (3.0 - lse)).abs() < 1e-6));
+}
+
+#[test]
+fn top_logprobs_are_the_raw_rows_largest() {
+    // Processors do not touch them: a bias and a temperature change the draw, not the list.
+    let params = SamplingParams {
+        temperature: 0.5,
+        logit_bias: [(0u32, 50.0f32)].into_iter().collect(),
+        seed: Some(3),
+        ..SamplingParams::unfiltered()
+    };
+    let mut s = sampler(&params, 5);
+    assert_eq!(s.clone().sample(&[0.0; 5], &[], &[]).unwrap().top, vec![]);
+    s.set_top_logprobs(3).unwrap();
+    let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+    let lse = log_softmax(&logits).unwrap();
+    let t = s.sample(&logits, &[], &[]).unwrap();
+    assert_eq!(t.id, 0, "the bias decides the draw");
+    // ties to the lower id
+    let ids: Vec<u32> = t.top.iter().map(|x| x.id).collect();
+    assert_eq!(ids, vec![1, 3, 2]);
+    for x in &t.top {
+        assert!((x.logprob - lse[x.id as usize]).abs() < 1e-6, "{x:?}");
+    }
+    // more than the vocabulary: all of it; past 20: refused by name
+    s.set_top_logprobs(20).unwrap();
+    assert_eq!(s.sample(&logits, &[], &[]).unwrap().top.len(), 5);
+    let e = s.set_top_logprobs(21).unwrap_err().to_string();
+    assert!(e.contains("top_logprobs"), "{e}");
 }
 
 #[test]

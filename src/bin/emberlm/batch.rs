@@ -287,6 +287,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
                 echo: args.sampling.echo,
                 speculative: speculative.clone(),
                 response_format: item.format.clone().unwrap_or_else(|| format.clone()),
+                top_logprobs: 0,
             },
         })
         .collect();

@@ -121,6 +121,7 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
         echo: args.sampling.echo,
         speculative: args.sampling.spec.options()?,
         response_format: args.format.format()?,
+        top_logprobs: 0,
     };
     let stream = args.stream && !args.json;
     let several = options.sampling.num_return_sequences > 1;
