@@ -5,9 +5,13 @@
 //   adjust: [n_adjust] sparse adjustments (bias, repetition, presence/frequency), distinct ids
 //   work:   [n] scratch, the adjusted row
 //   out:    header [16] + k x (id, adjusted bits, raw bits) + n_adjust x raw bits
+//   allow:  [ceil(n / 32)] a constraint's bitset (bit i % 32 of word i / 32: token i allowed),
+//           read when req.masked is 1
 //
 // Steps: copy the row to `work` (raw max, non-finite flag); apply the adjustments in the
 // sampler's order (bias, then repetition, then presence/frequency, saturating at +-f32::MAX);
+// with a mask, set every forbidden token to -f32::MAX (below every allowed one; its exp in the
+// tail sums underflows to 0);
 // radix-select the k-th largest adjusted value over an order-preserving u32 key, 8 bits per
 // round with a 256-bin histogram in workgroup atomics; when the values tie at the threshold,
 // radix-select the lowest ids among the tied; gather the k winners and sort them (bitonic) by
@@ -32,6 +36,10 @@ struct Request {
     k: u32,
     n_adjust: u32,
     inv_temp: f32,
+    masked: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 struct Adjust {
@@ -54,6 +62,7 @@ struct Adjust {
 @group(0) @binding(3) var<storage, read> adjust: array<Adjust>;
 @group(0) @binding(4) var<storage, read_write> work: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<u32>;
+@group(0) @binding(6) var<storage, read> allow: array<u32>;
 
 const HEADER = 16u;
 const MAX_K = 256u;
@@ -199,6 +208,14 @@ fn select_top_k(@builtin(local_invocation_index) lid: u32) {
         }
     }
     storageBarrier();
+    if req.masked != 0u {
+        for (var i = lid; i < n; i += WG_SIZE) {
+            if ((allow[i >> 5u] >> (i & 31u)) & 1u) == 0u {
+                work[i] = -FLT_MAX;
+            }
+        }
+        storageBarrier();
+    }
 
     // Value passes, most significant digit first. The first also sums the raw row and finds
     // the adjusted max.

@@ -30,9 +30,10 @@ pub const RESULT_HEADER_WORDS: usize = 16;
 pub const MAX_RESULT_BYTES: usize =
     4 * (RESULT_HEADER_WORDS + 3 * MAX_CANDIDATES + MAX_ADJUSTMENTS);
 
-/// GPU bytes one selection holds besides its logits-row scratch: the request uniform (16),
-/// the adjustment list (32 bytes each), the result, and its share of a batched step's readback.
-pub const SELECT_BUFFER_BYTES: u64 = (16 + 32 * MAX_ADJUSTMENTS + 2 * MAX_RESULT_BYTES) as u64;
+/// GPU bytes one selection holds besides its logits-row scratch and mask bitset: the request
+/// uniform (32), the adjustment list (32 bytes each), the result, and its share of a batched
+/// step's readback.
+pub const SELECT_BUFFER_BYTES: u64 = (32 + 32 * MAX_ADJUSTMENTS + 2 * MAX_RESULT_BYTES) as u64;
 
 /// Presence and frequency penalties (OpenAI semantics) for a token generated `count` times
 /// inside the penalty window.
@@ -94,6 +95,11 @@ pub struct SelectRequest {
     pub temperature: f32,
     /// Adjustments sorted by id, distinct ids, at most [`MAX_ADJUSTMENTS`].
     pub adjustments: Vec<LogitAdjustment>,
+    /// A constraint's allowed tokens as a bitset (`[n.div_ceil(32)]` words, bit `i % 32` of
+    /// word `i / 32` set: token `i` allowed), applied after the adjustments: a forbidden
+    /// token's adjusted logit becomes `-f32::MAX`, below every allowed one, and adds nothing
+    /// to the tail sums. `None`: every token allowed.
+    pub mask: Option<Vec<u32>>,
 }
 
 impl SelectRequest {

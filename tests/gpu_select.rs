@@ -1,5 +1,6 @@
 //! The candidate selection kernel against its CPU reference on fresh random rows: awkward row
-//! lengths, ties, negative values, adjustments at both ends of the row, k of 1, 40 and 256.
+//! lengths, ties, negative values, adjustments at both ends of the row, constraint masks
+//! (dense, and sparser than k), k of 1, 40 and 256.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -75,10 +76,15 @@ fn selection_matches_the_cpu_reference() {
                 k,
                 temperature: [1.0f32, 0.7, 1.5][rng.random_range(0..3)],
                 adjustments: random_adjustments(&mut rng, n),
+                mask: select_ref::random_mask(&mut rng, n),
             };
             let got = run(&ctx, &cache, &row, &request);
             let want = select_ref::select(&row, &request);
-            let what = format!("n {n} k {k} adjustments {}", request.adjustments.len());
+            let what = format!(
+                "n {n} k {k} adjustments {} masked {}",
+                request.adjustments.len(),
+                request.mask.is_some()
+            );
             assert!(!got.non_finite, "{what}");
             assert_eq!(got.n, want.n, "{what}");
             assert_eq!(got.ids, want.ids, "{what}: ids");
@@ -129,6 +135,7 @@ fn all_equal_rows_keep_the_lowest_ids() {
                 k,
                 temperature: 1.0,
                 adjustments: Vec::new(),
+                mask: None,
             };
             let got = run(&ctx, &cache, &row, &request);
             assert_eq!(got.ids, (0..k).collect::<Vec<_>>(), "n {n} k {k}");
@@ -150,6 +157,7 @@ fn non_finite_logits_are_flagged() {
             k: 40,
             temperature: 1.0,
             adjustments: Vec::new(),
+            mask: None,
         };
         assert!(run(&ctx, &cache, &row, &request).non_finite, "{bad}");
         row[777] = 1.0;
@@ -170,6 +178,7 @@ fn requests_the_kernel_cannot_serve_are_rejected() {
         k: 10,
         temperature: 1.0,
         adjustments: Vec::new(),
+        mask: None,
     };
     assert!(select.write(&ctx, &ok).is_ok());
     let adj = |id| LogitAdjustment {
@@ -214,6 +223,20 @@ fn requests_the_kernel_cannot_serve_are_rejected() {
                 ..ok.clone()
             },
             "adjustments",
+        ),
+        (
+            SelectRequest {
+                mask: Some(vec![1; 3]),
+                ..ok.clone()
+            },
+            "mask",
+        ),
+        (
+            SelectRequest {
+                mask: Some(vec![0; 4]),
+                ..ok.clone()
+            },
+            "mask",
         ),
     ] {
         let err = select.write(&ctx, &bad).unwrap_err();

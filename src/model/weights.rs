@@ -112,7 +112,10 @@ impl<'a> ModelWeights<'a> {
         let kv_cache = kv_bytes_per_token
             .saturating_mul(context as u64)
             .saturating_mul(batch as u64);
-        let per_select = 4 * c.vocab_size as u64 + crate::candidates::SELECT_BUFFER_BYTES;
+        // the adjusted-row scratch and the constraint's bitset scale with the vocabulary
+        let per_select = 4 * c.vocab_size as u64
+            + 4 * (c.vocab_size as u64).div_ceil(32)
+            + crate::candidates::SELECT_BUFFER_BYTES;
         let batch_select = per_select * (batch as u64 - 1);
         MemoryEstimate {
             context,

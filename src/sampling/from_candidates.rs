@@ -27,7 +27,8 @@ impl Sampler {
     /// greedy -> a few candidates; `top_k <= MAX_CANDIDATES` -> top_k plus a margin; top-p
     /// without top-k or typical -> [`MAX_CANDIDATES`]; a vocabulary of at most
     /// [`MAX_CANDIDATES`] -> all of it. `None` too with more than [`MAX_ADJUSTMENTS`]
-    /// adjusted tokens. History ids outside the vocabulary -> Error.
+    /// adjusted tokens. A constraint's mask goes with the request, so the selection ranks and
+    /// sums the allowed tokens only. History ids outside the vocabulary -> Error.
     pub fn select_request(
         &self,
         prompt: &[u32],
@@ -46,12 +47,6 @@ impl Sampler {
         }
         let k = if n <= MAX_CANDIDATES {
             n
-        } else if masked && !p.is_greedy() && !(p.top_k > 0 && p.top_k <= MAX_CANDIDATES) {
-            // the nucleus needs the allowed tokens' mass, which the selection does not sum
-            return Ok(None);
-        } else if masked {
-            // forbidden tokens may fill the top: ask for as many as one step returns
-            MAX_CANDIDATES
         } else if p.is_greedy() {
             1 + CANDIDATE_MARGIN
         } else if p.top_k > 0 && p.top_k < n {
@@ -69,6 +64,7 @@ impl Sampler {
             k: k.max(self.top_logprobs).min(MAX_CANDIDATES).min(n) as u32,
             temperature: if p.is_greedy() { 1.0 } else { p.temperature },
             adjustments,
+            mask: self.mask.as_ref().map(|m| m.words().to_vec()),
         }))
     }
 
@@ -137,12 +133,18 @@ impl Sampler {
                 pool.push((a.id, raw, a.apply(raw)));
             }
         }
-        if let Some(mask) = &self.mask {
-            // forbidden tokens drop out; every token outside the pool still stays below the bound
-            pool.retain(|e| mask.allows(e.0));
-            if pool.is_empty() || !(p_greedy_or_top_k(&self.params, n)) {
-                return Ok(None);
+        match (&self.mask, &request.mask) {
+            (Some(mask), Some(words)) if words.as_slice() == mask.words() => {
+                // The selection ranked and summed the allowed tokens only: forbidden ones
+                // (after the allowed among the candidates) drop out.
+                pool.retain(|e| mask.allows(e.0));
+                if pool.is_empty() {
+                    return Ok(None);
+                }
             }
+            (None, None) => {}
+            // a request made for another mask proves nothing
+            _ => return Ok(None),
         }
         // Every token outside the pool has an adjusted logit of at most `bound`, and equal
         // to it only with an id above `bound_id`.
@@ -212,10 +214,15 @@ impl Sampler {
         let use_top_p = p.top_p < 1.0;
         let use_min_p = p.min_p > 0.0;
         let (kept, filters) = if use_top_k {
-            if certain < p.top_k {
+            // under a mask, fewer tokens than top_k may be allowed: top-k keeps them all
+            let top_k = self
+                .mask
+                .as_ref()
+                .map_or(p.top_k, |m| p.top_k.min(m.count()));
+            if certain < top_k {
                 return Ok(None);
             }
-            (p.top_k, (use_typical, use_top_p, use_min_p))
+            (top_k, (use_typical, use_top_p, use_min_p))
         } else if use_top_p && !use_typical {
             let Some(keep) = self.nucleus(c, &order[..certain], &pool, bound, n) else {
                 return Ok(None);
@@ -274,6 +281,19 @@ impl Sampler {
             }
         };
         let pool_mass: f64 = pool.iter().map(|e| weight(scale(e.2), max)).sum();
+        if self.mask.as_ref().is_some_and(|m| m.count() == pool.len()) {
+            // every allowed token is in the pool: the mass is known exactly, no tail remains
+            let top_p = f64::from(p.top_p);
+            let mut cumulative = 0.0;
+            for (i, e) in order.iter().enumerate() {
+                cumulative += weight(e.3, max);
+                if cumulative >= top_p * pool_mass * (1.0 - F64_SUM_TOLERANCE) {
+                    let sure = cumulative >= top_p * pool_mass * (1.0 + F64_SUM_TOLERANCE);
+                    return sure.then_some(i + 1);
+                }
+            }
+            return None;
+        }
         let rest = (n - pool.len()) as f64;
         let rigorous = rest * weight(scale(bound), max);
         // The GPU's weights are relative to its adjusted max; the exact max is `order[0]`'s.
@@ -304,9 +324,4 @@ impl Sampler {
         }
         None
     }
-}
-
-/// Whether `p` draws greedily or with top-k (the draws a masked selection can decide).
-fn p_greedy_or_top_k(p: &super::SamplingParams, n: usize) -> bool {
-    p.is_greedy() || (p.top_k > 0 && p.top_k < n)
 }

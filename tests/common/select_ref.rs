@@ -31,7 +31,33 @@ pub fn adjusted_row(row: &[f32], request: &SelectRequest) -> Vec<f32> {
         v = sat(v - delta);
         *x = v;
     }
+    if let Some(words) = &request.mask {
+        for (i, x) in out.iter_mut().enumerate() {
+            if words[i / 32] >> (i % 32) & 1 == 0 {
+                *x = -f32::MAX;
+            }
+        }
+    }
     out
+}
+
+/// A random constraint bitset over `n` tokens with at least one allowed: `None` (a third of the
+/// time), about a third allowed, or a handful (fewer than most `k`).
+pub fn random_mask(rng: &mut impl Rng, n: usize) -> Option<Vec<u32>> {
+    let density = match rng.random_range(0..3) {
+        0 => return None,
+        1 => 0.3,
+        _ => 3.0 / n as f64,
+    };
+    let mut words = vec![0u32; n.div_ceil(32)];
+    for i in 0..n {
+        if rng.random_bool(density.min(1.0)) {
+            words[i / 32] |= 1 << (i % 32);
+        }
+    }
+    let one = rng.random_range(0..n);
+    words[one / 32] |= 1 << (one % 32);
+    Some(words)
 }
 
 fn order_key(x: f32, id: u32) -> (std::cmp::Reverse<u32>, u32) {

@@ -180,9 +180,9 @@ fn stop_strings_and_streaming_work_under_a_constraint() {
     }
 }
 
-/// On the GPU the constrained draw reads the selected candidates when they decide it (greedy
-/// and top-k with enough allowed tokens among them) and the whole row otherwise; either way the
-/// text obeys the format.
+/// On the GPU the mask goes to the selection kernel, so the candidates decide greedy, top-k
+/// and top-p draws (the whole row is read only when they cannot); either way the text obeys
+/// the format.
 #[test]
 fn gpu_sessions_follow_formats_from_candidates_and_rows() {
     let Some(ctx) = crate::common::native_gpu(emberlm::GpuOptions::default()) else {
@@ -193,6 +193,15 @@ fn gpu_sessions_follow_formats_from_candidates_and_rows() {
     let code = ResponseFormat::Regex("[0-9]{3}-[a-z]{2,4}".into());
     let g = generate(&mut s, "code", &code, greedy(20));
     assert_complete(&g, "gpu greedy");
+    assert!(is_code(&g.sequences[0].text), "{:?}", g.sequences[0].text);
+    assert!(g.stats.candidate_steps > 0, "{:?}", g.stats);
+    // the nucleus over the allowed tokens only: summed by the kernel under the mask
+    let nucleus = emberlm::sampling::SamplingParams {
+        top_p: 0.9,
+        ..sampled(3, 20)
+    };
+    let g = generate(&mut s, "code", &code, nucleus);
+    assert_complete(&g, "gpu top-p");
     assert!(is_code(&g.sequences[0].text), "{:?}", g.sequences[0].text);
     assert!(g.stats.candidate_steps > 0, "{:?}", g.stats);
     let schema = json!({

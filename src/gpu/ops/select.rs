@@ -35,6 +35,9 @@ struct RequestUniform {
     k: u32,
     n_adjust: u32,
     inv_temp: f32,
+    /// 1: `allow` holds the constraint's bitset.
+    masked: u32,
+    _pad: [u32; 3],
 }
 
 /// One adjustment as the kernel applies it, in f32: `x + bias`, then `x · pos_scale` when
@@ -72,7 +75,8 @@ impl From<&LogitAdjustment> for GpuAdjust {
 
 /// The selection kernel for rows of up to `capacity` logits, with its buffers: the per-step
 /// request uniform, the adjustment list (`[MAX_ADJUSTMENTS]`), the adjusted-row scratch
-/// (`[capacity]` f32) and the result (`MAX_RESULT_BYTES`). Everything is allocated here, once;
+/// (`[capacity]` f32), the constraint's bitset (`[capacity.div_ceil(32)]` u32) and the result
+/// (`MAX_RESULT_BYTES`). Everything is allocated here, once;
 /// a step only writes the request and records the dispatch.
 #[derive(Debug)]
 pub struct Select {
@@ -80,6 +84,7 @@ pub struct Select {
     request: wgpu::Buffer,
     adjust: wgpu::Buffer,
     _work: wgpu::Buffer,
+    allow: wgpu::Buffer,
     result: wgpu::Buffer,
     capacity: u32,
     _alive: AliveBuffers,
@@ -138,6 +143,7 @@ impl Select {
         )?;
         let work = ctx.storage_zeroed("select work", u64::from(capacity) * 4)?;
         let result = ctx.storage_zeroed("select result", MAX_RESULT_BYTES as u64)?;
+        let allow = ctx.storage_zeroed("select mask", mask_words(capacity) * 4)?;
         let params = SelectParams {
             capacity,
             offset,
@@ -149,27 +155,39 @@ impl Select {
             "select_top_k",
             &params,
             Some(&request),
-            &[logits, &adjust, &work, &result],
+            &[logits, &adjust, &work, &result, &allow],
             Grid::Fixed(1, 1),
         );
         let alive = AliveBuffers::new(
             ctx.counter_cells(),
-            [request.size(), adjust.size(), work.size(), result.size()],
+            [
+                request.size(),
+                adjust.size(),
+                work.size(),
+                result.size(),
+                allow.size(),
+            ],
         );
         Ok(Self {
             binding,
             request,
             adjust,
             _work: work,
+            allow,
             result,
             capacity,
             _alive: alive,
         })
     }
 
-    /// Bytes of GPU memory the selection allocated (request, adjustments, scratch, result).
+    /// Bytes of GPU memory the selection allocated (request, adjustments, scratch, mask,
+    /// result).
     pub fn bytes(&self) -> u64 {
-        self.request.size() + self.adjust.size() + self._work.size() + self.result.size()
+        self.request.size()
+            + self.adjust.size()
+            + self._work.size()
+            + self.allow.size()
+            + self.result.size()
     }
 
     /// Checks `request` and queues its upload (seen by the next submit). Errors name the field.
@@ -182,7 +200,13 @@ impl Select {
             k: request.k,
             n_adjust: gpu.len() as u32,
             inv_temp,
+            masked: u32::from(request.mask.is_some()),
+            _pad: [0; 3],
         };
+        if let Some(words) = &request.mask {
+            ctx.queue
+                .write_buffer(&self.allow, 0, bytemuck::cast_slice(words));
+        }
         ctx.queue
             .write_buffer(&self.request, 0, bytemuck::bytes_of(&uniform));
         if !gpu.is_empty() {
@@ -265,5 +289,26 @@ fn check_request(r: &SelectRequest, capacity: u32) -> Result<()> {
             format!("id {} is outside the row of {}", a.id, r.n),
         ));
     }
+    if let Some(words) = &r.mask {
+        if words.len() as u64 != mask_words(r.n) {
+            return Err(Error::invalid(
+                "mask",
+                format!(
+                    "{} words do not cover a row of {} (want {})",
+                    words.len(),
+                    r.n,
+                    mask_words(r.n)
+                ),
+            ));
+        }
+        if words.iter().all(|&w| w == 0) {
+            return Err(Error::invalid("mask", "allows no token"));
+        }
+    }
     Ok(())
+}
+
+/// Words of a bitset over `n` tokens.
+fn mask_words(n: u32) -> u64 {
+    u64::from(n).div_ceil(32)
 }
