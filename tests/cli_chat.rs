@@ -99,7 +99,7 @@ fn chat_commands_history_and_reset() {
             .lines()
             .filter(|l| l.starts_with("# top_p = "))
             .collect();
-        assert_eq!(settings, ["# top_p = 1"; 4], "{model}: {out}");
+        assert_eq!(settings, ["# top_p = 0.9"; 4], "{model}: {out}");
         assert!(
             err.contains("unknown command `/frobnicate`") && err.contains("/help"),
             "{model}: {err}"
