@@ -110,3 +110,8 @@ fn sampling_params() {
 fn response_format() {
     replay("response_format", fuzz_common::response_format);
 }
+
+#[test]
+fn openai_request() {
+    replay("openai_request", fuzz_common::openai_request);
+}

@@ -318,3 +318,20 @@ pub fn response_format(data: &[u8]) {
         }
     }
 }
+
+/// The text as an OpenAI-style request body (chat and completions) and as JavaScript generate
+/// options: parsed, or refused with a message; never a panic.
+pub fn openai_request(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    use emberlm::openai::{CompletionKind, Request};
+    for kind in [CompletionKind::Chat, CompletionKind::Text] {
+        if let Err(e) = Request::from_json(kind, text) {
+            assert!(!e.to_string().is_empty());
+        }
+    }
+    if let Ok(options) = emberlm::session::GenerateOptions::from_json(text) {
+        assert!(options.top_logprobs <= emberlm::sampling::MAX_TOP_LOGPROBS);
+    }
+}
