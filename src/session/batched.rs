@@ -373,6 +373,9 @@ impl Session {
             return Ok(Some(FinishReason::Length));
         }
         lane.next = s.id;
+        // the next draw's mask first: the request carries it to the GPU
+        lane.run
+            .constrain(&mut lane.sampler, &item.stops, &mut item.stats)?;
         lane.request = match self.full_row_readback {
             true => None,
             false => lane

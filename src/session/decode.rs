@@ -31,6 +31,9 @@ pub(super) struct Running<'t> {
     max_new_tokens: usize,
     /// Where the sequence stands in the call's constraint, if it has one.
     grammar: Option<GrammarState>,
+    /// The length of `tokens` when the sampler's mask was last set (it holds until a token
+    /// is taken).
+    masked_at: Option<usize>,
 }
 
 impl<'t> Running<'t> {
@@ -50,12 +53,15 @@ impl<'t> Running<'t> {
             sequence,
             max_new_tokens: params.max_new_tokens,
             grammar: constraint.map(Constraint::start),
+            masked_at: None,
         }
     }
 
     /// Restricts `sampler`'s next draw to what the sequence's constraint allows (`ends`: the
     /// ids that end the text, allowed only where the grammar may end); nothing without one.
-    /// Adds the time it took to `stats.constraint_ms`.
+    /// Adds the time it took to `stats.constraint_ms`. Call it before the next step's
+    /// selection request is made (the request carries the mask to the GPU); a second call
+    /// before the next token is taken does nothing.
     pub fn constrain(
         &mut self,
         sampler: &mut Sampler,
@@ -63,6 +69,10 @@ impl<'t> Running<'t> {
         stats: &mut Stats,
     ) -> Result<()> {
         if let Some(grammar) = &mut self.grammar {
+            if self.masked_at == Some(self.tokens.len()) {
+                return Ok(());
+            }
+            self.masked_at = Some(self.tokens.len());
             let t = Instant::now();
             let mask = grammar.mask(ends)?;
             sampler.set_mask(Some(mask))?;
@@ -523,6 +533,8 @@ impl Session {
                     .speculate(c, sampler, stats, warnings, on_token, &mut run, s.id, spec)
                     .await?;
             }
+            // the next draw's mask first: the request carries it to the GPU
+            run.constrain(sampler, c.stops, stats)?;
             request = sampler.select_request(c.prompt, &run.tokens)?;
             match self
                 .advance(s.id, c.n_keep, warnings, request.as_ref())

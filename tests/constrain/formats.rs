@@ -191,19 +191,40 @@ fn gpu_sessions_follow_formats_from_candidates_and_rows() {
     let files = emberlm::loader::ModelFiles::open(&fixture("tiny-llama-f32.gguf")).unwrap();
     let mut s = pollster::block_on(emberlm::session::Session::new(ctx, &files, None)).unwrap();
     let code = ResponseFormat::Regex("[0-9]{3}-[a-z]{2,4}".into());
-    let g = generate(&mut s, "code", &code, greedy(20));
-    assert_complete(&g, "gpu greedy");
-    assert!(is_code(&g.sequences[0].text), "{:?}", g.sequences[0].text);
-    assert!(g.stats.candidate_steps > 0, "{:?}", g.stats);
-    // the nucleus over the allowed tokens only: summed by the kernel under the mask
+    // greedy, and the nucleus over the allowed tokens only (summed by the kernel under the
+    // mask): after the prompt's row every step is decided by its candidates, including the
+    // steps where the allowed set changes (digits, the dash, letters), whose request must carry
+    // the new mask
     let nucleus = emberlm::sampling::SamplingParams {
         top_p: 0.9,
         ..sampled(3, 20)
     };
-    let g = generate(&mut s, "code", &code, nucleus);
-    assert_complete(&g, "gpu top-p");
-    assert!(is_code(&g.sequences[0].text), "{:?}", g.sequences[0].text);
-    assert!(g.stats.candidate_steps > 0, "{:?}", g.stats);
+    for (what, p) in [("gpu greedy", greedy(20)), ("gpu top-p", nucleus)] {
+        let g = generate(&mut s, "code", &code, p);
+        assert_complete(&g, what);
+        assert!(is_code(&g.sequences[0].text), "{:?}", g.sequences[0].text);
+        let st = &g.stats;
+        assert_eq!(st.select_fallbacks, 0, "{what}: {st:?}");
+        assert_eq!(st.full_row_steps, 1, "{what}: {st:?}");
+        assert_eq!(
+            st.candidate_steps + 1,
+            st.constrained_steps,
+            "{what}: {st:?}"
+        );
+    }
+    // batched lanes too
+    let items: Vec<BatchItem> = ["code", "the code"]
+        .iter()
+        .map(|p| BatchItem {
+            prompt: Prompt::Text((*p).into()),
+            options: options(&code, greedy(20)),
+        })
+        .collect();
+    for g in pollster::block_on(s.generate_items(&items, Some(2), &mut |_| {})).unwrap() {
+        assert_complete(&g, "gpu batch");
+        assert!(is_code(&g.sequences[0].text), "{:?}", g.sequences[0].text);
+        assert_eq!(g.stats.select_fallbacks, 0, "gpu batch: {:?}", g.stats);
+    }
     let schema = json!({
         "type": "object",
         "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99}},
