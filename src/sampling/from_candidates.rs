@@ -281,36 +281,32 @@ impl Sampler {
             }
         };
         let pool_mass: f64 = pool.iter().map(|e| weight(scale(e.2), max)).sum();
-        if self.mask.as_ref().is_some_and(|m| m.count() == pool.len()) {
+        let (lo_rest, hi_rest) = if self.mask.as_ref().is_some_and(|m| m.count() == pool.len()) {
             // every allowed token is in the pool: the mass is known exactly, no tail remains
-            let top_p = f64::from(p.top_p);
-            let mut cumulative = 0.0;
-            for (i, e) in order.iter().enumerate() {
-                cumulative += weight(e.3, max);
-                if cumulative >= top_p * pool_mass * (1.0 - F64_SUM_TOLERANCE) {
-                    let sure = cumulative >= top_p * pool_mass * (1.0 + F64_SUM_TOLERANCE);
-                    return sure.then_some(i + 1);
-                }
+            (0.0, 0.0)
+        } else {
+            let rest = (n - pool.len()) as f64;
+            let rigorous = rest * weight(scale(bound), max);
+            // The GPU's weights are relative to its adjusted max; the exact max is `order[0]`'s.
+            let exact_max = pool.iter().find(|e| e.0 == order[0].1).map(|e| e.2)?;
+            // Near saturation the GPU's scaled differences no longer match the processed logits.
+            if !(f64::from(exact_max) / t).abs().lt(&1e37)
+                || !(f64::from(bound) / t).abs().lt(&1e37)
+            {
+                return None;
             }
-            return None;
-        }
-        let rest = (n - pool.len()) as f64;
-        let rigorous = rest * weight(scale(bound), max);
-        // The GPU's weights are relative to its adjusted max; the exact max is `order[0]`'s.
-        let exact_max = pool.iter().find(|e| e.0 == order[0].1).map(|e| e.2)?;
-        // Near saturation the GPU's scaled differences no longer match the processed logits.
-        if !(f64::from(exact_max) / t).abs().lt(&1e37) || !(f64::from(bound) / t).abs().lt(&1e37) {
-            return None;
-        }
-        let factor = ((f64::from(c.adjusted_max) - f64::from(exact_max)) / t).exp();
-        let gpu_rest = (f64::from(c.tail_sum) - f64::from(c.adjusted_tail_sum)).max(0.0) * factor;
-        let slack =
-            TAIL_SUM_TOLERANCE * (f64::from(c.tail_sum) + f64::from(c.adjusted_tail_sum)) * factor;
-        if !(gpu_rest.is_finite() && slack.is_finite() && pool_mass.is_finite()) {
-            return None;
-        }
-        let hi_rest = (gpu_rest + slack).min(rigorous);
-        let lo_rest = (gpu_rest - slack).max(0.0).min(hi_rest);
+            let factor = ((f64::from(c.adjusted_max) - f64::from(exact_max)) / t).exp();
+            let gpu_rest =
+                (f64::from(c.tail_sum) - f64::from(c.adjusted_tail_sum)).max(0.0) * factor;
+            let slack = TAIL_SUM_TOLERANCE
+                * (f64::from(c.tail_sum) + f64::from(c.adjusted_tail_sum))
+                * factor;
+            if !(gpu_rest.is_finite() && slack.is_finite() && pool_mass.is_finite()) {
+                return None;
+            }
+            let hi_rest = (gpu_rest + slack).min(rigorous);
+            ((gpu_rest - slack).max(0.0).min(hi_rest), hi_rest)
+        };
         let top_p = f64::from(p.top_p);
         let lo = top_p * (pool_mass + lo_rest) * (1.0 - F64_SUM_TOLERANCE);
         let hi = top_p * (pool_mass + hi_rest) * (1.0 + F64_SUM_TOLERANCE);

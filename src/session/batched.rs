@@ -203,10 +203,10 @@ impl Session {
                 }
                 let item = prepared[i].as_mut().ok_or_else(gone)?;
                 let row = self.prefill_group(item, &group).await?;
-                let item = prepared[i].as_ref().ok_or_else(gone)?;
+                let item = prepared[i].as_mut().ok_or_else(gone)?;
                 for &(s, slot) in &group {
                     let params = &items[i].options.sampling;
-                    lanes.push(Lane {
+                    let mut lane = Lane {
                         item: i,
                         slot,
                         pos: item.tokens.len(),
@@ -215,7 +215,11 @@ impl Session {
                         logits: Some((StepLogits::Full(row.clone()), 0)),
                         request: None,
                         next: 0,
-                    });
+                    };
+                    // the first draw's mask (each later one is set after a token is taken)
+                    lane.run
+                        .constrain(&mut lane.sampler, &item.stops, &mut item.stats)?;
+                    lanes.push(lane);
                 }
                 admitted = true;
             }
@@ -319,8 +323,6 @@ impl Session {
             return Ok(None);
         };
         let vocab = self.vocab();
-        lane.run
-            .constrain(&mut lane.sampler, &item.stops, &mut item.stats)?;
         let s = match (&logits, &lane.request) {
             (StepLogits::Candidates(c), Some(request)) => {
                 match lane

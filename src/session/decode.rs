@@ -31,9 +31,6 @@ pub(super) struct Running<'t> {
     max_new_tokens: usize,
     /// Where the sequence stands in the call's constraint, if it has one.
     grammar: Option<GrammarState>,
-    /// The length of `tokens` when the sampler's mask was last set (it holds until a token
-    /// is taken).
-    masked_at: Option<usize>,
 }
 
 impl<'t> Running<'t> {
@@ -53,15 +50,14 @@ impl<'t> Running<'t> {
             sequence,
             max_new_tokens: params.max_new_tokens,
             grammar: constraint.map(Constraint::start),
-            masked_at: None,
         }
     }
 
     /// Restricts `sampler`'s next draw to what the sequence's constraint allows (`ends`: the
     /// ids that end the text, allowed only where the grammar may end); nothing without one.
-    /// Adds the time it took to `stats.constraint_ms`. Call it before the next step's
-    /// selection request is made (the request carries the mask to the GPU); a second call
-    /// before the next token is taken does nothing.
+    /// Adds the time it took to `stats.constraint_ms`. Call it once per draw, before the
+    /// draw's selection request is made (the request carries the mask to the GPU): before the
+    /// first draw, and after each token is taken.
     pub fn constrain(
         &mut self,
         sampler: &mut Sampler,
@@ -69,10 +65,6 @@ impl<'t> Running<'t> {
         stats: &mut Stats,
     ) -> Result<()> {
         if let Some(grammar) = &mut self.grammar {
-            if self.masked_at == Some(self.tokens.len()) {
-                return Ok(());
-            }
-            self.masked_at = Some(self.tokens.len());
             let t = Instant::now();
             let mask = grammar.mask(ends)?;
             sampler.set_mask(Some(mask))?;
@@ -504,11 +496,11 @@ impl Session {
         // speculation starts after the first token (drawn from the prompt's last row)
         let mut speculation = c.speculative;
         let mut decode_start = None;
+        run.constrain(sampler, c.stops, stats)?;
         let finish = loop {
             if self.abort.is_aborted() {
                 break FinishReason::Abort;
             }
-            run.constrain(sampler, c.stops, stats)?;
             let s = self
                 .sample_step(
                     sampler,
