@@ -98,8 +98,9 @@ pub struct SelectRequest {
     /// A constraint's allowed tokens as a bitset (`[n.div_ceil(32)]` words, bit `i % 32` of
     /// word `i / 32` set: token `i` allowed), applied after the adjustments: a forbidden
     /// token's adjusted logit becomes `-f32::MAX`, below every allowed one, and adds nothing
-    /// to the tail sums. `None`: every token allowed.
-    pub mask: Option<Vec<u32>>,
+    /// to the tail sums. `None`: every token allowed. Shared with the sampler's mask, not
+    /// copied.
+    pub mask: Option<std::sync::Arc<Vec<u32>>>,
 }
 
 impl SelectRequest {

@@ -76,7 +76,7 @@ fn selection_matches_the_cpu_reference() {
                 k,
                 temperature: [1.0f32, 0.7, 1.5][rng.random_range(0..3)],
                 adjustments: random_adjustments(&mut rng, n),
-                mask: select_ref::random_mask(&mut rng, n),
+                mask: select_ref::random_mask(&mut rng, n).map(std::sync::Arc::new),
             };
             let got = run(&ctx, &cache, &row, &request);
             let want = select_ref::select(&row, &request);
@@ -226,14 +226,14 @@ fn requests_the_kernel_cannot_serve_are_rejected() {
         ),
         (
             SelectRequest {
-                mask: Some(vec![1; 3]),
+                mask: Some(std::sync::Arc::new(vec![1; 3])),
                 ..ok.clone()
             },
             "mask",
         ),
         (
             SelectRequest {
-                mask: Some(vec![0; 4]),
+                mask: Some(std::sync::Arc::new(vec![0; 4])),
                 ..ok.clone()
             },
             "mask",

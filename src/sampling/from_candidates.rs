@@ -1,6 +1,8 @@
 //! Sampling from the GPU's top candidates instead of the whole row: what to ask the GPU to
 //! select, and the proof that the candidates decide the token [`Sampler::sample`] would draw.
 
+use std::sync::Arc;
+
 use crate::candidates::saturate;
 use crate::candidates::{Candidates, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES};
 use crate::Result;
@@ -64,7 +66,7 @@ impl Sampler {
             k: k.max(self.top_logprobs).min(MAX_CANDIDATES).min(n) as u32,
             temperature: if p.is_greedy() { 1.0 } else { p.temperature },
             adjustments,
-            mask: self.mask.as_ref().map(|m| m.words().to_vec()),
+            mask: self.mask.as_ref().map(|m| Arc::clone(m.shared_words())),
         }))
     }
 
@@ -134,7 +136,7 @@ impl Sampler {
             }
         }
         match (&self.mask, &request.mask) {
-            (Some(mask), Some(words)) if words.as_slice() == mask.words() => {
+            (Some(mask), Some(words)) if Arc::ptr_eq(words, mask.shared_words()) => {
                 // The selection ranked and summed the allowed tokens only: forbidden ones
                 // (after the allowed among the candidates) drop out.
                 pool.retain(|e| mask.allows(e.0));

@@ -1,5 +1,7 @@
 //! [`TokenMask`]: the tokens a constraint allows at one step.
 
+use std::sync::Arc;
+
 use crate::{Error, Result};
 
 /// A set of allowed token ids over a vocabulary of `len` ids, one bit per id (bit `id % 32`
@@ -7,7 +9,8 @@ use crate::{Error, Result};
 /// to whole words).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenMask {
-    words: Vec<u32>,
+    /// Shared with the selection requests made under the mask (copied only if changed).
+    words: Arc<Vec<u32>>,
     len: usize,
 }
 
@@ -15,7 +18,7 @@ impl TokenMask {
     /// No token allowed, over `len` ids.
     pub fn none(len: usize) -> Self {
         Self {
-            words: vec![0; len.div_ceil(32)],
+            words: Arc::new(vec![0; len.div_ceil(32)]),
             len,
         }
     }
@@ -35,7 +38,10 @@ impl TokenMask {
                 *last &= (1u32 << (len % 32)) - 1;
             }
         }
-        Ok(Self { words, len })
+        Ok(Self {
+            words: Arc::new(words),
+            len,
+        })
     }
 
     /// Number of ids the mask covers.
@@ -59,9 +65,10 @@ impl TokenMask {
         let i = id as usize;
         if i < self.len {
             let bit = 1u32 << (i % 32);
+            let words = Arc::make_mut(&mut self.words);
             match allowed {
-                true => self.words[i / 32] |= bit,
-                false => self.words[i / 32] &= !bit,
+                true => words[i / 32] |= bit,
+                false => words[i / 32] &= !bit,
             }
         }
     }
@@ -76,9 +83,14 @@ impl TokenMask {
         &self.words
     }
 
+    /// The bits, shared (a selection request carries them to the GPU without a copy).
+    pub fn shared_words(&self) -> &Arc<Vec<u32>> {
+        &self.words
+    }
+
     /// Sets every forbidden id's logit to `-inf` (`logits` is `[len]`).
     pub fn apply(&self, logits: &mut [f32]) {
-        for (chunk, &word) in logits.chunks_mut(32).zip(&self.words) {
+        for (chunk, &word) in logits.chunks_mut(32).zip(self.words.iter()) {
             if word == u32::MAX {
                 continue;
             }
