@@ -45,6 +45,23 @@ fn generate_follows_each_format_flag() {
     let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
     assert!(v["ok"].is_boolean(), "{text}");
 
+    // speculative decoding (prompt lookup) under the same schema, greedy: plain decoding's text
+    let plain = generate(&[
+        "--json-schema",
+        schema.to_str().expect("path"),
+        "--temperature",
+        "0",
+    ]);
+    let spec = generate(&[
+        "--json-schema",
+        schema.to_str().expect("path"),
+        "--temperature",
+        "0",
+        "--lookup",
+    ]);
+    assert_eq!(spec["sequences"][0]["text"], plain["sequences"][0]["text"]);
+    assert!(spec["stats"]["speculative"].is_object(), "{spec}");
+
     let gbnf = scratch("g.gbnf", "root ::= (\"yes\" | \"no\") \"!\"\n");
     let g = generate(&["--gbnf", gbnf.to_str().expect("path")]);
     let text = g["sequences"][0]["text"].as_str().expect("text");

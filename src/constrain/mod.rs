@@ -229,6 +229,21 @@ impl GrammarState {
             .map_err(|e| grammar_error(self.kind, e))
     }
 
+    /// How many of `tokens`, taken in order from here, the grammar allows (the length of
+    /// their longest allowed prefix); the state does not move. Speculative decoding keeps a
+    /// lookup draft to that prefix.
+    pub fn valid_prefix(&mut self, tokens: &[u32]) -> Result<usize> {
+        if tokens.iter().any(|&t| t as usize >= self.vocab) {
+            return Err(Error::invalid(
+                "response_format",
+                format!("a token id is outside the vocabulary of {}", self.vocab),
+            ));
+        }
+        self.matcher
+            .validate_tokens(tokens)
+            .map_err(|e| grammar_error(self.kind, e))
+    }
+
     /// Whether the grammar can only end here (nothing may follow).
     pub fn must_end(&self) -> bool {
         self.matcher.is_stopped()

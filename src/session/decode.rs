@@ -33,6 +33,23 @@ pub(super) struct Running<'t> {
     grammar: Option<GrammarState>,
 }
 
+/// Restricts `sampler`'s next draw to what `grammar` allows from where it stands (`ends`:
+/// the ids that end the text, allowed only where the grammar may end), and counts the work
+/// in `stats` (`constraint_ms`, `constrained_steps`).
+pub(super) fn restrict(
+    grammar: &mut GrammarState,
+    sampler: &mut Sampler,
+    ends: &[u32],
+    stats: &mut Stats,
+) -> Result<()> {
+    let t = Instant::now();
+    let mask = grammar.mask(ends)?;
+    sampler.set_mask(Some(mask))?;
+    stats.constraint_ms += elapsed_ms(t);
+    stats.constrained_steps += 1;
+    Ok(())
+}
+
 impl<'t> Running<'t> {
     /// Sequence `sequence` of a call, before its first token.
     pub fn new(
@@ -64,14 +81,17 @@ impl<'t> Running<'t> {
         ends: &[u32],
         stats: &mut Stats,
     ) -> Result<()> {
-        if let Some(grammar) = &mut self.grammar {
-            let t = Instant::now();
-            let mask = grammar.mask(ends)?;
-            sampler.set_mask(Some(mask))?;
-            stats.constraint_ms += elapsed_ms(t);
-            stats.constrained_steps += 1;
+        match &mut self.grammar {
+            Some(grammar) => restrict(grammar, sampler, ends, stats),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// A copy of where the sequence stands in its constraint (`None` without one), for
+    /// drafting ahead of it: the copy moves with the drafts, the sequence's own state only
+    /// with the tokens it keeps.
+    pub fn grammar_ahead(&self) -> Option<GrammarState> {
+        self.grammar.clone()
     }
 
     /// When the sequence ended (not by abort) before its constraint's text was complete: the

@@ -11,8 +11,9 @@ use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
 
 use super::context::common_prefix;
+use super::decode::{restrict, Running};
 use super::spec_options::SpecSource;
-use super::{Ctx, Session};
+use super::{Ctx, Session, Stats};
 
 /// Longest n-gram prompt lookup matches (it tries n from here down to 1).
 const LOOKUP_MAX_N: usize = 3;
@@ -151,20 +152,33 @@ impl Session {
     /// target's cache), with the distributions a draft model drew them from. The draft model
     /// first catches up with the target's cached tokens (reusing its common prefix), then
     /// draws each token with the call's sampler from its processed distribution.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn propose(
         &mut self,
         source: SpecSource,
         c: &Ctx<'_>,
-        generated: &[u32],
+        run: &Running<'_>,
         x: u32,
         k: usize,
         sampler: &mut Sampler,
+        stats: &mut Stats,
     ) -> Result<Proposal> {
+        let generated = &run.tokens;
+        // under a format: where the sequence will stand after x, moved along the drafts
+        let mut grammar = run.grammar_ahead();
         if source == SpecSource::Lookup {
             let mut history = c.prompt.to_vec();
             history.extend_from_slice(generated);
+            let mut tokens = lookup_draft(&history, k, LOOKUP_MAX_N);
+            if let Some(g) = grammar.as_mut() {
+                // an end id ends the text: nothing after it is drafted
+                let ends_at = tokens.iter().position(|t| c.stops.contains(t));
+                tokens.truncate(ends_at.unwrap_or(tokens.len()));
+                let allowed = g.valid_prefix(&tokens)?;
+                tokens.truncate(allowed);
+            }
             return Ok(Proposal {
-                tokens: lookup_draft(&history, k, LOOKUP_MAX_N),
+                tokens,
                 q: Vec::new(),
             });
         }
@@ -201,11 +215,24 @@ impl Session {
                     "the draft's logits row is too short",
                 ));
             };
+            if let Some(g) = grammar.as_mut() {
+                restrict(g, sampler, c.stops, stats)?;
+            }
             let q = sampler.distribution(row, c.prompt, &gen)?;
             let d = sampler.draw_from(&q, &q);
             out.tokens.push(d);
             out.q.push(q);
             gen.push(d);
+            if let Some(g) = grammar.as_mut() {
+                // an end id, or a text that can only end, ends the drafting
+                if c.stops.contains(&d) {
+                    break;
+                }
+                g.accept(d)?;
+                if g.must_end() {
+                    break;
+                }
+            }
             if i + 1 < k {
                 run = vec![d];
             }

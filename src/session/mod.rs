@@ -418,18 +418,11 @@ impl Session {
         Ok(())
     }
 
-    /// `options`' response format compiled for this model (`None`: free text). Refuses the
-    /// decoding that does not take a constraint (speculative decoding).
+    /// `options`' response format compiled for this model (`None`: free text).
     pub(super) fn constraint(&mut self, options: &GenerateOptions) -> Result<Option<Constraint>> {
         let format = &options.response_format;
         if !format.is_constrained() {
             return Ok(None);
-        }
-        if options.speculative.is_some() {
-            return Err(Error::invalid(
-                "response_format",
-                "a response format runs with sampling, greedy decoding and beam search, not with speculative decoding",
-            ));
         }
         let grammars = match &self.grammars {
             Some(g) => Arc::clone(g),

@@ -14,6 +14,12 @@
 //!
 //! Greedy output is token for token that of plain decoding; sampled output has the model's
 //! distribution (not the same tokens for a seed: the random draws are used differently).
+//!
+//! Under a response format every distribution is the constrained one: a draft model drafts
+//! from its rows restricted by a copy of the sequence's grammar state that moves with the
+//! drafts, a lookup draft is cut where the grammar stops allowing it, and each verified row
+//! is restricted by the sequence's own state, which moves only with the tokens kept (so a
+//! rejection needs no rollback).
 
 use crate::error::{Error, Result};
 use crate::forward::{Output, Readback};
@@ -69,12 +75,13 @@ impl Session {
             let proposal = match k {
                 0 => None,
                 _ => Some(
-                    self.propose(spec.source, c, &run.tokens, x, k, sampler)
+                    self.propose(spec.source, c, run, x, k, sampler, stats)
                         .await?,
                 ),
             };
             let Some(proposal) = proposal.filter(|p| !p.tokens.is_empty()) else {
                 // a plain step
+                run.constrain(sampler, c.stops, stats)?;
                 let request = sampler.select_request(c.prompt, &run.tokens)?;
                 let Some(logits) = self
                     .advance(x, c.n_keep, warnings, request.as_ref())
@@ -119,6 +126,8 @@ impl Session {
             let mut replaced = None;
             let mut ended = None;
             for (i, &d) in drafts.iter().enumerate() {
+                // under a format, row i is restricted to what may follow the kept tokens
+                run.constrain(sampler, c.stops, stats)?;
                 let p = sampler.distribution(row(i), c.prompt, &run.tokens)?;
                 let q = proposal.q.get(i).map(Vec::as_slice);
                 match sampler.verify(&p, q, d)? {
@@ -155,6 +164,7 @@ impl Session {
             let next = match replaced {
                 Some(s) => s,
                 None if o.extra_token => {
+                    run.constrain(sampler, c.stops, stats)?;
                     sampler.sample(row(drafts.len()), c.prompt, &run.tokens)?
                 }
                 None => {

@@ -13,7 +13,7 @@ use crate::support::fixture;
 
 /// The chi-square value a statistic with `df` degrees of freedom exceeds with probability
 /// 0.001 (Wilson-Hilferty; within a few percent for df >= 2).
-fn critical_value(df: f64) -> f64 {
+pub fn critical_value(df: f64) -> f64 {
     let z = 3.0902; // the standard normal's 0.999 quantile
     let a = 2.0 / (9.0 * df);
     df * (1.0 - a + z * a.sqrt()).powi(3)

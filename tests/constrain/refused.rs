@@ -57,24 +57,6 @@ fn empty_languages_are_refused() {
 }
 
 #[test]
-fn speculation_says_it_takes_no_format() {
-    let mut s = cpu_session(&fixture("tiny-gpt2-f32.gguf"));
-    let options = GenerateOptions {
-        sampling: greedy(8),
-        response_format: ResponseFormat::JsonObject,
-        speculative: Some(emberlm::session::SpecOptions {
-            source: Some(emberlm::session::SpecSource::Lookup),
-            ..Default::default()
-        }),
-        ..GenerateOptions::default()
-    };
-    let e = pollster::block_on(s.generate(&Prompt::Text("x".into()), &options, &mut |_| {}))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("speculative decoding"), "{e}");
-}
-
-#[test]
 fn hostile_formats_end_in_errors_not_hangs() {
     // past the size limit: refused before compiling
     let words: Vec<String> = (0..200_000).map(|i| format!("w{i}x")).collect();
