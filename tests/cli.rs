@@ -144,21 +144,16 @@ fn logits_in_f16_report_agreement_with_f32() {
     assert!(err.contains("--precision"), "{err}");
 }
 
-/// `--device`: `gpu` refuses a software adapter by name (lavapipe here), `cpu` runs generation
-/// on the CPU backend (`--backend` is the same flag) and says why a GPU command cannot, `auto`
-/// runs on whatever there is; a bad name is a usage error.
+/// `--device`: `gpu` runs on the adapter, a software one included (lavapipe here), `cpu` runs
+/// generation on the CPU backend (`--backend` is the same flag) and says why a GPU command
+/// cannot; a bad name is a usage error. (`auto`: `tests/backend_choice.rs`.)
 #[test]
 fn device_choice_is_checked() {
     let (code, out, err) = emberlm(&["--device", "gpu", "adapter", "--json"]);
-    if code == 0 {
+    if !require::cli_found_no_gpu(&err) {
+        assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_ne!(v["device_type"], "cpu", "{out}");
-    } else if !require::cli_found_no_gpu(&err) {
-        assert_eq!(code, 2, "{err}");
-        assert!(
-            err.contains("software adapter") && err.contains("device"),
-            "{err}"
-        );
+        assert!(v["name"].as_str().is_some_and(|n| !n.is_empty()), "{out}");
     }
     let (code, _, err) = emberlm(&["--device", "cpu", "adapter"]);
     assert_eq!(code, 2, "{err}");

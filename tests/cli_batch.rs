@@ -12,6 +12,9 @@ const LLAMA: &str = "tests/fixtures/tiny-llama-q4_1.gguf";
 
 fn emberlm(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_emberlm"))
+        // the adapter, even a software one: these tests check the GPU path (`auto` would
+        // time lavapipe against the CPU backend and may pick either)
+        .env("EMBERLM_DEVICE", "gpu")
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()

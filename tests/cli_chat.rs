@@ -14,6 +14,8 @@ const GPT2: &str = "tests/fixtures/tiny-gpt2";
 fn emberlm() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_emberlm"));
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    // the adapter, even a software one: these tests check the GPU path
+    cmd.env("EMBERLM_DEVICE", "gpu");
     cmd
 }
 

@@ -159,6 +159,9 @@ fn batch_and_chat_speculate() {
     std::fs::remove_dir_all(&dir).ok();
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_emberlm"))
+        // the adapter, even a software one: these tests check the GPU path (`auto` would
+        // time lavapipe against the CPU backend and may pick either)
+        .env("EMBERLM_DEVICE", "gpu")
         .args([
             "chat",
             "--model",

@@ -60,6 +60,30 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
     acc
 }
 
+/// The instruction set the integer dot product runs on here: `avx2`, `sse2`, `simd128` or
+/// `scalar` (part of what a measured backend choice depends on).
+pub fn instruction_set() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            "avx2"
+        } else {
+            "sse2"
+        }
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        "simd128"
+    }
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    )))]
+    {
+        "scalar"
+    }
+}
+
 /// Whether this x86_64 CPU has AVX2 (asked once).
 #[cfg(target_arch = "x86_64")]
 fn has_avx2() -> bool {

@@ -19,6 +19,7 @@
 //!   on the CPU has no device to lose.
 
 mod cancel;
+mod choose;
 mod draft;
 mod queue;
 mod recovery;
@@ -33,6 +34,7 @@ use crate::session::{GenerateOptions, Generation, Prompt, Score, Session, TokenE
 use queue::{Queue, Turn};
 
 pub use cancel::{AbortSwitch, Cancel};
+pub use choose::{BackendChoice, Chosen};
 
 /// How the engine loads its model, kept to load it again after device loss.
 #[derive(Clone, Debug, Default)]
@@ -75,8 +77,11 @@ pub struct Engine {
     session_kinds: Cell<Option<crate::dtype::kv::KvKinds>>,
     /// The draft model's files (speculative decoding), loaded again by a rebuild.
     draft: RefCell<Option<ModelFiles>>,
-    /// Why the model runs on the CPU though that was not asked for.
+    /// Why the model runs where it runs, when that was not asked for (no usable GPU, or
+    /// `auto`'s measured choice on a software adapter).
     backend_notice: Option<String>,
+    /// `auto`'s measured choice on a software adapter.
+    backend_choice: Option<BackendChoice>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -120,9 +125,9 @@ fn lost_error<T>(session: &Session, result: &Result<T>) -> Option<Error> {
 }
 
 impl Engine {
-    /// Loads `files` on the backend `options.gpu.device` asks for: a new GPU device (`gpu`),
-    /// the CPU (`cpu`), or the best adapter there is and the CPU where there is none
-    /// (`auto`).
+    /// Loads `files` on the backend `options.gpu.device` asks for: a new GPU device on any
+    /// adapter (`gpu`), the CPU (`cpu`), or (`auto`) a hardware adapter, the faster of a
+    /// software adapter and the CPU ([`Engine::load_auto`]), the CPU where there is none.
     pub async fn load(files: ModelFiles, options: EngineOptions) -> Result<Self> {
         match options.gpu.device {
             DeviceChoice::Cpu => Self::new_cpu(files, options, None).await,
@@ -131,7 +136,7 @@ impl Engine {
                 Self::new(gpu, files, options, &mut |_, _| {}).await
             }
             DeviceChoice::Auto => match GpuContext::new(options.gpu.clone()).await {
-                Ok(gpu) => Self::new(gpu, files, options, &mut |_, _| {}).await,
+                Ok(gpu) => Self::load_auto(gpu, files, options, &mut |_, _| {}).await,
                 Err(e @ (Error::NoAdapter(_) | Error::RequestDevice { .. })) => {
                     let notice = format!("no usable GPU ({e}); running on the CPU");
                     Self::new_cpu(files, options, Some(notice)).await
@@ -193,10 +198,12 @@ impl Engine {
             session_kinds: Cell::new(Some(kinds)),
             draft: RefCell::new(None),
             backend_notice: notice,
+            backend_choice: None,
         })
     }
 
-    /// Why the model runs on the CPU when that was not asked for (no usable GPU).
+    /// Why the model runs where it runs when that was not asked for: no usable GPU, or
+    /// `auto`'s measured choice on a software adapter ([`Engine::backend_choice`]).
     pub fn backend_notice(&self) -> Option<&str> {
         self.backend_notice.as_deref()
     }

@@ -43,11 +43,12 @@ pub struct GpuOptions {
 /// Which kind of device runs the model (`--device`, `device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceChoice {
-    /// The best adapter there is, a software one (lavapipe, SwiftShader) included; the CPU
-    /// backend where there is none.
+    /// A hardware adapter; on a software adapter (lavapipe, SwiftShader), it or the CPU
+    /// backend, whichever measures faster (`Engine::load_auto`); the CPU backend where there
+    /// is no adapter.
     #[default]
     Auto,
-    /// A hardware GPU: a software adapter is an error that names it.
+    /// The adapter, a software one included.
     Gpu,
     /// The CPU backend (no GPU is used).
     Cpu,
@@ -372,15 +373,6 @@ impl GpuContext {
                 max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
             },
         };
-        if options.device == DeviceChoice::Gpu && report.is_software() {
-            return Err(Error::invalid(
-                "device",
-                format!(
-                    "gpu: the only adapter is `{}`, a software adapter ({}); use auto to run on it",
-                    report.name, report.device_type
-                ),
-            ));
-        }
         let (precision, precision_notice) = options.precision.resolve(
             granted.contains(wgpu::Features::SHADER_F16),
             report.is_software(),

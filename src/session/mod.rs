@@ -287,6 +287,24 @@ impl Session {
         &self.forward
     }
 
+    /// Milliseconds one decode step takes on this session's backend: the fastest of `steps`
+    /// single-token steps (each reading its logits row back) after one untimed step, from an
+    /// empty KV cache. The cache is left empty (the next call runs its prompt again).
+    pub async fn time_decode_step(&mut self, steps: usize) -> Result<f64> {
+        self.forward.truncate(0)?;
+        self.cached.clear();
+        let token = [self.eos.first().copied().unwrap_or(0)];
+        self.forward.run(&token, Readback::LastRow).await?;
+        let mut best = f64::INFINITY;
+        for _ in 0..steps.max(1) {
+            let t = Instant::now();
+            self.forward.run(&token, Readback::LastRow).await?;
+            best = best.min(elapsed_ms(t));
+        }
+        self.forward.truncate(0)?;
+        Ok(best)
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
         self.forward.config()

@@ -216,7 +216,12 @@ impl Engine {
             cache_plan,
             chat_template,
         };
+        let auto = options.gpu.device == DeviceChoice::Auto;
         let inner = match gpu {
+            Some(gpu) if auto => {
+                engine::Engine::load_auto(gpu, files, options, &mut |l, t| report("upload", l, t))
+                    .await
+            }
             Some(gpu) => {
                 engine::Engine::new(gpu, files, options, &mut |l, t| report("upload", l, t)).await
             }
@@ -230,7 +235,7 @@ impl Engine {
         let info = inner
             .inspect(|s| {
                 EngineInfo::new(s, &fetched.name, weight_bytes, note)
-                    .with_backend_notice(inner.backend_notice())
+                    .with_backend(inner.backend_notice(), inner.backend_choice())
             })
             .ok_or_else(|| js_message("Internal", "the engine lost its model while loading"))?;
         let info = Rc::new(RefCell::new(info));

@@ -236,8 +236,12 @@ pub(crate) struct EngineInfo {
     runs_on: &'static str,
     /// Threads the CPU backend computes on (1 without cross-origin isolation); 0 on the GPU.
     threads: usize,
-    /// Why the model runs on the CPU though that was not asked for (no usable WebGPU).
+    /// Why the model runs where it runs when that was not asked for (no usable WebGPU, or
+    /// `auto`'s measured choice on a software adapter).
     backend_notice: Option<String>,
+    /// `auto`'s measured choice on a software adapter (`null` otherwise).
+    #[tsify(type = "BackendChoiceInfo | null")]
+    backend_choice: Option<BackendChoiceInfo>,
     /// The draft model of speculative decoding (`loadDraft`, `draft` load option), if any.
     draft: Option<String>,
 }
@@ -318,13 +322,31 @@ impl EngineInfo {
                 None => crate::cpu::threads(),
             },
             backend_notice: None,
+            backend_choice: None,
             draft: session.draft().map(|(name, _)| name.to_string()),
         }
     }
 
-    /// With the reason the model runs on the CPU though that was not asked for.
-    pub fn with_backend_notice(mut self, notice: Option<&str>) -> Self {
+    /// With the reason the model runs where it runs (when that was not asked for) and
+    /// `auto`'s measured choice on a software adapter.
+    pub fn with_backend(
+        mut self,
+        notice: Option<&str>,
+        choice: Option<&crate::engine::BackendChoice>,
+    ) -> Self {
         self.backend_notice = notice.map(String::from);
+        self.backend_choice = choice.map(|c| BackendChoiceInfo {
+            backend: match c.backend {
+                crate::engine::Chosen::Gpu => "gpu",
+                crate::engine::Chosen::Cpu => "cpu",
+            },
+            adapter: c.adapter.clone(),
+            gpu_ms: c.gpu_ms,
+            cpu_ms: c.cpu_ms,
+            threads: c.threads,
+            measured_now: c.measured_now,
+            stored_at: c.stored_at.clone(),
+        });
         self
     }
 
@@ -340,8 +362,31 @@ impl EngineInfo {
             },
         );
         info.backend_notice = self.backend_notice.clone();
+        info.backend_choice = self.backend_choice.clone();
         info
     }
+}
+
+/// What `backend: 'auto'` decided on a software adapter (SwiftShader): where the model runs and
+/// the decode step timings it compared.
+#[derive(Serialize, Tsify, Clone)]
+#[serde(rename_all = "camelCase")]
+struct BackendChoiceInfo {
+    /// Where the model runs: `gpu` (the software adapter) or `cpu` (WebAssembly).
+    #[tsify(type = "'gpu' | 'cpu'")]
+    backend: &'static str,
+    /// The software adapter's name.
+    adapter: String,
+    /// Milliseconds per decode step on the adapter.
+    gpu_ms: f64,
+    /// Milliseconds per decode step on the CPU backend.
+    cpu_ms: f64,
+    /// The CPU backend's threads.
+    threads: usize,
+    /// Timed during this load (`false`: read from the Cache API, timed on an earlier load).
+    measured_now: bool,
+    /// Where the choice is kept (`null`: it could not be stored).
+    stored_at: Option<String>,
 }
 
 /// GPU memory the model holds, in bytes.

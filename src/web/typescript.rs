@@ -127,10 +127,12 @@ export interface LoadOptions {
    */
   precision?: 'f32' | 'f16' | 'auto';
   /**
-   * Which backend runs the model: `'auto'` (default: the best WebGPU adapter, a software one
-   * such as SwiftShader included, and the CPU where the browser has no usable WebGPU;
-   * `engine.info().backendNotice` then says so), `'gpu'` (a hardware GPU; a software adapter
-   * is an error naming it) or `'cpu'` (WebAssembly on the CPU, no WebGPU used).
+   * Which backend runs the model: `'auto'` (default: a hardware GPU; on a software adapter
+   * such as SwiftShader, it or the CPU, whichever decodes faster, measured on the first load
+   * and kept in the Cache API, `engine.info().backendChoice` giving both timings; the CPU
+   * where the browser has no usable WebGPU; `engine.info().backendNotice` says which and why),
+   * `'gpu'` / `'webgpu'` (the WebGPU adapter, even a software one) or `'cpu'` (WebAssembly on
+   * the CPU, no WebGPU used).
    */
   backend?: 'auto' | 'gpu' | 'webgpu' | 'cpu';
   /** The older name of `backend`. */

@@ -4,6 +4,9 @@ use std::process::Command;
 
 pub fn emberlm(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_emberlm"))
+        // the adapter, even a software one: these tests check the GPU path (`auto` would
+        // time lavapipe against the CPU backend and may pick either)
+        .env("EMBERLM_DEVICE", "gpu")
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()

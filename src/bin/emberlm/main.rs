@@ -186,10 +186,17 @@ mod cli {
         /// and reports how the two agree.
         #[arg(long, global = true, value_name = "f32|f16|auto")]
         precision: Option<String>,
-        /// Which backend runs the model: auto (default: the best adapter, a software one such
-        /// as lavapipe included, and the CPU where there is none), gpu (a hardware GPU, else an
-        /// error naming the adapter) or cpu (the CPU backend, no GPU used).
-        #[arg(long, global = true, value_name = "auto|gpu|cpu", alias = "backend")]
+        /// Which backend runs the model: auto (default: a hardware GPU; on a software adapter
+        /// such as lavapipe, it or the CPU backend, whichever decodes faster, measured once and
+        /// kept in the tune store; the CPU where there is no adapter), gpu (the adapter, even a
+        /// software one) or cpu (the CPU backend, no GPU used). Also `EMBERLM_DEVICE`.
+        #[arg(
+            long,
+            global = true,
+            value_name = "auto|gpu|cpu",
+            alias = "backend",
+            env = "EMBERLM_DEVICE"
+        )]
         device: Option<String>,
         /// A Jinja chat template file to use instead of the model's own (for files without
         /// one, such as Gemma 3's GGUF); its end-of-turn token stops a reply.

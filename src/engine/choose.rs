@@ -1,0 +1,236 @@
+//! `auto` on a software adapter: the GPU or the CPU backend, whichever measures faster.
+//!
+//! A software adapter (lavapipe, SwiftShader, WARP) runs the GPU's kernels on the CPU, usually
+//! far slower than the CPU backend on the same cores, but not always (a many-core machine
+//! with a single-threaded page). So `auto` times one decode step of the model on both, keeps
+//! the faster, and records the choice in the tune store ([`crate::tune`]) under the adapter,
+//! its driver, the model's shape and the CPU's threads and instruction set; the next load reads
+//! the record and loads only the chosen backend. A hardware adapter always runs the model.
+
+use serde::{Deserialize, Serialize};
+
+use super::Engine;
+use crate::error::Result;
+use crate::gpu::{AdapterReport, GpuContext};
+use crate::loader::ModelFiles;
+use crate::model::weights::ModelWeights;
+use crate::session::Session;
+use crate::tune::{Store, TuneKey};
+
+/// Decode steps timed on the CPU backend (the fastest counts).
+const CPU_STEPS: usize = 3;
+/// Decode steps timed on the software adapter (slow: a step of a 135M model takes a second
+/// or more on lavapipe).
+const GPU_STEPS: usize = 2;
+
+/// Where `auto` runs a model on a software adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Chosen {
+    /// The (software) adapter.
+    Gpu,
+    /// The CPU backend.
+    Cpu,
+}
+
+/// The measurement behind a choice, as the tune store keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Measured {
+    backend: Chosen,
+    gpu_ms: f64,
+    cpu_ms: f64,
+}
+
+/// What `auto` decided on a software adapter, and from what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendChoice {
+    /// Where the model runs.
+    pub backend: Chosen,
+    /// The software adapter's name.
+    pub adapter: String,
+    /// Milliseconds per decode step on the adapter.
+    pub gpu_ms: f64,
+    /// Milliseconds per decode step on the CPU backend.
+    pub cpu_ms: f64,
+    /// The CPU backend's threads.
+    pub threads: usize,
+    /// `true`: timed during this load; `false`: read from the tune store.
+    pub measured_now: bool,
+    /// Where the record is kept (`None`: it could not be stored).
+    pub stored_at: Option<String>,
+}
+
+impl BackendChoice {
+    /// One line for people: both timings, the choice, and whether it was measured now.
+    pub fn notice(&self) -> String {
+        let threads = match self.threads {
+            1 => "1 thread".to_string(),
+            n => format!("{n} threads"),
+        };
+        format!(
+            "`{}` is a software adapter: a decode step takes {:.1} ms on it and {:.1} ms on the \
+             CPU backend ({threads}, {}); running on the {} ({})",
+            self.adapter,
+            self.gpu_ms,
+            self.cpu_ms,
+            crate::cpu::dot::instruction_set(),
+            match self.backend {
+                Chosen::Gpu => "adapter",
+                Chosen::Cpu => "CPU",
+            },
+            match (self.measured_now, &self.stored_at) {
+                (true, Some(_)) => "measured on this load and kept for the next",
+                (true, None) => "measured on this load; it could not be kept",
+                (false, _) => "measured on an earlier load",
+            }
+        )
+    }
+}
+
+/// The tune-store key of the choice: the adapter and driver, and what the two timings depend
+/// on (the model's shape and weight types, the context, the CPU's threads and instructions).
+fn choice_key(
+    report: &AdapterReport,
+    weights: &ModelWeights<'_>,
+    context: Option<usize>,
+) -> TuneKey {
+    let c = &weights.config;
+    let mut types: Vec<String> = weights
+        .tensors
+        .values()
+        .map(|t| t.dtype.to_string())
+        .collect();
+    types.sort();
+    types.dedup();
+    let shape = format!(
+        "{:?} layers={} d={} heads={}/{}x{} ffn={} vocab={} types={} context={} cpu={}x{}",
+        c.arch,
+        c.n_layers,
+        c.hidden_size,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim,
+        c.ffn_size,
+        c.vocab_size,
+        types.join(","),
+        context.map_or("default".to_string(), |n| n.to_string()),
+        crate::cpu::dot::instruction_set(),
+        crate::cpu::threads(),
+    );
+    TuneKey::new(
+        "backend",
+        format!(
+            "{} [{}, {}]",
+            report.name, report.backend, report.device_type
+        ),
+        format!("{} {}", report.driver, report.driver_info),
+        shape,
+    )
+}
+
+impl Engine {
+    /// Loads `files` where `auto` runs them, given the adapter it found: a hardware adapter
+    /// runs the model; on a software adapter the recorded choice is reused, or both backends
+    /// are timed (see the [module docs](self)) and the faster kept. A model the software
+    /// adapter cannot load runs on the CPU. `progress` sees the upload to the adapter.
+    pub async fn load_auto(
+        gpu: GpuContext,
+        files: ModelFiles,
+        options: super::EngineOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        if !gpu.report().is_software() {
+            return Self::new(gpu, files, options, progress).await;
+        }
+        let report = gpu.report().clone();
+        let key = choice_key(&report, &files.weights()?, options.context);
+        let store = Store::platform();
+        let stored_at = store.location(&key);
+        if let Some(m) = store.load::<Measured>(&key).await {
+            let choice = BackendChoice {
+                backend: m.backend,
+                adapter: report.name.clone(),
+                gpu_ms: m.gpu_ms,
+                cpu_ms: m.cpu_ms,
+                threads: crate::cpu::threads(),
+                measured_now: false,
+                stored_at,
+            };
+            let session = match m.backend {
+                Chosen::Cpu => {
+                    drop(gpu);
+                    Session::new_cpu(&files, options.context)?
+                }
+                Chosen::Gpu => {
+                    Session::new_with_progress(gpu, &files, options.context, progress).await?
+                }
+            };
+            return Self::chosen(session, files, options, choice).await;
+        }
+        let mut cpu = Session::new_cpu(&files, options.context)?;
+        let cpu_ms = cpu.time_decode_step(CPU_STEPS).await?;
+        let mut on_gpu =
+            match Session::new_with_progress(gpu, &files, options.context, progress).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let notice = format!(
+                        "`{}` is a software adapter and could not load the model ({e}); running \
+                         on the CPU",
+                        report.name
+                    );
+                    return Self::from_session(cpu, files, options, Some(notice)).await;
+                }
+            };
+        let gpu_ms = on_gpu.time_decode_step(GPU_STEPS).await?;
+        let backend = if cpu_ms <= gpu_ms {
+            Chosen::Cpu
+        } else {
+            Chosen::Gpu
+        };
+        let m = Measured {
+            backend,
+            gpu_ms,
+            cpu_ms,
+        };
+        // a choice that cannot be kept still holds for this load
+        let kept = store.save(&key, &m).await.is_ok();
+        let choice = BackendChoice {
+            backend,
+            adapter: report.name.clone(),
+            gpu_ms,
+            cpu_ms,
+            threads: crate::cpu::threads(),
+            measured_now: true,
+            stored_at: stored_at.filter(|_| kept),
+        };
+        let session = match backend {
+            Chosen::Cpu => {
+                drop(on_gpu);
+                cpu
+            }
+            Chosen::Gpu => {
+                drop(cpu);
+                on_gpu
+            }
+        };
+        Self::chosen(session, files, options, choice).await
+    }
+
+    /// The engine around the session `auto` chose, with the choice and its notice.
+    async fn chosen(
+        session: Session,
+        files: ModelFiles,
+        options: super::EngineOptions,
+        choice: BackendChoice,
+    ) -> Result<Self> {
+        let mut engine = Self::from_session(session, files, options, Some(choice.notice())).await?;
+        engine.backend_choice = Some(choice);
+        Ok(engine)
+    }
+
+    /// What `auto` decided on a software adapter (`None`: it was not asked to decide, or the
+    /// adapter is hardware, or there is none).
+    pub fn backend_choice(&self) -> Option<&BackendChoice> {
+        self.backend_choice.as_ref()
+    }
+}

@@ -1,0 +1,181 @@
+//! `auto` on a software adapter (lavapipe here): both backends are timed on the first load,
+//! the faster runs the model and the choice is kept in the tune store; the next load reuses
+//! the record without timing, a record it cannot read is timed again, and the record decides
+//! (a hand-edited record is followed). `gpu` runs on the software adapter when asked. The
+//! CLI says what `auto` chose. One test: the tune store's folder is the process's
+//! `EMBERLM_CACHE_DIR`.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use emberlm::engine::{BackendChoice, Chosen, Engine, EngineOptions};
+use emberlm::gpu::DeviceChoice;
+use emberlm::loader::ModelFiles;
+use emberlm::session::{GenerateOptions, Prompt};
+use emberlm::GpuOptions;
+
+const MODEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/tiny-llama-q4_1.gguf"
+);
+
+fn load(device: DeviceChoice) -> Engine {
+    let files = ModelFiles::open(Path::new(MODEL)).unwrap();
+    let options = EngineOptions {
+        gpu: GpuOptions {
+            device,
+            ..GpuOptions::default()
+        },
+        ..EngineOptions::default()
+    };
+    pollster::block_on(Engine::load(files, options)).unwrap()
+}
+
+fn greedy_tokens(engine: &Engine) -> Vec<u32> {
+    let options = GenerateOptions {
+        sampling: emberlm::sampling::SamplingParams {
+            max_new_tokens: 6,
+            ..emberlm::sampling::SamplingParams::greedy()
+        },
+        ..GenerateOptions::default()
+    };
+    let prompt = Prompt::from("Permission is hereby granted");
+    let g = pollster::block_on(engine.generate(&prompt, &options, &mut |_| {})).unwrap();
+    g.sequences[0].tokens.clone()
+}
+
+fn on_gpu(engine: &Engine) -> bool {
+    engine.inspect(|s| s.gpu().is_some()).unwrap()
+}
+
+fn choice(engine: &Engine) -> BackendChoice {
+    engine
+        .backend_choice()
+        .cloned()
+        .expect("auto on a software adapter reports its choice")
+}
+
+#[test]
+fn auto_times_a_software_adapter_against_the_cpu_once_and_keeps_the_choice() {
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    let software = ctx.report().is_software();
+    drop(ctx);
+    let dir = std::env::temp_dir().join(format!("emberlm-backend-choice-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::env::set_var("EMBERLM_CACHE_DIR", &dir);
+
+    let first = load(DeviceChoice::Auto);
+    if !software {
+        // a hardware adapter runs the model without timing anything
+        assert!(first.backend_choice().is_none());
+        assert!(on_gpu(&first));
+        return;
+    }
+    let c = choice(&first);
+    eprintln!("{}", c.notice());
+    assert!(c.measured_now);
+    assert!(c.gpu_ms > 0.0 && c.cpu_ms > 0.0, "{c:?}");
+    let faster = if c.cpu_ms <= c.gpu_ms {
+        Chosen::Cpu
+    } else {
+        Chosen::Gpu
+    };
+    assert_eq!(c.backend, faster, "{c:?}");
+    assert_eq!(on_gpu(&first), c.backend == Chosen::Gpu);
+    let notice = first.backend_notice().unwrap_or_default().to_string();
+    assert!(
+        notice.contains("software adapter") && notice.contains("measured on this load"),
+        "{notice}"
+    );
+    let record = PathBuf::from(c.stored_at.clone().expect("the choice was kept"));
+    assert!(record.is_file(), "{record:?}");
+    // the chosen backend generates what the same backend asked for by name does
+    let named = load(match c.backend {
+        Chosen::Cpu => DeviceChoice::Cpu,
+        Chosen::Gpu => DeviceChoice::Gpu,
+    });
+    assert!(named.backend_choice().is_none());
+    assert_eq!(greedy_tokens(&first), greedy_tokens(&named));
+    drop((first, named));
+
+    // the next load reads the record: same choice and timings, nothing timed
+    let second = load(DeviceChoice::Auto);
+    let c2 = choice(&second);
+    assert!(!c2.measured_now);
+    assert_eq!(
+        (c2.backend, c2.gpu_ms, c2.cpu_ms),
+        (c.backend, c.gpu_ms, c.cpu_ms)
+    );
+    assert!(second
+        .backend_notice()
+        .is_some_and(|n| n.contains("measured on an earlier load")));
+    drop(second);
+
+    // the record decides: edited to the other backend, the next load follows it
+    let text = std::fs::read_to_string(&record).unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let other = match c.backend {
+        Chosen::Cpu => Chosen::Gpu,
+        Chosen::Gpu => Chosen::Cpu,
+    };
+    value["value"]["backend"] = serde_json::to_value(other).unwrap();
+    std::fs::write(&record, value.to_string()).unwrap();
+    let edited = load(DeviceChoice::Auto);
+    assert_eq!(choice(&edited).backend, other);
+    assert!(!choice(&edited).measured_now);
+    assert_eq!(on_gpu(&edited), other == Chosen::Gpu);
+    drop(edited);
+
+    // a record that cannot be read is timed again and rewritten
+    std::fs::write(&record, "{ not json").unwrap();
+    let again = load(DeviceChoice::Auto);
+    assert!(choice(&again).measured_now);
+    let rewritten: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!(
+        rewritten["value"]["backend"],
+        serde_json::to_value(choice(&again).backend).unwrap()
+    );
+    drop(again);
+
+    // `gpu` runs on the software adapter when asked, without timing
+    let gpu = load(DeviceChoice::Gpu);
+    assert!(on_gpu(&gpu) && gpu.backend_choice().is_none());
+    drop(gpu);
+
+    // the CLI says what auto chose and why (a fresh store: it times and keeps)
+    let cli_dir = dir.join("cli");
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_emberlm"))
+            .args([
+                "generate",
+                "--model",
+                MODEL,
+                "--prompt",
+                "x",
+                "--max-new-tokens",
+                "2",
+            ])
+            .env("EMBERLM_CACHE_DIR", &cli_dir)
+            .env_remove("EMBERLM_DEVICE")
+            .output()
+            .expect("the binary runs")
+    };
+    let out = run();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("software adapter") && err.contains("measured on this load"),
+        "{err}"
+    );
+    let out = run();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("measured on an earlier load"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
