@@ -367,6 +367,9 @@ cmd_bench() {
   local browser_args=(--model "$model")
   [ -z "$quick" ] || browser_args+=(--quick)
   node tools/bench_browser.mjs "${browser_args[@]}"
+  # emberlm's CPU backend (WebAssembly, one thread in the page) against wllama on one thread
+  log "browser bench: CPU backends at equal threads"
+  node tools/bench_browser.mjs "${browser_args[@]}" --ember-backend cpu --wllama-threads 1
 }
 
 # Fuzz targets (fuzz/fuzz_targets/) and the longest input each may receive.

@@ -75,6 +75,7 @@ async fn load_reports_progress_and_info() {
     let options = js_sys::Object::new();
     Reflect::set(&options, &"onProgress".into(), on_progress.as_ref()).unwrap();
     Reflect::set(&options, &"contextLength".into(), &64.into()).unwrap();
+    Reflect::set(&options, &"backend".into(), &"webgpu".into()).unwrap();
     let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
     let engine = Engine::open(bytes.into(), options.into())
         .await
@@ -420,7 +421,7 @@ async fn a_url_load_is_cached() {
         .dyn_into()
         .unwrap();
     JsFuture::from(caches.delete(cache_name)).await.unwrap();
-    let options = js(&json!({ "cache": cache_name, "contextLength": 64 }));
+    let options = js(&json!({ "cache": cache_name, "contextLength": 64, "backend": "webgpu" }));
     for (round, cached) in [(1, false), (2, true)] {
         let t = js_sys::Date::now();
         let engine = Engine::open(url.into(), options.clone())
@@ -458,7 +459,8 @@ async fn kernel_plan_is_reported_forced_and_profiled() {
     let mut outputs = Vec::new();
     for variant in ["rows", "workgroup"] {
         let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
-        let options = js(&json!({ "name": "tiny-llama-q4_1.gguf", "kernels": variant }));
+        let options =
+            js(&json!({ "name": "tiny-llama-q4_1.gguf", "kernels": variant, "backend": "webgpu" }));
         let engine = Engine::open(bytes.into(), options).await.unwrap();
         let info = rust(&engine.info().unwrap());
         assert_eq!(
@@ -489,7 +491,7 @@ async fn kernel_plan_is_reported_forced_and_profiled() {
     assert_eq!(outputs[0], outputs[1]);
     // an unknown variant is refused with the option's reason
     let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
-    let options = js(&json!({ "kernels": "attention=fast" }));
+    let options = js(&json!({ "kernels": "attention=fast", "backend": "webgpu" }));
     let err = Engine::open(bytes.into(), options).await.err().unwrap();
     assert!(
         message(&err).contains("unknown kernel variant `fast`"),
@@ -589,4 +591,62 @@ async fn beam_search_streams_the_leader() {
     for (f, s) in finals.iter().zip(result["sequences"].as_array().unwrap()) {
         assert_eq!(f["text"], s["text"]);
     }
+}
+
+/// `backend: 'auto'` on SwiftShader (a software adapter): the first load times a decode step on
+/// the adapter and on the CPU backend and runs the model on the faster, saying so in `info()`;
+/// the choice is kept in the Cache API, so the next load reads it instead of timing again.
+#[wasm_bindgen_test]
+async fn auto_on_a_software_adapter_times_both_backends_once() {
+    // nothing recorded yet
+    let caches = Reflect::get(&js_sys::global(), &"caches".into()).unwrap();
+    let delete: Function = Reflect::get(&caches, &"delete".into()).unwrap().into();
+    let deleted = delete.call1(&caches, &"emberlm-tune-v1".into()).unwrap();
+    JsFuture::from(Promise::from(deleted)).await.unwrap();
+    let name = "tiny-llama-q4_1.gguf";
+    let open = || async move {
+        let bytes = Uint8Array::from(fixture(name));
+        Engine::open(
+            bytes.into(),
+            js(&json!({ "name": name, "backend": "auto" })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)))
+    };
+    let first = open().await;
+    let info = rust(&first.info().unwrap());
+    let c = &info["backendChoice"];
+    log(&format!("auto: {}", info["backendNotice"]));
+    assert_eq!(c["measuredNow"], true, "{info}");
+    let (gpu_ms, cpu_ms) = (c["gpuMs"].as_f64().unwrap(), c["cpuMs"].as_f64().unwrap());
+    let faster = if cpu_ms <= gpu_ms { "cpu" } else { "gpu" };
+    assert_eq!(c["backend"], faster, "{info}");
+    assert_eq!(info["runsOn"], faster, "{info}");
+    assert!(c["storedAt"].is_string(), "{info}");
+    assert!(
+        info["backendNotice"]
+            .as_str()
+            .is_some_and(|n| n.contains("software adapter")),
+        "{info}"
+    );
+    let g = generate(
+        &first,
+        &json!("The software is provided"),
+        json!({ "temperature": 0, "maxNewTokens": 4 }),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(g["tokens"].as_array().map(Vec::len), Some(4), "{g}");
+    drop(first);
+    let second = open().await;
+    let info = rust(&second.info().unwrap());
+    let again = &info["backendChoice"];
+    assert_eq!(again["measuredNow"], false, "{info}");
+    assert_eq!(again["backend"], c["backend"], "{info}");
+    for ms in ["gpuMs", "cpuMs"] {
+        let (a, b) = (again[ms].as_f64().unwrap(), c[ms].as_f64().unwrap());
+        assert!((a - b).abs() < 1e-9, "{ms}: {a} read back, {b} measured");
+    }
+    assert_eq!(info["runsOn"], faster, "{info}");
 }

@@ -20,7 +20,7 @@ wasm_bindgen_test_configure!(run_in_browser);
 async fn kv_cache_kinds_and_the_automatic_plan() {
     let open = |options: Value| async move {
         let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
-        Engine::open(bytes.into(), js(&options)).await
+        Engine::open(bytes.into(), js(&on_the_adapter(options))).await
     };
     // a fixed kind: reported with its bytes per token, and it generates
     let engine = open(json!({ "kvCache": "q8_0", "vCache": "f16" }))
@@ -96,7 +96,7 @@ async fn kv_cache_kinds_and_the_automatic_plan() {
 async fn decode_plans_are_reported_and_agree() {
     let open = |options: Value| async move {
         let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
-        Engine::open(bytes.into(), js(&options)).await
+        Engine::open(bytes.into(), js(&on_the_adapter(options))).await
     };
     let engine = open(json!({})).await.unwrap();
     let info = rust(&engine.info().unwrap());
@@ -152,7 +152,7 @@ async fn decode_plans_are_reported_and_agree() {
 async fn precision_follows_the_adapter() {
     let open = |options: Value| async move {
         let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
-        Engine::open(bytes.into(), js(&options)).await
+        Engine::open(bytes.into(), js(&on_the_adapter(options))).await
     };
     let engine = open(json!({ "precision": "auto" })).await.unwrap();
     let info = rust(&engine.info().unwrap());
@@ -185,4 +185,11 @@ async fn precision_follows_the_adapter() {
     assert!(plain["precisionNotice"].is_null(), "{plain}");
     let err = open(json!({ "precision": "f8" })).await.err().unwrap();
     assert!(message(&err).contains("precision"), "{}", message(&err));
+}
+
+/// `options` with `backend: 'webgpu'`: these tests check the GPU path on SwiftShader (`auto`
+/// would time it against the CPU backend and may pick either).
+fn on_the_adapter(mut options: Value) -> Value {
+    options["backend"] = json!("webgpu");
+    options
 }

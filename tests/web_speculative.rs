@@ -76,7 +76,7 @@ async fn speculation_matches_plain_greedy_decoding() {
 
 #[wasm_bindgen_test]
 async fn the_draft_load_option_and_bad_settings() {
-    let options = json!({ "name": "target.gguf" });
+    let options = json!({ "name": "target.gguf", "backend": "webgpu" });
     let opts = js(&options);
     js_sys::Reflect::set(&opts, &"draft".into(), &bytes("tiny-llama-q4_1.gguf")).unwrap();
     let engine = Engine::open(bytes("tiny-llama-q4_1.gguf"), opts)

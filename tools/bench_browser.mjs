@@ -6,7 +6,11 @@
 //
 //   node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH]
 //                                [--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC]
+//                                [--ember-backend webgpu|cpu]
 //
+// --ember-backend cpu runs emberlm's CPU backend (WebAssembly, one thread in this page) in
+// place of WebGPU, for the comparison with wllama on the CPU at equal threads
+// (`--wllama-threads 1`); the GPU-only parts (profile, batched decoding) are left out then.
 // --kernels forces emberlm's kernel variants (as Engine.load's `kernels`); without it the plan
 // measured (or reused) on the adapter runs. The first emberlm run also profiles the kernels
 // (engine.profile()) and the table prints the plan and the profile.
@@ -41,14 +45,14 @@ const TEXT = 'The history of computing is a story of machines that became smalle
 function usage(message) {
   if (message) console.error(`bench_browser: ${message}`);
   console.error('usage: node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH] '
-    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC]');
+    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC] [--ember-backend webgpu|cpu]');
   process.exit(2);
 }
 
 function parseArgs(argv) {
   const o = {
     model: 'models/SmolLM2-135M-Instruct.Q4_1.gguf', quick: false, runs: 3, out: null,
-    wllamaThreads: null, wllamaGpuLayers: 0, kernels: null,
+    wllamaThreads: null, wllamaGpuLayers: 0, kernels: null, emberBackend: 'webgpu',
   };
   const int = (flag, v, min) => {
     const n = Number(v);
@@ -68,6 +72,10 @@ function parseArgs(argv) {
     else if (a === '--wllama-threads') o.wllamaThreads = int(a, next(), 1);
     else if (a === '--wllama-gpu-layers') o.wllamaGpuLayers = int(a, next(), 0);
     else if (a === '--kernels') o.kernels = next();
+    else if (a === '--ember-backend') {
+      o.emberBackend = next();
+      if (!['webgpu', 'cpu'].includes(o.emberBackend)) usage('--ember-backend is webgpu or cpu');
+    }
     else if (a === '-h' || a === '--help') usage();
     else usage(`unknown argument ${a}`);
   }
@@ -186,8 +194,8 @@ async function main() {
       if (!ours.error) {
         try {
           const t0 = performance.now();
-          const load = await page.evaluate(([u, c, k]) => bench.emberLoad(u, { contextLength: c, kernels: k }),
-            [modelUrl, context, o.kernels]);
+          const load = await page.evaluate(([u, c, k, b]) => bench.emberLoad(u, { contextLength: c, kernels: k, backend: b }),
+            [modelUrl, context, o.kernels, o.emberBackend]);
           ours.info = load.info;
           ours.version = load.version;
           if (!prompts) {
@@ -206,7 +214,7 @@ async function main() {
             const r = await page.evaluate(([ids]) => bench.emberRun(ids, 1), [p.ids]);
             rec.prefill.push({ tokens: p.ids.length, ms: r.stats.prefillMs, counters: r.counters });
           }
-          if (run === 0) {
+          if (run === 0 && o.emberBackend === 'webgpu') {
             ours.profile = await page.evaluate(() => bench.emberProfile());
             ours.batched = [];
             for (const b of [1, 4, 8, 16]) {
@@ -377,7 +385,9 @@ async function main() {
     lines.push(`prompts ${o.prefill.join('/')} tokens, decode ${o.decode} greedy, ${o.runs} alternating runs`);
     const row = (label, s, d) => lines.push(`${label.padEnd(46)}${fmt(s, d)}`);
     for (const [name, f, extra] of [
-      ['emberlm', oursFig, oursFig ? `${ours.info.adapter} [${ours.info.backend}]` : ''],
+      ['emberlm', oursFig, oursFig ? (ours.info.runsOn === 'cpu'
+        ? `CPU backend (WebAssembly, ${ours.info.threads} thread${ours.info.threads === 1 ? '' : 's'})`
+        : `${ours.info.adapter} [${ours.info.backend}]`) : ''],
       ['wllama', theirFig, theirFig ? `${result.wllama.backend}, ${theirs.load.threads} threads, llama.cpp ${theirs.load.libllama}` : ''],
     ]) {
       if (!f) {

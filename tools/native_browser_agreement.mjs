@@ -45,9 +45,10 @@ const agreement = {
     + `--temperature 0 --max-new-tokens ${MAX_NEW_TOKENS} --json` + '` (with --chat for a one-message '
     + 'conversation); written by tools/native_browser_agreement.mjs; native and browser generation '
     + 'must reproduce them (an agreement check: correctness is held to the float64 goldens in golden/); '
-    + '`cpu_cases` are the same with `--device cpu` (the CPU backend, native and WebAssembly)',
+    + '`cases` run with `--device gpu` (the adapter, a software one included), `cpu_cases` with '
+    + '`--device cpu` (the CPU backend, native and WebAssembly)',
   max_new_tokens: MAX_NEW_TOKENS,
-  cases: run('auto'),
+  cases: run('gpu'),
   cpu_cases: run('cpu'),
 };
 writeFileSync('tests/fixtures/native_browser_agreement.json', `${JSON.stringify(agreement, null, 2)}\n`);

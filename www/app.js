@@ -134,7 +134,7 @@ function showInfo(info) {
   $('adapter').tBodies[0].replaceChildren(
     row('Runs on', info.runsOn === 'cpu'
       ? `CPU (WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'})${info.backendNotice ? `: ${info.backendNotice}` : ''}`
-      : 'GPU (WebGPU)'),
+      : `GPU (WebGPU)${info.backendNotice ? `: ${info.backendNotice}` : ''}`),
     row('Adapter', info.adapter || '(not disclosed by the browser)'),
     row('Backend', `${info.backend} (${info.deviceType})`),
     row('Subgroups', info.subgroups ? 'used' : 'no'),
@@ -204,7 +204,9 @@ async function load() {
   const started = performance.now();
   try {
     const contextLength = Number($('context').value) || undefined;
-    const info = await client.load(picked.source, { contextLength, cache: picked.cache, onProgress });
+    // `?backend=webgpu|cpu|auto` in the page's address picks the backend (default auto)
+    const backend = new URLSearchParams(location.search).get('backend') || undefined;
+    const info = await client.load(picked.source, { contextLength, cache: picked.cache, backend, onProgress });
     bar.value = 1;
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     phase.textContent = `Loaded in ${seconds} s`;

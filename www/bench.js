@@ -44,15 +44,19 @@ const bench = {
 
   // emberlm
 
-  /** Loads emberlm's wasm module and the model; returns the load time and `engine.info()`. */
-  async emberLoad(url, { contextLength, kernels } = {}) {
+  /**
+   * Loads emberlm's wasm module and the model on `backend` (`'webgpu'` by default: the bench
+   * measures the backend it names, never `auto`'s choice); returns the load time and
+   * `engine.info()`.
+   */
+  async emberLoad(url, { contextLength, kernels, backend = 'webgpu' } = {}) {
     if (!ember) {
       ember = await import('./pkg/emberlm.js');
       await ember.default();
     }
     if (engine) bench.emberFree();
     const start = now();
-    engine = await ember.Engine.load(url, { contextLength, kernels: kernels ?? undefined });
+    engine = await ember.Engine.load(url, { contextLength, kernels: kernels ?? undefined, backend });
     const ms = now() - start;
     return { ms, info: engine.info(), version: ember.version() };
   },

@@ -5,13 +5,14 @@
 //! with a single-threaded page). So `auto` times one decode step of the model on both, keeps
 //! the faster, and records the choice in the tune store ([`crate::tune`]) under the adapter,
 //! its driver, the model's shape and the CPU's threads and instruction set; the next load reads
-//! the record and loads only the chosen backend. A hardware adapter always runs the model.
+//! the record and loads only the chosen backend. A hardware adapter always runs the model, and
+//! so does a software one when the options ask for what only the GPU backend does.
 
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use crate::error::Result;
-use crate::gpu::{AdapterReport, GpuContext};
+use crate::gpu::{AdapterReport, GpuContext, Precision};
 use crate::loader::ModelFiles;
 use crate::model::weights::ModelWeights;
 use crate::session::Session;
@@ -87,6 +88,14 @@ impl BackendChoice {
     }
 }
 
+/// Whether `options` ask for what only the GPU backend does (a KV-cache kind other than f32,
+/// f16 matrix products, forced kernel variants): then `auto` keeps the adapter rather than
+/// silently dropping them on the CPU.
+fn gpu_only(options: &super::EngineOptions) -> bool {
+    let gpu = &options.gpu;
+    !gpu.kv_cache.is_f32() || gpu.precision == Precision::F16 || !gpu.kernels.is_empty()
+}
+
 /// The tune-store key of the choice: the adapter and driver, and what the two timings depend
 /// on (the model's shape and weight types, the context, the CPU's threads and instructions).
 fn choice_key(
@@ -139,7 +148,7 @@ impl Engine {
         options: super::EngineOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        if !gpu.report().is_software() {
+        if !gpu.report().is_software() || gpu_only(&options) {
             return Self::new(gpu, files, options, progress).await;
         }
         let report = gpu.report().clone();

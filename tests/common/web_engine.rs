@@ -42,6 +42,9 @@ pub async fn load(name: &str) -> Rc<Engine> {
     let bytes = Uint8Array::from(fixture(name));
     let options = js_sys::Object::new();
     Reflect::set(&options, &"name".into(), &name.into()).unwrap();
+    // the adapter (SwiftShader): these tests check the GPU path (`auto` would time it against
+    // the CPU backend and may pick either)
+    Reflect::set(&options, &"backend".into(), &"webgpu".into()).unwrap();
     let engine = Engine::open(bytes.into(), options.into())
         .await
         .unwrap_or_else(|e| panic!("loading {name}: {}", message(&e)));

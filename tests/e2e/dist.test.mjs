@@ -23,7 +23,7 @@ async function nativeReply() {
   const xdg = mkdtempSync(join(tmpdir(), 'emberlm-xdg-'));
   const { stdout } = await promisify(execFile)(CLI, [
     'generate', '--model', MODEL, '--chat', '--prompt', PROMPT,
-    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json',
+    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json', '--device', 'gpu',
   ], { env: { ...process.env, XDG_RUNTIME_DIR: xdg }, maxBuffer: 1 << 20 });
   return JSON.parse(stdout).sequences[0];
 }
@@ -51,7 +51,8 @@ test('single-file demo from file://: pick a model, greedy reply equal to the CLI
 
   const status = () => page.textContent('#status');
   const since = performance.now();
-  await page.goto(pathToFileURL(resolve(DEMO)).href);
+  // the adapter (SwiftShader here), as the CLI above: `auto` would time it against the CPU
+  await page.goto(`${pathToFileURL(resolve(DEMO)).href}?backend=webgpu`);
   await page.waitForSelector('#status[data-state="idle"], #status[data-state="error"]', { timeout: 60_000 });
   assert.equal(await page.getAttribute('#status', 'data-state'), 'idle', await status());
   assert.ok(await page.isVisible('#offline-note'), 'the offline explanation shows');

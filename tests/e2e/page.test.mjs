@@ -24,7 +24,7 @@ const CLI = 'target/debug/emberlm';
 
 /** The native CLI's greedy reply to PROMPT as a one-message chat (no system message), on the
  * backend `device` names. */
-async function nativeReply(device = 'auto') {
+async function nativeReply(device = 'gpu') {
   const xdg = mkdtempSync(join(tmpdir(), 'emberlm-xdg-'));
   const { stdout } = await promisify(execFile)(CLI, [
     'generate', '--model', `models/${MODEL}`, '--chat', '--prompt', PROMPT,
@@ -76,7 +76,8 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   };
 
   let since = performance.now();
-  await page.goto(url);
+  // the adapter (SwiftShader here): `auto` would time it against the CPU backend
+  await page.goto(`${url}?backend=webgpu`);
   await waitLoaded();
   console.log(`loaded from the network in ${seconds(since)} s: ${await status()}`);
   assert.equal(await page.getAttribute('#cache-note', 'data-cached'), 'false', 'stored in the cache');
