@@ -84,6 +84,14 @@ async fn engine_on_the_cpu_agrees_with_the_native_cli() {
             info["threads"], 1,
             "no threads without cross-origin isolation"
         );
+        // the test module is built without `+simd128` (the page's worker loads the SIMD build
+        // where the browser has it: tests/e2e/page.test.mjs)
+        let expected = if cfg!(target_feature = "simd128") {
+            "simd128"
+        } else {
+            "scalar"
+        };
+        assert_eq!(info["cpuInstructions"], expected, "{info}");
         assert!(info["kernelPlan"].is_null(), "{info}");
         let events = Events::new();
         let g = generate(

@@ -65,19 +65,23 @@ function unexported(file) {
 // The worker imports the glue from ./pkg/ in www/; in the package both sit side by side.
 const WORKER_IMPORT = /^import init, \{ ([\w, ]+) \} from '\.\/pkg\/emberlm\.js';$/m;
 
+// ... and finds the two wasm builds there too.
+const WASM_URLS = /^const wasmUrls = \(\) => \(\{\n  simd: new URL\('\.\/pkg\/emberlm_simd_bg\.wasm', import\.meta\.url\),\n  scalar: new URL\('\.\/pkg\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
+
 function workerSource() {
   const source = read('www/worker.js');
   if (!WORKER_IMPORT.test(source)) throw new Error('www/worker.js: the import of ./pkg/emberlm.js changed');
+  if (!WASM_URLS.test(source)) throw new Error('www/worker.js: the wasm URLs (wasmUrls) changed');
   return source;
 }
 
 /**
  * The worker as one classic script (a page on file:// cannot start module workers): the glue,
- * its exports removed, in place of the worker's import line, then the wasm, gzipped and
- * base64-encoded, decoded once here into globalThis.EMBERLM_WASM (a promise of its bytes) for
- * the worker's init().
+ * its exports removed, in place of the worker's import line, then both wasm builds, gzipped and
+ * base64-encoded; globalThis.EMBERLM_WASM decodes the one the worker asks for (SIMD or not)
+ * for its init().
  */
-function inlineWorker(wasm) {
+function inlineWorker(wasm, wasmSimd) {
   const glue = read(`${PKG}/emberlm.js`).replaceAll(SNIPPET_IMPORT, (_, alias, _path, file) => namespace(alias, file));
   if (/^\s*import\s/m.test(glue)) throw new Error(`${PKG}/emberlm.js imports files other than www/ snippets`);
   const init = /^export default (\w+);$/m.exec(glue)?.[1] ?? /^export \{[^}]*\b(\w+) as default\b/m.exec(glue)?.[1];
@@ -90,18 +94,24 @@ function inlineWorker(wasm) {
     .replaceAll('import.meta.url', 'self.location.href');
   if (/^export\s/m.test(classic) || /import\.meta/.test(classic)) throw new Error(`${PKG}/emberlm.js: module syntax left`);
   const base64 = gzipSync(wasm, { level: 9 }).toString('base64');
+  const base64Simd = gzipSync(wasmSimd, { level: 9 }).toString('base64');
   const decode = [
-    '// The wasm module (gzip, base64), decoded once.',
-    'globalThis.EMBERLM_WASM = (() => {',
-    `  const text = atob('${base64}');`,
+    '// The wasm module, with WebAssembly SIMD and without (gzip, base64): the one asked for is',
+    '// decoded.',
+    'globalThis.EMBERLM_WASM = (simd) => {',
+    `  const text = atob(simd ? '${base64Simd}' : '${base64}');`,
     '  const bytes = new Uint8Array(text.length);',
     '  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);',
     "  const unzipped = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));",
     '  return new Response(unzipped).arrayBuffer();',
-    '})();',
+    '};',
   ].join('\n');
   const inlined = `// wasm-bindgen glue (www/pkg/emberlm.js)\n${classic}\nconst init = ${init};\n${decode}\n`;
-  return { source: workerSource().replace(WORKER_IMPORT, () => inlined), base64Bytes: base64.length };
+  const source = workerSource()
+    .replace(WORKER_IMPORT, () => inlined)
+    // never called: EMBERLM_WASM is set (and a classic script has no import.meta)
+    .replace(WASM_URLS, "const wasmUrls = () => { throw new Error('the single-file demo inlines its wasm'); };");
+  return { source, base64Bytes: base64.length + base64Simd.length };
 }
 
 /** A module's source as a JS string literal that is safe inside <script>. */
@@ -115,8 +125,8 @@ function checkInlineCode(text, where) {
   return text;
 }
 
-function buildDemo(wasm) {
-  const { source: worker, base64Bytes } = inlineWorker(wasm);
+function buildDemo(wasm, wasmSimd) {
+  const { source: worker, base64Bytes } = inlineWorker(wasm, wasmSimd);
   let client = replaceOnce(read('www/client.js'), CLIENT_IMPORT, `${unexported('token_stream.js')}\n`, 'www/client.js');
   client = replaceOnce(client, 'export class EngineClient', 'class EngineClient', 'www/client.js');
   const app = replaceOnce(read('www/app.js'), "import { EngineClient } from './client.js';\n", '', 'www/app.js');
@@ -141,14 +151,14 @@ function buildDemo(wasm) {
   html = replaceOnce(html, '<script type="module" src="app.js"></script>', script, 'www/index.html');
   const path = `${OUT}/emberlm-demo.html`;
   writeFileSync(path, html);
-  console.log(`${path}: ${kib(statSync(path).size)} (wasm ${kib(wasm.length)}, inlined as ${kib(base64Bytes)} of gzip+base64)`);
+  console.log(`${path}: ${kib(statSync(path).size)} (wasm ${kib(wasm.length)} and ${kib(wasmSimd.length)} with SIMD, inlined as ${kib(base64Bytes)} of gzip+base64)`);
 }
 
 function buildPackage(version) {
   const dir = `${OUT}/npm`;
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  for (const file of ['emberlm.d.ts', 'emberlm_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
+  for (const file of ['emberlm.d.ts', 'emberlm_bg.wasm', 'emberlm_simd_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
   // One copy of each www/ module, side by side with the glue and the client that import it.
   const glue = read(`${PKG}/emberlm.js`);
   const shared = new Set(['token_stream.js', ...snippets(glue)]);
@@ -156,9 +166,11 @@ function buildPackage(version) {
   for (const file of shared) copyFileSync(`www/${file}`, `${dir}/${file}`);
   copyFileSync('www/client.js', `${dir}/client.js`);
   copyFileSync('www/openai_fetch.js', `${dir}/openai.js`);
-  writeFileSync(`${dir}/worker.js`, workerSource().replace(WORKER_IMPORT, "import init, { $1 } from './emberlm.js';"));
+  writeFileSync(`${dir}/worker.js`, workerSource()
+    .replace(WORKER_IMPORT, "import init, { $1 } from './emberlm.js';")
+    .replace(WASM_URLS, (urls) => urls.replaceAll("'./pkg/", "'./")));
   for (const file of ['client.d.ts', 'worker.d.ts', 'openai.d.ts', 'README.md']) copyFileSync(`tools/npm/${file}`, `${dir}/${file}`);
-  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts',
+  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'emberlm_simd_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts',
     'openai.js', 'openai.d.ts', ...shared];
   const manifest = {
     name: 'emberlm',
@@ -174,6 +186,7 @@ function buildPackage(version) {
       './worker': { types: './worker.d.ts', default: './worker.js' },
       './openai': { types: './openai.d.ts', default: './openai.js' },
       './emberlm_bg.wasm': './emberlm_bg.wasm',
+      './emberlm_simd_bg.wasm': './emberlm_simd_bg.wasm',
       './package.json': './package.json',
     },
     files,
@@ -188,5 +201,5 @@ function buildPackage(version) {
 
 mkdirSync(OUT, { recursive: true });
 const wasm = readFileSync(`${PKG}/emberlm_bg.wasm`);
-buildDemo(wasm);
+buildDemo(wasm, readFileSync(`${PKG}/emberlm_simd_bg.wasm`));
 buildPackage(crateVersion());

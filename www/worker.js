@@ -7,9 +7,33 @@
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
 import init, { Engine, version } from './pkg/emberlm.js';
 
+// The module comes in two builds from the same source, with the same glue: with WebAssembly
+// SIMD (fixed-width 128-bit; the CPU backend's integer dot products use it) and without, for
+// browsers that lack it. SIMD is used where this smallest module returning a v128 constant
+// validates.
+const SIMD_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // header
+  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // type: () -> v128
+  0x03, 0x02, 0x01, 0x00, // one function of that type
+  0x0a, 0x16, 0x01, 0x14, 0x00, 0xfd, 0x0c, ...new Array(16).fill(0), 0x0b, // v128.const 0
+]);
+const simd = WebAssembly.validate(SIMD_PROBE);
+// Where the two builds sit, next to the glue (bundlers see these URLs and emit both files).
+const wasmUrls = () => ({
+  simd: new URL('./pkg/emberlm_simd_bg.wasm', import.meta.url),
+  scalar: new URL('./pkg/emberlm_bg.wasm', import.meta.url),
+});
 // The wasm module: fetched next to the glue unless a build that inlines it (the single-file
-// demo, tools/dist.mjs) set globalThis.EMBERLM_WASM to its bytes (or a promise of them).
-const ready = init(globalThis.EMBERLM_WASM ? { module_or_path: globalThis.EMBERLM_WASM } : undefined);
+// demo, tools/dist.mjs) set globalThis.EMBERLM_WASM to its bytes (or a promise of them), or to
+// a function of `simd` returning them.
+function wasmSource() {
+  const inlined = globalThis.EMBERLM_WASM;
+  if (typeof inlined === 'function') return inlined(simd);
+  if (inlined) return inlined;
+  const urls = wasmUrls();
+  return simd ? urls.simd : urls.scalar;
+}
+const ready = init({ module_or_path: wasmSource() });
 /** @type {Engine | null} */
 let engine = null;
 /** Running streams by call id, so that `cancel` can end them early. */

@@ -236,6 +236,10 @@ pub(crate) struct EngineInfo {
     runs_on: &'static str,
     /// Threads the CPU backend computes on (1 without cross-origin isolation); 0 on the GPU.
     threads: usize,
+    /// The instructions the CPU backend's dot products run on: `simd128` (the module built
+    /// with WebAssembly SIMD, loaded where the browser has it) or `scalar`.
+    #[tsify(type = "'simd128' | 'scalar' | 'avx2' | 'sse2'")]
+    cpu_instructions: &'static str,
     /// Why the model runs where it runs when that was not asked for (no usable WebGPU, or
     /// `auto`'s measured choice on a software adapter).
     backend_notice: Option<String>,
@@ -321,6 +325,7 @@ impl EngineInfo {
                 Some(_) => 0,
                 None => crate::cpu::threads(),
             },
+            cpu_instructions: crate::cpu::dot::instruction_set(),
             backend_notice: None,
             backend_choice: None,
             draft: session.draft().map(|(name, _)| name.to_string()),
