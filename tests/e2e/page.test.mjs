@@ -5,7 +5,8 @@
 // One browser, in order: the default model loads and is stored in the Cache API; a greedy reply
 // streams in and equals the native CLI's; Stop ends a longer reply with finish "abort"; after a
 // reload the model comes from the cache, with no download. A screenshot goes to
-// target/e2e/chat.png. A second browser without WebGPU runs the page on the CPU backend.
+// target/e2e/chat.png. A second browser without WebGPU runs the page on the CPU backend, with
+// the WebAssembly SIMD build and then (SIMD made to look absent) the scalar one.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -218,5 +219,32 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   assert.deepEqual(Object.keys(value).sort(), ['city', 'rainy']);
   assert.equal(typeof value.city, 'string');
   assert.equal(typeof value.rainy, 'boolean');
+
+  // A browser without WebAssembly SIMD (simulated: the worker's feature test is made to fail)
+  // gets the scalar build, which replies with the same tokens
+  const scalar = await browser.newPage();
+  scalar.on('pageerror', (e) => problems.push(String(e)));
+  await scalar.route('**/worker.js', async (route) => {
+    const response = await route.fetch();
+    const body = `WebAssembly.validate = () => false;\n${await response.text()}`;
+    await route.fulfill({ response, body });
+  });
+  await scalar.goto(url);
+  await scalar.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
+  assert.equal(await scalar.getAttribute('#status', 'data-state'), 'ready', await scalar.textContent('#error-text'));
+  const scalarRows = Object.fromEntries(await scalar.$$eval('#adapter tr', (trs) =>
+    trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
+  console.log(`without SIMD: ${scalarRows['Runs on']}`);
+  assert.match(scalarRows['Runs on'], /^CPU \(WebAssembly, 1 thread\)/);
+  await scalar.fill('#temperature', '0');
+  await scalar.fill('#max-tokens', String(MAX_TOKENS));
+  since = performance.now();
+  await scalar.fill('#prompt', PROMPT);
+  await scalar.click('#send');
+  await scalar.waitForSelector('#status[data-state="generating"]', { timeout: 10_000 });
+  await scalar.waitForSelector('#status[data-state="ready"]', { timeout: 600_000 });
+  const scalarReply = await scalar.textContent('#messages .message.assistant:last-child .content');
+  console.log(`scalar reply in ${seconds(since)} s: ${JSON.stringify(scalarReply)}`);
+  assert.equal(scalarReply, native.text, 'the scalar build replies as the SIMD build and the CLI do');
   assert.deepEqual(problems, [], 'no page errors');
 });
