@@ -112,8 +112,8 @@ function link(target, linkPath) {
 }
 
 /**
- * The prefix of TEXT repeated, ending at a word boundary, that emberlm's tokenizer turns into
- * exactly `n` tokens (no BOS); `null` when no word boundary gives exactly n.
+ * The prefix of TEXT repeated, ending at a word boundary (else inside the nearest words), that
+ * emberlm's tokenizer turns into exactly `n` tokens (no BOS); `null` when no cut gives n.
  */
 async function promptOf(page, n) {
   const long = TEXT.repeat(Math.ceil((n * 8) / TEXT.length) + 2);
@@ -130,6 +130,13 @@ async function promptOf(page, n) {
   for (let k = Math.max(0, lo - 2); k < Math.min(cuts.length, lo + 3); k++) {
     const ids = await count(cuts[k]);
     if (ids.length === n) return { text: long.slice(0, cuts[k]), ids };
+  }
+  // no word boundary gives n (a word of two tokens straddles it): cut inside that word
+  const from = cuts[Math.max(0, lo - 2)];
+  const to = cuts[Math.min(cuts.length - 1, lo + 2)];
+  for (let cut = from; cut <= to; cut++) {
+    const ids = await count(cut);
+    if (ids.length === n) return { text: long.slice(0, cut), ids };
   }
   return null;
 }
@@ -400,7 +407,7 @@ async function main() {
       row(`  decode ${o.decode} tokens (tok/s)`, f.decode_tok_s);
       row(`  time to first token, ${o.prefill[0]}-token prompt (ms)`, f.ttft_ms, 0);
     }
-    if (oursFig && lastOurs.decode.memory) {
+    if (oursFig && lastOurs.decode.memory && ours.info.runsOn !== 'cpu') {
       const m = lastOurs.decode.memory;
       const mib = (b) => (b / 1048576).toFixed(1);
       lines.push(`emberlm GPU memory: weights ${mib(m.weights)} MiB, KV ${mib(m.kvCache)} MiB, activations ${mib(m.activations)} MiB (total ${mib(m.total)} MiB)`);

@@ -65,6 +65,8 @@ function unexported(file) {
 // The worker imports the glue from ./pkg/ in www/; in the package both sit side by side.
 const WORKER_IMPORT = /^import init, \{ ([\w, ]+) \} from '\.\/pkg\/emberlm\.js';$/m;
 
+// ... and the SIMD feature test from next to it ...
+const WORKER_SIMD_IMPORT = "import { simdSupported } from './simd.js';\n";
 // ... and finds the two wasm builds there too.
 const WASM_URLS = /^const wasmUrls = \(\) => \(\{\n  simd: new URL\('\.\/pkg\/emberlm_simd_bg\.wasm', import\.meta\.url\),\n  scalar: new URL\('\.\/pkg\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
 
@@ -107,7 +109,7 @@ function inlineWorker(wasm, wasmSimd) {
     '};',
   ].join('\n');
   const inlined = `// wasm-bindgen glue (www/pkg/emberlm.js)\n${classic}\nconst init = ${init};\n${decode}\n`;
-  const source = workerSource()
+  const source = replaceOnce(workerSource(), WORKER_SIMD_IMPORT, `${unexported('simd.js')}\n`, 'www/worker.js')
     .replace(WORKER_IMPORT, () => inlined)
     // never called: EMBERLM_WASM is set (and a classic script has no import.meta)
     .replace(WASM_URLS, "const wasmUrls = () => { throw new Error('the single-file demo inlines its wasm'); };");
@@ -161,7 +163,7 @@ function buildPackage(version) {
   for (const file of ['emberlm.d.ts', 'emberlm_bg.wasm', 'emberlm_simd_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
   // One copy of each www/ module, side by side with the glue and the client that import it.
   const glue = read(`${PKG}/emberlm.js`);
-  const shared = new Set(['token_stream.js', ...snippets(glue)]);
+  const shared = new Set(['token_stream.js', 'simd.js', ...snippets(glue)]);
   writeFileSync(`${dir}/emberlm.js`, sideBySide(glue));
   for (const file of shared) copyFileSync(`www/${file}`, `${dir}/${file}`);
   copyFileSync('www/client.js', `${dir}/client.js`);

@@ -52,7 +52,10 @@ const bench = {
   async emberLoad(url, { contextLength, kernels, backend = 'webgpu' } = {}) {
     if (!ember) {
       ember = await import('./pkg/emberlm.js');
-      await ember.default();
+      // the build the page's worker would load: with WebAssembly SIMD where the browser has it
+      const { simdSupported } = await import('./simd.js');
+      const file = simdSupported() ? './pkg/emberlm_simd_bg.wasm' : './pkg/emberlm_bg.wasm';
+      await ember.default({ module_or_path: new URL(file, import.meta.url) });
     }
     if (engine) bench.emberFree();
     const start = now();

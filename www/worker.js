@@ -6,18 +6,11 @@
 //                                               unloadDraft
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
 import init, { Engine, version } from './pkg/emberlm.js';
+import { simdSupported } from './simd.js';
 
 // The module comes in two builds from the same source, with the same glue: with WebAssembly
-// SIMD (fixed-width 128-bit; the CPU backend's integer dot products use it) and without, for
-// browsers that lack it. SIMD is used where this smallest module returning a v128 constant
-// validates.
-const SIMD_PROBE = new Uint8Array([
-  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // header
-  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // type: () -> v128
-  0x03, 0x02, 0x01, 0x00, // one function of that type
-  0x0a, 0x16, 0x01, 0x14, 0x00, 0xfd, 0x0c, ...new Array(16).fill(0), 0x0b, // v128.const 0
-]);
-const simd = WebAssembly.validate(SIMD_PROBE);
+// SIMD (the CPU backend's integer dot products use it) and without, for browsers that lack it.
+const simd = simdSupported();
 // Where the two builds sit, next to the glue (bundlers see these URLs and emit both files).
 const wasmUrls = () => ({
   simd: new URL('./pkg/emberlm_simd_bg.wasm', import.meta.url),

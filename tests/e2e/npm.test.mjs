@@ -16,7 +16,7 @@ const VERSION = /^\[package\][^[]*?^version\s*=\s*"([^"]+)"/ms.exec(readFileSync
 const TARBALL = resolve(`dist/emberlm-${VERSION}.tgz`);
 const PACKAGE_FILES = [
   'README.md', 'client.d.ts', 'client.js', 'emberlm.d.ts', 'emberlm.js', 'emberlm_bg.wasm', 'emberlm_simd_bg.wasm',
-  'openai.d.ts', 'openai.js', 'package.json', 'token_stream.js', 'worker.d.ts', 'worker.js',
+  'openai.d.ts', 'openai.js', 'package.json', 'simd.js', 'token_stream.js', 'worker.d.ts', 'worker.js',
 ];
 const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, maxBuffer: 1 << 24 });
 

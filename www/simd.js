@@ -1,0 +1,16 @@
+// Whether this JavaScript engine runs WebAssembly SIMD (fixed-width, 128-bit), which the
+// module's SIMD build (pkg/emberlm_simd_bg.wasm: the CPU backend's integer dot products in
+// SIMD128) needs; the scalar build (pkg/emberlm_bg.wasm) runs everywhere. The test: does the
+// smallest module returning a v128 constant validate?
+
+const SIMD_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // header
+  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // type: () -> v128
+  0x03, 0x02, 0x01, 0x00, // one function of that type
+  0x0a, 0x16, 0x01, 0x14, 0x00, 0xfd, 0x0c, ...new Array(16).fill(0), 0x0b, // v128.const 0
+]);
+
+/** `true` where WebAssembly SIMD validates. */
+export function simdSupported() {
+  return WebAssembly.validate(SIMD_PROBE);
+}
