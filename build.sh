@@ -98,7 +98,7 @@ setup_wasm_tools() {
 # for the npm package's tests, and the official `openai` client for the API tests.
 setup_node() {
   if [ -x node_modules/.bin/wasm-opt ] && [ -d node_modules/playwright-core ] &&
-    [ -x node_modules/.bin/tsc ] && [ -x node_modules/.bin/vite ] && [ -d node_modules/openai ] &&
+    [ -x node_modules/.bin/tsc ] && [ -x node_modules/.bin/vite ] && [ -d node_modules/openai ] && [ -d node_modules/ajv ] &&
     [ node_modules/.package-lock.json -nt package-lock.json ]; then
     return
   fi
@@ -303,7 +303,7 @@ cmd_test() {
   log "demo page test (release build, Playwright driving headless Chromium)"
   cmd_build
   node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs \
-    tests/e2e/openai.test.mjs
+    tests/e2e/openai.test.mjs tests/e2e/schemas.test.mjs
   log "offline demo, npm package and examples (dist/)"
   dist_only
   node --test --test-concurrency=1 tests/e2e/dist.test.mjs tests/e2e/npm.test.mjs

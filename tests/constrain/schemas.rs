@@ -3,94 +3,23 @@
 //! the greedy answer, finish and validate (sampled with the `balanced` preset).
 
 use emberlm::session::{FinishReason, Prompt};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::common;
 use crate::support::*;
 
 /// Nested objects, enums, arrays with bounds, numbers with ranges, required fields, strings
-/// with patterns: in that order of difficulty.
-pub fn schemas() -> Vec<(&'static str, Value)> {
-    vec![
-        (
-            "required fields",
-            json!({
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "maxLength": 20},
-                    "age": {"type": "integer", "minimum": 0, "maximum": 120}
-                },
-                "required": ["name", "age"],
-                "additionalProperties": false
-            }),
-        ),
-        (
-            "enum and boolean",
-            json!({
-                "type": "object",
-                "properties": {
-                    "color": {"enum": ["red", "green", "blue"]},
-                    "bright": {"type": "boolean"}
-                },
-                "required": ["color", "bright"],
-                "additionalProperties": false
-            }),
-        ),
-        (
-            "nested objects and bounded arrays",
-            json!({
-                "type": "object",
-                "properties": {
-                    "user": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "integer", "minimum": 1, "maximum": 9999},
-                            "tags": {
-                                "type": "array",
-                                "items": {"type": "string", "maxLength": 12},
-                                "minItems": 1,
-                                "maxItems": 3
-                            }
-                        },
-                        "required": ["id", "tags"],
-                        "additionalProperties": false
-                    }
-                },
-                "required": ["user"],
-                "additionalProperties": false
-            }),
-        ),
-        (
-            "numbers with ranges",
-            json!({
-                "type": "object",
-                "properties": {
-                    "scores": {
-                        "type": "array",
-                        "items": {"type": "number", "minimum": 0, "maximum": 10},
-                        "minItems": 2,
-                        "maxItems": 4
-                    },
-                    "level": {"type": "integer", "minimum": -5, "maximum": 5}
-                },
-                "required": ["scores", "level"],
-                "additionalProperties": false
-            }),
-        ),
-        (
-            "strings with patterns",
-            json!({
-                "type": "object",
-                "properties": {
-                    "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
-                    "code": {"type": "string", "pattern": "^[A-Z]{3}[0-9]?$"},
-                    "note": {"type": "string", "maxLength": 30}
-                },
-                "required": ["date", "code"],
-                "additionalProperties": false
-            }),
-        ),
-    ]
+/// with patterns: in that order of difficulty (`tests/fixtures/schemas.json`, which the browser
+/// test reads too).
+pub fn schemas() -> Vec<(String, Value)> {
+    let doc: Value =
+        serde_json::from_str(include_str!("../fixtures/schemas.json")).expect("schemas.json");
+    doc["schemas"]
+        .as_array()
+        .expect("a list of schemas")
+        .iter()
+        .map(|s| (s["name"].as_str().expect("a name").to_string(), s["schema"].clone()))
+        .collect()
 }
 
 #[test]
@@ -132,13 +61,13 @@ fn smollm2_gives_valid_json_in_50_seeded_samples_per_schema() {
         let greedy_g =
             pollster::block_on(s.generate(&prompt, &options(&format, greedy(256)), &mut |_| {}))
                 .unwrap();
-        assert_complete(&greedy_g, name);
-        assert_valid(&schema, &greedy_g.sequences[0].text, name);
+        assert_complete(&greedy_g, &name);
+        assert_valid(&schema, &greedy_g.sequences[0].text, &name);
         let mut p = balanced(2026, 256);
         p.num_return_sequences = 50;
         let g = pollster::block_on(s.generate(&prompt, &options(&format, p), &mut |_| {})).unwrap();
         assert_eq!(g.sequences.len(), 50);
-        assert_complete(&g, name);
+        assert_complete(&g, &name);
         for (i, seq) in g.sequences.iter().enumerate() {
             assert_valid(&schema, &seq.text, &format!("{name} sample {i}"));
         }

@@ -103,7 +103,7 @@ fn greedy_speculation_under_a_format_matches_plain_constrained_decoding() {
         }
         if let ResponseFormat::JsonSchema { .. } = format {
             if plain.sequences[0].finish_reason == FinishReason::Stop {
-                assert_valid(&schema, &plain.sequences[0].text, name);
+                assert_valid(&schema, &plain.sequences[0].text, &name);
             }
         }
     }
