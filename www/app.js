@@ -68,8 +68,6 @@ const NO_WEBGPU = 'This browser offers no WebGPU, which emberlm needs to run the
 function explain(e) {
   const detail = detailOf(e);
   switch (kindOf(e)) {
-    case 'NoWebGPU':
-      return NO_WEBGPU;
     case 'NoAdapter':
     case 'RequestDevice':
       return `${NO_WEBGPU} (The browser said: ${detail})`;
@@ -473,12 +471,8 @@ async function main() {
     });
   }
 
-  if (!('gpu' in navigator)) {
-    unusable = true;
-    showError(Object.assign(new Error('NoWebGPU: navigator.gpu is missing'), { kind: 'NoWebGPU' }));
-    setStatus('error', 'WebGPU is not available.');
-    return;
-  }
+  // A browser without WebGPU (no navigator.gpu) still runs the model: the engine falls back to
+  // the CPU backend and the "Runs on" row says why.
   client = new EngineClient(globalThis.EMBERLM_WORKER_URL, { type: globalThis.EMBERLM_WORKER_TYPE });
   client.version().then((v) => { $('version').textContent = `v${v}`; }, () => {});
   if (OFFLINE) setStatus('idle', 'Pick a GGUF model file (or drop one on this page).');

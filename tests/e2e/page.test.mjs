@@ -246,5 +246,23 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   const scalarReply = await scalar.textContent('#messages .message.assistant:last-child .content');
   console.log(`scalar reply in ${seconds(since)} s: ${JSON.stringify(scalarReply)}`);
   assert.equal(scalarReply, native.text, 'the scalar build replies as the SIMD build and the CLI do');
+
+  // A browser with no WebGPU API at all (Firefox or Safari where it is off: no navigator.gpu in
+  // the page or in the worker) loads the model on the CPU too
+  const bare = await browser.newPage();
+  bare.on('pageerror', (e) => problems.push(String(e)));
+  await bare.addInitScript(() => { delete Navigator.prototype.gpu; });
+  await bare.route('**/worker.js', async (route) => {
+    const response = await route.fetch();
+    await route.fulfill({ response, body: `delete WorkerNavigator.prototype.gpu;\n${await response.text()}` });
+  });
+  await bare.goto(url);
+  assert.equal(await bare.evaluate(() => 'gpu' in navigator), false);
+  await bare.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
+  assert.equal(await bare.getAttribute('#status', 'data-state'), 'ready', await bare.textContent('#error-text'));
+  const bareRows = Object.fromEntries(await bare.$$eval('#adapter tr', (trs) =>
+    trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
+  console.log(`no WebGPU API: ${bareRows['Runs on']}`);
+  assert.match(bareRows['Runs on'], /^CPU \(WebAssembly SIMD, 1 thread\): no usable WebGPU/);
   assert.deepEqual(problems, [], 'no page errors');
 });

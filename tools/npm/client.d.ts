@@ -41,7 +41,6 @@ export type {
 
 /** What an error's `kind` can be: the message starts with it too (`Limit: ...`). */
 export type EngineErrorKind =
-  | 'NoWebGPU'
   | 'NoAdapter'
   | 'RequestDevice'
   | 'DeviceLost'
