@@ -217,6 +217,10 @@ async function load() {
     }
     showInfo(info);
     newChat();
+    // a new model comes without the previous one's draft
+    $('draft-file').value = '';
+    $('draft-name').textContent = 'none loaded';
+    if ($('speculative').value === 'draft') $('speculative').value = '';
     loaded = true;
     setStatus('ready', `Ready: ${info.model.name} on ${info.adapter || info.backend}.`);
   } catch (e) {
@@ -224,6 +228,25 @@ async function load() {
     bar.value = 0;
     showError(e);
     setStatus('error', 'The model did not load.');
+  }
+}
+
+/** Loads the picked draft model beside the model, for speculative decoding. */
+async function loadDraft() {
+  const file = $('draft-file').files[0];
+  if (!file || !client || !loaded || generating) return;
+  hideError();
+  const name = $('draft-name');
+  name.textContent = `loading ${file.name}…`;
+  delete name.dataset.loaded;
+  try {
+    const info = await client.loadDraft(file, { name: file.name });
+    name.textContent = `${info.draft} loaded`;
+    name.dataset.loaded = 'true';
+    $('speculative').value = 'draft';
+  } catch (e) {
+    name.textContent = 'none loaded';
+    showError(e);
   }
 }
 
@@ -445,6 +468,7 @@ async function main() {
     send();
   });
   $('load').addEventListener('click', () => load());
+  $('draft-file').addEventListener('change', () => loadDraft());
   $('model-file').addEventListener('change', () => {
     document.querySelector('input[name="model-source"][value="file"]').checked = true;
   });

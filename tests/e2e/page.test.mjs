@@ -196,6 +196,24 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   assert.equal(reply, native.text, 'the page on the CPU replies as the native CLI on the CPU does');
   assert.equal(finish, native.finish_reason);
 
+  // A draft model picked on the page (SmolLM2 drafting for itself: every draft stands) speeds
+  // up the same greedy reply in a new chat
+  await page.click('details:has(#advanced) > summary');
+  await page.setInputFiles('#draft-file', `models/${MODEL}`);
+  await page.waitForSelector('#draft-name[data-loaded="true"]', { timeout: 120_000 });
+  assert.equal(await page.inputValue('#speculative'), 'draft');
+  await page.click('#reset');
+  await page.fill('#prompt', PROMPT);
+  await page.click('#send');
+  await page.waitForSelector('#status[data-state="generating"]', { timeout: 10_000 });
+  await page.waitForSelector('#status[data-state="ready"]', { timeout: 600_000 });
+  const drafted = await page.textContent('#messages .message.assistant:last-child .content');
+  const spec = await page.textContent('#spec');
+  console.log(`with the draft model: ${JSON.stringify(drafted)}; ${spec}`);
+  assert.equal(drafted, native.text, 'speculative decoding replies as plain greedy decoding does');
+  assert.match(spec, /drafts accepted \(100%\)/);
+  await page.selectOption('#speculative', '');
+
   // JSON output with a schema: the reply is shown parsed, and it satisfies the schema
   await page.click('summary:has-text("Structured output")');
   await page.check('#json-output');
