@@ -119,7 +119,8 @@ function row(label, value) {
   return tr;
 }
 
-function showInfo(info) {
+/** The loaded model's facts; `templateName`: the chat template file picked for it, if any. */
+function showInfo(info, templateName) {
   const m = info.model;
   $('model-info').tBodies[0].replaceChildren(
     row('Model', m.name),
@@ -127,7 +128,7 @@ function showInfo(info) {
     row('Vocabulary', String(m.vocab)),
     row('Weights', mb(m.weightBytes)),
     row('Context', `${info.contextLength} (trained: ${m.contextLength})`),
-    row('Chat template', info.hasChatTemplate ? 'the model\'s own' : 'none (a plain fallback)'),
+    row('Chat template', templateName ? `${templateName} (picked)` : info.hasChatTemplate ? 'the model\'s own' : 'none (a plain fallback)'),
   );
   $('adapter').tBodies[0].replaceChildren(
     row('Runs on', info.runsOn === 'cpu'
@@ -202,9 +203,11 @@ async function load() {
   const started = performance.now();
   try {
     const contextLength = Number($('context').value) || undefined;
+    const template = $('chat-template').files[0];
+    const chatTemplate = template ? await template.text() : undefined;
     // `?backend=webgpu|cpu|auto` in the page's address picks the backend (default auto)
     const backend = new URLSearchParams(location.search).get('backend') || undefined;
-    const info = await client.load(picked.source, { contextLength, cache: picked.cache, backend, onProgress });
+    const info = await client.load(picked.source, { contextLength, cache: picked.cache, backend, chatTemplate, onProgress });
     bar.value = 1;
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     phase.textContent = `Loaded in ${seconds} s`;
@@ -215,7 +218,7 @@ async function load() {
       note.textContent = 'Downloaded and saved in the browser cache: the next visit loads it from there.';
       note.dataset.cached = 'false';
     }
-    showInfo(info);
+    showInfo(info, template?.name);
     newChat();
     // a new model comes without the previous one's draft
     $('draft-file').value = '';

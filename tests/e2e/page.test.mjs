@@ -24,12 +24,12 @@ const MAX_TOKENS = 8;
 const CLI = 'target/debug/emberlm';
 
 /** The native CLI's greedy reply to PROMPT as a one-message chat (no system message), on the
- * backend `device` names. */
-async function nativeReply(device = 'gpu') {
+ * backend `device` names, with `extra` flags. */
+async function nativeReply(device = 'gpu', extra = []) {
   const xdg = mkdtempSync(join(tmpdir(), 'emberlm-xdg-'));
   const { stdout } = await promisify(execFile)(CLI, [
     'generate', '--model', `models/${MODEL}`, '--chat', '--prompt', PROMPT,
-    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json', '--device', device,
+    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json', '--device', device, ...extra,
   ], { env: { ...process.env, XDG_RUNTIME_DIR: xdg }, maxBuffer: 1 << 20 });
   return JSON.parse(stdout).sequences[0];
 }
@@ -282,5 +282,31 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
   console.log(`no WebGPU API: ${bareRows['Runs on']}`);
   assert.match(bareRows['Runs on'], /^CPU \(WebAssembly SIMD, 1 thread\): no usable WebGPU/);
+
+  // A chat template picked on the page (Gemma 3's, as its GGUF has none) replaces the model's
+  // own: the reply is the native CLI's with --chat-template
+  const template = 'tests/fixtures/templates/gemma3.jinja';
+  const expectedTemplated = nativeReply('cpu', ['--chat-template', template]);
+  expectedTemplated.catch(() => {});
+  const templ = await browser.newPage();
+  templ.on('pageerror', (e) => problems.push(String(e)));
+  await templ.goto(url);
+  await templ.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
+  await templ.setInputFiles('#chat-template', template);
+  await templ.click('#load');
+  await templ.waitForFunction(() => document.querySelector('#model-info')?.textContent.includes('(picked)'),
+    null, { timeout: 300_000 });
+  await templ.waitForSelector('#status[data-state="ready"]', { timeout: 300_000 });
+  await templ.fill('#temperature', '0');
+  await templ.fill('#max-tokens', String(MAX_TOKENS));
+  await templ.fill('#prompt', PROMPT);
+  await templ.click('#send');
+  await templ.waitForSelector('#status[data-state="generating"]', { timeout: 10_000 });
+  await templ.waitForSelector('#status[data-state="ready"]', { timeout: 600_000 });
+  const templated = await templ.textContent('#messages .message.assistant:last-child .content');
+  const nativeTemplated = await expectedTemplated;
+  console.log(`with gemma3.jinja: ${JSON.stringify(templated)}; native CLI: ${JSON.stringify(nativeTemplated.text)}`);
+  assert.equal(templated, nativeTemplated.text);
+  assert.notEqual(nativeTemplated.text, native.text, 'the template changed the prompt');
   assert.deepEqual(problems, [], 'no page errors');
 });
