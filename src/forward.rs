@@ -36,6 +36,7 @@ mod upload;
 pub use backend::{Backend, BackendKind, GpuModel};
 pub use batch::BatchToken;
 use compile::{attention_keys, heads_of, Activations, Compiler, Node};
+pub(crate) use measure::model_shape;
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
 use readback::{Collect, Head};

@@ -103,25 +103,9 @@ fn choice_key(
     weights: &ModelWeights<'_>,
     context: Option<usize>,
 ) -> TuneKey {
-    let c = &weights.config;
-    let mut types: Vec<String> = weights
-        .tensors
-        .values()
-        .map(|t| t.dtype.to_string())
-        .collect();
-    types.sort();
-    types.dedup();
+    let (dims, types) = crate::forward::model_shape(weights);
     let shape = format!(
-        "{:?} layers={} d={} heads={}/{}x{} ffn={} vocab={} types={} context={} cpu={}x{}",
-        c.arch,
-        c.n_layers,
-        c.hidden_size,
-        c.n_heads,
-        c.n_kv_heads,
-        c.head_dim,
-        c.ffn_size,
-        c.vocab_size,
-        types.join(","),
+        "{dims} types={types} context={} cpu={}x{}",
         context.map_or("default".to_string(), |n| n.to_string()),
         crate::cpu::dot::instruction_set(),
         crate::cpu::threads(),

@@ -30,18 +30,17 @@ pub(crate) fn cpu_adapter(ctx: &GpuContext) -> bool {
     ctx.report().is_software()
 }
 
-/// The store key of a model's kernel plan on this device: adapter, driver, engine version and
-/// the shapes the kernels see (dimensions, weight types, chunk).
-pub fn plan_key(ctx: &GpuContext, weights: &ModelWeights<'_>, chunk: usize) -> TuneKey {
-    let r = ctx.report();
+/// A model's shape as tune keys name it: its dimensions (`Llama layers=30 d=576 heads=9/3x64
+/// ffn=1536 vocab=49152`) and its weight types (`F32,Q4_1,Q8_0`).
+pub(crate) fn model_shape(weights: &ModelWeights<'_>) -> (String, String) {
     let c = &weights.config;
     let types: BTreeSet<String> = weights
         .tensors
         .values()
         .map(|t| t.dtype.to_string())
         .collect();
-    let shape = format!(
-        "{:?} layers={} d={} heads={}/{}x{} ffn={} vocab={} chunk={chunk} types={}",
+    let dims = format!(
+        "{:?} layers={} d={} heads={}/{}x{} ffn={} vocab={}",
         c.arch,
         c.n_layers,
         c.hidden_size,
@@ -50,8 +49,16 @@ pub fn plan_key(ctx: &GpuContext, weights: &ModelWeights<'_>, chunk: usize) -> T
         c.head_dim,
         c.ffn_size,
         c.vocab_size,
-        types.into_iter().collect::<Vec<_>>().join(",")
     );
+    (dims, types.into_iter().collect::<Vec<_>>().join(","))
+}
+
+/// The store key of a model's kernel plan on this device: adapter, driver, engine version and
+/// the shapes the kernels see (dimensions, weight types, chunk).
+pub fn plan_key(ctx: &GpuContext, weights: &ModelWeights<'_>, chunk: usize) -> TuneKey {
+    let r = ctx.report();
+    let (dims, types) = model_shape(weights);
+    let shape = format!("{dims} chunk={chunk} types={types}");
     // the kinds change attention's cost (an f32 cache keeps the key it always had)
     let kinds = ctx.options().kv_cache;
     let shape = if kinds.is_f32() {

@@ -28,6 +28,21 @@ pub mod web_fixtures;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+/// Speculative decoding from `source` with `k` drafts per step, the draft length adaptive or
+/// not, the other settings at their defaults.
+pub fn spec(
+    source: emberlm::session::SpecSource,
+    k: usize,
+    adaptive: bool,
+) -> emberlm::session::SpecOptions {
+    emberlm::session::SpecOptions {
+        source: Some(source),
+        k,
+        adaptive,
+        ..emberlm::session::SpecOptions::default()
+    }
+}
+
 /// A fresh random seed, or `EMBERLM_TEST_SEED` when set (to replay a failure). The browser
 /// has no environment, so there the value seen when the tests were compiled is used.
 pub fn seed() -> u64 {

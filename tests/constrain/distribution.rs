@@ -19,6 +19,26 @@ pub fn critical_value(df: f64) -> f64 {
     df * (1.0 - a + z * a.sqrt()).powi(3)
 }
 
+/// Pearson's chi-square over `(observed, expected)` cells, the cells expecting fewer than 5
+/// pooled into one, and its degrees of freedom (cells − 1).
+pub fn pooled_chi_square(cells: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
+    let (mut chi, mut n, mut pooled_obs, mut pooled_exp) = (0.0, 0usize, 0.0, 0.0);
+    for (observed, expected) in cells {
+        if expected < 5.0 {
+            pooled_obs += observed;
+            pooled_exp += expected;
+            continue;
+        }
+        chi += (observed - expected).powi(2) / expected;
+        n += 1;
+    }
+    if pooled_exp > 0.0 {
+        chi += (pooled_obs - pooled_exp).powi(2) / pooled_exp.max(1e-9);
+        n += 1;
+    }
+    (chi, n.saturating_sub(1) as f64)
+}
+
 #[test]
 fn constrained_draws_follow_the_renormalised_distribution() {
     for model in ["tiny-gpt2-f32.gguf", "tiny-llama-spm-f32.gguf"] {
@@ -66,23 +86,11 @@ fn constrained_draws_follow_the_renormalised_distribution() {
                 .unwrap_or_else(|| panic!("{model}: drew forbidden token {}", s.id));
             counts[at] += 1;
         }
-        // cells with small expectations pooled, as the test requires
-        let (mut chi, mut df, mut pooled_obs, mut pooled_exp) = (0.0, 0usize, 0.0, 0.0);
-        for (c, w) in counts.iter().zip(&weights_) {
-            let expected = draws as f64 * w / total;
-            if expected < 5.0 {
-                pooled_obs += *c as f64;
-                pooled_exp += expected;
-                continue;
-            }
-            chi += (*c as f64 - expected).powi(2) / expected;
-            df += 1;
-        }
-        if pooled_exp > 0.0 {
-            chi += (pooled_obs - pooled_exp).powi(2) / pooled_exp.max(1e-9);
-            df += 1;
-        }
-        let df = (df - 1) as f64;
+        let cells = counts
+            .iter()
+            .zip(&weights_)
+            .map(|(&c, w)| (c as f64, draws as f64 * w / total));
+        let (chi, df) = pooled_chi_square(cells);
         assert!(df >= 2.0, "{model}: too few cells");
         let limit = critical_value(df);
         eprintln!("{model}: chi-square {chi:.2} over {df} df (limit {limit:.2})");

@@ -18,7 +18,12 @@ pub fn schemas() -> Vec<(String, Value)> {
         .as_array()
         .expect("a list of schemas")
         .iter()
-        .map(|s| (s["name"].as_str().expect("a name").to_string(), s["schema"].clone()))
+        .map(|s| {
+            (
+                s["name"].as_str().expect("a name").to_string(),
+                s["schema"].clone(),
+            )
+        })
         .collect()
 }
 

@@ -14,7 +14,8 @@ use emberlm::session::{
     FinishReason, GenerateOptions, Generation, Prompt, Session, SpecOptions, SpecSource,
 };
 
-use crate::distribution::critical_value;
+use crate::common::spec;
+use crate::distribution::{critical_value, pooled_chi_square};
 use crate::schemas::schemas;
 use crate::support::{assert_valid, cpu_session, fixture, greedy, schema_format};
 
@@ -26,15 +27,6 @@ fn with_draft(draft: &str) -> Session {
     let files = ModelFiles::open(&fixture(draft)).unwrap();
     pollster::block_on(s.load_draft(&files)).unwrap();
     s
-}
-
-fn spec(source: SpecSource, k: usize, adaptive: bool) -> SpecOptions {
-    SpecOptions {
-        source: Some(source),
-        k,
-        adaptive,
-        ..SpecOptions::default()
-    }
 }
 
 fn run(
@@ -247,24 +239,11 @@ fn sampled_speculation_under_a_format_keeps_the_constrained_distribution() {
         outside, 0,
         "pairs the constrained model excludes: {counts:?}"
     );
-    // cells expecting fewer than 5 draws are pooled
-    let (mut chi, mut cells, mut pooled_obs, mut pooled_exp) = (0.0, 0usize, 0.0, 0.0);
-    for (pair, &p) in &exact {
-        let e = p * n as f64;
-        let o = counts.get(pair).copied().unwrap_or(0) as f64;
-        if e < 5.0 {
-            pooled_obs += o;
-            pooled_exp += e;
-            continue;
-        }
-        chi += (o - e).powi(2) / e;
-        cells += 1;
-    }
-    if pooled_exp > 0.0 {
-        chi += (pooled_obs - pooled_exp).powi(2) / pooled_exp;
-        cells += 1;
-    }
-    let df = (cells - 1) as f64;
+    let cells = exact.iter().map(|(pair, &p)| {
+        let observed = counts.get(pair).copied().unwrap_or(0) as f64;
+        (observed, p * n as f64)
+    });
+    let (chi, df) = pooled_chi_square(cells);
     assert!(df >= 2.0, "too few cells: {exact:?}");
     let limit = critical_value(df);
     eprintln!("chi-square {chi:.2} over {df} df (limit {limit:.2}); {accepted}/{drafted} accepted");

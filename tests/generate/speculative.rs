@@ -16,6 +16,7 @@ use emberlm::session::{
 use emberlm::Error;
 
 use crate::common;
+use crate::common::spec;
 use crate::support::{assert_same, greedy, session};
 
 const TARGET: &str = "tiny-llama-f32.gguf";
@@ -29,15 +30,6 @@ fn with_draft(draft: &str) -> Option<Session> {
     let mut s = session(TARGET, Some(128))?;
     pollster::block_on(s.load_draft(&files(draft))).unwrap();
     Some(s)
-}
-
-fn spec(source: SpecSource, k: usize, adaptive: bool) -> SpecOptions {
-    SpecOptions {
-        source: Some(source),
-        k,
-        adaptive,
-        ..SpecOptions::default()
-    }
 }
 
 fn generate(
