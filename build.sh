@@ -298,7 +298,7 @@ cmd_test() {
     CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-900} \
     wasm-pack test --headless --chrome -- \
     --test web --test web_linear --test web_ops --test web_forward --test web_engine --test web_memory --test web_speculative \
-    --test web_gemma3 --test web_batch --test web_endurance --test web_cpu -- --nocapture
+    --test web_gemma3 --test web_batch --test web_endurance --test web_cpu --test web_loading -- --nocapture
   stop_model_server
   log "demo page test (release build, Playwright driving headless Chromium)"
   cmd_build
