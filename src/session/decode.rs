@@ -9,7 +9,7 @@ use web_time::Instant;
 use crate::constrain::{Constraint, GrammarState};
 use crate::error::{Error, Result};
 use crate::forward::{Output, Readback, StepLogits};
-use crate::sampling::{Sampled, Sampler, SelectRequest, StopMatcher};
+use crate::sampling::{Sampled, Sampler, SelectRequest, StopMatcher, TokenMask};
 
 use super::context::common_prefix;
 use super::spec_options::SpecStats;
@@ -35,19 +35,20 @@ pub(super) struct Running<'t> {
 
 /// Restricts `sampler`'s next draw to what `grammar` allows from where it stands (`ends`:
 /// the ids that end the text, allowed only where the grammar may end), and counts the work
-/// in `stats` (`constraint_ms`, `constrained_steps`).
+/// in `stats` (`constraint_ms`, `constrained_steps`). Returns the mask (its bits are shared,
+/// not copied), for a caller that meets the same state again.
 pub(super) fn restrict(
     grammar: &mut GrammarState,
     sampler: &mut Sampler,
     ends: &[u32],
     stats: &mut Stats,
-) -> Result<()> {
+) -> Result<TokenMask> {
     let t = Instant::now();
     let mask = grammar.mask(ends)?;
-    sampler.set_mask(Some(mask))?;
+    sampler.set_mask(Some(mask.clone()))?;
     stats.constraint_ms += elapsed_ms(t);
     stats.constrained_steps += 1;
-    Ok(())
+    Ok(mask)
 }
 
 impl<'t> Running<'t> {
@@ -82,7 +83,7 @@ impl<'t> Running<'t> {
         stats: &mut Stats,
     ) -> Result<()> {
         match &mut self.grammar {
-            Some(grammar) => restrict(grammar, sampler, ends, stats),
+            Some(grammar) => restrict(grammar, sampler, ends, stats).map(drop),
             None => Ok(()),
         }
     }

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::forward::{Backend, Output, Readback};
 use crate::loader::ModelFiles;
 use crate::sampling::speculative::lookup_draft;
-use crate::sampling::Sampler;
+use crate::sampling::{Sampler, TokenMask};
 use crate::tokenizer::Tokenizer;
 
 use super::context::common_prefix;
@@ -97,6 +97,10 @@ pub(super) struct Draft {
 pub(super) struct Proposal {
     pub tokens: Vec<u32>,
     pub q: Vec<Vec<f64>>,
+    /// Under a response format, the mask each draft model token was drawn under (`[vocab]`
+    /// bits): the grammar state before draft i is the one verification meets at row i, so
+    /// verification takes these instead of computing them again. Empty otherwise.
+    pub masks: Vec<TokenMask>,
 }
 
 impl Session {
@@ -180,6 +184,7 @@ impl Session {
             return Ok(Proposal {
                 tokens,
                 q: Vec::new(),
+                masks: Vec::new(),
             });
         }
         let vocab = self.vocab();
@@ -194,6 +199,7 @@ impl Session {
         let mut out = Proposal {
             tokens: Vec::new(),
             q: Vec::new(),
+            masks: Vec::new(),
         };
         if k == 0 {
             return Ok(out);
@@ -216,7 +222,7 @@ impl Session {
                 ));
             };
             if let Some(g) = grammar.as_mut() {
-                restrict(g, sampler, c.stops, stats)?;
+                out.masks.push(restrict(g, sampler, c.stops, stats)?);
             }
             let q = sampler.distribution(row, c.prompt, &gen)?;
             let d = sampler.draw_from(&q, &q);

@@ -126,8 +126,13 @@ impl Session {
             let mut replaced = None;
             let mut ended = None;
             for (i, &d) in drafts.iter().enumerate() {
-                // under a format, row i is restricted to what may follow the kept tokens
-                run.constrain(sampler, c.stops, stats)?;
+                // under a format, row i is restricted to what may follow the kept tokens: the
+                // mask draft i was drawn under when a draft model made it (every draft before
+                // it stood), else computed here
+                match proposal.masks.get(i) {
+                    Some(mask) => sampler.set_mask(Some(mask.clone()))?,
+                    None => run.constrain(sampler, c.stops, stats)?,
+                }
                 let p = sampler.distribution(row(i), c.prompt, &run.tokens)?;
                 let q = proposal.q.get(i).map(Vec::as_slice);
                 match sampler.verify(&p, q, d)? {
