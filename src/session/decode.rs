@@ -88,6 +88,19 @@ impl<'t> Running<'t> {
         }
     }
 
+    /// How many of `tokens`, in order from here, the sequence's constraint allows (an end id
+    /// ends them); all of them without a constraint. The sequence's state does not move.
+    pub fn allowed_prefix(&mut self, tokens: &[u32], ends: &[u32]) -> Result<usize> {
+        let Some(grammar) = &mut self.grammar else {
+            return Ok(tokens.len());
+        };
+        let before_end = tokens
+            .iter()
+            .position(|t| ends.contains(t))
+            .unwrap_or(tokens.len());
+        grammar.valid_prefix(&tokens[..before_end])
+    }
+
     /// A copy of where the sequence stands in its constraint (`None` without one), for
     /// drafting ahead of it: the copy moves with the drafts, the sequence's own state only
     /// with the tokens it keeps.

@@ -161,32 +161,27 @@ impl Session {
         &mut self,
         source: SpecSource,
         c: &Ctx<'_>,
-        run: &Running<'_>,
+        run: &mut Running<'_>,
         x: u32,
         k: usize,
         sampler: &mut Sampler,
         stats: &mut Stats,
     ) -> Result<Proposal> {
-        let generated = &run.tokens;
-        // under a format: where the sequence will stand after x, moved along the drafts
-        let mut grammar = run.grammar_ahead();
         if source == SpecSource::Lookup {
             let mut history = c.prompt.to_vec();
-            history.extend_from_slice(generated);
+            history.extend_from_slice(&run.tokens);
             let mut tokens = lookup_draft(&history, k, LOOKUP_MAX_N);
-            if let Some(g) = grammar.as_mut() {
-                // an end id ends the text: nothing after it is drafted
-                let ends_at = tokens.iter().position(|t| c.stops.contains(t));
-                tokens.truncate(ends_at.unwrap_or(tokens.len()));
-                let allowed = g.valid_prefix(&tokens)?;
-                tokens.truncate(allowed);
-            }
+            let allowed = run.allowed_prefix(&tokens, c.stops)?;
+            tokens.truncate(allowed);
             return Ok(Proposal {
                 tokens,
                 q: Vec::new(),
                 masks: Vec::new(),
             });
         }
+        let generated = &run.tokens;
+        // under a format: where the sequence stands (x taken), a copy moved along the drafts
+        let mut grammar = run.grammar_ahead();
         let vocab = self.vocab();
         let Some(draft) = self.draft.as_mut() else {
             return Err(Error::invalid("draft", "no draft model is loaded"));
