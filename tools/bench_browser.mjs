@@ -6,11 +6,12 @@
 //
 //   node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH]
 //                                [--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC]
-//                                [--ember-backend webgpu|cpu]
+//                                [--ember-backend webgpu|cpu] [--ember-threads N]
 //
-// --ember-backend cpu runs emberlm's CPU backend (WebAssembly, one thread in this page) in
-// place of WebGPU, for the comparison with wllama on the CPU at equal threads
-// (`--wllama-threads 1`); the GPU-only parts (profile, batched decoding) are left out then.
+// --ember-backend cpu runs emberlm's CPU backend (WebAssembly, in the engine worker as on the
+// chat page, on --ember-threads threads: 1 by default, more with the threaded build) in place
+// of WebGPU, for the comparison with wllama on the CPU at equal threads (`--wllama-threads`);
+// the GPU-only parts (profile, batched decoding) are left out then.
 // --kernels forces emberlm's kernel variants (as Engine.load's `kernels`); without it the plan
 // measured (or reused) on the adapter runs. The first emberlm run also profiles the kernels
 // (engine.profile()) and the table prints the plan and the profile.
@@ -45,14 +46,14 @@ const TEXT = 'The history of computing is a story of machines that became smalle
 function usage(message) {
   if (message) console.error(`bench_browser: ${message}`);
   console.error('usage: node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH] '
-    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC] [--ember-backend webgpu|cpu]');
+    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC] [--ember-backend webgpu|cpu] [--ember-threads N]');
   process.exit(2);
 }
 
 function parseArgs(argv) {
   const o = {
     model: 'models/SmolLM2-135M-Instruct.Q4_1.gguf', quick: false, runs: 3, out: null,
-    wllamaThreads: null, wllamaGpuLayers: 0, kernels: null, emberBackend: 'webgpu',
+    wllamaThreads: null, wllamaGpuLayers: 0, kernels: null, emberBackend: 'webgpu', emberThreads: 1,
   };
   const int = (flag, v, min) => {
     const n = Number(v);
@@ -72,6 +73,7 @@ function parseArgs(argv) {
     else if (a === '--wllama-threads') o.wllamaThreads = int(a, next(), 1);
     else if (a === '--wllama-gpu-layers') o.wllamaGpuLayers = int(a, next(), 0);
     else if (a === '--kernels') o.kernels = next();
+    else if (a === '--ember-threads') o.emberThreads = int(a, next(), 1);
     else if (a === '--ember-backend') {
       o.emberBackend = next();
       if (!['webgpu', 'cpu'].includes(o.emberBackend)) usage('--ember-backend is webgpu or cpu');
@@ -201,8 +203,8 @@ async function main() {
       if (!ours.error) {
         try {
           const t0 = performance.now();
-          const load = await page.evaluate(([u, c, k, b]) => bench.emberLoad(u, { contextLength: c, kernels: k, backend: b }),
-            [modelUrl, context, o.kernels, o.emberBackend]);
+          const load = await page.evaluate(([u, c, k, b, t]) => bench.emberLoad(u, { contextLength: c, kernels: k, backend: b, threads: t }),
+            [modelUrl, context, o.kernels, o.emberBackend, o.emberThreads]);
           ours.info = load.info;
           ours.version = load.version;
           if (!prompts) {

@@ -70,11 +70,17 @@ const WORKER_SIMD_IMPORT = "import { simdSupported } from './simd.js';\n";
 // ... and finds the two wasm builds there too.
 const WASM_URLS = /^const wasmUrls = \(\) => \(\{\n  simd: new URL\('\.\/pkg\/emberlm_simd_bg\.wasm', import\.meta\.url\),\n  scalar: new URL\('\.\/pkg\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
 
+// ... and the threaded build in ./pkg-threads/, which only the served page has: its pool
+// workers import the glue by URL, which neither the single-file demo nor a bundler keeps.
+const THREADED_BUILD = /^const threadedBuild = \(\) => \(\{\n  glue: new URL\('\.\/pkg-threads\/emberlm\.js', import\.meta\.url\)\.href,\n  wasm: new URL\('\.\/pkg-threads\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
+
+/** www/worker.js without the threaded build (the distributable forms have none). */
 function workerSource() {
   const source = read('www/worker.js');
   if (!WORKER_IMPORT.test(source)) throw new Error('www/worker.js: the import of ./pkg/emberlm.js changed');
   if (!WASM_URLS.test(source)) throw new Error('www/worker.js: the wasm URLs (wasmUrls) changed');
-  return source;
+  if (!THREADED_BUILD.test(source)) throw new Error('www/worker.js: the threaded build (threadedBuild) changed');
+  return source.replace(THREADED_BUILD, 'const threadedBuild = null;');
 }
 
 /**

@@ -132,7 +132,7 @@ function showInfo(info, templateName) {
   );
   $('adapter').tBodies[0].replaceChildren(
     row('Runs on', info.runsOn === 'cpu'
-      ? `CPU (WebAssembly${info.cpuInstructions === 'simd128' ? ' SIMD' : ''}, ${info.threads} thread${info.threads === 1 ? '' : 's'})${info.backendNotice ? `: ${info.backendNotice}` : ''}`
+      ? `CPU (WebAssembly${info.cpuInstructions === 'simd128' ? ' SIMD' : ''}, ${info.threads} thread${info.threads === 1 ? '' : 's'})${info.backendNotice ? `: ${info.backendNotice}` : ''}${info.threadsNotice ? `; one thread: ${info.threadsNotice}` : ''}`
       : `GPU (WebGPU)${info.backendNotice ? `: ${info.backendNotice}` : ''}`),
     row('Adapter', info.adapter || '(not disclosed by the browser)'),
     row('Backend', `${info.backend} (${info.deviceType})`),

@@ -47,9 +47,35 @@ const bench = {
   /**
    * Loads emberlm's wasm module and the model on `backend` (`'webgpu'` by default: the bench
    * measures the backend it names, never `auto`'s choice); returns the load time and
-   * `engine.info()`.
+   * `engine.info()`. The CPU backend runs as on the chat page, in the engine worker, on
+   * `threads` threads (1: the single-threaded SIMD build; more: the threaded build, which
+   * needs this page cross-origin isolated); WebGPU runs in this page.
    */
-  async emberLoad(url, { contextLength, kernels, backend = 'webgpu' } = {}) {
+  async emberLoad(url, { contextLength, kernels, backend = 'webgpu', threads = 1 } = {}) {
+    if (engine) bench.emberFree();
+    if (backend === 'cpu') {
+      const { EngineClient } = await import('./client.js');
+      const client = new EngineClient(new URL(`./worker.js?threads=${threads}`, import.meta.url));
+      const start = now();
+      let info;
+      try {
+        info = await client.load(url, { contextLength, backend });
+      } catch (e) {
+        client.terminate();
+        throw e;
+      }
+      const ms = now() - start;
+      // The engine's calls that the runs below make, through the worker.
+      engine = {
+        info: () => info,
+        tokenize: (text, options) => client.tokenize(text, options),
+        reset: () => client.reset(),
+        counters: () => client.counters(),
+        generate: (prompt, options, onToken) => client.generate(prompt, options, onToken),
+        free: () => client.terminate(),
+      };
+      return { ms, info, version: await client.version() };
+    }
     if (!ember) {
       ember = await import('./pkg/emberlm.js');
       // the build the page's worker would load: with WebAssembly SIMD where the browser has it
@@ -57,7 +83,6 @@ const bench = {
       const file = simdSupported() ? './pkg/emberlm_simd_bg.wasm' : './pkg/emberlm_bg.wasm';
       await ember.default({ module_or_path: new URL(file, import.meta.url) });
     }
-    if (engine) bench.emberFree();
     const start = now();
     engine = await ember.Engine.load(url, { contextLength, kernels: kernels ?? undefined, backend });
     const ms = now() - start;

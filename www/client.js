@@ -155,6 +155,16 @@ export class EngineClient {
     return this.#call('info').promise;
   }
 
+  /** The prompt's token ids, as engine.tokenize gives them (options: special, addBos). */
+  tokenize(text, options = {}) {
+    return this.#call('tokenize', { text, options }).promise;
+  }
+
+  /** engine.counters(): what the engine did since its device was created. */
+  counters() {
+    return this.#call('counters').promise;
+  }
+
   /** Frees the model (GPU buffers and bytes); the worker stays for another load. */
   free() {
     return this.#call('free').promise;

@@ -3,18 +3,27 @@
 //   page -> worker: { id, op, ...args }     op: load | generate | stream | complete | cancel |
 //                                               abort | reset | info | free |
 //                                               destroyDeviceForTest | version | loadDraft |
-//                                               unloadDraft
+//                                               unloadDraft | tokenize | counters
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
-import init, { Engine, version } from './pkg/emberlm.js';
+import init, { Engine, version, noteOneThread } from './pkg/emberlm.js';
 import { simdSupported } from './simd.js';
 
-// The module comes in two builds from the same source, with the same glue: with WebAssembly
-// SIMD (the CPU backend's integer dot products use it) and without, for browsers that lack it.
+// The module comes in three builds from the same source: with WebAssembly SIMD (the CPU
+// backend's integer dot products use it) and without, for browsers that lack it (these two
+// share one glue), and threaded (SIMD, shared memory, its own glue), for cross-origin
+// isolated pages, where the CPU backend's kernels run on a pool of workers.
 const simd = simdSupported();
-// Where the two builds sit, next to the glue (bundlers see these URLs and emit both files).
+// Where the two single-threaded builds sit, next to the glue (bundlers see these URLs and
+// emit both files).
 const wasmUrls = () => ({
   simd: new URL('./pkg/emberlm_simd_bg.wasm', import.meta.url),
   scalar: new URL('./pkg/emberlm_bg.wasm', import.meta.url),
+});
+// Where the threaded build sits (the single-file demo and the npm package have none:
+// tools/dist.mjs sets this to null there).
+const threadedBuild = () => ({
+  glue: new URL('./pkg-threads/emberlm.js', import.meta.url).href,
+  wasm: new URL('./pkg-threads/emberlm_bg.wasm', import.meta.url),
 });
 // The wasm module: fetched next to the glue unless a build that inlines it (the single-file
 // demo, tools/dist.mjs) set globalThis.EMBERLM_WASM to its bytes (or a promise of them), or to
@@ -26,7 +35,55 @@ function wasmSource() {
   const urls = wasmUrls();
   return simd ? urls.simd : urls.scalar;
 }
-const ready = init({ module_or_path: wasmSource() });
+
+// Threads for the CPU backend: one per core, at most 8; `?threads=N` on the worker's URL
+// asks for another count (1: the single-threaded build).
+function threadsWanted() {
+  const asked = Number(new URL(self.location.href).searchParams.get('threads'));
+  if (Number.isInteger(asked) && asked > 0) return Math.min(asked, 8);
+  return Math.min(navigator.hardwareConcurrency || 1, 8);
+}
+
+// Why the CPU backend cannot have threads here (null when it can).
+function whyOneThread(threads) {
+  if (threads < 2) return 'one thread was asked for (or the device reports one core)';
+  if (!threadedBuild || globalThis.EMBERLM_WASM) return 'this build of the engine has no threads';
+  if (!self.crossOriginIsolated || typeof SharedArrayBuffer === 'undefined') {
+    return 'the page is not cross-origin isolated (it needs the headers Cross-Origin-Opener-Policy: ' +
+      'same-origin and Cross-Origin-Embedder-Policy: require-corp), so workers cannot share memory';
+  }
+  if (!simd) return 'this browser has no WebAssembly SIMD, which the threaded build needs';
+  return null;
+}
+
+// Loads the threaded build and starts its worker pool where the page allows it, otherwise the
+// single-threaded build (SIMD or scalar); resolves to the module's exports in use.
+async function loadModule() {
+  const threads = threadsWanted();
+  let reason = whyOneThread(threads);
+  if (!reason) {
+    let threaded = null;
+    try {
+      const build = threadedBuild();
+      threaded = await import(build.glue);
+      await threaded.default({ module_or_path: build.wasm });
+    } catch (e) {
+      threaded = null;
+      reason = `the threaded build did not load: ${e?.message ?? e}`;
+    }
+    if (threaded) {
+      // A pool that does not start leaves this build on one thread; it records why.
+      await threaded.startThreads(threads).catch(() => {});
+      return threaded;
+    }
+  }
+  await init({ module_or_path: wasmSource() });
+  noteOneThread(reason);
+  return { Engine, version };
+}
+const ready = loadModule();
+/** The exports of the build in use. */
+let api = null;
 /** @type {Engine | null} */
 let engine = null;
 /** Running streams by call id, so that `cancel` can end them early. */
@@ -67,7 +124,7 @@ const ops = {
       engine.free();
       engine = null;
     }
-    engine = await Engine.load(source, {
+    engine = await api.Engine.load(source, {
       ...options,
       onProgress: (progress) => postMessage({ id, progress }),
     });
@@ -107,6 +164,12 @@ const ops = {
   async info() {
     return requireEngine().info();
   },
+  async tokenize(id, { text, options }) {
+    return Array.from(await requireEngine().tokenize(text, options));
+  },
+  async counters() {
+    return requireEngine().counters();
+  },
   async free() {
     engine?.free();
     engine = null;
@@ -115,14 +178,14 @@ const ops = {
     await requireEngine().destroyDeviceForTest();
   },
   async version() {
-    return version();
+    return api.version();
   },
 };
 
 self.onmessage = async ({ data }) => {
   const { id, op } = data;
   try {
-    await ready;
+    api = await ready;
     const run = ops[op];
     if (!run) throw new Error(`unknown operation ${op}`);
     const result = await run(id, data);

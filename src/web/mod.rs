@@ -243,3 +243,11 @@ pub async fn gpu_info() -> Result<JsValue, JsValue> {
 pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
+
+/// Records why the CPU backend runs on one thread: the page's worker calls it when it loads a
+/// build without threads (the page is not cross-origin isolated, or the browser lacks shared
+/// memory). `engine.info().threadsNotice` repeats it while the backend has one thread.
+#[wasm_bindgen(js_name = noteOneThread)]
+pub fn note_one_thread(reason: &str) {
+    crate::cpu::note_one_thread(reason);
+}

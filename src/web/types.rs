@@ -240,6 +240,9 @@ pub(crate) struct EngineInfo {
     /// with WebAssembly SIMD, loaded where the browser has it) or `scalar`.
     #[tsify(type = "'simd128' | 'scalar' | 'avx2' | 'sse2'")]
     cpu_instructions: &'static str,
+    /// Why the CPU backend runs on one thread when the browser could give it more (the page
+    /// is not cross-origin isolated, or the worker pool did not start); `null` otherwise.
+    threads_notice: Option<String>,
     /// Why the model runs where it runs when that was not asked for (no usable WebGPU, or
     /// `auto`'s measured choice on a software adapter).
     backend_notice: Option<String>,
@@ -326,6 +329,10 @@ impl EngineInfo {
                 None => crate::cpu::threads(),
             },
             cpu_instructions: crate::cpu::dot::instruction_set(),
+            threads_notice: match session.gpu() {
+                Some(_) => None,
+                None => crate::cpu::threads_notice().map(String::from),
+            },
             backend_notice: None,
             backend_choice: None,
             draft: session.draft().map(|(name, _)| name.to_string()),

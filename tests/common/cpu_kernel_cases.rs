@@ -62,7 +62,8 @@ fn check_one(
     let x = random_acts(rng, tokens * cols);
     let bias: Option<Vec<f32>> = (tokens != 3).then(|| random_acts(rng, rows));
     let mut y = vec![f32::NAN; tokens * rows];
-    m.matmul(&x, bias.as_deref(), &mut y);
+    // On the CPU backend's threads where there are several, as in a forward step.
+    emberlm::cpu::run(|| m.matmul(&x, bias.as_deref(), &mut y));
     // The activations the product saw.
     let seen: Vec<f32> = if m.quantizes_activations() {
         let mut q8 = Q8Rows::default();
@@ -156,7 +157,7 @@ pub fn check_attention(rng: &mut ChaCha8Rng) -> Result<(), String> {
             head_dim,
             q_stride,
         };
-        ops::attention(&q, &k, &v, &keys, shape, &mut out);
+        emberlm::cpu::run(|| ops::attention(&q, &k, &v, &keys, shape, &mut out));
         let group = n_heads / n_kv_heads;
         for (t, kr) in keys.iter().enumerate() {
             for h in 0..n_heads {

@@ -5,6 +5,7 @@ import type {
   ChatCompletionChunk,
   ChatCompletionRequest,
   CompletionRequest,
+  EngineCounters,
   EngineInfo,
   FinishReason,
   GenerateOptions,
@@ -18,6 +19,7 @@ import type {
   ChatMessage,
   SequenceResult,
   TextCompletion,
+  TokenizeOptions,
   TokenEvent,
   TokenStream,
 } from './emberlm.js';
@@ -121,6 +123,10 @@ export declare class EngineClient {
   reset(): Promise<void>;
   /** The adapter, its limits, the model and the context length. */
   info(): Promise<EngineInfo>;
+  /** The text's token ids, as `engine.tokenize` gives them. */
+  tokenize(text: string, options?: TokenizeOptions): Promise<number[]>;
+  /** What the engine did since its device was created, as `engine.counters()`. */
+  counters(): Promise<EngineCounters>;
   /** Frees the model; the worker stays for another load. */
   free(): Promise<void>;
   /** Destroys the GPU device as a driver reset would (for tests). */
