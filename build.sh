@@ -418,9 +418,11 @@ cmd_bench() {
   local browser_args=(--model "$model")
   [ -z "$quick" ] || browser_args+=(--quick)
   node tools/bench_browser.mjs "${browser_args[@]}"
-  # emberlm's CPU backend (WebAssembly, one thread in the page) against wllama on one thread
+  # emberlm's CPU backend (WebAssembly in the engine worker) against wllama at equal threads:
+  # one, then two (emberlm's threaded build; the bench page is cross-origin isolated)
   log "browser bench: CPU backends at equal threads"
-  node tools/bench_browser.mjs "${browser_args[@]}" --ember-backend cpu --wllama-threads 1
+  node tools/bench_browser.mjs "${browser_args[@]}" --ember-backend cpu --ember-threads 1 --wllama-threads 1
+  node tools/bench_browser.mjs "${browser_args[@]}" --ember-backend cpu --ember-threads 2 --wllama-threads 2
 }
 
 # Fuzz targets (fuzz/fuzz_targets/) and the longest input each may receive.

@@ -445,7 +445,9 @@ async function main() {
 
     const date = new Date();
     const day = `${date.getFullYear()}-${String(date.getMonth() + 1).padStart(2, '0')}-${String(date.getDate()).padStart(2, '0')}`;
-    const out = o.out ?? join('bench/results', `${day}-browser-${slug(adapterName)}.json`);
+    // The CPU runs name the backend and threads, so that the 1- and 2-thread runs keep a file each.
+    const what = o.emberBackend === 'cpu' ? `cpu-${o.emberThreads}t` : slug(adapterName);
+    const out = o.out ?? join('bench/results', `${day}-browser-${what}.json`);
     mkdirSync(dirname(resolve(out)), { recursive: true });
     writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
     lines.push(`JSON: ${out}`);

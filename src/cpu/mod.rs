@@ -14,7 +14,10 @@ pub mod matmul;
 pub mod ops;
 pub mod quant;
 // The single-threaded wasm builds have no team to lead: only `split` (always declining) runs.
-#[cfg_attr(all(target_arch = "wasm32", not(feature = "threads")), allow(dead_code))]
+#[cfg_attr(
+    all(target_arch = "wasm32", not(feature = "threads")),
+    allow(dead_code)
+)]
 mod team;
 
 pub use matmul::QMatrix;

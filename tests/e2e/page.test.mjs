@@ -5,8 +5,10 @@
 // One browser, in order: the default model loads and is stored in the Cache API; a greedy reply
 // streams in and equals the native CLI's; Stop ends a longer reply with finish "abort"; after a
 // reload the model comes from the cache, with no download. A screenshot goes to
-// target/e2e/chat.png. A second browser without WebGPU runs the page on the CPU backend, with
-// the WebAssembly SIMD build and then (SIMD made to look absent) the scalar one.
+// target/e2e/chat.png. A second browser without WebGPU runs the page on the CPU backend: served
+// cross-origin isolated (as `./build.sh serve` does), on the threaded build, one thread per core;
+// then (SIMD made to look absent) on the scalar build; then, served without isolation, on one
+// thread with a notice saying why.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -156,8 +158,11 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   linkModel();
   const expected = nativeReply('cpu');
   expected.catch(() => {});
-  const { server, url } = await startServer('www');
+  // Isolated, as `./build.sh serve` serves it (threads); the plain server for the page without
+  const { server, url } = await startServer('www', 0, { isolated: true });
   t.after(() => server.close());
+  const plain = await startServer('www');
+  t.after(() => plain.server.close());
   const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'emberlm-e2e-')), {
     executablePath: CHROMIUM,
     headless: true,
@@ -178,8 +183,12 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   const rows = Object.fromEntries(await page.$$eval('#adapter tr', (trs) =>
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
   console.log(`runs on: ${rows['Runs on']}`);
-  // Chromium has WebAssembly SIMD: the worker loaded the SIMD build
-  assert.match(rows['Runs on'], /^CPU \(WebAssembly SIMD, 1 thread\): no usable WebGPU/);
+  // Chromium has WebAssembly SIMD and the page is cross-origin isolated: the worker loaded the
+  // threaded build and started one thread per core (at most 8)
+  const cores = await page.evaluate(() => Math.min(navigator.hardwareConcurrency, 8));
+  assert.ok(cores >= 2, 'the machine has at least two cores');
+  assert.match(rows['Runs on'], new RegExp(`^CPU \\(WebAssembly SIMD, ${cores} threads\\): no usable WebGPU`));
+  assert.doesNotMatch(rows['Runs on'], /one thread:/);
 
   await page.fill('#temperature', '0');
   await page.fill('#max-tokens', String(MAX_TOKENS));
@@ -253,7 +262,7 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   const scalarRows = Object.fromEntries(await scalar.$$eval('#adapter tr', (trs) =>
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
   console.log(`without SIMD: ${scalarRows['Runs on']}`);
-  assert.match(scalarRows['Runs on'], /^CPU \(WebAssembly, 1 thread\)/);
+  assert.match(scalarRows['Runs on'], /^CPU \(WebAssembly, 1 thread\).*; one thread: this browser has no WebAssembly SIMD/);
   await scalar.fill('#temperature', '0');
   await scalar.fill('#max-tokens', String(MAX_TOKENS));
   since = performance.now();
@@ -266,7 +275,8 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   assert.equal(scalarReply, native.text, 'the scalar build replies as the SIMD build and the CLI do');
 
   // A browser with no WebGPU API at all (Firefox or Safari where it is off: no navigator.gpu in
-  // the page or in the worker) loads the model on the CPU too
+  // the page or in the worker) loads the model on the CPU too; served without cross-origin
+  // isolation, the page runs it on one thread and says why
   const bare = await browser.newPage();
   bare.on('pageerror', (e) => problems.push(String(e)));
   await bare.addInitScript(() => { delete Navigator.prototype.gpu; });
@@ -274,14 +284,15 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
     const response = await route.fetch();
     await route.fulfill({ response, body: `delete WorkerNavigator.prototype.gpu;\n${await response.text()}` });
   });
-  await bare.goto(url);
+  await bare.goto(plain.url);
   assert.equal(await bare.evaluate(() => 'gpu' in navigator), false);
+  assert.equal(await bare.evaluate(() => self.crossOriginIsolated), false);
   await bare.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
   assert.equal(await bare.getAttribute('#status', 'data-state'), 'ready', await bare.textContent('#error-text'));
   const bareRows = Object.fromEntries(await bare.$$eval('#adapter tr', (trs) =>
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
   console.log(`no WebGPU API: ${bareRows['Runs on']}`);
-  assert.match(bareRows['Runs on'], /^CPU \(WebAssembly SIMD, 1 thread\): no usable WebGPU/);
+  assert.match(bareRows['Runs on'], /^CPU \(WebAssembly SIMD, 1 thread\): no usable WebGPU.*; one thread: the page is not cross-origin isolated/);
 
   // A chat template picked on the page (Gemma 3's, as its GGUF has none) replaces the model's
   // own: the reply is the native CLI's with --chat-template
