@@ -86,7 +86,7 @@ pub fn instruction_set() -> &'static str {
 
 /// Whether this x86_64 CPU has AVX2 (asked once).
 #[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
 }

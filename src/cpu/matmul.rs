@@ -102,13 +102,25 @@ impl QMatrix {
         if quantized {
             q8.quantize(x, self.cols);
         }
+        let fused = quantized && tokens == 1 && super::fused::available(self.dtype);
         let task = |first: usize, out: &mut [f32]| {
             // out: [n rows, tokens]
             let n = out.len() / tokens;
             if quantized {
                 let mut row = UnpackedRow::with_cols(self.cols);
+                let mut offsets = Vec::new();
                 for r in 0..n {
                     let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
+                    // One token (decode): the row straight from its blocks, no unpacked copy.
+                    if fused {
+                        let (q, d, s) = q8.row(0);
+                        if let Some(v) =
+                            super::fused::row_dot(self.dtype, bytes, q, d, s, &mut offsets)
+                        {
+                            out[r] = v;
+                            continue;
+                        }
+                    }
                     row.unpack(self.dtype, bytes);
                     for t in 0..tokens {
                         let (q, d, s) = q8.row(t);

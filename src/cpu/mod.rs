@@ -10,6 +10,7 @@
 //! on the calling thread.
 
 pub mod dot;
+mod fused;
 pub mod matmul;
 pub mod ops;
 pub mod quant;

@@ -1,0 +1,358 @@
+//! The dot product of one stored weight row of a 32-value type (Q8_0, Q4_0, Q4_1) with one
+//! token's 8-bit activations, reading the row's blocks straight into SIMD registers: no
+//! unpacked copy of the row is written and read back, which is most of a decode step's
+//! matrix × vector work when each row meets one token.
+//!
+//! The result is bit for bit what unpacking the row ([`super::quant::UnpackedRow`]) and
+//! [`super::dot::scaled_dot`] give: the same exact integer sums per half-block, the same f32
+//! products and the same order of additions (see `dot.rs`), so the fused and unpacked paths
+//! (and the native and browser builds) agree exactly. Where the target has no such path (no
+//! AVX2, WebAssembly without SIMD) [`row_dot`] declines and the caller unpacks.
+
+use super::quant::{f16_at, QK};
+use crate::dtype::DType;
+
+/// The layout of a 32-value block: its size, where its 32 values start, how they are stored.
+#[derive(Clone, Copy)]
+struct Layout {
+    size: usize,
+    values: usize,
+    /// Nibbles plus this bias (Q4_0: −8, Q4_1: 0); `None`: one i8 per value (Q8_0).
+    nibble_bias: Option<i8>,
+    /// Whether the block has an offset (`x = d·w + m`, `m` the f16 after `d`).
+    offset: bool,
+}
+
+fn layout(dtype: DType) -> Option<Layout> {
+    let (size, values, nibble_bias, offset) = match dtype {
+        DType::Q8_0 => (34, 2, None, false),
+        DType::Q4_0 => (18, 2, Some(-8), false),
+        DType::Q4_1 => (20, 4, Some(0), true),
+        _ => return None,
+    };
+    Some(Layout {
+        size,
+        values,
+        nibble_bias,
+        offset,
+    })
+}
+
+/// Whether [`row_dot`] computes rows of `dtype` on this machine.
+pub fn available(dtype: DType) -> bool {
+    layout(dtype).is_some() && simd_available()
+}
+
+/// `Σ x·a` of the weight row `bytes` (whole blocks of `dtype`) with one token's activations
+/// `q` (values), `d` (half-block scales) and `s` (block sums), as the unpacked row's `dot`
+/// gives it; `offsets` is room for one value per block. `None` when [`available`] is false.
+pub fn row_dot(
+    dtype: DType,
+    bytes: &[u8],
+    q: &[i8],
+    d: &[f32],
+    s: &[f32],
+    offsets: &mut Vec<f32>,
+) -> Option<f32> {
+    let l = layout(dtype)?;
+    if !simd_available() {
+        return None;
+    }
+    let blocks = bytes.len() / l.size;
+    assert!(q.len() >= blocks * QK && d.len() >= blocks * 2 && s.len() >= blocks);
+    // Blocks in pairs (four half-blocks, as the unpacked path's SIMD loop takes them).
+    let pairs = blocks / 2;
+    let mut acc = simd_pairs(l, bytes, q, d, pairs);
+    if blocks % 2 == 1 {
+        // The last block: half-blocks 4·pairs and 4·pairs + 1, so accumulators 0 and 1.
+        let b = &bytes[(blocks - 1) * l.size..][..l.size];
+        let w = block_values(l, b);
+        let scale = f16_at(b, 0);
+        let h = 2 * (blocks - 1);
+        for k in 0..2 {
+            let sum: i32 = w[k * 16..][..16]
+                .iter()
+                .zip(&q[(h + k) * 16..][..16])
+                .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                .sum();
+            acc[k] += sum as f32 * (scale * d[h + k]);
+        }
+    }
+    let dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    if !l.offset {
+        return Some(dot);
+    }
+    offsets.clear();
+    offsets.extend(bytes.chunks_exact(l.size).map(|b| f16_at(b, 2)));
+    Some(dot + super::matmul::dot_f32(offsets, &s[..blocks]))
+}
+
+/// Block `b`'s 32 values as small integers (the unpacked row's).
+fn block_values(l: Layout, b: &[u8]) -> [i8; 32] {
+    let mut w = [0i8; 32];
+    let v = &b[l.values..];
+    match l.nibble_bias {
+        None => {
+            for (w, &x) in w.iter_mut().zip(v) {
+                *w = x as i8;
+            }
+        }
+        Some(bias) => {
+            for j in 0..16 {
+                w[j] = (v[j] & 0x0F) as i8 + bias;
+                w[j + 16] = (v[j] >> 4) as i8 + bias;
+            }
+        }
+    }
+    w
+}
+
+#[cfg(target_arch = "x86_64")]
+fn simd_available() -> bool {
+    super::dot::has_avx2()
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn simd_available() -> bool {
+    true
+}
+
+#[cfg(not(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+)))]
+fn simd_available() -> bool {
+    false
+}
+
+/// Never called where [`simd_available`] is false.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+)))]
+fn simd_pairs(_: Layout, _: &[u8], _: &[i8], _: &[f32], _: usize) -> [f32; 4] {
+    [0.0; 4]
+}
+
+/// The accumulators after the first `pairs` pairs of blocks, with AVX2 (checked by the
+/// caller): the unpacked path's `groups_avx2` with each 32-byte weight load replaced by the
+/// block's values made in a register.
+#[cfg(target_arch = "x86_64")]
+fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f32; 4] {
+    let value_bytes = if l.nibble_bias.is_some() { 16 } else { 32 };
+    assert!(bytes.len() >= 2 * pairs * l.size && l.values + value_bytes <= l.size);
+    assert!(q.len() >= pairs * 64 && d.len() >= pairs * 4);
+    // SAFETY: the CPU has AVX2 (the only caller checked `simd_available`); the lengths were
+    // checked above.
+    unsafe { pairs_avx2(l, bytes, q, d, pairs) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pairs_avx2(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f32; 4] {
+    use std::arch::x86_64::*;
+
+    // Block `b`'s 32 values: first the 16 low nibbles, then the 16 high ones (or 32 bytes).
+    // SAFETY (of each load): the block's values (32 bytes, or 16 of nibbles) lie inside it,
+    // and the caller checked that the blocks lie inside `bytes`.
+    let values = |b: usize| -> __m256i {
+        let p = unsafe { bytes.as_ptr().add(b * l.size + l.values) };
+        match l.nibble_bias {
+            None => unsafe { _mm256_loadu_si256(p.cast()) },
+            Some(bias) => {
+                let v = unsafe { _mm_loadu_si128(p.cast()) };
+                let mask = _mm_set1_epi8(0x0F);
+                let bias = _mm_set1_epi8(bias);
+                let lo = _mm_add_epi8(_mm_and_si128(v, mask), bias);
+                let hi = _mm_add_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), bias);
+                _mm256_set_m128i(hi, lo)
+            }
+        }
+    };
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm_setzero_ps();
+    for p in 0..pairs {
+        let (b0, b1) = (2 * p, 2 * p + 1);
+        let (w01, w23) = (values(b0), values(b1));
+        // SAFETY: 32-byte loads of the activations of blocks b0 and b1, inside `q`.
+        let (q01, q23) = unsafe {
+            (
+                _mm256_loadu_si256(q.as_ptr().add(b0 * QK).cast()),
+                _mm256_loadu_si256(q.as_ptr().add(b1 * QK).cast()),
+            )
+        };
+        let p01 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_abs_epi8(w01), _mm256_sign_epi8(q01, w01)),
+            ones,
+        );
+        let p23 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_abs_epi8(w23), _mm256_sign_epi8(q23, w23)),
+            ones,
+        );
+        let t = _mm256_hadd_epi32(p01, p23);
+        let t = _mm256_hadd_epi32(t, t);
+        let sums = _mm_unpacklo_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        let (d0, d1) = (
+            f16_at(&bytes[b0 * l.size..], 0),
+            f16_at(&bytes[b1 * l.size..], 0),
+        );
+        let h = 4 * p;
+        let c = _mm_setr_ps(d0 * d[h], d0 * d[h + 1], d1 * d[h + 2], d1 * d[h + 3]);
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
+    }
+    let mut out = [0.0f32; 4];
+    // SAFETY: a 16-byte store into a 16-byte array.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    out
+}
+
+/// The accumulators after the first `pairs` pairs of blocks, with WebAssembly SIMD128: the
+/// unpacked path's `simd_groups` with each 16-byte weight load replaced by the half-block's
+/// values made in a register.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f32; 4] {
+    use std::arch::wasm32::*;
+
+    assert!(bytes.len() >= 2 * pairs * l.size);
+    assert!(q.len() >= pairs * 64 && d.len() >= pairs * 4);
+    // SAFETY: every load reads 16 bytes inside a block of `bytes` or inside `q`, whose lengths
+    // were checked above (unaligned loads are allowed in WebAssembly).
+    unsafe {
+        // Half-blocks 2b and 2b + 1 of block b.
+        let halves = |b: usize| -> (v128, v128) {
+            let p = bytes.as_ptr().add(b * l.size + l.values);
+            match l.nibble_bias {
+                None => (v128_load(p.cast()), v128_load(p.add(16).cast())),
+                Some(bias) => {
+                    let v = v128_load(p.cast());
+                    let mask = u8x16_splat(0x0F);
+                    let bias = i8x16_splat(bias);
+                    (
+                        i8x16_add(v128_and(v, mask), bias),
+                        i8x16_add(u8x16_shr(v, 4), bias),
+                    )
+                }
+            }
+        };
+        let group = |wv: v128, h: usize| {
+            let qv = v128_load(q.as_ptr().add(h * 16).cast());
+            i32x4_add(
+                i32x4_dot_i16x8(i16x8_extend_low_i8x16(wv), i16x8_extend_low_i8x16(qv)),
+                i32x4_dot_i16x8(i16x8_extend_high_i8x16(wv), i16x8_extend_high_i8x16(qv)),
+            )
+        };
+        let mut acc = f32x4_splat(0.0);
+        for p in 0..pairs {
+            let (b0, b1) = (2 * p, 2 * p + 1);
+            let h = 4 * p;
+            let ((w0, w1), (w2, w3)) = (halves(b0), halves(b1));
+            let (v0, v1, v2, v3) = (
+                group(w0, h),
+                group(w1, h + 1),
+                group(w2, h + 2),
+                group(w3, h + 3),
+            );
+            let s01 = i32x4_add(
+                i32x4_shuffle::<0, 4, 1, 5>(v0, v1),
+                i32x4_shuffle::<2, 6, 3, 7>(v0, v1),
+            );
+            let s23 = i32x4_add(
+                i32x4_shuffle::<0, 4, 1, 5>(v2, v3),
+                i32x4_shuffle::<2, 6, 3, 7>(v2, v3),
+            );
+            let sums = i32x4_add(
+                i64x2_shuffle::<0, 2>(s01, s23),
+                i64x2_shuffle::<1, 3>(s01, s23),
+            );
+            let (d0, d1) = (
+                f16_at(&bytes[b0 * l.size..], 0),
+                f16_at(&bytes[b1 * l.size..], 0),
+            );
+            let c = f32x4(d0 * d[h], d0 * d[h + 1], d1 * d[h + 2], d1 * d[h + 3]);
+            acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(sums), c));
+        }
+        [
+            f32x4_extract_lane::<0>(acc),
+            f32x4_extract_lane::<1>(acc),
+            f32x4_extract_lane::<2>(acc),
+            f32x4_extract_lane::<3>(acc),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quant::{Q8Rows, UnpackedRow};
+
+    /// A small deterministic generator (the test must not depend on a crate's stream).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) as u32
+        }
+        fn f32(&mut self) -> f32 {
+            self.next() as f32 / u32::MAX as f32 * 2.0 - 1.0
+        }
+    }
+
+    /// Random blocks of `dtype` with finite f16 scales and offsets of either sign.
+    fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> {
+        let l = layout(dtype).unwrap();
+        let mut out = Vec::with_capacity(blocks * l.size);
+        for _ in 0..blocks {
+            let mut b: Vec<u8> = (0..l.size).map(|_| rng.next() as u8).collect();
+            b[0..2].copy_from_slice(&half::f16::from_f32(rng.f32() * 0.05).to_le_bytes());
+            if l.offset {
+                b[2..4].copy_from_slice(&half::f16::from_f32(rng.f32() * 0.1).to_le_bytes());
+            }
+            out.extend(b);
+        }
+        out
+    }
+
+    /// The fused row dot equals unpacking and the common dot bit for bit, for every
+    /// 32-value type and odd and even block counts (a pair loop and a last block).
+    #[test]
+    fn fused_rows_match_the_unpacked_path_bit_for_bit() {
+        let mut rng = Lcg(0x5eed);
+        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+            if !available(dtype) {
+                eprintln!("no fused path for {} on this CPU", dtype.name());
+                continue;
+            }
+            for blocks in [1usize, 2, 3, 7, 18, 33] {
+                let cols = blocks * QK;
+                let row = random_row(&mut rng, dtype, blocks);
+                let x: Vec<f32> = (0..cols).map(|_| rng.f32() * 3.0).collect();
+                let mut q8 = Q8Rows::default();
+                q8.quantize(&x, cols);
+                let (q, d, s) = q8.row(0);
+                let mut unpacked = UnpackedRow::with_cols(cols);
+                unpacked.unpack(dtype, &row);
+                let want = unpacked.dot(q, d, s);
+                let got = row_dot(dtype, &row, q, d, s, &mut Vec::new()).unwrap();
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{} × {blocks} blocks: {got} vs {want}",
+                    dtype.name()
+                );
+            }
+        }
+    }
+
+    /// Other types are left to the unpacked path.
+    #[test]
+    fn other_types_decline() {
+        let mut offsets = Vec::new();
+        for dtype in [DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F32] {
+            assert!(!available(dtype));
+            assert_eq!(row_dot(dtype, &[], &[], &[], &[], &mut offsets), None);
+        }
+    }
+}
