@@ -106,40 +106,27 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
     }
 }
 
-/// [`simd_groups`] with AVX2, two half-blocks per 32-byte load: `|w|·sign(q, w)` summed in
-/// pairs by `vpmaddubsw` (at most 2·128·127, which fits i16), then in fours by `vpmaddwd`,
-/// then across lanes by two `vphaddd`. The caller checked the lengths and the CPU.
+/// [`simd_groups`] with AVX2, two half-blocks per 32-byte load, their sums by
+/// [`half_block_sums_avx2`]. The caller checked the lengths and the CPU.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn groups_avx2(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [f32; 4] {
     use std::arch::x86_64::*;
 
-    let ones = _mm256_set1_epi16(1);
     let mut acc = _mm_setzero_ps();
     let mut h = 0;
     while h + 4 <= groups {
         // SAFETY: 32-byte loads at `h·16` and `(h + 2)·16` with `h + 4 ≤ groups`, inside both
         // slices.
-        let (p01, p23) = unsafe {
-            let w01 = _mm256_loadu_si256(w.as_ptr().add(h * H).cast());
-            let q01 = _mm256_loadu_si256(q.as_ptr().add(h * H).cast());
-            let w23 = _mm256_loadu_si256(w.as_ptr().add((h + 2) * H).cast());
-            let q23 = _mm256_loadu_si256(q.as_ptr().add((h + 2) * H).cast());
+        let (w01, q01, w23, q23) = unsafe {
             (
-                _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_abs_epi8(w01), _mm256_sign_epi8(q01, w01)),
-                    ones,
-                ),
-                _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_abs_epi8(w23), _mm256_sign_epi8(q23, w23)),
-                    ones,
-                ),
+                _mm256_loadu_si256(w.as_ptr().add(h * H).cast()),
+                _mm256_loadu_si256(q.as_ptr().add(h * H).cast()),
+                _mm256_loadu_si256(w.as_ptr().add((h + 2) * H).cast()),
+                _mm256_loadu_si256(q.as_ptr().add((h + 2) * H).cast()),
             )
         };
-        // per 128-bit lane: [g0 g0 g2 g2 | g1 g1 g3 g3], then [g0 g2 · · | g1 g3 · ·]
-        let t = _mm256_hadd_epi32(p01, p23);
-        let t = _mm256_hadd_epi32(t, t);
-        let sums = _mm_unpacklo_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        let sums = half_block_sums_avx2(w01, q01, w23, q23);
         let [c0, c1, c2, c3] = group_scales(scale, d, h);
         let c = _mm_setr_ps(c0, c1, c2, c3);
         acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
@@ -149,6 +136,36 @@ unsafe fn groups_avx2(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usiz
     // SAFETY: a 16-byte store into a 16-byte array.
     unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
     out
+}
+
+/// The exact sums `Σ w·q` of four half-blocks, as an i32 vector: `w01`/`q01` hold half-blocks
+/// 0 and 1 (16 values each), `w23`/`q23` half-blocks 2 and 3. `|w|·sign(q, w)` summed in pairs
+/// by `vpmaddubsw` (at most 2·128·127, which fits i16), in fours by `vpmaddwd`, then across
+/// lanes by two `vphaddd`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn half_block_sums_avx2(
+    w01: std::arch::x86_64::__m256i,
+    q01: std::arch::x86_64::__m256i,
+    w23: std::arch::x86_64::__m256i,
+    q23: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+
+    let ones = _mm256_set1_epi16(1);
+    let p01 = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_abs_epi8(w01), _mm256_sign_epi8(q01, w01)),
+        ones,
+    );
+    let p23 = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_abs_epi8(w23), _mm256_sign_epi8(q23, w23)),
+        ones,
+    );
+    // per 128-bit lane: [g0 g0 g2 g2 | g1 g1 g3 g3], then [g0 g2 · · | g1 g3 · ·]
+    let t = _mm256_hadd_epi32(p01, p23);
+    let t = _mm256_hadd_epi32(t, t);
+    _mm_unpacklo_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1))
 }
 
 /// [`simd_groups`] with SSE2: bytes widened to i16, `pmaddwd`, the four groups' lanes summed
@@ -205,29 +222,15 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
     // (unaligned loads are allowed in WebAssembly).
     unsafe {
         let group = |h: usize| {
-            let wv = v128_load(w.as_ptr().add(h * H).cast());
-            let qv = v128_load(q.as_ptr().add(h * H).cast());
-            i32x4_add(
-                i32x4_dot_i16x8(i16x8_extend_low_i8x16(wv), i16x8_extend_low_i8x16(qv)),
-                i32x4_dot_i16x8(i16x8_extend_high_i8x16(wv), i16x8_extend_high_i8x16(qv)),
+            half_block_dot_simd128(
+                v128_load(w.as_ptr().add(h * H).cast()),
+                v128_load(q.as_ptr().add(h * H).cast()),
             )
         };
         let mut acc = f32x4_splat(0.0);
         let mut h = 0;
         while h < groups {
-            let (v0, v1, v2, v3) = (group(h), group(h + 1), group(h + 2), group(h + 3));
-            let s01 = i32x4_add(
-                i32x4_shuffle::<0, 4, 1, 5>(v0, v1),
-                i32x4_shuffle::<2, 6, 3, 7>(v0, v1),
-            );
-            let s23 = i32x4_add(
-                i32x4_shuffle::<0, 4, 1, 5>(v2, v3),
-                i32x4_shuffle::<2, 6, 3, 7>(v2, v3),
-            );
-            let sums = i32x4_add(
-                i64x2_shuffle::<0, 2>(s01, s23),
-                i64x2_shuffle::<1, 3>(s01, s23),
-            );
+            let sums = lane_sums_simd128(group(h), group(h + 1), group(h + 2), group(h + 3));
             let [c0, c1, c2, c3] = group_scales(scale, d, h);
             let c = f32x4(c0, c1, c2, c3);
             acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(sums), c));
@@ -240,6 +243,45 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
             f32x4_extract_lane::<3>(acc),
         ]
     }
+}
+
+/// One half-block's `Σ w·q` (16 values of `wv` and `qv`) as four partial i32 sums.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[inline(always)]
+pub(crate) fn half_block_dot_simd128(
+    wv: std::arch::wasm32::v128,
+    qv: std::arch::wasm32::v128,
+) -> std::arch::wasm32::v128 {
+    use std::arch::wasm32::*;
+    i32x4_add(
+        i32x4_dot_i16x8(i16x8_extend_low_i8x16(wv), i16x8_extend_low_i8x16(qv)),
+        i32x4_dot_i16x8(i16x8_extend_high_i8x16(wv), i16x8_extend_high_i8x16(qv)),
+    )
+}
+
+/// The four half-blocks' sums from their partial sums ([`half_block_dot_simd128`]): lane `k`
+/// is the sum of `vk`'s lanes (a transpose by shuffles and adds).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[inline(always)]
+pub(crate) fn lane_sums_simd128(
+    v0: std::arch::wasm32::v128,
+    v1: std::arch::wasm32::v128,
+    v2: std::arch::wasm32::v128,
+    v3: std::arch::wasm32::v128,
+) -> std::arch::wasm32::v128 {
+    use std::arch::wasm32::*;
+    let s01 = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v0, v1),
+        i32x4_shuffle::<2, 6, 3, 7>(v0, v1),
+    );
+    let s23 = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v2, v3),
+        i32x4_shuffle::<2, 6, 3, 7>(v2, v3),
+    );
+    i32x4_add(
+        i64x2_shuffle::<0, 2>(s01, s23),
+        i64x2_shuffle::<1, 3>(s01, s23),
+    )
 }
 
 #[cfg(test)]

@@ -169,7 +169,6 @@ unsafe fn pairs_avx2(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize)
             }
         }
     };
-    let ones = _mm256_set1_epi16(1);
     let mut acc = _mm_setzero_ps();
     for p in 0..pairs {
         let (b0, b1) = (2 * p, 2 * p + 1);
@@ -181,17 +180,7 @@ unsafe fn pairs_avx2(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize)
                 _mm256_loadu_si256(q.as_ptr().add(b1 * QK).cast()),
             )
         };
-        let p01 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(_mm256_abs_epi8(w01), _mm256_sign_epi8(q01, w01)),
-            ones,
-        );
-        let p23 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(_mm256_abs_epi8(w23), _mm256_sign_epi8(q23, w23)),
-            ones,
-        );
-        let t = _mm256_hadd_epi32(p01, p23);
-        let t = _mm256_hadd_epi32(t, t);
-        let sums = _mm_unpacklo_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        let sums = super::dot::half_block_sums_avx2(w01, q01, w23, q23);
         let (d0, d1) = (
             f16_at(&bytes[b0 * l.size..], 0),
             f16_at(&bytes[b1 * l.size..], 0),
@@ -235,34 +224,18 @@ fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f3
             }
         };
         let group = |wv: v128, h: usize| {
-            let qv = v128_load(q.as_ptr().add(h * 16).cast());
-            i32x4_add(
-                i32x4_dot_i16x8(i16x8_extend_low_i8x16(wv), i16x8_extend_low_i8x16(qv)),
-                i32x4_dot_i16x8(i16x8_extend_high_i8x16(wv), i16x8_extend_high_i8x16(qv)),
-            )
+            super::dot::half_block_dot_simd128(wv, v128_load(q.as_ptr().add(h * 16).cast()))
         };
         let mut acc = f32x4_splat(0.0);
         for p in 0..pairs {
             let (b0, b1) = (2 * p, 2 * p + 1);
             let h = 4 * p;
             let ((w0, w1), (w2, w3)) = (halves(b0), halves(b1));
-            let (v0, v1, v2, v3) = (
+            let sums = super::dot::lane_sums_simd128(
                 group(w0, h),
                 group(w1, h + 1),
                 group(w2, h + 2),
                 group(w3, h + 3),
-            );
-            let s01 = i32x4_add(
-                i32x4_shuffle::<0, 4, 1, 5>(v0, v1),
-                i32x4_shuffle::<2, 6, 3, 7>(v0, v1),
-            );
-            let s23 = i32x4_add(
-                i32x4_shuffle::<0, 4, 1, 5>(v2, v3),
-                i32x4_shuffle::<2, 6, 3, 7>(v2, v3),
-            );
-            let sums = i32x4_add(
-                i64x2_shuffle::<0, 2>(s01, s23),
-                i64x2_shuffle::<1, 3>(s01, s23),
             );
             let (d0, d1) = (
                 f16_at(&bytes[b0 * l.size..], 0),
