@@ -106,21 +106,24 @@ impl QMatrix {
         let task = |first: usize, out: &mut [f32]| {
             // out: [n rows, tokens]
             let n = out.len() / tokens;
-            if quantized {
-                let mut row = UnpackedRow::with_cols(self.cols);
+            if fused {
+                // One token (decode): each row straight from its blocks, no unpacked copy.
+                let (q, d, s) = q8.row(0);
                 let mut offsets = Vec::new();
+                for (r, o) in out.iter_mut().enumerate() {
+                    let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
+                    // `fused` checked that the type has a fused path; the unpacked one otherwise.
+                    *o = super::fused::row_dot(self.dtype, bytes, q, d, s, &mut offsets)
+                        .unwrap_or_else(|| {
+                            let mut row = UnpackedRow::with_cols(self.cols);
+                            row.unpack(self.dtype, bytes);
+                            row.dot(q, d, s)
+                        });
+                }
+            } else if quantized {
+                let mut row = UnpackedRow::with_cols(self.cols);
                 for r in 0..n {
                     let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
-                    // One token (decode): the row straight from its blocks, no unpacked copy.
-                    if fused {
-                        let (q, d, s) = q8.row(0);
-                        if let Some(v) =
-                            super::fused::row_dot(self.dtype, bytes, q, d, s, &mut offsets)
-                        {
-                            out[r] = v;
-                            continue;
-                        }
-                    }
                     row.unpack(self.dtype, bytes);
                     for t in 0..tokens {
                         let (q, d, s) = q8.row(t);

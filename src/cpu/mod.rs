@@ -129,16 +129,7 @@ pub fn run<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
     #[cfg(not(target_arch = "wasm32"))]
     return match pool() {
-        Some(p) => {
-            let team = team::Team::new();
-            let helpers = p.current_num_threads() - 1;
-            p.scope(|s| {
-                for _ in 0..helpers {
-                    s.spawn(|_| team.help());
-                }
-                team.lead(f)
-            })
-        }
+        Some(p) => p.install(|| team::run_step(p.current_num_threads(), f)),
         None => f(),
     };
     #[cfg(all(target_arch = "wasm32", feature = "threads"))]

@@ -163,6 +163,19 @@ impl Team {
     }
 }
 
+/// Runs `f` (a forward step) on the current rayon pool (the global one outside any pool) as
+/// the owner of a team of `threads` threads: the owner and `threads − 1` helpers; the caller
+/// waits for it.
+pub fn run_step<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    let team = Team::new();
+    rayon::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(|_| team.help());
+        }
+        team.lead(f)
+    })
+}
+
 /// Whether this thread leads a team (it is inside [`Team::lead`]).
 pub fn leading() -> bool {
     !OWNED.with(Cell::get).is_null()

@@ -15,8 +15,9 @@ static STARTED: AtomicUsize = AtomicUsize::new(0);
 /// the calling thread and `engine.info().threadsNotice` says why.
 #[wasm_bindgen(js_name = startThreads)]
 pub async fn start_threads(threads: usize) -> Result<usize, JsValue> {
-    if STARTED.load(Ordering::Acquire) > 0 {
-        return Ok(STARTED.load(Ordering::Acquire));
+    let started = STARTED.load(Ordering::Acquire);
+    if started > 0 {
+        return Ok(started);
     }
     let threads = threads.clamp(2, 8);
     let started =
@@ -49,15 +50,8 @@ pub fn threads() -> usize {
 /// `f` as the owner of a team of the pool's threads (the caller, the page's engine worker,
 /// waits; it may block, being a worker) once the pool runs; on the calling thread before.
 pub fn run<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    let threads = STARTED.load(Ordering::Acquire);
-    if threads == 0 {
-        return f();
+    match STARTED.load(Ordering::Acquire) {
+        0 => f(),
+        threads => super::team::run_step(threads, f),
     }
-    let team = super::team::Team::new();
-    rayon::scope(|s| {
-        for _ in 1..threads {
-            s.spawn(|_| team.help());
-        }
-        team.lead(f)
-    })
 }
