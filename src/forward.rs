@@ -88,7 +88,8 @@ enum Seq {
 enum StepRead {
     Nothing,
     Logits(Vec<f32>),
-    Candidates(Candidates),
+    /// One per selected row.
+    Candidates(Vec<Candidates>),
 }
 
 impl Forward {
@@ -334,7 +335,14 @@ impl Forward {
                 ),
             ));
         }
-        let (mut collect, request) = Collect::new(readback, self.select.is_some());
+        // selections for one step's rows: the last row (Head::Last writes it to row 0), or
+        // every row of a run that is one step
+        let rows = match (&self.select, tokens.len() <= self.chunk) {
+            (None, _) => 0,
+            (Some(_), true) => self.batch_rows(),
+            (Some(_), false) => 1,
+        };
+        let (mut collect, requests) = Collect::new(readback, tokens.len(), rows)?;
         let n_chunks = tokens.len().div_ceil(self.chunk);
         let mut ran = 0;
         for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
@@ -344,8 +352,9 @@ impl Forward {
                 Seq::Main => 0,
                 Seq::Slot(s) => self.kv.slot_base(s),
             };
+            let requests = if last { requests } else { &[] };
             let read = self
-                .step(ctx, base, pos + ran, chunk, head, request.filter(|_| last))
+                .step(ctx, base, pos + ran, chunk, head, requests)
                 .await?;
             let first = ran;
             ran += chunk.len();
@@ -355,7 +364,10 @@ impl Forward {
             let rows = match read {
                 StepRead::Nothing => Vec::new(),
                 StepRead::Logits(rows) => rows,
-                StepRead::Candidates(c) => return Ok(Output::Candidates(c)),
+                StepRead::Candidates(mut c) if head == Head::Last && c.len() == 1 => {
+                    return Ok(Output::Candidates(c.remove(0)))
+                }
+                StepRead::Candidates(c) => return Ok(Output::RowCandidates(c)),
             };
             if let Some(out) = collect.step(first, chunk.len(), rows, last, ran)? {
                 return Ok(out);
@@ -405,8 +417,9 @@ impl Forward {
 
     /// One step of at most [`Self::chunk`] tokens at positions `pos0..` of the sequence whose
     /// cache rows start at `base`: writes the parameters and ids, records every
-    /// node and the head in one compute pass (and the selection after them, when given), copies
-    /// what is read back to a staging buffer, submits once, reads back.
+    /// node and the head in one compute pass (and a selection after them for each of
+    /// `requests`, over rows `0..`), copies what is read back to a staging buffer, submits
+    /// once, reads back.
     async fn step(
         &mut self,
         ctx: &GpuContext,
@@ -414,9 +427,12 @@ impl Forward {
         pos0: usize,
         tokens: &[u32],
         head: Head,
-        request: Option<&SelectRequest>,
+        requests: &[SelectRequest],
     ) -> Result<StepRead> {
-        let select = request.and_then(|r| self.select.as_ref().map(|s| (s, r)));
+        let selects = match requests.is_empty() {
+            true => None,
+            false => self.row_selects(requests.iter().collect()),
+        };
         let n = tokens.len();
         let params = StepParams::checked(
             pos0 as u32,
@@ -424,7 +440,7 @@ impl Forward {
             self.chunk as u32,
             self.kv.context() as u32,
         )?;
-        if let Some((select, request)) = select {
+        for (select, request) in selects.iter().flatten() {
             select.write(ctx, request)?;
         }
         params.write_rows(ctx, &self.step, &[StepRow::new(pos0 as u32, base as u32)]);
@@ -455,17 +471,13 @@ impl Forward {
                     .head_all
                     .record_planned(&mut pass, n as u32, &self.plan),
             }
-            if let Some((select, _)) = select {
+            for (select, _) in selects.iter().flatten() {
                 select.record(&mut pass);
             }
         }
         let row_bytes = f32_bytes(self.config.vocab_size as u64);
-        let (staging, bytes) = match (select, head) {
-            (Some((select, request)), _) => {
-                let bytes = request.result_bytes();
-                encoder.copy_buffer_to_buffer(select.result(), 0, &self.select_staging, 0, bytes);
-                (&self.select_staging, bytes)
-            }
+        let (staging, bytes) = match (&selects, head) {
+            (Some(selects), _) => self.copy_selected(&mut encoder, selects),
             (None, Head::None) => (&self.staging, 0),
             (None, Head::Last) => {
                 encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, row_bytes);
@@ -485,8 +497,8 @@ impl Forward {
             return Ok(StepRead::Nothing);
         }
         let data = ctx.read_staging(staging, bytes, submission).await?;
-        Ok(match select {
-            Some((_, request)) => StepRead::Candidates(Select::parse(&data, request)?),
+        Ok(match &selects {
+            Some(selects) => StepRead::Candidates(batch::parse_selected(&data, selects)?),
             None => StepRead::Logits(bytemuck::pod_collect_to_vec(&data)),
         })
     }

@@ -105,10 +105,22 @@ fn compare_masked(name: &str, rng: &mut impl Rng, steps: usize, density: Option<
         let got = match cand.select_request(&prompt, &generated).unwrap() {
             Some(request) => {
                 let c = select_ref::select(&row, &request);
-                match cand
+                // the distribution speculative decoding verifies against: the full row's,
+                // bit for bit, whenever the candidates decide it (and they decide it exactly
+                // when they decide the sample)
+                let p = cand
+                    .distribution_candidates(&c, &request, &prompt, &generated)
+                    .unwrap();
+                if let Some(p) = &p {
+                    let want = full.distribution(&row, &prompt, &generated).unwrap();
+                    let same = p.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{name}: step {step}: the distributions differ");
+                }
+                let sampled = cand
                     .sample_candidates(&c, &request, &prompt, &generated)
-                    .unwrap()
-                {
+                    .unwrap();
+                assert_eq!(p.is_some(), sampled.is_some(), "{name}: step {step}");
+                match sampled {
                     Some(s) => {
                         served += 1;
                         s

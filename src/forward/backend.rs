@@ -190,7 +190,15 @@ impl Backend {
     /// Runs `tokens` from the cache's position on (see [`Forward::run`]).
     pub async fn run(&mut self, tokens: &[u32], readback: Readback<'_>) -> Result<Output> {
         match self {
-            Backend::Gpu(g) => g.forward.run(&g.ctx, tokens, readback).await,
+            Backend::Gpu(g) => {
+                if let Readback::RowCandidates(requests) = &readback {
+                    // a selection for each row the step reads
+                    g.forward
+                        .ensure_row_selects(&g.ctx, &g.kernels, requests.len())
+                        .await?;
+                }
+                g.forward.run(&g.ctx, tokens, readback).await
+            }
             Backend::Cpu(c) => c.run(tokens, readback),
         }
     }

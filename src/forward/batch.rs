@@ -6,7 +6,7 @@
 
 use super::upload::f32_bytes;
 use super::{Forward, StepLogits};
-use crate::candidates::{SelectRequest, MAX_RESULT_BYTES};
+use crate::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
 use crate::error::{Error, Result};
 use crate::gpu::ops::Select;
 use crate::gpu::{GpuContext, KernelCache, KvCache, StepParams, StepRow, STEP_ROWS};
@@ -42,6 +42,27 @@ pub(super) fn check_ids(tokens: &[u32], vocab: usize) -> Result<()> {
         )),
         None => Ok(()),
     }
+}
+
+/// Each row's candidates from the bytes [`Forward::copy_selected`] read back.
+pub(super) fn parse_selected(
+    data: &[u8],
+    selects: &[(&Select, &SelectRequest)],
+) -> Result<Vec<Candidates>> {
+    let mut at = 0;
+    selects
+        .iter()
+        .enumerate()
+        .map(|(i, (_, request))| {
+            let end = at + request.result_bytes() as usize;
+            let bytes = data.get(at..end).ok_or_else(|| Error::Readback {
+                buffer: "row select readback".to_string(),
+                message: format!("{} bytes read, row {i} ends at {end}", data.len()),
+            })?;
+            at = end;
+            Select::parse(bytes, request)
+        })
+        .collect()
 }
 
 /// One sequence's token in a batched step.
@@ -94,22 +115,83 @@ impl Forward {
                 return Err(e);
             }
         }
-        let rows = slots.min(self.max_batch());
-        if self.select.is_some() {
-            let vocab = self.config.vocab_size as u32;
-            while self.batch.selects.len() + 1 < rows {
-                let row = self.batch.selects.len() as u32 + 1;
-                let select = Select::for_row(ctx, cache, &self.act.logits, vocab, row).await?;
-                self.batch.selects.push(select);
-            }
-            let bytes = (rows * MAX_RESULT_BYTES) as u64;
-            if self.batch.staging.as_ref().is_none_or(|s| s.size() < bytes) {
-                self.batch.staging = Some(ctx.staging_buffer("batch select readback", bytes));
-            }
-        }
         self.memory.kv_cache = self.kv.bytes();
+        self.ensure_row_selects(ctx, cache, slots).await
+    }
+
+    /// Gives rows `0..rows` of a step's logits a candidate selection each (at most
+    /// [`Self::max_batch`] rows; row 0 has the forward pass's own) and their readback: for a
+    /// batched step's sequences or a speculative step's positions. Selections made before
+    /// stay; nothing happens on a device that cannot run the selection.
+    pub async fn ensure_row_selects(
+        &mut self,
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        rows: usize,
+    ) -> Result<()> {
+        if self.select.is_none() {
+            return Ok(());
+        }
+        let rows = rows.min(self.max_batch());
+        let vocab = self.config.vocab_size as u32;
+        while self.batch.selects.len() + 1 < rows {
+            let row = self.batch.selects.len() as u32 + 1;
+            let select = Select::for_row(ctx, cache, &self.act.logits, vocab, row).await?;
+            self.batch.selects.push(select);
+        }
+        let bytes = (rows * MAX_RESULT_BYTES) as u64;
+        if rows > 1 && self.batch.staging.as_ref().is_none_or(|s| s.size() < bytes) {
+            self.batch.staging = Some(ctx.staging_buffer("row select readback", bytes));
+        }
         self.memory.batch = self.batch.bytes();
         Ok(())
+    }
+
+    /// Rows of a step that have a candidate selection (0 on a device without one).
+    pub(super) fn batch_rows(&self) -> usize {
+        match self.select {
+            Some(_) => self.batch.selects.len() + 1,
+            None => 0,
+        }
+    }
+
+    /// Each row's selection paired with its request (row i with `requests[i]`), or `None`
+    /// when some row has no selection (the device cannot run it, or
+    /// [`Self::ensure_row_selects`] gave fewer rows).
+    pub(super) fn row_selects<'a>(
+        &'a self,
+        requests: Vec<&'a SelectRequest>,
+    ) -> Option<Vec<(&'a Select, &'a SelectRequest)>> {
+        let first = self.select.as_ref()?;
+        if requests.len() > self.batch.selects.len() + 1 {
+            return None;
+        }
+        Some(
+            std::iter::once(first)
+                .chain(&self.batch.selects)
+                .zip(requests)
+                .collect(),
+        )
+    }
+
+    /// Copies each row's selection result into a staging buffer, one after the other (each
+    /// [`SelectRequest::result_bytes`] long); returns the buffer and the bytes to read.
+    pub(super) fn copy_selected(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        selects: &[(&Select, &SelectRequest)],
+    ) -> (&wgpu::Buffer, u64) {
+        let staging = match &self.batch.staging {
+            Some(staging) if selects.len() > 1 => staging,
+            _ => &self.select_staging,
+        };
+        let mut end = 0;
+        for (select, request) in selects {
+            let bytes = request.result_bytes();
+            encoder.copy_buffer_to_buffer(select.result(), 0, staging, end, bytes);
+            end += bytes;
+        }
+        (staging, end)
     }
 
     /// One decode step for several sequences at once: `tokens[i]` at its position in its slot,
@@ -153,18 +235,11 @@ impl Forward {
             rows.push(StepRow::new(t.pos as u32, self.kv.slot_base(t.slot) as u32));
         }
         let params = StepParams::batched(&rows, self.chunk as u32, self.kv.context() as u32)?;
-        let selects: Option<Vec<(&Select, &SelectRequest)>> = match (&self.select, n) {
-            (Some(first), _) if self.batch.selects.len() + 1 >= n => std::iter::once(first)
-                .chain(&self.batch.selects)
-                .zip(requests)
-                .map(|(s, r)| r.map(|r| (s, r)))
-                .collect(),
-            _ => None,
-        };
-        let staging = match (&selects, &self.batch.staging) {
-            (Some(_), Some(staging)) if n > 1 => staging,
-            _ => &self.select_staging,
-        };
+        let selects = requests
+            .iter()
+            .copied()
+            .collect::<Option<Vec<&SelectRequest>>>()
+            .and_then(|requests| self.row_selects(requests));
         if let Some(selects) = &selects {
             for (select, request) in selects {
                 select.write(ctx, request)?;
@@ -195,16 +270,7 @@ impl Forward {
         }
         let row_bytes = f32_bytes(self.config.vocab_size as u64);
         let (staging, bytes) = match &selects {
-            Some(selects) => {
-                let mut end = 0;
-                for (i, (select, request)) in selects.iter().enumerate() {
-                    let at = (i * MAX_RESULT_BYTES) as u64;
-                    let bytes = request.result_bytes();
-                    encoder.copy_buffer_to_buffer(select.result(), 0, staging, at, bytes);
-                    end = at + bytes;
-                }
-                (staging, end)
-            }
+            Some(selects) => self.copy_selected(&mut encoder, selects),
             None => {
                 let bytes = n as u64 * row_bytes;
                 encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, bytes);
@@ -216,19 +282,10 @@ impl Forward {
         let submission = ctx.queue.submit([encoder.finish()]);
         let data = ctx.read_staging(staging, bytes, submission).await?;
         match &selects {
-            Some(selects) => selects
-                .iter()
-                .enumerate()
-                .map(|(i, (_, request))| {
-                    let at = i * MAX_RESULT_BYTES;
-                    let end = at + request.result_bytes() as usize;
-                    let bytes = data.get(at..end).ok_or_else(|| Error::Readback {
-                        buffer: "batch select readback".to_string(),
-                        message: format!("{} bytes read, row {i} ends at {end}", data.len()),
-                    })?;
-                    Select::parse(bytes, request).map(StepLogits::Candidates)
-                })
-                .collect(),
+            Some(selects) => Ok(parse_selected(&data, selects)?
+                .into_iter()
+                .map(StepLogits::Candidates)
+                .collect()),
             None => {
                 let all: Vec<f32> = bytemuck::pod_collect_to_vec(&data);
                 let vocab = self.config.vocab_size;

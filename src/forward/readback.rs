@@ -19,6 +19,12 @@ pub enum Readback<'r> {
     /// The selection `request` asks for over the last token's logits (the logits stay on the
     /// device).
     Candidates(&'r SelectRequest),
+    /// The selection `requests[i]` asks for over token i's logits, one request per token,
+    /// for a run that fits one step (a speculative step's verification): the logits stay on
+    /// the device and one readback returns every row's candidates
+    /// ([`Output::RowCandidates`]). Where the device cannot run the selection for that many
+    /// rows, every row's logits come back instead, as for [`Readback::AllRows`].
+    RowCandidates(&'r [SelectRequest]),
     /// Step by step, so that a caller can stop between steps and never holds more than one
     /// step's logits: `on_step(first, n, rows)` after each step gets every row
     /// (`[n · vocab]`) when `all_rows`, else the last token's row (`[vocab]`) after the last
@@ -38,6 +44,7 @@ impl std::fmt::Debug for Readback<'_> {
             Readback::LastRow => f.write_str("LastRow"),
             Readback::AllRows => f.write_str("AllRows"),
             Readback::Candidates(r) => f.debug_tuple("Candidates").field(r).finish(),
+            Readback::RowCandidates(r) => f.debug_tuple("RowCandidates").field(r).finish(),
             Readback::EachStep { all_rows, .. } => f
                 .debug_struct("EachStep")
                 .field("all_rows", all_rows)
@@ -56,6 +63,8 @@ pub enum Output {
     Logits(Vec<f32>),
     /// The selection's result.
     Candidates(Candidates),
+    /// Each row's selection ([`Readback::RowCandidates`]), `[tokens]`.
+    RowCandidates(Vec<Candidates>),
     /// [`Readback::EachStep`] ran every token, or stopped after `ran` of them.
     Stepped {
         /// Tokens run (the cache holds them).
@@ -116,15 +125,33 @@ pub(super) struct Collect<'r> {
 }
 
 impl<'r> Collect<'r> {
-    /// The collector for `readback`, and the selection request when the backend can run it
-    /// (`selects`; otherwise a request for candidates reads the last row).
-    pub(super) fn new(readback: Readback<'r>, selects: bool) -> (Self, Option<&'r SelectRequest>) {
+    /// The collector for `readback` over `tokens` tokens, and the selection requests for the
+    /// run's last step (row i with request i; empty: no selection): a request for the last
+    /// row when the backend can run the selection on one row (`rows` ≥ 1), one per row when
+    /// on `tokens` rows in one step. Otherwise a request for candidates reads the last row,
+    /// and one per row reads every row. Errors when the per-row requests do not match the
+    /// tokens.
+    pub(super) fn new(
+        readback: Readback<'r>,
+        tokens: usize,
+        rows: usize,
+    ) -> Result<(Self, &'r [SelectRequest])> {
         let nothing = matches!(readback, Readback::None);
-        let (all_rows, on_step, request) = match readback {
-            Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step), None),
-            Readback::AllRows => (true, None, None),
-            Readback::Candidates(request) if selects => (false, None, Some(request)),
-            _ => (false, None, None),
+        let (all_rows, on_step, requests): (_, _, &[SelectRequest]) = match readback {
+            Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step), &[]),
+            Readback::AllRows => (true, None, &[]),
+            Readback::Candidates(request) if rows >= 1 => {
+                (false, None, std::slice::from_ref(request))
+            }
+            Readback::RowCandidates(requests) if requests.len() != tokens => {
+                return Err(crate::error::Error::invalid(
+                    "requests",
+                    format!("{} selection requests for {tokens} tokens", requests.len()),
+                ))
+            }
+            Readback::RowCandidates(requests) if rows >= tokens => (true, None, requests),
+            Readback::RowCandidates(_) => (true, None, &[]),
+            _ => (false, None, &[]),
         };
         let collect = Self {
             nothing,
@@ -132,7 +159,7 @@ impl<'r> Collect<'r> {
             on_step,
             logits: Vec::new(),
         };
-        (collect, request)
+        Ok((collect, requests))
     }
 
     /// The rows the head of a step computes (`last`: the run's last step).

@@ -8,9 +8,23 @@ use crate::candidates::{Candidates, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDAT
 use crate::Result;
 
 use super::filters::filter_candidates;
-use super::logits::{draw, ix, key, uniform, weight};
+use super::logits::{argmax, draw, ix, key, log_sum_exp, max_f64, uniform, weight};
 use super::sampler::top_logprobs;
 use super::{Sampled, Sampler, TopLogprob};
+
+/// The tokens a processed distribution keeps, as the candidates prove them.
+struct Kept {
+    /// `(id, raw logit)` of each kept token in id order; greedy: the one token.
+    tokens: Vec<(u32, f32)>,
+    /// Their processed logits (`-inf` where a filter after top-k removed one), `[tokens]`.
+    values: Vec<f32>,
+    /// Log of the raw row's sum of exponentials (the log-probabilities' base).
+    lse: f64,
+    /// The alternatives asked for.
+    top: Vec<TopLogprob>,
+    /// Greedy: `tokens[0]` is the token, with no random draw.
+    greedy: bool,
+}
 
 /// Candidates asked for beyond what greedy or top-k strictly need: the slack that lets the
 /// exactness check pass when a penalised token's GPU value differs in the last bit.
@@ -74,18 +88,8 @@ impl Sampler {
     /// `Some` with exactly the token `sample` would return on the full row (and the same use of
     /// the random generator), or `None`, consuming nothing, when the candidates cannot prove it
     /// (read the whole row and call `sample`). The log-probability comes from the GPU's raw max
-    /// and sum: it may differ from `sample`'s in the last bits.
-    ///
-    /// The adjusted logits of the candidates and of every adjusted token are recomputed here
-    /// from their raw values with [`LogitAdjustment::apply`]; every other token's adjusted
-    /// logit equals its raw one and, not being selected, is at most the last candidate's.
-    /// From that bound the leading candidates whose place in the full order is certain are
-    /// known; greedy and top-k need the kept tokens among them; top-p without top-k also needs
-    /// the nucleus to end there for every total mass within the GPU's tail sum (with a
-    /// tolerance) and a rigorous bound on it. Non-finite rows give `None` (then `sample`
-    /// reports them).
-    ///
-    /// [`LogitAdjustment::apply`]: crate::candidates::LogitAdjustment::apply
+    /// and sum: it may differ from `sample`'s in the last bits. How the proof goes:
+    /// [`Self::distribution_candidates`].
     pub fn sample_candidates(
         &mut self,
         c: &Candidates,
@@ -93,6 +97,69 @@ impl Sampler {
         prompt: &[u32],
         generated: &[u32],
     ) -> Result<Option<Sampled>> {
+        let Some(kept) = self.prove(c, request, prompt, generated)? else {
+            return Ok(None);
+        };
+        let i = match kept.greedy {
+            true => 0,
+            false => draw(&kept.values, uniform(&mut self.rng)),
+        };
+        let (id, raw) = kept.tokens[i];
+        Ok(Some(Sampled {
+            id,
+            logprob: (f64::from(raw) - kept.lse) as f32,
+            top: kept.top,
+        }))
+    }
+
+    /// [`Self::distribution`] (`[vocab]`) from the GPU's selection `c` for `request` instead
+    /// of the whole row: `Some` with the same values bit for bit, or `None` when the
+    /// candidates cannot prove them (read the whole row). Speculative decoding verifies drafts
+    /// against it.
+    ///
+    /// The adjusted logits of the candidates and of every adjusted token are recomputed here
+    /// from their raw values with [`LogitAdjustment::apply`]; every other token's adjusted
+    /// logit equals its raw one and, not being selected, is at most the last candidate's.
+    /// From that bound the leading candidates whose place in the full order is certain are
+    /// known; greedy and top-k need the kept tokens among them; top-p without top-k also needs
+    /// the nucleus to end there for every total mass within the GPU's tail sum (with a
+    /// tolerance) and a rigorous bound on it. The kept tokens' weights are then summed in id
+    /// order, as the full row's are (whose other weights are zero). Non-finite rows give
+    /// `None` (then `distribution` reports them).
+    ///
+    /// [`LogitAdjustment::apply`]: crate::candidates::LogitAdjustment::apply
+    pub fn distribution_candidates(
+        &self,
+        c: &Candidates,
+        request: &SelectRequest,
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> Result<Option<Vec<f64>>> {
+        let Some(kept) = self.prove(c, request, prompt, generated)? else {
+            return Ok(None);
+        };
+        let mut p = vec![0.0; self.vocab_size];
+        if kept.greedy {
+            p[ix(kept.tokens[0].0)] = 1.0;
+            return Ok(Some(p));
+        }
+        let max = max_f64(kept.values.iter().copied());
+        let total: f64 = kept.values.iter().map(|&x| weight(x, max)).sum();
+        for (&(id, _), &x) in kept.tokens.iter().zip(&kept.values) {
+            p[ix(id)] = weight(x, max) / total;
+        }
+        Ok(Some(p))
+    }
+
+    /// The tokens the processed distribution keeps, proven from the candidates (see
+    /// [`Self::distribution_candidates`]), or `None` when the candidates do not decide them.
+    fn prove(
+        &self,
+        c: &Candidates,
+        request: &SelectRequest,
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> Result<Option<Kept>> {
         self.check_history("prompt", prompt)?;
         self.check_history("generated", generated)?;
         let n = self.vocab_size;
@@ -120,7 +187,7 @@ impl Sampler {
             for (&id, &raw) in c.ids.iter().zip(&c.raw) {
                 row[ix(id)] = raw;
             }
-            return self.sample(&row, prompt, generated).map(Some);
+            return self.prove_row(&row, prompt, generated).map(Some);
         }
 
         // The pool: candidates and adjusted tokens, as (id, raw, exact adjusted logit).
@@ -153,7 +220,6 @@ impl Sampler {
         let (bound, bound_id) = (c.adjusted[k - 1], c.ids[k - 1]);
         let p = &self.params;
         let lse = f64::from(c.raw_max) + f64::from(c.raw_sum).ln();
-        let logprob = |raw: f32| (f64::from(raw) - lse) as f32;
         // Without adjustments or a mask (`select_request` asks for no candidates otherwise) the
         // candidates are the row's largest raw logits, at least `top_logprobs` of them.
         let top = if self.top_logprobs > 0 {
@@ -178,10 +244,12 @@ impl Sampler {
             if key(value, id) > key(bound, bound_id) {
                 return Ok(None);
             }
-            return Ok(Some(Sampled {
-                id,
-                logprob: logprob(raw),
+            return Ok(Some(Kept {
+                tokens: vec![(id, raw)],
+                values: vec![value],
+                lse,
                 top,
+                greedy: true,
             }));
         }
 
@@ -250,13 +318,46 @@ impl Sampler {
         cand.sort_unstable();
         let (typical_on, top_p_on, min_p_on) = filters;
         filter_candidates(&mut values, &mut cand, p, typical_on, top_p_on, min_p_on);
-        let i = draw(&values, uniform(&mut self.rng));
-        let (id, raw, _) = kept[i];
-        Ok(Some(Sampled {
-            id,
-            logprob: logprob(raw),
+        Ok(Some(Kept {
+            tokens: kept.iter().map(|&(id, raw, _)| (id, raw)).collect(),
+            values,
+            lse,
             top,
+            greedy: false,
         }))
+    }
+
+    /// [`Kept`] from a whole row (every token was a candidate): its processed logits.
+    fn prove_row(&self, row: &[f32], prompt: &[u32], generated: &[u32]) -> Result<Kept> {
+        let lse = log_sum_exp(row);
+        let mut values = row.to_vec();
+        self.process(&mut values, prompt, generated)?;
+        let top = top_logprobs(row, lse, self.top_logprobs);
+        let tokens = row
+            .iter()
+            .enumerate()
+            .map(|(i, &raw)| (i as u32, raw))
+            .collect();
+        let greedy = self.params.is_greedy();
+        match greedy {
+            true => {
+                let best = argmax(&values);
+                Ok(Kept {
+                    tokens: vec![(best as u32, row[best])],
+                    values: vec![values[best]],
+                    lse,
+                    top,
+                    greedy,
+                })
+            }
+            false => Ok(Kept {
+                tokens,
+                values,
+                lse,
+                top,
+                greedy,
+            }),
+        }
     }
 
     /// Top-p over the whole vocabulary from the certain prefix `order` of the processed

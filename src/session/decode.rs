@@ -101,6 +101,11 @@ impl<'t> Running<'t> {
         grammar.valid_prefix(&tokens[..before_end])
     }
 
+    /// Whether the call has a constraint (a response format) that restricts this sequence.
+    pub fn constrained(&self) -> bool {
+        self.grammar.is_some()
+    }
+
     /// A copy of where the sequence stands in its constraint (`None` without one), for
     /// drafting ahead of it: the copy moves with the drafts, the sequence's own state only
     /// with the tokens it keeps.

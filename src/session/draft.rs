@@ -204,22 +204,38 @@ impl Session {
         draft.cached.truncate(common);
         let mut run = history[common..].to_vec();
         let mut gen = generated.to_vec();
+        let full_rows = self.full_row_readback;
         for i in 0..k {
-            let row = match draft.forward.run(&run, Readback::LastRow).await? {
-                Output::Logits(row) => row,
-                _ => return Err(Error::invalid("draft", "the draft step returned no logits")),
-            };
-            draft.cached.extend_from_slice(&run);
-            let Some(row) = row.get(..vocab) else {
-                return Err(Error::invalid(
-                    "draft",
-                    "the draft's logits row is too short",
-                ));
-            };
+            // under a format, the draw is restricted to what may follow the drafts so far
             if let Some(g) = grammar.as_mut() {
                 out.masks.push(restrict(g, sampler, c.stops, stats)?);
             }
-            let q = sampler.distribution(row, c.prompt, &gen)?;
+            // the draft's distribution from its candidates when they decide it (the same
+            // values as from the row), else from its row
+            let request = match full_rows {
+                true => None,
+                false => sampler.select_request(c.prompt, &gen)?,
+            };
+            let readback = match &request {
+                Some(r) => Readback::Candidates(r),
+                None => Readback::LastRow,
+            };
+            let out_step = draft.forward.run(&run, readback).await?;
+            draft.cached.extend_from_slice(&run);
+            let from_candidates = match (&out_step, &request) {
+                (Output::Candidates(cand), Some(r)) => {
+                    sampler.distribution_candidates(cand, r, c.prompt, &gen)?
+                }
+                _ => None,
+            };
+            let q = match (from_candidates, out_step) {
+                (Some(q), _) => q,
+                (None, Output::Logits(row)) => draft_distribution(sampler, &row, vocab, c, &gen)?,
+                (None, _) => {
+                    let row = draft.forward.last_logits().await?;
+                    draft_distribution(sampler, &row, vocab, c, &gen)?
+                }
+            };
             let d = sampler.draw_from(&q, &q);
             out.tokens.push(d);
             out.q.push(q);
@@ -240,4 +256,21 @@ impl Session {
         }
         Ok(out)
     }
+}
+
+/// The sampler's distribution over the first `vocab` logits of a draft's row.
+fn draft_distribution(
+    sampler: &Sampler,
+    row: &[f32],
+    vocab: usize,
+    c: &Ctx<'_>,
+    generated: &[u32],
+) -> Result<Vec<f64>> {
+    let Some(row) = row.get(..vocab) else {
+        return Err(Error::invalid(
+            "draft",
+            "the draft's logits row is too short",
+        ));
+    };
+    sampler.distribution(row, c.prompt, generated)
 }

@@ -36,6 +36,7 @@ mod draft;
 pub mod options;
 pub mod spec_options;
 mod speculative;
+mod verify;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

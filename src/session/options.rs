@@ -280,13 +280,15 @@ pub struct Stats {
     pub time_to_first_token_ms: f64,
     /// Decode steps per second (0 when there were none).
     pub decode_tok_per_s: f64,
-    /// Sampled tokens drawn from the GPU's candidates alone.
+    /// Sampled tokens drawn (or, in speculative decoding, drafts verified) from the GPU's
+    /// candidates alone.
     pub candidate_steps: usize,
-    /// Sampled tokens drawn from a whole logits row read back (the first token after the
-    /// prompt, a forced full readback, parameters the candidates cannot serve, fallbacks).
+    /// Sampled tokens drawn (or drafts verified) from a whole logits row read back (the
+    /// first token after the prompt, a forced full readback, parameters the candidates cannot
+    /// serve, the CPU backend, fallbacks).
     pub full_row_steps: usize,
-    /// Of those, decode steps that read the candidates first and then, as they did not
-    /// suffice, the row too.
+    /// Of those, rows whose candidates were read first and then, as they did not suffice,
+    /// the row too.
     pub select_fallbacks: usize,
     /// Decode steps whose draw a response format restricted.
     pub constrained_steps: usize,

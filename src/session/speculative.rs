@@ -3,8 +3,10 @@
 //! from the model itself.
 //!
 //! A step starts with `x`, the last generated token, not yet in the model's KV cache. The
-//! model runs `[x, d_0 .. d_{k-1}]` as one step (the prefill path) and reads back the k + 1
-//! rows; row i is the model's distribution after `d_{i-1}` (after `x` for i = 0). Each `d_i`
+//! model runs `[x, d_0 .. d_{k-1}]` as one step (the prefill path) and reads back what
+//! acceptance needs of the k + 1 rows (each row's candidates where they decide it, see
+//! [`super::verify`]); row i is the model's distribution after `d_{i-1}` (after `x` for
+//! i = 0). Each `d_i`
 //! is verified against row i ([`Sampler::verify`]) with the sampler's processors applied to
 //! the history as it would be in plain decoding; the first rejection is replaced by a token
 //! from the residual distribution, and when every draft stands, row k gives one more token
@@ -21,9 +23,8 @@
 //! is restricted by the sequence's own state, which moves only with the tokens kept (so a
 //! rejection needs no rollback).
 
-use crate::error::{Error, Result};
-use crate::forward::{Output, Readback};
-use crate::sampling::speculative::{raw_logprob, DraftLength, Verdict};
+use crate::error::Result;
+use crate::sampling::speculative::{DraftLength, Verdict};
 use crate::sampling::{Sampled, Sampler};
 
 use super::decode::Running;
@@ -63,7 +64,7 @@ impl Session {
         let o = spec.options;
         let mut length = DraftLength::new(o.k, o.adaptive, o.disable_below_accept);
         let max_new = sampler.params().max_new_tokens;
-        let (vocab, row_len) = (self.vocab(), self.forward.config().vocab_size);
+        let vocab = self.vocab();
         let finish = loop {
             if self.abort.is_aborted() {
                 break FinishReason::Abort;
@@ -111,17 +112,10 @@ impl Session {
             let mut fed = Vec::with_capacity(drafts.len() + 1);
             fed.push(x);
             fed.extend_from_slice(&drafts);
-            let rows = match self.forward.run(&fed, Readback::AllRows).await? {
-                Output::Logits(rows) if rows.len() >= fed.len() * row_len => rows,
-                _ => {
-                    return Err(Error::invalid(
-                        "speculative",
-                        "the verification step returned too few logits rows",
-                    ))
-                }
-            };
+            let rows = self
+                .verification_step(&fed, sampler, c.prompt, &run.tokens, run.constrained())
+                .await?;
             self.cached.extend_from_slice(&fed);
-            let row = |i: usize| &rows[i * row_len..i * row_len + vocab];
             let mut accepted = 0;
             let mut replaced = None;
             let mut ended = None;
@@ -133,29 +127,28 @@ impl Session {
                     Some(mask) => sampler.set_mask(Some(mask.clone()))?,
                     None => run.constrain(sampler, c.stops, stats)?,
                 }
-                let p = sampler.distribution(row(i), c.prompt, &run.tokens)?;
+                let (p, row) = self
+                    .row_distribution(&rows, i, sampler, c.prompt, &run.tokens, stats)
+                    .await?;
                 let q = proposal.q.get(i).map(Vec::as_slice);
-                match sampler.verify(&p, q, d)? {
-                    Verdict::Accept => {
-                        accepted += 1;
-                        let s = Sampled {
-                            id: d,
-                            logprob: raw_logprob(row(i), d),
-                            top: Vec::new(),
-                        };
-                        if let Some(finish) = run.emit(c, &s, Some(true), on_token)? {
-                            ended = Some(finish);
-                            break;
-                        }
-                    }
-                    Verdict::Replace(id) => {
-                        replaced = Some(Sampled {
-                            id,
-                            logprob: raw_logprob(row(i), id),
-                            top: Vec::new(),
-                        });
-                        break;
-                    }
+                let verdict = sampler.verify(&p, q, d)?;
+                let id = match verdict {
+                    Verdict::Accept => d,
+                    Verdict::Replace(id) => id,
+                };
+                let s = Sampled {
+                    id,
+                    logprob: rows.logprob(i, row.as_deref(), id, vocab),
+                    top: Vec::new(),
+                };
+                if verdict != Verdict::Accept {
+                    replaced = Some(s);
+                    break;
+                }
+                accepted += 1;
+                if let Some(finish) = run.emit(c, &s, Some(true), on_token)? {
+                    ended = Some(finish);
+                    break;
                 }
             }
             length.record(drafts.len(), accepted);
@@ -170,7 +163,8 @@ impl Session {
                 Some(s) => s,
                 None if o.extra_token => {
                     run.constrain(sampler, c.stops, stats)?;
-                    sampler.sample(row(drafts.len()), c.prompt, &run.tokens)?
+                    self.sample_row(&rows, drafts.len(), sampler, c.prompt, &run.tokens, stats)
+                        .await?
                 }
                 None => {
                     // the last draft becomes the next step's x, run again there

@@ -447,3 +447,65 @@ fn prompt_lookup_on_smollm2_is_exact_and_accepts_quoted_text() {
     assert!(st.accepted > 0, "{st:?}");
     assert!(st.target_steps + 1 < n, "{st:?} for {n} tokens");
 }
+
+/// The engine counters of `s`'s device so far.
+fn counters(s: &Session) -> emberlm::gpu::Counters {
+    s.forward().gpu_context().expect("a GPU session").counters()
+}
+
+/// Verification reads each row's candidates, all rows in one small readback, wherever the
+/// sampler can decide from them (a draft model's distributions too), and gives exactly the
+/// tokens full rows give: greedy, and seeded sampling with a repetition penalty (each row's
+/// request carries the penalties of the drafts before it), whose draws match because the
+/// distributions are the same bits.
+#[test]
+fn verification_reads_candidates_and_gives_the_full_rows_tokens() {
+    let Some(mut s) = with_draft("tiny-llama-q8_0.gguf") else {
+        return;
+    };
+    let sampled = SamplingParams {
+        temperature: 0.9,
+        top_k: 20,
+        repetition_penalty: 1.2,
+        seed: Some(7),
+        max_new_tokens: 24,
+        ..SamplingParams::unfiltered()
+    };
+    // a text that repeats itself, and 90 distinct ids in which sampled tokens often recur
+    // (prompt lookup drafts their continuations)
+    let many = Prompt::Tokens((0..90).map(|i| (i * 37 + 11) % 512).collect());
+    for (name, params) in [("greedy", greedy(24)), ("sampled", sampled)] {
+        for source in [SpecSource::Draft, SpecSource::Lookup] {
+            let what = format!("{name} {source:?}");
+            let (mut drafted, mut from_candidates, mut from_rows) = (0, 0, 0);
+            let (mut rows_bytes, mut cand_bytes) = (0, 0);
+            for prompt in [&prompts()[1], &many] {
+                let o = spec(source, 4, false);
+                s.set_full_row_readback(true);
+                let before = counters(&s);
+                let rows = generate(&mut s, prompt, &params, Some(o.clone())).unwrap();
+                rows_bytes += counters(&s).since(&before).readback_bytes;
+                s.set_full_row_readback(false);
+                let before = counters(&s);
+                let cand = generate(&mut s, prompt, &params, Some(o)).unwrap();
+                cand_bytes += counters(&s).since(&before).readback_bytes;
+                assert_same(&rows.sequences, &cand.sequences, &what);
+                assert_eq!(rows.stats.candidate_steps, 0, "{what}: {:?}", rows.stats);
+                drafted += stats(&cand).drafted;
+                from_candidates += cand.stats.candidate_steps;
+                from_rows += cand.stats.full_row_steps;
+            }
+            assert!(drafted > 0, "{what}: nothing drafted");
+            // the first token comes from the prompt's row; every other decision from
+            // candidates but the odd fallback
+            assert!(
+                from_candidates > 4 * from_rows,
+                "{what}: {from_candidates} from candidates, {from_rows} from rows"
+            );
+            assert!(
+                2 * cand_bytes < rows_bytes,
+                "{what}: {cand_bytes} bytes read from candidates, {rows_bytes} from rows"
+            );
+        }
+    }
+}

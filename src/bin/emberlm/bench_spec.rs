@@ -37,12 +37,14 @@ pub struct SpecBench {
     pub max_new_tokens: usize,
 }
 
+/// A generation after a warm-up call: the result, its seconds and the bytes it read back
+/// from the GPU.
 fn timed(
     s: &mut Session,
     prompt: &Prompt,
     params: &SamplingParams,
     speculative: Option<SpecOptions>,
-) -> CliResult<(Generation, f64)> {
+) -> CliResult<(Generation, f64, u64)> {
     let options = GenerateOptions {
         sampling: params.clone(),
         speculative,
@@ -51,9 +53,13 @@ fn timed(
     // the first call builds the pipelines and fills the cache's prompt; the second is timed
     // from the same cached prompt
     pollster::block_on(s.generate(prompt, &options, &mut |_| {}))?;
+    let read = |s: &Session| s.forward().gpu_context().map(|c| c.counters().readback_bytes);
+    let before = read(s);
     let start = Instant::now();
     let g = pollster::block_on(s.generate(prompt, &options, &mut |_| {}))?;
-    Ok((g, start.elapsed().as_secs_f64()))
+    let seconds = start.elapsed().as_secs_f64();
+    let bytes = read(s).zip(before).map_or(0, |(after, before)| after - before);
+    Ok((g, seconds, bytes))
 }
 
 /// One comparison: plain against speculative, as JSON and a printed line.
@@ -64,8 +70,8 @@ fn compare(
     params: &SamplingParams,
     spec: SpecOptions,
 ) -> CliResult<(Value, String)> {
-    let (plain, plain_s) = timed(s, prompt, params, None)?;
-    let (fast, fast_s) = timed(s, prompt, params, Some(spec.clone()))?;
+    let (plain, plain_s, plain_bytes) = timed(s, prompt, params, None)?;
+    let (fast, fast_s, fast_bytes) = timed(s, prompt, params, Some(spec.clone()))?;
     let tokens = plain.sequences[0].tokens.len();
     if fast.sequences[0].tokens != plain.sequences[0].tokens {
         return Err(Failure {
@@ -82,9 +88,11 @@ fn compare(
         "acceptance_rate": st.acceptance_rate, "target_steps": st.target_steps,
         "tokens_per_target_step": per_step,
         "plain_tok_s": plain_tps, "speculative_tok_s": fast_tps, "speedup": fast_tps / plain_tps,
+        "plain_readback_bytes_per_token": plain_bytes / tokens.max(1) as u64,
+        "speculative_readback_bytes_per_token": fast_bytes / tokens.max(1) as u64,
     });
     let line = format!(
-        "speculative {what} ({}, k {}{}): {}/{} drafts accepted ({:.0}%), {:.2} tokens per model step, {:.2} → {:.2} tok/s ({:.2}×)",
+        "speculative {what} ({}, k {}{}): {}/{} drafts accepted ({:.0}%), {:.2} tokens per model step, {:.2} → {:.2} tok/s ({:.2}×), {} → {} bytes read back per token",
         st.method,
         spec.k,
         if spec.adaptive { " adaptive" } else { "" },
@@ -94,7 +102,9 @@ fn compare(
         per_step,
         plain_tps,
         fast_tps,
-        fast_tps / plain_tps
+        fast_tps / plain_tps,
+        plain_bytes / tokens.max(1) as u64,
+        fast_bytes / tokens.max(1) as u64
     );
     Ok((row, line))
 }

@@ -292,7 +292,7 @@ impl CpuForward {
             ));
         }
         let base = slot.map_or(0, |s| s * self.kv.context);
-        let (mut collect, _) = Collect::new(readback, false);
+        let (mut collect, _) = Collect::new(readback, tokens.len(), 0)?;
         let n_chunks = tokens.len().div_ceil(self.chunk);
         let mut ran = 0;
         for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
