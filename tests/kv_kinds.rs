@@ -342,3 +342,115 @@ fn sessions_beams_reuse_and_sliding_work_with_every_kind() {
         assert_eq!(long.sequences[0].tokens.len(), 40, "{kinds}");
     }
 }
+
+/// The CPU backend stores every kind too, in the kind's bytes (the memory report says so),
+/// and its logits stay as close to its own f32 cache as the GPU's do; the engine applies the
+/// kinds asked for when it loads on the CPU (before, it kept an f32 cache whatever was asked).
+/// No adapter needed.
+#[test]
+fn the_cpu_backend_stores_every_kind() {
+    use emberlm::engine::{Engine, EngineOptions};
+    use emberlm::forward::Backend;
+
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for &(model, golden_file) in MODELS {
+        let golden =
+            Golden::parse(&std::fs::read_to_string(root.join("golden").join(golden_file)).unwrap());
+        let files = ModelFiles::open(&root.join(model)).unwrap();
+        let weights = files.weights().unwrap();
+        let c = &weights.config;
+        let (vocab, context) = (c.vocab_size, c.context_length.min(256));
+        let run = |kinds: KvKinds| {
+            let mut fwd = Backend::cpu(&weights, context).unwrap();
+            pollster::block_on(fwd.set_kv(kinds, context)).unwrap();
+            assert_eq!(fwd.kv_kinds(), kinds, "{model}");
+            let row = kinds.k.row_bytes(c.kv_dim()) + kinds.v.row_bytes(c.kv_dim());
+            let want_bytes = (c.n_layers * context) as u64 * row;
+            assert_eq!(
+                fwd.memory().kv_cache,
+                want_bytes,
+                "{model} {kinds}: cache bytes"
+            );
+            golden
+                .results
+                .iter()
+                .map(|r| {
+                    let seq = r.sequence();
+                    fwd.truncate(0).unwrap();
+                    (
+                        seq.clone(),
+                        pollster::block_on(fwd.forward(&seq, true)).unwrap(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let want = run(KvKinds::default());
+        for kinds in kv_kind_cases::kind_pairs() {
+            let got = run(kinds);
+            let (mut max_diff, mut nll_tol, mut flip_tol) = bounds(kinds);
+            let scale = want
+                .iter()
+                .flat_map(|(_, l)| l.iter())
+                .fold(0f32, |m, v| m.max(v.abs()));
+            let tol = common::cpu_cases::tolerance(model);
+            if !tol.greedy {
+                // quantized weights take 8-bit activations on the CPU: the slightest change
+                // upstream moves activation codes by whole steps, so any kind differs from
+                // f32 by up to the backend's own distance from the f64 truth (on the
+                // Q4_K_M Llama, q8_0 moves the NLL by 0.16 here and by 0.03 on the GPU; the
+                // f32-weight models give the GPU's figures to three digits)
+                max_diff = max_diff.max(2.5 * tol.max as f32 / scale);
+                nll_tol = nll_tol.max(0.25);
+                flip_tol = flip_tol.max(0.2);
+            }
+            let (mut worst, mut worst_nll, mut flips, mut rows) = (0f32, 0f64, 0usize, 0usize);
+            for ((seq, a), (_, b)) in want.iter().zip(&got) {
+                for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
+                    for (x, y) in ra.iter().zip(rb) {
+                        let d = (x - y).abs();
+                        assert!(
+                            d.is_finite(),
+                            "{model} {kinds}: non-finite logit on the CPU"
+                        );
+                        worst = worst.max(d);
+                    }
+                    flips += usize::from(argmax(ra) != argmax(rb));
+                    rows += 1;
+                }
+                let delta = (mean_nll(b, seq, vocab) - mean_nll(a, seq, vocab)).abs();
+                worst_nll = worst_nll.max(delta);
+            }
+            log(&format!(
+                "CPU {model} {kinds}: max |Δ logit| {worst:.2e}, max |Δ NLL| {worst_nll:.2e}, top-1 changed {flips}/{rows}"
+            ));
+            assert!(worst <= max_diff * scale, "CPU {model} {kinds}: {worst}");
+            assert!(worst_nll <= nll_tol, "CPU {model} {kinds}: {worst_nll}");
+            assert!(
+                flips as f64 <= flip_tol * rows as f64,
+                "CPU {model} {kinds}"
+            );
+            if kinds.is_f32() {
+                assert_eq!(worst, 0.0, "CPU {model}: the f32 cache changed");
+            } else {
+                assert!(worst > 0.0, "CPU {model} {kinds}: the kind was not applied");
+            }
+        }
+    }
+    // the engine on the CPU keeps the kinds it was asked for
+    let files = ModelFiles::open(&root.join("tiny-llama-f32.gguf")).unwrap();
+    let kinds = KvKinds {
+        k: KvKind::Q8_0,
+        v: KvKind::Nf4,
+    };
+    let options = EngineOptions {
+        context: Some(64),
+        gpu: GpuOptions {
+            kv_cache: kinds,
+            ..GpuOptions::default()
+        },
+        ..EngineOptions::default()
+    };
+    let engine = pollster::block_on(Engine::new_cpu(files, options, None)).unwrap();
+    let got = engine.inspect(|s| s.forward().kv_kinds());
+    assert_eq!(got, Some(kinds), "the CPU engine's cache kinds");
+}

@@ -11,6 +11,7 @@
 
 pub mod dot;
 mod fused;
+pub mod kv;
 pub mod matmul;
 pub mod ops;
 pub mod quant;

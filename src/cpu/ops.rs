@@ -1,5 +1,6 @@
 //! The CPU backend's element-wise and attention kernels, in f32 (RoPE angles in f64).
 
+use super::kv::KvRows;
 use super::matmul::dot_f32;
 use crate::config::RopeLayout;
 
@@ -73,18 +74,18 @@ pub struct AttnShape {
 }
 
 /// Causal attention: for token `t`, query heads `q[t·q_stride ..][..n_heads·head_dim]` over
-/// the cache rows `keys[t]` (`k`, `v: [rows, kv_dim]`), scaled by `1/√head_dim`, into
+/// the cache rows `keys[t]` (`k`, `v`: rows of `kv_dim` in any cache kind, decoded a head at a
+/// time as they are read), scaled by `1/√head_dim`, into
 /// `out: [tokens, n_heads·head_dim]`. Heads and tokens are spread over the thread pool.
 pub fn attention(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &KvRows,
+    v: &KvRows,
     keys: &[KeyRange],
     s: AttnShape,
     out: &mut [f32],
 ) {
     let hd = s.head_dim;
-    let kv_dim = s.n_kv_heads * hd;
     let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
     let scale = 1.0 / (hd as f32).sqrt();
     super::for_each_chunk(out, hd, |i, o| {
@@ -92,8 +93,9 @@ pub fn attention(
         let qh = &q[t * s.q_stride + h * hd..][..hd];
         let off = (h / group) * hd;
         let KeyRange { first, end } = keys[t];
+        let mut buf = vec![0.0f32; hd];
         let mut scores: Vec<f32> = (first..end)
-            .map(|r| dot_f32(qh, &k[r * kv_dim + off..][..hd]) * scale)
+            .map(|r| dot_f32(qh, k.span(r, off, &mut buf)) * scale)
             .collect();
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let mut sum = 0.0f32;
@@ -103,7 +105,7 @@ pub fn attention(
         }
         o.fill(0.0);
         for (r, &p) in (first..end).zip(&scores) {
-            let vr = &v[r * kv_dim + off..][..hd];
+            let vr = v.span(r, off, &mut buf);
             for (a, &b) in o.iter_mut().zip(vr) {
                 *a += p * b;
             }

@@ -88,9 +88,9 @@ impl BackendChoice {
     }
 }
 
-/// Whether `options` ask for what only the GPU backend does (a KV-cache kind other than f32,
-/// f16 matrix products, forced kernel variants): then `auto` keeps the adapter rather than
-/// silently dropping them on the CPU.
+/// Whether `options` ask for what only the GPU backend does (f16 matrix products, forced
+/// kernel variants) or what the choice was not measured with (a KV-cache kind other than
+/// f32): then `auto` keeps the adapter.
 fn gpu_only(options: &super::EngineOptions) -> bool {
     let gpu = &options.gpu;
     !gpu.kv_cache.is_f32() || gpu.precision == Precision::F16 || !gpu.kernels.is_empty()

@@ -177,8 +177,15 @@ impl Engine {
         if let Some(source) = &options.chat_template {
             session.set_chat_template(source)?;
         }
-        if let Some(plan) = &options.cache_plan {
-            session.plan_kv_cache(plan).await?;
+        match &options.cache_plan {
+            Some(plan) => {
+                session.plan_kv_cache(plan).await?;
+            }
+            // the kinds asked for (a GPU session was created with them; the CPU's starts f32)
+            None if session.forward().kv_kinds() != options.gpu.kv_cache => {
+                session.set_kv_kinds(options.gpu.kv_cache).await?;
+            }
+            None => {}
         }
         let abort = AbortSwitch::default();
         abort.set(session.abort_handle());

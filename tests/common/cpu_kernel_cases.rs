@@ -7,9 +7,11 @@
 //! dequantized 8-bit activations, and against the f64 product with the f32 activations
 //! within the bound the activation rounding allows (`Σ_half-blocks d/2 · Σ|w|`).
 
+use emberlm::cpu::kv::KvRows;
 use emberlm::cpu::ops::{self, AttnShape, KeyRange};
 use emberlm::cpu::quant::{Q8Rows, QA};
 use emberlm::cpu::QMatrix;
+use emberlm::dtype::kv::KvKind;
 use emberlm::dtype::{dequantize, DType};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -131,19 +133,66 @@ fn check_one(
 }
 
 /// Attention over random caches: tokens at their own positions over their own key ranges
-/// (sliding windows included), grouped-query heads, stacked queries.
+/// (sliding windows included), grouped-query heads, stacked queries, caches of every kind
+/// (the reference reads the values the kind's decoder gives).
 pub fn check_attention(rng: &mut ChaCha8Rng) -> Result<(), String> {
+    let kind_pairs = [
+        (KvKind::F32, KvKind::F32),
+        (KvKind::F16, KvKind::F16),
+        (KvKind::Q8_0, KvKind::Q8_0),
+        (KvKind::Q4_0, KvKind::Q4_0),
+        (KvKind::Nf4, KvKind::Nf4),
+        (KvKind::Q8_0, KvKind::Nf4),
+        (KvKind::F16, KvKind::Q4_0),
+    ];
     for &(n_heads, n_kv_heads, head_dim, stacked) in &[
         (4usize, 2usize, 8usize, false),
         (3, 1, 20, true),
         (2, 2, 64, false),
     ] {
+        for &(k_kind, v_kind) in &kind_pairs {
+            check_attention_case(
+                rng,
+                (n_heads, n_kv_heads, head_dim, stacked),
+                k_kind,
+                v_kind,
+            )
+            .map_err(|e| format!("K {k_kind:?} V {v_kind:?}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `rows` random rows of `kv_dim` stored in `kind`, and the values its decoder reads back.
+fn random_cache(
+    rng: &mut ChaCha8Rng,
+    kind: KvKind,
+    rows: usize,
+    kv_dim: usize,
+) -> (KvRows, Vec<f32>) {
+    let mut cache = KvRows::new(kind, kv_dim, rows).expect("a small cache");
+    let mut decoded = Vec::with_capacity(rows * kv_dim);
+    for r in 0..rows {
+        let row = random_acts(rng, kv_dim);
+        cache.write(r, &row);
+        decoded.extend(kind.decode_row(&kind.encode_row(&row), kv_dim));
+    }
+    (cache, decoded)
+}
+
+fn check_attention_case(
+    rng: &mut ChaCha8Rng,
+    (n_heads, n_kv_heads, head_dim, stacked): (usize, usize, usize, bool),
+    k_kind: KvKind,
+    v_kind: KvKind,
+) -> Result<(), String> {
+    {
         let kv_dim = n_kv_heads * head_dim;
         let q_dim = n_heads * head_dim;
         let q_stride = if stacked { q_dim + 2 * kv_dim } else { q_dim };
         let cache_rows = 41;
-        let k = random_acts(rng, cache_rows * kv_dim);
-        let v = random_acts(rng, cache_rows * kv_dim);
+        let (k_cache, k) = random_cache(rng, k_kind, cache_rows, kv_dim);
+        let (v_cache, v) = random_cache(rng, v_kind, cache_rows, kv_dim);
         let keys = [
             KeyRange { first: 0, end: 1 },
             KeyRange { first: 3, end: 40 },
@@ -157,7 +206,7 @@ pub fn check_attention(rng: &mut ChaCha8Rng) -> Result<(), String> {
             head_dim,
             q_stride,
         };
-        emberlm::cpu::run(|| ops::attention(&q, &k, &v, &keys, shape, &mut out));
+        emberlm::cpu::run(|| ops::attention(&q, &k_cache, &v_cache, &keys, shape, &mut out));
         let group = n_heads / n_kv_heads;
         for (t, kr) in keys.iter().enumerate() {
             for h in 0..n_heads {

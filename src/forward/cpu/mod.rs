@@ -11,9 +11,10 @@ use super::readback::{Collect, Head, MemoryReport, Output, Readback, StepLogits}
 use super::BatchToken;
 use crate::candidates::SelectRequest;
 use crate::config::ModelConfig;
+use crate::cpu::kv::KvRows;
 use crate::cpu::QMatrix;
 use crate::dtype::dequantize;
-use crate::dtype::kv::{KvKind, KvKinds};
+use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::model::weights::ModelWeights;
 
@@ -42,8 +43,9 @@ impl WeightIndex for CpuWeights {
 /// The KV cache: per layer, `slots · context` rows of `kv_dim` f32 keys and values.
 #[derive(Debug)]
 struct CpuKv {
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    k: Vec<KvRows>,
+    v: Vec<KvRows>,
+    kinds: KvKinds,
     context: usize,
     slots: usize,
     /// Positions the main sequence (slot 0) holds.
@@ -51,29 +53,19 @@ struct CpuKv {
 }
 
 impl CpuKv {
-    fn new(config: &ModelConfig, context: usize, slots: usize) -> Result<Self> {
-        let len = context
+    fn new(config: &ModelConfig, kinds: KvKinds, context: usize, slots: usize) -> Result<Self> {
+        let rows = context
             .checked_mul(slots)
-            .and_then(|n| n.checked_mul(config.kv_dim()))
             .ok_or_else(|| Error::invalid("context", "the KV cache's size overflows"))?;
-        let layer = |_| {
-            let mut v = Vec::new();
-            v.try_reserve_exact(len).map_err(|_| {
-                Error::invalid(
-                    "context",
-                    format!(
-                        "a KV cache layer of {context} positions × {slots} sequences \
-                         ({} MiB) does not fit in memory",
-                        (len * 4) >> 20
-                    ),
-                )
-            })?;
-            v.resize(len, 0.0f32);
-            Ok(v)
+        let layers = |kind| {
+            (0..config.n_layers)
+                .map(|_| KvRows::new(kind, config.kv_dim(), rows))
+                .collect::<Result<Vec<_>>>()
         };
         Ok(Self {
-            k: (0..config.n_layers).map(layer).collect::<Result<_>>()?,
-            v: (0..config.n_layers).map(layer).collect::<Result<_>>()?,
+            k: layers(kinds.k)?,
+            v: layers(kinds.v)?,
+            kinds,
             context,
             slots,
             pos: 0,
@@ -81,11 +73,7 @@ impl CpuKv {
     }
 
     fn bytes(&self) -> u64 {
-        self.k
-            .iter()
-            .chain(&self.v)
-            .map(|l| l.len() as u64 * 4)
-            .sum()
+        self.k.iter().chain(&self.v).map(KvRows::bytes).sum()
     }
 }
 
@@ -138,14 +126,14 @@ impl CpuForward {
         let freqs = (0..config.n_layers)
             .map(|l| config.layer_rope(l).frequencies(config.head_dim))
             .collect();
-        let kv = CpuKv::new(&config, context, 1)?;
+        let kv = CpuKv::new(&config, KvKinds::default(), context, 1)?;
         let weight_bytes = held.mats.values().map(|m| m.bytes() as u64).sum::<u64>()
             + held.vecs.values().map(|v| v.len() as u64 * 4).sum::<u64>();
         let memory = MemoryReport {
             weights: weight_bytes,
             kv_cache: kv.bytes(),
             activations: 0,
-            kv_bytes_per_token: KvKinds::both(KvKind::F32)
+            kv_bytes_per_token: KvKinds::default()
                 .bytes_per_token(config.n_layers, config.kv_dim()),
             batch: 0,
         };
@@ -198,7 +186,7 @@ impl CpuForward {
 
     /// The cache's storage kinds (always f32 here).
     pub fn kv_kinds(&self) -> KvKinds {
-        KvKinds::both(KvKind::F32)
+        self.kv.kinds
     }
 
     /// Forgets cached positions from `pos` on.
@@ -212,10 +200,9 @@ impl CpuForward {
         self.kv.pos = pos;
         Ok(())
     }
-    /// Replaces the KV cache by one of `context` positions (kinds other than f32 are refused).
+    /// Replaces the KV cache by one of `context` positions storing K and V in `kinds`.
     pub fn set_kv(&mut self, kinds: KvKinds, context: usize) -> Result<()> {
-        check_kinds(kinds)?;
-        self.rebuild(context, 1)
+        self.rebuild(kinds, context, 1)
     }
 
     /// The cache holds `slots` sequences of the current context (forgetting what it held
@@ -225,20 +212,23 @@ impl CpuForward {
             return Err(Error::invalid("slots", "must be at least 1"));
         }
         if slots != self.kv.slots {
-            let context = self.kv.context;
-            if let Err(e) = self.rebuild(context, slots) {
-                self.rebuild(context, 1)?;
+            let (kinds, context) = (self.kv.kinds, self.kv.context);
+            if let Err(e) = self.rebuild(kinds, context, slots) {
+                self.rebuild(kinds, context, 1)?;
                 return Err(e);
             }
         }
         Ok(())
     }
 
-    fn rebuild(&mut self, context: usize, slots: usize) -> Result<()> {
+    fn rebuild(&mut self, kinds: KvKinds, context: usize, slots: usize) -> Result<()> {
         super::kv::check_context(&self.config, context)?;
-        self.kv = CpuKv::new(&self.config, 1, 1)?;
-        self.kv = CpuKv::new(&self.config, context, slots)?;
+        // the old cache goes first, so that both never take memory at once
+        self.kv = CpuKv::new(&self.config, kinds, 1, 1)?;
+        self.kv = CpuKv::new(&self.config, kinds, context, slots)?;
         self.memory.kv_cache = self.kv.bytes();
+        self.memory.kv_bytes_per_token =
+            kinds.bytes_per_token(self.config.n_layers, self.config.kv_dim());
         Ok(())
     }
 
@@ -390,11 +380,10 @@ impl CpuForward {
                 format!("{rows} is past the context of {}", self.kv.context),
             ));
         }
-        let w = self.config.kv_dim();
-        let (ctx, src) = (self.kv.context, from * self.kv.context * w);
+        let ctx = self.kv.context;
         for layer in self.kv.k.iter_mut().chain(self.kv.v.iter_mut()) {
             for &s in to.iter().filter(|&&s| s != from) {
-                layer.copy_within(src..src + rows * w, s * ctx * w);
+                layer.copy_rows(from * ctx, s * ctx, rows);
             }
         }
         Ok(())
@@ -451,17 +440,6 @@ fn check_address_space(
             needed,
             allowed: WASM32_ADDRESS_SPACE,
         });
-    }
-    Ok(())
-}
-
-/// Fails unless both kinds are f32 (the only kind the CPU cache stores so far).
-pub(super) fn check_kinds(kinds: KvKinds) -> Result<()> {
-    if kinds != KvKinds::both(KvKind::F32) {
-        return Err(Error::invalid(
-            "kv_cache",
-            format!("the CPU backend stores the KV cache in f32 only, not {kinds}"),
-        ));
     }
     Ok(())
 }

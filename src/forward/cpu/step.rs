@@ -258,7 +258,7 @@ fn rope_token(c: &ModelConfig, freqs: &[f64], pos: usize, q: &mut [f32], k: &mut
 
 /// Writes one token's key and value rows into `layer`'s cache.
 fn write_kv(kv: &mut CpuKv, layer: usize, r: &Row, k: &[f32], v: &[f32], kvd: usize) {
-    let at = (r.base + r.pos) * kvd;
-    kv.k[layer][at..at + kvd].copy_from_slice(k);
-    kv.v[layer][at..at + kvd].copy_from_slice(v);
+    let row = r.base + r.pos;
+    kv.k[layer].write(row, &k[..kvd]);
+    kv.v[layer].write(row, &v[..kvd]);
 }
