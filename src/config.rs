@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 mod local_attention;
 mod rope_scaling;
 pub use local_attention::{LocalAttention, GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN};
-pub use rope_scaling::{RopeFreqs, RopeScaling};
+pub use rope_scaling::{yarn_default_attention_factor, RopeFreqs, RopeScaling};
 
 /// The transformer family, which fixes the forward graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -139,6 +139,13 @@ impl ModelConfig {
             Some(l) if l.is_local(layer) => l.rope(),
             _ => self.rope(),
         }
+    }
+
+    /// The factor on `layer`'s attention scores beyond `1 / √head_dim`: its RoPE's attention
+    /// factor squared (YaRN multiplies the rotated queries and keys by it; 1 otherwise).
+    pub fn layer_score_scale(&self, layer: usize) -> f32 {
+        let m = f64::from(self.layer_rope(layer).scaling.attention_factor());
+        (m * m) as f32
     }
 
     /// The keys `layer` was trained to read: its window for a local layer, `None` (every key)

@@ -25,6 +25,21 @@ fn scaled_folder(scaling: &str, tag: &str) -> PathBuf {
     dir
 }
 
+/// YaRN over an original context of 32 (a ramp over the first pairs of the tiny Llama's heads
+/// of 16, the rest divided by 4), with the default attention factor.
+const YARN_JSON: &str =
+    r#"{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}"#;
+
+fn yarn_scaling() -> RopeScaling {
+    RopeScaling::Yarn {
+        factor: 4.0,
+        original_context: 32,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        attention_factor: (0.1 * 4f64.ln() + 1.0) as f32,
+    }
+}
+
 #[test]
 fn scaled_rope_runs_as_the_reference_and_changes_long_positions() {
     let tokens: Vec<u32> = (0..120u32).map(|i| (i * 37 + 11) % 512).collect();
@@ -49,21 +64,27 @@ fn scaled_rope_runs_as_the_reference_and_changes_long_positions() {
             r#"{"type": "linear", "factor": 4.0}"#,
             RopeScaling::Linear { factor: 4.0 },
         ),
+        ("yarn", YARN_JSON, yarn_scaling()),
     ] {
         let dir = scaled_folder(scaling, tag);
         let files = ModelFiles::open(&dir).unwrap();
         assert_eq!(files.weights().unwrap().config.rope_scaling, want);
         let (gpu, reference) = logits(&dir, &tokens).unwrap();
+        // the CPU backend too (f32 weights: no 8-bit activations, the GPU's tolerance)
+        let weights = files.weights().unwrap();
+        let mut cpu = emberlm::forward::Backend::cpu(&weights, tokens.len()).unwrap();
+        let cpu = pollster::block_on(cpu.forward(&tokens, true)).unwrap();
         let mut worst = 0.0f32;
         let mut changed = 0.0f32;
         for (t, row) in reference.iter().enumerate() {
             let got = &gpu[t * vocab..][..vocab];
-            for (i, (&g, &r)) in got.iter().zip(row).enumerate() {
-                let d = (g - r).abs();
+            let on_cpu = &cpu[t * vocab..][..vocab];
+            for (i, ((&g, &c), &r)) in got.iter().zip(on_cpu).zip(row).enumerate() {
+                let d = (g - r).abs().max((c - r).abs());
                 worst = worst.max(d);
                 assert!(
                     d <= 2e-3 + 1e-3 * r.abs(),
-                    "{tag}: token {t} logit {i}: {g} vs {r}"
+                    "{tag}: token {t} logit {i}: GPU {g}, CPU {c}, reference {r}"
                 );
             }
             if t >= 40 {
@@ -72,7 +93,7 @@ fn scaled_rope_runs_as_the_reference_and_changes_long_positions() {
                 }
             }
         }
-        eprintln!("{tag}: GPU vs reference max |Δ| {worst:.2e}, vs unscaled {changed:.3}");
+        eprintln!("{tag}: GPU and CPU vs reference max |Δ| {worst:.2e}, vs unscaled {changed:.3}");
         assert!(
             changed > 0.05,
             "{tag}: the scaling changed nothing past position 40"
@@ -146,22 +167,40 @@ fn gguf_linear_metadata_and_rope_freqs_divisors_load_as_scaling() {
             "{tag}: max |Δ| {worst} against the HF linear ×4 model"
         );
     }
-    // a scaling the engine does not implement is refused by name, not ignored
+    // YaRN from llama.cpp's keys gives the logits of the config.json form
+    let hf = scaled_folder(YARN_JSON, "gguf-yarn-ref");
+    let (want, _) = logits(&hf, &tokens).unwrap();
+    std::fs::remove_dir_all(&hf).ok();
+    let set = |m: &mut _, k: &str, v| gguf_meta::set(m, &format!("llama.{k}"), v);
+    use emberlm::format::gguf::GgufValue;
     let mut yarn = meta.clone();
-    gguf_meta::set(
+    set(
         &mut yarn,
-        "llama.rope.scaling.type",
-        emberlm::format::gguf::GgufValue::String("yarn".into()),
+        "rope.scaling.type",
+        GgufValue::String("yarn".into()),
     );
-    gguf_meta::set(
+    set(&mut yarn, "rope.scaling.factor", GgufValue::F32(4.0));
+    set(
         &mut yarn,
-        "llama.rope.scaling.factor",
-        emberlm::format::gguf::GgufValue::F32(4.0),
+        "rope.scaling.original_context_length",
+        GgufValue::U32(32),
     );
     let path = dir.join("yarn.gguf");
     std::fs::write(&path, gguf_meta::write_with_tensors(&yarn, &tensors)).unwrap();
+    let files = ModelFiles::open(&path).unwrap();
+    assert_eq!(files.weights().unwrap().config.rope_scaling, yarn_scaling());
+    let (got, _) = logits(&path, &tokens).unwrap();
+    let worst = common::model_forms::max_diff(&got, &want);
+    assert!(worst < 1e-3, "yarn: max |Δ| {worst} against the HF form");
+    // a form the engine does not implement is refused by name, not ignored
+    set(
+        &mut yarn,
+        "rope.scaling.yarn_log_multiplier",
+        GgufValue::F32(0.1),
+    );
+    std::fs::write(&path, gguf_meta::write_with_tensors(&yarn, &tensors)).unwrap();
     let err = ModelFiles::open(&path).and_then(|f| f.weights().map(|_| ()));
     let text = err.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(text.contains("yarn"), "{text}");
+    assert!(text.contains("yarn_log_multiplier"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,7 +1,11 @@
 //! RoPE frequency scaling, which stretches a model's positions past the context it was trained
-//! on: linear (position interpolation), Llama 3.1's smoothed scaling, and per-pair divisors as
-//! llama.cpp stores Llama 3's (`rope_freqs.weight`). Every consumer (the GPU tables, the CPU
-//! reference) takes its frequencies from [`RopeFreqs::frequency`], in f64.
+//! on: linear (position interpolation), Llama 3.1's smoothed scaling, YaRN, and per-pair
+//! divisors as llama.cpp stores Llama 3's (`rope_freqs.weight`). Every consumer (the GPU
+//! tables, the CPU backend, the f64 reference) takes its frequencies from
+//! [`RopeFreqs::frequency`], in f64, and YaRN's attention factor from
+//! [`RopeScaling::attention_factor`].
+
+use std::f64::consts::TAU;
 
 use crate::error::{Error, Result};
 
@@ -30,8 +34,35 @@ pub enum RopeScaling {
         /// The context the model was first trained with.
         original_context: usize,
     },
+    /// YaRN (Peng et al., as Hugging Face and llama.cpp compute it): pairs that turn more than
+    /// `beta_fast` times over the original context keep their frequency, those turning fewer
+    /// than `beta_slow` times are divided by `factor`, with a linear ramp over the pair index
+    /// between; the rotated queries and keys are multiplied by `attention_factor` (the
+    /// attention scores by its square).
+    Yarn {
+        /// Divisor of the low frequencies.
+        factor: f32,
+        /// The context the model was first trained with.
+        original_context: usize,
+        /// Turns over the original context above which a pair keeps its frequency (32).
+        beta_fast: f32,
+        /// Turns below which a pair is divided by `factor` fully (1).
+        beta_slow: f32,
+        /// Multiplier of the rotation's cos and sin (default `0.1 · ln(factor) + 1`).
+        attention_factor: f32,
+    },
     /// One divisor per rotated pair (`head_dim / 2` of them).
     Factors(Vec<f32>),
+}
+
+/// YaRN's default attention factor for a stretch of `factor`: `0.1 · ln(factor) + 1` (1 for
+/// no stretch).
+pub fn yarn_default_attention_factor(factor: f32) -> f32 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        (0.1 * f64::from(factor).ln() + 1.0) as f32
+    }
 }
 
 impl RopeScaling {
@@ -76,6 +107,31 @@ impl RopeScaling {
                 }
                 Ok(())
             }
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+            } => {
+                positive("rope_scaling.factor", *factor)?;
+                positive("rope_scaling.beta_fast", *beta_fast)?;
+                positive("rope_scaling.beta_slow", *beta_slow)?;
+                positive("rope_scaling.attention_factor", *attention_factor)?;
+                if beta_fast <= beta_slow {
+                    return Err(Error::invalid(
+                        "rope_scaling.beta_fast",
+                        format!("must exceed beta_slow {beta_slow}, got {beta_fast}"),
+                    ));
+                }
+                if *original_context == 0 {
+                    return Err(Error::invalid(
+                        "rope_scaling.original_max_position_embeddings",
+                        "must be at least 1",
+                    ));
+                }
+                Ok(())
+            }
             RopeScaling::Factors(f) => {
                 if f.len() != head_dim / 2 {
                     return Err(Error::invalid(
@@ -102,7 +158,22 @@ impl RopeScaling {
                 original_context,
                 ..
             } => format!("llama3 ×{factor} from {original_context}"),
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                ..
+            } => format!("yarn ×{factor} from {original_context}"),
             RopeScaling::Factors(f) => format!("{} per-pair divisors", f.len()),
+        }
+    }
+
+    /// The multiplier of the rotated queries and keys (YaRN's attention factor; 1 otherwise).
+    pub fn attention_factor(&self) -> f32 {
+        match self {
+            RopeScaling::Yarn {
+                attention_factor, ..
+            } => *attention_factor,
+            _ => 1.0,
         }
     }
 }
@@ -160,6 +231,28 @@ impl RopeFreqs {
                     let smooth = (old / wavelen - low) / (high - low);
                     (1.0 - smooth) * base / factor + smooth * base
                 }
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast,
+                beta_slow,
+                ..
+            } => {
+                // the pair index at which a pair turns `turns` times over the original context
+                let d = head_dim as f64;
+                let theta = f64::from(self.theta);
+                let at = |turns: f32| {
+                    let wavelengths = *original_context as f64 / (f64::from(turns) * TAU);
+                    d * wavelengths.ln() / (2.0 * theta.ln())
+                };
+                let low = at(*beta_fast).floor().max(0.0);
+                let high = at(*beta_slow).ceil().min(d - 1.0);
+                let span = if high == low { 0.001 } else { high - low };
+                // 0 up to `low` (kept), 1 from `high` on (divided)
+                let ramp = ((i as f64 - low) / span).clamp(0.0, 1.0);
+                let keep = 1.0 - ramp;
+                base / f64::from(*factor) * (1.0 - keep) + base * keep
             }
         }
     }
@@ -232,6 +325,40 @@ mod tests {
         assert!((by_pair[5] - plain[5] / 6.0).abs() <= 1e-15 * plain[5]);
     }
 
+    /// YaRN against Hugging Face's formula by hand (Qwen's settings on a head of 64: pairs
+    /// below the fast bound kept, above the slow bound divided, a ramp between), and the
+    /// default attention factor.
+    #[test]
+    fn yarn_keeps_fast_pairs_divides_slow_ones_and_ramps_between() {
+        let yarn = RopeFreqs {
+            theta: 1_000_000.0,
+            scaling: RopeScaling::Yarn {
+                factor: 4.0,
+                original_context: 32_768,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attention_factor: yarn_default_attention_factor(4.0),
+            },
+        };
+        let plain = RopeFreqs::from(1_000_000.0f32).frequencies(64);
+        let got = yarn.frequencies(64);
+        // correction dims: 64 · ln(32768 / (β · 2π)) / (2 · ln 1e6)
+        let dim = |beta: f64| 64.0 * (32_768.0 / (beta * TAU)).ln() / (2.0 * 1e6f64.ln());
+        let (low, high) = (dim(32.0).floor(), dim(1.0).ceil());
+        assert_eq!((low, high), (11.0, 20.0));
+        for (i, (&p, &f)) in plain.iter().zip(&got).enumerate() {
+            let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+            let want = p / 4.0 * ramp + p * (1.0 - ramp);
+            assert!((f - want).abs() <= 1e-15 * p, "pair {i}: {f} vs {want}");
+        }
+        assert_eq!(got[0], plain[0]);
+        assert!((got[31] - plain[31] / 4.0).abs() <= 1e-15 * plain[31]);
+        let m = yarn.scaling.attention_factor();
+        assert!((f64::from(m) - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-6, "{m}");
+        assert_eq!(RopeScaling::None.attention_factor(), 1.0);
+        assert_eq!(yarn_default_attention_factor(1.0), 1.0);
+    }
+
     #[test]
     fn bad_parameters_are_named() {
         let name = |s: RopeScaling| match s.check(64) {
@@ -250,6 +377,15 @@ mod tests {
         };
         assert_eq!(name(bands), "rope_scaling.high_freq_factor");
         assert_eq!(name(RopeScaling::Factors(vec![1.0; 31])), "rope_freqs");
+        let yarn = |beta_fast: f32| RopeScaling::Yarn {
+            factor: 4.0,
+            original_context: 4096,
+            beta_fast,
+            beta_slow: 1.0,
+            attention_factor: 1.1,
+        };
+        assert_eq!(name(yarn(0.5)), "rope_scaling.beta_fast");
+        assert!(yarn(32.0).check(64).is_ok());
         assert!(RopeScaling::Factors(vec![1.0; 32]).check(64).is_ok());
     }
 }

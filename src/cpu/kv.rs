@@ -3,6 +3,7 @@
 //! of 32 with an f16 scale) and decoded a head at a time as attention reads them, so a
 //! quantized cache takes its kind's memory here too.
 
+use super::ops::KeyRange;
 use crate::dtype::kv::{KvKind, KV_BLOCK};
 use crate::error::{Error, Result};
 
@@ -129,6 +130,67 @@ impl KvRows {
     }
 }
 
+/// The rows `keys` read of `k` and `v`, decoded once for a step: with an encoded cache, f32
+/// copies of the key ranges (overlapping ones merged) one after another, and each token's
+/// range moved into the copies; `None` when both caches are f32 (read in place). Decoding a
+/// step's rows once, rather than as every query head reads them, saves the heads of a group
+/// and the tokens of a prefill chunk from decoding the same rows again.
+pub fn decode_keys(
+    k: &KvRows,
+    v: &KvRows,
+    keys: &[KeyRange],
+) -> Option<(KvRows, KvRows, Vec<KeyRange>)> {
+    if matches!((k, v), (KvRows::F32 { .. }, KvRows::F32 { .. })) {
+        return None;
+    }
+    let mut spans: Vec<(usize, usize)> = keys.iter().map(|r| (r.first, r.end)).collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
+    for (first, end) in spans {
+        match merged.last_mut() {
+            Some(last) if first <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((first, end)),
+        }
+    }
+    // the source row of each copied row, and where each merged range starts in the copy
+    let mut rows = Vec::new();
+    let mut starts = Vec::with_capacity(merged.len());
+    for &(first, end) in &merged {
+        starts.push(rows.len());
+        rows.extend(first..end);
+    }
+    let moved = keys
+        .iter()
+        .map(|r| {
+            let i = merged
+                .partition_point(|m| m.1 <= r.first)
+                .min(merged.len() - 1);
+            let at = starts[i] + (r.first - merged[i].0);
+            KeyRange {
+                first: at,
+                end: at + (r.end - r.first),
+            }
+        })
+        .collect();
+    Some((copy_rows(k, &rows), copy_rows(v, &rows), moved))
+}
+
+/// Rows `rows` of `cache` as f32, one after another (decoded on the team's threads).
+fn copy_rows(cache: &KvRows, rows: &[usize]) -> KvRows {
+    let kv_dim = match cache {
+        KvRows::F32 { kv_dim, .. } | KvRows::Encoded { kv_dim, .. } => *kv_dim,
+    };
+    let mut values = vec![0.0f32; rows.len() * kv_dim];
+    super::for_each_chunk(&mut values, kv_dim, |i, out| match cache {
+        KvRows::F32 { values: src, .. } => out.copy_from_slice(&src[rows[i] * kv_dim..][..kv_dim]),
+        KvRows::Encoded { kind, words, .. } => {
+            let w = kind.row_words(kv_dim);
+            decode_span(*kind, &words[rows[i] * w..][..w], kv_dim, 0, out);
+        }
+    });
+    KvRows::F32 { kv_dim, values }
+}
+
 /// Decodes values `from..from + out.len()` of one encoded row of `kv_dim` values (`words`,
 /// as [`KvKind::encode_row`] lays it out) into `out`, with [`KvKind::decode_at`]'s
 /// arithmetic: each block's f16 scale is read once.
@@ -204,5 +266,39 @@ mod tests {
             let row_bytes = kind.row_bytes(kv_dim);
             assert_eq!(rows.bytes(), 5 * row_bytes, "{kind:?}");
         }
+    }
+
+    /// The decoded copy of a step's key ranges (overlapping, nested, disjoint, of two
+    /// sequences' slots) holds at every moved range the rows the original range reads.
+    #[test]
+    fn decoded_keys_hold_every_tokens_rows() {
+        let (kv_dim, rows) = (40, 30);
+        let mut k = KvRows::new(KvKind::Q8_0, kv_dim, rows).unwrap();
+        let mut v = KvRows::new(KvKind::F32, kv_dim, rows).unwrap();
+        for r in 0..rows {
+            let row: Vec<f32> = (0..kv_dim).map(|e| (r * 7 + e) as f32 * 0.1).collect();
+            k.write(r, &row);
+            v.write(r, &row);
+        }
+        let keys = [
+            KeyRange { first: 2, end: 9 },
+            KeyRange { first: 0, end: 5 },
+            KeyRange { first: 3, end: 4 },
+            KeyRange { first: 20, end: 26 },
+            KeyRange { first: 24, end: 30 },
+        ];
+        let (dk, dv, moved) = decode_keys(&k, &v, &keys).unwrap();
+        // merged: 0..9 and 20..30
+        assert_eq!(dk.bytes(), 19 * kv_dim as u64 * 4);
+        for (r, m) in keys.iter().zip(&moved) {
+            assert_eq!(m.end - m.first, r.end - r.first);
+            for (a, b) in (r.first..r.end).zip(m.first..m.end) {
+                let (mut x, mut y) = (vec![0.0; kv_dim], vec![0.0; kv_dim]);
+                assert_eq!(k.span(a, 0, &mut x), dk.span(b, 0, &mut y), "K row {a}");
+                assert_eq!(v.span(a, 0, &mut x), dv.span(b, 0, &mut y), "V row {a}");
+            }
+        }
+        let f32s = KvRows::new(KvKind::F32, kv_dim, rows).unwrap();
+        assert!(decode_keys(&f32s, &f32s, &keys).is_none());
     }
 }

@@ -71,11 +71,13 @@ pub struct AttnShape {
     pub head_dim: usize,
     /// Distance between two tokens' queries in `q` (`q_dim`, or `q_dim + 2·kv_dim` stacked).
     pub q_stride: usize,
+    /// Factor on the scores beyond `1/√head_dim` (YaRN's attention factor squared; 1).
+    pub score_scale: f32,
 }
 
 /// Causal attention: for token `t`, query heads `q[t·q_stride ..][..n_heads·head_dim]` over
 /// the cache rows `keys[t]` (`k`, `v`: rows of `kv_dim` in any cache kind, decoded a head at a
-/// time as they are read), scaled by `1/√head_dim`, into
+/// time as they are read), scaled by `score_scale/√head_dim`, into
 /// `out: [tokens, n_heads·head_dim]`. Heads and tokens are spread over the thread pool.
 pub fn attention(
     q: &[f32],
@@ -87,7 +89,7 @@ pub fn attention(
 ) {
     let hd = s.head_dim;
     let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
     super::for_each_chunk(out, hd, |i, o| {
         let (t, h) = (i / s.n_heads, i % s.n_heads);
         let qh = &q[t * s.q_stride + h * hd..][..hd];

@@ -60,6 +60,47 @@ impl GgufModel {
     }
 }
 
+/// YaRN from llama.cpp's keys (`rope.scaling.original_context_length`, else the model's
+/// context; `yarn_beta_fast` 32 and `yarn_beta_slow` 1 by default; `attn_factor`, 1 by
+/// default, times `0.1 · ln(factor) + 1`, as llama.cpp scales the rotation). An extrapolation
+/// mix other than 1 or a log multiplier (DeepSeek's form) is refused by name.
+fn yarn(
+    h: &GgufHeader,
+    key: &dyn Fn(&str) -> String,
+    factor: f32,
+    file: &str,
+) -> Result<RopeScaling> {
+    let f32_or =
+        |k: &str, default: f32| -> Result<f32> { Ok(h.get_f32(&key(k))?.unwrap_or(default)) };
+    for (k, neutral) in [
+        ("rope.scaling.yarn_ext_factor", 1.0),
+        ("rope.scaling.yarn_log_multiplier", 0.0),
+    ] {
+        let v = f32_or(k, neutral)?;
+        if v != neutral {
+            return Err(Error::Unsupported {
+                file: file.to_string(),
+                what: format!("YaRN with `{}` = {v}", key(k)),
+            });
+        }
+    }
+    let original = match h.get_u64(&key("rope.scaling.original_context_length"))? {
+        Some(v) => to_usize(v, "rope.scaling.original_context_length", file)?,
+        None => match h.get_u64(&key("context_length"))? {
+            Some(v) => to_usize(v, "context_length", file)?,
+            None => 0,
+        },
+    };
+    Ok(RopeScaling::Yarn {
+        factor,
+        original_context: original,
+        beta_fast: f32_or("rope.scaling.yarn_beta_fast", 32.0)?,
+        beta_slow: f32_or("rope.scaling.yarn_beta_slow", 1.0)?,
+        attention_factor: f32_or("rope.scaling.attn_factor", 1.0)?
+            * crate::config::yarn_default_attention_factor(factor),
+    })
+}
+
 fn to_usize(v: u64, key: &str, file: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| Error::format(file, format!("`{key}` = {v} is too large")))
 }
@@ -113,10 +154,11 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
             _ if factor == 1.0 => {}
             "none" => {}
             "linear" => rope_scaling = RopeScaling::Linear { factor },
+            "yarn" => rope_scaling = yarn(h, &key, factor, file)?,
             _ => {
                 return Err(Error::Unsupported {
                     file: file.to_string(),
-                    what: format!("RoPE scaling `{kind}` with factor {factor} (supported: linear, and Llama 3's rope_freqs)"),
+                    what: format!("RoPE scaling `{kind}` with factor {factor} (supported: linear, yarn, and Llama 3's rope_freqs)"),
                 })
             }
         }

@@ -90,7 +90,8 @@ pub fn parse_config(
         "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => {
             let rope_scaling = match raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
                 None => RopeScaling::None,
-                Some(v) => rope_scaling(v).map_err(&unsupported)?,
+                Some(v) => rope_scaling(v, raw.max_position_embeddings.unwrap_or(0))
+                    .map_err(&unsupported)?,
             };
             let act = raw.hidden_act.as_deref().unwrap_or("silu");
             if act != "silu" {
@@ -198,9 +199,12 @@ pub fn parse_config(
     Ok(config)
 }
 
-/// `rope_scaling` of a `config.json`: `linear` and `llama3` (`rope_type`, or `type` in older
-/// files); anything else, or a missing or non-numeric field, is refused with what it was.
-fn rope_scaling(v: &serde_json::Value) -> std::result::Result<RopeScaling, String> {
+/// `rope_scaling` of a `config.json`: `linear`, `llama3` and `yarn` (`rope_type`, or `type`
+/// in older files; YaRN's original context defaults to `context`, the model's own, its betas
+/// to 32 and 1, its attention factor to `attention_factor`, else Hugging Face's
+/// `mscale` / `mscale_all_dim` ratio, else `0.1 · ln(factor) + 1`); anything else, or a
+/// missing or non-numeric field, is refused with what it was.
+fn rope_scaling(v: &serde_json::Value, context: usize) -> std::result::Result<RopeScaling, String> {
     let kind = v
         .get("rope_type")
         .or_else(|| v.get("type"))
@@ -223,8 +227,31 @@ fn rope_scaling(v: &serde_json::Value) -> std::result::Result<RopeScaling, Strin
             high_freq_factor: number("high_freq_factor")?,
             original_context: number("original_max_position_embeddings")? as usize,
         }),
+        "yarn" => {
+            let factor = number("factor")?;
+            let or = |key: &str, default: f32| match v.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(default),
+                Some(_) => number(key),
+            };
+            // Hugging Face's `get_mscale`
+            let mscale = |scale: f32, m: f32| match scale <= 1.0 {
+                true => 1.0,
+                false => 0.1 * m * scale.ln() + 1.0,
+            };
+            let default_factor = match (or("mscale", 0.0)?, or("mscale_all_dim", 0.0)?) {
+                (m, all) if m != 0.0 && all != 0.0 => mscale(factor, m) / mscale(factor, all),
+                _ => crate::config::yarn_default_attention_factor(factor),
+            };
+            Ok(RopeScaling::Yarn {
+                factor,
+                original_context: or("original_max_position_embeddings", context as f32)? as usize,
+                beta_fast: or("beta_fast", 32.0)?,
+                beta_slow: or("beta_slow", 1.0)?,
+                attention_factor: or("attention_factor", default_factor)?,
+            })
+        }
         _ => Err(format!(
-            "rope_scaling {v} (supported: `linear` and `llama3`)"
+            "rope_scaling {v} (supported: `linear`, `llama3` and `yarn`)"
         )),
     }
 }
@@ -293,7 +320,8 @@ mod tests {
         // llama3 without its fields, and a kind not supported: refused naming rope_scaling
         for scaling in [
             r#"{"rope_type": "llama3"}"#,
-            r#"{"rope_type": "yarn", "factor": 4}"#,
+            r#"{"rope_type": "yarn", "beta_fast": 32}"#,
+            r#"{"rope_type": "dynamic", "factor": 4}"#,
         ] {
             let scaled = LLAMA.replace(
                 "\"hidden_act\"",
@@ -316,6 +344,27 @@ mod tests {
             (
                 r#"{"type": "linear", "factor": 2.0}"#,
                 RopeScaling::Linear { factor: 2.0 },
+            ),
+            // Qwen's form: the defaults fill in, the original context is the model's
+            (
+                r#"{"type": "yarn", "factor": 4.0}"#,
+                RopeScaling::Yarn {
+                    factor: 4.0,
+                    original_context: 128,
+                    beta_fast: 32.0,
+                    beta_slow: 1.0,
+                    attention_factor: (0.1 * 4f64.ln() + 1.0) as f32,
+                },
+            ),
+            (
+                r#"{"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32, "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.5}"#,
+                RopeScaling::Yarn {
+                    factor: 8.0,
+                    original_context: 32,
+                    beta_fast: 16.0,
+                    beta_slow: 2.0,
+                    attention_factor: 1.5,
+                },
             ),
         ] {
             let scaled = LLAMA.replace(

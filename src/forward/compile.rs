@@ -375,7 +375,8 @@ impl Compiler<'_> {
                                 self.config,
                                 positions,
                                 c.layer_window(*layer),
-                            )?,
+                            )?
+                            .with_score_scale(c.layer_score_scale(*layer)),
                             Some(&a.attn_split),
                         )?,
                     ));

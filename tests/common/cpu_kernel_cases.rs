@@ -205,6 +205,7 @@ fn check_attention_case(
             n_kv_heads,
             head_dim,
             q_stride,
+            score_scale: 1.0,
         };
         emberlm::cpu::run(|| ops::attention(&q, &k_cache, &v_cache, &keys, shape, &mut out));
         let group = n_heads / n_kv_heads;

@@ -135,16 +135,17 @@ impl CpuForward {
                         n_kv_heads: config.n_kv_heads,
                         head_dim: config.head_dim,
                         q_stride: if *stacked { q + 2 * kvd } else { q },
+                        score_scale: config.layer_score_scale(*layer),
                     };
                     a.attn.resize(n * q, 0.0);
-                    ops::attention(
-                        &a.q,
-                        &kv.k[*layer],
-                        &kv.v[*layer],
-                        &keys,
-                        shape,
-                        &mut a.attn,
-                    );
+                    let (k, v) = (&kv.k[*layer], &kv.v[*layer]);
+                    match crate::cpu::kv::decode_keys(k, v, &keys) {
+                        // an encoded cache: the step's rows decoded once
+                        Some((k, v, keys)) => {
+                            ops::attention(&a.q, &k, &v, &keys, shape, &mut a.attn)
+                        }
+                        None => ops::attention(&a.q, k, v, &keys, shape, &mut a.attn),
+                    }
                 }
                 Op::SwiGlu | Op::GeGlu => {
                     let f = match op {

@@ -354,7 +354,8 @@ impl Attention {
             head_dim: heads.head_dim,
             q_stride: q_row_stride,
             max_positions,
-            scale: (1.0 / f64::from(heads.head_dim).sqrt()) as f32,
+            scale: (f64::from(keys.score_scale.unwrap_or(1.0)) / f64::from(heads.head_dim).sqrt())
+                as f32,
             keys_per_split: 0,
             max_splits: 0,
             window: keys.window.unwrap_or(0),

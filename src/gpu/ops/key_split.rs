@@ -108,10 +108,13 @@ impl KeySplit {
 /// `tiers` are kept ordered by `min_keys`; a step uses the last tier whose `min_keys` its keys
 /// (`min(kv_len, window)`) reach and whose `max_tokens` it fits, and runs whole when none
 /// applies. Every tier shares one scratch buffer of [`AttentionKeys::scratch_len`] f32.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AttentionKeys {
     /// Latest keys a token reads (`None`: all of them).
     pub window: Option<u32>,
+    /// A factor on the scores `q·k / √head_dim` beyond the usual (YaRN's attention factor,
+    /// squared: the rotated queries and keys both carry it); `None`: 1.
+    pub score_scale: Option<f32>,
     tiers: Vec<KeySplit>,
     /// The split every step longer than an invocation's key limit takes when no tier applies
     /// (see [`AttentionKeys::limited`]).
@@ -129,9 +132,17 @@ impl AttentionKeys {
         tiers.sort_by_key(|t| t.min_keys);
         Self {
             window: None,
+            score_scale: None,
             tiers,
             bound: None,
         }
+    }
+
+    /// The same keys with the scores multiplied by `scale` beyond `1 / √head_dim` (`1`:
+    /// none).
+    pub fn with_score_scale(mut self, scale: f32) -> Self {
+        self.score_scale = (scale != 1.0).then_some(scale);
+        self
     }
 
     /// The same splits over a local window of `window` keys (`None`: every key).

@@ -360,6 +360,13 @@ impl ReferenceModel {
             {
                 rope(qi, c.n_heads, hd, start + i, &freqs, c.rope_layout);
                 rope(ki, c.n_kv_heads, hd, start + i, &freqs, c.rope_layout);
+                // YaRN: the rotation's cos and sin carry its attention factor
+                let m = f64::from(freqs.scaling.attention_factor());
+                if m != 1.0 {
+                    for x in qi.iter_mut().chain(ki.iter_mut()) {
+                        *x = (f64::from(*x) * m) as f32;
+                    }
+                }
             }
             cache.k[l].extend_from_slice(&k);
             cache.v[l].extend_from_slice(&v);
