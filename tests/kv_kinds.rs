@@ -146,6 +146,54 @@ fn mean_nll(logits: &[f32], tokens: &[u32], vocab: usize) -> f64 {
     total / n as f64
 }
 
+/// How far one run's logits are from another's.
+struct Distance {
+    /// Largest |Δ logit|.
+    worst: f32,
+    /// Largest |Δ mean NLL| over the sequences.
+    worst_nll: f64,
+    /// Positions whose top-1 token changed, of `rows`.
+    flips: usize,
+    rows: usize,
+    /// Largest |logit| of `want`.
+    scale: f32,
+}
+
+/// The distance of `got` from `want` (per sequence: its tokens and logits `[tokens · vocab]`);
+/// a non-finite logit fails `what`.
+fn distance(
+    want: &[(Vec<u32>, Vec<f32>)],
+    got: &[(Vec<u32>, Vec<f32>)],
+    vocab: usize,
+    what: &str,
+) -> Distance {
+    let scale = want
+        .iter()
+        .flat_map(|(_, l)| l.iter())
+        .fold(0f32, |m, v| m.max(v.abs()));
+    let mut d = Distance {
+        worst: 0.0,
+        worst_nll: 0.0,
+        flips: 0,
+        rows: 0,
+        scale,
+    };
+    for ((seq, a), (_, b)) in want.iter().zip(got) {
+        for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
+            for (x, y) in ra.iter().zip(rb) {
+                let diff = (x - y).abs();
+                assert!(diff.is_finite(), "{what}: non-finite logit");
+                d.worst = d.worst.max(diff);
+            }
+            d.flips += usize::from(argmax(ra) != argmax(rb));
+            d.rows += 1;
+        }
+        let delta = (mean_nll(b, seq, vocab) - mean_nll(a, seq, vocab)).abs();
+        d.worst_nll = d.worst_nll.max(delta);
+    }
+    d
+}
+
 /// Every fixture architecture and projection form: GPT-2 (stacked, no RoPE), Llama GGUF
 /// (stacked, interleaved RoPE), Llama HF (rotate-half RoPE) and a Q4_K_M Llama whose Q/K/V
 /// types differ (separate projections: the rotation-only RoPE then the store).
@@ -205,24 +253,13 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
             // one chunk, and one token per step (every key read back from the cache)
             for (chunk, want) in [64, 1].into_iter().zip(&want) {
                 let got = run(&ctx, chunk);
-                let (mut worst, mut worst_nll, mut flips, mut rows) = (0f32, 0f64, 0usize, 0usize);
-                let scale = want
-                    .iter()
-                    .flat_map(|(_, l)| l.iter())
-                    .fold(0f32, |m, v| m.max(v.abs()));
-                for ((seq, a), (_, b)) in want.iter().zip(&got) {
-                    for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
-                        for (x, y) in ra.iter().zip(rb) {
-                            let d = (x - y).abs();
-                            assert!(d.is_finite(), "{model} {kinds}: non-finite logit");
-                            worst = worst.max(d);
-                        }
-                        flips += usize::from(argmax(ra) != argmax(rb));
-                        rows += 1;
-                    }
-                    let delta = (mean_nll(b, seq, vocab) - mean_nll(a, seq, vocab)).abs();
-                    worst_nll = worst_nll.max(delta);
-                }
+                let Distance {
+                    worst,
+                    worst_nll,
+                    flips,
+                    rows,
+                    scale,
+                } = distance(want, &got, vocab, &format!("{model} {kinds}"));
                 log(&format!(
                     "{model} {kinds} chunk {chunk}: max |Δ logit| {worst:.2e} (largest |logit| {scale:.1}), max |Δ NLL| {worst_nll:.2e}, top-1 changed {flips}/{rows}"
                 ));
@@ -388,10 +425,13 @@ fn the_cpu_backend_stores_every_kind() {
         for kinds in kv_kind_cases::kind_pairs() {
             let got = run(kinds);
             let (mut max_diff, mut nll_tol, mut flip_tol) = bounds(kinds);
-            let scale = want
-                .iter()
-                .flat_map(|(_, l)| l.iter())
-                .fold(0f32, |m, v| m.max(v.abs()));
+            let Distance {
+                worst,
+                worst_nll,
+                flips,
+                rows,
+                scale,
+            } = distance(&want, &got, vocab, &format!("CPU {model} {kinds}"));
             let tol = common::cpu_cases::tolerance(model);
             if !tol.greedy {
                 // quantized weights take 8-bit activations on the CPU: the slightest change
@@ -402,23 +442,6 @@ fn the_cpu_backend_stores_every_kind() {
                 max_diff = max_diff.max(2.5 * tol.max as f32 / scale);
                 nll_tol = nll_tol.max(0.25);
                 flip_tol = flip_tol.max(0.2);
-            }
-            let (mut worst, mut worst_nll, mut flips, mut rows) = (0f32, 0f64, 0usize, 0usize);
-            for ((seq, a), (_, b)) in want.iter().zip(&got) {
-                for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
-                    for (x, y) in ra.iter().zip(rb) {
-                        let d = (x - y).abs();
-                        assert!(
-                            d.is_finite(),
-                            "{model} {kinds}: non-finite logit on the CPU"
-                        );
-                        worst = worst.max(d);
-                    }
-                    flips += usize::from(argmax(ra) != argmax(rb));
-                    rows += 1;
-                }
-                let delta = (mean_nll(b, seq, vocab) - mean_nll(a, seq, vocab)).abs();
-                worst_nll = worst_nll.max(delta);
             }
             log(&format!(
                 "CPU {model} {kinds}: max |Δ logit| {worst:.2e}, max |Δ NLL| {worst_nll:.2e}, top-1 changed {flips}/{rows}"

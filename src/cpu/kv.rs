@@ -197,12 +197,7 @@ fn copy_rows(cache: &KvRows, rows: &[usize]) -> KvRows {
 pub fn decode_span(kind: KvKind, words: &[u32], kv_dim: usize, from: usize, out: &mut [f32]) {
     let sw = kind.scale_words(kv_dim);
     let per = kind.values_per_word();
-    let bits = 32 / per;
-    let mask = if bits == 32 {
-        u32::MAX
-    } else {
-        (1u32 << bits) - 1
-    };
+    let (bits, mask) = kind.code_bits();
     let mut block = usize::MAX;
     let mut scale = 0.0f32;
     for (i, o) in out.iter_mut().enumerate() {

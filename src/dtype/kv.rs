@@ -130,6 +130,16 @@ impl KvKind {
         }
     }
 
+    /// Bits of one value's code in a value word, and the mask of one code.
+    pub fn code_bits(self) -> (usize, u32) {
+        let bits = 32 / self.values_per_word();
+        let mask = match bits {
+            32 => u32::MAX,
+            _ => (1u32 << bits) - 1,
+        };
+        (bits, mask)
+    }
+
     /// Words of block scales at the start of a row of `kv_dim` values.
     pub fn scale_words(self, kv_dim: usize) -> usize {
         if self.has_scales() {
@@ -179,12 +189,7 @@ impl KvKind {
                     let (d, codes) = quantize_block(self, &x);
                     out[b / 2] |= u32::from(half::f16::from_f32(d).to_bits()) << (16 * (b % 2));
                     let per = self.values_per_word();
-                    let bits = 32 / per;
-                    let mask = if bits == 32 {
-                        u32::MAX
-                    } else {
-                        (1u32 << bits) - 1
-                    };
+                    let (bits, mask) = self.code_bits();
                     for (i, &c) in codes.iter().enumerate() {
                         let word = sw + (b * KV_BLOCK + i) / per;
                         out[word] |= (c & mask) << (bits * (i % per));

@@ -433,6 +433,7 @@ fn prompt_lookup_on_smollm2_is_exact_and_accepts_quoted_text() {
         "Repeat this text exactly, word for word: The quick brown fox jumps over the lazy dog while the farmer watches from the old red barn.",
     )]);
     let want = generate(&mut s, &prompt, &greedy(24), None).unwrap();
+    let before = counters(&s);
     let g = generate(
         &mut s,
         &prompt,
@@ -440,12 +441,21 @@ fn prompt_lookup_on_smollm2_is_exact_and_accepts_quoted_text() {
         Some(spec(SpecSource::Lookup, 4, false)),
     )
     .unwrap();
+    let read = counters(&s).since(&before).readback_bytes;
     assert_same(&want.sequences, &g.sequences, "SmolLM2 lookup");
     let st = stats(&g);
     let n = g.sequences[0].tokens.len();
     // the answer quotes the prompt: some drafts stand, so fewer model steps than tokens
     assert!(st.accepted > 0, "{st:?}");
     assert!(st.target_steps + 1 < n, "{st:?} for {n} tokens");
+    // the prompt's last row (196,608 bytes) and then candidates: a few hundred bytes per
+    // verified position, where full rows would read 196,608 each
+    let row = 4 * s.config().vocab_size as u64;
+    eprintln!(
+        "SmolLM2 lookup: {read} bytes read back for {n} tokens in {} model steps",
+        st.target_steps
+    );
+    assert!(read < row + 8192 * n as u64, "{read} bytes for {n} tokens");
 }
 
 /// The engine counters of `s`'s device so far.
