@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Run only the batched decoding section (aggregate tok/s for B = 1, 4, 8, 16).
     #[arg(long)]
     pub batch_only: bool,
+    /// Run only the KV-cache kinds section (bytes per token, positions in a budget, decode
+    /// tok/s per kind at `--kv-positions`).
+    #[arg(long)]
+    pub kv_kinds_only: bool,
     /// MiB copied by the bandwidth kernel.
     #[arg(long, default_value_t = 64)]
     pub copy_mib: u64,
@@ -234,6 +238,14 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
     let model = crate::cli::model_path(args.model.clone()).map_err(Failure::usage)?;
     if args.batch_only {
         return crate::bench_batch::only(&model, args.quick);
+    }
+    if args.kv_kinds_only {
+        let kinds = crate::bench_kv::KvKindsBench {
+            positions: &args.kv_positions,
+            steps: args.kv_steps.max(1),
+            budget_mb: args.kv_budget_mb,
+        };
+        return crate::bench_kv::only(&model, &kinds);
     }
     let mut notes: Vec<String> = Vec::new();
     let longest = args.prefill.iter().copied().max().unwrap_or(1);

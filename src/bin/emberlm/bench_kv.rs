@@ -13,6 +13,23 @@ use web_time::Instant;
 
 use crate::CliResult;
 
+/// `emberlm bench --kv-kinds-only`: the KV-cache kinds section alone on `model`, printed and
+/// as JSON on stdout.
+pub fn only(model: &std::path::Path, bench: &KvKindsBench<'_>) -> CliResult<()> {
+    let files = emberlm::loader::ModelFiles::open(model)?;
+    let weights = files.weights()?;
+    let ctx = pollster::block_on(GpuContext::new(crate::cli::gpu_options()))?;
+    eprintln!("bench: {} on {}", model.display(), ctx.report());
+    let cache = KernelCache::new();
+    let mut fwd = pollster::block_on(Forward::new(&ctx, &cache, &weights, 64, 64))?;
+    let (json, lines, notes) = bench.run(&ctx, &cache, &mut fwd)?;
+    for line in lines.iter().chain(&notes) {
+        println!("{line}");
+    }
+    println!("{json}");
+    Ok(())
+}
+
 /// What the section measures.
 pub struct KvKindsBench<'a> {
     /// Cache positions at which decode is timed.
