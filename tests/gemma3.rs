@@ -13,7 +13,9 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::gguf_meta::{self, Metadata};
-use common::model_forms::{max_diff, tiny_llama_tensors, write_gguf_with, Tensors};
+use common::model_forms::{
+    as_f32, max_diff, tiny_llama_tensors, write_folder, write_gguf_with, Tensors,
+};
 use emberlm::format::gguf::GgufValue;
 use emberlm::forward::Forward;
 use emberlm::gpu::{KernelCache, KernelOverrides, Variant};
@@ -64,11 +66,20 @@ fn gemma_extra() -> Tensors {
 
 /// Writes the tiny Gemma 3 into `dir`: tied (no `lm_head`), Q8_0 matrices, layer 0 local.
 fn write_model(dir: &Path, edit: impl Fn(&mut Metadata)) -> PathBuf {
+    write_model_with(dir, q8_0, edit)
+}
+
+/// [`write_model`] with the matrices stored by `matrix`.
+fn write_model_with(
+    dir: &Path,
+    matrix: impl Fn(&[f32]) -> (u32, Vec<u8>),
+    edit: impl Fn(&mut Metadata),
+) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let mut tensors = tiny_llama_tensors();
     tensors.remove("lm_head.weight");
     let path = dir.join("gemma3.gguf");
-    write_gguf_with(&tensors, &gemma_extra(), &path, "gemma3", q8_0, |m| {
+    write_gguf_with(&tensors, &gemma_extra(), &path, "gemma3", matrix, |m| {
         gguf_meta::set(m, "gemma3.attention.sliding_window", GgufValue::U32(WINDOW));
         gguf_meta::set(
             m,
@@ -222,5 +233,115 @@ fn an_embedding_split_across_bindings_gives_the_same_logits() {
         max_diff(&whole, &decoded) < 1e-3,
         "decode, split vs prefill"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The tiny Gemma 3 as a Hugging Face folder (`gemma3_text`: Gemma's tensor names, norms stored
+/// as `gain − 1`, the window, pattern and local base in `config.json`) gives the logits of its
+/// f32 GGUF, on the reference and on the GPU. A multimodal `gemma3` config and soft-capping
+/// are refused by name.
+#[test]
+fn a_hugging_face_folder_runs_as_its_gguf() {
+    let dir = temp_dir("hf");
+    let gguf = write_model_with(&dir, as_f32, |_| {});
+    let minus_one = |(shape, v): (Vec<usize>, Vec<f32>)| {
+        (shape, v.iter().map(|g| g - 1.0).collect::<Vec<f32>>())
+    };
+    let mut hf = Tensors::new();
+    for (name, t) in tiny_llama_tensors() {
+        if name == "lm_head.weight" {
+            continue;
+        }
+        // the Llama's norm before the feed-forward is Gemma's pre-feed-forward norm
+        let name = name.replace("post_attention_layernorm", "pre_feedforward_layernorm");
+        let t = if name.ends_with("norm.weight") {
+            minus_one(t)
+        } else {
+            t
+        };
+        hf.insert(name, t);
+    }
+    for (name, t) in gemma_extra() {
+        let (layer, what) = name
+            .strip_prefix("blk.")
+            .and_then(|n| n.strip_suffix(".weight"))
+            .and_then(|n| n.split_once('.'))
+            .unwrap();
+        let module = match what {
+            "attn_q_norm" => "self_attn.q_norm",
+            "attn_k_norm" => "self_attn.k_norm",
+            "post_attention_norm" => "post_attention_layernorm",
+            "post_ffw_norm" => "post_feedforward_layernorm",
+            other => panic!("{other}"),
+        };
+        hf.insert(
+            format!("model.layers.{layer}.{module}.weight"),
+            minus_one(t),
+        );
+    }
+    let gemma_config = |extra: &'static str| {
+        move |c: String| {
+            c.replace("\"model_type\": \"llama\"", "\"model_type\": \"gemma3_text\"")
+                .replace("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true")
+                .replace(
+                    "\"hidden_act\"",
+                    &format!(
+                        "\"head_dim\": 16, \"sliding_window\": {WINDOW}, \"sliding_window_pattern\": 2, \"rope_local_base_freq\": 100.0, \"query_pre_attn_scalar\": 16, \"hidden_activation\": \"gelu_pytorch_tanh\", {extra}\"hidden_act\""
+                    ),
+                )
+        }
+    };
+    let folder = dir.join("hf");
+    write_folder(&hf, &folder, gemma_config(""));
+    let files = ModelFiles::open(&folder).unwrap();
+    let config = files.weights().unwrap().config.clone();
+    assert_eq!(config.arch.name(), "gemma3");
+    assert_eq!(config.layer_window(0), Some(WINDOW));
+    assert_eq!(config.layer_window(1), None);
+    let tokens = tokens();
+    let want = reference(&gguf, &tokens);
+    let got = reference(&folder, &tokens);
+    let worst = max_diff(&want.concat(), &got.concat());
+    assert!(worst < 1e-4, "HF folder vs GGUF on the reference: {worst}");
+    if let Some(on_gpu) = gpu(GpuOptions::default(), &folder, &tokens, 64, false) {
+        assert_close(&on_gpu, &want, "HF folder on the GPU");
+    }
+    // the same layers named by layer_types load alike; a pattern it cannot express is refused
+    let typed = dir.join("typed");
+    write_folder(
+        &hf,
+        &typed,
+        gemma_config(r#""layer_types": ["sliding_attention", "full_attention"], "#),
+    );
+    let c = ModelFiles::open(&typed)
+        .unwrap()
+        .weights()
+        .unwrap()
+        .config
+        .clone();
+    assert_eq!(c.local_attention, config.local_attention);
+    for (extra, needle) in [
+        (
+            r#""layer_types": ["full_attention", "sliding_attention"], "#,
+            "layer_types",
+        ),
+        (
+            r#""final_logit_softcapping": 30.0, "#,
+            "final_logit_softcapping",
+        ),
+    ] {
+        let bad = dir.join("bad");
+        write_folder(&hf, &bad, gemma_config(extra));
+        let err = ModelFiles::open(&bad).and_then(|f| f.weights().map(|_| ()));
+        let text = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains(needle), "{extra}: {text}");
+    }
+    let multimodal = dir.join("multimodal");
+    write_folder(&hf, &multimodal, |c| {
+        c.replace("\"model_type\": \"llama\"", "\"model_type\": \"gemma3\"")
+    });
+    let err = ModelFiles::open(&multimodal).and_then(|f| f.weights().map(|_| ()));
+    let text = err.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(text.contains("gemma3_text"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }

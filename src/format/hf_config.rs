@@ -2,7 +2,10 @@
 
 use serde::Deserialize;
 
-use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout, RopeScaling};
+use crate::config::{
+    Activation, Architecture, LocalAttention, ModelConfig, NormKind, RopeLayout, RopeScaling,
+    GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN,
+};
 use crate::error::{Error, Result};
 
 /// A token id or a list of them (`eos_token_id` is either in the wild).
@@ -42,6 +45,14 @@ struct RawConfig {
     attention_bias: Option<bool>,
     /// Mistral 7B v0.1, Phi-3: attention over the latest `sliding_window` keys only.
     sliding_window: Option<usize>,
+    // gemma3_text
+    hidden_activation: Option<String>,
+    query_pre_attn_scalar: Option<f64>,
+    rope_local_base_freq: Option<f32>,
+    sliding_window_pattern: Option<usize>,
+    layer_types: Option<Vec<String>>,
+    final_logit_softcapping: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
     // gpt2
     n_embd: Option<usize>,
     n_inner: Option<usize>,
@@ -179,6 +190,12 @@ pub fn parse_config(
                 local_attention: None,
             }
         }
+        "gemma3_text" => gemma3_text(&raw, file)?,
+        "gemma3" => {
+            return Err(unsupported(
+                "model_type `gemma3` (the multimodal checkpoint: load its text-only form, model_type `gemma3_text`)".into(),
+            ))
+        }
         other => return Err(unsupported(format!("model_type `{other}`"))),
     };
 
@@ -197,6 +214,97 @@ pub fn parse_config(
         .unwrap_or_default();
     config.validate(file)?;
     Ok(config)
+}
+
+/// Gemma 3's text model (`gemma3_text`): Hugging Face's defaults where a field is absent; the
+/// local layers from `layer_types` (which must repeat one pattern of local layers then a
+/// global one) or `sliding_window_pattern`; soft-capping and a query scale other than
+/// `1/√head_dim` are refused by name.
+fn gemma3_text(raw: &RawConfig, file: &str) -> Result<ModelConfig> {
+    let unsupported = |what: String| Error::Unsupported {
+        file: file.to_string(),
+        what,
+    };
+    let act = raw
+        .hidden_activation
+        .as_deref()
+        .unwrap_or("gelu_pytorch_tanh");
+    if act != "gelu_pytorch_tanh" {
+        return Err(unsupported(format!(
+            "hidden_activation `{act}` (only `gelu_pytorch_tanh`)"
+        )));
+    }
+    for (name, v) in [
+        ("final_logit_softcapping", raw.final_logit_softcapping),
+        ("attn_logit_softcapping", raw.attn_logit_softcapping),
+    ] {
+        if let Some(v) = v {
+            return Err(unsupported(format!("{name} = {v} (Gemma 3 has none)")));
+        }
+    }
+    let hidden = required(raw.hidden_size, "hidden_size", file)?;
+    let heads = required(raw.num_attention_heads, "num_attention_heads", file)?;
+    let head_dim = raw.head_dim.unwrap_or(256);
+    if let Some(q) = raw.query_pre_attn_scalar {
+        if q != head_dim as f64 {
+            return Err(unsupported(format!(
+                "query_pre_attn_scalar = {q} (only head_dim, {head_dim}, which scales queries by 1/√head_dim)"
+            )));
+        }
+    }
+    let n_layers = required(raw.num_hidden_layers, "num_hidden_layers", file)?;
+    let pattern = match &raw.layer_types {
+        None => raw.sliding_window_pattern.unwrap_or(GEMMA3_PATTERN),
+        Some(types) => {
+            let pattern = types
+                .iter()
+                .position(|t| t == "full_attention")
+                .map_or(usize::MAX, |i| i + 1);
+            let expected = |i: usize| match (i + 1).is_multiple_of(pattern) {
+                true => "full_attention",
+                false => "sliding_attention",
+            };
+            if types.len() != n_layers || types.iter().enumerate().any(|(i, t)| t != expected(i)) {
+                return Err(unsupported(format!(
+                    "layer_types {types:?} (only a repeated run of sliding layers then one full layer, one entry per layer)"
+                )));
+            }
+            pattern
+        }
+    };
+    let rope_scaling = match raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+        None => RopeScaling::None,
+        Some(v) => {
+            rope_scaling(v, raw.max_position_embeddings.unwrap_or(0)).map_err(&unsupported)?
+        }
+    };
+    Ok(ModelConfig {
+        arch: Architecture::Gemma3,
+        vocab_size: required(raw.vocab_size, "vocab_size", file)?,
+        hidden_size: hidden,
+        n_layers,
+        n_heads: heads,
+        n_kv_heads: raw.num_key_value_heads.unwrap_or(heads),
+        head_dim,
+        ffn_size: required(raw.intermediate_size, "intermediate_size", file)?,
+        context_length: raw.max_position_embeddings.unwrap_or(131_072),
+        norm: NormKind::RmsNorm,
+        norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
+        rope_theta: raw.rope_theta.unwrap_or(1_000_000.0),
+        rope_layout: RopeLayout::RotateHalf,
+        rope_scaling,
+        activation: Activation::GeGlu,
+        tied_embeddings: raw.tie_word_embeddings.unwrap_or(true),
+        qkv_bias: raw.attention_bias.unwrap_or(false),
+        qk_norm: true,
+        bos_id: None,
+        eos_ids: Vec::new(),
+        local_attention: Some(LocalAttention {
+            window: raw.sliding_window.unwrap_or(4096),
+            pattern,
+            rope_theta: raw.rope_local_base_freq.unwrap_or(GEMMA3_LOCAL_ROPE_THETA),
+        }),
+    })
 }
 
 /// `rope_scaling` of a `config.json`: `linear`, `llama3` and `yarn` (`rope_type`, or `type`

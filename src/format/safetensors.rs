@@ -181,6 +181,9 @@ impl HfFolder {
                 if config.arch == Architecture::Gpt2 && is_conv1d(hf_name) {
                     tensor = transpose_2d(&tensor, file, hf_name)?;
                 }
+                if config.arch == Architecture::Gemma3 && name.ends_with("norm.weight") {
+                    tensor = plus_one(&tensor, file, hf_name)?;
+                }
                 if tensors.insert(name.clone(), tensor).is_some() {
                     return Err(Error::format(
                         file,
@@ -208,6 +211,20 @@ fn is_conv1d(hf_name: &str) -> bool {
         && ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
             .iter()
             .any(|m| hf_name.contains(m))
+}
+
+/// Gemma's RMSNorm multiplies by `1 + w` and its checkpoints store `w`; the graph (and GGUF,
+/// whose converter adds the 1) takes the gain itself: `1 + w` as f32.
+fn plus_one<'a>(t: &Tensor<'a>, file: &str, name: &str) -> Result<Tensor<'a>> {
+    let n = t.shape.iter().product::<usize>();
+    let mut gains = crate::dtype::dequantize(t.dtype, &t.data, n as u64, name)
+        .map_err(|e| Error::format(file, e.to_string()))?;
+    gains.iter_mut().for_each(|g| *g += 1.0);
+    Ok(Tensor {
+        shape: t.shape.clone(),
+        dtype: DType::F32,
+        data: Cow::Owned(bytemuck::cast_slice(&gains).to_vec()),
+    })
 }
 
 /// Transposes a 2-D float tensor `[r, c]` to `[c, r]`.
@@ -248,8 +265,35 @@ fn transpose_2d<'a>(t: &Tensor<'a>, file: &str, name: &str) -> Result<Tensor<'a>
 /// read (GPT-2's causal-mask buffers, rotary caches).
 pub fn gguf_name(arch: Architecture, hf_name: &str) -> Option<String> {
     match arch {
-        // read from GGUF files only (the Hugging Face loader refuses its model_type first)
-        Architecture::Gemma3 => None,
+        Architecture::Gemma3 => {
+            let n = hf_name.strip_prefix("model.").unwrap_or(hf_name);
+            match n {
+                "embed_tokens.weight" => return Some("token_embd.weight".into()),
+                "norm.weight" => return Some("output_norm.weight".into()),
+                _ => {}
+            }
+            let (layer, rest) = split_layer(n.strip_prefix("layers.")?)?;
+            let (module, suffix) = rest.rsplit_once('.')?;
+            let gguf = match module {
+                "input_layernorm" => "attn_norm",
+                "self_attn.q_proj" => "attn_q",
+                "self_attn.k_proj" => "attn_k",
+                "self_attn.v_proj" => "attn_v",
+                "self_attn.o_proj" => "attn_output",
+                "self_attn.q_norm" => "attn_q_norm",
+                "self_attn.k_norm" => "attn_k_norm",
+                // Gemma's norms around each block: after attention, before and after the
+                // feed-forward
+                "post_attention_layernorm" => "post_attention_norm",
+                "pre_feedforward_layernorm" => "ffn_norm",
+                "post_feedforward_layernorm" => "post_ffw_norm",
+                "mlp.gate_proj" => "ffn_gate",
+                "mlp.up_proj" => "ffn_up",
+                "mlp.down_proj" => "ffn_down",
+                _ => return None,
+            };
+            Some(format!("blk.{layer}.{gguf}.{suffix}"))
+        }
         Architecture::Llama => {
             let n = hf_name.strip_prefix("model.").unwrap_or(hf_name);
             match n {
