@@ -1,6 +1,8 @@
 //! A model as the user supplied it (one GGUF file or a Hugging Face folder), opened into what
 //! the engine needs: configuration and tensors, the tokenizer and the chat template.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::format::{gguf_model, safetensors};

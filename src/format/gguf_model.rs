@@ -230,7 +230,9 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         n_layers: required("block_count")?,
         n_heads,
         n_kv_heads: optional("attention.head_count_kv")?.unwrap_or(n_heads),
-        head_dim: optional("attention.key_length")?.unwrap_or(hidden / n_heads),
+        // n_heads is not 0 (checked above); 0 here fails validation
+        head_dim: optional("attention.key_length")?
+            .unwrap_or(hidden.checked_div(n_heads).unwrap_or(0)),
         ffn_size: required("feed_forward_length")?,
         context_length: required("context_length")?.min(context_cap),
         norm,

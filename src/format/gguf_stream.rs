@@ -78,7 +78,7 @@ impl GgufStream {
                 ),
             ));
         }
-        self.received += len;
+        self.received = self.received.saturating_add(len);
         self.buf.extend_from_slice(chunk);
         if self.header.is_none() {
             let complete = self.received == self.total_len;
@@ -111,7 +111,7 @@ impl GgufStream {
         let Some(header) = &self.header else {
             return Ok(());
         };
-        let buf_end = self.buf_start + self.buf.len() as u64;
+        let buf_end = self.buf_start.saturating_add(self.buf.len() as u64);
         while let Some(&i) = self.order.get(self.delivered) {
             let info = &header.tensors()[i];
             let range = header.tensor_range(info);
@@ -130,7 +130,7 @@ impl GgufStream {
                 ));
             };
             on_tensor(header, info, &self.buf[from as usize..to as usize])?;
-            self.delivered += 1;
+            self.delivered = self.delivered.saturating_add(1);
         }
         // Keep only what the next tensor still needs.
         let keep_from = match self.order.get(self.delivered) {
@@ -138,7 +138,7 @@ impl GgufStream {
             None => buf_end,
         }
         .clamp(self.buf_start, buf_end);
-        let drop = (keep_from - self.buf_start) as usize;
+        let drop = keep_from.saturating_sub(self.buf_start) as usize;
         if drop > 0 {
             self.buf.drain(..drop);
             self.buf_start = keep_from;

@@ -120,7 +120,7 @@ pub fn parse_config(
                 n_layers: required(raw.num_hidden_layers, "num_hidden_layers", file)?,
                 n_heads: heads,
                 n_kv_heads: raw.num_key_value_heads.unwrap_or(heads),
-                head_dim: raw.head_dim.unwrap_or(hidden / heads),
+                head_dim: raw.head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
                 ffn_size: required(raw.intermediate_size, "intermediate_size", file)?,
                 // a model trained with a sliding window is exact only within it: its context
                 // is capped there rather than run past it with full attention
@@ -163,7 +163,7 @@ pub fn parse_config(
                 n_layers: required(raw.n_layer, "n_layer", file)?,
                 n_heads: heads,
                 n_kv_heads: heads,
-                head_dim: d / heads,
+                head_dim: d.checked_div(heads).unwrap_or(0),
                 // GPT-2's feed-forward is 4·d unless given; an n_embd too large for that is
                 // refused here, before the range checks see it
                 ffn_size: match raw.n_inner {
@@ -259,8 +259,8 @@ fn gemma3_text(raw: &RawConfig, file: &str) -> Result<ModelConfig> {
             let pattern = types
                 .iter()
                 .position(|t| t == "full_attention")
-                .map_or(usize::MAX, |i| i + 1);
-            let expected = |i: usize| match (i + 1).is_multiple_of(pattern) {
+                .map_or(usize::MAX, |i| i.saturating_add(1));
+            let expected = |i: usize| match i.saturating_add(1).is_multiple_of(pattern) {
                 true => "full_attention",
                 false => "sliding_attention",
             };

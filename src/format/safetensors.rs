@@ -247,6 +247,8 @@ fn transpose_2d<'a>(t: &Tensor<'a>, file: &str, name: &str) -> Result<Tensor<'a>
         ));
     }
     let mut out = vec![0u8; t.data.len()];
+    // rows · cols · size is the data's length (checked above): no index below overflows
+    #[allow(clippy::arithmetic_side_effects)]
     for r in 0..rows {
         for c in 0..cols {
             let from = (r * cols + c) * size;

@@ -4,6 +4,8 @@
 //! `forward::fuse`), so a loader splits them by rows here: quantized rows are whole blocks, so
 //! a row range is a byte range and nothing is dequantized.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::borrow::Cow;
 
 use crate::config::ModelConfig;
@@ -18,22 +20,26 @@ fn rows(t: &Tensor<'_>, from: usize, n: usize, name: &str) -> Result<Tensor<'sta
             format!("`{name}` must be a matrix, got shape {:?}", t.shape),
         ));
     };
-    if from + n > total {
-        return Err(Error::invalid(
-            "tensor",
-            format!("`{name}` has {total} rows, {} are needed", from + n),
-        ));
-    }
-    let row_bytes = t.dtype.bytes_for(cols as u64, name)? as usize;
-    let bytes = t
-        .data
-        .get(from * row_bytes..(from + n) * row_bytes)
+    let end = from
+        .checked_add(n)
+        .filter(|&end| end <= total)
         .ok_or_else(|| {
             Error::invalid(
                 "tensor",
-                format!("`{name}` holds fewer bytes than its shape"),
+                format!("`{name}` has {total} rows, {from} + {n} are needed"),
             )
         })?;
+    let row_bytes = t.dtype.bytes_for(cols as u64, name)? as usize;
+    let range = from
+        .checked_mul(row_bytes)
+        .zip(end.checked_mul(row_bytes))
+        .map(|(a, b)| a..b);
+    let bytes = range.and_then(|r| t.data.get(r)).ok_or_else(|| {
+        Error::invalid(
+            "tensor",
+            format!("`{name}` holds fewer bytes than its shape"),
+        )
+    })?;
     Ok(Tensor {
         shape: vec![n, cols],
         dtype: t.dtype,
@@ -57,7 +63,7 @@ pub fn split_fused(
             tensors.insert(format!("blk.{layer}.attn_k.weight"), rows(&t, q, kv, &qkv)?);
             tensors.insert(
                 format!("blk.{layer}.attn_v.weight"),
-                rows(&t, q + kv, kv, &qkv)?,
+                rows(&t, q.saturating_add(kv), kv, &qkv)?,
             );
         }
         let up = format!("blk.{layer}.ffn_up.weight");
@@ -65,7 +71,7 @@ pub fn split_fused(
         let fused = !tensors.contains_key(&gate)
             && tensors
                 .get(&up)
-                .is_some_and(|t| t.shape.first() == Some(&(2 * ff)));
+                .is_some_and(|t| t.shape.first() == Some(&ff.saturating_mul(2)));
         if fused {
             if let Some(t) = tensors.remove(&up) {
                 tensors.insert(gate, rows(&t, 0, ff, &up)?);

@@ -1,6 +1,8 @@
 //! Host-side tensors and weights: what every loader produces, whatever the file format, and
 //! what the GPU forward pass and the CPU reference read.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -102,21 +104,35 @@ impl<'a> ModelWeights<'a> {
     ) -> MemoryEstimate {
         let c = &self.config;
         let batch = batch.max(1);
+        // u64 and saturating: a context asked for by the user may be absurd, and wasm32's usize
+        // is 32 bits
         let chunk = PREFILL_CHUNK.min(context.max(1)) as u64;
-        let per_token =
-            (2 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn_size) as u64;
-        let scores = (c.n_heads * context) as u64;
-        let activations = 4 * (chunk * (per_token + scores) + c.vocab_size as u64);
+        let sum = |xs: &[u64]| xs.iter().fold(0u64, |a, &x| a.saturating_add(x));
+        let per_token = 2u64.saturating_mul(sum(&[
+            c.hidden_size as u64,
+            c.q_dim() as u64,
+            c.kv_dim() as u64,
+            c.ffn_size as u64,
+        ]));
+        let scores = (c.n_heads as u64).saturating_mul(context as u64);
+        let activations = 4u64.saturating_mul(
+            chunk
+                .saturating_mul(per_token.saturating_add(scores))
+                .saturating_add(c.vocab_size as u64),
+        );
         let weights = self.weight_bytes();
         let kv_bytes_per_token = kinds.bytes_per_token(c.n_layers, c.kv_dim());
         let kv_cache = kv_bytes_per_token
             .saturating_mul(context as u64)
             .saturating_mul(batch as u64);
         // the adjusted-row scratch and the constraint's bitset scale with the vocabulary
-        let per_select = 4 * c.vocab_size as u64
-            + 4 * (c.vocab_size as u64).div_ceil(32)
-            + crate::candidates::SELECT_BUFFER_BYTES;
-        let batch_select = per_select * (batch as u64 - 1);
+        let vocab = c.vocab_size as u64;
+        let per_select = sum(&[
+            vocab.saturating_mul(4),
+            vocab.div_ceil(32).saturating_mul(4),
+            crate::candidates::SELECT_BUFFER_BYTES,
+        ]);
+        let batch_select = per_select.saturating_mul((batch as u64).saturating_sub(1));
         MemoryEstimate {
             context,
             weights,
@@ -126,7 +142,7 @@ impl<'a> ModelWeights<'a> {
             activations,
             batch,
             batch_select,
-            total: weights + kv_cache + activations + batch_select,
+            total: sum(&[weights, kv_cache, activations, batch_select]),
         }
     }
 
@@ -149,8 +165,8 @@ impl<'a> ModelWeights<'a> {
         let mut out: BTreeMap<&'static str, TypeTally> = BTreeMap::new();
         for t in self.tensors.values() {
             let e = out.entry(t.dtype.name()).or_default();
-            e.tensors += 1;
-            e.bytes += t.data.len() as u64;
+            e.tensors = e.tensors.saturating_add(1);
+            e.bytes = e.bytes.saturating_add(t.data.len() as u64);
         }
         out
     }

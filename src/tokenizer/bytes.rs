@@ -1,6 +1,8 @@
 //! Every token's bytes: what a token adds to the output, as bytes rather than text, so that a
 //! grammar can be matched against partial characters.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::collections::HashMap;
 
 use super::stream::is_byte_token;
@@ -30,8 +32,9 @@ fn byte_level_chars() -> HashMap<char, u8> {
         let c = if printable {
             char::from(b)
         } else {
-            extra += 1;
-            char::from_u32(255 + extra).unwrap_or(char::REPLACEMENT_CHARACTER)
+            // at most 256 bytes: no overflow
+            extra = extra.saturating_add(1);
+            char::from_u32(255u32.saturating_add(extra)).unwrap_or(char::REPLACEMENT_CHARACTER)
         };
         map.insert(c, b);
     }

@@ -1,6 +1,8 @@
 //! [`Tokenizer::from_gguf`]: a tokenizer assembled from a GGUF file's `tokenizer.ggml.*`
 //! metadata, byte-level BPE (`gpt2`) or SentencePiece BPE (`llama`).
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
@@ -275,13 +277,15 @@ impl GgufVocab<'_> {
             let split = m
                 .get(first_len..)
                 .and_then(|rest| rest.find(' '))
-                .map(|p| p + first_len);
+                .map(|p| p.saturating_add(first_len));
             let Some(at) = split else {
                 return Err(self.format(format!(
                     "`tokenizer.ggml.merges`[{i}] is `{m}`, expected two tokens separated by a space"
                 )));
             };
-            merges.push((m[..at].to_string(), m[at + 1..].to_string()));
+            // `at` is a space, one byte: the right part starts right after it
+            let (left, right) = m.split_at(at);
+            merges.push((left.to_string(), right[1..].to_string()));
         }
         let pre = self.pre.unwrap_or("default");
         let (regexes, ignore_merges) =
@@ -295,7 +299,7 @@ impl GgufVocab<'_> {
             .build()
             .map_err(|e| self.format(format!("`tokenizer.ggml.merges`: {e}")))?;
 
-        let mut steps = Vec::with_capacity(regexes.len() + 1);
+        let mut steps = Vec::with_capacity(regexes.len().saturating_add(1));
         for r in regexes {
             let split = Split::new(
                 SplitPattern::Regex((*r).to_string()),

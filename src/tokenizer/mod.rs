@@ -9,6 +9,8 @@
 //! - `model = llama`: SentencePiece-style BPE whose merge priorities come from `scores` (as Hugging
 //!   Face's Llama converter derives them), with `<0xNN>` byte fallback and the `▁` space marker.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 mod bytes;
 mod gguf_vocab;
 mod hf_json;
@@ -99,7 +101,7 @@ impl Tokenizer {
         let largest = inner.get_vocab(true).into_values().max();
         let vocab_size = inner
             .get_vocab_size(true)
-            .max(largest.map_or(0, |id| id as usize + 1));
+            .max(largest.map_or(0, |id| (id as usize).saturating_add(1)));
         let mut eos = Vec::with_capacity(ids.eos.len());
         for id in ids.eos {
             if !eos.contains(&id) {

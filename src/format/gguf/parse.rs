@@ -156,7 +156,9 @@ pub(super) fn parse_header(buf: &[u8], total: u64, file: &str) -> Parse<GgufHead
     }
 
     // Metadata.
-    let cap = |n: u64, min: u64, r: &Reader| usize::try_from(n.min(r.left_in_buf() / min));
+    let cap = |n: u64, min: u64, r: &Reader| {
+        usize::try_from(n.min(r.left_in_buf().checked_div(min).unwrap_or(0)))
+    };
     let mut metadata = Vec::with_capacity(cap(n_kv, MIN_KV_BYTES, &r).unwrap_or(0));
     let mut metadata_index = HashMap::with_capacity(metadata.capacity());
     for i in 0..n_kv {

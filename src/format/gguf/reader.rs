@@ -273,7 +273,9 @@ impl<'a> Reader<'a> {
             )));
         }
         // Reserve only what the bytes actually held could contain.
-        let cap = usize::try_from(n.min(self.left_in_buf() / ty.min_bytes())).unwrap_or(0);
+        let cap =
+            usize::try_from(n.min(self.left_in_buf().checked_div(ty.min_bytes()).unwrap_or(0)))
+                .unwrap_or(0);
         Ok(match ty {
             ValueType::U8 => GgufArray::U8(self.fixed(n, 1, key, |c| u8::from_le_bytes(le(c)))?),
             ValueType::I8 => GgufArray::I8(self.fixed(n, 1, key, |c| i8::from_le_bytes(le(c)))?),
