@@ -46,6 +46,24 @@ fn info_json_describes_gguf_and_hf_alike() {
     );
 }
 
+/// An absurd context gives saturated figures, not an arithmetic overflow (a panic in a debug
+/// build, a wrapped number in release) in the memory estimate.
+#[test]
+fn info_with_an_absurd_context_does_not_overflow() {
+    let (code, out, err) = emberlm(&[
+        "info",
+        "--model",
+        "tests/fixtures/tiny-llama-f32.gguf",
+        "--context",
+        &usize::MAX.to_string(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["memory"]["total"].as_u64(), Some(u64::MAX), "{out}");
+}
+
 #[test]
 fn info_text_names_the_model() {
     let (code, out, _) = emberlm(&["info", "--model", "tests/fixtures/tiny-gpt2-f16.gguf"]);
