@@ -208,12 +208,13 @@ def safetensors(tensors):
     return struct.pack("<Q", len(h)) + h + bytes(data)
 
 
-def hf_llama(dtype="F32", d=8, heads=2, kv=1, ff=16, vocab=16, tied=False, model_type="llama"):
+def hf_llama(dtype="F32", d=8, heads=2, kv=1, ff=16, vocab=16, tied=False, model_type="llama",
+             rope_scaling=None):
     config = {"model_type": model_type, "vocab_size": vocab, "hidden_size": d,
               "intermediate_size": ff, "num_hidden_layers": 1, "num_attention_heads": heads,
               "num_key_value_heads": kv, "max_position_embeddings": 32, "rms_norm_eps": 1e-5,
               "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": tied,
-              "bos_token_id": 1, "eos_token_id": [2, 3]}
+              "bos_token_id": 1, "eos_token_id": [2, 3], "rope_scaling": rope_scaling}
     hd = d // heads
     p = "model.layers.0."
     ts = [("model.embed_tokens.weight", dtype, [vocab, d]),
@@ -233,6 +234,34 @@ def hf_llama(dtype="F32", d=8, heads=2, kv=1, ff=16, vocab=16, tied=False, model
                for x, n in (("q", heads), ("k", kv), ("v", kv))]
     if not tied:
         ts.append(("lm_head.weight", dtype, [vocab, d]))
+    return json.dumps(config, indent=2).encode() + b"\0" + safetensors(ts)
+
+
+def hf_gemma3(dtype="BF16", d=8, heads=2, kv=1, ff=16, vocab=16, layers=2, hd=4):
+    config = {"model_type": "gemma3_text", "vocab_size": vocab, "hidden_size": d,
+              "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": kv, "head_dim": hd, "max_position_embeddings": 32,
+              "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+              "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
+              "query_pre_attn_scalar": hd, "hidden_activation": "gelu_pytorch_tanh",
+              "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+              "final_logit_softcapping": None, "bos_token_id": 2, "eos_token_id": [1, 106]}
+    ts = [("model.embed_tokens.weight", dtype, [vocab, d]), ("model.norm.weight", dtype, [d])]
+    for layer in range(layers):
+        p = f"model.layers.{layer}."
+        ts += [(p + "input_layernorm.weight", dtype, [d]),
+               (p + "self_attn.q_proj.weight", dtype, [heads * hd, d]),
+               (p + "self_attn.k_proj.weight", dtype, [kv * hd, d]),
+               (p + "self_attn.v_proj.weight", dtype, [kv * hd, d]),
+               (p + "self_attn.o_proj.weight", dtype, [d, heads * hd]),
+               (p + "self_attn.q_norm.weight", dtype, [hd]),
+               (p + "self_attn.k_norm.weight", dtype, [hd]),
+               (p + "post_attention_layernorm.weight", dtype, [d]),
+               (p + "pre_feedforward_layernorm.weight", dtype, [d]),
+               (p + "post_feedforward_layernorm.weight", dtype, [d]),
+               (p + "mlp.gate_proj.weight", dtype, [ff, d]),
+               (p + "mlp.up_proj.weight", dtype, [ff, d]),
+               (p + "mlp.down_proj.weight", dtype, [d, ff])]
     return json.dumps(config, indent=2).encode() + b"\0" + safetensors(ts)
 
 
@@ -517,6 +546,10 @@ def main():
         "mistral-gqa": hf_llama(d=16, heads=4, kv=2, model_type="mistral"),
         "gpt2-f32": hf_gpt2(),
         "gpt2-f16": hf_gpt2(dtype="F16"),
+        "gemma3-text-bf16": hf_gemma3(),
+        "llama-yarn": hf_llama(rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                             "original_max_position_embeddings": 16,
+                                             "beta_fast": 32, "beta_slow": 1}),
     }
     for name, data in hf.items():
         save("safetensors_hf", name, data)
