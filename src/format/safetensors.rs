@@ -263,69 +263,55 @@ fn transpose_2d<'a>(t: &Tensor<'a>, file: &str, name: &str) -> Result<Tensor<'a>
     })
 }
 
+/// The GGUF name of a tensor of the Llama family's layout (`model.embed_tokens`,
+/// `model.layers.N.*`, `model.norm`, `lm_head`): `own(module)` first, for the modules the
+/// architecture names its own way, then the modules every member shares.
+fn llama_family_name(hf_name: &str, own: impl Fn(&str) -> Option<&'static str>) -> Option<String> {
+    let n = hf_name.strip_prefix("model.").unwrap_or(hf_name);
+    match n {
+        "embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let (layer, rest) = split_layer(n.strip_prefix("layers.")?)?;
+    let (module, suffix) = rest.rsplit_once('.')?;
+    let gguf = own(module).or(match module {
+        "input_layernorm" => Some("attn_norm"),
+        "self_attn.q_proj" => Some("attn_q"),
+        "self_attn.k_proj" => Some("attn_k"),
+        "self_attn.v_proj" => Some("attn_v"),
+        "self_attn.o_proj" => Some("attn_output"),
+        // Qwen3's and Gemma 3's QK-norm gains
+        "self_attn.q_norm" => Some("attn_q_norm"),
+        "self_attn.k_norm" => Some("attn_k_norm"),
+        "mlp.gate_proj" => Some("ffn_gate"),
+        "mlp.up_proj" => Some("ffn_up"),
+        "mlp.down_proj" => Some("ffn_down"),
+        _ => None,
+    })?;
+    Some(format!("blk.{layer}.{gguf}.{suffix}"))
+}
+
 /// Maps a Hugging Face tensor name to its GGUF name; `None` for tensors the engine does not
 /// read (GPT-2's causal-mask buffers, rotary caches).
 pub fn gguf_name(arch: Architecture, hf_name: &str) -> Option<String> {
     match arch {
-        Architecture::Gemma3 => {
-            let n = hf_name.strip_prefix("model.").unwrap_or(hf_name);
-            match n {
-                "embed_tokens.weight" => return Some("token_embd.weight".into()),
-                "norm.weight" => return Some("output_norm.weight".into()),
-                _ => {}
-            }
-            let (layer, rest) = split_layer(n.strip_prefix("layers.")?)?;
-            let (module, suffix) = rest.rsplit_once('.')?;
-            let gguf = match module {
-                "input_layernorm" => "attn_norm",
-                "self_attn.q_proj" => "attn_q",
-                "self_attn.k_proj" => "attn_k",
-                "self_attn.v_proj" => "attn_v",
-                "self_attn.o_proj" => "attn_output",
-                "self_attn.q_norm" => "attn_q_norm",
-                "self_attn.k_norm" => "attn_k_norm",
-                // Gemma's norms around each block: after attention, before and after the
-                // feed-forward
-                "post_attention_layernorm" => "post_attention_norm",
-                "pre_feedforward_layernorm" => "ffn_norm",
-                "post_feedforward_layernorm" => "post_ffw_norm",
-                "mlp.gate_proj" => "ffn_gate",
-                "mlp.up_proj" => "ffn_up",
-                "mlp.down_proj" => "ffn_down",
-                _ => return None,
-            };
-            Some(format!("blk.{layer}.{gguf}.{suffix}"))
-        }
-        Architecture::Llama => {
-            let n = hf_name.strip_prefix("model.").unwrap_or(hf_name);
-            match n {
-                "embed_tokens.weight" => return Some("token_embd.weight".into()),
-                "norm.weight" => return Some("output_norm.weight".into()),
-                "lm_head.weight" => return Some("output.weight".into()),
-                _ => {}
-            }
-            let (layer, rest) = split_layer(n.strip_prefix("layers.")?)?;
-            let (module, suffix) = rest.rsplit_once('.')?;
-            let gguf = match module {
-                "input_layernorm" => "attn_norm",
-                "self_attn.q_proj" => "attn_q",
-                "self_attn.k_proj" => "attn_k",
-                "self_attn.v_proj" => "attn_v",
-                "self_attn.o_proj" => "attn_output",
-                // Qwen3's QK-norm gains
-                "self_attn.q_norm" => "attn_q_norm",
-                "self_attn.k_norm" => "attn_k_norm",
-                // Phi-3's fused projections, split on load (model::unfuse)
-                "self_attn.qkv_proj" => "attn_qkv",
-                "mlp.gate_up_proj" => "ffn_up",
-                "post_attention_layernorm" => "ffn_norm",
-                "mlp.gate_proj" => "ffn_gate",
-                "mlp.up_proj" => "ffn_up",
-                "mlp.down_proj" => "ffn_down",
-                _ => return None,
-            };
-            Some(format!("blk.{layer}.{gguf}.{suffix}"))
-        }
+        Architecture::Gemma3 => llama_family_name(hf_name, |module| match module {
+            // Gemma's norms around each block: after attention, before and after the
+            // feed-forward
+            "post_attention_layernorm" => Some("post_attention_norm"),
+            "pre_feedforward_layernorm" => Some("ffn_norm"),
+            "post_feedforward_layernorm" => Some("post_ffw_norm"),
+            _ => None,
+        }),
+        Architecture::Llama => llama_family_name(hf_name, |module| match module {
+            // Phi-3's fused projections, split on load (model::unfuse)
+            "self_attn.qkv_proj" => Some("attn_qkv"),
+            "mlp.gate_up_proj" => Some("ffn_up"),
+            "post_attention_layernorm" => Some("ffn_norm"),
+            _ => None,
+        }),
         Architecture::Gpt2 => {
             let n = hf_name.strip_prefix("transformer.").unwrap_or(hf_name);
             match n {
