@@ -333,31 +333,22 @@ impl Sampler {
         let mut values = row.to_vec();
         self.process(&mut values, prompt, generated)?;
         let top = top_logprobs(row, lse, self.top_logprobs);
-        let tokens = row
-            .iter()
-            .enumerate()
-            .map(|(i, &raw)| (i as u32, raw))
-            .collect();
         let greedy = self.params.is_greedy();
-        match greedy {
+        let (tokens, values) = match greedy {
             true => {
                 let best = argmax(&values);
-                Ok(Kept {
-                    tokens: vec![(best as u32, row[best])],
-                    values: vec![values[best]],
-                    lse,
-                    top,
-                    greedy,
-                })
+                (vec![(best as u32, row[best])], vec![values[best]])
             }
-            false => Ok(Kept {
-                tokens,
-                values,
-                lse,
-                top,
-                greedy,
-            }),
-        }
+            // every token in id order, as the row is
+            false => ((0..).zip(row.iter().copied()).collect(), values),
+        };
+        Ok(Kept {
+            tokens,
+            values,
+            lse,
+            top,
+            greedy,
+        })
     }
 
     /// Top-p over the whole vocabulary from the certain prefix `order` of the processed
