@@ -151,6 +151,7 @@ pub struct Tolerance {
 /// 0.54–1.4 × llama.cpp's). Float files keep f32 activations and the GPU path's tolerance.
 const LLAMA_CPP: &[(&str, f64, f64)] = &[
     ("tiny-llama-q8_0", 0.378, 0.0626),
+    ("tiny-qwen3-q8_0", 0.168, 0.0392),
     ("tiny-llama-q4_0", 0.284, 0.0560),
     ("tiny-llama-q4_1", 0.313, 0.0609),
     ("tiny-llama-256-q4_k_m", 1.126, 0.2278),

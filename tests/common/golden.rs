@@ -159,4 +159,12 @@ pub const TINY_MODELS: &[(&str, &str)] = &[
     ("tiny-llama-256", "tiny-llama-256-f32.golden.json"),
     ("tiny-llama-spm-f32.gguf", "tiny-llama-spm-f32.golden.json"),
     ("tiny-llama-spm", "tiny-llama-spm-f32.golden.json"),
+    ("tiny-qwen2-f32.gguf", "tiny-qwen2-f32.golden.json"),
+    ("tiny-qwen3-q8_0.gguf", "tiny-qwen3-q8_0.golden.json"),
+    ("tiny-phi3-f32.gguf", "tiny-phi3-f32.golden.json"),
+    ("tiny-gemma3-f32.gguf", "tiny-gemma3-f32.golden.json"),
+    (
+        "tiny-llama3-rope-f32.gguf",
+        "tiny-llama3-rope-f32.golden.json",
+    ),
 ];
