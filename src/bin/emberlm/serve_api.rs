@@ -1,18 +1,31 @@
 //! `emberlm serve-api`: the OpenAI-style HTTP API over one engine, so existing OpenAI clients
 //! can point at it. `POST /v1/chat/completions` and `POST /v1/completions` (server-sent events
-//! with `stream: true`), `GET /v1/models`. Requests are answered one at a time, in arrival
-//! order; bodies over the limit get 413, bad JSON or fields 400 naming the problem.
+//! with `stream: true`), `GET /v1/models`. Completions run one at a time, in arrival order, on
+//! the main thread (which owns the engine). Each connection is read on a thread of its own (at
+//! most [`MAX_CONNECTIONS`] at once), which answers what needs no engine and admits at most
+//! `--max-queue` waiting completions, refusing the rest at once with 503 and a `Retry-After`;
+//! a slow client holds its place in the queue but never the engine. Bodies over the limit get
+//! 413 (without reading them), bad JSON or fields 400 naming the problem. A client that has
+//! gone away by its turn is skipped, and a streaming one that goes away cancels its
+//! generation at the next token.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
 
 use clap::Args;
 use emberlm::engine::Engine;
 use emberlm::openai::{complete, CompletionKind, Request};
 use serde_json::{json, Value};
-use tiny_http::{Header, Method, Response, Server};
+use std::net::{TcpListener, TcpStream};
 
+use crate::serve_http::{answer_stream, read_head, HeadError, HttpRequest};
 use crate::{load_engine, CliResult, Failure};
+
+/// Connections read at once; more are answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// Options of `emberlm serve-api`.
 #[derive(Debug, Args)]
@@ -33,10 +46,69 @@ pub struct ServeApiArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body: usize,
+    /// Completion requests that may wait while one runs; more are refused with 503 and a
+    /// `Retry-After` until a place frees.
+    #[arg(long, default_value_t = 16)]
+    pub max_queue: usize,
 }
 
-fn json_header() -> Header {
-    Header::from_bytes("Content-Type", "application/json").unwrap_or_else(|_| unreachable!())
+/// How many completion requests are in the server (reading their body, waiting or running)
+/// and how long one takes: the listening thread admits or refuses with it.
+#[derive(Debug)]
+struct Admission {
+    /// `--max-queue`.
+    max_queue: usize,
+    /// Requests allowed in at once: the running one and `--max-queue` waiting.
+    limit: usize,
+    inside: AtomicUsize,
+    /// Running mean of a completion's time, milliseconds (0 before the first).
+    mean_ms: AtomicU64,
+}
+
+impl Admission {
+    fn new(max_queue: usize) -> Self {
+        Self {
+            max_queue,
+            limit: max_queue.saturating_add(1),
+            inside: AtomicUsize::new(0),
+            mean_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes a place when one is free.
+    fn enter(&self) -> bool {
+        self.inside
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Frees a place; `ran_ms` is the completion's time when it ran (not when its body was
+    /// refused), folded into the mean.
+    fn leave(&self, ran_ms: Option<u64>) {
+        if let Some(ms) = ran_ms {
+            let old = self.mean_ms.load(Ordering::Relaxed);
+            let mean = if old == 0 { ms } else { (old * 7 + ms) / 8 };
+            self.mean_ms.store(mean.max(1), Ordering::Relaxed);
+        }
+        self.inside.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Seconds until a place is likely free: the requests inside at the mean time each, at
+    /// least 1.
+    fn retry_after_s(&self) -> u64 {
+        let inside = self.inside.load(Ordering::Acquire) as u64;
+        (self.mean_ms.load(Ordering::Relaxed) * inside)
+            .div_ceil(1000)
+            .max(1)
+    }
+}
+
+/// An admitted completion request whose body parsed, on its way to the engine.
+struct Job {
+    request: HttpRequest,
+    parsed: Request,
 }
 
 /// An OpenAI-style error body.
@@ -44,66 +116,39 @@ fn error_body(message: &str, kind: &str) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": null } })
 }
 
-fn reply(request: tiny_http::Request, status: u16, body: &Value) {
-    let response = Response::from_string(body.to_string())
-        .with_status_code(status)
-        .with_header(json_header());
-    if let Err(e) = request.respond(response) {
-        eprintln!("emberlm: serve-api: could not answer: {e}");
-    }
+fn reply(request: HttpRequest, status: u16, body: &Value) {
+    request.respond(status, &body.to_string(), &[]);
 }
 
-/// Reads the body, at most `limit` bytes: `Err((status, message))` when it is larger or
-/// unreadable.
-fn read_body(request: &mut tiny_http::Request, limit: usize) -> Result<String, (u16, String)> {
-    if request.body_length().is_some_and(|n| n > limit) {
-        return Err((
-            413,
-            format!("the body is larger than the limit of {limit} bytes"),
-        ));
-    }
-    let mut body = Vec::new();
-    request
-        .as_reader()
-        .take(limit as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| (400, format!("cannot read the body: {e}")))?;
-    if body.len() > limit {
-        return Err((
-            413,
-            format!("the body is larger than the limit of {limit} bytes"),
-        ));
-    }
-    String::from_utf8(body).map_err(|_| (400, "the body is not UTF-8".to_string()))
-}
-
-/// Answers a completion request on `engine`: JSON, or server-sent events when it streams.
-fn completion(
-    engine: &Engine,
-    mut request: tiny_http::Request,
-    kind: CompletionKind,
-    limit: usize,
-) {
-    let body = match read_body(&mut request, limit) {
+/// Reads and parses an admitted request's body: the job, or `None` once the client has been
+/// answered with 413, 411 or 400.
+fn read_job(mut request: HttpRequest, kind: CompletionKind, limit: usize) -> Option<Job> {
+    let body = match request.read_body(limit) {
         Ok(b) => b,
         Err((status, message)) => {
-            return reply(
+            reply(
                 request,
                 status,
                 &error_body(&message, "invalid_request_error"),
-            )
+            );
+            return None;
         }
     };
-    let parsed = match Request::from_json(kind, &body) {
-        Ok(p) => p,
+    match Request::from_json(kind, &body) {
+        Ok(parsed) => Some(Job { request, parsed }),
         Err(e) => {
-            return reply(
+            reply(
                 request,
                 400,
                 &error_body(&e.to_string(), "invalid_request_error"),
-            )
+            );
+            None
         }
-    };
+    }
+}
+
+/// Answers a completion request on `engine`: JSON, or server-sent events when it streams.
+fn completion(engine: &Engine, Job { request, parsed }: Job) {
     if !parsed.stream {
         return match pollster::block_on(complete(engine, &parsed, None, &mut |_| {})) {
             Ok(body) => reply(request, 200, &body),
@@ -122,26 +167,14 @@ fn completion(
             }
         };
     }
-    // Server-sent events in HTTP/1.1 chunks written as they come (the connection stays usable).
-    let mut out = request.into_writer();
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
-    if out
-        .write_all(head.as_bytes())
-        .and_then(|_| out.flush())
-        .is_err()
-    {
+    // Server-sent events in HTTP/1.1 chunks written as they come.
+    let Some(mut events) = request.event_stream() else {
         return;
-    }
-    let mut send = move |data: &str| -> bool {
-        let framed = format!("{:x}\r\n{data}\r\n", data.len());
-        out.write_all(framed.as_bytes())
-            .and_then(|_| out.flush())
-            .is_ok()
     };
     let cancel = engine.cancel_handle();
     let mut gone = false;
     let result = pollster::block_on(complete(engine, &parsed, Some(&cancel), &mut |chunk| {
-        if !gone && !send(&format!("data: {chunk}\n\n")) {
+        if !gone && !events.send(&format!("data: {chunk}\n\n")) {
             // the client went away: stop generating for it
             gone = true;
             cancel.cancel();
@@ -151,57 +184,158 @@ fn completion(
         return;
     }
     if let Err(e) = result {
-        send(&format!(
+        events.send(&format!(
             "data: {}\n\n",
             error_body(&e.to_string(), "server_error")
         ));
     }
-    if send("data: [DONE]\n\n") {
-        // the empty chunk ends the body
-        send("");
+    if events.send("data: [DONE]\n\n") {
+        events.finish();
+    }
+}
+
+/// The 503 body of a completion refused while the queue is full, and its `Retry-After`.
+fn busy(admission: &Admission) -> (Value, u64) {
+    let wait = admission.retry_after_s();
+    let message = format!(
+        "the server is busy: {0} requests are already waiting (--max-queue {0}); retry after {wait} s",
+        admission.max_queue
+    );
+    (error_body(&message, "server_error"), wait)
+}
+
+/// What every connection's thread shares.
+struct Shared {
+    admission: Admission,
+    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    model: String,
+    limit: usize,
+    connections: AtomicUsize,
+}
+
+/// One connection's thread: reads the head, answers what needs no engine, admits a completion
+/// (or refuses it) and sends its parsed body to the engine's thread.
+fn connection(stream: TcpStream, shared: &Shared) {
+    let request = match read_head(stream) {
+        Ok(r) => r,
+        Err((HeadError::Answer(status, message), stream)) => {
+            let body = error_body(&message, "invalid_request_error").to_string();
+            return answer_stream(stream, status, &body);
+        }
+        Err((HeadError::Gone, _)) => return,
+    };
+    let path = request.path.trim_end_matches('/').to_string();
+    let kind = match (request.method.as_str(), path.as_str()) {
+        ("POST", "/v1/chat/completions") => CompletionKind::Chat,
+        ("POST", "/v1/completions") => CompletionKind::Text,
+        ("GET", "/v1/models") => {
+            let body = json!({
+                "object": "list",
+                "data": [{ "id": shared.model, "object": "model", "created": 0, "owned_by": "emberlm" }],
+            });
+            return reply(request, 200, &body);
+        }
+        (_, "/v1/chat/completions" | "/v1/completions" | "/v1/models") => {
+            let message = format!("{} is not allowed on {path}", request.method);
+            return reply(request, 405, &error_body(&message, "invalid_request_error"));
+        }
+        _ => {
+            let message = format!(
+                "no endpoint {path} (try /v1/chat/completions, /v1/completions, /v1/models)"
+            );
+            return reply(request, 404, &error_body(&message, "invalid_request_error"));
+        }
+    };
+    let limit = shared.limit;
+    if request.body_length().is_some_and(|n| n > limit) {
+        let message = format!("the body is larger than the limit of {limit} bytes");
+        return reply(request, 413, &error_body(&message, "invalid_request_error"));
+    }
+    if !shared.admission.enter() {
+        let (body, wait) = busy(&shared.admission);
+        return request.respond(503, &body.to_string(), &[("Retry-After", wait.to_string())]);
+    }
+    let Some(job) = read_job(request, kind, limit) else {
+        return shared.admission.leave(None);
+    };
+    let sent = match shared.jobs.lock() {
+        Ok(jobs) => jobs.send(job).map_err(|mpsc::SendError(job)| job),
+        Err(_) => Err(job),
+    };
+    if let Err(job) = sent {
+        shared.admission.leave(None);
+        reply(
+            job.request,
+            503,
+            &error_body("the server is stopping", "server_error"),
+        );
+    }
+}
+
+/// Accepts connections and gives each a thread, at most [`MAX_CONNECTIONS`] at once.
+fn listen(listener: TcpListener, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else {
+            continue;
+        };
+        if shared.connections.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            let message = format!("more than {MAX_CONNECTIONS} connections are open; retry later");
+            let body = error_body(&message, "server_error").to_string();
+            answer_stream(stream, 503, &body);
+            continue;
+        }
+        let mine = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("serve-api connection".into())
+            .spawn(move || {
+                connection(stream, &mine);
+                mine.connections.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            eprintln!("emberlm: serve-api: cannot start a thread for a connection: {e}");
+        }
     }
 }
 
 /// Serves until the process is stopped.
 pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
     let engine = load_engine(args.model, args.ctx)?;
-    let server = Server::http((args.host.as_str(), args.port)).map_err(|e| {
+    let listener = TcpListener::bind((args.host.as_str(), args.port)).map_err(|e| {
         Failure::usage(format!("cannot listen on {}:{}: {e}", args.host, args.port))
     })?;
-    let address = server
-        .server_addr()
-        .to_ip()
-        .map_or_else(|| format!("{}:{}", args.host, args.port), |a| a.to_string());
+    let address = listener.local_addr().map_or_else(
+        |_| format!("{}:{}", args.host, args.port),
+        |a| a.to_string(),
+    );
     println!("emberlm: serving the OpenAI-style API at http://{address}/v1/");
     let _ = std::io::stdout().flush();
-    let model = emberlm::openai::model_name(engine.files().name());
-    for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or("").to_string();
-        match (request.method(), path.trim_end_matches('/')) {
-            (Method::Post, "/v1/chat/completions") => {
-                completion(&engine, request, CompletionKind::Chat, args.max_body)
-            }
-            (Method::Post, "/v1/completions") => {
-                completion(&engine, request, CompletionKind::Text, args.max_body)
-            }
-            (Method::Get, "/v1/models") => {
-                let body = json!({
-                    "object": "list",
-                    "data": [{ "id": model, "object": "model", "created": 0, "owned_by": "emberlm" }],
-                });
-                reply(request, 200, &body)
-            }
-            (_, "/v1/chat/completions" | "/v1/completions" | "/v1/models") => {
-                let message = format!("{} is not allowed on {path}", request.method());
-                reply(request, 405, &error_body(&message, "invalid_request_error"))
-            }
-            _ => {
-                let message = format!(
-                    "no endpoint {path} (try /v1/chat/completions, /v1/completions, /v1/models)"
-                );
-                reply(request, 404, &error_body(&message, "invalid_request_error"))
-            }
+    let (jobs, queue) = mpsc::channel();
+    let shared = Arc::new(Shared {
+        admission: Admission::new(args.max_queue),
+        jobs: std::sync::Mutex::new(jobs),
+        model: emberlm::openai::model_name(engine.files().name()),
+        limit: args.max_body,
+        connections: AtomicUsize::new(0),
+    });
+    let listening = Arc::clone(&shared);
+    std::thread::Builder::new()
+        .name("serve-api listener".into())
+        .spawn(move || listen(listener, listening))
+        .map_err(|e| format!("cannot start the listening thread: {e}"))?;
+    // The engine is not `Send`: completions run here, one at a time, in arrival order.
+    for job in queue {
+        if job.request.client_gone() {
+            // nobody to answer: its place frees without running it
+            shared.admission.leave(None);
+            continue;
         }
+        let started = Instant::now();
+        completion(&engine, job);
+        shared
+            .admission
+            .leave(Some(started.elapsed().as_millis() as u64));
     }
     Ok(())
 }

@@ -1,0 +1,285 @@
+//! The HTTP/1.1 side of `emberlm serve-api`, over std's `TcpStream`: one request per connection
+//! (`Connection: close`), its head parsed by `httparse` within [`HEAD_LIMIT`], its body read
+//! only when asked and never past the caller's limit, whatever `Content-Length` says. Answers
+//! are JSON with a length, or a server-sent event stream in chunks.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+/// Largest request head (request line and headers) read.
+const HEAD_LIMIT: usize = 16 << 10;
+/// Headers parsed at most.
+const MAX_HEADERS: usize = 64;
+/// How long a client may take to send its head or body before the connection is dropped.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long, and how much, of a refused request's unread body is drained after the answer, so
+/// that the client reads the answer rather than a reset.
+const LINGER: Duration = Duration::from_millis(200);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Why a request head could not be read: the status to answer with and why, or nothing to
+/// answer (the client went away or was too slow).
+#[derive(Debug)]
+pub enum HeadError {
+    /// Answer with this status and message.
+    Answer(u16, String),
+    /// The connection is gone or timed out.
+    Gone,
+}
+
+/// A request whose head has been read: method, path (without the query) and the connection,
+/// with what came after the head so far.
+#[derive(Debug)]
+pub struct HttpRequest {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path, without a query.
+    pub path: String,
+    content_length: Option<usize>,
+    chunked: bool,
+    /// Whether body bytes may still be unread (the answer then drains a bounded amount).
+    unread: bool,
+    stream: TcpStream,
+    /// Body bytes that arrived with the head.
+    early: Vec<u8>,
+}
+
+/// Reads and parses a request head from `stream`; on failure, why, with the stream back (to
+/// answer on).
+pub fn read_head(stream: TcpStream) -> Result<HttpRequest, (HeadError, TcpStream)> {
+    let mut stream = stream;
+    match parse_head(&mut stream) {
+        Ok((method, path, content_length, chunked, early)) => Ok(HttpRequest {
+            method,
+            path,
+            unread: chunked || content_length.is_some_and(|n| n > 0),
+            content_length,
+            chunked,
+            stream,
+            early,
+        }),
+        Err(e) => Err((e, stream)),
+    }
+}
+
+/// Method, path, `Content-Length`, whether chunked, and the body bytes read with the head.
+type Head = (String, String, Option<usize>, bool, Vec<u8>);
+
+fn parse_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
+    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Request::new(&mut headers);
+        match parsed.parse(&buf) {
+            Ok(httparse::Status::Complete(end)) => {
+                let method = parsed.method.unwrap_or("").to_string();
+                let path = parsed.path.unwrap_or("").split('?').next().unwrap_or("");
+                let path = path.to_string();
+                let mut content_length = None;
+                let mut chunked = false;
+                for h in parsed.headers.iter() {
+                    let value = std::str::from_utf8(h.value).unwrap_or("").trim();
+                    if h.name.eq_ignore_ascii_case("content-length") {
+                        let n = value.parse::<usize>().map_err(|_| {
+                            HeadError::Answer(
+                                400,
+                                format!("Content-Length {value:?} is not a number"),
+                            )
+                        })?;
+                        if content_length.is_some_and(|m| m != n) {
+                            return Err(HeadError::Answer(
+                                400,
+                                "two different Content-Length headers".into(),
+                            ));
+                        }
+                        content_length = Some(n);
+                    } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                        chunked = true;
+                    }
+                }
+                return Ok((method, path, content_length, chunked, buf[end..].to_vec()));
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(e) => {
+                return Err(HeadError::Answer(
+                    400,
+                    format!("not an HTTP/1.1 request: {e}"),
+                ));
+            }
+        }
+        if buf.len() >= HEAD_LIMIT {
+            return Err(HeadError::Answer(
+                431,
+                format!("the request head is larger than {HEAD_LIMIT} bytes"),
+            ));
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return Err(HeadError::Gone),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Err(HeadError::Gone),
+        }
+    }
+}
+
+/// Answers `status` with a JSON body on a connection whose request was not read (a bad head),
+/// draining a bounded amount of it afterwards.
+pub fn answer_stream(stream: TcpStream, status: u16, body: &str) {
+    let request = HttpRequest {
+        method: String::new(),
+        path: String::new(),
+        content_length: None,
+        chunked: false,
+        unread: true,
+        stream,
+        early: Vec::new(),
+    };
+    request.respond(status, body, &[]);
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "",
+    }
+}
+
+impl HttpRequest {
+    /// The declared body length, if any.
+    pub fn body_length(&self) -> Option<usize> {
+        self.content_length
+    }
+
+    /// Reads the body, at most `limit` bytes: `Err((status, message))` when it is declared or
+    /// found larger, has no length, or cannot be read.
+    pub fn read_body(&mut self, limit: usize) -> Result<String, (u16, String)> {
+        let too_large = || {
+            (
+                413,
+                format!("the body is larger than the limit of {limit} bytes"),
+            )
+        };
+        let Some(length) = self.content_length else {
+            let message = match self.chunked {
+                true => "a chunked body is not accepted: send a Content-Length",
+                false => "the request has no Content-Length",
+            };
+            return Err((411, message.to_string()));
+        };
+        if length > limit {
+            return Err(too_large());
+        }
+        let mut body = std::mem::take(&mut self.early);
+        body.truncate(length);
+        let missing = length - body.len();
+        let read = (&mut self.stream)
+            .take(missing as u64)
+            .read_to_end(&mut body)
+            .map_err(|e| (400, format!("cannot read the body: {e}")))?;
+        if read < missing {
+            return Err((
+                400,
+                format!("the body ended after {} of {length} bytes", body.len()),
+            ));
+        }
+        self.unread = false;
+        String::from_utf8(body).map_err(|_| (400, "the body is not UTF-8".to_string()))
+    }
+
+    /// Whether the client has closed its side (checked before working for it).
+    pub fn client_gone(&self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        let gone = matches!(self.stream.peek(&mut probe), Ok(0));
+        let _ = self.stream.set_nonblocking(false);
+        gone
+    }
+
+    /// Answers with a JSON body and closes the connection.
+    pub fn respond(mut self, status: u16, body: &str, headers: &[(&str, String)]) {
+        let mut head = format!(
+            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+            reason(status),
+            body.len()
+        );
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let written = self
+            .stream
+            .write_all(head.as_bytes())
+            .and_then(|_| self.stream.write_all(body.as_bytes()))
+            .and_then(|_| self.stream.flush());
+        if written.is_ok() {
+            self.linger();
+        }
+    }
+
+    /// After an answer: closes the sending side and drains a bounded amount of what the
+    /// client still sends, so that it reads the answer before the connection closes.
+    fn linger(mut self) {
+        let _ = self.stream.shutdown(Shutdown::Write);
+        if !self.unread {
+            return;
+        }
+        let _ = self.stream.set_read_timeout(Some(LINGER));
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < LINGER_BYTES {
+            match self.stream.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    }
+
+    /// Starts a server-sent event stream (chunked): its writer, or `None` when the client is
+    /// gone.
+    pub fn event_stream(mut self) -> Option<EventStream> {
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        self.stream
+            .write_all(head.as_bytes())
+            .and_then(|_| self.stream.flush())
+            .ok()?;
+        Some(EventStream { request: self })
+    }
+}
+
+/// A server-sent event stream being written.
+#[derive(Debug)]
+pub struct EventStream {
+    request: HttpRequest,
+}
+
+impl EventStream {
+    /// Sends one chunk; false when the client is gone.
+    pub fn send(&mut self, data: &str) -> bool {
+        let framed = format!("{:x}\r\n{data}\r\n", data.len());
+        let stream = &mut self.request.stream;
+        stream
+            .write_all(framed.as_bytes())
+            .and_then(|_| stream.flush())
+            .is_ok()
+    }
+
+    /// Ends the body (the empty chunk) and closes.
+    pub fn finish(mut self) {
+        if self.send("") {
+            self.request.linger();
+        }
+    }
+}
