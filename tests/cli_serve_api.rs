@@ -23,11 +23,16 @@ impl Drop for Server {
     }
 }
 
+/// Starts the server on the tiny Llama, or on `EMBERLM_SERVE_TEST_MODEL` when set (the load
+/// figures in bench/NOTES.md use SmolLM2 that way).
 fn start(extra: &[&str]) -> Server {
-    let model = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/tiny-llama-f32.gguf"
-    );
+    let model = std::env::var("EMBERLM_SERVE_TEST_MODEL").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tiny-llama-f32.gguf"
+        )
+        .to_string()
+    });
     let mut child = Command::new(env!("CARGO_BIN_EXE_emberlm"))
         .args([
             "serve-api",
@@ -36,7 +41,7 @@ fn start(extra: &[&str]) -> Server {
             "--port",
             "0",
             "--model",
-            model,
+            &model,
         ])
         .args(extra)
         .stdout(Stdio::piped())
