@@ -8,6 +8,12 @@
 //! (`$EMBERLM_CACHE_DIR`, else `$XDG_CACHE_HOME/emberlm`, else `~/.cache/emberlm`), written
 //! to a temporary file and renamed, so a crash never leaves half a record. In the browser it is
 //! the Cache API (`emberlm-tune-v1`), keyed by a synthetic URL.
+//!
+//! A record carries its format version ([`RECORD_FORMAT`]), its key, the value as JSON text and
+//! a checksum of that text. One that is truncated, corrupted (even into other valid JSON), of
+//! another format or written for another key is never trusted: it is ignored with a one-line
+//! notice (stderr natively, the console in the browser) and the caller measures again, which
+//! rewrites it.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -63,11 +69,49 @@ impl TuneKey {
     }
 }
 
-/// A stored choice: the key it was made for and the value.
+/// The version of the record layout written; records of any other are ignored.
+pub const RECORD_FORMAT: u32 = 2;
+
+/// A stored choice: its layout version, the key it was made for, the value as JSON text and
+/// the text's checksum ([`checksum`]).
 #[derive(Debug, Serialize, Deserialize)]
-struct Record<T> {
+struct Record {
+    format: u32,
     key: TuneKey,
-    value: T,
+    value: String,
+    checksum: String,
+}
+
+/// A record's checksum of its value text: FNV-1a (64 bits) of `bytes`, in hex. It catches a
+/// changed byte, not an adversary (whoever edits a record by hand sets it too).
+pub fn checksum(bytes: &[u8]) -> String {
+    format!("{:016x}", fnv1a(bytes))
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// What a store holds for a key.
+#[derive(Debug, PartialEq)]
+pub enum Lookup<T> {
+    /// Nothing (or nothing readable as text).
+    Missing,
+    /// A whole record for this key.
+    Found(T),
+    /// A record that is not trusted, and why.
+    Rejected(String),
+}
+
+/// Tells the user (one line) that a stored record is ignored.
+fn notice(location: &str, why: &str) {
+    let line = format!("emberlm: ignoring the stored choice {location}: {why}; measuring again");
+    #[cfg(target_arch = "wasm32")]
+    web_sys::console::warn_1(&line.into());
+    #[cfg(not(target_arch = "wasm32"))]
+    eprintln!("{line}");
 }
 
 /// Where tuned choices are kept.
@@ -120,19 +164,56 @@ impl Store {
         }
     }
 
-    /// The value stored under `key`, or `None` when there is none, it cannot be read or parsed,
-    /// or it was written for a different key (a hash collision or a hand-edited file).
+    /// The value stored under `key`, or `None` when there is none or the record is not
+    /// trusted (see [`Store::lookup`]; a one-line notice says why).
     pub async fn load<T: DeserializeOwned>(&self, key: &TuneKey) -> Option<T> {
-        let text = self.read(key).await?;
-        let record: Record<T> = serde_json::from_str(&text).ok()?;
-        (record.key == *key).then_some(record.value)
+        match self.lookup(key).await {
+            Lookup::Found(value) => Some(value),
+            Lookup::Missing => None,
+            Lookup::Rejected(why) => {
+                notice(&self.location(key).unwrap_or_default(), &why);
+                None
+            }
+        }
+    }
+
+    /// What is stored under `key`: the value, nothing, or a record rejected because it does not
+    /// parse, is of another format, fails its checksum, was written for a different key (a hash
+    /// collision or a copied file) or holds a value of another shape.
+    pub async fn lookup<T: DeserializeOwned>(&self, key: &TuneKey) -> Lookup<T> {
+        let Some(text) = self.read(key).await else {
+            return Lookup::Missing;
+        };
+        let record: Record = match serde_json::from_str(&text) {
+            Ok(r) => r,
+            Err(e) => return Lookup::Rejected(format!("it is not a record ({e})")),
+        };
+        if record.format != RECORD_FORMAT {
+            return Lookup::Rejected(format!(
+                "format {} (this version reads {RECORD_FORMAT})",
+                record.format
+            ));
+        }
+        if checksum(record.value.as_bytes()) != record.checksum {
+            return Lookup::Rejected("its checksum does not match (the file was changed)".into());
+        }
+        if record.key != *key {
+            return Lookup::Rejected("it was written for another model or device".into());
+        }
+        match serde_json::from_str(&record.value) {
+            Ok(value) => Lookup::Found(value),
+            Err(e) => Lookup::Rejected(format!("its value does not fit ({e})")),
+        }
     }
 
     /// Keeps `value` under `key`, replacing what was there. Failing to persist is not an error
     /// for the caller (the choice still holds for this load): the reason comes back as text.
     pub async fn save<T: Serialize>(&self, key: &TuneKey, value: &T) -> Result<(), String> {
+        let value = serde_json::to_string(value).map_err(|e| e.to_string())?;
         let record = Record {
+            format: RECORD_FORMAT,
             key: key.clone(),
+            checksum: checksum(value.as_bytes()),
             value,
         };
         let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
@@ -287,15 +368,77 @@ mod tests {
             assert_eq!(pollster::block_on(store.load::<u32>(&a)), None, "{bad:?}");
         }
         // a record written for another key, copied into this slot (a stale file)
-        let other = Record {
-            key: key("d=64"),
-            value: 7u32,
-        };
-        std::fs::write(&path, serde_json::to_string(&other).unwrap()).unwrap();
+        let b = key("d=64");
+        pollster::block_on(store.save(&b, &7u32)).unwrap();
+        let other = std::fs::read_to_string(store.location(&b).unwrap()).unwrap();
+        std::fs::write(&path, &other).unwrap();
+        let rejected = pollster::block_on(store.lookup::<u32>(&a));
+        assert!(
+            matches!(&rejected, Lookup::Rejected(w) if w.contains("another model")),
+            "{rejected:?}"
+        );
+        // a whole record whose value was changed into other valid JSON
+        pollster::block_on(store.save(&a, &9u32)).unwrap();
+        let good = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, good.replace("\"9\"", "\"8\"")).unwrap();
+        let rejected = pollster::block_on(store.lookup::<u32>(&a));
+        assert!(
+            matches!(&rejected, Lookup::Rejected(w) if w.contains("checksum")),
+            "{rejected:?}"
+        );
+        // every truncation of a whole record
+        for cut in 0..good.len() {
+            std::fs::write(&path, &good[..cut]).unwrap();
+            assert_eq!(
+                pollster::block_on(store.load::<u32>(&a)),
+                None,
+                "cut at {cut}"
+            );
+        }
+        // the format before this one (key and value side by side), and a future one
+        let old = format!(
+            "{{\"key\": {}, \"value\": 9}}",
+            serde_json::to_string(&a).unwrap()
+        );
+        std::fs::write(&path, old).unwrap();
+        assert_eq!(pollster::block_on(store.load::<u32>(&a)), None);
+        std::fs::write(&path, good.replace("\"format\": 2", "\"format\": 3")).unwrap();
+        let rejected = pollster::block_on(store.lookup::<u32>(&a));
+        assert!(
+            matches!(&rejected, Lookup::Rejected(w) if w.contains("format 3")),
+            "{rejected:?}"
+        );
+        // a value of another shape
+        pollster::block_on(store.save(&a, &"text")).unwrap();
         assert_eq!(pollster::block_on(store.load::<u32>(&a)), None);
         // and rewriting repairs it
         pollster::block_on(store.save(&a, &9u32)).unwrap();
         assert_eq!(pollster::block_on(store.load::<u32>(&a)), Some(9));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn concurrent_saves_leave_one_whole_record() {
+        let (store, dir) = temp_store("concurrent");
+        let a = key("d=576");
+        std::thread::scope(|s| {
+            for t in 0..8u32 {
+                let store = &store;
+                let a = &a;
+                s.spawn(move || {
+                    for i in 0..25u32 {
+                        pollster::block_on(store.save(a, &(t * 1000 + i))).unwrap();
+                        // every read sees some whole record, never a mix or a torn file
+                        let seen = pollster::block_on(store.lookup::<u32>(a));
+                        assert!(matches!(seen, Lookup::Found(_)), "{seen:?}");
+                    }
+                });
+            }
+        });
+        let last = pollster::block_on(store.load::<u32>(&a)).unwrap();
+        assert_eq!(last % 1000, 24);
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 1, "temporary files left: {left:?}");
         let _ = std::fs::remove_dir_all(dir);
     }
 

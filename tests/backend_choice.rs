@@ -116,15 +116,21 @@ fn auto_times_a_software_adapter_against_the_cpu_once_and_keeps_the_choice() {
         .is_some_and(|n| n.contains("measured on an earlier load")));
     drop(second);
 
-    // the record decides: edited to the other backend, the next load follows it
+    // the record decides: edited to the other backend (checksum and all), the next load
+    // follows it
     let text = std::fs::read_to_string(&record).unwrap();
-    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut stored: serde_json::Value = serde_json::from_str(&text).unwrap();
     let other = match c.backend {
         Chosen::Cpu => Chosen::Gpu,
         Chosen::Gpu => Chosen::Cpu,
     };
-    value["value"]["backend"] = serde_json::to_value(other).unwrap();
-    std::fs::write(&record, value.to_string()).unwrap();
+    let mut value: serde_json::Value =
+        serde_json::from_str(stored["value"].as_str().expect("the value as text")).unwrap();
+    value["backend"] = serde_json::to_value(other).unwrap();
+    let value = value.to_string();
+    stored["checksum"] = emberlm::tune::checksum(value.as_bytes()).into();
+    stored["value"] = value.into();
+    std::fs::write(&record, stored.to_string()).unwrap();
     let edited = load(DeviceChoice::Auto);
     assert_eq!(choice(&edited).backend, other);
     assert!(!choice(&edited).measured_now);
@@ -137,10 +143,24 @@ fn auto_times_a_software_adapter_against_the_cpu_once_and_keeps_the_choice() {
     assert!(choice(&again).measured_now);
     let rewritten: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let value: serde_json::Value =
+        serde_json::from_str(rewritten["value"].as_str().expect("the value as text")).unwrap();
     assert_eq!(
-        rewritten["value"]["backend"],
+        value["backend"],
         serde_json::to_value(choice(&again).backend).unwrap()
     );
+    drop(again);
+
+    // an edit that leaves the checksum behind is not trusted: timed again
+    let text = std::fs::read_to_string(&record).unwrap();
+    let flipped = match choice_backend_text(&text) {
+        "cpu" => text.replacen("\\\"cpu\\\"", "\\\"gpu\\\"", 1),
+        _ => text.replacen("\\\"gpu\\\"", "\\\"cpu\\\"", 1),
+    };
+    assert_ne!(flipped, text);
+    std::fs::write(&record, flipped).unwrap();
+    let again = load(DeviceChoice::Auto);
+    assert!(choice(&again).measured_now);
     drop(again);
 
     // `gpu` runs on the software adapter when asked, without timing
@@ -177,4 +197,15 @@ fn auto_times_a_software_adapter_against_the_cpu_once_and_keeps_the_choice() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("measured on an earlier load"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The backend a stored record names (`cpu` or `gpu`), from its value text.
+fn choice_backend_text(record: &str) -> &'static str {
+    let stored: serde_json::Value = serde_json::from_str(record).unwrap();
+    let value: serde_json::Value =
+        serde_json::from_str(stored["value"].as_str().expect("the value as text")).unwrap();
+    match value["backend"].as_str() {
+        Some("cpu") => "cpu",
+        _ => "gpu",
+    }
 }

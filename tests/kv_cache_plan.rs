@@ -97,7 +97,9 @@ fn budget_drops_kinds_and_the_decision_is_kept_and_reused() {
     let (_, rebuilt) = plan(&tiny(), 128, &options).unwrap();
     assert_eq!(rebuilt.unwrap().source, "measured");
     let text = std::fs::read_to_string(&stored).unwrap();
-    assert!(text.contains("\"kind\""), "{text}");
+    let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let value = record["value"].as_str().unwrap_or("");
+    assert!(value.contains("\"kind\""), "{text}");
 
     // a stale one too (probe interval 0)
     let stale = CachePlanOptions {
