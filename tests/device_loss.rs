@@ -147,3 +147,86 @@ fn a_draft_model_is_loaded_again_after_device_loss() {
     assert!(s.drafted > 0, "{s:?}");
     assert_eq!(engine.rebuilds(), 1);
 }
+
+/// The device lost in the middle of a batched call (fired from the token callback after some
+/// tokens came out): the call fails with `DeviceLost`, no panic or hang; the next batched call
+/// rebuilds the engine and every sequence comes out as it does without the loss.
+#[test]
+fn a_device_lost_mid_batch_fails_the_call_and_the_next_batch_is_whole() {
+    let Some(engine) = load() else {
+        return;
+    };
+    let prompts: Vec<Prompt> = [
+        "Permission is hereby granted",
+        "The software is provided",
+        "you may not use this file except",
+    ]
+    .iter()
+    .map(|p| Prompt::Text(p.to_string()))
+    .collect();
+    let run = |engine: &Engine, on_token: &mut dyn FnMut(&emberlm::session::TokenEvent)| {
+        pollster::block_on(engine.generate_batch(&prompts, &options(), on_token))
+    };
+    let tokens = |g: &[emberlm::session::Generation]| -> Vec<Vec<u32>> {
+        g.iter().map(|g| g.sequences[0].tokens.clone()).collect()
+    };
+    let want = tokens(&run(&engine, &mut |_| {}).unwrap());
+    assert!(want.iter().all(|t| t.len() > 2), "{want:?}");
+
+    let trigger = engine.loss_trigger_for_test().expect("a GPU engine");
+    let mut seen = 0;
+    let err = run(&engine, &mut |_| {
+        seen += 1;
+        if seen == 4 {
+            trigger.fire();
+        }
+    })
+    .unwrap_err();
+    assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
+    assert!(seen >= 4, "the loss came after {seen} tokens");
+    assert!(
+        seen < want.iter().map(Vec::len).sum::<usize>(),
+        "the batch ran to its end"
+    );
+
+    assert_eq!(tokens(&run(&engine, &mut |_| {}).unwrap()), want);
+    assert_eq!(engine.rebuilds(), 1);
+}
+
+/// The device lost between speculative steps (after the first token came out, so a
+/// verification step meets it): the call fails with `DeviceLost`; the next call rebuilds with
+/// the draft model and gives the plain tokens.
+#[test]
+fn a_device_lost_during_verification_fails_the_call_and_the_next_one_speculates() {
+    let Some(engine) = load() else {
+        return;
+    };
+    let draft = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-llama-q8_0.gguf"
+    );
+    pollster::block_on(engine.load_draft(ModelFiles::open(Path::new(draft)).unwrap())).unwrap();
+    let history = vec![ChatMessage::new("user", "Permission is hereby granted")];
+    let want = generate(&engine, &history).unwrap();
+    let speculative = GenerateOptions {
+        speculative: Some(emberlm::session::SpecOptions::default()),
+        ..options()
+    };
+    let prompt = Prompt::Chat(history.clone());
+    let trigger = engine.loss_trigger_for_test().expect("a GPU engine");
+    let mut seen = 0;
+    let err = pollster::block_on(engine.generate(&prompt, &speculative, &mut |_| {
+        seen += 1;
+        if seen == 1 {
+            trigger.fire();
+        }
+    }))
+    .unwrap_err();
+    assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
+    assert!(seen >= 1 && seen < want.len(), "{seen} of {}", want.len());
+    let g = pollster::block_on(engine.generate(&prompt, &speculative, &mut |_| {})).unwrap();
+    assert_eq!(g.sequences[0].tokens, want);
+    let s = g.stats.speculative.expect("speculative stats");
+    assert_eq!(s.method, "draft");
+    assert_eq!(engine.rebuilds(), 1);
+}

@@ -454,6 +454,14 @@ impl Engine {
                 .unwrap_or(false)
     }
 
+    /// A handle that destroys the current GPU device when fired, from anywhere (a token
+    /// callback during a call included), to test device loss in the middle of a step; `None`
+    /// on the CPU backend or while a call holds the session.
+    pub fn loss_trigger_for_test(&self) -> Option<crate::gpu::device::LossTrigger> {
+        self.inspect(|s| s.gpu().map(GpuContext::loss_trigger_for_test))
+            .flatten()
+    }
+
     /// Destroys the GPU device in its turn, as a driver reset would, to test device-loss
     /// handling: the next request fails with [`Error::DeviceLost`], the one after it runs on a
     /// new device with the conversation replayed.

@@ -38,6 +38,10 @@ impl GpuContext {
     pub fn storage_from<T: Pod>(&self, label: &str, data: &[T]) -> Result<wgpu::Buffer> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         self.check_storage_size(label, bytes.len() as u64)?;
+        // a buffer mapped at creation on a lost device cannot be filled (wgpu panics)
+        if let Some(lost) = self.lost_error() {
+            return Err(lost);
+        }
         let contents: &[u8] = if bytes.is_empty() { &[0; 4] } else { bytes };
         self.counter_cells()
             .buffer_created(contents.len().div_ceil(4) as u64 * 4);
@@ -63,16 +67,27 @@ impl GpuContext {
         }))
     }
 
-    /// A uniform buffer holding one `value` (kernel parameters).
+    /// A uniform buffer holding one `value` (kernel parameters). Written through the queue
+    /// rather than mapped at creation, so that on a lost device it fails as a lost device
+    /// (reported by the next check) instead of panicking.
     pub fn uniform_from<T: Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
-        self.counter_cells()
-            .buffer_created(std::mem::size_of::<T>() as u64);
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: bytemuck::bytes_of(value),
-                usage: wgpu::BufferUsages::UNIFORM,
-            })
+        let bytes = bytemuck::bytes_of(value);
+        let size = (bytes.len().max(4).div_ceil(4) * 4) as u64;
+        self.counter_cells().buffer_created(size);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        if bytes.len() as u64 == size {
+            self.queue.write_buffer(&buffer, 0, bytes);
+        } else {
+            let mut padded = bytes.to_vec();
+            padded.resize(size as usize, 0);
+            self.queue.write_buffer(&buffer, 0, &padded);
+        }
+        buffer
     }
 
     /// Encodes one compute pass with `record`, submits it, and returns the submission index.

@@ -453,6 +453,15 @@ impl GpuContext {
         }
     }
 
+    /// The device-lost error once the device is lost.
+    pub fn lost_error(&self) -> Option<Error> {
+        self.health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .lost
+            .clone()
+    }
+
     /// Whether the device has been lost; a lost context must be replaced.
     pub fn is_lost(&self) -> bool {
         self.health
@@ -465,5 +474,23 @@ impl GpuContext {
     /// Destroys the device, as a driver reset would; used to test device-loss handling.
     pub fn destroy_for_test(&self) {
         self.device.destroy();
+    }
+
+    /// A handle that destroys this device from anywhere, a token callback in the middle of a
+    /// call included; used to test device loss during a step.
+    pub fn loss_trigger_for_test(&self) -> LossTrigger {
+        LossTrigger(self.device.clone())
+    }
+}
+
+/// Destroys a device when fired, as a driver reset would (see
+/// [`GpuContext::loss_trigger_for_test`]).
+#[derive(Debug, Clone)]
+pub struct LossTrigger(wgpu::Device);
+
+impl LossTrigger {
+    /// Destroys the device: every later use of it fails as a lost device.
+    pub fn fire(&self) {
+        self.0.destroy();
     }
 }
