@@ -1,7 +1,8 @@
 //! `auto` on a software adapter (lavapipe here): both backends are timed on the first load,
 //! the faster runs the model and the choice is kept in the tune store; the next load reuses
 //! the record without timing, a record it cannot read is timed again, and the record decides
-//! (a hand-edited record is followed). `gpu` runs on the software adapter when asked. The
+//! (a hand-edited record is followed, one whose checksum no longer matches is not), another KV
+//! cache kind is timed and kept apart. `gpu` runs on the software adapter when asked. The
 //! CLI says what `auto` chose. One test: the tune store's folder is the process's
 //! `EMBERLM_CACHE_DIR`.
 
@@ -12,6 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use emberlm::dtype::kv::{KvKind, KvKinds};
 use emberlm::engine::{BackendChoice, Chosen, Engine, EngineOptions};
 use emberlm::gpu::DeviceChoice;
 use emberlm::loader::ModelFiles;
@@ -24,10 +26,15 @@ const MODEL: &str = concat!(
 );
 
 fn load(device: DeviceChoice) -> Engine {
+    load_with(device, KvKinds::default())
+}
+
+fn load_with(device: DeviceChoice, kv_cache: KvKinds) -> Engine {
     let files = ModelFiles::open(Path::new(MODEL)).unwrap();
     let options = EngineOptions {
         gpu: GpuOptions {
             device,
+            kv_cache,
             ..GpuOptions::default()
         },
         ..EngineOptions::default()
@@ -162,6 +169,23 @@ fn auto_times_a_software_adapter_against_the_cpu_once_and_keeps_the_choice() {
     let again = load(DeviceChoice::Auto);
     assert!(choice(&again).measured_now);
     drop(again);
+
+    // another KV cache kind is timed with that kind, kept in a record of its own, and the
+    // chosen backend runs with it
+    let q8 = KvKinds::both(KvKind::Q8_0);
+    let quantized = load_with(DeviceChoice::Auto, q8);
+    let cq = choice(&quantized);
+    assert!(
+        cq.measured_now,
+        "the f32 record was reused for q8_0: {cq:?}"
+    );
+    assert_ne!(cq.stored_at, c.stored_at);
+    assert_eq!(quantized.inspect(|s| s.forward().kv_kinds()).unwrap(), q8);
+    drop(quantized);
+    let quantized = load_with(DeviceChoice::Auto, q8);
+    assert!(!choice(&quantized).measured_now);
+    assert_eq!(quantized.inspect(|s| s.forward().kv_kinds()).unwrap(), q8);
+    drop(quantized);
 
     // `gpu` runs on the software adapter when asked, without timing
     let gpu = load(DeviceChoice::Gpu);

@@ -4,13 +4,15 @@
 //! far slower than the CPU backend on the same cores, but not always (a many-core machine
 //! with a single-threaded page). So `auto` times one decode step of the model on both, keeps
 //! the faster, and records the choice in the tune store ([`crate::tune`]) under the adapter,
-//! its driver, the model's shape and the CPU's threads and instruction set; the next load reads
-//! the record and loads only the chosen backend. A hardware adapter always runs the model, and
-//! so does a software one when the options ask for what only the GPU backend does.
+//! its driver, the model's shape, the KV cache's kinds (both are timed with the kinds asked for)
+//! and the CPU's threads and instruction set; the next load reads the record and loads only the
+//! chosen backend. A hardware adapter always runs the model, and so does a software one when
+//! the options ask for what only the GPU backend does (f16 precision, forced kernels).
 
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use crate::dtype::kv::KvKinds;
 use crate::error::Result;
 use crate::gpu::{AdapterReport, GpuContext, Precision};
 use crate::loader::ModelFiles;
@@ -93,20 +95,24 @@ impl BackendChoice {
 /// f32): then `auto` keeps the adapter.
 fn gpu_only(options: &super::EngineOptions) -> bool {
     let gpu = &options.gpu;
-    !gpu.kv_cache.is_f32() || gpu.precision == Precision::F16 || !gpu.kernels.is_empty()
+    gpu.precision == Precision::F16 || !gpu.kernels.is_empty()
 }
 
 /// The tune-store key of the choice: the adapter and driver, and what the two timings depend
-/// on (the model's shape and weight types, the context, the CPU's threads and instructions).
+/// on (the model's shape and weight types, the context, the KV cache's kinds, the CPU's threads
+/// and instructions).
 fn choice_key(
     report: &AdapterReport,
     weights: &ModelWeights<'_>,
     context: Option<usize>,
+    kinds: KvKinds,
 ) -> TuneKey {
     let (dims, types) = crate::forward::model_shape(weights);
     let shape = format!(
-        "{dims} types={types} context={} cpu={}x{}",
+        "{dims} types={types} context={} kv={}/{} cpu={}x{}",
         context.map_or("default".to_string(), |n| n.to_string()),
+        kinds.k,
+        kinds.v,
         crate::cpu::dot::instruction_set(),
         crate::cpu::threads(),
     );
@@ -136,7 +142,8 @@ impl Engine {
             return Self::new(gpu, files, options, progress).await;
         }
         let report = gpu.report().clone();
-        let key = choice_key(&report, &files.weights()?, options.context);
+        let kinds = options.gpu.kv_cache;
+        let key = choice_key(&report, &files.weights()?, options.context, kinds);
         let store = Store::platform();
         let stored_at = store.location(&key);
         if let Some(m) = store.load::<Measured>(&key).await {
@@ -160,7 +167,11 @@ impl Engine {
             };
             return Self::chosen(session, files, options, choice).await;
         }
+        // both are timed with the KV cache kinds asked for (their decode speeds differ by kind)
         let mut cpu = Session::new_cpu(&files, options.context)?;
+        if cpu.forward().kv_kinds() != kinds {
+            cpu.set_kv_kinds(kinds).await?;
+        }
         let cpu_ms = cpu.time_decode_step(CPU_STEPS).await?;
         let mut on_gpu =
             match Session::new_with_progress(gpu, &files, options.context, progress).await {
@@ -174,6 +185,9 @@ impl Engine {
                     return Self::from_session(cpu, files, options, Some(notice)).await;
                 }
             };
+        if on_gpu.forward().kv_kinds() != kinds {
+            on_gpu.set_kv_kinds(kinds).await?;
+        }
         let gpu_ms = on_gpu.time_decode_step(GPU_STEPS).await?;
         let backend = if cpu_ms <= gpu_ms {
             Chosen::Cpu
