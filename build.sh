@@ -430,11 +430,11 @@ cmd_bench() {
 
 # Fuzz targets (fuzz/fuzz_targets/) and the longest input each may receive.
 FUZZ_TARGETS=(gguf_header gguf_model safetensors_hf tokenizer_json tokenizer_gguf chat_template
-  sampling_params response_format openai_request)
+  sampling_params response_format openai_request http_head)
 fuzz_max_len() {
   case "$1" in
     gguf_header | gguf_model) echo 1048576 ;;
-    chat_template | sampling_params | response_format | openai_request) echo 16384 ;;
+    chat_template | sampling_params | response_format | openai_request | http_head) echo 16384 ;;
     *) echo 262144 ;;
   esac
 }

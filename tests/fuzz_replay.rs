@@ -115,3 +115,8 @@ fn response_format() {
 fn openai_request() {
     replay("openai_request", fuzz_common::openai_request);
 }
+
+#[test]
+fn http_head() {
+    replay("http_head", fuzz_common::http_head);
+}

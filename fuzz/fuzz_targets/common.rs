@@ -335,3 +335,31 @@ pub fn openai_request(data: &[u8]) {
         assert!(options.top_logprobs <= emberlm::sampling::MAX_TOP_LOGPROBS);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// HTTP request heads (`emberlm serve-api`)
+
+/// `http_head::parse_head` on the bytes and on prefixes of them: no panic; a complete head lies
+/// within the bytes, its path has no query, it parses the same alone, and no shorter prefix
+/// is a complete head.
+pub fn http_head(data: &[u8]) {
+    use emberlm::openai::http_head::{parse_head, HeadParse, HEAD_LIMIT};
+    let whole = parse_head(data);
+    match &whole {
+        HeadParse::Complete(h) => {
+            assert!(h.len <= data.len() && h.len <= HEAD_LIMIT, "{h:?}");
+            assert!(!h.path.contains('?'), "{h:?}");
+            assert_eq!(parse_head(&data[..h.len]), whole, "the head alone");
+            for cut in [0, h.len / 2, h.len.saturating_sub(1)] {
+                if let HeadParse::Complete(early) = parse_head(&data[..cut]) {
+                    panic!("a complete head {early:?} in the first {cut} of {} bytes", h.len);
+                }
+            }
+        }
+        HeadParse::Invalid(status, why) => {
+            assert!(matches!(status, 400 | 431), "{status} {why}");
+            assert!(!why.is_empty());
+        }
+        HeadParse::Partial => assert!(data.len() < HEAD_LIMIT),
+    }
+}

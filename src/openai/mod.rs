@@ -13,6 +13,8 @@
 //! (temperature 1, top-p 1; `max_tokens` 16 for completions), except that `max_tokens` of a
 //! chat defaults to 256 rather than to the whole context.
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod http_head;
 pub mod response;
 mod run;
 

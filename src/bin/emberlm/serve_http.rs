@@ -1,5 +1,5 @@
 //! The HTTP/1.1 side of `emberlm serve-api`, over std's `TcpStream`: one request per connection
-//! (`Connection: close`), its head parsed by `httparse` within [`HEAD_LIMIT`], its body read
+//! (`Connection: close`), its head parsed by [`http_head::parse_head`], its body read
 //! only when asked and never past the caller's limit, whatever `Content-Length` says. Answers
 //! are JSON with a length, or a server-sent event stream in chunks.
 
@@ -7,10 +7,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
-/// Largest request head (request line and headers) read.
-const HEAD_LIMIT: usize = 16 << 10;
-/// Headers parsed at most.
-const MAX_HEADERS: usize = 64;
+use emberlm::openai::http_head::{self, HeadParse};
+
 /// How long a client may take to send its head or body before the connection is dropped.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long, and how much, of a refused request's unread body is drained after the answer, so
@@ -71,50 +69,13 @@ fn parse_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Request::new(&mut headers);
-        match parsed.parse(&buf) {
-            Ok(httparse::Status::Complete(end)) => {
-                let method = parsed.method.unwrap_or("").to_string();
-                let path = parsed.path.unwrap_or("").split('?').next().unwrap_or("");
-                let path = path.to_string();
-                let mut content_length = None;
-                let mut chunked = false;
-                for h in parsed.headers.iter() {
-                    let value = std::str::from_utf8(h.value).unwrap_or("").trim();
-                    if h.name.eq_ignore_ascii_case("content-length") {
-                        let n = value.parse::<usize>().map_err(|_| {
-                            HeadError::Answer(
-                                400,
-                                format!("Content-Length {value:?} is not a number"),
-                            )
-                        })?;
-                        if content_length.is_some_and(|m| m != n) {
-                            return Err(HeadError::Answer(
-                                400,
-                                "two different Content-Length headers".into(),
-                            ));
-                        }
-                        content_length = Some(n);
-                    } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                        chunked = true;
-                    }
-                }
-                return Ok((method, path, content_length, chunked, buf[end..].to_vec()));
+        match http_head::parse_head(&buf) {
+            HeadParse::Complete(h) => {
+                let early = buf[h.len..].to_vec();
+                return Ok((h.method, h.path, h.content_length, h.chunked, early));
             }
-            Ok(httparse::Status::Partial) => {}
-            Err(e) => {
-                return Err(HeadError::Answer(
-                    400,
-                    format!("not an HTTP/1.1 request: {e}"),
-                ));
-            }
-        }
-        if buf.len() >= HEAD_LIMIT {
-            return Err(HeadError::Answer(
-                431,
-                format!("the request head is larger than {HEAD_LIMIT} bytes"),
-            ));
+            HeadParse::Invalid(status, why) => return Err(HeadError::Answer(status, why)),
+            HeadParse::Partial => {}
         }
         match stream.read(&mut chunk) {
             Ok(0) => return Err(HeadError::Gone),
