@@ -37,6 +37,24 @@ fn load() -> Option<Engine> {
     Some(pollster::block_on(Engine::new(ctx, files, options, &mut |_, _| {})).unwrap())
 }
 
+/// An engine with the Q8_0 tiny Llama as its draft model, a one-message history, its plain
+/// greedy tokens and speculative options.
+fn with_draft() -> Option<(Engine, Vec<ChatMessage>, Vec<u32>, GenerateOptions)> {
+    let engine = load()?;
+    let draft = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-llama-q8_0.gguf"
+    );
+    pollster::block_on(engine.load_draft(ModelFiles::open(Path::new(draft)).unwrap())).unwrap();
+    let history = vec![ChatMessage::new("user", "Permission is hereby granted")];
+    let want = generate(&engine, &history).unwrap();
+    let speculative = GenerateOptions {
+        speculative: Some(emberlm::session::SpecOptions::default()),
+        ..options()
+    };
+    Some((engine, history, want, speculative))
+}
+
 fn generate(engine: &Engine, history: &[ChatMessage]) -> emberlm::Result<Vec<u32>> {
     let prompt = Prompt::Chat(history.to_vec());
     let g = pollster::block_on(engine.generate(&prompt, &options(), &mut |_| {}))?;
@@ -119,19 +137,8 @@ fn a_request_after_device_loss_rebuilds_by_itself() {
 /// next request speculates with it and gives the plain tokens.
 #[test]
 fn a_draft_model_is_loaded_again_after_device_loss() {
-    let Some(engine) = load() else {
+    let Some((engine, history, want, speculative)) = with_draft() else {
         return;
-    };
-    let draft = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/tiny-llama-q8_0.gguf"
-    );
-    pollster::block_on(engine.load_draft(ModelFiles::open(Path::new(draft)).unwrap())).unwrap();
-    let history = vec![ChatMessage::new("user", "Permission is hereby granted")];
-    let want = generate(&engine, &history).unwrap();
-    let speculative = GenerateOptions {
-        speculative: Some(emberlm::session::SpecOptions::default()),
-        ..options()
     };
     let run = |engine: &Engine| {
         let prompt = Prompt::Chat(history.clone());
@@ -198,19 +205,8 @@ fn a_device_lost_mid_batch_fails_the_call_and_the_next_batch_is_whole() {
 /// the draft model and gives the plain tokens.
 #[test]
 fn a_device_lost_during_verification_fails_the_call_and_the_next_one_speculates() {
-    let Some(engine) = load() else {
+    let Some((engine, history, want, speculative)) = with_draft() else {
         return;
-    };
-    let draft = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/tiny-llama-q8_0.gguf"
-    );
-    pollster::block_on(engine.load_draft(ModelFiles::open(Path::new(draft)).unwrap())).unwrap();
-    let history = vec![ChatMessage::new("user", "Permission is hereby granted")];
-    let want = generate(&engine, &history).unwrap();
-    let speculative = GenerateOptions {
-        speculative: Some(emberlm::session::SpecOptions::default()),
-        ..options()
     };
     let prompt = Prompt::Chat(history.clone());
     let trigger = engine.loss_trigger_for_test().expect("a GPU engine");

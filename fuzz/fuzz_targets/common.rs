@@ -352,7 +352,10 @@ pub fn http_head(data: &[u8]) {
             assert_eq!(parse_head(&data[..h.len]), whole, "the head alone");
             for cut in [0, h.len / 2, h.len.saturating_sub(1)] {
                 if let HeadParse::Complete(early) = parse_head(&data[..cut]) {
-                    panic!("a complete head {early:?} in the first {cut} of {} bytes", h.len);
+                    panic!(
+                        "a complete head {early:?} in the first {cut} of {} bytes",
+                        h.len
+                    );
                 }
             }
         }
