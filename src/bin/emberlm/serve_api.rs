@@ -220,7 +220,7 @@ fn connection(stream: TcpStream, shared: &Shared) {
         Ok(r) => r,
         Err((HeadError::Answer(status, message), stream)) => {
             let body = error_body(&message, "invalid_request_error").to_string();
-            return answer_stream(stream, status, &body);
+            return answer_stream(stream, status, &body, true);
         }
         Err((HeadError::Gone, _)) => return,
     };
@@ -282,7 +282,7 @@ fn listen(listener: TcpListener, shared: Arc<Shared>) {
             shared.connections.fetch_sub(1, Ordering::AcqRel);
             let message = format!("more than {MAX_CONNECTIONS} connections are open; retry later");
             let body = error_body(&message, "server_error").to_string();
-            answer_stream(stream, 503, &body);
+            answer_stream(stream, 503, &body, false);
             continue;
         }
         let mine = Arc::clone(&shared);

@@ -86,15 +86,16 @@ fn parse_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
     }
 }
 
-/// Answers `status` with a JSON body on a connection whose request was not read (a bad head),
-/// draining a bounded amount of it afterwards.
-pub fn answer_stream(stream: TcpStream, status: u16, body: &str) {
+/// Answers `status` with a JSON body on a connection whose request was not read: after a bad
+/// head, draining a bounded amount of the rest (`drain`), or from the accepting thread, which
+/// must not wait (no drain).
+pub fn answer_stream(stream: TcpStream, status: u16, body: &str, drain: bool) {
     let request = HttpRequest {
         method: String::new(),
         path: String::new(),
         content_length: None,
         chunked: false,
-        unread: true,
+        unread: drain,
         stream,
         early: Vec::new(),
     };
