@@ -278,7 +278,7 @@ fn load(path: &Path) -> ReferenceModel {
 }
 
 /// Every tiny GGUF fixture that has a golden file.
-const TINY_GGUFS: [&str; 11] = [
+const TINY_GGUFS: [&str; 16] = [
     "tiny-gpt2-f32",
     "tiny-gpt2-f16",
     "tiny-llama-f32",
@@ -290,6 +290,11 @@ const TINY_GGUFS: [&str; 11] = [
     "tiny-llama-256-q5_k_m",
     "tiny-llama-256-q6_k",
     "tiny-llama-spm-f32",
+    "tiny-qwen2-f32",
+    "tiny-qwen3-q8_0",
+    "tiny-phi3-f32",
+    "tiny-gemma3-f32",
+    "tiny-llama3-rope-f32",
 ];
 
 #[test]
