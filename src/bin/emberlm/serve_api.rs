@@ -6,8 +6,8 @@
 //! `--max-queue` waiting completions, refusing the rest at once with 503 and a `Retry-After`;
 //! a slow client holds its place in the queue but never the engine. Bodies over the limit get
 //! 413 (without reading them), bad JSON or fields 400 naming the problem. A client that has
-//! gone away by its turn is skipped, and a streaming one that goes away cancels its
-//! generation at the next token.
+//! closed its connection by its turn is not run (it is told so with 503, should it still
+//! read), and a streaming one that goes away cancels its generation at the next token.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -327,8 +327,11 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
     // The engine is not `Send`: completions run here, one at a time, in arrival order.
     for job in queue {
         if job.request.client_gone() {
-            // nobody to answer: its place frees without running it
+            // its place frees without running it; a client that only closed its sending side
+            // still reads why
             shared.admission.leave(None);
+            let message = "not run: the client closed the connection before its turn";
+            reply(job.request, 503, &error_body(message, "server_error"));
             continue;
         }
         let started = Instant::now();
