@@ -1,0 +1,135 @@
+//! `emberlm serve-api` in tests: the server process on a fixture and the CPU backend, and raw
+//! HTTP/1.1 exchanges with it (shared by tests/cli_serve_api.rs and tests/cli_serve_load.rs).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// The server process, killed when dropped.
+pub struct Server {
+    /// The process.
+    pub child: Child,
+    /// `host:port`.
+    pub address: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the server on the tiny Llama, or on `EMBERLM_SERVE_TEST_MODEL` when set (the load
+/// figures in bench/NOTES.md use SmolLM2 that way).
+pub fn start(extra: &[&str]) -> Server {
+    let model = std::env::var("EMBERLM_SERVE_TEST_MODEL").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tiny-llama-f32.gguf"
+        )
+        .to_string()
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_emberlm"))
+        .args([
+            "serve-api",
+            "--device",
+            "cpu",
+            "--port",
+            "0",
+            "--model",
+            &model,
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the binary runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("a line");
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Server { child, address }
+}
+
+/// One HTTP/1.1 exchange: (status, body).
+pub fn http(server: &Server, method: &str, path: &str, body: &str) -> (u16, String) {
+    let reply = exchange(&server.address, method, path, body);
+    (reply.status, reply.body)
+}
+
+/// A whole answer: its status, head (lowercased) and body (dechunked).
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// The head, lowercased.
+    pub head: String,
+    /// The body, dechunked.
+    pub body: String,
+}
+
+pub fn request_text(address: &str, method: &str, path: &str, body: &str) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// One exchange of a well-formed request.
+pub fn exchange(address: &str, method: &str, path: &str, body: &str) -> Reply {
+    exchange_raw(address, &request_text(address, method, path, body))
+}
+
+/// One exchange of `text` as sent, well-formed or not.
+pub fn exchange_raw(address: &str, text: &str) -> Reply {
+    let mut tcp = TcpStream::connect(address).expect("connect");
+    tcp.write_all(text.as_bytes()).expect("send");
+    read_reply(tcp)
+}
+
+pub fn read_reply(mut stream: TcpStream) -> Reply {
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("receive");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let head = head.to_ascii_lowercase();
+    let body = match head.contains("transfer-encoding: chunked") {
+        true => dechunk(body),
+        false => body.to_string(),
+    };
+    Reply { status, head, body }
+}
+
+/// The payload of a chunked body; it must end with the empty chunk.
+pub fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..]
+            .strip_prefix("\r\n")
+            .expect("CRLF after a chunk");
+    }
+}
+
+pub fn json_body(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{body:?}: {e}"))
+}
