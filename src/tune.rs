@@ -47,7 +47,7 @@ impl TuneKey {
 
     /// A short stable name for the record: `what` and a 64-bit FNV-1a hash of every field.
     pub fn slot(&self) -> String {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut fields = Vec::new();
         for field in [
             &self.what,
             &self.adapter,
@@ -55,11 +55,10 @@ impl TuneKey {
             &self.engine,
             &self.shape,
         ] {
-            for b in field.bytes().chain([0u8]) {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
+            fields.extend_from_slice(field.as_bytes());
+            fields.push(0);
         }
+        let h = fnv1a(&fields);
         let what: String = self
             .what
             .chars()

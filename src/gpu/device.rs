@@ -464,11 +464,7 @@ impl GpuContext {
 
     /// Whether the device has been lost; a lost context must be replaced.
     pub fn is_lost(&self) -> bool {
-        self.health
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .lost
-            .is_some()
+        self.lost_error().is_some()
     }
 
     /// Destroys the device, as a driver reset would; used to test device-loss handling.

@@ -207,7 +207,7 @@ fn busy(admission: &Admission) -> (Value, u64) {
 /// What every connection's thread shares.
 struct Shared {
     admission: Admission,
-    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    jobs: mpsc::Sender<Job>,
     model: String,
     limit: usize,
     connections: AtomicUsize,
@@ -258,11 +258,7 @@ fn connection(stream: TcpStream, shared: &Shared) {
     let Some(job) = read_job(request, kind, limit) else {
         return shared.admission.leave(None);
     };
-    let sent = match shared.jobs.lock() {
-        Ok(jobs) => jobs.send(job).map_err(|mpsc::SendError(job)| job),
-        Err(_) => Err(job),
-    };
-    if let Err(job) = sent {
+    if let Err(mpsc::SendError(job)) = shared.jobs.send(job) {
         shared.admission.leave(None);
         reply(
             job.request,
@@ -314,7 +310,7 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
     let (jobs, queue) = mpsc::channel();
     let shared = Arc::new(Shared {
         admission: Admission::new(args.max_queue),
-        jobs: std::sync::Mutex::new(jobs),
+        jobs,
         model: emberlm::openai::model_name(engine.files().name()),
         limit: args.max_body,
         connections: AtomicUsize::new(0),
