@@ -1,7 +1,8 @@
 // Causal grouped-query attention over the KV cache, one workgroup per (query head, token):
 //   out[t, h*hd .. (h+1)*hd] = softmax_j(q[t, h] . k_cache[j, kvh] * scale) @ v_cache[j, kvh]
-// for the step's tokens t < n_tokens at positions p = token_pos(t) (step.wgsl), over cache rows
-// j = 0..=p (with a local window W: j = p + 1 - W ..= p), with kv head
+// for the step's tokens t < n_tokens at positions p = token_pos(t) (step.wgsl), over key
+// positions j = 0..=p (with a local window W: j = p + 1 - W ..= p; key_row gives a position's
+// cache row, a ring's for a local layer), with kv head
 // kvh = h / (n_heads / n_kv_heads).
 // q: [max_tokens, q_stride] (heads at columns 0..n_heads*hd), k_cache, v_cache:
 // [max_positions, n_kv_heads*hd], out: [max_tokens, n_heads*hd].
@@ -166,7 +167,7 @@ fn attention(
         let j = start + lid;
         var s = NEG_BIG;
         if j < n_keys {
-            s = score(j, kv_off, hd);
+            s = score(key_row(t, j), kv_off, hd);
         }
         let m_new = max(m, workgroup_max(s, lid, lane));
         // first tile: nothing to rescale (and m - m_new may not be finite)
@@ -179,7 +180,7 @@ fn attention(
         if g < groups {
             let tile = min(WG_SIZE, n_keys - start);
             for (var kk = g; kk < tile; kk += groups) {
-                acc += p_sh[kk] * value_at(start + kk, kv_off + d);
+                acc += p_sh[kk] * value_at(key_row(t, start + kk), kv_off + d);
             }
         }
         // p_sh is rewritten by the next tile

@@ -109,7 +109,8 @@ fn attention_rows(
     var acc: array<vec4<f32>, HEAD_QUADS>;
     var m = NEG_BIG;
     var l = 0.0;
-    for (var j = keys.x; j < keys.y; j++) {
+    for (var k = keys.x; k < keys.y; k++) {
+        let j = key_row(t, k);
         let s = score(j, kv_off, hd, &qv);
         if s > m {
             // rescale what was summed under the old maximum (nothing at the first key, where

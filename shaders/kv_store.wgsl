@@ -1,9 +1,11 @@
 // The KV-cache write for caches of kinds other than f32 (kv_kind.wgsl; src/dtype/kv.rs is the
 // CPU reference): the step's keys and values, already rotated, are encoded into the K and V
-// caches at positions p = token_pos(t) (rows token_base(t) + p), for t < step_params.n_tokens.
+// caches at positions p = token_pos(t) (rows cache_row(t, p, ring), step.wgsl), for
+// t < step_params.n_tokens.
 //   k_src[t * k_stride + k_off + c], v_src[t * v_stride + v_off + c], c < kv_dim: the step's
 //   rows (for a stacked q | k | v projection both are its output, bound twice);
-//   k_cache, v_cache: [max_positions, row words of their kind] u32.
+//   k_cache, v_cache: [rows, row words of their kind] u32 (rows: max_positions per
+//   sequence, or ring for a local layer's ring).
 // One invocation encodes one pair of 32-value blocks of one row (the two blocks whose f16
 // scales share a word), so no word is written by two invocations. Items per token: the K
 // row's pairs, then the V row's; grid (ceil(items / WG_SIZE), n_tokens).
@@ -15,7 +17,8 @@ struct Params {
     k_stride: u32,
     v_off: u32,
     v_stride: u32,
-    _pad0: u32,
+    // rows per sequence of a local layer's ring (0: every position kept)
+    ring: u32,
     _pad1: u32,
 }
 
@@ -161,7 +164,7 @@ fn kv_store(
         return;
     }
     let kind = kv_kind(which);
-    let base = (token_base(t) + pos) * kv_row_words(kind, params.kv_dim);
+    let base = cache_row(t, pos, params.ring) * kv_row_words(kind, params.kv_dim);
     let sw = kv_scale_words(kind, params.kv_dim);
     let b = 2u * item;
     let d0 = encode_block(which, kind, t, b, base, sw);

@@ -14,7 +14,7 @@
 // - GELU: y = gelu_tanh(W·x + bias); with GLU, gelu_tanh(gate_r) * up_r (GeGLU).
 // - KV_WRITE: the layer is a stacked Q/K/V projection (rows q | k | v, params.q_rows and
 //   params.kv_rows of them): its k and v rows of token t are also written to k_cache and
-//   v_cache at position token_pos(t) (row token_base(t) + p), and with ROPE the q and k rows are first rotated (pairs
+//   v_cache at position p = token_pos(t) (row cache_row(t, p, ring)), and with ROPE the q and k rows are first rotated (pairs
 //   of adjacent rows (2i, 2i + 1) within a head of params.head_dim, by the angle of rope_freqs[i]
 //   at the position): the RoPE + KV-cache kernel folded into its producer.
 // - LAST_ROW: only the step's last token is computed, written to row 0 of y (an LM head whose

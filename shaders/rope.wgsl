@@ -1,11 +1,12 @@
 // Rotary position embedding fused with the KV-cache write, for the step's tokens
-// t < step_params.n_tokens at positions p = token_pos(t) (cache row token_base(t) + p):
+// t < step_params.n_tokens at positions p = token_pos(t) (cache row cache_row(t, p, ring)):
 //   q[t] is rotated in place; k[t] is rotated and written to k_cache[p]; v[t] is copied to
 //   v_cache[p]. With NO_ROPE (GPT-2) nothing is rotated: k and v are only copied.
 // Pair i of a head (of head_dim / 2) is rotated by p * theta^(-2i / head_dim) radians; it
 // holds dimensions (2i, 2i + 1), or (i, i + head_dim / 2) with ROTATE_HALF.
 // q: [max_tokens, q_stride] (heads at columns 0..n_heads*hd), k, v: [max_tokens, *_stride]
-// (heads from k_off / v_off), k_cache, v_cache: [max_positions, n_kv_heads * head_dim].
+// (heads from k_off / v_off), k_cache, v_cache: [rows, n_kv_heads * head_dim] (rows:
+// max_positions per sequence, or a local layer's ring).
 // One invocation per rotated pair or copied value; the grid is (items / WG_SIZE, n_tokens).
 // With KV_DEFER (caches of other kinds than f32) q and k are only rotated in place, and
 // kv_store.wgsl encodes k and v into the caches after.
@@ -28,7 +29,8 @@ struct Params {
     k_stride: u32,
     v_off: u32,
     v_stride: u32,
-    _pad0: u32,
+    // rows per sequence of a local layer's ring (0: every position kept; cache_row)
+    ring: u32,
     _pad1: u32,
     _pad2: u32,
     // pair i: (hi, lo) of its turns per position at freqs[i / 2][2 * (i % 2)], [.. + 1]
@@ -98,7 +100,7 @@ fn rope_kv_write(
     let hd = params.head_dim;
     let kv_dim = params.n_kv_heads * hd;
     var item = wid.x * WG_SIZE + lid;
-    let cache_row = (token_base(t) + pos) * kv_dim;
+    let cache_at = cache_row(t, pos, params.ring) * kv_dim;
 #ifndef NO_ROPE
     let n_pairs = hd / 2u;
     let q_pairs = params.n_heads * n_pairs;
@@ -128,7 +130,7 @@ fn rope_kv_write(
         k[src + d.x] = x0 * sc.y - x1 * sc.x;
         k[src + d.y] = x0 * sc.x + x1 * sc.y;
 #else
-        let dst = cache_row + head * hd;
+        let dst = cache_at + head * hd;
         k_cache[dst + d.x] = x0 * sc.y - x1 * sc.x;
         k_cache[dst + d.y] = x0 * sc.x + x1 * sc.y;
 #endif
@@ -137,14 +139,14 @@ fn rope_kv_write(
     item -= k_pairs;
 #else
     if item < kv_dim {
-        k_cache[cache_row + item] = load_k(t * params.k_stride + params.k_off + item);
+        k_cache[cache_at + item] = load_k(t * params.k_stride + params.k_off + item);
         return;
     }
     item -= kv_dim;
 #endif
 #ifndef KV_DEFER
     if item < kv_dim {
-        v_cache[cache_row + item] = load_v(t * params.v_stride + params.v_off + item);
+        v_cache[cache_at + item] = load_v(t * params.v_stride + params.v_off + item);
     }
 #endif
 }

@@ -8,8 +8,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod kv_layout;
 mod local_attention;
 mod rope_scaling;
+pub use kv_layout::KvLayout;
 pub use local_attention::{LocalAttention, GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN};
 pub use rope_scaling::{yarn_default_attention_factor, RopeFreqs, RopeScaling};
 

@@ -123,7 +123,8 @@ impl Forward {
         Self::check_fits(ctx, weights, context, chunk)?;
         let fusion = fuse::plan(weights);
         let gpu = Self::upload(ctx, weights, &fusion, progress)?;
-        let kv = KvCache::with_kinds(ctx, &config, context, ctx.options().kv_cache)?;
+        let layout = kv::layout(&config, &ctx.options().decode_plan, context, chunk)?;
+        let kv = KvCache::with_layout(ctx, &config, layout, ctx.options().kv_cache, 1)?;
         let c = chunk as u64;
         let (d, q, kv_dim, ff, vocab) = (
             config.hidden_size as u64,
@@ -181,7 +182,7 @@ impl Forward {
             weights: weight_bytes,
             kv_cache: kv.bytes(),
             activations: activation_bytes,
-            kv_bytes_per_token: kv.kinds().bytes_per_token(config.n_layers, config.kv_dim()),
+            kv_bytes_per_token: kv.kinds().position_bytes(kv.layout(), config.kv_dim()),
             batch: 0,
         };
         let graph = arch::build(&config, &gpu, &weights.file)?;
@@ -348,13 +349,13 @@ impl Forward {
         for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
             let last = i + 1 == n_chunks;
             let head = collect.head(last);
-            let base = match seq {
+            let slot = match seq {
                 Seq::Main => 0,
-                Seq::Slot(s) => self.kv.slot_base(s),
+                Seq::Slot(s) => s,
             };
             let requests = if last { requests } else { &[] };
             let read = self
-                .step(ctx, base, pos + ran, chunk, head, requests)
+                .step(ctx, slot, pos + ran, chunk, head, requests)
                 .await?;
             let first = ran;
             ran += chunk.len();
@@ -415,15 +416,15 @@ impl Forward {
         }
     }
 
-    /// One step of at most [`Self::chunk`] tokens at positions `pos0..` of the sequence whose
-    /// cache rows start at `base`: writes the parameters and ids, records every
+    /// One step of at most [`Self::chunk`] tokens at positions `pos0..` of the sequence in KV
+    /// slot `slot`: writes the parameters and ids, records every
     /// node and the head in one compute pass (and a selection after them for each of
     /// `requests`, over rows `0..`), copies what is read back to a staging buffer, submits
     /// once, reads back.
     async fn step(
         &mut self,
         ctx: &GpuContext,
-        base: usize,
+        slot: usize,
         pos0: usize,
         tokens: &[u32],
         head: Head,
@@ -443,7 +444,8 @@ impl Forward {
         for (select, request) in selects.iter().flatten() {
             select.write(ctx, request)?;
         }
-        params.write_rows(ctx, &self.step, &[StepRow::new(pos0 as u32, base as u32)]);
+        let base = self.kv.slot_base(slot) as u32;
+        params.write_rows(ctx, &self.step, &[StepRow::new(pos0 as u32, slot as u32, base)]);
         ctx.queue
             .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
         let mut encoder = ctx

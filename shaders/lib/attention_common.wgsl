@@ -21,7 +21,8 @@ struct Params {
     max_splits: u32,
     // local attention: a token reads only its `window` latest keys (0: every key)
     window: u32,
-    _pad0: u32,
+    // rows per sequence of the layer's ring (0: the cache keeps every position; cache_row)
+    ring: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -47,19 +48,22 @@ fn token_first_key(t: u32) -> u32 {
     return n - min(n, params.window);
 }
 
-// The cache rows [first, end) that split `s` of token `t` walks (splits count from the token's
-// first key; rows are the keys' positions past the sequence's first row): all of them
-// without SPLIT.
+// The key positions [first, end) that split `s` of token `t` walks (splits count from the
+// token's first key): all of them without SPLIT. key_row gives each one's cache row.
 fn split_keys(s: u32, t: u32) -> vec2<u32> {
     let n = token_keys(t);
     let lo = token_first_key(t);
-    let base = token_base(t);
 #ifdef SPLIT
     let first = min(lo + s * params.keys_per_split, n);
-    return vec2<u32>(base + first, base + first + min(params.keys_per_split, n - first));
+    return vec2<u32>(first, first + min(params.keys_per_split, n - first));
 #else
-    return vec2<u32>(base + lo, base + n);
+    return vec2<u32>(lo, n);
 #endif
+}
+
+// The cache row of key position j of token t.
+fn key_row(t: u32, j: u32) -> u32 {
+    return cache_row(t, j, params.ring);
 }
 
 // First element of the partial record of (token t, head h, split s).

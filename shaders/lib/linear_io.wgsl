@@ -20,6 +20,8 @@ struct Params {
     // otherwise). With GLU both count output rows (half the weight rows). Not for KV_WRITE.
     y_stride: u32,
     y_offset: u32,
+    // KV_WRITE only: rows per sequence of a local layer's ring (0: every position kept)
+    ring: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -168,7 +170,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #ifdef KV_WRITE
     var out = v + bias_at(r);
     let pos = token_pos(t);
-    let row = token_base(t) + pos;
+    let row = cache_row(t, pos, params.ring);
     let kv_end = params.q_rows + params.kv_rows;
 #ifdef ROPE
     if r < kv_end {

@@ -143,33 +143,34 @@ pub fn decode_keys(
     if matches!((k, v), (KvRows::F32 { .. }, KvRows::F32 { .. })) {
         return None;
     }
-    let mut spans: Vec<(usize, usize)> = keys.iter().map(|r| (r.first, r.end)).collect();
-    spans.sort_unstable();
-    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
-    for (first, end) in spans {
+    // key ranges of one sequence's cache (same base and ring) merge by position
+    let mut spans: Vec<KeyRange> = keys.to_vec();
+    spans.sort_unstable_by_key(|r| (r.base, r.ring, r.first, r.end));
+    let mut merged: Vec<KeyRange> = Vec::with_capacity(spans.len());
+    for r in spans {
         match merged.last_mut() {
-            Some(last) if first <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((first, end)),
+            Some(last) if (last.base, last.ring) == (r.base, r.ring) && r.first <= last.end => {
+                last.end = last.end.max(r.end)
+            }
+            _ => merged.push(r),
         }
     }
     // the source row of each copied row, and where each merged range starts in the copy
     let mut rows = Vec::new();
     let mut starts = Vec::with_capacity(merged.len());
-    for &(first, end) in &merged {
+    for m in &merged {
         starts.push(rows.len());
-        rows.extend(first..end);
+        rows.extend((m.first..m.end).map(|p| m.row(p)));
     }
     let moved = keys
         .iter()
         .map(|r| {
             let i = merged
-                .partition_point(|m| m.1 <= r.first)
-                .min(merged.len() - 1);
-            let at = starts[i] + (r.first - merged[i].0);
-            KeyRange {
-                first: at,
-                end: at + (r.end - r.first),
-            }
+                .iter()
+                .position(|m| (m.base, m.ring) == (r.base, r.ring) && m.first <= r.first && r.end <= m.end)
+                .unwrap_or(0);
+            let at = starts[i] + (r.first - merged[i].first);
+            KeyRange::rows(at, at + (r.end - r.first))
         })
         .collect();
     Some((copy_rows(k, &rows), copy_rows(v, &rows), moved))
@@ -275,19 +276,29 @@ mod tests {
             k.write(r, &row);
             v.write(r, &row);
         }
+        // a local layer's ring of 7 rows from row 10: positions p in row 10 + p mod 7
+        let ring = |first, end| KeyRange {
+            first,
+            end,
+            base: 10,
+            ring: 7,
+        };
         let keys = [
-            KeyRange { first: 2, end: 9 },
-            KeyRange { first: 0, end: 5 },
-            KeyRange { first: 3, end: 4 },
-            KeyRange { first: 20, end: 26 },
-            KeyRange { first: 24, end: 30 },
+            KeyRange::rows(2, 9),
+            KeyRange::rows(0, 5),
+            KeyRange::rows(3, 4),
+            KeyRange::rows(20, 26),
+            KeyRange::rows(24, 30),
+            ring(12, 17),
+            ring(14, 19),
         ];
         let (dk, dv, moved) = decode_keys(&k, &v, &keys).unwrap();
-        // merged: 0..9 and 20..30
-        assert_eq!(dk.bytes(), 19 * kv_dim as u64 * 4);
+        // merged: rows 0..9 and 20..30, and the ring's positions 12..19
+        assert_eq!(dk.bytes(), (19 + 7) * kv_dim as u64 * 4);
         for (r, m) in keys.iter().zip(&moved) {
             assert_eq!(m.end - m.first, r.end - r.first);
             for (a, b) in (r.first..r.end).zip(m.first..m.end) {
+                let (a, b) = (r.row(a), m.row(b));
                 let (mut x, mut y) = (vec![0.0; kv_dim], vec![0.0; kv_dim]);
                 assert_eq!(k.span(a, 0, &mut x), dk.span(b, 0, &mut y), "K row {a}");
                 assert_eq!(v.span(a, 0, &mut x), dv.span(b, 0, &mut y), "V row {a}");

@@ -51,13 +51,39 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, freqs: &[f64], layout: R
     }
 }
 
-/// One query token's keys: the cache rows `first..end` of its sequence.
-#[derive(Debug, Clone, Copy)]
+/// One query token's keys: the key positions `first..end` of its sequence, position `p` in
+/// cache row [`KeyRange::row`]: `base + p`, or `base + p mod ring` in a local layer's ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyRange {
-    /// First cache row attended.
+    /// First key position attended.
     pub first: usize,
-    /// One past the last (the token's own row).
+    /// One past the last (the token's own position).
     pub end: usize,
+    /// The cache row of the sequence's first row (its slot's).
+    pub base: usize,
+    /// Rows of the layer's ring (0: the cache keeps every position).
+    pub ring: usize,
+}
+
+impl KeyRange {
+    /// The cache rows `first..end` themselves (no ring, base 0).
+    pub fn rows(first: usize, end: usize) -> Self {
+        Self {
+            first,
+            end,
+            base: 0,
+            ring: 0,
+        }
+    }
+
+    /// The cache row of key position `p`.
+    #[inline]
+    pub fn row(&self, p: usize) -> usize {
+        match self.ring {
+            0 => self.base + p,
+            r => self.base + p % r,
+        }
+    }
 }
 
 /// Shapes of an attention call.
@@ -94,10 +120,10 @@ pub fn attention(
         let (t, h) = (i / s.n_heads, i % s.n_heads);
         let qh = &q[t * s.q_stride + h * hd..][..hd];
         let off = (h / group) * hd;
-        let KeyRange { first, end } = keys[t];
+        let range = keys[t];
         let mut buf = vec![0.0f32; hd];
-        let mut scores: Vec<f32> = (first..end)
-            .map(|r| dot_f32(qh, k.span(r, off, &mut buf)) * scale)
+        let mut scores: Vec<f32> = (range.first..range.end)
+            .map(|p| dot_f32(qh, k.span(range.row(p), off, &mut buf)) * scale)
             .collect();
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let mut sum = 0.0f32;
@@ -106,8 +132,8 @@ pub fn attention(
             sum += *x;
         }
         o.fill(0.0);
-        for (r, &p) in (first..end).zip(&scores) {
-            let vr = v.span(r, off, &mut buf);
+        for (pos, &p) in (range.first..range.end).zip(&scores) {
+            let vr = v.span(range.row(pos), off, &mut buf);
             for (a, &b) in o.iter_mut().zip(vr) {
                 *a += p * b;
             }

@@ -180,11 +180,31 @@ impl Backend {
         }
     }
 
-    /// Forgets cached positions from `pos` on.
+    /// Forgets cached positions from `pos` on. Fails where a local layer's ring no longer
+    /// holds what continuing from `pos` reads ([`Backend::reusable`] says how far back is safe).
     pub fn truncate(&mut self, pos: usize) -> Result<()> {
         match self {
             Backend::Gpu(g) => g.forward.truncate(pos),
             Backend::Cpu(c) => c.truncate(pos),
+        }
+    }
+
+    /// The longest prefix of at most `pos` cached positions the model can continue from:
+    /// `pos` (at most the cached positions), or 0 where a local layer's ring has since
+    /// overwritten keys that continuing would read.
+    pub fn reusable(&self, pos: usize) -> usize {
+        match self {
+            Backend::Gpu(g) => g.forward.kv().reusable(pos),
+            Backend::Cpu(c) => c.reusable(pos),
+        }
+    }
+
+    /// How many positions the fill mark may always move back after a step (rejected draft
+    /// tokens): a step's length with local layers' rings, unbounded without.
+    pub fn rewind_limit(&self) -> usize {
+        match self {
+            Backend::Gpu(g) => g.forward.kv().layout().slack(),
+            Backend::Cpu(c) => c.rewind_limit(),
         }
     }
     /// Runs `tokens` from the cache's position on (see [`Forward::run`]).

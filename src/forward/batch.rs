@@ -232,7 +232,11 @@ impl Forward {
                 }
                 Some(s) => *s = true,
             }
-            rows.push(StepRow::new(t.pos as u32, self.kv.slot_base(t.slot) as u32));
+            rows.push(StepRow::new(
+                t.pos as u32,
+                t.slot as u32,
+                self.kv.slot_base(t.slot) as u32,
+            ));
         }
         let params = StepParams::batched(&rows, self.chunk as u32, self.kv.context() as u32)?;
         let selects = requests
@@ -323,10 +327,11 @@ impl Forward {
                 format!("{rows} is past the context of {}", self.kv.context()),
             ));
         }
-        let scratch = KvCache::with_kinds(ctx, &self.config, rows, self.kv.kinds())?;
-        KvCache::copy_rows(ctx, &self.kv, self.kv.slot_base(from), &scratch, 0, rows)?;
+        let layout = self.kv.layout().prefix(rows);
+        let scratch = KvCache::with_layout(ctx, &self.config, layout, self.kv.kinds(), 1)?;
+        KvCache::copy_positions(ctx, (&self.kv, from), (&scratch, 0), rows)?;
         for &slot in to {
-            KvCache::copy_rows(ctx, &scratch, 0, &self.kv, self.kv.slot_base(slot), rows)?;
+            KvCache::copy_positions(ctx, (&scratch, 0), (&self.kv, slot), rows)?;
         }
         Ok(())
     }

@@ -195,6 +195,11 @@ impl Compiler<'_> {
         }
     }
 
+    /// Rows per sequence of layer `layer`'s ring, `None` when its cache keeps every position.
+    fn ring(&self, layer: usize) -> Option<u32> {
+        self.kv.layout().ring(layer).map(|r| r as u32)
+    }
+
     /// Binds every operation of `graph`.
     pub(super) async fn compile(&self, graph: &Graph) -> Result<Compiled> {
         let red = Reduction::best(self.ctx);
@@ -256,14 +261,13 @@ impl Compiler<'_> {
         };
         let (k_cache, v_cache) = self.layer_cache(layer)?;
         let store = KvStore::new(self.ctx, self.cache, kinds).await?;
-        Ok(Some(Node::Kernel(store.bind(
+        Ok(Some(Node::Kernel(store.bind_in_ring(
             self.ctx,
             self.step,
             src,
-            k_cache,
-            v_cache,
+            (k_cache, v_cache),
             kv_dim,
-            self.kv.context() as u32,
+            (self.kv.context() as u32, self.ring(layer)),
             self.chunk as u32,
         )?)))
     }
@@ -318,15 +322,14 @@ impl Compiler<'_> {
                     k: &a.k,
                     v: &a.v,
                 };
-                Node::Kernel(rope.bind(
+                Node::Kernel(rope.bind_in_ring(
                     ctx,
                     self.step,
                     qkv,
-                    k_cache,
-                    v_cache,
+                    (k_cache, v_cache),
                     heads,
                     c.layer_rope(*layer),
-                    positions,
+                    (positions, self.ring(*layer)),
                     max,
                 )?)
             }
@@ -376,7 +379,8 @@ impl Compiler<'_> {
                                 positions,
                                 c.layer_window(*layer),
                             )?
-                            .with_score_scale(c.layer_score_scale(*layer)),
+                            .with_score_scale(c.layer_score_scale(*layer))
+                            .with_ring(self.ring(*layer)),
                             Some(&a.attn_split),
                         )?,
                     ));
@@ -470,6 +474,7 @@ impl Compiler<'_> {
                     head_dim: c.head_dim as u32,
                     rope: &rope,
                     max_positions: self.kv.context() as u32,
+                    ring: self.ring(layer),
                 })
             }
             None => None,

@@ -4,10 +4,26 @@
 use super::compile::{attention_keys, heads_of, Compiler};
 use super::upload::f32_bytes;
 use super::Forward;
-use crate::config::ModelConfig;
+use crate::config::{KvLayout, ModelConfig};
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
-use crate::gpu::{GpuContext, KernelCache, KvCache};
+use crate::gpu::{DecodePlan, GpuContext, KernelCache, KvCache};
+
+/// The cache layout of `config` at `context` positions for steps of up to `chunk` tokens: a
+/// ring for every layer that reads a local window (the trained one, or the decode plan's
+/// fixed window).
+pub(super) fn layout(
+    config: &ModelConfig,
+    decode: &DecodePlan,
+    context: usize,
+    chunk: usize,
+) -> Result<KvLayout> {
+    let model = format!("this {} model", config.arch.name());
+    let windows = (0..config.n_layers)
+        .map(|l| decode.window(config.layer_window(l), &model))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(KvLayout::new(&windows, context, chunk))
+}
 
 /// Fails unless a KV cache of `context` positions is within the model's trained context.
 pub(super) fn check_context(config: &ModelConfig, context: usize) -> Result<()> {
@@ -60,6 +76,7 @@ impl Forward {
         let config = self.config.clone();
         check_context(&config, context)?;
         let kv_dim = config.kv_dim();
+        let layout = layout(&config, &ctx.options().decode_plan, context, self.chunk)?;
         let row = kinds.k.row_bytes(kv_dim).max(kinds.v.row_bytes(kv_dim));
         let what = match slots {
             1 => "KV cache layer (context × kv_dim)".to_string(),
@@ -74,7 +91,7 @@ impl Forward {
         self.batch.clear();
         // free the old cache first: a placeholder of one position holds its place
         self.kv = KvCache::with_kinds(ctx, &config, 1, kinds)?;
-        self.kv = KvCache::with_slots(ctx, &config, context, kinds, slots)?;
+        self.kv = KvCache::with_layout(ctx, &config, layout, kinds, slots)?;
         let keys = attention_keys(
             &self.plan,
             &ctx.options().decode_plan,
@@ -108,7 +125,7 @@ impl Forward {
         self.head_all = compiled.head_all;
         self.memory.kv_cache = self.kv.bytes();
         self.memory.batch = 0;
-        self.memory.kv_bytes_per_token = kinds.bytes_per_token(config.n_layers, kv_dim);
+        self.memory.kv_bytes_per_token = kinds.position_bytes(self.kv.layout(), kv_dim);
         Ok(())
     }
 }

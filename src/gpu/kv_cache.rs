@@ -1,30 +1,36 @@
 //! The KV cache: K and V for every layer, in their kinds ([`KvKinds`]: f32, f16, q8_0, q4_0,
-//! nf4), allocated once for the chosen context length.
+//! nf4), allocated once for the chosen context length, with a ring of rows for each
+//! local-attention layer ([`KvLayout`]).
 
-use crate::config::ModelConfig;
+use crate::config::{KvLayout, ModelConfig};
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 
 use super::counters::AliveBuffers;
 use super::device::GpuContext;
 
-/// Per layer, a K and a V buffer of `slots · context` rows of `kv_dim` values each, a row
+/// Per layer, a K and a V buffer of `slots · rows` rows of `kv_dim` values each, a row
 /// stored in [`crate::dtype::kv::KvKind::row_words`] u32 words of its kind
-/// (`[slots · context, kv_dim]` f32 for f32). Each slot holds one sequence of up to `context`
-/// positions (slot `s`'s position `p` is row `s · context + p`); slot 0 is the main sequence,
-/// whose fill mark [`KvCache::pos`] tracks, and the others serve batched decoding. Positions
-/// advance as tokens are processed; nothing is ever re-uploaded.
+/// (`[slots · rows, kv_dim]` f32 for f32), where `rows` is the layer's rows per sequence in
+/// the [`KvLayout`]: the context, or a local layer's ring. Each slot holds one sequence of up
+/// to `context` positions (slot `s`'s position `p` is row [`KvLayout::row`], `s · context + p`
+/// outside rings); slot 0 is the main sequence, whose fill mark [`KvCache::pos`] tracks, and
+/// the others serve batched decoding. Positions advance as tokens are processed; nothing is
+/// ever re-uploaded.
 #[derive(Debug)]
 pub struct KvCache {
-    /// K per layer, `[slots · context, row words of kinds.k]`.
+    /// K per layer, `[slots · rows, row words of kinds.k]`.
     pub k: Vec<wgpu::Buffer>,
-    /// V per layer, `[slots · context, row words of kinds.v]`.
+    /// V per layer, `[slots · rows, row words of kinds.v]`.
     pub v: Vec<wgpu::Buffer>,
+    layout: KvLayout,
     context: usize,
     slots: usize,
     kv_dim: usize,
     kinds: KvKinds,
     pos: usize,
+    /// One past the highest position of the main sequence written since it was last emptied.
+    high: usize,
     _alive: AliveBuffers,
 }
 
@@ -47,7 +53,7 @@ impl KvCache {
     }
 
     /// Allocates `slots` sequences of `context` positions each with K and V in `kinds` (see
-    /// [`KvCache::with_kinds`]).
+    /// [`KvCache::with_kinds`]), every layer keeping every position.
     pub fn with_slots(
         ctx: &GpuContext,
         config: &ModelConfig,
@@ -55,35 +61,62 @@ impl KvCache {
         kinds: KvKinds,
         slots: usize,
     ) -> Result<Self> {
+        Self::with_layout(ctx, config, KvLayout::full(config.n_layers, context), kinds, slots)
+    }
+
+    /// Allocates `slots` sequences laid out as `layout` says (its context, and a ring per
+    /// local layer) with K and V in `kinds` (see [`KvCache::with_kinds`]).
+    pub fn with_layout(
+        ctx: &GpuContext,
+        config: &ModelConfig,
+        layout: KvLayout,
+        kinds: KvKinds,
+        slots: usize,
+    ) -> Result<Self> {
+        let context = layout.context();
         if context == 0 {
             return Err(Error::invalid("context", "must be at least 1"));
         }
         if slots == 0 {
             return Err(Error::invalid("slots", "must be at least 1"));
         }
-        let kv_dim = config.kv_dim();
-        let rows = context.checked_mul(slots).ok_or_else(|| {
-            Error::invalid(
-                "slots",
-                format!("{slots} slots of {context} positions overflow"),
-            )
-        })?;
-        if u32::try_from(rows).is_err() {
+        if layout.layers() != config.n_layers {
             return Err(Error::invalid(
-                "slots",
-                format!("{slots} slots of {context} positions exceed 2^32 cache rows"),
+                "kv",
+                format!(
+                    "a cache layout of {} layers for a model of {}",
+                    layout.layers(),
+                    config.n_layers
+                ),
             ));
         }
-        let layer_bytes = |kind: crate::dtype::kv::KvKind| {
-            (rows as u64)
-                .checked_mul(kind.row_bytes(kv_dim))
-                .ok_or_else(|| Error::invalid("context", format!("{rows} positions overflow")))
-        };
-        let (k_bytes, v_bytes) = (layer_bytes(kinds.k)?, layer_bytes(kinds.v)?);
-        ctx.check_storage_size("KV cache layer", k_bytes.max(v_bytes))?;
+        let kv_dim = config.kv_dim();
+        let mut sizes = Vec::with_capacity(config.n_layers);
+        for layer in 0..config.n_layers {
+            let rows = layout.rows(layer).checked_mul(slots).ok_or_else(|| {
+                Error::invalid(
+                    "slots",
+                    format!("{slots} slots of {context} positions overflow"),
+                )
+            })?;
+            if u32::try_from(rows).is_err() {
+                return Err(Error::invalid(
+                    "slots",
+                    format!("{slots} slots of {context} positions exceed 2^32 cache rows"),
+                ));
+            }
+            let layer_bytes = |kind: crate::dtype::kv::KvKind| {
+                (rows as u64)
+                    .checked_mul(kind.row_bytes(kv_dim))
+                    .ok_or_else(|| Error::invalid("context", format!("{rows} positions overflow")))
+            };
+            let (k_bytes, v_bytes) = (layer_bytes(kinds.k)?, layer_bytes(kinds.v)?);
+            ctx.check_storage_size("KV cache layer", k_bytes.max(v_bytes))?;
+            sizes.push((k_bytes, v_bytes));
+        }
         let mut k = Vec::with_capacity(config.n_layers);
         let mut v = Vec::with_capacity(config.n_layers);
-        for layer in 0..config.n_layers {
+        for (layer, (k_bytes, v_bytes)) in sizes.into_iter().enumerate() {
             k.push(ctx.storage_zeroed(&format!("k cache {layer}"), k_bytes)?);
             v.push(ctx.storage_zeroed(&format!("v cache {layer}"), v_bytes)?);
         }
@@ -95,12 +128,19 @@ impl KvCache {
             _alive: alive,
             k,
             v,
+            layout,
             context,
             slots,
             kv_dim,
             kinds,
             pos: 0,
+            high: 0,
         })
+    }
+
+    /// Where each layer keeps a sequence's positions.
+    pub fn layout(&self) -> &KvLayout {
+        &self.layout
     }
 
     /// The kinds K and V are stored in.
@@ -118,12 +158,7 @@ impl KvCache {
         self.slots
     }
 
-    /// Rows of every layer's buffers: `slots · context`.
-    pub fn rows(&self) -> usize {
-        self.slots * self.context
-    }
-
-    /// The first row of `slot`.
+    /// The first row of `slot` in the caches of layers that keep every position.
     pub fn slot_base(&self, slot: usize) -> usize {
         slot * self.context
     }
@@ -138,7 +173,9 @@ impl KvCache {
         self.pos
     }
 
-    /// Moves the fill mark: back to reuse a common prefix, forward after a step.
+    /// Moves the fill mark: back to reuse a common prefix, forward after a step. Moving back
+    /// fails where a local layer's ring no longer holds the keys the next step reads
+    /// ([`KvCache::reusable`] says how far back it may go); 0 always succeeds.
     pub fn set_pos(&mut self, pos: usize) -> Result<()> {
         if pos > self.context {
             return Err(Error::invalid(
@@ -146,8 +183,28 @@ impl KvCache {
                 format!("{pos} is past the context length {}", self.context),
             ));
         }
+        if pos < self.pos && !self.layout.can_return_to(pos, self.high) {
+            return Err(Error::invalid(
+                "pos",
+                format!(
+                    "cannot move back to position {pos}: the local layers' rings were overwritten up to position {}",
+                    self.high
+                ),
+            ));
+        }
+        self.high = if pos == 0 { 0 } else { self.high.max(pos) };
         self.pos = pos;
         Ok(())
+    }
+
+    /// The longest prefix of at most `pos` cached positions the cache can still continue
+    /// from: `pos`, or 0 where a local layer's ring lost keys that continuing would read.
+    pub fn reusable(&self, pos: usize) -> usize {
+        let pos = pos.min(self.pos);
+        match self.layout.can_return_to(pos, self.high) {
+            true => pos,
+            false => 0,
+        }
     }
 
     /// Bytes held on the GPU.
@@ -155,16 +212,16 @@ impl KvCache {
         self.k.iter().chain(&self.v).map(|b| b.size()).sum()
     }
 
-    /// Copies rows `[src_row, src_row + rows)` of every layer of `src` into rows
-    /// `[dst_row, dst_row + rows)` of `dst` (one command buffer, one submit; positions unchanged).
-    /// Used to give each beam of a beam search its own KV state.
-    pub fn copy_rows(
+    /// Copies positions `0..positions` of slot `src_slot` of every layer of `src` into slot
+    /// `dst_slot` of `dst` (one command buffer, one submit; fill marks unchanged): per layer,
+    /// the first `min(positions, rows)` rows of the slot, which for a ring that has wrapped is
+    /// the whole ring (then both caches must keep that layer in rings of one length). Used to
+    /// give each sample of a prompt its own KV state.
+    pub fn copy_positions(
         ctx: &GpuContext,
-        src: &KvCache,
-        src_row: usize,
-        dst: &KvCache,
-        dst_row: usize,
-        rows: usize,
+        (src, src_slot): (&KvCache, usize),
+        (dst, dst_slot): (&KvCache, usize),
+        positions: usize,
     ) -> Result<()> {
         if src.kv_dim != dst.kv_dim || src.k.len() != dst.k.len() {
             return Err(Error::invalid(
@@ -181,22 +238,45 @@ impl KvCache {
                 ),
             ));
         }
-        if src_row + rows > src.rows() || dst_row + rows > dst.rows() {
-            return Err(Error::invalid(
-                "rows",
-                format!(
-                    "copying {rows} rows from row {src_row} (of {}) to row {dst_row} (of {}) is out of range",
-                    src.rows(), dst.rows()
-                ),
-            ));
-        }
         if std::ptr::eq(src, dst) {
             return Err(Error::invalid(
                 "kv",
-                "rows are copied between two caches, not within one",
+                "positions are copied between two caches, not within one",
             ));
         }
-        if rows == 0 {
+        if src_slot >= src.slots || dst_slot >= dst.slots {
+            return Err(Error::invalid(
+                "slot",
+                format!(
+                    "copying slot {src_slot} (of {}) to slot {dst_slot} (of {}) is out of range",
+                    src.slots, dst.slots
+                ),
+            ));
+        }
+        if positions > src.context || positions > dst.context {
+            return Err(Error::invalid(
+                "positions",
+                format!(
+                    "{positions} positions exceed a context ({} and {})",
+                    src.context, dst.context
+                ),
+            ));
+        }
+        let mut spans = Vec::with_capacity(src.k.len());
+        for layer in 0..src.k.len() {
+            let (from_rows, to_rows) = (src.layout.rows(layer), dst.layout.rows(layer));
+            let n = positions.min(from_rows);
+            if n > to_rows || (positions > from_rows && from_rows != to_rows) {
+                return Err(Error::invalid(
+                    "kv",
+                    format!(
+                        "layer {layer} keeps {positions} positions in {from_rows} rows, which a cache of {to_rows} rows per sequence cannot take"
+                    ),
+                ));
+            }
+            spans.push((src_slot * from_rows, dst_slot * to_rows, n));
+        }
+        if positions == 0 {
             return Ok(());
         }
         let (k_row, v_row) = (
@@ -208,9 +288,9 @@ impl KvCache {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("kv copy"),
             });
-        let pairs = (src.k.iter().zip(&dst.k).map(|p| (p, k_row)))
-            .chain(src.v.iter().zip(&dst.v).map(|p| (p, v_row)));
-        for ((from, to), row) in pairs {
+        let pairs = (src.k.iter().zip(&dst.k).zip(&spans).map(|(p, s)| (p, s, k_row)))
+            .chain(src.v.iter().zip(&dst.v).zip(&spans).map(|(p, s)| (p, s, v_row)));
+        for ((from, to), &(src_row, dst_row, rows), row) in pairs {
             encoder.copy_buffer_to_buffer(
                 from,
                 src_row as u64 * row,

@@ -175,26 +175,32 @@ pub struct StepParams {
     pub batched: u32,
 }
 
-/// Where one token of a step lives: its position in its sequence and the first KV-cache row
-/// of that sequence (its position `p` is cache row `base + p`).
+/// Where one token of a step lives: its position in its sequence, the sequence's KV slot, and
+/// the first row of that slot in the caches of layers that keep every position (there,
+/// position `p` is cache row `base + p`; in a local layer's ring of `ring` rows it is row
+/// `slot · ring + p mod ring`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct StepRow {
     /// Position in the sequence.
     pub pos: u32,
-    /// The sequence's first cache row.
+    /// The sequence's first cache row in layers that keep every position.
     pub base: u32,
+    /// The sequence's KV slot.
+    pub slot: u32,
     /// Padding to 16 bytes.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
 impl StepRow {
-    /// Position `pos` of the sequence whose cache rows start at `base`.
-    pub fn new(pos: u32, base: u32) -> Self {
+    /// Position `pos` of the sequence in slot `slot`, whose rows start at `base` in layers that
+    /// keep every position.
+    pub fn new(pos: u32, slot: u32, base: u32) -> Self {
         Self {
             pos,
             base,
-            _pad: [0; 2],
+            slot,
+            _pad: 0,
         }
     }
 }
@@ -281,7 +287,7 @@ impl StepParams {
     /// Queues a write of these parameters into `buffer` (seen by the next submit), for a
     /// sequence whose cache rows start at row 0.
     pub fn write(&self, ctx: &GpuContext, buffer: &wgpu::Buffer) {
-        self.write_rows(ctx, buffer, &[StepRow::new(self.pos0, 0)]);
+        self.write_rows(ctx, buffer, &[StepRow::new(self.pos0, 0, 0)]);
     }
 
     /// Queues a write of these parameters and `rows` (one per token of a batched step; for an

@@ -57,11 +57,13 @@ pub struct MemoryEstimate {
     pub context: usize,
     /// Weights as stored (quantized stays quantized).
     pub weights: u64,
-    /// K and V for every layer and position, in [`MemoryEstimate::kv_kinds`].
+    /// K and V for every layer and position (a local layer's ring of its window and a chunk
+    /// of positions), in [`MemoryEstimate::kv_kinds`].
     pub kv_cache: u64,
     /// How K and V are stored (`q8_0`, or `k q8_0 / v f16`).
     pub kv_kinds: String,
-    /// Bytes of K and V per cached token, all layers.
+    /// Bytes of K and V per cached token, over the layers that keep every position (all of
+    /// them unless the model has local layers, whose rings do not grow).
     pub kv_bytes_per_token: u64,
     /// Activations of one prefill chunk of [`PREFILL_CHUNK`] tokens, f32.
     pub activations: u64,
@@ -121,9 +123,12 @@ impl<'a> ModelWeights<'a> {
                 .saturating_add(c.vocab_size as u64),
         );
         let weights = self.weight_bytes();
-        let kv_bytes_per_token = kinds.bytes_per_token(c.n_layers, c.kv_dim());
-        let kv_cache = kv_bytes_per_token
-            .saturating_mul(context as u64)
+        // local layers keep rings of their window and a chunk, not the context
+        let windows: Vec<_> = (0..c.n_layers).map(|l| c.layer_window(l)).collect();
+        let layout = crate::config::KvLayout::new(&windows, context.max(1), chunk as usize);
+        let kv_bytes_per_token = kinds.position_bytes(&layout, c.kv_dim());
+        let kv_cache = kinds
+            .sequence_bytes(&layout, c.kv_dim())
             .saturating_mul(batch as u64);
         // the adjusted-row scratch and the constraint's bitset scale with the vocabulary
         let vocab = c.vocab_size as u64;

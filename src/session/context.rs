@@ -70,6 +70,8 @@ impl Session {
     /// and returns the logits after the last one (`[vocab]`); `None` when aborted.
     pub(super) async fn prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<f32>>> {
         let common = common_prefix(&self.cached, tokens).min(tokens.len().saturating_sub(1));
+        // a local layer's ring may have overwritten what the prefix's continuation reads
+        let common = self.forward.reusable(common);
         self.forward.truncate(common)?;
         self.cached.truncate(common);
         let mut last = None;
@@ -136,8 +138,9 @@ impl Session {
             ));
         }
         // Everything after `n_keep` moved to a new position: run it again.
-        self.forward.truncate(n_keep.min(self.cached.len()))?;
-        self.cached.truncate(n_keep);
+        let keep = self.forward.reusable(n_keep.min(self.cached.len()));
+        self.forward.truncate(keep)?;
+        self.cached.truncate(keep);
         Ok(self.prefill(&seq).await?.map(StepLogits::Full))
     }
 }

@@ -200,6 +200,7 @@ impl Session {
             return Ok(out);
         }
         let common = common_prefix(&draft.cached, &history).min(history.len() - 1);
+        let common = draft.forward.reusable(common);
         draft.forward.truncate(common)?;
         draft.cached.truncate(common);
         let mut run = history[common..].to_vec();

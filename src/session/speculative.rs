@@ -72,7 +72,13 @@ impl Session {
             // room for x and the drafts in the cache; a block never drafts past the length
             let room = self.context().saturating_sub(self.cached.len() + 1);
             let remaining = max_new.saturating_sub(run.tokens.len());
-            let k = length.next().min(room).min(remaining.saturating_sub(1));
+            // rejected drafts are forgotten by moving the fill mark back: no further than a
+            // local layer's ring allows
+            let k = length
+                .next()
+                .min(room)
+                .min(remaining.saturating_sub(1))
+                .min(self.forward.rewind_limit());
             let proposal = match k {
                 0 => None,
                 _ => Some(

@@ -194,9 +194,16 @@ fn check_attention_case(
         let (k_cache, k) = random_cache(rng, k_kind, cache_rows, kv_dim);
         let (v_cache, v) = random_cache(rng, v_kind, cache_rows, kv_dim);
         let keys = [
-            KeyRange { first: 0, end: 1 },
-            KeyRange { first: 3, end: 40 },
-            KeyRange { first: 20, end: 41 },
+            KeyRange::rows(0, 1),
+            KeyRange::rows(3, 40),
+            KeyRange::rows(20, 41),
+            // a local layer's ring of 17 rows from row 7: positions 30..45 wrap at 34
+            KeyRange {
+                first: 30,
+                end: 45,
+                base: 7,
+                ring: 17,
+            },
         ];
         let q = random_acts(rng, keys.len() * q_stride);
         let mut out = vec![f32::NAN; keys.len() * q_dim];
@@ -213,8 +220,16 @@ fn check_attention_case(
             for h in 0..n_heads {
                 let qh = &q[t * q_stride + h * head_dim..][..head_dim];
                 let off = (h / group) * head_dim;
-                let scores: Vec<f64> = (kr.first..kr.end)
-                    .map(|r| {
+                // the reference walks the rows in position order, wrapping by hand
+                let rows: Vec<usize> = (kr.first..kr.end)
+                    .map(|p| match kr.ring {
+                        0 => kr.base + p,
+                        ring => kr.base + p % ring,
+                    })
+                    .collect();
+                let scores: Vec<f64> = rows
+                    .iter()
+                    .map(|&r| {
                         qh.iter()
                             .zip(&k[r * kv_dim + off..][..head_dim])
                             .map(|(&a, &b)| f64::from(a) * f64::from(b))
@@ -226,9 +241,10 @@ fn check_attention_case(
                 let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                 let sum: f64 = e.iter().sum();
                 for d in 0..head_dim {
-                    let want: f64 = (kr.first..kr.end)
+                    let want: f64 = rows
+                        .iter()
                         .zip(&e)
-                        .map(|(r, p)| p / sum * f64::from(v[r * kv_dim + off + d]))
+                        .map(|(&r, p)| p / sum * f64::from(v[r * kv_dim + off + d]))
                         .sum();
                     let got = f64::from(out[t * q_dim + h * head_dim + d]);
                     if !within((got - want).abs(), 1e-4 * (1.0 + want.abs())) {

@@ -305,6 +305,7 @@ pub async fn check_linear_qkv(
             head_dim: hd as u32,
             rope: &freqs,
             max_positions: positions as u32,
+            ring: None,
         };
         let binding = op
             .bind_qkv(

@@ -199,7 +199,7 @@ pub fn info(
     );
     println!(
         "batching:     each sequence decoded together adds {} of KV cache; up to {batch_fits} fit a {} binding",
-        mib(memory.kv_bytes_per_token.saturating_mul(context as u64)),
+        mib(memory.kv_cache / memory.batch.max(1) as u64),
         mib(WEBGPU_DEFAULT_BINDING)
     );
     println!(

@@ -10,7 +10,7 @@ use super::graph::{Graph, WeightIndex};
 use super::readback::{Collect, Head, MemoryReport, Output, Readback, StepLogits};
 use super::BatchToken;
 use crate::candidates::SelectRequest;
-use crate::config::ModelConfig;
+use crate::config::{KvLayout, ModelConfig};
 use crate::cpu::kv::KvRows;
 use crate::cpu::QMatrix;
 use crate::dtype::dequantize;
@@ -40,41 +40,59 @@ impl WeightIndex for CpuWeights {
     }
 }
 
-/// The KV cache: per layer, `slots · context` rows of `kv_dim` f32 keys and values.
+/// The KV cache: per layer, `slots · rows` rows of `kv_dim` keys and values in their kinds,
+/// `rows` being the layer's rows per sequence in the layout (the context, or a local layer's
+/// ring).
 #[derive(Debug)]
 struct CpuKv {
     k: Vec<KvRows>,
     v: Vec<KvRows>,
     kinds: KvKinds,
+    layout: KvLayout,
     context: usize,
     slots: usize,
     /// Positions the main sequence (slot 0) holds.
     pos: usize,
+    /// One past the highest position of the main sequence written since it was emptied.
+    high: usize,
 }
 
 impl CpuKv {
-    fn new(config: &ModelConfig, kinds: KvKinds, context: usize, slots: usize) -> Result<Self> {
-        let rows = context
-            .checked_mul(slots)
-            .ok_or_else(|| Error::invalid("context", "the KV cache's size overflows"))?;
+    fn new(config: &ModelConfig, kinds: KvKinds, layout: KvLayout, slots: usize) -> Result<Self> {
         let layers = |kind| {
             (0..config.n_layers)
-                .map(|_| KvRows::new(kind, config.kv_dim(), rows))
+                .map(|l| {
+                    let rows = layout.rows(l).checked_mul(slots).ok_or_else(|| {
+                        Error::invalid("context", "the KV cache's size overflows")
+                    })?;
+                    KvRows::new(kind, config.kv_dim(), rows)
+                })
                 .collect::<Result<Vec<_>>>()
         };
         Ok(Self {
             k: layers(kinds.k)?,
             v: layers(kinds.v)?,
             kinds,
-            context,
+            context: layout.context(),
+            layout,
             slots,
             pos: 0,
+            high: 0,
         })
     }
 
     fn bytes(&self) -> u64 {
         self.k.iter().chain(&self.v).map(KvRows::bytes).sum()
     }
+}
+
+/// The CPU cache's layout at `context` positions for steps of `chunk` tokens: a ring for each
+/// layer trained with a local window.
+fn cpu_layout(config: &ModelConfig, context: usize, chunk: usize) -> KvLayout {
+    let windows: Vec<_> = (0..config.n_layers)
+        .map(|l| config.layer_window(l))
+        .collect();
+    KvLayout::new(&windows, context, chunk)
 }
 
 /// A model ready to run on the CPU.
@@ -126,15 +144,19 @@ impl CpuForward {
         let freqs = (0..config.n_layers)
             .map(|l| config.layer_rope(l).frequencies(config.head_dim))
             .collect();
-        let kv = CpuKv::new(&config, KvKinds::default(), context, 1)?;
+        let kv = CpuKv::new(
+            &config,
+            KvKinds::default(),
+            cpu_layout(&config, context, chunk),
+            1,
+        )?;
         let weight_bytes = held.mats.values().map(|m| m.bytes() as u64).sum::<u64>()
             + held.vecs.values().map(|v| v.len() as u64 * 4).sum::<u64>();
         let memory = MemoryReport {
             weights: weight_bytes,
             kv_cache: kv.bytes(),
             activations: 0,
-            kv_bytes_per_token: KvKinds::default()
-                .bytes_per_token(config.n_layers, config.kv_dim()),
+            kv_bytes_per_token: KvKinds::default().position_bytes(&kv.layout, config.kv_dim()),
             batch: 0,
         };
         Ok(Self {
@@ -197,9 +219,35 @@ impl CpuForward {
                 format!("{pos} is past the cached {} positions", self.kv.pos),
             ));
         }
+        if pos < self.kv.pos && !self.kv.layout.can_return_to(pos, self.kv.high) {
+            return Err(Error::invalid(
+                "pos",
+                format!(
+                    "cannot move back to position {pos}: the local layers' rings were overwritten up to position {}",
+                    self.kv.high
+                ),
+            ));
+        }
         self.kv.pos = pos;
+        self.kv.high = if pos == 0 { 0 } else { self.kv.high.max(pos) };
         Ok(())
     }
+
+    /// The longest prefix of at most `pos` cached positions the cache can still continue
+    /// from: `pos`, or 0 where a local layer's ring lost keys that continuing would read.
+    pub fn reusable(&self, pos: usize) -> usize {
+        let pos = pos.min(self.kv.pos);
+        match self.kv.layout.can_return_to(pos, self.kv.high) {
+            true => pos,
+            false => 0,
+        }
+    }
+
+    /// How far back the fill mark may always move after a step (see [`KvLayout::slack`]).
+    pub fn rewind_limit(&self) -> usize {
+        self.kv.layout.slack()
+    }
+
     /// Replaces the KV cache by one of `context` positions storing K and V in `kinds`.
     pub fn set_kv(&mut self, kinds: KvKinds, context: usize) -> Result<()> {
         self.rebuild(kinds, context, 1)
@@ -224,11 +272,11 @@ impl CpuForward {
     fn rebuild(&mut self, kinds: KvKinds, context: usize, slots: usize) -> Result<()> {
         super::kv::check_context(&self.config, context)?;
         // the old cache goes first, so that both never take memory at once
-        self.kv = CpuKv::new(&self.config, kinds, 1, 1)?;
-        self.kv = CpuKv::new(&self.config, kinds, context, slots)?;
+        self.kv = CpuKv::new(&self.config, kinds, KvLayout::full(self.config.n_layers, 1), 1)?;
+        let layout = cpu_layout(&self.config, context, self.chunk);
+        self.kv = CpuKv::new(&self.config, kinds, layout, slots)?;
         self.memory.kv_cache = self.kv.bytes();
-        self.memory.kv_bytes_per_token =
-            kinds.bytes_per_token(self.config.n_layers, self.config.kv_dim());
+        self.memory.kv_bytes_per_token = kinds.position_bytes(&self.kv.layout, self.config.kv_dim());
         Ok(())
     }
 
@@ -281,7 +329,7 @@ impl CpuForward {
                 ),
             ));
         }
-        let base = slot.map_or(0, |s| s * self.kv.context);
+        let slot_index = slot.unwrap_or(0);
         let (mut collect, _) = Collect::new(readback, tokens.len(), 0)?;
         let n_chunks = tokens.len().div_ceil(self.chunk);
         let mut ran = 0;
@@ -291,7 +339,7 @@ impl CpuForward {
             let rows: Vec<step::Row> = (0..chunk.len())
                 .map(|j| step::Row {
                     pos: pos + ran + j,
-                    base,
+                    slot: slot_index,
                 })
                 .collect();
             self.step(chunk, &rows, head)?;
@@ -299,6 +347,7 @@ impl CpuForward {
             ran += chunk.len();
             if slot.is_none() {
                 self.kv.pos = pos + ran;
+                self.kv.high = self.kv.high.max(self.kv.pos);
             }
             let rows = match head {
                 Head::None => Vec::new(),
@@ -353,7 +402,7 @@ impl CpuForward {
             }
             rows.push(step::Row {
                 pos: t.pos,
-                base: t.slot * self.kv.context,
+                slot: t.slot,
             });
         }
         self.step(&ids, &rows, Head::All)?;
@@ -380,10 +429,14 @@ impl CpuForward {
                 format!("{rows} is past the context of {}", self.kv.context),
             ));
         }
-        let ctx = self.kv.context;
-        for layer in self.kv.k.iter_mut().chain(self.kv.v.iter_mut()) {
+        // a ring that has wrapped is copied whole: position p keeps row p mod ring
+        let layout = &self.kv.layout;
+        let layers = self.kv.k.iter_mut().zip(self.kv.v.iter_mut()).enumerate();
+        for (l, (k, v)) in layers {
+            let per = layout.rows(l);
             for &s in to.iter().filter(|&&s| s != from) {
-                layer.copy_rows(from * ctx, s * ctx, rows);
+                k.copy_rows(from * per, s * per, rows.min(per));
+                v.copy_rows(from * per, s * per, rows.min(per));
             }
         }
         Ok(())

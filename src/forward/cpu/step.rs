@@ -13,8 +13,8 @@ use crate::forward::readback::Head;
 pub(super) struct Row {
     /// Its position in its sequence.
     pub pos: usize,
-    /// The first cache row of its sequence's slot.
-    pub base: usize,
+    /// Its sequence's KV slot.
+    pub slot: usize,
 }
 
 /// The step's activations, `[tokens, width]` each (widths as [`Act`] says).
@@ -123,11 +123,14 @@ impl CpuForward {
                 Op::Attention { layer, stacked } => {
                     let (q, kvd) = (config.q_dim(), config.kv_dim());
                     let window = config.layer_window(*layer).map(|w| w as usize);
+                    let ring = kv.layout.ring(*layer).unwrap_or(0);
                     let keys: Vec<KeyRange> = rows
                         .iter()
                         .map(|r| KeyRange {
-                            first: r.base + window.map_or(0, |w| (r.pos + 1).saturating_sub(w)),
-                            end: r.base + r.pos + 1,
+                            first: window.map_or(0, |w| (r.pos + 1).saturating_sub(w)),
+                            end: r.pos + 1,
+                            base: kv.layout.row(*layer, r.slot, 0),
+                            ring,
                         })
                         .collect();
                     let shape = AttnShape {
@@ -259,7 +262,7 @@ fn rope_token(c: &ModelConfig, freqs: &[f64], pos: usize, q: &mut [f32], k: &mut
 
 /// Writes one token's key and value rows into `layer`'s cache.
 fn write_kv(kv: &mut CpuKv, layer: usize, r: &Row, k: &[f32], v: &[f32], kvd: usize) {
-    let row = r.base + r.pos;
+    let row = kv.layout.row(layer, r.slot, r.pos);
     kv.k[layer].write(row, &k[..kvd]);
     kv.v[layer].write(row, &v[..kvd]);
 }

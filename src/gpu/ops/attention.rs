@@ -52,7 +52,8 @@ struct AttentionParams {
     keys_per_split: u32,
     max_splits: u32,
     window: u32,
-    _pad: [u32; 3],
+    ring: u32,
+    _pad: [u32; 2],
 }
 
 /// Invocations per workgroup of the merge (one per output value, no barriers).
@@ -322,15 +323,26 @@ impl Attention {
             elements("max_tokens", max_tokens, u64::from(q_row_stride))?,
         )?;
         let kv_dim = heads.kv_dim() as usize;
+        if let Some(ring) = keys.ring {
+            // a ring must hold every key a token reads, and a layer that reads every key
+            // cannot keep a ring
+            if ring == 0 || keys.window.is_none_or(|w| w > ring) {
+                return Err(Error::invalid(
+                    "ring",
+                    format!(
+                        "a ring of {ring} rows cannot hold a window of {}",
+                        keys.window
+                            .map_or("every key".to_string(), |w| format!("{w} keys"))
+                    ),
+                ));
+            }
+        }
+        let rows = keys.ring.unwrap_or(max_positions);
         for (name, buffer, kind) in [
             ("k_cache", k_cache, self.kinds.k),
             ("v_cache", v_cache, self.kinds.v),
         ] {
-            let words = elements(
-                "max_positions",
-                max_positions,
-                kind.row_words(kv_dim) as u64,
-            )?;
+            let words = elements("cache rows", rows, kind.row_words(kv_dim) as u64)?;
             check_len(name, buffer, words)?;
         }
         check_len("out", out, elements("max_tokens", max_tokens, q_dim)?)?;
@@ -359,7 +371,8 @@ impl Attention {
             keys_per_split: 0,
             max_splits: 0,
             window: keys.window.unwrap_or(0),
-            _pad: [0; 3],
+            ring: keys.ring.unwrap_or(0),
+            _pad: [0; 2],
         };
         let label = "attention";
         let whole = KernelBinding::new(

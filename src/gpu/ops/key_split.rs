@@ -112,6 +112,9 @@ impl KeySplit {
 pub struct AttentionKeys {
     /// Latest keys a token reads (`None`: all of them).
     pub window: Option<u32>,
+    /// Rows per sequence of the layer's ring, where position `p` lives in row `p mod ring`
+    /// (`None`: the cache keeps every position). At least the window.
+    pub ring: Option<u32>,
     /// A factor on the scores `q·k / √head_dim` beyond the usual (YaRN's attention factor,
     /// squared: the rotated queries and keys both carry it); `None`: 1.
     pub score_scale: Option<f32>,
@@ -132,6 +135,7 @@ impl AttentionKeys {
         tiers.sort_by_key(|t| t.min_keys);
         Self {
             window: None,
+            ring: None,
             score_scale: None,
             tiers,
             bound: None,
@@ -148,6 +152,13 @@ impl AttentionKeys {
     /// The same splits over a local window of `window` keys (`None`: every key).
     pub fn with_window(mut self, window: Option<u32>) -> Self {
         self.window = window;
+        self
+    }
+
+    /// The same keys read from a ring of `ring` rows per sequence (`None`: a cache that keeps
+    /// every position).
+    pub fn with_ring(mut self, ring: Option<u32>) -> Self {
+        self.ring = ring;
         self
     }
 

@@ -30,7 +30,8 @@ struct KvStoreParams {
     k_stride: u32,
     v_off: u32,
     v_stride: u32,
-    _pad: [u32; 2],
+    ring: u32,
+    _pad: u32,
 }
 
 /// Where the step's K and V rows are read: token `t`'s value `c` of K is
@@ -100,9 +101,35 @@ impl KvStore {
         max_positions: u32,
         max_tokens: u32,
     ) -> Result<KernelBinding> {
+        self.bind_in_ring(
+            ctx,
+            step,
+            src,
+            (k_cache, v_cache),
+            kv_dim,
+            (max_positions, None),
+            max_tokens,
+        )
+    }
+
+    /// [`KvStore::bind`] for caches that keep a sequence's `max_positions` positions in a ring
+    /// of `ring` rows per sequence where given (position `p` in row `slot · ring + p mod ring`).
+    pub fn bind_in_ring(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        src: KvSource<'_>,
+        (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
+        kv_dim: u32,
+        (max_positions, ring): (u32, Option<u32>),
+        max_tokens: u32,
+    ) -> Result<KernelBinding> {
         check_step(step)?;
         check_max_tokens(ctx, max_tokens)?;
         positive("max_positions", max_positions)?;
+        if let Some(ring) = ring {
+            positive("ring", ring)?;
+        }
         positive("kv_dim", kv_dim)?;
         for (name, off, stride) in [
             ("k_stride", src.k_off, src.k_stride),
@@ -132,7 +159,8 @@ impl KvStore {
             ("k_cache", k_cache, self.kinds.k),
             ("v_cache", v_cache, self.kinds.v),
         ] {
-            let words = elements("max_positions", max_positions, kind.row_words(dim) as u64)?;
+            let rows = ring.unwrap_or(max_positions);
+            let words = elements("cache rows", rows, kind.row_words(dim) as u64)?;
             check_len(name, buffer, words)?;
             check_distinct(name, buffer, "k", src.k)?;
             check_distinct(name, buffer, "v", src.v)?;
@@ -153,7 +181,8 @@ impl KvStore {
             k_stride: src.k_stride,
             v_off: src.v_off,
             v_stride: src.v_stride,
-            _pad: [0; 2],
+            ring: ring.unwrap_or(0),
+            _pad: 0,
         };
         Ok(KernelBinding::new(
             ctx,

@@ -68,7 +68,9 @@ struct LinearParams {
     y_stride: u32,
     /// The output row this binding's first weight row writes (a split matrix's part).
     y_offset: u32,
-    _pad: [u32; 2],
+    /// Rows per sequence of a local layer's ring (0: none).
+    ring: u32,
+    _pad: u32,
 }
 
 /// `y[t, r] (+)= Σ_c W[r, c]·x[t, c] (+ bias[r])` for `t < n_tokens`, with `W: [rows, cols]`
@@ -447,7 +449,8 @@ impl Linear {
                 } else {
                     first_row
                 },
-                _pad: [0; 2],
+                ring: kv_params[4],
+                _pad: 0,
             };
             let label = format!("linear {} [{part_rows}, {cols}]", self.dtype);
             let weights = WeightRead::Whole(

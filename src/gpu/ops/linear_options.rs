@@ -73,8 +73,12 @@ pub struct KvWriteBinding<'a> {
     pub head_dim: u32,
     /// RoPE base and scaling (theta finite, ≥ 1; ignored without RoPE).
     pub rope: &'a crate::config::RopeFreqs,
-    /// Rows of each cache.
+    /// Positions one sequence of each cache holds.
     pub max_positions: u32,
+    /// Rows per sequence of a local layer's ring, where position `p` lives in row
+    /// `slot · ring + p mod ring` (`None`: each cache keeps every position, `max_positions`
+    /// rows per sequence).
+    pub ring: Option<u32>,
 }
 
 /// The bound norm of a [`Linear`] built with [`LinearOptions::norm`]: `weight` and, for layer

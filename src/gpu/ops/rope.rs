@@ -38,7 +38,8 @@ struct RopeParams {
     k_stride: u32,
     v_off: u32,
     v_stride: u32,
-    _pad: [u32; 3],
+    ring: u32,
+    _pad: [u32; 2],
     freqs: [[u32; 4]; FREQ_VEC4S],
 }
 
@@ -196,7 +197,7 @@ impl RopeKvWrite {
             None,
             heads,
             &rope.into(),
-            positions,
+            (positions, None),
             max_tokens,
         )
     }
@@ -219,6 +220,33 @@ impl RopeKvWrite {
         max_positions: u32,
         max_tokens: u32,
     ) -> Result<KernelBinding> {
+        self.bind_in_ring(
+            ctx,
+            step,
+            qkv,
+            (k_cache, v_cache),
+            heads,
+            rope,
+            (max_positions, None),
+            max_tokens,
+        )
+    }
+
+    /// [`RopeKvWrite::bind`] for caches that keep a sequence's `max_positions` positions in a
+    /// ring of `ring` rows per sequence where given (position `p` in row
+    /// `slot · ring + p mod ring`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_in_ring(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        qkv: Qkv<'_>,
+        (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
+        heads: Heads,
+        rope: impl Into<RopeFreqs>,
+        positions: (u32, Option<u32>),
+        max_tokens: u32,
+    ) -> Result<KernelBinding> {
         if self.rotate_only {
             return Err(Error::invalid(
                 "rope",
@@ -232,7 +260,7 @@ impl RopeKvWrite {
             Some((k_cache, v_cache)),
             heads,
             &rope.into(),
-            max_positions,
+            positions,
             max_tokens,
         )
     }
@@ -246,12 +274,15 @@ impl RopeKvWrite {
         caches: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
         heads: Heads,
         freqs: &RopeFreqs,
-        max_positions: u32,
+        (max_positions, ring): (u32, Option<u32>),
         max_tokens: u32,
     ) -> Result<KernelBinding> {
         check_step(step)?;
         check_max_tokens(ctx, max_tokens)?;
         positive("max_positions", max_positions)?;
+        if let Some(ring) = ring {
+            positive("ring", ring)?;
+        }
         let rope = self.layout != RopeLayout::None;
         heads.check(if rope { MAX_HEAD_DIM } else { u32::MAX })?;
         if rope && !heads.head_dim.is_multiple_of(2) {
@@ -277,7 +308,7 @@ impl RopeKvWrite {
             check_distinct("q", q, "k", k)?;
         }
         if let Some((k_cache, v_cache)) = caches {
-            let cache_len = elements("max_positions", max_positions, kv_dim)?;
+            let cache_len = elements("cache rows", ring.unwrap_or(max_positions), kv_dim)?;
             check_len("k_cache", k_cache, cache_len)?;
             check_len("v_cache", v_cache, cache_len)?;
             check_distinct("k_cache", k_cache, "v_cache", v_cache)?;
@@ -323,7 +354,8 @@ impl RopeKvWrite {
             k_stride: to_u32(k_stride),
             v_off: to_u32(v_off),
             v_stride: to_u32(v_stride),
-            _pad: [0; 3],
+            ring: ring.unwrap_or(0),
+            _pad: [0; 2],
             freqs: if rope {
                 freq_table(freqs, heads.head_dim)
             } else {

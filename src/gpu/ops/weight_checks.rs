@@ -114,7 +114,7 @@ pub(crate) fn check_words(
 }
 
 /// Checks the KV-cache binding against the options and the weight's `rows`, and returns
-/// the kernel's `(q_rows, kv_rows, head_dim, max_positions)` and, with RoPE, the frequency
+/// the kernel's `(q_rows, kv_rows, head_dim, max_positions, ring)` (ring 0: none) and, with RoPE, the frequency
 /// table buffer (bound by the bind group, which keeps it alive).
 pub(crate) fn check_kv(
     ctx: &GpuContext,
@@ -122,11 +122,14 @@ pub(crate) fn check_kv(
     kv: Option<KvWriteBinding<'_>>,
     rows: u32,
     inputs: &[(u32, &wgpu::Buffer)],
-) -> Result<([u32; 4], Option<wgpu::Buffer>)> {
+) -> Result<([u32; 5], Option<wgpu::Buffer>)> {
     let Some(kv) = optional_input("kv", "a KV-cache write", options.kv_write, kv)? else {
-        return Ok(([0; 4], None));
+        return Ok(([0; 5], None));
     };
     positive("max_positions", kv.max_positions)?;
+    if let Some(ring) = kv.ring {
+        positive("ring", ring)?;
+    }
     positive("head_dim", kv.head_dim)?;
     let stacked = u64::from(kv.q_rows) + 2 * u64::from(kv.kv_rows);
     if stacked != u64::from(rows) {
@@ -155,8 +158,9 @@ pub(crate) fn check_kv(
         kv.caches,
     )?;
     if let Some((k_cache, v_cache)) = caches {
-        let cache_words = u64::from(kv.max_positions) * u64::from(kv.kv_rows);
-        let what = format!("[{}, {}] f32", kv.max_positions, kv.kv_rows);
+        let cache_rows = kv.ring.unwrap_or(kv.max_positions);
+        let cache_words = u64::from(cache_rows) * u64::from(kv.kv_rows);
+        let what = format!("[{cache_rows}, {}] f32", kv.kv_rows);
         check_words("k_cache", k_cache, cache_words, &what)?;
         check_words("v_cache", v_cache, cache_words, &what)?;
         if k_cache == v_cache || inputs.iter().any(|&(_, b)| b == k_cache || b == v_cache) {
@@ -182,5 +186,14 @@ pub(crate) fn check_kv(
     } else {
         None
     };
-    Ok(([kv.q_rows, kv.kv_rows, hd, kv.max_positions], freqs))
+    Ok((
+        [
+            kv.q_rows,
+            kv.kv_rows,
+            hd,
+            kv.max_positions,
+            kv.ring.unwrap_or(0),
+        ],
+        freqs,
+    ))
 }
