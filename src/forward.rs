@@ -445,7 +445,11 @@ impl Forward {
             select.write(ctx, request)?;
         }
         let base = self.kv.slot_base(slot) as u32;
-        params.write_rows(ctx, &self.step, &[StepRow::new(pos0 as u32, slot as u32, base)]);
+        params.write_rows(
+            ctx,
+            &self.step,
+            &[StepRow::new(pos0 as u32, slot as u32, base)],
+        );
         ctx.queue
             .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
         let mut encoder = ctx

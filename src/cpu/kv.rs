@@ -167,7 +167,9 @@ pub fn decode_keys(
         .map(|r| {
             let i = merged
                 .iter()
-                .position(|m| (m.base, m.ring) == (r.base, r.ring) && m.first <= r.first && r.end <= m.end)
+                .position(|m| {
+                    (m.base, m.ring) == (r.base, r.ring) && m.first <= r.first && r.end <= m.end
+                })
                 .unwrap_or(0);
             let at = starts[i] + (r.first - merged[i].first);
             KeyRange::rows(at, at + (r.end - r.first))

@@ -61,7 +61,13 @@ impl KvCache {
         kinds: KvKinds,
         slots: usize,
     ) -> Result<Self> {
-        Self::with_layout(ctx, config, KvLayout::full(config.n_layers, context), kinds, slots)
+        Self::with_layout(
+            ctx,
+            config,
+            KvLayout::full(config.n_layers, context),
+            kinds,
+            slots,
+        )
     }
 
     /// Allocates `slots` sequences laid out as `layout` says (its context, and a ring per
@@ -288,8 +294,19 @@ impl KvCache {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("kv copy"),
             });
-        let pairs = (src.k.iter().zip(&dst.k).zip(&spans).map(|(p, s)| (p, s, k_row)))
-            .chain(src.v.iter().zip(&dst.v).zip(&spans).map(|(p, s)| (p, s, v_row)));
+        let pairs = (src
+            .k
+            .iter()
+            .zip(&dst.k)
+            .zip(&spans)
+            .map(|(p, s)| (p, s, k_row)))
+        .chain(
+            src.v
+                .iter()
+                .zip(&dst.v)
+                .zip(&spans)
+                .map(|(p, s)| (p, s, v_row)),
+        );
         for ((from, to), &(src_row, dst_row, rows), row) in pairs {
             encoder.copy_buffer_to_buffer(
                 from,

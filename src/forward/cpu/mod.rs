@@ -272,11 +272,17 @@ impl CpuForward {
     fn rebuild(&mut self, kinds: KvKinds, context: usize, slots: usize) -> Result<()> {
         super::kv::check_context(&self.config, context)?;
         // the old cache goes first, so that both never take memory at once
-        self.kv = CpuKv::new(&self.config, kinds, KvLayout::full(self.config.n_layers, 1), 1)?;
+        self.kv = CpuKv::new(
+            &self.config,
+            kinds,
+            KvLayout::full(self.config.n_layers, 1),
+            1,
+        )?;
         let layout = cpu_layout(&self.config, context, self.chunk);
         self.kv = CpuKv::new(&self.config, kinds, layout, slots)?;
         self.memory.kv_cache = self.kv.bytes();
-        self.memory.kv_bytes_per_token = kinds.position_bytes(&self.kv.layout, self.config.kv_dim());
+        self.memory.kv_bytes_per_token =
+            kinds.position_bytes(&self.kv.layout, self.config.kv_dim());
         Ok(())
     }
 

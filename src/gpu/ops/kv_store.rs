@@ -114,6 +114,7 @@ impl KvStore {
 
     /// [`KvStore::bind`] for caches that keep a sequence's `max_positions` positions in a ring
     /// of `ring` rows per sequence where given (position `p` in row `slot · ring + p mod ring`).
+    #[allow(clippy::too_many_arguments)]
     pub fn bind_in_ring(
         &self,
         ctx: &GpuContext,
