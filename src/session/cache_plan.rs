@@ -331,15 +331,20 @@ impl Session {
         context: usize,
     ) -> Result<(KvKind, CacheDecision)> {
         let config = self.config().clone();
-        let (layers, kv_dim) = (config.n_layers, config.kv_dim());
+        let kv_dim = config.kv_dim();
+        // local layers keep rings rather than the context (as the loaded cache does)
+        let windows: Vec<_> = (0..config.n_layers)
+            .map(|l| config.layer_window(l))
+            .collect();
+        let layout = crate::config::KvLayout::new(&windows, context, self.forward.chunk());
         let budget = options
             .cache_budget_mb
             .map(|mb| (mb * f64::from(1u32 << 20)) as u64);
         let mut candidates: Vec<CacheCandidate> = KvKind::ALL
             .iter()
             .map(|&kind| {
-                let per_token = KvKinds::both(kind).bytes_per_token(layers, kv_dim);
-                let bytes = per_token.saturating_mul(context as u64);
+                let per_token = KvKinds::both(kind).position_bytes(&layout, kv_dim);
+                let bytes = KvKinds::both(kind).sequence_bytes(&layout, kv_dim);
                 CacheCandidate {
                     kind: kind.name().into(),
                     bytes,

@@ -145,8 +145,9 @@ pub fn info(
     );
     if let Some(l) = &c.local_attention {
         let local = (0..c.n_layers).filter(|&i| l.is_local(i)).count();
+        let ring = l.window + emberlm::model::weights::PREFILL_CHUNK - 1;
         println!(
-            "attention:    local window {} on {local} of {} layers (every {}th global), local rope theta {}",
+            "attention:    local window {} on {local} of {} layers (every {}th global), local rope theta {}; their KV cache is a ring of {ring} rows where the context is longer",
             l.window, c.n_layers, l.pattern, l.rope_theta
         );
     }
