@@ -182,7 +182,9 @@ impl Forward {
             weights: weight_bytes,
             kv_cache: kv.bytes(),
             activations: activation_bytes,
-            kv_bytes_per_token: kv.kinds().position_bytes(kv.layout(), config.kv_dim()),
+            kv_bytes_per_token: kv
+                .layout()
+                .position_bytes(kv.kinds().row_bytes(config.kv_dim())),
             batch: 0,
         };
         let graph = arch::build(&config, &gpu, &weights.file)?;

@@ -104,6 +104,45 @@ pub enum Lookup<T> {
     Rejected(String),
 }
 
+/// What the text of a stored record holds for `key`: its value, or why it is not trusted (not
+/// a record, another format, a checksum that does not match, another key, a value of another
+/// shape). What [`Store::lookup`] does with what it read.
+pub fn parse_record<T: DeserializeOwned>(text: &str, key: &TuneKey) -> Lookup<T> {
+    let record: Record = match serde_json::from_str(text) {
+        Ok(r) => r,
+        Err(e) => return Lookup::Rejected(format!("it is not a record ({e})")),
+    };
+    if record.format != RECORD_FORMAT {
+        return Lookup::Rejected(format!(
+            "format {} (this version reads {RECORD_FORMAT})",
+            record.format
+        ));
+    }
+    if checksum(record.value.as_bytes()) != record.checksum {
+        return Lookup::Rejected("its checksum does not match (the file was changed)".into());
+    }
+    if record.key != *key {
+        return Lookup::Rejected("it was written for another model or device".into());
+    }
+    match serde_json::from_str(&record.value) {
+        Ok(value) => Lookup::Found(value),
+        Err(e) => Lookup::Rejected(format!("its value does not fit ({e})")),
+    }
+}
+
+/// The text of a record keeping `value` under `key` (what [`Store::save`] writes, and
+/// [`parse_record`] reads back).
+pub fn record_text<T: Serialize>(key: &TuneKey, value: &T) -> Result<String, String> {
+    let value = serde_json::to_string(value).map_err(|e| e.to_string())?;
+    let record = Record {
+        format: RECORD_FORMAT,
+        key: key.clone(),
+        checksum: checksum(value.as_bytes()),
+        value,
+    };
+    serde_json::to_string_pretty(&record).map_err(|e| e.to_string())
+}
+
 /// Tells the user (one line) that a stored record is ignored.
 fn notice(location: &str, why: &str) {
     let line = format!("emberlm: ignoring the stored choice {location}: {why}; measuring again");
@@ -180,42 +219,16 @@ impl Store {
     /// parse, is of another format, fails its checksum, was written for a different key (a hash
     /// collision or a copied file) or holds a value of another shape.
     pub async fn lookup<T: DeserializeOwned>(&self, key: &TuneKey) -> Lookup<T> {
-        let Some(text) = self.read(key).await else {
-            return Lookup::Missing;
-        };
-        let record: Record = match serde_json::from_str(&text) {
-            Ok(r) => r,
-            Err(e) => return Lookup::Rejected(format!("it is not a record ({e})")),
-        };
-        if record.format != RECORD_FORMAT {
-            return Lookup::Rejected(format!(
-                "format {} (this version reads {RECORD_FORMAT})",
-                record.format
-            ));
-        }
-        if checksum(record.value.as_bytes()) != record.checksum {
-            return Lookup::Rejected("its checksum does not match (the file was changed)".into());
-        }
-        if record.key != *key {
-            return Lookup::Rejected("it was written for another model or device".into());
-        }
-        match serde_json::from_str(&record.value) {
-            Ok(value) => Lookup::Found(value),
-            Err(e) => Lookup::Rejected(format!("its value does not fit ({e})")),
+        match self.read(key).await {
+            Some(text) => parse_record(&text, key),
+            None => Lookup::Missing,
         }
     }
 
     /// Keeps `value` under `key`, replacing what was there. Failing to persist is not an error
     /// for the caller (the choice still holds for this load): the reason comes back as text.
     pub async fn save<T: Serialize>(&self, key: &TuneKey, value: &T) -> Result<(), String> {
-        let value = serde_json::to_string(value).map_err(|e| e.to_string())?;
-        let record = Record {
-            format: RECORD_FORMAT,
-            key: key.clone(),
-            checksum: checksum(value.as_bytes()),
-            value,
-        };
-        let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
+        let text = record_text(key, value)?;
         self.write(key, &text).await
     }
 

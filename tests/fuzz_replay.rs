@@ -120,3 +120,38 @@ fn openai_request() {
 fn http_head() {
     replay("http_head", fuzz_common::http_head);
 }
+
+#[test]
+fn tune_record() {
+    replay("tune_record", fuzz_common::tune_record);
+    // the seeds reach past the checks: a whole plan and a decision are trusted
+    let seed = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fuzz/corpus/tune_record")
+                .join(name),
+        )
+        .expect("a seed record")
+    };
+    let key = emberlm::tune::TuneKey::new(
+        "kernel-plan",
+        "fuzz adapter".into(),
+        "fuzz driver".into(),
+        "fuzz shape".into(),
+    );
+    let overrides = emberlm::gpu::KernelOverrides::default();
+    assert!(emberlm::gpu::KernelPlan::from_record(&seed("plan.json"), &key, &overrides).is_some());
+    let decision = emberlm::tune::parse_record::<emberlm::session::CacheDecision>(
+        &seed("decision.json"),
+        &key,
+    );
+    assert!(
+        matches!(decision, emberlm::tune::Lookup::Found(_)),
+        "{decision:?}"
+    );
+}
+
+#[test]
+fn block_decode() {
+    replay("block_decode", fuzz_common::block_decode);
+}

@@ -366,3 +366,96 @@ pub fn http_head(data: &[u8]) {
         HeadParse::Partial => assert!(data.len() < HEAD_LIMIT),
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stored tuning records (kernel plans, KV-cache decisions)
+
+/// The key every fuzzed record is read for (the corpus's records carry it).
+fn tune_key() -> emberlm::tune::TuneKey {
+    emberlm::tune::TuneKey::new(
+        "kernel-plan",
+        "fuzz adapter".into(),
+        "fuzz driver".into(),
+        "fuzz shape".into(),
+    )
+}
+
+/// The text as a stored record, read as a kernel plan and as a KV-cache decision the way a
+/// load reads them: trusted or refused, never a panic; a trusted value written back is
+/// trusted again.
+pub fn tune_record(data: &[u8]) {
+    use emberlm::gpu::{KernelOverrides, KernelPlan, Variant};
+    use emberlm::tune::{parse_record, record_text, Lookup};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let key = tune_key();
+    for overrides in [
+        KernelOverrides::default(),
+        KernelOverrides::all(Variant::Rows),
+    ] {
+        if let Some(plan) = KernelPlan::from_record(text, &key, &overrides) {
+            assert!(!plan.describe().is_empty());
+        }
+    }
+    match parse_record::<emberlm::session::CacheDecision>(text, &key) {
+        Lookup::Found(d) => {
+            let _ = emberlm::dtype::kv::KvKind::parse("kv_cache", &d.kind);
+            let again = record_text(&key, &d).expect("a decision is written");
+            let read = parse_record::<emberlm::session::CacheDecision>(&again, &key);
+            assert!(matches!(read, Lookup::Found(_)), "{again}: {read:?}");
+        }
+        Lookup::Rejected(why) => assert!(!why.is_empty()),
+        Lookup::Missing => panic!("text was given"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized blocks
+
+/// Blocks of a quantized type (chosen by the first byte) decoded two ways that must agree:
+/// the reference dequantization and the CPU backend's integer unpacking (small integers, a
+/// scale per 16 values and an offset per 32), value by value.
+pub fn block_decode(data: &[u8]) {
+    use emberlm::dtype::DType;
+    const TYPES: [DType; 8] = [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let dtype = TYPES[usize::from(pick) % TYPES.len()];
+    let (block, elements) = (
+        dtype.block_bytes() as usize,
+        dtype.block_elements() as usize,
+    );
+    let blocks = rest.len() / block;
+    if blocks == 0 {
+        return;
+    }
+    let bytes = &rest[..blocks * block];
+    let cols = blocks * elements;
+    let mut want = vec![0.0f32; cols];
+    emberlm::dtype::dequantize_into(dtype, bytes, &mut want, "fuzz")
+        .expect("whole blocks dequantize");
+    let mut row = emberlm::cpu::quant::UnpackedRow::with_cols(cols);
+    row.unpack(dtype, bytes);
+    for (i, &w) in want.iter().enumerate() {
+        let got = f32::from(row.w[i]) * row.scale[i / 16] + row.offset[i / 32];
+        let agree = match (w.is_finite(), got.is_finite()) {
+            (true, true) => (got - w).abs() <= 1e-6 * w.abs().max(1e-30) + f32::MIN_POSITIVE,
+            (a, b) => !a && !b,
+        };
+        assert!(
+            agree,
+            "{dtype:?} value {i}: unpacked {got} vs dequantized {w}"
+        );
+    }
+}

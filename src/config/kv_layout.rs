@@ -116,6 +116,22 @@ impl KvLayout {
         }
     }
 
+    /// Layers that keep every position (whose rows grow with the context).
+    pub fn full_layers(&self) -> usize {
+        self.rows.iter().filter(|&&r| r >= self.context).count()
+    }
+
+    /// Bytes one more position of context costs a sequence, at `row_bytes` per position and
+    /// layer (K and V): its rows in the layers that keep every position.
+    pub fn position_bytes(&self, row_bytes: u64) -> u64 {
+        row_bytes.saturating_mul(self.full_layers() as u64)
+    }
+
+    /// Bytes of one sequence's cache at `row_bytes` per row (K and V): every layer's rows.
+    pub fn sequence_bytes(&self, row_bytes: u64) -> u64 {
+        row_bytes.saturating_mul(self.total_rows())
+    }
+
     /// Rows of every layer together, per sequence.
     pub fn total_rows(&self) -> u64 {
         self.rows.iter().map(|&r| r as u64).sum()

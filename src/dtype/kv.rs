@@ -342,19 +342,6 @@ impl KvKinds {
     pub fn bytes_per_token(self, layers: usize, kv_dim: usize) -> u64 {
         self.row_bytes(kv_dim).saturating_mul(layers as u64)
     }
-
-    /// Bytes one more position of context costs a sequence laid out as `layout`: its rows in
-    /// the layers that keep every position (a local layer's ring does not grow).
-    pub fn position_bytes(self, layout: &crate::config::KvLayout, kv_dim: usize) -> u64 {
-        let full = (0..layout.layers()).filter(|&l| layout.ring(l).is_none());
-        self.bytes_per_token(full.count(), kv_dim)
-    }
-
-    /// Bytes of one sequence's cache laid out as `layout`: every layer's rows.
-    pub fn sequence_bytes(self, layout: &crate::config::KvLayout, kv_dim: usize) -> u64 {
-        self.row_bytes(kv_dim).saturating_mul(layout.total_rows())
-    }
-
     /// Resolves the options `kv_cache` (both) and `k_cache` / `v_cache` (one each, taking
     /// precedence); unset means f32.
     pub fn from_options(

@@ -125,7 +125,7 @@ impl Forward {
         self.head_all = compiled.head_all;
         self.memory.kv_cache = self.kv.bytes();
         self.memory.batch = 0;
-        self.memory.kv_bytes_per_token = kinds.position_bytes(self.kv.layout(), kv_dim);
+        self.memory.kv_bytes_per_token = self.kv.layout().position_bytes(kinds.row_bytes(kv_dim));
         Ok(())
     }
 }

@@ -398,6 +398,22 @@ impl KernelPlan {
     }
 }
 
+impl KernelPlan {
+    /// The plan the text of a stored record gives for `key` under `overrides`, as a load
+    /// reuses it: `None` when the text is not a trusted record of a whole plan (see
+    /// [`crate::tune::parse_record`]).
+    pub fn from_record(
+        text: &str,
+        key: &crate::tune::TuneKey,
+        overrides: &KernelOverrides,
+    ) -> Option<KernelPlan> {
+        match crate::tune::parse_record::<StoredPlan>(text, key) {
+            crate::tune::Lookup::Found(stored) => stored.apply(overrides),
+            _ => None,
+        }
+    }
+}
+
 /// What a stored plan holds: the chosen variant per family and the timings behind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StoredPlan {

@@ -126,9 +126,9 @@ impl<'a> ModelWeights<'a> {
         // local layers keep rings of their window and a chunk, not the context
         let windows: Vec<_> = (0..c.n_layers).map(|l| c.layer_window(l)).collect();
         let layout = crate::config::KvLayout::new(&windows, context.max(1), chunk as usize);
-        let kv_bytes_per_token = kinds.position_bytes(&layout, c.kv_dim());
-        let kv_cache = kinds
-            .sequence_bytes(&layout, c.kv_dim())
+        let kv_bytes_per_token = layout.position_bytes(kinds.row_bytes(c.kv_dim()));
+        let kv_cache = layout
+            .sequence_bytes(kinds.row_bytes(c.kv_dim()))
             .saturating_mul(batch as u64);
         // the adjusted-row scratch and the constraint's bitset scale with the vocabulary
         let vocab = c.vocab_size as u64;

@@ -343,8 +343,8 @@ impl Session {
         let mut candidates: Vec<CacheCandidate> = KvKind::ALL
             .iter()
             .map(|&kind| {
-                let per_token = KvKinds::both(kind).position_bytes(&layout, kv_dim);
-                let bytes = KvKinds::both(kind).sequence_bytes(&layout, kv_dim);
+                let per_token = layout.position_bytes(KvKinds::both(kind).row_bytes(kv_dim));
+                let bytes = layout.sequence_bytes(KvKinds::both(kind).row_bytes(kv_dim));
                 CacheCandidate {
                     kind: kind.name().into(),
                     bytes,

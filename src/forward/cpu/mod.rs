@@ -156,7 +156,9 @@ impl CpuForward {
             weights: weight_bytes,
             kv_cache: kv.bytes(),
             activations: 0,
-            kv_bytes_per_token: KvKinds::default().position_bytes(&kv.layout, config.kv_dim()),
+            kv_bytes_per_token: kv
+                .layout
+                .position_bytes(KvKinds::default().row_bytes(config.kv_dim())),
             batch: 0,
         };
         Ok(Self {
@@ -281,8 +283,10 @@ impl CpuForward {
         let layout = cpu_layout(&self.config, context, self.chunk);
         self.kv = CpuKv::new(&self.config, kinds, layout, slots)?;
         self.memory.kv_cache = self.kv.bytes();
-        self.memory.kv_bytes_per_token =
-            kinds.position_bytes(&self.kv.layout, self.config.kv_dim());
+        self.memory.kv_bytes_per_token = self
+            .kv
+            .layout
+            .position_bytes(kinds.row_bytes(self.config.kv_dim()));
         Ok(())
     }
 
