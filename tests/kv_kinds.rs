@@ -477,3 +477,75 @@ fn the_cpu_backend_stores_every_kind() {
     let got = engine.inspect(|s| s.forward().kv_kinds());
     assert_eq!(got, Some(kinds), "the CPU engine's cache kinds");
 }
+
+/// An f16 cache is written by the stacked Q/K/V projection itself, in both kernel shapes and
+/// through prefill and decode steps: no store dispatch follows it (a q8_0 cache adds one per
+/// layer), and every word the first layer caches (whose inputs the cache kind cannot change)
+/// is the CPU encoder's f16 of what an f32 cache holds there.
+#[test]
+fn the_qkv_projection_writes_an_f16_cache_itself() {
+    use emberlm::gpu::Variant;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama-f32.gguf");
+    let files = ModelFiles::open(&path).unwrap();
+    let weights = files.weights().unwrap();
+    let (layers, kv_dim) = (weights.config.n_layers, weights.config.kv_dim());
+    let tokens: Vec<u32> = (0..13u32).map(|i| (i * 37 + 11) % 500).collect();
+    let (n, positions) = (tokens.len(), 32);
+    // (nodes, every layer's K and V words for the first n positions)
+    let run = |kinds: KvKinds, variant: Variant| -> Option<(usize, Vec<Vec<u32>>)> {
+        let options = GpuOptions {
+            kv_cache: kinds,
+            kernels: KernelOverrides::all(variant),
+            ..GpuOptions::default()
+        };
+        let ctx = common::native_gpu(options)?;
+        let cache = KernelCache::new();
+        let mut fwd =
+            pollster::block_on(Forward::new(&ctx, &cache, &weights, positions, 16)).unwrap();
+        // a prefill step, then decode steps
+        pollster::block_on(fwd.forward(&ctx, &tokens[..9], false)).unwrap();
+        for &t in &tokens[9..] {
+            pollster::block_on(fwd.forward(&ctx, &[t], false)).unwrap();
+        }
+        let words = kinds.k.row_words(kv_dim) as u64 * 4 * n as u64;
+        let caches = fwd
+            .kv()
+            .k
+            .iter()
+            .chain(&fwd.kv().v)
+            .map(|b| {
+                let bytes = pollster::block_on(ctx.read_bytes(b, words)).unwrap();
+                bytemuck::pod_collect_to_vec(&bytes)
+            })
+            .collect();
+        ctx.check().expect("no GPU error along the way");
+        Some((fwd.node_count(), caches))
+    };
+    for variant in Variant::ALL {
+        let Some((f32_nodes, f32_rows)) = run(KvKinds::default(), variant) else {
+            return;
+        };
+        let (f16_nodes, f16_words) = run(KvKinds::both(KvKind::F16), variant).unwrap();
+        let (q8_nodes, _) = run(KvKinds::both(KvKind::Q8_0), variant).unwrap();
+        assert_eq!(f16_nodes, f32_nodes, "{variant}: no store dispatch for f16");
+        assert_eq!(
+            q8_nodes,
+            f32_nodes + layers,
+            "{variant}: one store per layer for q8_0"
+        );
+        // the first layer's K, then its V
+        for cache in [0, layers] {
+            let (values, words) = (&f32_rows[cache], &f16_words[cache]);
+            for (p, row) in values.chunks_exact(kv_dim).enumerate() {
+                let row: Vec<f32> = row.iter().map(|&w| f32::from_bits(w)).collect();
+                let want = KvKind::F16.encode_row(&row);
+                let got = &words[p * want.len()..][..want.len()];
+                assert_eq!(
+                    got,
+                    want.as_slice(),
+                    "{variant}: cache {cache} position {p}"
+                );
+            }
+        }
+    }
+}

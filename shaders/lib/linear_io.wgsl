@@ -55,8 +55,14 @@ struct Params {
 #endif
 #ifdef KV_WRITE
 #ifndef KV_DEFER
+#ifdef KV_F16
+// f16 caches: a word holds two values (pack2x16float, as the KV store encodes them)
+@group(0) @binding(8) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(9) var<storage, read_write> v_cache: array<u32>;
+#else
 @group(0) @binding(8) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(9) var<storage, read_write> v_cache: array<f32>;
+#endif
 #endif
 #endif
 #ifdef ROPE
@@ -168,20 +174,25 @@ fn bias_at(r: u32) -> f32 {
 // gate and up rows of output r; with ROPE, `u` is row r ^ 1's (the other half of its pair).
 fn store(t: u32, r: u32, v: f32, u: f32) {
 #ifdef KV_WRITE
-    var out = v + bias_at(r);
+    let raw = v + bias_at(r);
+    // row r ^ 1's value before rotation
+    let other = u + bias_at(r ^ 1u);
+    var out = raw;
+    // row r ^ 1's output, as its own invocation computes it (KV_F16 writes both)
+    var partner = other;
     let pos = token_pos(t);
     let row = cache_row(t, pos, params.ring);
     let kv_end = params.q_rows + params.kv_rows;
 #ifdef ROPE
     if r < kv_end {
-        let other = u + bias_at(r ^ 1u);
         let within = select(r, r - params.q_rows, r >= params.q_rows) % params.head_dim;
         let f = rope_freqs[within / 2u];
         let sc = rope_sin_cos_fixed(pos, f.x, f.y);
         if (r & 1u) == 0u {
-            out = out * sc.y - other * sc.x;
+            out = raw * sc.y - other * sc.x;
+            partner = raw * sc.x + other * sc.y;
         } else {
-            out = other * sc.x + out * sc.y;
+            out = other * sc.x + raw * sc.y;
         }
     }
 #endif
@@ -189,11 +200,24 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #ifndef KV_DEFER
     // positions past the cache were refused on the host; never write outside it anyway
     if pos < params.max_positions {
+#ifdef KV_F16
+        // the even row of each pair writes the word holding both (kv_rows and q_rows are even)
+        if (r & 1u) == 0u && r >= params.q_rows {
+            let word = pack2x16float(clamp(vec2<f32>(out, partner), vec2<f32>(-65504.0),
+                vec2<f32>(65504.0)));
+            if r >= kv_end {
+                v_cache[(row * params.kv_rows + r - kv_end) / 2u] = word;
+            } else {
+                k_cache[(row * params.kv_rows + r - params.q_rows) / 2u] = word;
+            }
+        }
+#else
         if r >= kv_end {
             v_cache[row * params.kv_rows + r - kv_end] = out;
         } else if r >= params.q_rows {
             k_cache[row * params.kv_rows + r - params.q_rows] = out;
         }
+#endif
     }
 #endif
 #else

@@ -333,6 +333,11 @@ impl KvKinds {
         self.k == KvKind::F32 && self.v == KvKind::F32
     }
 
+    /// Whether both K and V are f16 (written two values per word by their producer).
+    pub fn is_f16(self) -> bool {
+        self.k == KvKind::F16 && self.v == KvKind::F16
+    }
+
     /// Bytes of one position's K and V rows in one layer.
     pub fn row_bytes(self, kv_dim: usize) -> u64 {
         self.k.row_bytes(kv_dim) + self.v.row_bytes(kv_dim)

@@ -227,6 +227,10 @@ impl Compiler<'_> {
         if kinds.is_f32() {
             return Ok(None);
         }
+        // the stacked projection writes an f16 cache itself
+        if matches!(op, Op::Linear(l) if l.kv_layer.is_some()) && kinds.is_f16() {
+            return Ok(None);
+        }
         let c = self.config;
         let (q_dim, kv_dim) = (c.q_dim() as u32, c.kv_dim() as u32);
         let (layer, src) = match op {
@@ -462,7 +466,8 @@ impl Compiler<'_> {
             )),
             None => None,
         };
-        let deferred = !self.kv.kinds().is_f32();
+        let kinds = self.kv.kinds();
+        let deferred = !kinds.is_f32() && !kinds.is_f16();
         let rope = c.layer_rope(op.kv_layer.unwrap_or(0));
         let kv = match op.kv_layer {
             Some(layer) => {
@@ -493,6 +498,7 @@ impl Compiler<'_> {
             kv_write: kv.is_some(),
             rope: kv.is_some() && c.rope_layout != RopeLayout::None,
             kv_deferred: kv.is_some() && deferred,
+            kv_f16: kv.is_some() && kinds.is_f16(),
         };
         let linear = Linear::with_variants(
             self.ctx,

@@ -155,6 +155,12 @@ impl Linear {
                 "a deferred KV-cache write needs kv_write",
             ));
         }
+        if options.kv_f16 && (!options.kv_write || options.kv_deferred) {
+            return Err(Error::invalid(
+                "options",
+                "an f16 KV-cache write needs kv_write, not deferred",
+            ));
+        }
         if options.rope && !options.kv_write {
             return Err(Error::invalid(
                 "options",
@@ -219,6 +225,7 @@ impl Linear {
                 .flag_if("KV_WRITE", options.kv_write)
                 .flag_if("ROPE", options.rope)
                 .flag_if("KV_DEFER", options.kv_deferred)
+                .flag_if("KV_F16", options.kv_f16)
                 .flag_if("MM_F16", ctx.precision() == MatmulPrecision::F16)
         };
         let rows_defines =

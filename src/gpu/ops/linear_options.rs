@@ -57,6 +57,10 @@ pub struct LinearOptions {
     /// [`super::KvStore`] dispatch encodes the k and v rows into caches of other kinds than
     /// f32 after.
     pub kv_deferred: bool,
+    /// With `kv_write` (not deferred): the caches hold f16, two values per u32 word
+    /// (`pack2x16float`, as [`crate::dtype::kv::KvKind::F16`] encodes them), written here:
+    /// the even row of each pair writes both.
+    pub kv_f16: bool,
 }
 
 /// The KV cache of a [`Linear`] built with [`LinearOptions::kv_write`].

@@ -142,6 +142,15 @@ pub(crate) fn check_kv(
         ));
     }
     let hd = kv.head_dim;
+    if options.kv_f16 && (!kv.q_rows.is_multiple_of(2) || !kv.kv_rows.is_multiple_of(2)) {
+        return Err(Error::invalid(
+            "kv",
+            format!(
+                "an f16 cache is written in pairs: q_rows {} and kv_rows {} must be even",
+                kv.q_rows, kv.kv_rows
+            ),
+        ));
+    }
     if !kv.q_rows.is_multiple_of(hd) || !kv.kv_rows.is_multiple_of(hd) || kv.kv_rows == 0 {
         return Err(Error::invalid(
             "head_dim",
@@ -159,8 +168,17 @@ pub(crate) fn check_kv(
     )?;
     if let Some((k_cache, v_cache)) = caches {
         let cache_rows = kv.ring.unwrap_or(kv.max_positions);
-        let cache_words = u64::from(cache_rows) * u64::from(kv.kv_rows);
-        let what = format!("[{cache_rows}, {}] f32", kv.kv_rows);
+        let (cache_words, what) = match options.kv_f16 {
+            // two f16 values per word (kv_rows is even: head_dim divides it, and RoPE pairs)
+            true => (
+                u64::from(cache_rows) * u64::from(kv.kv_rows).div_ceil(2),
+                format!("[{cache_rows}, {}] f16 pairs", kv.kv_rows),
+            ),
+            false => (
+                u64::from(cache_rows) * u64::from(kv.kv_rows),
+                format!("[{cache_rows}, {}] f32", kv.kv_rows),
+            ),
+        };
         check_words("k_cache", k_cache, cache_words, &what)?;
         check_words("v_cache", v_cache, cache_words, &what)?;
         if k_cache == v_cache || inputs.iter().any(|&(_, b)| b == k_cache || b == v_cache) {
