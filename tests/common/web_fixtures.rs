@@ -10,8 +10,8 @@ macro_rules! fixture {
     };
 }
 
-/// Every tiny GGUF fixture: both architectures, both tokenizers, every weight type.
-pub const TINY_GGUFS: [(&str, &[u8], &str); 11] = [
+/// Every tiny GGUF fixture: every architecture, both tokenizers, every weight type.
+pub const TINY_GGUFS: [(&str, &[u8], &str); 16] = [
     fixture!("tiny-gpt2-f32"),
     fixture!("tiny-gpt2-f16"),
     fixture!("tiny-llama-f32"),
@@ -23,4 +23,9 @@ pub const TINY_GGUFS: [(&str, &[u8], &str); 11] = [
     fixture!("tiny-llama-256-q5_k_m"),
     fixture!("tiny-llama-256-q6_k"),
     fixture!("tiny-llama-spm-f32"),
+    fixture!("tiny-qwen2-f32"),
+    fixture!("tiny-qwen3-q8_0"),
+    fixture!("tiny-phi3-f32"),
+    fixture!("tiny-gemma3-f32"),
+    fixture!("tiny-llama3-rope-f32"),
 ];
