@@ -203,11 +203,25 @@ pub fn info(
         mib(memory.kv_cache / memory.batch.max(1) as u64),
         mib(WEBGPU_DEFAULT_BINDING)
     );
+    // local layers keep rings that do not grow with the context
+    let windows: Vec<_> = (0..c.n_layers).map(|l| c.layer_window(l)).collect();
+    let layout = emberlm::config::KvLayout::new(
+        &windows,
+        memory.context.max(1),
+        emberlm::model::weights::PREFILL_CHUNK,
+    );
+    let rings = match layout.full_layers() {
+        n if n == c.n_layers => String::new(),
+        n => format!(
+            " in the {n} layers that keep every position; the other {} keep rings",
+            c.n_layers - n
+        ),
+    };
     println!(
-        "KV cache:     {}, {} bytes per token ({})",
+        "KV cache:     {}, {} bytes per token ({}){rings}",
         memory.kv_kinds,
         memory.kv_bytes_per_token,
-        crate::kv_args::per_kind_bytes(c.n_layers, c.kv_dim()),
+        crate::kv_args::per_kind_bytes(layout.full_layers(), c.kv_dim()),
     );
     println!(
         "decode plan:  {}",
