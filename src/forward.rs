@@ -356,6 +356,10 @@ impl Forward {
                 Seq::Slot(s) => s,
             };
             let requests = if last { requests } else { &[] };
+            if seq == Seq::Main {
+                // before the step: a step that fails late has still written its rows
+                self.kv.note_written(pos + ran + chunk.len());
+            }
             let read = self
                 .step(ctx, slot, pos + ran, chunk, head, requests)
                 .await?;

@@ -282,3 +282,44 @@ fn an_encoded_cache_wraps_its_rings_too() {
         ctx.check().expect("no GPU error along the way");
     }
 }
+
+/// A fixed decode plan's local window (`decode_local_window`) replaces the trained window of
+/// the local layers only, and sizes their rings: with a window of 7 the rings hold 7 + 4 − 1
+/// rows, the global layer stays global, the first 5 positions (inside both windows) are the
+/// reference's, and later ones are not (the window took effect).
+#[test]
+fn a_fixed_local_window_sizes_the_rings() {
+    use emberlm::gpu::{DecodePlan, DecodePlanMode};
+    let options = GpuOptions {
+        decode_plan: DecodePlan {
+            mode: DecodePlanMode::Fixed,
+            q_chunk: Some(16),
+            local_window: Some(7),
+            ..DecodePlan::default()
+        },
+        ..GpuOptions::default()
+    };
+    let Some(ctx) = common::native_gpu(options) else {
+        return;
+    };
+    let files = ModelFiles::open(Path::new(FIXTURE)).unwrap();
+    let weights = files.weights().unwrap();
+    let vocab = weights.config.vocab_size;
+    let kernels = KernelCache::new();
+    let mut fwd =
+        pollster::block_on(Forward::new(&ctx, &kernels, &weights, CONTEXT, CHUNK)).unwrap();
+    assert_eq!(fwd.kv().layout().ring(0), Some(7 + CHUNK - 1));
+    assert_eq!(fwd.kv().layout().ring(5), None);
+    let seq = tokens(30, 7, vocab);
+    let want = reference(&seq);
+    let got = pollster::block_on(fwd.forward(&ctx, &seq, true)).unwrap();
+    for (t, w) in want.iter().enumerate().take(5) {
+        assert_close(&got[t * vocab..][..vocab], w, &format!("position {t}"));
+    }
+    let later = (5..30)
+        .flat_map(|t| got[t * vocab..][..vocab].iter().zip(&want[t]))
+        .map(|(&g, &r)| (g - r).abs())
+        .fold(0.0f32, f32::max);
+    assert!(later > 1e-2, "a window of 7 changed nothing: {later}");
+    ctx.check().expect("no GPU error along the way");
+}

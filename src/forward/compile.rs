@@ -71,18 +71,14 @@ pub(super) fn attention_keys(
     positions: u32,
     trained: Option<u32>,
 ) -> Result<AttentionKeys> {
+    let model = format!("this {} model", config.arch.name());
+    let local_model = config.local_attention.is_some();
     let keys = match plan.attention_split {
-        None => {
-            return decode.keys(
-                positions,
-                trained,
-                &format!("this {} model", config.arch.name()),
-            )
-        }
+        None => return decode.keys(positions, trained, local_model, &model),
         Some(SplitOverride::Off) => AttentionKeys::whole(),
         Some(SplitOverride::Keys(k)) => AttentionKeys::from(Some(KeySplit::with_keys(k))),
     };
-    Ok(keys.with_window(decode.window(trained, &format!("this {} model", config.arch.name()))?))
+    Ok(keys.with_window(decode.window(trained, local_model, &model)?))
 }
 
 /// The attention geometry of `config`.

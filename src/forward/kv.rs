@@ -20,7 +20,13 @@ pub(super) fn layout(
 ) -> Result<KvLayout> {
     let model = format!("this {} model", config.arch.name());
     let windows = (0..config.n_layers)
-        .map(|l| decode.window(config.layer_window(l), &model))
+        .map(|l| {
+            decode.window(
+                config.layer_window(l),
+                config.local_attention.is_some(),
+                &model,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(KvLayout::new(&windows, context, chunk))
 }

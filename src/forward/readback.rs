@@ -91,7 +91,8 @@ pub struct MemoryReport {
     /// Activations for one chunk, the step uniform, the readback staging buffer and the
     /// kernels' parameter uniforms.
     pub activations: u64,
-    /// Bytes of K and V per cached token, all layers.
+    /// Bytes of K and V one more position of context costs: every layer's, but for local
+    /// layers, whose rings do not grow.
     pub kv_bytes_per_token: u64,
     /// Batched decoding's per-sequence selection buffers and readback
     /// ([`Forward::set_batch`]; its extra KV slots count in `kv_cache`).

@@ -187,12 +187,19 @@ impl DecodePlan {
     }
 
     /// The local window for a layer the model trained with a window of `trained` keys (`None`:
-    /// a global layer, or a model without local attention). A window under `fixed` on a model
-    /// without local attention is refused: it would change the model's results.
-    pub fn window(&self, trained: Option<u32>, model: &str) -> Result<Option<u32>> {
+    /// a global layer, or a model without local attention); `local_model` says whether the
+    /// model has local layers at all. A window under `fixed` replaces the trained window of
+    /// local layers and leaves global layers global; on a model without local attention it is
+    /// refused: it would change the model's results.
+    pub fn window(
+        &self,
+        trained: Option<u32>,
+        local_model: bool,
+        model: &str,
+    ) -> Result<Option<u32>> {
         match (self.mode, self.local_window, trained) {
             (DecodePlanMode::Fixed, Some(w), Some(_)) => Ok(Some(w)),
-            (DecodePlanMode::Fixed, Some(_), None) => Err(Error::invalid(
+            (DecodePlanMode::Fixed, Some(_), None) if !local_model => Err(Error::invalid(
                 "decode_local_window",
                 format!(
                     "{model} was not trained with local attention; a window would change its results"
@@ -203,9 +210,16 @@ impl DecodePlan {
     }
 
     /// How one layer reads its keys in a cache of `positions` rows, with the layer's trained
-    /// window `trained`.
-    pub fn keys(&self, positions: u32, trained: Option<u32>, model: &str) -> Result<AttentionKeys> {
-        Ok(AttentionKeys::tiered(self.splits(positions)).with_window(self.window(trained, model)?))
+    /// window `trained` (see [`DecodePlan::window`] for `local_model`).
+    pub fn keys(
+        &self,
+        positions: u32,
+        trained: Option<u32>,
+        local_model: bool,
+        model: &str,
+    ) -> Result<AttentionKeys> {
+        let window = self.window(trained, local_model, model)?;
+        Ok(AttentionKeys::tiered(self.splits(positions)).with_window(window))
     }
 
     /// One line for reports: `auto (whole ≤ 512 keys, 256-key blocks ≤ 2048, 512-key blocks
@@ -302,13 +316,15 @@ mod tests {
             ..DecodePlan::default()
         };
         assert!(window
-            .window(None, "m")
+            .window(None, false, "m")
             .unwrap_err()
             .to_string()
             .contains("local attention"));
-        assert_eq!(window.window(Some(512), "m").unwrap(), Some(128));
+        assert_eq!(window.window(Some(512), true, "m").unwrap(), Some(128));
+        // a global layer of a model with local layers stays global
+        assert_eq!(window.window(None, true, "m").unwrap(), None);
         assert_eq!(
-            DecodePlan::default().window(Some(512), "m").unwrap(),
+            DecodePlan::default().window(Some(512), true, "m").unwrap(),
             Some(512)
         );
     }

@@ -203,6 +203,13 @@ impl KvCache {
         Ok(())
     }
 
+    /// Records that the main sequence's positions below `end` are being written: called before
+    /// a step is submitted, since a step that fails after its kernels ran has still overwritten
+    /// ring rows.
+    pub fn note_written(&mut self, end: usize) {
+        self.high = self.high.max(end);
+    }
+
     /// The longest prefix of at most `pos` cached positions the cache can still continue
     /// from: `pos`, or 0 where a local layer's ring lost keys that continuing would read.
     pub fn reusable(&self, pos: usize) -> usize {

@@ -208,10 +208,12 @@ pub(crate) struct EngineInfo {
     context_length: usize,
     /// How the KV cache stores K and V (`q8_0`, or `k q8_0 / v f16`).
     kv_cache: String,
-    /// Bytes of K and V per cached token, all layers.
+    /// Bytes of K and V one more position of context costs: every layer's, or only the
+    /// global layers' for a model with local layers (Gemma 3), whose rings of window + chunk
+    /// rows do not grow with the context.
     kv_bytes_per_token: u64,
     /// Sequences `generateBatch` decodes together at most at this context (each takes a KV
-    /// slot of `contextLength` positions: `kvBytesPerToken · contextLength` bytes).
+    /// slot of `contextLength` positions).
     max_batch: usize,
     /// The automatic KV-cache plan's decision and measurements (`kvCache: 'auto'`).
     #[tsify(type = "KvCachePlanInfo | null")]
@@ -409,7 +411,7 @@ struct EngineMemory {
     kv_cache: u64,
     /// How K and V are cached (`q8_0`, or `k q8_0 / v f16`).
     kv_kinds: String,
-    /// Bytes of K and V per cached token, all layers.
+    /// Bytes of K and V one more position of context costs (see `EngineInfo`).
     kv_bytes_per_token: u64,
     activations: u64,
     /// Batched decoding's per-sequence selections (its KV slots count in `kvCache`).

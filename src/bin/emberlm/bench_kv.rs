@@ -56,7 +56,12 @@ impl KvKindsBench<'_> {
         let mut notes = Vec::new();
         for kind in KvKind::ALL {
             let kinds = KvKinds::both(kind);
-            let per_token = kinds.bytes_per_token(config.n_layers, config.kv_dim());
+            // per position of the layers that keep every position (local layers keep rings)
+            let per_token = fwd
+                .kv()
+                .layout()
+                .position_bytes(kinds.row_bytes(config.kv_dim()))
+                .max(1);
             let fits = (budget / per_token as f64).floor() as u64;
             let mut speeds = Vec::new();
             for &pos in self.positions {

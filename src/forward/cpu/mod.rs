@@ -352,6 +352,10 @@ impl CpuForward {
                     slot: slot_index,
                 })
                 .collect();
+            if slot.is_none() {
+                // before the step: a step that fails late has still written its rows
+                self.kv.high = self.kv.high.max(pos + ran + chunk.len());
+            }
             self.step(chunk, &rows, head)?;
             let first = ran;
             ran += chunk.len();
