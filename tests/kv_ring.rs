@@ -241,6 +241,38 @@ fn a_session_recomputes_what_the_rings_lost() {
     assert_eq!(generate(&mut small, &prompt, 120).len(), 120);
 }
 
+/// What one prefill on the GPU gave: the rings of layers 0 (local) and 5 (global), every
+/// row's logits, the reference's rows and the vocabulary size.
+struct GpuRun {
+    rings: [Option<usize>; 2],
+    got: Vec<f32>,
+    want: Vec<Vec<f32>>,
+    vocab: usize,
+}
+
+/// `n` tokens (salted by `salt`) prefilled in steps of [`CHUNK`] on a device with `options`;
+/// `None` without a GPU.
+fn gpu_prefill(options: GpuOptions, n: usize, salt: u32) -> Option<GpuRun> {
+    let ctx = common::native_gpu(options)?;
+    let files = ModelFiles::open(Path::new(FIXTURE)).unwrap();
+    let weights = files.weights().unwrap();
+    let vocab = weights.config.vocab_size;
+    let kernels = KernelCache::new();
+    let mut fwd =
+        pollster::block_on(Forward::new(&ctx, &kernels, &weights, CONTEXT, CHUNK)).unwrap();
+    let layout = fwd.kv().layout();
+    let rings = [layout.ring(0), layout.ring(5)];
+    let seq = tokens(n, salt, vocab);
+    let got = pollster::block_on(fwd.forward(&ctx, &seq, true)).unwrap();
+    ctx.check().expect("no GPU error along the way");
+    Some(GpuRun {
+        rings,
+        got,
+        want: reference(&seq),
+        vocab,
+    })
+}
+
 /// Rings of an encoded cache (K in q8_0, V in f16) on the GPU, in both kernel shapes: the
 /// store kernel writes and attention reads the same wrapped rows, so a 45-token prefill in
 /// steps of 4 stays within the encodings' rounding of the reference at every position (0.05
@@ -258,28 +290,19 @@ fn an_encoded_cache_wraps_its_rings_too() {
             kernels: KernelOverrides::all(variant),
             ..GpuOptions::default()
         };
-        let Some(ctx) = common::native_gpu(options) else {
+        let Some(run) = gpu_prefill(options, 45, 6) else {
             return;
         };
-        let files = ModelFiles::open(Path::new(FIXTURE)).unwrap();
-        let weights = files.weights().unwrap();
-        let vocab = weights.config.vocab_size;
-        let kernels = KernelCache::new();
-        let mut fwd =
-            pollster::block_on(Forward::new(&ctx, &kernels, &weights, CONTEXT, CHUNK)).unwrap();
-        assert_eq!(fwd.kv().layout().ring(0), Some(RING));
-        let seq = tokens(45, 6, vocab);
-        let want = reference(&seq);
-        let got = pollster::block_on(fwd.forward(&ctx, &seq, true)).unwrap();
+        assert_eq!(run.rings, [Some(RING), None]);
+        let vocab = run.vocab;
         let mut worst = 0.0f32;
-        for (t, w) in want.iter().enumerate() {
-            for (&g, &r) in got[t * vocab..][..vocab].iter().zip(w) {
+        for (t, w) in run.want.iter().enumerate() {
+            for (&g, &r) in run.got[t * vocab..][..vocab].iter().zip(w) {
                 worst = worst.max((g - r).abs());
             }
         }
         eprintln!("{variant}: q8_0 K / f16 V rings, max |Δ logit| vs f64 = {worst:.3e}");
         assert!(worst <= 0.1, "{variant}: {worst}");
-        ctx.check().expect("no GPU error along the way");
     }
 }
 
@@ -299,20 +322,11 @@ fn a_fixed_local_window_sizes_the_rings() {
         },
         ..GpuOptions::default()
     };
-    let Some(ctx) = common::native_gpu(options) else {
+    let Some(run) = gpu_prefill(options, 30, 7) else {
         return;
     };
-    let files = ModelFiles::open(Path::new(FIXTURE)).unwrap();
-    let weights = files.weights().unwrap();
-    let vocab = weights.config.vocab_size;
-    let kernels = KernelCache::new();
-    let mut fwd =
-        pollster::block_on(Forward::new(&ctx, &kernels, &weights, CONTEXT, CHUNK)).unwrap();
-    assert_eq!(fwd.kv().layout().ring(0), Some(7 + CHUNK - 1));
-    assert_eq!(fwd.kv().layout().ring(5), None);
-    let seq = tokens(30, 7, vocab);
-    let want = reference(&seq);
-    let got = pollster::block_on(fwd.forward(&ctx, &seq, true)).unwrap();
+    assert_eq!(run.rings, [Some(7 + CHUNK - 1), None]);
+    let (got, want, vocab) = (&run.got, &run.want, run.vocab);
     for (t, w) in want.iter().enumerate().take(5) {
         assert_close(&got[t * vocab..][..vocab], w, &format!("position {t}"));
     }
@@ -321,5 +335,4 @@ fn a_fixed_local_window_sizes_the_rings() {
         .map(|(&g, &r)| (g - r).abs())
         .fold(0.0f32, f32::max);
     assert!(later > 1e-2, "a window of 7 changed nothing: {later}");
-    ctx.check().expect("no GPU error along the way");
 }

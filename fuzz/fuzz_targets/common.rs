@@ -418,20 +418,15 @@ pub fn tune_record(data: &[u8]) {
 /// scale per 16 values and an offset per 32), value by value.
 pub fn block_decode(data: &[u8]) {
     use emberlm::dtype::DType;
-    const TYPES: [DType; 8] = [
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-    ];
+    // the block types (every type but the floats)
+    let types: Vec<DType> = DType::ALL
+        .into_iter()
+        .filter(|t| t.block_elements() > 1)
+        .collect();
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let dtype = TYPES[usize::from(pick) % TYPES.len()];
+    let dtype = types[usize::from(pick) % types.len()];
     let (block, elements) = (
         dtype.block_bytes() as usize,
         dtype.block_elements() as usize,
