@@ -134,7 +134,10 @@ impl KvLayout {
 
     /// Rows of every layer together, per sequence.
     pub fn total_rows(&self) -> u64 {
-        self.rows.iter().map(|&r| r as u64).sum()
+        // saturating: a context asked for by the user may be absurd
+        self.rows
+            .iter()
+            .fold(0u64, |n, &r| n.saturating_add(r as u64))
     }
 }
 
@@ -157,6 +160,14 @@ mod tests {
         assert!(!l.can_return_to(100, 165));
         assert!(l.can_return_to(0, 2000));
         assert_eq!(l.total_rows(), 575 + 2 * 2048);
+    }
+
+    #[test]
+    fn an_absurd_context_saturates() {
+        let l = KvLayout::new(&[None, Some(512)], usize::MAX, 64);
+        assert_eq!(l.total_rows(), u64::MAX);
+        assert_eq!(l.sequence_bytes(2048), u64::MAX);
+        assert_eq!(l.position_bytes(2048), 2048);
     }
 
     #[test]
