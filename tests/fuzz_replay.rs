@@ -155,3 +155,23 @@ fn tune_record() {
 fn block_decode() {
     replay("block_decode", fuzz_common::block_decode);
 }
+
+/// A tokenizer.json whose `Replace` normalizers match the empty string (each inserting its
+/// content between every two characters, one after the other) took 24 s to encode a few words
+/// under the fuzzer; it is refused as it loads, naming the problem.
+#[test]
+fn a_replace_that_matches_the_empty_string_is_refused() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/regressions/tokenizer_json/replace-empty-pattern-chain");
+    let data = std::fs::read(&path).expect("the saved input");
+    let (json, config) = match data.iter().position(|&b| b == 0) {
+        Some(at) => (&data[..at], Some(&data[at + 1..])),
+        None => (&data[..], None),
+    };
+    let err = emberlm::tokenizer::Tokenizer::from_json(json, config, "tokenizer.json")
+        .expect_err("refused");
+    assert!(
+        err.to_string().contains("matches the empty string"),
+        "{err}"
+    );
+}

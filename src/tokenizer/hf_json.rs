@@ -38,7 +38,9 @@ impl Tokenizer {
         }
         if let Some(decoder) = json.get("decoder") {
             check_strip_decoders(decoder, file)?;
+            check_empty_replacements(decoder, file)?;
         }
+        check_empty_replacements(normalizer, file)?;
         if let Some(model) = json.get("model") {
             check_bpe_prefix(model, file)?;
         }
@@ -214,6 +216,37 @@ fn check_strip_decoders(v: &serde_json::Value, file: &str) -> Result<()> {
             o.values().try_for_each(|v| check_strip_decoders(v, file))
         }
         Value::Array(a) => a.iter().try_for_each(|v| check_strip_decoders(v, file)),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a `Replace` (normalizer or decoder) whose pattern matches the empty string: it
+/// inserts its content between every two characters, so a chain of them multiplies a text's
+/// length (a fuzzed tokenizer.json took 24 s to encode a few words). Found by replacing a probe
+/// character the pattern does not match: the content appears beside it.
+fn check_empty_replacements(v: &serde_json::Value, file: &str) -> Result<()> {
+    use serde_json::Value;
+    use tokenizers::normalizers::replace::Replace;
+    const PROBE: &str = "\u{e000}";
+    match v {
+        Value::Object(o) => {
+            if o.get("type").and_then(Value::as_str) == Some("Replace") {
+                // one that does not parse is refused by `tokenizers` itself
+                if let Ok(replace) = serde_json::from_value::<Replace>(v.clone()) {
+                    let out = tokenizers::Decoder::decode_chain(&replace, vec![PROBE.into()]);
+                    let out = out.map(|pieces| pieces.concat()).unwrap_or_default();
+                    if out != PROBE && out.contains(PROBE) {
+                        return Err(Error::Unsupported {
+                            file: file.to_string(),
+                            what: "`Replace` whose pattern matches the empty string".to_string(),
+                        });
+                    }
+                }
+            }
+            o.values()
+                .try_for_each(|v| check_empty_replacements(v, file))
+        }
+        Value::Array(a) => a.iter().try_for_each(|v| check_empty_replacements(v, file)),
         _ => Ok(()),
     }
 }
