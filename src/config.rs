@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 mod kv_layout;
 mod local_attention;
 mod rope_scaling;
-pub use kv_layout::KvLayout;
+pub use kv_layout::{FillMark, KvLayout};
 pub use local_attention::{LocalAttention, GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN};
 pub use rope_scaling::{yarn_default_attention_factor, RopeFreqs, RopeScaling};
 

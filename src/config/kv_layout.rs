@@ -9,6 +9,9 @@
 //! only while no row the next step reads was overwritten since, which holds when the highest
 //! position written is at most [`KvLayout::slack`] past the new mark.
 
+use super::ModelConfig;
+use crate::error::{Error, Result};
+
 /// Rows per sequence of each layer's cache, and the positions a sequence may hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvLayout {
@@ -57,6 +60,14 @@ impl KvLayout {
             rows,
             slack,
         }
+    }
+
+    /// The layout for `config`'s trained windows (see [`KvLayout::new`]).
+    pub fn trained(config: &ModelConfig, context: usize, chunk: usize) -> Self {
+        let windows: Vec<_> = (0..config.n_layers)
+            .map(|l| config.layer_window(l))
+            .collect();
+        Self::new(&windows, context, chunk)
     }
 
     /// Positions one sequence holds at most.
@@ -141,6 +152,62 @@ impl KvLayout {
     }
 }
 
+/// The main sequence's fill mark over a [`KvLayout`]: the positions it holds, and one past the
+/// highest position written since it was last emptied, which bounds how far back the mark may
+/// move while the rings still hold what the next step reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FillMark {
+    pos: usize,
+    high: usize,
+}
+
+impl FillMark {
+    /// Positions held (the next token's position).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Moves the mark to `pos`: back to reuse a common prefix, forward after a step. Fails past
+    /// the context, and moving back where a ring no longer holds the keys the next step reads
+    /// ([`FillMark::reusable`] says how far back is safe); 0 always succeeds.
+    pub fn set(&mut self, pos: usize, layout: &KvLayout) -> Result<()> {
+        if pos > layout.context() {
+            return Err(Error::invalid(
+                "pos",
+                format!("{pos} is past the context length {}", layout.context()),
+            ));
+        }
+        if pos < self.pos && !layout.can_return_to(pos, self.high) {
+            return Err(Error::invalid(
+                "pos",
+                format!(
+                    "cannot move back to position {pos}: the local layers' rings were overwritten up to position {}",
+                    self.high
+                ),
+            ));
+        }
+        self.high = if pos == 0 { 0 } else { self.high.max(pos) };
+        self.pos = pos;
+        Ok(())
+    }
+
+    /// Records that positions below `end` are being written: called before a step runs, since
+    /// a step that fails after writing has still overwritten ring rows.
+    pub fn note_written(&mut self, end: usize) {
+        self.high = self.high.max(end);
+    }
+
+    /// The longest prefix of at most `pos` held positions the cache can still continue from:
+    /// `pos`, or 0 where a ring lost keys that continuing would read.
+    pub fn reusable(&self, pos: usize, layout: &KvLayout) -> usize {
+        let pos = pos.min(self.pos);
+        match layout.can_return_to(pos, self.high) {
+            true => pos,
+            false => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +227,25 @@ mod tests {
         assert!(!l.can_return_to(100, 165));
         assert!(l.can_return_to(0, 2000));
         assert_eq!(l.total_rows(), 575 + 2 * 2048);
+    }
+
+    #[test]
+    fn the_fill_mark_moves_back_only_as_far_as_the_rings_allow() {
+        // rings of 8 rows for a window of 5 and steps of 4: a slack of 4
+        let l = KvLayout::new(&[Some(5), None], 100, 4);
+        let mut m = FillMark::default();
+        m.set(45, &l).unwrap();
+        m.set(41, &l).unwrap();
+        assert_eq!(m.reusable(20, &l), 0);
+        assert!(m.set(20, &l).unwrap_err().to_string().contains("rings"));
+        assert_eq!(m.pos(), 41);
+        // a step being written counts before it lands: 41 is then too far back
+        m.note_written(50);
+        assert_eq!(m.reusable(45, &l), 0);
+        assert!(m.set(101, &l).is_err());
+        m.set(0, &l).unwrap();
+        m.set(3, &l).unwrap();
+        m.set(1, &l).unwrap();
     }
 
     #[test]

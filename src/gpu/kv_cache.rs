@@ -2,7 +2,7 @@
 //! nf4), allocated once for the chosen context length, with a ring of rows for each
 //! local-attention layer ([`KvLayout`]).
 
-use crate::config::{KvLayout, ModelConfig};
+use crate::config::{FillMark, KvLayout, ModelConfig};
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 
@@ -28,9 +28,7 @@ pub struct KvCache {
     slots: usize,
     kv_dim: usize,
     kinds: KvKinds,
-    pos: usize,
-    /// One past the highest position of the main sequence written since it was last emptied.
-    high: usize,
+    mark: FillMark,
     _alive: AliveBuffers,
 }
 
@@ -139,8 +137,7 @@ impl KvCache {
             slots,
             kv_dim,
             kinds,
-            pos: 0,
-            high: 0,
+            mark: FillMark::default(),
         })
     }
 
@@ -176,48 +173,25 @@ impl KvCache {
 
     /// Positions filled so far (the next token's position).
     pub fn pos(&self) -> usize {
-        self.pos
+        self.mark.pos()
     }
 
-    /// Moves the fill mark: back to reuse a common prefix, forward after a step. Moving back
-    /// fails where a local layer's ring no longer holds the keys the next step reads
-    /// ([`KvCache::reusable`] says how far back it may go); 0 always succeeds.
+    /// Moves the fill mark: back to reuse a common prefix, forward after a step (see
+    /// [`FillMark::set`]: moving back past what the rings hold fails; 0 always succeeds).
     pub fn set_pos(&mut self, pos: usize) -> Result<()> {
-        if pos > self.context {
-            return Err(Error::invalid(
-                "pos",
-                format!("{pos} is past the context length {}", self.context),
-            ));
-        }
-        if pos < self.pos && !self.layout.can_return_to(pos, self.high) {
-            return Err(Error::invalid(
-                "pos",
-                format!(
-                    "cannot move back to position {pos}: the local layers' rings were overwritten up to position {}",
-                    self.high
-                ),
-            ));
-        }
-        self.high = if pos == 0 { 0 } else { self.high.max(pos) };
-        self.pos = pos;
-        Ok(())
+        self.mark.set(pos, &self.layout)
     }
 
-    /// Records that the main sequence's positions below `end` are being written: called before
-    /// a step is submitted, since a step that fails after its kernels ran has still overwritten
-    /// ring rows.
+    /// Records that the main sequence's positions below `end` are being written (see
+    /// [`FillMark::note_written`]).
     pub fn note_written(&mut self, end: usize) {
-        self.high = self.high.max(end);
+        self.mark.note_written(end);
     }
 
     /// The longest prefix of at most `pos` cached positions the cache can still continue
-    /// from: `pos`, or 0 where a local layer's ring lost keys that continuing would read.
+    /// from (see [`FillMark::reusable`]).
     pub fn reusable(&self, pos: usize) -> usize {
-        let pos = pos.min(self.pos);
-        match self.layout.can_return_to(pos, self.high) {
-            true => pos,
-            false => 0,
-        }
+        self.mark.reusable(pos, &self.layout)
     }
 
     /// Bytes held on the GPU.

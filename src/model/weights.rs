@@ -124,8 +124,7 @@ impl<'a> ModelWeights<'a> {
         );
         let weights = self.weight_bytes();
         // local layers keep rings of their window and a chunk, not the context
-        let windows: Vec<_> = (0..c.n_layers).map(|l| c.layer_window(l)).collect();
-        let layout = crate::config::KvLayout::new(&windows, context.max(1), chunk as usize);
+        let layout = crate::config::KvLayout::trained(c, context.max(1), chunk as usize);
         let kv_bytes_per_token = layout.position_bytes(kinds.row_bytes(c.kv_dim()));
         let kv_cache = layout
             .sequence_bytes(kinds.row_bytes(c.kv_dim()))

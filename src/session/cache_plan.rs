@@ -333,10 +333,7 @@ impl Session {
         let config = self.config().clone();
         let kv_dim = config.kv_dim();
         // local layers keep rings rather than the context (as the loaded cache does)
-        let windows: Vec<_> = (0..config.n_layers)
-            .map(|l| config.layer_window(l))
-            .collect();
-        let layout = crate::config::KvLayout::new(&windows, context, self.forward.chunk());
+        let layout = crate::config::KvLayout::trained(&config, context, self.forward.chunk());
         let budget = options
             .cache_budget_mb
             .map(|mb| (mb * f64::from(1u32 << 20)) as u64);

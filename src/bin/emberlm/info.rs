@@ -204,9 +204,8 @@ pub fn info(
         mib(WEBGPU_DEFAULT_BINDING)
     );
     // local layers keep rings that do not grow with the context
-    let windows: Vec<_> = (0..c.n_layers).map(|l| c.layer_window(l)).collect();
-    let layout = emberlm::config::KvLayout::new(
-        &windows,
+    let layout = emberlm::config::KvLayout::trained(
+        c,
         memory.context.max(1),
         emberlm::model::weights::PREFILL_CHUNK,
     );

@@ -10,7 +10,7 @@ use super::graph::{Graph, WeightIndex};
 use super::readback::{Collect, Head, MemoryReport, Output, Readback, StepLogits};
 use super::BatchToken;
 use crate::candidates::SelectRequest;
-use crate::config::{KvLayout, ModelConfig};
+use crate::config::{FillMark, KvLayout, ModelConfig};
 use crate::cpu::kv::KvRows;
 use crate::cpu::QMatrix;
 use crate::dtype::dequantize;
@@ -51,10 +51,8 @@ struct CpuKv {
     layout: KvLayout,
     context: usize,
     slots: usize,
-    /// Positions the main sequence (slot 0) holds.
-    pos: usize,
-    /// One past the highest position of the main sequence written since it was emptied.
-    high: usize,
+    /// The main sequence's (slot 0's) fill mark.
+    mark: FillMark,
 }
 
 impl CpuKv {
@@ -76,23 +74,13 @@ impl CpuKv {
             context: layout.context(),
             layout,
             slots,
-            pos: 0,
-            high: 0,
+            mark: FillMark::default(),
         })
     }
 
     fn bytes(&self) -> u64 {
         self.k.iter().chain(&self.v).map(KvRows::bytes).sum()
     }
-}
-
-/// The CPU cache's layout at `context` positions for steps of `chunk` tokens: a ring for each
-/// layer trained with a local window.
-fn cpu_layout(config: &ModelConfig, context: usize, chunk: usize) -> KvLayout {
-    let windows: Vec<_> = (0..config.n_layers)
-        .map(|l| config.layer_window(l))
-        .collect();
-    KvLayout::new(&windows, context, chunk)
 }
 
 /// A model ready to run on the CPU.
@@ -147,7 +135,7 @@ impl CpuForward {
         let kv = CpuKv::new(
             &config,
             KvKinds::default(),
-            cpu_layout(&config, context, chunk),
+            KvLayout::trained(&config, context, chunk),
             1,
         )?;
         let weight_bytes = held.mats.values().map(|m| m.bytes() as u64).sum::<u64>()
@@ -195,7 +183,7 @@ impl CpuForward {
 
     /// Positions the main sequence holds (the next token's position).
     pub fn pos(&self) -> usize {
-        self.kv.pos
+        self.kv.mark.pos()
     }
 
     /// KV positions per sequence.
@@ -213,36 +201,22 @@ impl CpuForward {
         self.kv.kinds
     }
 
-    /// Forgets cached positions from `pos` on.
+    /// Forgets cached positions from `pos` on; fails where a local layer's ring no longer
+    /// holds what continuing from `pos` reads (see [`FillMark::set`]).
     pub fn truncate(&mut self, pos: usize) -> Result<()> {
-        if pos > self.kv.pos {
+        if pos > self.kv.mark.pos() {
             return Err(Error::invalid(
                 "pos",
-                format!("{pos} is past the cached {} positions", self.kv.pos),
+                format!("{pos} is past the cached {} positions", self.kv.mark.pos()),
             ));
         }
-        if pos < self.kv.pos && !self.kv.layout.can_return_to(pos, self.kv.high) {
-            return Err(Error::invalid(
-                "pos",
-                format!(
-                    "cannot move back to position {pos}: the local layers' rings were overwritten up to position {}",
-                    self.kv.high
-                ),
-            ));
-        }
-        self.kv.pos = pos;
-        self.kv.high = if pos == 0 { 0 } else { self.kv.high.max(pos) };
-        Ok(())
+        self.kv.mark.set(pos, &self.kv.layout)
     }
 
     /// The longest prefix of at most `pos` cached positions the cache can still continue
-    /// from: `pos`, or 0 where a local layer's ring lost keys that continuing would read.
+    /// from (see [`FillMark::reusable`]).
     pub fn reusable(&self, pos: usize) -> usize {
-        let pos = pos.min(self.kv.pos);
-        match self.kv.layout.can_return_to(pos, self.kv.high) {
-            true => pos,
-            false => 0,
-        }
+        self.kv.mark.reusable(pos, &self.kv.layout)
     }
 
     /// How far back the fill mark may always move after a step (see [`KvLayout::slack`]).
@@ -280,7 +254,7 @@ impl CpuForward {
             KvLayout::full(self.config.n_layers, 1),
             1,
         )?;
-        let layout = cpu_layout(&self.config, context, self.chunk);
+        let layout = KvLayout::trained(&self.config, context, self.chunk);
         self.kv = CpuKv::new(&self.config, kinds, layout, slots)?;
         self.memory.kv_cache = self.kv.bytes();
         self.memory.kv_bytes_per_token = self
@@ -297,7 +271,7 @@ impl CpuForward {
     /// Runs `tokens` from the main sequence's position on (see [`super::Forward::run`]).
     /// A request for candidates is answered with the last row's logits.
     pub fn run(&mut self, tokens: &[u32], readback: Readback<'_>) -> Result<Output> {
-        let pos = self.kv.pos;
+        let pos = self.kv.mark.pos();
         self.run_at(None, pos, tokens, readback)
     }
 
@@ -354,14 +328,13 @@ impl CpuForward {
                 .collect();
             if slot.is_none() {
                 // before the step: a step that fails late has still written its rows
-                self.kv.high = self.kv.high.max(pos + ran + chunk.len());
+                self.kv.mark.note_written(pos + ran + chunk.len());
             }
             self.step(chunk, &rows, head)?;
             let first = ran;
             ran += chunk.len();
             if slot.is_none() {
-                self.kv.pos = pos + ran;
-                self.kv.high = self.kv.high.max(self.kv.pos);
+                self.kv.mark.set(pos + ran, &self.kv.layout)?;
             }
             let rows = match head {
                 Head::None => Vec::new(),
