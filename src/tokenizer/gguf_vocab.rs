@@ -10,16 +10,14 @@ use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{
     AddedToken, DecoderWrapper, ModelWrapper, NormalizerWrapper, PreTokenizerWrapper,
-    SplitDelimiterBehavior,
 };
 
 use crate::format::gguf::GgufHeader;
 use crate::{Error, Result};
 
+use super::regex_split::RegexSplits;
 use super::{tk_err, SpecialIds, Tokenizer, END_OF_TURN_TOKENS};
 
 /// SentencePiece's visible space marker (U+2581).
@@ -202,9 +200,12 @@ impl GgufVocab<'_> {
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
 
-        let mut inner = match kind {
-            GgufModel::Gpt2 => self.build_gpt2(vocab)?,
-            GgufModel::Llama => self.build_llama(vocab, unk)?,
+        let (mut inner, splits) = match kind {
+            GgufModel::Gpt2 => {
+                let (inner, splits) = self.build_gpt2(vocab)?;
+                (inner, Some(splits))
+            }
+            GgufModel::Llama => (self.build_llama(vocab, unk)?, None),
         };
 
         // Control and unknown tokens are special (matched in text only when asked, dropped by
@@ -255,17 +256,20 @@ impl GgufVocab<'_> {
         }
         Tokenizer::assemble(
             inner,
+            splits,
             SpecialIds {
                 bos,
                 eos: eos_ids,
                 unk,
                 pad,
                 add_bos,
+                vocab_size: Some(n),
             },
         )
     }
 
-    fn build_gpt2(&self, vocab: Vocab) -> Result<tokenizers::Tokenizer> {
+    /// Byte-level BPE, and the regex splits that run before its byte mapping.
+    fn build_gpt2(&self, vocab: Vocab) -> Result<(tokenizers::Tokenizer, RegexSplits)> {
         let merges_raw = self
             .merges
             .ok_or_else(|| self.format("missing metadata key `tokenizer.ggml.merges`"))?;
@@ -299,29 +303,18 @@ impl GgufVocab<'_> {
             .build()
             .map_err(|e| self.format(format!("`tokenizer.ggml.merges`: {e}")))?;
 
-        let mut steps = Vec::with_capacity(regexes.len().saturating_add(1));
-        for r in regexes {
-            let split = Split::new(
-                SplitPattern::Regex((*r).to_string()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| tk_err("compiling a pre-tokenizer regex", e))?;
-            steps.push(PreTokenizerWrapper::Split(split));
-        }
-        // The regexes did the splitting; ByteLevel only maps bytes to its printable alphabet.
-        steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
-            false, false, false,
-        )));
+        // The regexes split (compiled once per process and shared); ByteLevel only maps
+        // bytes to its printable alphabet.
+        let splits = RegexSplits::new(regexes)?;
         let mut inner = tokenizers::Tokenizer::new(ModelWrapper::BPE(bpe));
         inner
-            .with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(
-                PreTokenizerSequence::new(steps),
-            )))
+            .with_pre_tokenizer(Some(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+                false, false, false,
+            ))))
             .with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::new(
                 false, false, false,
             ))));
-        Ok(inner)
+        Ok((inner, splits))
     }
 
     fn build_llama(&self, vocab: Vocab, unk: Option<u32>) -> Result<tokenizers::Tokenizer> {
@@ -433,14 +426,7 @@ mod tests {
             "default",
         ] {
             let (regexes, _) = pre_tokenizer_regexes(pre).unwrap();
-            for r in regexes {
-                Split::new(
-                    SplitPattern::Regex(r.to_string()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                )
-                .unwrap_or_else(|e| panic!("{pre}: {r}: {e}"));
-            }
+            RegexSplits::new(regexes).unwrap_or_else(|e| panic!("{pre}: {e}"));
         }
         assert!(pre_tokenizer_regexes("gpt2").is_none());
     }

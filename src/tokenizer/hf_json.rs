@@ -119,12 +119,14 @@ impl Tokenizer {
         let pad = token_id("pad_token").ok().flatten();
         Self::assemble(
             inner,
+            None,
             SpecialIds {
                 bos,
                 eos,
                 unk,
                 pad,
                 add_bos,
+                vocab_size: None,
             },
         )
     }

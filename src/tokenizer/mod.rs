@@ -14,6 +14,7 @@
 mod bytes;
 mod gguf_vocab;
 mod hf_json;
+mod regex_split;
 mod stream;
 
 use std::fmt;
@@ -21,6 +22,7 @@ use std::fmt;
 use tokenizers::{AddedVocabulary, Model, OffsetType, PreTokenizer};
 
 use crate::{Error, Result};
+use regex_split::RegexSplits;
 
 pub use bytes::SPECIAL_MARKER;
 pub(crate) use hf_json::config_token;
@@ -49,6 +51,9 @@ fn tk_err(context: &str, e: impl fmt::Display) -> Error {
 pub struct Tokenizer {
     /// The pipeline (normalizer, pre-tokenizer, BPE model, decoder) and its added tokens.
     inner: tokenizers::Tokenizer,
+    /// Regex splits that run before `inner`'s pre-tokenizer (GGUF byte-level vocabularies),
+    /// kept outside it so that their compiled regexes are shared between tokenizers.
+    splits: Option<RegexSplits>,
     /// A copy of `inner`'s added vocabulary that does not split out special tokens, so that
     /// `<|im_start|>` in untrusted text is tokenized as plain characters.
     plain_added: AddedVocabulary,
@@ -86,10 +91,17 @@ struct SpecialIds {
     unk: Option<u32>,
     pad: Option<u32>,
     add_bos: bool,
+    /// The number of ids when the source numbers its tokens 0..n (GGUF); `None` to find the
+    /// largest id in the assembled vocabulary.
+    vocab_size: Option<usize>,
 }
 
 impl Tokenizer {
-    fn assemble(mut inner: tokenizers::Tokenizer, ids: SpecialIds) -> Result<Self> {
+    fn assemble(
+        mut inner: tokenizers::Tokenizer,
+        splits: Option<RegexSplits>,
+        ids: SpecialIds,
+    ) -> Result<Self> {
         // A tokenizer.json may ask for truncation or padding; we never want either silently.
         inner
             .with_truncation(None)
@@ -97,11 +109,16 @@ impl Tokenizer {
         inner.with_padding(None);
         let mut plain_added = inner.get_added_vocabulary().clone();
         plain_added.set_encode_special_tokens(true);
-        // Ids may have holes (some tokenizer.json files skip ids): size by the largest id.
-        let largest = inner.get_vocab(true).into_values().max();
-        let vocab_size = inner
-            .get_vocab_size(true)
-            .max(largest.map_or(0, |id| (id as usize).saturating_add(1)));
+        // Ids may have holes (some tokenizer.json files skip ids): size by the largest id,
+        // which a GGUF vocabulary gives (ids 0..n) without a copy of the whole vocabulary.
+        let listed = inner.get_vocab_size(true);
+        let vocab_size = match ids.vocab_size {
+            Some(n) => n.max(listed),
+            None => {
+                let largest = inner.get_vocab(true).into_values().max();
+                listed.max(largest.map_or(0, |id| (id as usize).saturating_add(1)))
+            }
+        };
         let mut eos = Vec::with_capacity(ids.eos.len());
         for id in ids.eos {
             if !eos.contains(&id) {
@@ -110,6 +127,7 @@ impl Tokenizer {
         }
         Ok(Self {
             inner,
+            splits,
             plain_added,
             bos_id: ids.bos,
             eos_ids: eos,
@@ -142,6 +160,9 @@ impl Tokenizer {
             &self.plain_added
         };
         let mut pieces = added.extract_and_normalize(self.inner.get_normalizer(), text);
+        if let Some(splits) = &self.splits {
+            splits.split(&mut pieces)?;
+        }
         if let Some(pre) = self.inner.get_pre_tokenizer() {
             pre.pre_tokenize(&mut pieces)
                 .map_err(|e| tk_err("pre-tokenizing", e))?;
