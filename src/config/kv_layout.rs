@@ -143,6 +143,27 @@ impl KvLayout {
         row_bytes.saturating_mul(self.total_rows())
     }
 
+    /// The most positions (at most this layout's context) one sequence can hold in `budget`
+    /// bytes at `row_bytes` per row: the rings' fixed rows count, and once every layer is a
+    /// full ring more positions cost nothing.
+    pub fn positions_within(&self, row_bytes: u64, budget: u64) -> usize {
+        let fits = |n: usize| self.prefix(n).sequence_bytes(row_bytes) <= budget;
+        // bytes grow with the positions: the last that fits, by bisection
+        let (mut lo, mut hi) = (0usize, self.context);
+        if fits(hi) {
+            return hi;
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
     /// Rows of every layer together, per sequence.
     pub fn total_rows(&self) -> u64 {
         // saturating: a context asked for by the user may be absurd
@@ -254,6 +275,23 @@ mod tests {
         assert_eq!(l.total_rows(), u64::MAX);
         assert_eq!(l.sequence_bytes(2048), u64::MAX);
         assert_eq!(l.position_bytes(2048), 2048);
+    }
+
+    #[test]
+    fn positions_in_a_budget_count_the_rings_fixed_rows() {
+        // one global layer and one ring of 575 rows, 100 bytes a row
+        let l = KvLayout::new(&[None, Some(512)], 1 << 20, 64);
+        // the ring fills first: 300 positions cost 600 rows
+        assert_eq!(l.positions_within(100, 60_000), 300);
+        // past it each position costs the global layer's row only
+        assert_eq!(l.positions_within(100, 100 * (575 + 1000)), 1000);
+        assert_eq!(l.positions_within(100, 100 * (575 + 1000) - 1), 999);
+        assert_eq!(l.positions_within(100, 0), 0);
+        // every layer a ring: past the rings positions are free, up to the layout's context
+        let rings = KvLayout::new(&[Some(512), Some(512)], 4096, 64);
+        assert_eq!(rings.positions_within(100, 2 * 57_500), 4096);
+        // without rings: budget / (row × layers)
+        assert_eq!(KvLayout::full(3, 1 << 20).positions_within(10, 3_000), 100);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! marked cached without being computed: a step's cost depends on how many keys it reads, not
 //! on their values).
 
+use emberlm::config::KvLayout;
 use emberlm::dtype::kv::{KvKind, KvKinds};
 use emberlm::forward::{Forward, Readback};
 use emberlm::gpu::KernelCache;
@@ -62,7 +63,9 @@ impl KvKindsBench<'_> {
                 .layout()
                 .position_bytes(kinds.row_bytes(config.kv_dim()))
                 .max(1);
-            let fits = (budget / per_token as f64).floor() as u64;
+            // the rings' fixed rows count against the budget too
+            let fits = KvLayout::trained(&config, usize::MAX, fwd.chunk())
+                .positions_within(kinds.row_bytes(config.kv_dim()), budget as u64);
             let mut speeds = Vec::new();
             for &pos in self.positions {
                 let needed = pos + self.steps + 2;
