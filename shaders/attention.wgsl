@@ -45,7 +45,7 @@
 #ifdef SPLIT
 @group(0) @binding(5) var<storage, read_write> split_part: array<f32>;
 #else
-@group(0) @binding(5) var<storage, read_write> attn_out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> attn_out: array<OutElem>;
 #endif
 
 // The query, times 1/sqrt(hd), as vec4s (dimension d at [d / 4][d % 4]).
@@ -207,7 +207,7 @@ fn attention(
             split_part[r + hd + 1u] = l_total;
         }
 #else
-        attn_out[t * params.n_heads * hd + h * hd + d] = total * (1.0 / l_total);
+        attn_out[t * params.n_heads * hd + h * hd + d] = out_value(total * (1.0 / l_total));
 #endif
     }
 }

@@ -8,7 +8,7 @@
 #include "attention_common.wgsl"
 
 @group(0) @binding(2) var<storage, read> split_part: array<f32>;
-@group(0) @binding(3) var<storage, read_write> attn_out: array<f32>;
+@group(0) @binding(3) var<storage, read_write> attn_out: array<OutElem>;
 
 @compute @workgroup_size(MWG_SIZE)
 fn attention_merge(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -36,5 +36,5 @@ fn attention_merge(@builtin(global_invocation_id) gid: vec3<u32>) {
         num += w * split_part[r + d];
         den += w * split_part[r + hd + 1u];
     }
-    attn_out[t * params.n_heads * hd + i] = num * (1.0 / den);
+    attn_out[t * params.n_heads * hd + i] = out_value(num * (1.0 / den));
 }

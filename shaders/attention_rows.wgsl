@@ -34,7 +34,7 @@
 #ifdef SPLIT
 @group(0) @binding(5) var<storage, read_write> split_part: array<f32>;
 #else
-@group(0) @binding(5) var<storage, read_write> attn_out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> attn_out: array<OutElem>;
 #endif
 
 // Four values of cache row j from element `off + 4 * i` (off: the head's first column; zeros
@@ -139,7 +139,7 @@ fn attention_rows(
     let inv_l = 1.0 / l;
     let out_base = t * params.n_heads * hd + h * hd;
     for (var d = 0u; d < hd; d++) {
-        attn_out[out_base + d] = acc[d / 4u][d % 4u] * inv_l;
+        attn_out[out_base + d] = out_value(acc[d / 4u][d % 4u] * inv_l);
     }
 #endif
 }

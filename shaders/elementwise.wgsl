@@ -14,7 +14,14 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 #include "step.wgsl"
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+#ifdef OUT_F16
+enable f16;
+// f16 output (precision f16): the down projection reads it as its f16 input
+alias OutElem = f16;
+#else
+alias OutElem = f32;
+#endif
+@group(0) @binding(2) var<storage, read_write> dst: array<OutElem>;
 @group(0) @binding(3) var<storage, read> src0: array<f32>;
 @group(0) @binding(4) var<storage, read> src1: array<f32>;
 
@@ -33,5 +40,10 @@ fn swiglu(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid:
 #else
     let gate = silu(src0[src + params.in_off0]);
 #endif
-    dst[t * params.n + i] = gate * src1[src + params.in_off1];
+    let v = gate * src1[src + params.in_off1];
+#ifdef OUT_F16
+    dst[t * params.n + i] = OutElem(clamp(v, -65504.0, 65504.0));
+#else
+    dst[t * params.n + i] = v;
+#endif
 }

@@ -13,7 +13,8 @@ use crate::config::{Architecture, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gpu::ops::{LinearBinding, Select};
 use crate::gpu::{
-    AliveBuffers, GpuContext, GpuTensor, KernelCache, KernelPlan, KvCache, StepParams, StepRow,
+    AliveBuffers, GpuContext, GpuTensor, KernelCache, KernelPlan, KvCache, MatmulPrecision,
+    StepParams, StepRow,
 };
 use crate::model::weights::ModelWeights;
 
@@ -133,7 +134,6 @@ impl Forward {
             config.ffn_size as u64,
             config.vocab_size as u64,
         );
-        let before = ctx.counters();
         let (plan, key) = measure::initial_plan(ctx, weights, chunk).await?;
         let positions = kv.context() as u32;
         let keys = attention_keys(&plan, &ctx.options().decode_plan, &config, positions, None)?;
@@ -142,6 +142,12 @@ impl Forward {
             .scratch_len(heads_of(&config), positions)
             .max(1);
         let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
+        // under precision f16 the inputs that only a product reads are stored as f16
+        let f16 = ctx.precision() == MatmulPrecision::F16;
+        let act_buf = |name: &str, elems: u64| match f16 {
+            true => buf(name, elems.div_ceil(2)),
+            false => buf(name, elems),
+        };
         let (sep_qkv, sep_ffn) = (
             u64::from(fusion.any_separate_qkv()),
             u64::from(fusion.any_separate_gate_up()),
@@ -152,11 +158,11 @@ impl Forward {
             q: buf("q", c * (q + 2 * kv_dim))?,
             k: buf("k", (c * kv_dim * sep_qkv).max(1))?,
             v: buf("v", (c * kv_dim * sep_qkv).max(1))?,
-            attn: buf("attn", c * q)?,
+            attn: act_buf("attn", c * q)?,
             attn_split: buf("attention split partials", split_len)?,
             gate: buf("gate", (c * ff * sep_ffn).max(1))?,
             up: buf("up", (c * ff * sep_ffn).max(1))?,
-            hidden: buf("hidden", c * ff)?,
+            hidden: act_buf("hidden", c * ff)?,
             logits: buf("logits", c * vocab)?,
             branch: buf(
                 "branch",
@@ -165,6 +171,7 @@ impl Forward {
                     _ => 1,
                 },
             )?,
+            f16,
         };
         let step = StepParams::create_buffer(ctx, "step params");
         let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab));
@@ -187,6 +194,9 @@ impl Forward {
                 .position_bytes(kv.kinds().row_bytes(config.kv_dim())),
             batch: 0,
         };
+        // what compiling creates (parameter uniforms, the selection's buffers) is counted
+        // below; the buffers above are already in `activation_bytes`
+        let before = ctx.counters();
         let graph = arch::build(&config, &gpu, &weights.file)?;
         let compiled = Compiler {
             ctx,

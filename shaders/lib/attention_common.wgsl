@@ -70,3 +70,21 @@ fn key_row(t: u32, j: u32) -> u32 {
 fn partial_index(t: u32, h: u32, s: u32) -> u32 {
     return ((t * params.n_heads + h) * params.max_splits + s) * (params.head_dim + 2u);
 }
+
+#ifdef OUT_F16
+enable f16;
+#endif
+
+// An output value as attn_out holds it: f16 under OUT_F16 (precision f16, where the output
+// projection reads its input as f16), clamped to f16's range.
+#ifdef OUT_F16
+alias OutElem = f16;
+fn out_value(v: f32) -> OutElem {
+    return OutElem(clamp(v, -65504.0, 65504.0));
+}
+#else
+alias OutElem = f32;
+fn out_value(v: f32) -> OutElem {
+    return v;
+}
+#endif

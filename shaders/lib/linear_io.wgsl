@@ -27,12 +27,34 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 #include "step.wgsl"
 @group(0) @binding(2) var<storage, read> qw: array<u32>;
-#ifdef X_VEC4
-@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+// X_F16 / Y_F16 (precision f16 only, so f16 is enabled): x or y held as f16, the activations
+// between a product and the next one (attention output, feed-forward hidden); read as f32,
+// written rounded to f16 (clamped to its range).
+#ifdef X_F16
+alias XElem = f16;
 #else
-@group(0) @binding(3) var<storage, read> x: array<f32>;
+alias XElem = f32;
 #endif
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+#ifdef Y_F16
+alias YElem = f16;
+#else
+alias YElem = f32;
+#endif
+#ifdef X_VEC4
+@group(0) @binding(3) var<storage, read> x: array<vec4<XElem>>;
+#else
+@group(0) @binding(3) var<storage, read> x: array<XElem>;
+#endif
+@group(0) @binding(4) var<storage, read_write> y: array<YElem>;
+
+// An output value as y holds it.
+fn y_value(v: f32) -> YElem {
+#ifdef Y_F16
+    return YElem(clamp(v, -65504.0, 65504.0));
+#else
+    return v;
+#endif
+}
 // Optional buffers keep fixed binding numbers.
 #ifdef HAS_BIAS
 @group(0) @binding(5) var<storage, read> bias: array<f32>;
@@ -82,16 +104,16 @@ fn x_at(t: u32, c: u32) -> f32 {
     }
 #ifdef X_VEC4
     let i = t * params.cols + c;
-    return x[i >> 2u][i & 3u];
+    return f32(x[i >> 2u][i & 3u]);
 #else
-    return x[t * params.cols + c];
+    return f32(x[t * params.cols + c]);
 #endif
 }
 
 // Raw activations x[t, c0..c0 + 4] (c0 a multiple of 4).
 fn x4_raw(t: u32, c0: u32) -> vec4<f32> {
 #ifdef X_VEC4
-    return x[(t * params.cols + c0) >> 2u];
+    return vec4<f32>(x[(t * params.cols + c0) >> 2u]);
 #else
     return vec4<f32>(x_at(t, c0), x_at(t, c0 + 1u), x_at(t, c0 + 2u), x_at(t, c0 + 3u));
 #endif
@@ -196,7 +218,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
         }
     }
 #endif
-    y[t * params.y_stride + params.y_offset + r] = out;
+    y[t * params.y_stride + params.y_offset + r] = y_value(out);
 #ifndef KV_DEFER
     // positions past the cache were refused on the host; never write outside it anyway
     if pos < params.max_positions {
@@ -228,7 +250,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #else
     let gate = silu(v + bias_at(2u * r));
 #endif
-    y[i] = gate * (u + bias_at(2u * r + 1u));
+    y[i] = y_value(gate * (u + bias_at(2u * r + 1u)));
 #else
     var out = v + bias_at(r);
 #ifdef GELU
@@ -236,9 +258,9 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #endif
     let i = t * params.y_stride + params.y_offset + r;
 #ifdef ACCUMULATE
-    out = y[i] + out;
+    out = f32(y[i]) + out;
 #endif
-    y[i] = out;
+    y[i] = y_value(out);
 #endif
 #endif
 }

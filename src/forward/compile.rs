@@ -110,9 +110,17 @@ pub(super) struct Activations {
     pub logits: wgpu::Buffer,
     /// A sub-layer's output before its post-norm (one float for models without them).
     pub branch: wgpu::Buffer,
+    /// Whether [`Act::Attn`] and [`Act::Hidden`], the activations that only a matrix product
+    /// reads, hold f16 (two values per word): under precision f16.
+    pub f16: bool,
 }
 
 impl Activations {
+    /// Whether `act` holds f16 values.
+    pub(super) fn is_f16(&self, act: Act) -> bool {
+        self.f16 && matches!(act, Act::Attn | Act::Hidden)
+    }
+
     /// The buffer of `act`.
     pub(super) fn get(&self, act: Act) -> &wgpu::Buffer {
         match act {
@@ -342,13 +350,14 @@ impl Compiler<'_> {
                 let candidates = self.plan.candidates(Family::Attention);
                 let mut built = Vec::new();
                 for &variant in &candidates {
-                    let built_kernel = Attention::with_kinds(
+                    let built_kernel = Attention::with_output(
                         ctx,
                         cache,
                         red,
                         variant,
                         heads.head_dim,
                         self.kv.kinds(),
+                        a.is_f16(Act::Attn),
                     )
                     .await;
                     let attention = match built_kernel {
@@ -420,10 +429,8 @@ impl Compiler<'_> {
                 )?)
             }
             Op::SwiGlu | Op::GeGlu => {
-                let swiglu = match op {
-                    Op::GeGlu => SwiGlu::geglu(ctx, cache).await?,
-                    _ => SwiGlu::new(ctx, cache).await?,
-                };
+                let gelu = matches!(op, Op::GeGlu);
+                let swiglu = SwiGlu::with_output(ctx, cache, gelu, a.is_f16(Act::Hidden)).await?;
                 Node::Kernel(swiglu.bind(
                     ctx,
                     self.step,
@@ -495,6 +502,8 @@ impl Compiler<'_> {
             rope: kv.is_some() && c.rope_layout != RopeLayout::None,
             kv_deferred: kv.is_some() && deferred,
             kv_f16: kv.is_some() && kinds.is_f16(),
+            x_f16: self.act.is_f16(op.x),
+            y_f16: self.act.is_f16(op.y),
         };
         let linear = Linear::with_variants(
             self.ctx,

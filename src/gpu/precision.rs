@@ -1,6 +1,9 @@
 //! The matrix products' precision (`precision`): `f32` (the default), `f16` (the products'
 //! inputs, activations and dequantized weights, rounded to f16 and multiplied in f16, each
-//! product accumulated in f32; needs the adapter feature `shader-f16`) or `auto` (f16 on a GPU
+//! product accumulated in f32, and the activations that only a product reads, the attention
+//! output and the feed-forward hidden state, stored as f16 between kernels; the residual stream,
+//! norms, attention's arithmetic and the logits stay f32; needs the adapter feature
+//! `shader-f16`) or `auto` (f16 on a GPU
 //! with the feature, otherwise f32 with a notice: software adapters emulate f16 arithmetic,
 //! which makes it several times slower there).
 

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
 use crate::gpu::plan::Variant;
+use crate::gpu::precision::MatmulPrecision;
 
 /// Heads per workgroup of the rows shape: one subgroup on lavapipe, one on SwiftShader (4
 /// lanes); small models have few heads, so a bigger group would leave most invocations idle.
@@ -113,6 +114,8 @@ pub struct Attention {
     head_dim: Option<u32>,
     /// The kinds of the caches it reads.
     kinds: KvKinds,
+    /// Whether `out` holds f16 (two values per word).
+    out_f16: bool,
 }
 
 impl Attention {
@@ -145,7 +148,29 @@ impl Attention {
         head_dim: u32,
         kinds: KvKinds,
     ) -> Result<Self> {
+        Self::with_output(ctx, cache, reduction, variant, head_dim, kinds, false).await
+    }
+
+    /// [`Attention::with_kinds`] writing `out` as f16 (`out_f16`, two values per word, for
+    /// an output projection that reads f16 under precision f16; needs
+    /// [`MatmulPrecision::F16`]) or f32.
+    pub async fn with_output(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        reduction: Reduction,
+        variant: Variant,
+        head_dim: u32,
+        kinds: KvKinds,
+        out_f16: bool,
+    ) -> Result<Self> {
+        if out_f16 && ctx.precision() != MatmulPrecision::F16 {
+            return Err(Error::invalid(
+                "out_f16",
+                "an f16 attention output needs precision f16",
+            ));
+        }
         let kind_defines = |d: Defines| {
+            let d = d.flag_if("OUT_F16", out_f16);
             if kinds.is_f32() {
                 d
             } else {
@@ -175,11 +200,12 @@ impl Attention {
                 whole: Pipelines::load(ctx, cache, file, "attention_rows", defines.clone()).await?,
                 split: Pipelines::load(ctx, cache, file, "attention_rows", defines.flag("SPLIT"))
                     .await?,
-                merge: Self::merge(ctx, cache).await?,
+                merge: Self::merge(ctx, cache, out_f16).await?,
                 key_tile: wg,
                 variant,
                 head_dim: Some(head_dim),
                 kinds,
+                out_f16,
             });
         }
         let key_tile = wg_size(ctx);
@@ -189,18 +215,25 @@ impl Attention {
         Ok(Self {
             whole: Pipelines::load(ctx, cache, file, "attention", defines.clone()).await?,
             split: Pipelines::load(ctx, cache, file, "attention", defines.flag("SPLIT")).await?,
-            merge: Self::merge(ctx, cache).await?,
+            merge: Self::merge(ctx, cache, out_f16).await?,
             key_tile,
             variant,
             head_dim: None,
             kinds,
+            out_f16,
         })
     }
 
-    async fn merge(ctx: &GpuContext, cache: &KernelCache) -> Result<Arc<wgpu::ComputePipeline>> {
+    async fn merge(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        out_f16: bool,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
         // 64 is below every device's maxComputeWorkgroupSizeX (WebGPU guarantees 256), so
         // the grid can be computed from the constant
-        let defines = Defines::new().value("MWG_SIZE", format!("{MERGE_WG}u"));
+        let defines = Defines::new()
+            .value("MWG_SIZE", format!("{MERGE_WG}u"))
+            .flag_if("OUT_F16", out_f16);
         load(
             ctx,
             cache,
@@ -345,7 +378,16 @@ impl Attention {
             let words = elements("cache rows", rows, kind.row_words(kv_dim) as u64)?;
             check_len(name, buffer, words)?;
         }
-        check_len("out", out, elements("max_tokens", max_tokens, q_dim)?)?;
+        let out_values = elements("max_tokens", max_tokens, q_dim)?;
+        // an f16 output takes half a word per value
+        check_len(
+            "out",
+            out,
+            match self.out_f16 {
+                true => out_values.div_ceil(2),
+                false => out_values,
+            },
+        )?;
         for (name, other) in [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] {
             check_distinct("out", out, name, other)?;
         }

@@ -12,6 +12,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
+use crate::gpu::precision::MatmulPrecision;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
@@ -28,6 +29,8 @@ struct Elementwise {
     pipeline: Arc<wgpu::ComputePipeline>,
     entry: &'static str,
     wg_size: u32,
+    /// Whether the output holds f16 (two values per word).
+    out_f16: bool,
 }
 
 impl Elementwise {
@@ -36,17 +39,38 @@ impl Elementwise {
         cache: &KernelCache,
         entry: &'static str,
         gelu_gate: bool,
+        out_f16: bool,
     ) -> Result<Self> {
+        if out_f16 && ctx.precision() != MatmulPrecision::F16 {
+            return Err(Error::invalid(
+                "out_f16",
+                "an f16 output needs precision f16",
+            ));
+        }
         let wg_size = wg_size(ctx);
         let defines = Defines::new()
             .value("WG_SIZE", format!("{wg_size}u"))
-            .flag_if("GELU_GATE", gelu_gate);
+            .flag_if("GELU_GATE", gelu_gate)
+            .flag_if("OUT_F16", out_f16);
         let pipeline = load(ctx, cache, &kernels::ELEMENTWISE, entry, defines).await?;
         Ok(Self {
             pipeline,
             entry,
             wg_size,
+            out_f16,
         })
+    }
+
+    /// Checks that `out` holds `total` output values (half a word each when f16).
+    fn check_out(&self, out: &wgpu::Buffer, total: u64) -> Result<()> {
+        check_len(
+            "out",
+            out,
+            match self.out_f16 {
+                true => total.div_ceil(2),
+                false => total,
+            },
+        )
     }
 
     /// Common checks, then the binding over rows of `n` values.
@@ -93,13 +117,27 @@ pub struct SwiGlu(Elementwise);
 impl SwiGlu {
     /// Builds (or fetches from `cache`) the kernel.
     pub async fn new(ctx: &GpuContext, cache: &KernelCache) -> Result<Self> {
-        Ok(Self(Elementwise::new(ctx, cache, "swiglu", false).await?))
+        Self::with_output(ctx, cache, false, false).await
     }
 
     /// The GeGLU gate instead (Gemma): `out[t, i] = gelu_tanh(gate[t, i]) · up[t, i]`, bound
     /// the same way.
     pub async fn geglu(ctx: &GpuContext, cache: &KernelCache) -> Result<Self> {
-        Ok(Self(Elementwise::new(ctx, cache, "swiglu", true).await?))
+        Self::with_output(ctx, cache, true, false).await
+    }
+
+    /// SwiGLU, or GeGLU with `gelu_gate`, writing `out` as f16 with `out_f16` (two values
+    /// per word, for a down projection that reads f16; needs
+    /// [`MatmulPrecision::F16`]).
+    pub async fn with_output(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        gelu_gate: bool,
+        out_f16: bool,
+    ) -> Result<Self> {
+        Ok(Self(
+            Elementwise::new(ctx, cache, "swiglu", gelu_gate, out_f16).await?,
+        ))
     }
 
     /// Binds `gate, up, out: [max_tokens, ff]` with the [`super::StepParams`] uniform `step`.
@@ -117,7 +155,7 @@ impl SwiGlu {
         let total = common(ctx, step, ff, max_tokens)?;
         check_len("gate", gate, total)?;
         check_len("up", up, total)?;
-        check_len("out", out, total)?;
+        self.0.check_out(out, total)?;
         check_distinct("out", out, "gate", gate)?;
         check_distinct("out", out, "up", up)?;
         let params = ElementwiseParams {
@@ -143,7 +181,7 @@ impl SwiGlu {
         let total = common(ctx, step, ff, max_tokens)?;
         let stride = u64::from(ff) * 2;
         check_len("gate_up", gate_up, elements("ff", max_tokens, stride)?)?;
-        check_len("out", out, total)?;
+        self.0.check_out(out, total)?;
         check_distinct("out", out, "gate_up", gate_up)?;
         let params = ElementwiseParams {
             n: ff,

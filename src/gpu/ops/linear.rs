@@ -161,6 +161,18 @@ impl Linear {
                 "an f16 KV-cache write needs kv_write, not deferred",
             ));
         }
+        if (options.x_f16 || options.y_f16) && ctx.precision() != MatmulPrecision::F16 {
+            return Err(Error::invalid(
+                "options",
+                "f16 activations need precision f16",
+            ));
+        }
+        if options.y_f16 && (options.accumulate || options.kv_write) {
+            return Err(Error::invalid(
+                "options",
+                "an f16 output cannot accumulate or feed the KV cache",
+            ));
+        }
         if options.rope && !options.kv_write {
             return Err(Error::invalid(
                 "options",
@@ -227,6 +239,8 @@ impl Linear {
                 .flag_if("KV_DEFER", options.kv_deferred)
                 .flag_if("KV_F16", options.kv_f16)
                 .flag_if("MM_F16", ctx.precision() == MatmulPrecision::F16)
+                .flag_if("X_F16", options.x_f16)
+                .flag_if("Y_F16", options.y_f16)
         };
         let rows_defines =
             || common(Defines::new()).value("RWG_SIZE", format!("{}u", pow2_cap(ROWS_WG)));
@@ -352,19 +366,17 @@ impl Linear {
             rows
         };
         let out_tokens = if opts.last_row { 1 } else { max_tokens };
-        let shape = |t: u32, n: u32| format!("[{t}, {n}] f32");
-        check_words(
-            "x",
-            x,
-            u64::from(max_tokens) * u64::from(cols),
-            &shape(max_tokens, cols),
-        )?;
-        check_words(
-            "y",
-            y,
-            u64::from(out_tokens) * u64::from(out_rows),
-            &shape(out_tokens, out_rows),
-        )?;
+        // f16 activations take half a word each
+        let check_act = |name: &'static str, b: &wgpu::Buffer, t: u32, n: u32, f16: bool| {
+            let values = u64::from(t) * u64::from(n);
+            let (words, ty) = match f16 {
+                true => (values.div_ceil(2), "f16"),
+                false => (values, "f32"),
+            };
+            check_words(name, b, words, &format!("[{t}, {n}] {ty}"))
+        };
+        check_act("x", x, max_tokens, cols, opts.x_f16)?;
+        check_act("y", y, out_tokens, out_rows, opts.y_f16)?;
         let parts = w.parts();
         if parts.iter().any(|(_, _, b)| *b == y) || y == x || bias.is_some_and(|b| b == y) {
             return Err(Error::invalid(

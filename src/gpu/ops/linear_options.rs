@@ -61,6 +61,13 @@ pub struct LinearOptions {
     /// (`pack2x16float`, as [`crate::dtype::kv::KvKind::F16`] encodes them), written here:
     /// the even row of each pair writes both.
     pub kv_f16: bool,
+    /// `x` holds f16 values (`[max_tokens, cols]`, two per word): the previous product's
+    /// output under precision f16. Needs [`crate::gpu::MatmulPrecision::F16`].
+    pub x_f16: bool,
+    /// `y` is written as f16 (`[max_tokens, rows]`, two per word) for a next product that
+    /// reads f16; not with `accumulate` or `kv_write`. Needs
+    /// [`crate::gpu::MatmulPrecision::F16`].
+    pub y_f16: bool,
 }
 
 /// The KV cache of a [`Linear`] built with [`LinearOptions::kv_write`].
