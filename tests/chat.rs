@@ -233,6 +233,26 @@ fn runaway_templates_are_stopped() {
     assert_eq!(text.matches("<|im_start|>").count(), 2002);
 }
 
+/// A smaller render budget stops a template the default budget lets finish, with the same
+/// error; an ordinary conversation still fits a modest one.
+#[test]
+fn a_smaller_fuel_budget_stops_templates_sooner() {
+    let source = "{% for i in range(20000) %}{{ i }}{% endfor %}";
+    let messages = [msg("user", "hi")];
+    let full = ChatTemplate::new(source, "", "").unwrap();
+    assert!(full.render(&messages, false).is_ok());
+    let small = ChatTemplate::new(source, "", "").unwrap().with_fuel(10_000);
+    let m = small.render(&messages, false).unwrap_err().to_string();
+    assert!(m.contains("steps"), "{m}");
+    let chat = ChatTemplate::new(SMOLLM2_TEMPLATE, "", "")
+        .unwrap()
+        .with_fuel(10_000);
+    assert!(chat.render(&messages, true).is_ok());
+    // a budget of 0 is taken as 1, not as no budget
+    let zero = ChatTemplate::new(source, "", "").unwrap().with_fuel(0);
+    assert!(zero.render(&messages, false).is_err());
+}
+
 /// Methods, filters and functions that can return far more than they are given are paid for in
 /// fuel before they build anything: each of these would make one value of 20 to 300 MB, more
 /// than the fuel pays for.

@@ -152,7 +152,7 @@ pub fn gguf_model(data: &[u8]) {
     if let Ok(tokenizer) = files.tokenizer() {
         check_tokenizer_briefly(&tokenizer);
         if let Ok(Some(template)) = files.chat_template(&tokenizer) {
-            render(&template, "Hello!");
+            render(template, "Hello!");
         }
     }
 }
@@ -198,7 +198,7 @@ pub fn tokenizer_json(data: &[u8]) {
     check_tokenizer(&tokenizer, false);
     if let Some(config) = config {
         if let Ok(Some(template)) = ChatTemplate::from_tokenizer_config(config, &tokenizer) {
-            render(&template, "Hello!");
+            render(template, "Hello!");
         }
     }
 }
@@ -213,7 +213,7 @@ pub fn tokenizer_gguf(data: &[u8]) {
     };
     check_tokenizer(&tokenizer, true);
     if let Ok(Some(template)) = ChatTemplate::from_gguf(&header, &tokenizer) {
-        render(&template, "Hello!");
+        render(template, "Hello!");
     }
 }
 
@@ -300,10 +300,18 @@ pub fn chat_template(data: &[u8]) {
     let Ok(template) = ChatTemplate::new(&source, "<s>", "</s>") else {
         return;
     };
-    render(&template, &content);
+    render(template, &content);
 }
 
-fn render(template: &ChatTemplate, content: &str) {
+/// The render budget of the fuzz targets: a twentieth of the product's
+/// ([`emberlm::chat::RENDER_FUEL`]), so that templates that spend it all (the fuzzer finds
+/// many: sorting and de-duplicating long ranges) cost a twentieth as much and the campaign
+/// gets through more inputs. Running out takes the same path at any budget; the tests check the
+/// product's budget itself.
+const FUZZ_FUEL: u64 = emberlm::chat::RENDER_FUEL / 20;
+
+fn render(template: ChatTemplate, content: &str) {
+    let template = template.with_fuel(FUZZ_FUEL);
     let messages = [
         ChatMessage::new("system", "You are terse."),
         ChatMessage::new("user", content),

@@ -109,6 +109,16 @@ impl ChatTemplate {
         })
     }
 
+    /// The same template with a render budget of `fuel` units (at least 1) instead of
+    /// [`RENDER_FUEL`]: a page that renders templates it does not trust may stop them sooner.
+    /// A render that runs out fails with a template error, as at the default budget.
+    pub fn with_fuel(mut self, fuel: u64) -> Self {
+        if let Kind::Jinja(env) = &mut self.kind {
+            env.set_fuel(Some(fuel.max(1)));
+        }
+        self
+    }
+
     /// A template the caller gives (a model whose file has none, such as Gemma 3's GGUF), with
     /// BOS/EOS strings from `tokenizer`.
     pub fn from_source(source: &str, tokenizer: &Tokenizer) -> Result<Self> {
