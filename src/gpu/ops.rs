@@ -107,6 +107,15 @@ pub(crate) fn dispatch_grid(ctx: &GpuContext, what: &str, groups: u32) -> Result
 }
 
 /// Fails unless `buffer` holds at least `elements` f32 values.
+/// Refuses f16 activations (an option named `name`) unless the products run in f16, the only
+/// precision whose kernels enable f16 and whose adapters have `shader-f16`.
+pub(crate) fn check_f16_activations(ctx: &GpuContext, name: &'static str) -> Result<()> {
+    if ctx.precision() == crate::gpu::precision::MatmulPrecision::F16 {
+        return Ok(());
+    }
+    Err(Error::invalid(name, "f16 activations need precision f16"))
+}
+
 pub(crate) fn check_len(name: &'static str, buffer: &wgpu::Buffer, elements: u64) -> Result<()> {
     let needed = elements * 4;
     if buffer.size() < needed {

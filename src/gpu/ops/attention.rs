@@ -22,16 +22,15 @@ pub use super::key_split::{
     SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
 };
 use super::{
-    check_distinct, check_len, check_max_tokens, check_step, dispatch_grid, elements, load,
-    positive, reduce_defines, wg_size, Grid, Heads, KernelBinding, Reduction, StepParams,
-    MAX_HEAD_DIM,
+    check_distinct, check_f16_activations, check_len, check_max_tokens, check_step, dispatch_grid,
+    elements, load, positive, reduce_defines, wg_size, Grid, Heads, KernelBinding, Reduction,
+    StepParams, MAX_HEAD_DIM,
 };
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
 use crate::gpu::plan::Variant;
-use crate::gpu::precision::MatmulPrecision;
 
 /// Heads per workgroup of the rows shape: one subgroup on lavapipe, one on SwiftShader (4
 /// lanes); small models have few heads, so a bigger group would leave most invocations idle.
@@ -163,11 +162,8 @@ impl Attention {
         kinds: KvKinds,
         out_f16: bool,
     ) -> Result<Self> {
-        if out_f16 && ctx.precision() != MatmulPrecision::F16 {
-            return Err(Error::invalid(
-                "out_f16",
-                "an f16 attention output needs precision f16",
-            ));
+        if out_f16 {
+            check_f16_activations(ctx, "out_f16")?;
         }
         let kind_defines = |d: Defines| {
             let d = d.flag_if("OUT_F16", out_f16);

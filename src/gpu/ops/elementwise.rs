@@ -6,13 +6,12 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::{
-    check_distinct, check_len, check_max_tokens, check_step, dispatch_grid, elements, load,
-    positive, wg_size, Grid, KernelBinding,
+    check_distinct, check_f16_activations, check_len, check_max_tokens, check_step, dispatch_grid,
+    elements, load, positive, wg_size, Grid, KernelBinding,
 };
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
-use crate::gpu::precision::MatmulPrecision;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
@@ -41,11 +40,8 @@ impl Elementwise {
         gelu_gate: bool,
         out_f16: bool,
     ) -> Result<Self> {
-        if out_f16 && ctx.precision() != MatmulPrecision::F16 {
-            return Err(Error::invalid(
-                "out_f16",
-                "an f16 output needs precision f16",
-            ));
+        if out_f16 {
+            check_f16_activations(ctx, "out_f16")?;
         }
         let wg_size = wg_size(ctx);
         let defines = Defines::new()

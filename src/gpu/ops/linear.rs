@@ -18,8 +18,8 @@ pub use super::linear_options::{Epilogue, InputNorm, KvWriteBinding, LinearOptio
 use super::weight_checks::check_kv;
 pub(crate) use super::weight_checks::{check_words, matrix_shape, weight_flag};
 use super::{
-    check_step, dispatch_grid, load, optional_input, positive, reduce_defines, Grid, KernelBinding,
-    Reduction, WeightRead,
+    check_f16_activations, check_step, dispatch_grid, load, optional_input, positive,
+    reduce_defines, Grid, KernelBinding, Reduction, WeightRead,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -161,11 +161,8 @@ impl Linear {
                 "an f16 KV-cache write needs kv_write, not deferred",
             ));
         }
-        if (options.x_f16 || options.y_f16) && ctx.precision() != MatmulPrecision::F16 {
-            return Err(Error::invalid(
-                "options",
-                "f16 activations need precision f16",
-            ));
+        if options.x_f16 || options.y_f16 {
+            check_f16_activations(ctx, "options")?;
         }
         if options.y_f16 && (options.accumulate || options.kv_write) {
             return Err(Error::invalid(
