@@ -303,12 +303,12 @@ pub fn chat_template(data: &[u8]) {
     render(template, &content);
 }
 
-/// The render budget of the fuzz targets: a twentieth of the product's
+/// The render budget of the fuzz targets: a hundredth of the product's
 /// ([`emberlm::chat::RENDER_FUEL`]), so that templates that spend it all (the fuzzer finds
-/// many: sorting and de-duplicating long ranges) cost a twentieth as much and the campaign
+/// many: sorting and de-duplicating long ranges) cost a hundredth as much and the campaign
 /// gets through more inputs. Running out takes the same path at any budget; the tests check the
 /// product's budget itself.
-const FUZZ_FUEL: u64 = emberlm::chat::RENDER_FUEL / 20;
+const FUZZ_FUEL: u64 = emberlm::chat::RENDER_FUEL / 100;
 
 fn render(template: ChatTemplate, content: &str) {
     let template = template.with_fuel(FUZZ_FUEL);
