@@ -6,12 +6,14 @@
 //! `raise_exception`, `strftime_now`, a `tojson` that writes what Python's `json.dumps` writes,
 //! and Python string/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) from
 //! `minijinja-contrib`. Templates are untrusted input: every render runs on a fuel budget and a
-//! recursion limit, so a template cannot loop forever or exhaust the stack. Fuel also pays for
-//! data (one unit per 64 bytes made): minijinja charges its own operators and filters, and the
-//! functions, filters and methods added here charge for what they build before building it, so
-//! a render allocates at most about `64 × RENDER_FUEL` bytes.
+//! recursion limit, and its nesting is bounded before it is compiled (`nesting`), so a template
+//! cannot loop forever or exhaust the stack. Fuel also pays for data (one unit per 64 bytes
+//! made): minijinja charges its own operators and filters, and the functions, filters and
+//! methods added here charge for what they build before building it, so a render allocates at
+//! most about `64 × RENDER_FUEL` bytes.
 
 mod functions;
+mod nesting;
 mod tojson;
 
 use minijinja::syntax::SyntaxConfig;
@@ -23,7 +25,10 @@ use crate::format::gguf::GgufHeader;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
+pub use nesting::{MAX_BLOCKS, MAX_BRACKETS, MAX_OPERATORS};
+
 use functions::{format_filter, python_method, raise_exception, strftime_now, Raised};
+use nesting::check_nesting;
 use tojson::tojson;
 
 /// Name under which the template is stored in its environment.
@@ -91,6 +96,7 @@ impl ChatTemplate {
             .keep_trailing_newline(false)
             .build()
             .map_err(|e| Error::Template(format!("cannot configure the template syntax: {e}")))?;
+        check_nesting(source, syntax.clone())?;
         env.set_syntax(syntax);
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_fuel(Some(RENDER_FUEL));
