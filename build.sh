@@ -413,6 +413,8 @@ cmd_bench() {
   cargo build --release --bin emberlm
   "${CARGO_TARGET_DIR:-target}/release/emberlm" bench "${args[@]}" \
     --llama-cpp-python "$BENCH_CACHE/venv/bin/python"
+  log "native bench: batched decoding on the CPU backend"
+  "${CARGO_TARGET_DIR:-target}/release/emberlm" --device cpu bench "${args[@]}" --batch-only
   # The browser half: emberlm (WebGPU) and wllama in the same headless Chromium; it writes
   # bench/results/<date>-browser-<adapter>.json. Without wllama it reports it as not run.
   setup_bench_wllama || log "wllama could not be installed; its browser figures will be missing"

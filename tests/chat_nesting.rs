@@ -41,7 +41,10 @@ fn every_kind_of_deep_nesting_is_refused_by_name() {
         ("additions", format!("{{{{ 1{} }}}}", "+1".repeat(3000))),
         ("attributes", format!("{{{{ a{} }}}}", ".b".repeat(1000))),
         ("filters", format!("{{{{ 1{} }}}}", "|abs".repeat(1000))),
-        ("conditionals", format!("{{{{ 1{} }}}}", " if a else 1".repeat(1000))),
+        (
+            "conditionals",
+            format!("{{{{ 1{} }}}}", " if a else 1".repeat(1000)),
+        ),
         (
             "parentheses",
             format!("{{{{ {}1{} }}}}", "(".repeat(100), ")".repeat(100)),
@@ -64,7 +67,11 @@ fn every_kind_of_deep_nesting_is_refused_by_name() {
         ),
         (
             "set blocks",
-            format!("{}x{}", "{% set v %}".repeat(150), "{% endset %}".repeat(150)),
+            format!(
+                "{}x{}",
+                "{% set v %}".repeat(150),
+                "{% endset %}".repeat(150)
+            ),
         ),
     ];
     for (what, source) in deep {
@@ -79,15 +86,24 @@ fn every_kind_of_deep_nesting_is_refused_by_name() {
         "(".repeat(MAX_BRACKETS + 1),
         ")".repeat(MAX_BRACKETS + 1)
     ));
-    assert!(err.contains(&format!("{} brackets deep", MAX_BRACKETS + 1)), "{err}");
+    assert!(
+        err.contains(&format!("{} brackets deep", MAX_BRACKETS + 1)),
+        "{err}"
+    );
     let err = refused(&format!(
         "{}x{}",
         "{% if a %}".repeat(MAX_BLOCKS + 1),
         "{% endif %}".repeat(MAX_BLOCKS + 1)
     ));
-    assert!(err.contains(&format!("{} block statements", MAX_BLOCKS + 1)), "{err}");
+    assert!(
+        err.contains(&format!("{} block statements", MAX_BLOCKS + 1)),
+        "{err}"
+    );
     let err = refused(&format!("{{{{ {}1 }}}}", "-".repeat(MAX_OPERATORS + 1)));
-    assert!(err.contains(&format!("the limit is {MAX_OPERATORS}")), "{err}");
+    assert!(
+        err.contains(&format!("the limit is {MAX_OPERATORS}")),
+        "{err}"
+    );
     // Blocks closed before the next opens do not add up.
     let flat = "{% if a %}x{% endif %}".repeat(MAX_BLOCKS * 4);
     ChatTemplate::new(&flat, "<s>", "</s>").expect("flat blocks");
@@ -142,8 +158,16 @@ fn a_template_at_every_limit_renders_on_a_1_mib_stack() {
 /// and dicts, many `set` assignments, and many short tags.
 #[test]
 fn flat_templates_that_look_deep_are_allowed() {
-    let text = format!("{}{}{}", "-".repeat(5000), "(".repeat(500), "{ [ ".repeat(500));
-    let list = (0..2000).map(|i| format!("'r{i}'")).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "{}{}{}",
+        "-".repeat(5000),
+        "(".repeat(500),
+        "{ [ ".repeat(500)
+    );
+    let list = (0..2000)
+        .map(|i| format!("'r{i}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let dict = (0..500)
         .map(|i| format!("'k{i}': {i}"))
         .collect::<Vec<_>>()

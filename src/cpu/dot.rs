@@ -153,15 +153,70 @@ pub(crate) fn half_block_sums_avx2(
 ) -> std::arch::x86_64::__m128i {
     use std::arch::x86_64::*;
 
+    half_block_sums_abs_avx2(
+        _mm256_abs_epi8(w01),
+        w01,
+        q01,
+        _mm256_abs_epi8(w23),
+        w23,
+        q23,
+    )
+}
+
+/// [`half_block_sums_avx2`] with `|w|` given (`a01 = |w01|`, `a23 = |w23|`): a row that meets
+/// several tokens takes its absolute values once.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn half_block_sums_abs_avx2(
+    a01: std::arch::x86_64::__m256i,
+    w01: std::arch::x86_64::__m256i,
+    q01: std::arch::x86_64::__m256i,
+    a23: std::arch::x86_64::__m256i,
+    w23: std::arch::x86_64::__m256i,
+    q23: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+
+    sums_of_pairs_avx2(
+        _mm256_maddubs_epi16(a01, _mm256_sign_epi8(q01, w01)),
+        _mm256_maddubs_epi16(a23, _mm256_sign_epi8(q23, w23)),
+    )
+}
+
+/// [`half_block_sums_avx2`] for weights that are all in `0..=15` (Q4_1's nibbles): `vpmaddubsw`
+/// takes them as they are, with no absolute values or signs (the same exact sums).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn half_block_sums_unsigned_avx2(
+    w01: std::arch::x86_64::__m256i,
+    q01: std::arch::x86_64::__m256i,
+    w23: std::arch::x86_64::__m256i,
+    q23: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+
+    sums_of_pairs_avx2(
+        _mm256_maddubs_epi16(w01, q01),
+        _mm256_maddubs_epi16(w23, q23),
+    )
+}
+
+/// The four half-block sums from `vpmaddubsw`'s pair sums of half-blocks 0 and 1 (`m01`) and
+/// 2 and 3 (`m23`): in fours by `vpmaddwd`, then across lanes by two `vphaddd`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn sums_of_pairs_avx2(
+    m01: std::arch::x86_64::__m256i,
+    m23: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+
     let ones = _mm256_set1_epi16(1);
-    let p01 = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_abs_epi8(w01), _mm256_sign_epi8(q01, w01)),
-        ones,
-    );
-    let p23 = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_abs_epi8(w23), _mm256_sign_epi8(q23, w23)),
-        ones,
-    );
+    let p01 = _mm256_madd_epi16(m01, ones);
+    let p23 = _mm256_madd_epi16(m23, ones);
     // per 128-bit lane: [g0 g0 g2 g2 | g1 g1 g3 g3], then [g0 g2 · · | g1 g3 · ·]
     let t = _mm256_hadd_epi32(p01, p23);
     let t = _mm256_hadd_epi32(t, t);

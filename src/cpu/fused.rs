@@ -9,7 +9,7 @@
 //! (and the native and browser builds) agree exactly. Where the target has no such path (no
 //! AVX2, WebAssembly without SIMD) [`row_dot`] declines and the caller unpacks.
 
-use super::quant::{f16_at, QK};
+use super::quant::{f16_at, Q8Rows, QK};
 use crate::dtype::DType;
 
 /// The layout of a 32-value block: its size, where its 32 values start, how they are stored.
@@ -61,8 +61,80 @@ pub fn row_dot(
     let blocks = bytes.len() / l.size;
     assert!(q.len() >= blocks * QK && d.len() >= blocks * 2 && s.len() >= blocks);
     // Blocks in pairs (four half-blocks, as the unpacked path's SIMD loop takes them).
+    let acc = simd_pairs(l, bytes, q, d, blocks / 2);
+    fill_offsets(l, bytes, offsets);
+    Some(finish(l, bytes, (q, d, s), acc, offsets))
+}
+
+/// Tokens whose dot products one pass over a row computes together (their accumulators stay in
+/// registers, and each block's values are made once for all of them).
+const TOKENS_AT_ONCE: usize = 4;
+
+/// [`row_dot`] of one weight row with every token of `q8`: `out[t]` for `t < out.len()`, bit
+/// for bit what `row_dot` gives each token alone. Each pair of blocks is turned into values
+/// once for up to four tokens, so a batched or multi-token step pays the unpacking once per
+/// row. `false` (and `out` untouched) when [`available`] is false.
+pub fn row_dot_tokens(
+    dtype: DType,
+    bytes: &[u8],
+    q8: &Q8Rows,
+    out: &mut [f32],
+    offsets: &mut Vec<f32>,
+) -> bool {
+    let Some(l) = layout(dtype) else {
+        return false;
+    };
+    if !simd_available() {
+        return false;
+    }
+    let blocks = bytes.len() / l.size;
     let pairs = blocks / 2;
-    let mut acc = simd_pairs(l, bytes, q, d, pairs);
+    fill_offsets(l, bytes, offsets);
+    for (g, out) in out.chunks_mut(TOKENS_AT_ONCE).enumerate() {
+        let first = g * TOKENS_AT_ONCE;
+        let rows: [Row<'_>; TOKENS_AT_ONCE] =
+            std::array::from_fn(|k| q8.row(first + k.min(out.len() - 1)));
+        for (q, d, s) in &rows {
+            assert!(q.len() >= blocks * QK && d.len() >= blocks * 2 && s.len() >= blocks);
+        }
+        let accs: [[f32; 4]; TOKENS_AT_ONCE] = match out.len() {
+            1 => widen([simd_pairs(l, bytes, rows[0].0, rows[0].1, pairs)]),
+            2 => widen(simd_pairs_tokens::<2>(l, bytes, [rows[0], rows[1]], pairs)),
+            3 => widen(simd_pairs_tokens::<3>(
+                l,
+                bytes,
+                [rows[0], rows[1], rows[2]],
+                pairs,
+            )),
+            _ => simd_pairs_tokens::<TOKENS_AT_ONCE>(l, bytes, rows, pairs),
+        };
+        for ((o, row), acc) in out.iter_mut().zip(&rows).zip(accs) {
+            *o = finish(l, bytes, *row, acc, offsets);
+        }
+    }
+    true
+}
+
+/// One token's activations: values, half-block scales, block sums.
+type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+
+/// `N` tokens' accumulators in the first `N` of four slots.
+fn widen<const N: usize>(a: [[f32; 4]; N]) -> [[f32; 4]; TOKENS_AT_ONCE] {
+    std::array::from_fn(|k| a.get(k).copied().unwrap_or_default())
+}
+
+/// The blocks' offsets (`m`), for the types that have them.
+fn fill_offsets(l: Layout, bytes: &[u8], offsets: &mut Vec<f32>) {
+    offsets.clear();
+    if l.offset {
+        offsets.extend(bytes.chunks_exact(l.size).map(|b| f16_at(b, 2)));
+    }
+}
+
+/// One token's dot product from the accumulators of the block pairs: the odd last block, the
+/// four accumulators summed, the offsets' part added.
+fn finish(l: Layout, bytes: &[u8], (q, d, s): Row<'_>, mut acc: [f32; 4], offsets: &[f32]) -> f32 {
+    let blocks = bytes.len() / l.size;
     if blocks % 2 == 1 {
         // The last block: half-blocks 4·pairs and 4·pairs + 1, so accumulators 0 and 1.
         let b = &bytes[(blocks - 1) * l.size..][..l.size];
@@ -80,11 +152,9 @@ pub fn row_dot(
     }
     let dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     if !l.offset {
-        return Some(dot);
+        return dot;
     }
-    offsets.clear();
-    offsets.extend(bytes.chunks_exact(l.size).map(|b| f16_at(b, 2)));
-    Some(dot + super::matmul::dot_f32(offsets, &s[..blocks]))
+    dot + super::matmul::dot_f32(offsets, &s[..blocks])
 }
 
 /// Block `b`'s 32 values as small integers (the unpacked row's).
@@ -147,28 +217,130 @@ fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f3
     unsafe { pairs_avx2(l, bytes, q, d, pairs) }
 }
 
+/// [`simd_pairs`] for `N` tokens at once. Their lengths were checked by the caller.
+#[cfg(target_arch = "x86_64")]
+fn simd_pairs_tokens<const N: usize>(
+    l: Layout,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    pairs: usize,
+) -> [[f32; 4]; N] {
+    let value_bytes = if l.nibble_bias.is_some() { 16 } else { 32 };
+    assert!(bytes.len() >= 2 * pairs * l.size && l.values + value_bytes <= l.size);
+    for (q, d, _) in &rows {
+        assert!(q.len() >= pairs * 64 && d.len() >= pairs * 4);
+    }
+    // SAFETY: the CPU has AVX2 (the only caller checked `simd_available`); the lengths were
+    // checked above.
+    unsafe { pairs_tokens_avx2(l, bytes, rows, pairs) }
+}
+
+/// [`pairs_avx2`] for `N` tokens: each pair of blocks' values, their absolute values and
+/// their scales made once, then every token's sums and accumulators as `pairs_avx2` makes
+/// them (the same operations in the same order, so the same bits).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pairs_tokens_avx2<const N: usize>(
+    l: Layout,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    pairs: usize,
+) -> [[f32; 4]; N] {
+    use std::arch::x86_64::*;
+
+    // Q4_1's values are the nibbles themselves, never negative.
+    let unsigned = l.nibble_bias == Some(0);
+    let mut acc = [_mm_setzero_ps(); N];
+    for p in 0..pairs {
+        let (b0, b1) = (2 * p, 2 * p + 1);
+        // SAFETY: the blocks lie inside `bytes` (checked by the caller).
+        let (w01, w23) = unsafe { (block_register(l, bytes, b0), block_register(l, bytes, b1)) };
+        let (a01, a23) = if unsigned {
+            (w01, w23)
+        } else {
+            (_mm256_abs_epi8(w01), _mm256_abs_epi8(w23))
+        };
+        let (d0, d1) = (
+            f16_at(&bytes[b0 * l.size..], 0),
+            f16_at(&bytes[b1 * l.size..], 0),
+        );
+        let scales = _mm_setr_ps(d0, d0, d1, d1);
+        let h = 4 * p;
+        for (acc, (q, d, _)) in acc.iter_mut().zip(&rows) {
+            // SAFETY: 32-byte loads of the activations of blocks b0 and b1 and a 16-byte load
+            // of their four half-block scales, inside `q` and `d` (checked by the caller).
+            let (q01, q23, dv) = unsafe {
+                (
+                    _mm256_loadu_si256(q.as_ptr().add(b0 * QK).cast()),
+                    _mm256_loadu_si256(q.as_ptr().add(b1 * QK).cast()),
+                    _mm_loadu_ps(d.as_ptr().add(h)),
+                )
+            };
+            let sums = if unsigned {
+                super::dot::half_block_sums_unsigned_avx2(w01, q01, w23, q23)
+            } else {
+                super::dot::half_block_sums_abs_avx2(a01, w01, q01, a23, w23, q23)
+            };
+            // `scale_h · d_h` in f32, as the one-token path's scalar products.
+            let c = _mm_mul_ps(scales, dv);
+            *acc = _mm_add_ps(*acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
+        }
+    }
+    let mut out = [[0.0f32; 4]; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: a 16-byte store into a 16-byte array.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
+}
+
+/// Block `b`'s 32 values in a register: first the 16 low nibbles, then the 16 high ones (or
+/// the 32 bytes).
+///
+/// # Safety
+/// The CPU has AVX2 and block `b` lies inside `bytes`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_register(l: Layout, bytes: &[u8], b: usize) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+
+    // SAFETY: the block's values (32 bytes, or 16 of nibbles) lie inside it, and the caller
+    // promised that the block lies inside `bytes`.
+    let p = unsafe { bytes.as_ptr().add(b * l.size + l.values) };
+    match l.nibble_bias {
+        None => unsafe { _mm256_loadu_si256(p.cast()) },
+        Some(bias) => {
+            let v = unsafe { _mm_loadu_si128(p.cast()) };
+            let mask = _mm_set1_epi8(0x0F);
+            let bias = _mm_set1_epi8(bias);
+            let lo = _mm_add_epi8(_mm_and_si128(v, mask), bias);
+            let hi = _mm_add_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), bias);
+            _mm256_set_m128i(hi, lo)
+        }
+    }
+}
+
+/// [`simd_pairs`] for `N` tokens, one after the other (WebAssembly; other targets never call
+/// it).
+#[cfg(not(target_arch = "x86_64"))]
+fn simd_pairs_tokens<const N: usize>(
+    l: Layout,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    pairs: usize,
+) -> [[f32; 4]; N] {
+    std::array::from_fn(|k| simd_pairs(l, bytes, rows[k].0, rows[k].1, pairs))
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn pairs_avx2(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f32; 4] {
     use std::arch::x86_64::*;
 
-    // Block `b`'s 32 values: first the 16 low nibbles, then the 16 high ones (or 32 bytes).
-    // SAFETY (of each load): the block's values (32 bytes, or 16 of nibbles) lie inside it,
-    // and the caller checked that the blocks lie inside `bytes`.
-    let values = |b: usize| -> __m256i {
-        let p = unsafe { bytes.as_ptr().add(b * l.size + l.values) };
-        match l.nibble_bias {
-            None => unsafe { _mm256_loadu_si256(p.cast()) },
-            Some(bias) => {
-                let v = unsafe { _mm_loadu_si128(p.cast()) };
-                let mask = _mm_set1_epi8(0x0F);
-                let bias = _mm_set1_epi8(bias);
-                let lo = _mm_add_epi8(_mm_and_si128(v, mask), bias);
-                let hi = _mm_add_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), bias);
-                _mm256_set_m128i(hi, lo)
-            }
-        }
-    };
+    // SAFETY: the CPU has AVX2 and the blocks lie inside `bytes` (both checked by the caller).
+    let values = |b: usize| unsafe { block_register(l, bytes, b) };
+    // Q4_1's values are the nibbles themselves, never negative.
+    let unsigned = l.nibble_bias == Some(0);
     let mut acc = _mm_setzero_ps();
     for p in 0..pairs {
         let (b0, b1) = (2 * p, 2 * p + 1);
@@ -180,7 +352,11 @@ unsafe fn pairs_avx2(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize)
                 _mm256_loadu_si256(q.as_ptr().add(b1 * QK).cast()),
             )
         };
-        let sums = super::dot::half_block_sums_avx2(w01, q01, w23, q23);
+        let sums = if unsigned {
+            super::dot::half_block_sums_unsigned_avx2(w01, q01, w23, q23)
+        } else {
+            super::dot::half_block_sums_avx2(w01, q01, w23, q23)
+        };
         let (d0, d1) = (
             f16_at(&bytes[b0 * l.size..], 0),
             f16_at(&bytes[b1 * l.size..], 0),
@@ -319,6 +495,39 @@ mod tests {
         }
     }
 
+    /// Several tokens through one pass over the row give each token's one-token bits, for
+    /// token counts around the group of four and odd and even block counts.
+    #[test]
+    fn rows_for_several_tokens_match_one_token_at_a_time() {
+        let mut rng = Lcg(0xba7c4);
+        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+            if !available(dtype) {
+                continue;
+            }
+            for blocks in [1usize, 2, 5, 18] {
+                let cols = blocks * QK;
+                let row = random_row(&mut rng, dtype, blocks);
+                for tokens in [1usize, 2, 3, 4, 5, 7, 8, 9] {
+                    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
+                    let mut q8 = Q8Rows::default();
+                    q8.quantize(&x, cols);
+                    let mut got = vec![f32::NAN; tokens];
+                    assert!(row_dot_tokens(dtype, &row, &q8, &mut got, &mut Vec::new()));
+                    for (t, got) in got.iter().enumerate() {
+                        let (q, d, s) = q8.row(t);
+                        let want = row_dot(dtype, &row, q, d, s, &mut Vec::new()).unwrap();
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{} × {blocks} blocks, token {t} of {tokens}: {got} vs {want}",
+                            dtype.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Other types are left to the unpacked path.
     #[test]
     fn other_types_decline() {
@@ -326,6 +535,8 @@ mod tests {
         for dtype in [DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F32] {
             assert!(!available(dtype));
             assert_eq!(row_dot(dtype, &[], &[], &[], &[], &mut offsets), None);
+            let q8 = Q8Rows::default();
+            assert!(!row_dot_tokens(dtype, &[], &q8, &mut [], &mut offsets));
         }
     }
 }

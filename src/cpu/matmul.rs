@@ -103,6 +103,7 @@ impl QMatrix {
             q8.quantize(x, self.cols);
         }
         let fused = quantized && tokens == 1 && super::fused::available(self.dtype);
+        let multi_fused = quantized && tokens > 1 && super::fused::available(self.dtype);
         let task = |first: usize, out: &mut [f32]| {
             // out: [n rows, tokens]
             let n = out.len() / tokens;
@@ -119,6 +120,23 @@ impl QMatrix {
                             row.unpack(self.dtype, bytes);
                             row.dot(q, d, s)
                         });
+                }
+            } else if multi_fused {
+                // Several tokens (a batched step, a prompt chunk): each row's blocks made into
+                // values once for a few tokens at a time, no unpacked copy.
+                let mut offsets = Vec::new();
+                let mut row = None;
+                for (r, out) in out.chunks_exact_mut(tokens).enumerate() {
+                    let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
+                    // `multi_fused` checked that the type has a fused path; unpacked otherwise.
+                    if !super::fused::row_dot_tokens(self.dtype, bytes, &q8, out, &mut offsets) {
+                        let row = row.get_or_insert_with(|| UnpackedRow::with_cols(self.cols));
+                        row.unpack(self.dtype, bytes);
+                        for (t, o) in out.iter_mut().enumerate() {
+                            let (q, d, s) = q8.row(t);
+                            *o = row.dot(q, d, s);
+                        }
+                    }
                 }
             } else if quantized {
                 let mut row = UnpackedRow::with_cols(self.cols);

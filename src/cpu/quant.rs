@@ -64,6 +64,7 @@ impl Q8Rows {
     }
 
     /// Row `t`: its values, block scales and block sums.
+    #[inline]
     pub fn row(&self, t: usize) -> (&[i8], &[f32], &[f32]) {
         let (nh, nb) = (self.cols / QA, self.cols / QK);
         (

@@ -240,8 +240,11 @@ impl GgufVocab<'_> {
                 }
             }
         }
-        inner.add_special_tokens(&special);
-        inner.add_tokens(&user);
+        // One call: each call rebuilds the added vocabulary's matchers over every added token,
+        // and specialness travels with each token, so this is the two calls' result at half
+        // the cost.
+        special.extend(user);
+        inner.add_tokens(&special);
 
         let add_bos = self.add_bos.unwrap_or(match kind {
             GgufModel::Llama => true,

@@ -1,9 +1,11 @@
 //! The bench's batched decoding section: aggregate decode tokens/s and the time per step for
 //! B = 1, 4, 8 and 16 sequences advanced together, each at its own position in its own KV
-//! slot, with the greedy candidate selection of every row read back as real decoding does.
+//! slot, with the greedy candidate selection of every row read back as real decoding does. On
+//! the GPU (the full bench and `--batch-only`) or the CPU backend (`--batch-only --device cpu`).
 
-use emberlm::forward::{BatchToken, Forward};
-use emberlm::gpu::KernelCache;
+use emberlm::candidates::SelectRequest;
+use emberlm::forward::{Backend, BatchToken, Forward};
+use emberlm::gpu::{DeviceChoice, KernelCache};
 use emberlm::model::weights::ModelWeights;
 use emberlm::sampling::{Sampler, SamplingParams};
 use emberlm::GpuContext;
@@ -15,17 +17,26 @@ use crate::CliResult;
 /// Batch sizes measured.
 pub const SIZES: [usize; 4] = [1, 4, 8, 16];
 
-/// `emberlm bench --batch-only`: the section alone on `model`, printed.
+/// `emberlm bench --batch-only`: the section alone on `model`, printed, on the GPU or (with
+/// `--device cpu`) on the CPU backend.
 pub fn only(model: &std::path::Path, quick: bool) -> CliResult<()> {
     let files = emberlm::loader::ModelFiles::open(model)?;
     let weights = files.weights()?;
-    let ctx = pollster::block_on(GpuContext::new(crate::cli::gpu_options()))?;
-    eprintln!("bench: {} on {}", model.display(), ctx.report());
     let bench = BatchBench {
         steps: if quick { 3 } else { 8 },
         position: 64,
     };
-    let (json, lines) = bench.run(&ctx, &KernelCache::new(), &weights)?;
+    let options = crate::cli::gpu_options();
+    let (json, lines) = if options.device == DeviceChoice::Cpu {
+        eprintln!("bench: {} on the CPU backend", model.display());
+        let context = bench.context(&weights);
+        let mut backend = Backend::cpu(&weights, context)?;
+        bench.measure(&mut backend, context, &weights)?
+    } else {
+        let ctx = pollster::block_on(GpuContext::new(options))?;
+        eprintln!("bench: {} on {}", model.display(), ctx.report());
+        bench.run(&ctx, &KernelCache::new(), &weights)?
+    };
     for line in lines {
         println!("{line}");
     }
@@ -41,17 +52,83 @@ pub struct BatchBench {
     pub position: usize,
 }
 
+/// A forward pass that can take batched steps: the GPU's (with its device) or a [`Backend`].
+trait BatchStep {
+    fn max_batch(&self) -> usize;
+    fn set_batch(&mut self, slots: usize) -> CliResult<()>;
+    fn step(&mut self, tokens: &[BatchToken], requests: &[Option<&SelectRequest>])
+        -> CliResult<()>;
+}
+
+/// The GPU forward pass with the device and pipelines it runs on.
+struct OnGpu<'a> {
+    ctx: &'a GpuContext,
+    cache: &'a KernelCache,
+    fwd: Forward,
+}
+
+impl BatchStep for OnGpu<'_> {
+    fn max_batch(&self) -> usize {
+        self.fwd.max_batch()
+    }
+    fn set_batch(&mut self, slots: usize) -> CliResult<()> {
+        Ok(pollster::block_on(
+            self.fwd.set_batch(self.ctx, self.cache, slots),
+        )?)
+    }
+    fn step(
+        &mut self,
+        tokens: &[BatchToken],
+        requests: &[Option<&SelectRequest>],
+    ) -> CliResult<()> {
+        pollster::block_on(self.fwd.decode_batch(self.ctx, tokens, requests))?;
+        Ok(())
+    }
+}
+
+impl BatchStep for Backend {
+    fn max_batch(&self) -> usize {
+        Backend::max_batch(self)
+    }
+    fn set_batch(&mut self, slots: usize) -> CliResult<()> {
+        Ok(pollster::block_on(Backend::set_batch(self, slots))?)
+    }
+    fn step(
+        &mut self,
+        tokens: &[BatchToken],
+        requests: &[Option<&SelectRequest>],
+    ) -> CliResult<()> {
+        pollster::block_on(self.decode_batch(tokens, requests))?;
+        Ok(())
+    }
+}
+
 impl BatchBench {
-    /// Runs the section on `weights` with a KV cache of its own.
+    /// Cache positions the section needs: the start, the steps and the slots' offsets.
+    fn context(&self, weights: &ModelWeights<'_>) -> usize {
+        (self.position + self.steps + 2 * SIZES[SIZES.len() - 1] + 2)
+            .min(weights.config.context_length)
+    }
+
+    /// Runs the section on the GPU of `ctx` with `weights` and a KV cache of its own.
     pub fn run(
         &self,
         ctx: &GpuContext,
         cache: &KernelCache,
         weights: &ModelWeights<'_>,
     ) -> CliResult<(Value, Vec<String>)> {
-        let context = (self.position + self.steps + 2 * SIZES[SIZES.len() - 1] + 2)
-            .min(weights.config.context_length);
-        let mut fwd = pollster::block_on(Forward::new(ctx, cache, weights, context, 64))?;
+        let context = self.context(weights);
+        let fwd = pollster::block_on(Forward::new(ctx, cache, weights, context, 64))?;
+        self.measure(&mut OnGpu { ctx, cache, fwd }, context, weights)
+    }
+
+    /// Times every batch size on `fwd`, whose cache holds `context` positions per slot.
+    fn measure(
+        &self,
+        fwd: &mut dyn BatchStep,
+        context: usize,
+        weights: &ModelWeights<'_>,
+    ) -> CliResult<(Value, Vec<String>)> {
         let vocab = weights.config.vocab_size;
         let sampler = Sampler::new(&SamplingParams::greedy(), vocab)?;
         let request = sampler.select_request(&[], &[])?;
@@ -66,7 +143,7 @@ impl BatchBench {
                 continue;
             }
             eprintln!("bench: batched decoding B = {b}");
-            pollster::block_on(fwd.set_batch(ctx, cache, b))?;
+            fwd.set_batch(b)?;
             let mut tokens: Vec<BatchToken> = (0..b)
                 .map(|slot| BatchToken {
                     slot,
@@ -76,7 +153,7 @@ impl BatchBench {
                 .collect();
             let requests = vec![request.as_ref(); b];
             let mut step = |tokens: &mut [BatchToken]| -> CliResult<()> {
-                pollster::block_on(fwd.decode_batch(ctx, tokens, &requests))?;
+                fwd.step(tokens, &requests)?;
                 for t in tokens.iter_mut() {
                     t.pos += 1;
                 }
