@@ -1,13 +1,17 @@
 //! The dot product of one stored weight row of a 32-value type (Q8_0, Q4_0, Q4_1) with one
 //! token's 8-bit activations, reading the row's blocks straight into SIMD registers: no
 //! unpacked copy of the row is written and read back, which is most of a decode step's
-//! matrix × vector work when each row meets one token.
+//! matrix × vector work when each row meets one token. [`row_dot_tokens`] does the same for
+//! several tokens (a batched decoding step, a prompt chunk), making each block's values once
+//! for up to four of them.
 //!
 //! The result is bit for bit what unpacking the row ([`super::quant::UnpackedRow`]) and
 //! [`super::dot::scaled_dot`] give: the same exact integer sums per half-block, the same f32
 //! products and the same order of additions (see `dot.rs`), so the fused and unpacked paths
 //! (and the native and browser builds) agree exactly. Where the target has no such path (no
-//! AVX2, WebAssembly without SIMD) [`row_dot`] declines and the caller unpacks.
+//! AVX2, WebAssembly without SIMD) [`row_dot`] and [`row_dot_tokens`] decline and the caller
+//! unpacks. The integer sums may be made differently (Q4_1's nibbles, never negative, skip the
+//! sign trick): they are exact either way, so the bits do not change.
 
 use super::quant::{f16_at, Q8Rows, QK};
 use crate::dtype::DType;
