@@ -282,17 +282,21 @@ fn format_keys_must_be_ascii() {
         "{{ '%s-%(é' | format('x', 42) }}",
         "{{ '%(ключ)s' | format(1) }}",
         "{{ '{0[é]}'.format({'é': 1}) }}",
+        // a key runs to its `]`, past the field's `}` (found by the fuzzer)
+        "{{ '{a.b[c)}} é'.format(1) }}",
+        "{{ '{0[}][é]}'.format(1) }}",
+        "{{ '{0[ é'.format(1) }}",
     ] {
         let m = template_error(source, &[]);
         assert!(m.contains("non-ASCII"), "{source}: {m}");
     }
     assert_eq!(
         render(
-            "{{ '%(a)s' | format(a='é') }}|{{ '{0[a]}'.format({'a': 'é'}) }}",
+            "{{ '%(a)s' | format(a='é') }}|{{ '{0[a]}'.format({'a': 'é'}) }}|{{ '{} é [é]'.format(1) }}",
             &[]
         )
         .unwrap(),
-        "é|é"
+        "é|é|1 é [é]"
     );
 }
 

@@ -123,21 +123,35 @@ fn method_output_bound(
 }
 
 /// minijinja's format-string parsers step through a field's key byte by byte and panic inside a
-/// character of several bytes (`'%(é)s' | format(...)`, `'{0[é]}'.format(...)`): keys of fields
-/// opened by `open` (up to `close`) must be ASCII.
+/// character of several bytes (`'%(é)s' | format(...)`, `'{0[é]}'.format(...)`): what they may
+/// step through must be ASCII. A printf-style key runs from `%(` to `)`. A `str.format` field
+/// runs from `{` to `}`, except that a `[key]` in it runs to the next `]` wherever that is (past
+/// the `}`, or to the end of the string), and the field goes on after it (`'{0[}][é]}'`).
 fn check_format_keys(
     s: &str,
     open: &str,
     close: char,
 ) -> std::result::Result<(), minijinja::Error> {
+    let bracketed = close == '}';
     let mut rest = s;
     while let Some(at) = rest.find(open) {
         rest = &rest[at + open.len()..];
-        let field = rest.split(close).next().unwrap_or_default();
-        if !field.is_ascii() {
+        let mut end = 0;
+        let scanned = loop {
+            let next = rest[end..].find(|c: char| c == close || (bracketed && c == '['));
+            match next.map(|i| end + i) {
+                None => break rest,
+                Some(i) if rest[i..].starts_with(close) => break &rest[..i],
+                Some(i) => match rest[i..].find(']') {
+                    Some(j) => end = i + j + 1,
+                    None => break rest,
+                },
+            }
+        };
+        if !scanned.is_ascii() {
             return Err(minijinja::Error::new(
                 ErrorKind::InvalidOperation,
-                format!("format: the field `{open}{field}` has a non-ASCII key"),
+                format!("format: the field `{open}{scanned}` has a non-ASCII key"),
             ));
         }
     }
