@@ -156,6 +156,11 @@ fn block_decode() {
     replay("block_decode", fuzz_common::block_decode);
 }
 
+#[test]
+fn grammar_compile() {
+    replay("grammar_compile", fuzz_common::grammar_compile);
+}
+
 /// A tokenizer.json whose `Replace` normalizers match the empty string (each inserting its
 /// content between every two characters, one after the other) took 24 s to encode a few words
 /// under the fuzzer; it is refused as it loads, naming the problem.

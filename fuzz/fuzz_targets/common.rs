@@ -478,3 +478,80 @@ pub fn block_decode(data: &[u8]) {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Grammar compilation
+
+/// The tiny GPT-2 fixture's byte-level tokenizer, which every grammar is compiled against.
+const GRAMMAR_MODEL: &[u8] = include_bytes!("../../tests/fixtures/tiny-gpt2-f32.gguf");
+
+thread_local! {
+    /// The compiler for [`GRAMMAR_MODEL`]'s vocabulary, built once per thread.
+    static GRAMMARS: Option<emberlm::constrain::Grammars> = {
+        let files = ModelFiles::from_bytes(GRAMMAR_MODEL.to_vec(), "tiny-gpt2-f32.gguf").ok()?;
+        let tokenizer = std::sync::Arc::new(files.tokenizer().ok()?);
+        let eos = tokenizer.eos_ids().first().copied().unwrap_or(0);
+        emberlm::constrain::Grammars::new(&tokenizer, tokenizer.vocab_size(), eos).ok()
+    };
+}
+
+/// A response format compiled for a real vocabulary: the first byte picks the kind (JSON
+/// schema, strict or not; regex; Lark; GBNF), the rest is its text. Compiling gives a
+/// constraint or an error; a constraint then walks up to eight tokens, each the first its mask
+/// allows, and every mask allows something (or is an error saying why) and accepts the token
+/// it allowed.
+pub fn grammar_compile(data: &[u8]) {
+    use emberlm::constrain::ResponseFormat;
+
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let format = match pick % 4 {
+        0 => {
+            let Ok(schema) = serde_json::from_str(text) else {
+                return;
+            };
+            ResponseFormat::JsonSchema {
+                schema,
+                strict: pick & 4 != 0,
+            }
+        }
+        1 => ResponseFormat::Regex(text.to_string()),
+        2 => ResponseFormat::Lark(text.to_string()),
+        _ => ResponseFormat::Gbnf(text.to_string()),
+    };
+    GRAMMARS.with(|grammars| {
+        let grammars = grammars.as_ref().expect("the fixture's grammar compiler");
+        let constraint = match grammars.compile(&format) {
+            Ok(Some(c)) => c,
+            Ok(None) => panic!("a {} compiled to no constraint", format.kind()),
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                return;
+            }
+        };
+        let mut state = constraint.start();
+        for _ in 0..8 {
+            if state.must_end() {
+                break;
+            }
+            let mask = match state.mask(&[]) {
+                Ok(mask) => mask,
+                Err(e) => {
+                    assert!(e.to_string().contains("allows no token"), "{e}");
+                    break;
+                }
+            };
+            assert!(mask.count() > 0);
+            let Some(id) = (0..mask.len() as u32).find(|&id| mask.allows(id)) else {
+                panic!("a mask of {} tokens with none found", mask.count());
+            };
+            state
+                .accept(id)
+                .unwrap_or_else(|e| panic!("token {id}, allowed: {e}"));
+        }
+    });
+}
