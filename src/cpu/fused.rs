@@ -221,7 +221,7 @@ fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f3
     unsafe { pairs_avx2(l, bytes, q, d, pairs) }
 }
 
-/// [`simd_pairs`] for `N` tokens at once. Their lengths were checked by the caller.
+/// [`simd_pairs`] for `N` tokens at once, with AVX2 (checked by the caller).
 #[cfg(target_arch = "x86_64")]
 fn simd_pairs_tokens<const N: usize>(
     l: Layout,
