@@ -253,6 +253,38 @@ fn a_smaller_fuel_budget_stops_templates_sooner() {
     assert!(zero.render(&messages, false).is_err());
 }
 
+/// A lazily repeated list costs no fuel until printed, and printing is not charged: the fuzzer
+/// found `{{ [777777770] * 6666665 }}` writing 73 MB (and up to 10^8 items are allowed, over a
+/// gigabyte). A render's output is held to a limit, and passing it is a template error.
+#[test]
+fn a_render_stops_at_its_output_limit() {
+    assert_eq!(emberlm::chat::MAX_RENDER_BYTES, 16 << 20);
+    let limited = |source: &str| {
+        ChatTemplate::new(source, "<s>", "</s>")
+            .unwrap()
+            .with_fuel(1000)
+            .render(&[msg("user", "hi")], true)
+    };
+    // A printed list is counted before it is walked (64,000 bytes: 32,000 items).
+    let start = Instant::now();
+    for source in [
+        "{{ [777777770] * 99999999 }}",
+        "{{ [[1] * 99999999] }}",
+        "{{ {'a': [1, 2] * 50000000} }}",
+    ] {
+        let e = limited(source).unwrap_err().to_string();
+        assert!(e.contains("more than 32000 items"), "{source}: {e}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(limited("{{ [1, 2] * 3 }}").unwrap(), "[1, 2, 1, 2, 1, 2]");
+    // Text past the limit is refused; up to it, whole (with the product's fuel, which pays
+    // for more).
+    let twice = "{% set s = 'x' * 8388608 %}{{ s }}{{ s }}";
+    assert_eq!(render(twice, &[]).unwrap().len(), 16 << 20);
+    let e = template_error(&format!("{twice}!"), &[]);
+    assert!(e.contains("more than 16777216 bytes"), "{e}");
+}
+
 /// Methods, filters and functions that can return far more than they are given are paid for in
 /// fuel before they build anything: each of these would make one value of 20 to 300 MB, more
 /// than the fuel pays for.

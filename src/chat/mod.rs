@@ -45,6 +45,11 @@ const BYTES_PER_FUEL: u64 = 64;
 /// Bytes charged for each element a method or `tojson` visits or makes (a value and its slot).
 const ITEM_BYTES: u64 = 64;
 
+/// Longest text one render may write (16 MiB, millions of tokens: far past any model's
+/// context). minijinja does not charge fuel for what `{{ … }}` prints, and a lazily repeated
+/// list (`{{ [7] * 99999999 }}`) costs nothing until it is printed.
+pub const MAX_RENDER_BYTES: usize = 16 << 20;
+
 /// Nesting depth (macro calls, loops, includes) one render may reach.
 const RECURSION_LIMIT: usize = 200;
 
@@ -74,6 +79,8 @@ pub struct ChatTemplate {
     kind: Kind,
     bos_token: String,
     eos_token: String,
+    /// Longest output of one render, in bytes.
+    output_limit: usize,
 }
 
 /// How a [`ChatTemplate`] renders.
@@ -100,6 +107,7 @@ impl ChatTemplate {
         env.set_syntax(syntax);
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_fuel(Some(RENDER_FUEL));
+        set_print_limit(&mut env, MAX_RENDER_BYTES);
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(python_method);
         env.add_function("raise_exception", raise_exception);
@@ -112,15 +120,21 @@ impl ChatTemplate {
             kind: Kind::Jinja(Box::new(env)),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            output_limit: MAX_RENDER_BYTES,
         })
     }
 
     /// The same template with a render budget of `fuel` units (at least 1) instead of
     /// [`RENDER_FUEL`]: a page that renders templates it does not trust may stop them sooner.
-    /// A render that runs out fails with a template error, as at the default budget.
+    /// A render that runs out fails with a template error, as at the default budget. The
+    /// output is held to what the fuel would pay for as data (64 bytes a unit) where that is
+    /// less than [`MAX_RENDER_BYTES`].
     pub fn with_fuel(mut self, fuel: u64) -> Self {
+        let paid = fuel.max(1).saturating_mul(BYTES_PER_FUEL);
+        self.output_limit = MAX_RENDER_BYTES.min(usize::try_from(paid).unwrap_or(usize::MAX));
         if let Kind::Jinja(env) = &mut self.kind {
             env.set_fuel(Some(fuel.max(1)));
+            set_print_limit(env, self.output_limit);
         }
         self
     }
@@ -210,6 +224,7 @@ impl ChatTemplate {
             kind: Kind::Plain,
             bos_token: String::new(),
             eos_token: String::new(),
+            output_limit: MAX_RENDER_BYTES,
         }
     }
 
@@ -229,7 +244,94 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        template.render(context).map_err(render_error)
+        let mut out = CappedOutput {
+            text: Vec::new(),
+            limit: self.output_limit,
+        };
+        if let Err(e) = template.render_captured_to(context, &mut out) {
+            if e.kind() == ErrorKind::WriteFailure {
+                return Err(Error::Template(format!(
+                    "the template wrote more than {} bytes, the limit of one render",
+                    self.output_limit
+                )));
+            }
+            return Err(render_error(e));
+        }
+        String::from_utf8(out.text)
+            .map_err(|_| Error::Template("the template wrote text that is not UTF-8".into()))
+    }
+}
+
+/// Prints `{{ … }}` values as minijinja does, after counting the items a printed list or map
+/// holds (nested ones included): printing a value of more than `limit / 2` items (each prints
+/// at least two bytes) is refused before it starts. Needed because the output limit alone
+/// stops the writing but not the walk: minijinja's list printing goes on through every item
+/// after a write fails, and a lazily repeated list has up to 10^8 of them.
+fn set_print_limit(env: &mut Environment<'static>, limit: usize) {
+    let items = limit / 2;
+    env.set_formatter(move |out, state, value| {
+        check_printed_items(value, items)?;
+        minijinja::escape_formatter(out, state, value)
+    });
+}
+
+/// Refuses `value` when it holds more than `limit` items, counting nested lists and maps; at
+/// most `limit + 1` items are visited.
+fn check_printed_items(value: &Value, limit: usize) -> std::result::Result<(), minijinja::Error> {
+    use minijinja::value::ValueKind;
+    let too_many = || {
+        minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("printing a value of more than {limit} items"),
+        )
+    };
+    let mut count = 0usize;
+    let mut pending = vec![value.clone()];
+    while let Some(v) = pending.pop() {
+        let map = match v.kind() {
+            ValueKind::Seq | ValueKind::Iterable => false,
+            ValueKind::Map => true,
+            _ => continue,
+        };
+        // Containers without a length print without iterating.
+        let Some(len) = v.len() else { continue };
+        if count.saturating_add(len) > limit {
+            return Err(too_many());
+        }
+        for item in v.try_iter()? {
+            count += 1;
+            if count > limit {
+                return Err(too_many());
+            }
+            let item = if map { v.get_item(&item)? } else { item };
+            if matches!(
+                item.kind(),
+                ValueKind::Seq | ValueKind::Iterable | ValueKind::Map
+            ) {
+                pending.push(item);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A render's output, refusing to grow past `limit` bytes.
+struct CappedOutput {
+    text: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.text.len().saturating_add(bytes.len()) > self.limit {
+            return Err(std::io::Error::other("the render's output limit"));
+        }
+        self.text.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -274,8 +376,8 @@ fn render_error(e: minijinja::Error) -> Error {
     }
     if e.kind() == ErrorKind::OutOfFuel {
         return Error::Template(format!(
-            "rendering stopped after {RENDER_FUEL} steps: the template does too much work or \
-             loops without end"
+            "rendering ran out of its budget ({RENDER_FUEL} steps, or data to match, by \
+             default): the template does too much work or loops without end"
         ));
     }
     Error::Template(format!("rendering failed: {e}"))
