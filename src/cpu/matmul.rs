@@ -103,7 +103,6 @@ impl QMatrix {
             q8.quantize(x, self.cols);
         }
         let fused = quantized && tokens == 1 && super::fused::available(self.dtype);
-        let multi_fused = quantized && tokens > 1 && super::fused::available(self.dtype);
         let task = |first: usize, out: &mut [f32]| {
             // out: [n rows, tokens]
             let n = out.len() / tokens;
@@ -121,31 +120,21 @@ impl QMatrix {
                             row.dot(q, d, s)
                         });
                 }
-            } else if multi_fused {
+            } else if quantized {
                 // Several tokens (a batched step, a prompt chunk): each row's blocks made into
-                // values once for a few tokens at a time, no unpacked copy.
+                // values once for a few tokens at a time where the type has a fused path;
+                // otherwise each row unpacked once and dotted with every token.
+                let mut row = UnpackedRow::with_cols(self.cols);
                 let mut offsets = Vec::new();
-                let mut row = None;
                 for (r, out) in out.chunks_exact_mut(tokens).enumerate() {
                     let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
-                    // `multi_fused` checked that the type has a fused path; unpacked otherwise.
-                    if !super::fused::row_dot_tokens(self.dtype, bytes, &q8, out, &mut offsets) {
-                        let row = row.get_or_insert_with(|| UnpackedRow::with_cols(self.cols));
-                        row.unpack(self.dtype, bytes);
-                        for (t, o) in out.iter_mut().enumerate() {
-                            let (q, d, s) = q8.row(t);
-                            *o = row.dot(q, d, s);
-                        }
+                    if super::fused::row_dot_tokens(self.dtype, bytes, &q8, out, &mut offsets) {
+                        continue;
                     }
-                }
-            } else if quantized {
-                let mut row = UnpackedRow::with_cols(self.cols);
-                for r in 0..n {
-                    let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
                     row.unpack(self.dtype, bytes);
-                    for t in 0..tokens {
+                    for (t, o) in out.iter_mut().enumerate() {
                         let (q, d, s) = q8.row(t);
-                        out[r * tokens + t] = row.dot(q, d, s);
+                        *o = row.dot(q, d, s);
                     }
                 }
             } else {
