@@ -36,7 +36,7 @@ fn kv_word(which: u32, i: u32) -> u32 {
     return v_cache[i];
 }
 
-fn put(which: u32, i: u32, w: u32) {
+fn kv_put(which: u32, i: u32, w: u32) {
     if which == 0u {
         k_cache[i] = w;
     } else {
@@ -47,7 +47,7 @@ fn put(which: u32, i: u32, w: u32) {
 #include "kv_kind.wgsl"
 
 // Value c of token t's K (0) or V (1) row; 0 past the row (padding of the last block).
-fn src_at(which: u32, t: u32, c: u32) -> f32 {
+fn kv_src(which: u32, t: u32, c: u32) -> f32 {
     if c >= params.kv_dim {
         return 0.0;
     }
@@ -57,89 +57,7 @@ fn src_at(which: u32, t: u32, c: u32) -> f32 {
     return v_src[t * params.v_stride + params.v_off + c];
 }
 
-// GGUF-style rounding: half away from zero.
-fn round_away(v: f32) -> f32 {
-    return sign(v) * floor(abs(v) + 0.5);
-}
-
-// The NF4 code of v in [-1, 1]: the nearest level, the lower on a tie.
-fn nf4_code(v: f32) -> u32 {
-    var code = 0u;
-    for (var i = 0u; i < 15u; i++) {
-        if v > (nf4_levels[i] + nf4_levels[i + 1u]) * 0.5 {
-            code = i + 1u;
-        }
-    }
-    return code;
-}
-
-// Encodes block b of token t's row into the row at word `base` (scale words `sw`); returns
-// the block's scale (0 for kinds without scales).
-fn encode_block(which: u32, kind: u32, t: u32, b: u32, base: u32, sw: u32) -> f32 {
-    let c0 = b * 32u;
-    if kind == KV_F32 {
-        for (var i = 0u; i < 32u; i++) {
-            let c = c0 + i;
-            if c < params.kv_dim {
-                put(which, base + c, bitcast<u32>(src_at(which, t, c)));
-            }
-        }
-        return 0.0;
-    }
-    if kind == KV_F16 {
-        for (var i = 0u; i < 32u; i += 2u) {
-            let c = c0 + i;
-            if c < params.kv_dim {
-                let pair = vec2<f32>(src_at(which, t, c), src_at(which, t, c + 1u));
-                put(which, base + c / 2u, pack2x16float(clamp(pair, vec2<f32>(-65504.0),
-                    vec2<f32>(65504.0))));
-            }
-        }
-        return 0.0;
-    }
-    var amax = 0.0;
-    var max_v = 0.0;
-    for (var i = 0u; i < 32u; i++) {
-        let v = src_at(which, t, c0 + i);
-        if abs(v) > amax {
-            amax = abs(v);
-            max_v = v;
-        }
-    }
-    var d = amax;
-    if kind == KV_Q8_0 {
-        d = amax / 127.0;
-    } else if kind == KV_Q4_0 {
-        d = max_v / -8.0;
-    }
-    let id = select(0.0, 1.0 / d, d != 0.0);
-    if kind == KV_Q8_0 {
-        for (var w = 0u; w < 8u; w++) {
-            var word = 0u;
-            for (var k = 0u; k < 4u; k++) {
-                let q = clamp(round_away(src_at(which, t, c0 + 4u * w + k) * id), -127.0, 127.0);
-                word |= (bitcast<u32>(i32(q)) & 0xffu) << (8u * k);
-            }
-            put(which, base + sw + b * 8u + w, word);
-        }
-        return d;
-    }
-    for (var w = 0u; w < 4u; w++) {
-        var word = 0u;
-        for (var k = 0u; k < 8u; k++) {
-            let v = src_at(which, t, c0 + 8u * w + k) * id;
-            var code: u32;
-            if kind == KV_Q4_0 {
-                code = min(u32(max(v + 8.5, 0.0)), 15u);
-            } else {
-                code = nf4_code(v);
-            }
-            word |= code << (4u * k);
-        }
-        put(which, base + sw + b * 4u + w, word);
-    }
-    return d;
-}
+#include "kv_encode.wgsl"
 
 @compute @workgroup_size(WG_SIZE)
 fn kv_store(
@@ -167,12 +85,12 @@ fn kv_store(
     let base = cache_row(t, pos, params.ring) * kv_row_words(kind, params.kv_dim);
     let sw = kv_scale_words(kind, params.kv_dim);
     let b = 2u * item;
-    let d0 = encode_block(which, kind, t, b, base, sw);
+    let d0 = encode_block(which, kind, t, b, base, sw, params.kv_dim);
     var d1 = 0.0;
     if b + 1u < blocks {
-        d1 = encode_block(which, kind, t, b + 1u, base, sw);
+        d1 = encode_block(which, kind, t, b + 1u, base, sw, params.kv_dim);
     }
     if sw > 0u {
-        put(which, base + item, pack2x16float(vec2<f32>(d0, d1)));
+        kv_put(which, base + item, pack2x16float(vec2<f32>(d0, d1)));
     }
 }

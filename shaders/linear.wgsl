@@ -16,7 +16,12 @@
 //   params.kv_rows of them): its k and v rows of token t are also written to k_cache and
 //   v_cache at position p = token_pos(t) (row cache_row(t, p, ring)), and with ROPE the q and k rows are first rotated (pairs
 //   of adjacent rows (2i, 2i + 1) within a head of params.head_dim, by the angle of rope_freqs[i]
-//   at the position): the RoPE + KV-cache kernel folded into its producer.
+//   at the position): the RoPE + KV-cache kernel folded into its producer. Caches of f32 are
+//   written value by value, KV_F16 ones a pair of rows at a time; with KV_BLOCKS (caches of
+//   kinds K_KIND / V_KIND with 32-value blocks, q_rows and kv_rows multiples of 32) each
+//   workgroup's rows span whole blocks: decode workgroups compute 32 rows (QUADS row quads),
+//   and after a storageBarrier the workgroup encodes its blocks from what it stored in y.
+//   KV_DEFER leaves the caches to a KV store dispatch (kv_store.wgsl).
 // - LAST_ROW: only the step's last token is computed, written to row 0 of y (an LM head whose
 //   other rows nobody reads). Decode kernel only.
 //
@@ -36,8 +41,14 @@
 #include "reduce.wgsl"
 #include "linear_io.wgsl"
 
-// Rows per decode workgroup: one vec4 of partial sums.
+// Rows per decode workgroup pass: one vec4 of partial sums.
 const ROWS: u32 = 4u;
+// Passes per decode workgroup: a KV_BLOCKS workgroup spans a 32-row block.
+#ifdef KV_BLOCKS
+const QUADS: u32 = 8u;
+#else
+const QUADS: u32 = 1u;
+#endif
 
 // Prefill tile: rows, tokens, columns per shared-memory chunk, invocations.
 const TILE_R: u32 = 64u;
@@ -57,11 +68,10 @@ fn linear_decode(
 #ifndef SUBGROUPS
     let lane = 0u;
 #endif
-    let row0 = (wid.x + wid.y * nwg.x) * ROWS;
-    if row0 >= params.rows {
+    let row_base = (wid.x + wid.y * nwg.x) * ROWS * QUADS;
+    if row_base >= params.rows {
         return;
     }
-    let live = min(ROWS, params.rows - row0);
     let cols = params.cols;
     let parts = q_parts(cols);
     let n_tokens = token_count();
@@ -70,53 +80,66 @@ fn linear_decode(
     first = max(n_tokens, 1u) - 1u;
 #endif
     for (var t = first; t < n_tokens; t++) {
-        var stats = vec2<f32>(0.0, 1.0);
+        for (var quad = 0u; quad < QUADS; quad++) {
+            let row0 = row_base + quad * ROWS;
+            if row0 >= params.rows {
+                break;
+            }
+            let live = min(ROWS, params.rows - row0);
+            var stats = vec2<f32>(0.0, 1.0);
 #ifdef NORM_LAYER
-        // Layer norms: mean and variance first, in two passes (see norm.wgsl for why).
-        let sum = workgroup_sum(vec4<f32>(partial_plain_sum(t, lid, WG_SIZE), 0.0, 0.0, 0.0), lid, lane).x;
-        stats.x = sum / f32(cols);
-        let sq = workgroup_sum(vec4<f32>(partial_sum(t, lid, WG_SIZE, stats.x), 0.0, 0.0, 0.0), lid, lane).x;
-        stats.y = inverseSqrt(sq / f32(cols) + params.eps);
+            // Layer norms: mean and variance first, in two passes (see norm.wgsl for why).
+            let sum = workgroup_sum(vec4<f32>(partial_plain_sum(t, lid, WG_SIZE), 0.0, 0.0, 0.0), lid, lane).x;
+            stats.x = sum / f32(cols);
+            let sq = workgroup_sum(vec4<f32>(partial_sum(t, lid, WG_SIZE, stats.x), 0.0, 0.0, 0.0), lid, lane).x;
+            stats.y = inverseSqrt(sq / f32(cols) + params.eps);
 #endif
-        // RMS norms: the products use x * w and are scaled by 1 / rms at the end, and the
-        // squares are summed in the same pass over x, so x is read once and the two sums share
-        // one reduction.
-        var sum_sq = 0.0;
-        var acc = vec4<f32>(0.0);
-        for (var p = lid; p < parts; p += WG_SIZE) {
+            // RMS norms: the products use x * w and are scaled by 1 / rms at the end, and the
+            // squares are summed in the same pass over x, so x is read once and the two sums share
+            // one reduction.
+            var sum_sq = 0.0;
+            var acc = vec4<f32>(0.0);
+            for (var p = lid; p < parts; p += WG_SIZE) {
 #ifdef NORM_RMS
-            let lo = x4_raw(t, 8u * p);
-            let hi = x4_raw(t, 8u * p + 4u);
-            sum_sq += dot(lo, lo) + dot(hi, hi);
+                let lo = x4_raw(t, 8u * p);
+                let hi = x4_raw(t, 8u * p + 4u);
+                sum_sq += dot(lo, lo) + dot(hi, hi);
 #endif
-            let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
-            acc.x += q_dot(q_load(row0, p, cols), xp);
-            if live > 1u {
-                acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
+                let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
+                acc.x += q_dot(q_load(row0, p, cols), xp);
+                if live > 1u {
+                    acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
+                }
+                if live > 2u {
+                    acc.z += q_dot(q_load(row0 + 2u, p, cols), xp);
+                }
+                if live > 3u {
+                    acc.w += q_dot(q_load(row0 + 3u, p, cols), xp);
+                }
             }
-            if live > 2u {
-                acc.z += q_dot(q_load(row0 + 2u, p, cols), xp);
-            }
-            if live > 3u {
-                acc.w += q_dot(q_load(row0 + 3u, p, cols), xp);
-            }
-        }
 #ifdef NORM_RMS
-        let sums = workgroup_sum_pair(acc, vec4<f32>(sum_sq, 0.0, 0.0, 0.0), lid, lane);
-        let total = sums[0] * inverseSqrt(sums[1].x / f32(cols) + params.eps);
+            let sums = workgroup_sum_pair(acc, vec4<f32>(sum_sq, 0.0, 0.0, 0.0), lid, lane);
+            let total = sums[0] * inverseSqrt(sums[1].x / f32(cols) + params.eps);
 #else
-        let total = workgroup_sum(acc, lid, lane);
+            let total = workgroup_sum(acc, lid, lane);
 #endif
-        let out_t = t - first;
+            let out_t = t - first;
 #ifdef GLU
-        // row0 and live are even: pairs never straddle workgroups
-        if lid < live / 2u {
-            store(out_t, row0 / 2u + lid, total[2u * lid], total[2u * lid + 1u]);
-        }
+            // row0 and live are even: pairs never straddle workgroups
+            if lid < live / 2u {
+                store(out_t, row0 / 2u + lid, total[2u * lid], total[2u * lid + 1u]);
+            }
 #else
-        if lid < live {
-            // the pair partner (RoPE) is the neighbouring row: rows come in even groups
-            store(out_t, row0 + lid, total[lid], total[min(lid ^ 1u, 3u)]);
+            if lid < live {
+                // the pair partner (RoPE) is the neighbouring row: rows come in even groups
+                store(out_t, row0 + lid, total[lid], total[min(lid ^ 1u, 3u)]);
+            }
+#endif
+        }
+#ifdef KV_BLOCKS
+        storageBarrier();
+        if lid == 0u {
+            kv_encode_block(t, row_base);
         }
 #endif
     }
@@ -272,5 +295,12 @@ fn linear_prefill(
             }
         }
     }
+#ifdef KV_BLOCKS
+    // the tile's two row blocks for each of its tokens: one invocation each
+    storageBarrier();
+    if lid < 2u * TILE_T {
+        kv_encode_block(tok_base + lid % TILE_T, row_base + 32u * (lid / TILE_T));
+    }
+#endif
 #endif
 }

@@ -15,6 +15,10 @@
 // RTOK·j .. RTOK·j + RTOK: each part of its four weight rows is decoded once and used for all
 // RTOK tokens, so weights are read once per RTOK tokens, with no shared tile.
 //
+// KV_BLOCKS (linear.wgsl) is the one place with a barrier: a workgroup's RWG_SIZE · RROWS rows
+// span whole 32-value blocks, and after each token's rows are stored (a storageBarrier later)
+// one invocation per block encodes it into the cache.
+//
 // Loops: llvmpipe stops a shader's loops after about 65k iterations in all (a guard against
 // runaway shaders), so loops with a runtime bound stay per row or per column, never per part
 // and token: a row of 14,336 columns is 1,792 parts.
@@ -67,9 +71,15 @@ fn linear_decode_rows(
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
     let row0 = rows_first(lid, wid, nwg);
+#ifdef KV_BLOCKS
+    // the workgroup's first row (its invocations' rows are consecutive); every invocation
+    // reaches the barrier, so none returns early
+    let group_row0 = rows_first(0u, wid, nwg);
+#else
     if row0 >= params.rows {
         return;
     }
+#endif
     let live = min(RROWS, params.rows - row0);
     let cols = params.cols;
     let parts = q_parts(cols);
@@ -79,32 +89,48 @@ fn linear_decode_rows(
     first = max(n_tokens, 1u) - 1u;
 #endif
     for (var t = first; t < n_tokens; t++) {
-        let stats = row_stats(t);
-        var sum_sq = 0.0;
-        var acc = vec4<f32>(0.0);
-        for (var p = 0u; p < parts; p++) {
-#ifdef NORM_RMS
-            let lo = x4_raw(t, 8u * p);
-            let hi = x4_raw(t, 8u * p + 4u);
-            sum_sq += dot(lo, lo) + dot(hi, hi);
-#endif
-            let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
-            acc.x += q_dot(q_load(row0, p, cols), xp);
-            if live > 1u {
-                acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
-            }
-            if live > 2u {
-                acc.z += q_dot(q_load(row0 + 2u, p, cols), xp);
-            }
-            if live > 3u {
-                acc.w += q_dot(q_load(row0 + 3u, p, cols), xp);
-            }
+#ifdef KV_BLOCKS
+        if live > 0u {
+            decode_rows_token(t, first, row0, live, cols, parts);
         }
-#ifdef NORM_RMS
-        acc *= inverseSqrt(sum_sq / f32(cols) + params.eps);
+        storageBarrier();
+        // RWG_SIZE · RROWS rows: a whole number of blocks (checked on the host)
+        if lid < RWG_SIZE * RROWS / 32u {
+            kv_encode_block(t, group_row0 + 32u * lid);
+        }
+#else
+        decode_rows_token(t, first, row0, live, cols, parts);
 #endif
-        store_rows(t - first, row0, live, acc);
     }
+}
+
+// Rows row0 .. row0 + live of token t (output row t - first).
+fn decode_rows_token(t: u32, first: u32, row0: u32, live: u32, cols: u32, parts: u32) {
+    let stats = row_stats(t);
+    var sum_sq = 0.0;
+    var acc = vec4<f32>(0.0);
+    for (var p = 0u; p < parts; p++) {
+#ifdef NORM_RMS
+        let lo = x4_raw(t, 8u * p);
+        let hi = x4_raw(t, 8u * p + 4u);
+        sum_sq += dot(lo, lo) + dot(hi, hi);
+#endif
+        let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
+        acc.x += q_dot(q_load(row0, p, cols), xp);
+        if live > 1u {
+            acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
+        }
+        if live > 2u {
+            acc.z += q_dot(q_load(row0 + 2u, p, cols), xp);
+        }
+        if live > 3u {
+            acc.w += q_dot(q_load(row0 + 3u, p, cols), xp);
+        }
+    }
+#ifdef NORM_RMS
+    acc *= inverseSqrt(sum_sq / f32(cols) + params.eps);
+#endif
+    store_rows(t - first, row0, live, acc);
 }
 
 // Part p of row r decoded, or zeros for rows past the matrix.
@@ -150,9 +176,31 @@ fn linear_prefill_rows(
     let row0 = min((wid.x * RWG_SIZE + lid) * RROWS, params.rows);
     let t0 = wid.y * RTOK;
     let n_tokens = token_count();
-    if row0 >= params.rows || t0 >= n_tokens {
+    if t0 >= n_tokens {
         return;
     }
+#ifdef KV_BLOCKS
+    // every invocation reaches the barrier: none returns early
+    if row0 < params.rows {
+        prefill_rows_tile(row0, t0, n_tokens);
+    }
+    storageBarrier();
+    // the workgroup's RWG_SIZE · RROWS rows are whole blocks (checked on the host): one
+    // invocation per block and token
+    let group_row0 = wid.x * RWG_SIZE * RROWS;
+    if lid < RWG_SIZE * RROWS / 32u * RTOK {
+        kv_encode_block(t0 + lid % RTOK, group_row0 + 32u * (lid / RTOK));
+    }
+#else
+    if row0 < params.rows {
+        prefill_rows_tile(row0, t0, n_tokens);
+    }
+#endif
+}
+
+// Rows row0 .. row0 + 4 (those below params.rows) of tokens t0 .. t0 + RTOK (those in the
+// step).
+fn prefill_rows_tile(row0: u32, t0: u32, n_tokens: u32) {
     let live = min(RROWS, params.rows - row0);
     let last = n_tokens - 1u;
     let ta = t0;

@@ -11,6 +11,7 @@ mod common;
 use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
 use common::linear_fused_cases;
+use common::linear_kv_block_cases;
 use emberlm::dtype::DType;
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
@@ -160,6 +161,23 @@ fn qkv_linear_writes_the_rotated_cache() {
             ))
             .unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+}
+
+/// The stacked Q/K/V layer encoding caches of block kinds (and mixed kinds) in its own
+/// dispatch, every shape, against the CPU encoder.
+#[test]
+fn qkv_linear_encodes_block_kinds_itself() {
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear qkv blocks", &log);
+    for reduction in reductions(&ctx) {
+        pollster::block_on(linear_kv_block_cases::check_linear_qkv_blocks(
+            &ctx, &cache, reduction, &mut rng,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

@@ -478,12 +478,13 @@ fn the_cpu_backend_stores_every_kind() {
     assert_eq!(got, Some(kinds), "the CPU engine's cache kinds");
 }
 
-/// An f16 cache is written by the stacked Q/K/V projection itself, in both kernel shapes and
-/// through prefill and decode steps: no store dispatch follows it (a q8_0 cache adds one per
-/// layer), and every word the first layer caches (whose inputs the cache kind cannot change)
-/// is the CPU encoder's f16 of what an f32 cache holds there.
+/// Caches of every kind are written by the stacked Q/K/V projection itself, in both kernel
+/// shapes and through prefill and decode steps: no store dispatch follows it (the model's
+/// query and key/value rows come in whole 32-value blocks), and every word the first layer
+/// caches (whose inputs the cache kind cannot change) is the CPU encoder's encoding of what an
+/// f32 cache holds there.
 #[test]
-fn the_qkv_projection_writes_an_f16_cache_itself() {
+fn the_qkv_projection_writes_every_kind_itself() {
     use emberlm::gpu::Variant;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama-f32.gguf");
     let files = ModelFiles::open(&path).unwrap();
@@ -507,7 +508,8 @@ fn the_qkv_projection_writes_an_f16_cache_itself() {
         for &t in &tokens[9..] {
             pollster::block_on(fwd.forward(&ctx, &[t], false)).unwrap();
         }
-        let words = kinds.k.row_words(kv_dim) as u64 * 4 * n as u64;
+        let row_words = kinds.k.row_words(kv_dim).max(kinds.v.row_words(kv_dim));
+        let words = row_words as u64 * 4 * n as u64;
         let caches = fwd
             .kv()
             .k
@@ -525,26 +527,28 @@ fn the_qkv_projection_writes_an_f16_cache_itself() {
         let Some((f32_nodes, f32_rows)) = run(KvKinds::default(), variant) else {
             return;
         };
-        let (f16_nodes, f16_words) = run(KvKinds::both(KvKind::F16), variant).unwrap();
-        let (q8_nodes, _) = run(KvKinds::both(KvKind::Q8_0), variant).unwrap();
-        assert_eq!(f16_nodes, f32_nodes, "{variant}: no store dispatch for f16");
-        assert_eq!(
-            q8_nodes,
-            f32_nodes + layers,
-            "{variant}: one store per layer for q8_0"
-        );
-        // the first layer's K, then its V
-        for cache in [0, layers] {
-            let (values, words) = (&f32_rows[cache], &f16_words[cache]);
-            for (p, row) in values.chunks_exact(kv_dim).enumerate() {
-                let row: Vec<f32> = row.iter().map(|&w| f32::from_bits(w)).collect();
-                let want = KvKind::F16.encode_row(&row);
-                let got = &words[p * want.len()..][..want.len()];
-                assert_eq!(
-                    got,
-                    want.as_slice(),
-                    "{variant}: cache {cache} position {p}"
-                );
+        let pair = |k, v| KvKinds { k, v };
+        for kinds in [
+            KvKinds::both(KvKind::F16),
+            KvKinds::both(KvKind::Q8_0),
+            pair(KvKind::Q4_0, KvKind::Nf4),
+            pair(KvKind::F32, KvKind::F16),
+        ] {
+            let (nodes, words) = run(kinds, variant).unwrap();
+            assert_eq!(nodes, f32_nodes, "{variant} {kinds:?}: no store dispatch");
+            // the first layer's K, then its V
+            for (cache, kind) in [(0, kinds.k), (layers, kinds.v)] {
+                let (values, words) = (&f32_rows[cache], &words[cache]);
+                for (p, row) in values.chunks_exact(kv_dim).enumerate() {
+                    let row: Vec<f32> = row.iter().map(|&w| f32::from_bits(w)).collect();
+                    let want = kind.encode_row(&row);
+                    let got = &words[p * want.len()..][..want.len()];
+                    assert_eq!(
+                        got,
+                        want.as_slice(),
+                        "{variant} {kinds:?}: cache {cache} position {p}"
+                    );
+                }
             }
         }
     }

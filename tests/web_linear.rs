@@ -10,6 +10,7 @@ use common::browser_log as log;
 use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
 use common::linear_fused_cases;
+use common::linear_kv_block_cases;
 use emberlm::dtype::DType;
 use emberlm::gpu::ops::EmbedSource;
 use emberlm::gpu::KernelCache;
@@ -95,6 +96,19 @@ async fn embedding_is_bit_exact() {
             }
         }
         log(&format!("embed {dtype}: ok"));
+    }
+}
+
+/// The stacked Q/K/V layer encoding caches of block kinds in its own dispatch.
+#[wasm_bindgen_test]
+async fn qkv_linear_encodes_block_kinds_itself() {
+    let ctx = common::browser_gpu().await;
+    let cache = KernelCache::new();
+    let mut rng = common::rng("linear qkv blocks (browser)", &log);
+    for reduction in reductions(&ctx) {
+        linear_kv_block_cases::check_linear_qkv_blocks(&ctx, &cache, reduction, &mut rng)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

@@ -77,6 +77,13 @@ fn y_value(v: f32) -> YElem {
 #endif
 #ifdef KV_WRITE
 #ifndef KV_DEFER
+#ifdef KV_BLOCKS
+// Caches of kinds K_KIND and V_KIND (kv_kind.wgsl) encoded here, a 32-value block at a time
+// (kv_encode_block): two blocks share a scale word, and the workgroups computing them write
+// its halves with atomics.
+@group(0) @binding(8) var<storage, read_write> k_cache: array<atomic<u32>>;
+@group(0) @binding(9) var<storage, read_write> v_cache: array<atomic<u32>>;
+#else
 #ifdef KV_F16
 // f16 caches: a word holds two values (pack2x16float, as the KV store encodes them)
 @group(0) @binding(8) var<storage, read_write> k_cache: array<u32>;
@@ -84,6 +91,7 @@ fn y_value(v: f32) -> YElem {
 #else
 @group(0) @binding(8) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(9) var<storage, read_write> v_cache: array<f32>;
+#endif
 #endif
 #endif
 #endif
@@ -192,6 +200,66 @@ fn bias_at(r: u32) -> f32 {
 #endif
 }
 
+#ifdef KV_BLOCKS
+fn kv_word(which: u32, i: u32) -> u32 {
+    if which == 0u {
+        return atomicLoad(&k_cache[i]);
+    }
+    return atomicLoad(&v_cache[i]);
+}
+
+fn kv_put(which: u32, i: u32, w: u32) {
+    if which == 0u {
+        atomicStore(&k_cache[i], w);
+    } else {
+        atomicStore(&v_cache[i], w);
+    }
+}
+
+#include "kv_kind.wgsl"
+
+// Value c of token t's K (0) or V (1) row as this dispatch stored it in y (rotated).
+fn kv_src(which: u32, t: u32, c: u32) -> f32 {
+    if c >= params.kv_rows {
+        return 0.0;
+    }
+    let first = params.q_rows + which * params.kv_rows;
+    return f32(y[t * params.y_stride + params.y_offset + first + c]);
+}
+
+#include "kv_encode.wgsl"
+
+// Encodes token t's stacked rows r0 .. r0 + 32 into the caches when they are one block of
+// K or V (r0 a multiple of 32; q_rows and kv_rows are too, so blocks never straddle). The
+// caller has stored those rows to y and passed a storageBarrier since.
+fn kv_encode_block(t: u32, r0: u32) {
+    let pos = token_pos(t);
+    // positions past the cache were refused on the host; never write outside it anyway
+    if r0 < params.q_rows || r0 >= params.rows || t >= token_count() || pos >= params.max_positions {
+        return;
+    }
+    let which = select(0u, 1u, r0 >= params.q_rows + params.kv_rows);
+    let b = (r0 - params.q_rows - which * params.kv_rows) / 32u;
+    let kind = kv_kind(which);
+    let base = cache_row(t, pos, params.ring) * kv_row_words(kind, params.kv_rows);
+    let sw = kv_scale_words(kind, params.kv_rows);
+    let d = encode_block(which, kind, t, b, base, sw, params.kv_rows);
+    if sw > 0u {
+        // this block's half of the scale word; the other half belongs to block b ^ 1
+        let shift = 16u * (b % 2u);
+        let half = (pack2x16float(vec2<f32>(d, 0.0)) & 0xffffu) << shift;
+        let keep = ~(0xffffu << shift);
+        if which == 0u {
+            atomicAnd(&k_cache[base + b / 2u], keep);
+            atomicOr(&k_cache[base + b / 2u], half);
+        } else {
+            atomicAnd(&v_cache[base + b / 2u], keep);
+            atomicOr(&v_cache[base + b / 2u], half);
+        }
+    }
+}
+#endif
+
 // Writes output (t, r) from the dot products: `v` is row r's; with GLU, `v` and `u` are the
 // gate and up rows of output r; with ROPE, `u` is row r ^ 1's (the other half of its pair).
 fn store(t: u32, r: u32, v: f32, u: f32) {
@@ -220,6 +288,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #endif
     y[t * params.y_stride + params.y_offset + r] = y_value(out);
 #ifndef KV_DEFER
+#ifndef KV_BLOCKS
     // positions past the cache were refused on the host; never write outside it anyway
     if pos < params.max_positions {
 #ifdef KV_F16
@@ -241,6 +310,7 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
         }
 #endif
     }
+#endif
 #endif
 #else
 #ifdef GLU

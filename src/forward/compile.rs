@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use super::graph::{Act, EmbedScale, Graph, LinearOp, Op, Post, Rows, WeightIndex};
 use crate::config::{ModelConfig, NormKind, RopeLayout};
+use crate::dtype::kv::KV_BLOCK;
 use crate::error::{Error, Result};
 use crate::gpu::decode_plan::DecodePlan;
 use crate::gpu::ops::{
@@ -204,6 +205,18 @@ impl Compiler<'_> {
         self.kv.layout().ring(layer).map(|r| r as u32)
     }
 
+    /// Whether the stacked Q/K/V projection encodes the caches a block at a time itself
+    /// ([`LinearOptions::kv_blocks`]): the kinds are neither both f32 nor both f16 (which it
+    /// writes value by value) and the query and key/value rows come in whole blocks.
+    /// Otherwise a [`KvStore`] dispatch follows it.
+    fn qkv_encodes_blocks(&self) -> bool {
+        let kinds = self.kv.kinds();
+        !kinds.is_f32()
+            && !kinds.is_f16()
+            && self.config.q_dim().is_multiple_of(KV_BLOCK)
+            && self.config.kv_dim().is_multiple_of(KV_BLOCK)
+    }
+
     /// Binds every operation of `graph`.
     pub(super) async fn compile(&self, graph: &Graph) -> Result<Compiled> {
         let red = Reduction::best(self.ctx);
@@ -231,8 +244,11 @@ impl Compiler<'_> {
         if kinds.is_f32() {
             return Ok(None);
         }
-        // the stacked projection writes an f16 cache itself
-        if matches!(op, Op::Linear(l) if l.kv_layer.is_some()) && kinds.is_f16() {
+        // the stacked projection writes an f16 cache itself, and block kinds when its rows
+        // fall in whole blocks
+        if matches!(op, Op::Linear(l) if l.kv_layer.is_some())
+            && (kinds.is_f16() || self.qkv_encodes_blocks())
+        {
             return Ok(None);
         }
         let c = self.config;
@@ -470,7 +486,8 @@ impl Compiler<'_> {
             None => None,
         };
         let kinds = self.kv.kinds();
-        let deferred = !kinds.is_f32() && !kinds.is_f16();
+        let encodes = self.qkv_encodes_blocks();
+        let deferred = !kinds.is_f32() && !kinds.is_f16() && !encodes;
         let rope = c.layer_rope(op.kv_layer.unwrap_or(0));
         let kv = match op.kv_layer {
             Some(layer) => {
@@ -502,6 +519,7 @@ impl Compiler<'_> {
             rope: kv.is_some() && c.rope_layout != RopeLayout::None,
             kv_deferred: kv.is_some() && deferred,
             kv_f16: kv.is_some() && kinds.is_f16(),
+            kv_blocks: (kv.is_some() && encodes).then_some(kinds),
             x_f16: self.act.is_f16(op.x),
             y_f16: self.act.is_f16(op.y),
         };

@@ -69,7 +69,8 @@ pub const SELECT: ShaderFile = shader_file!("select.wgsl");
 
 /// The helpers of `shaders/lib/` that kernels may `#include`: the workgroup reduction, weight
 /// decoding, the activation functions, the RoPE angle, the linear kernels' inputs and
-/// epilogues, what the attention kernels share, and the step uniform.
+/// epilogues, what the attention kernels share, the step uniform and the KV-cache kinds'
+/// reading and encoding.
 const INCLUDES: &[ShaderFile] = &[
     lib_file!("reduce.wgsl"),
     lib_file!("quant.wgsl"),
@@ -79,6 +80,7 @@ const INCLUDES: &[ShaderFile] = &[
     lib_file!("attention_common.wgsl"),
     lib_file!("step.wgsl"),
     lib_file!("kv_kind.wgsl"),
+    lib_file!("kv_encode.wgsl"),
     lib_file!("kv_read.wgsl"),
 ];
 
@@ -115,6 +117,14 @@ impl Defines {
     pub fn value(mut self, name: &str, value: impl std::fmt::Display) -> Self {
         self.0.insert(name.to_string(), Some(value.to_string()));
         self
+    }
+
+    /// [`Defines::value`] when `value` is given, nothing otherwise.
+    pub fn value_if(self, name: &str, value: Option<impl std::fmt::Display>) -> Self {
+        match value {
+            Some(v) => self.value(name, v),
+            None => self,
+        }
     }
 
     /// Whether `name` is defined.

@@ -21,6 +21,7 @@ use super::{
     check_f16_activations, check_step, dispatch_grid, load, optional_input, positive,
     reduce_defines, Grid, KernelBinding, Reduction, WeightRead,
 };
+use crate::dtype::kv::KV_BLOCK;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::counters::AliveBuffers;
@@ -161,6 +162,14 @@ impl Linear {
                 "an f16 KV-cache write needs kv_write, not deferred",
             ));
         }
+        if options.kv_blocks.is_some()
+            && (!options.kv_write || options.kv_deferred || options.kv_f16)
+        {
+            return Err(Error::invalid(
+                "options",
+                "a KV-cache write of block kinds needs kv_write, not deferred and not f16",
+            ));
+        }
         if options.x_f16 || options.y_f16 {
             check_f16_activations(ctx, "options")?;
         }
@@ -215,6 +224,19 @@ impl Linear {
             1u32 << (31 - cap.leading_zeros())
         };
         let decode_wg = pow2_cap(DECODE_WG);
+        let rows_wg = pow2_cap(ROWS_WG);
+        if options.kv_blocks.is_some()
+            && !(rows_wg * ROWS_PER_INVOCATION).is_multiple_of(KV_BLOCK as u32)
+            && (decode_variants.contains(&Variant::Rows)
+                || prefill_variants.contains(&Variant::Rows))
+        {
+            return Err(Error::Limit {
+                what: "linear rows workgroup spanning a KV block".into(),
+                limit: "maxComputeInvocationsPerWorkgroup",
+                needed: u64::from(KV_BLOCK as u32 / ROWS_PER_INVOCATION),
+                allowed: u64::from(rows_wg),
+            });
+        }
         let common = |d: Defines| {
             d.flag(weight_flag(dtype))
                 .flag_if("X_VEC4", dtype.block_elements() > 1)
@@ -235,12 +257,20 @@ impl Linear {
                 .flag_if("ROPE", options.rope)
                 .flag_if("KV_DEFER", options.kv_deferred)
                 .flag_if("KV_F16", options.kv_f16)
+                .flag_if("KV_BLOCKS", options.kv_blocks.is_some())
+                .value_if(
+                    "K_KIND",
+                    options.kv_blocks.map(|k| format!("{}u", k.k.code())),
+                )
+                .value_if(
+                    "V_KIND",
+                    options.kv_blocks.map(|k| format!("{}u", k.v.code())),
+                )
                 .flag_if("MM_F16", ctx.precision() == MatmulPrecision::F16)
                 .flag_if("X_F16", options.x_f16)
                 .flag_if("Y_F16", options.y_f16)
         };
-        let rows_defines =
-            || common(Defines::new()).value("RWG_SIZE", format!("{}u", pow2_cap(ROWS_WG)));
+        let rows_defines = || common(Defines::new()).value("RWG_SIZE", format!("{rows_wg}u"));
         let mut decode = Vec::new();
         for &v in decode_variants {
             let pipeline = match v {
@@ -480,9 +510,14 @@ impl Linear {
                     .with_weights(weights)
             };
             let rows_groups = part_rows.div_ceil(ROWS_PER_INVOCATION * ROWS_WG);
+            // a workgroup encoding KV blocks computes a whole block
+            let decode_rows = match opts.kv_blocks {
+                Some(_) => KV_BLOCK as u32,
+                None => LINEAR_DECODE_ROWS,
+            };
             for ((v, pipeline), (_, out)) in self.decode.iter().zip(decode.iter_mut()) {
                 let groups = match v {
-                    Variant::Workgroup => part_rows.div_ceil(LINEAR_DECODE_ROWS),
+                    Variant::Workgroup => part_rows.div_ceil(decode_rows),
                     Variant::Rows => rows_groups,
                 };
                 let (x, y) = dispatch_grid(ctx, "linear_decode", groups)?;

@@ -61,6 +61,12 @@ pub struct LinearOptions {
     /// (`pack2x16float`, as [`crate::dtype::kv::KvKind::F16`] encodes them), written here:
     /// the even row of each pair writes both.
     pub kv_f16: bool,
+    /// With `kv_write` (not deferred, not `kv_f16`): the caches hold these kinds, of which at
+    /// least one has 32-value blocks with a shared scale (q8_0, q4_0, nf4), encoded here. Each
+    /// workgroup's rows span whole blocks (decode workgroups compute 32 rows), stored to `y`
+    /// first and encoded after a `storageBarrier`; `q_rows` and `kv_rows` must be multiples of
+    /// [`crate::dtype::kv::KV_BLOCK`].
+    pub kv_blocks: Option<crate::dtype::kv::KvKinds>,
     /// `x` holds f16 values (`[max_tokens, cols]`, two per word): the previous product's
     /// output under precision f16. Needs [`crate::gpu::MatmulPrecision::F16`].
     pub x_f16: bool,
@@ -73,8 +79,10 @@ pub struct LinearOptions {
 /// The KV cache of a [`Linear`] built with [`LinearOptions::kv_write`].
 #[derive(Debug, Clone, Copy)]
 pub struct KvWriteBinding<'a> {
-    /// One layer's K and V caches, `[max_positions, kv_rows]` f32 each; `None` exactly when
-    /// the layer was built with [`LinearOptions::kv_deferred`].
+    /// One layer's K and V caches, `[max_positions, kv_rows]` f32 each (f16 pairs with
+    /// [`LinearOptions::kv_f16`], rows of their kinds' words with
+    /// [`LinearOptions::kv_blocks`]); `None` exactly when the layer was built with
+    /// [`LinearOptions::kv_deferred`].
     pub caches: Option<(&'a wgpu::Buffer, &'a wgpu::Buffer)>,
     /// Query rows (`n_heads · head_dim`) and key/value rows each (`n_kv_heads · head_dim`);
     /// the weight has `q_rows + 2 · kv_rows` rows.

@@ -4,6 +4,7 @@
 
 use super::linear_options::{KvWriteBinding, LinearOptions};
 use super::{optional_input, positive};
+use crate::dtype::kv::{KvKind, KV_BLOCK};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
@@ -151,6 +152,19 @@ pub(crate) fn check_kv(
             ),
         ));
     }
+    let block = KV_BLOCK as u32;
+    if options.kv_blocks.is_some()
+        && (!kv.q_rows.is_multiple_of(block) || !kv.kv_rows.is_multiple_of(block))
+    {
+        return Err(Error::invalid(
+            "kv",
+            format!(
+                "a cache of block kinds is encoded a block of {block} rows at a time: q_rows {} \
+                 and kv_rows {} must be multiples of {block}",
+                kv.q_rows, kv.kv_rows
+            ),
+        ));
+    }
     if !kv.q_rows.is_multiple_of(hd) || !kv.kv_rows.is_multiple_of(hd) || kv.kv_rows == 0 {
         return Err(Error::invalid(
             "head_dim",
@@ -168,19 +182,35 @@ pub(crate) fn check_kv(
     )?;
     if let Some((k_cache, v_cache)) = caches {
         let cache_rows = kv.ring.unwrap_or(kv.max_positions);
-        let (cache_words, what) = match options.kv_f16 {
+        let rows = u64::from(cache_rows);
+        // (K words, V words, what they hold)
+        let (k_words, v_words, what) = match (options.kv_blocks, options.kv_f16) {
+            (Some(kinds), _) => {
+                let words = |k: KvKind| rows * k.row_words(kv.kv_rows as usize) as u64;
+                (
+                    words(kinds.k),
+                    words(kinds.v),
+                    format!(
+                        "[{cache_rows}, {}] values as {} (K) and {} (V)",
+                        kv.kv_rows,
+                        kinds.k.name(),
+                        kinds.v.name()
+                    ),
+                )
+            }
             // two f16 values per word (kv_rows is even: head_dim divides it, and RoPE pairs)
-            true => (
-                u64::from(cache_rows) * u64::from(kv.kv_rows).div_ceil(2),
-                format!("[{cache_rows}, {}] f16 pairs", kv.kv_rows),
-            ),
-            false => (
-                u64::from(cache_rows) * u64::from(kv.kv_rows),
-                format!("[{cache_rows}, {}] f32", kv.kv_rows),
-            ),
+            (None, true) => {
+                let words = rows * u64::from(kv.kv_rows).div_ceil(2);
+                let what = format!("[{cache_rows}, {}] f16 pairs", kv.kv_rows);
+                (words, words, what)
+            }
+            (None, false) => {
+                let words = rows * u64::from(kv.kv_rows);
+                (words, words, format!("[{cache_rows}, {}] f32", kv.kv_rows))
+            }
         };
-        check_words("k_cache", k_cache, cache_words, &what)?;
-        check_words("v_cache", v_cache, cache_words, &what)?;
+        check_words("k_cache", k_cache, k_words, &what)?;
+        check_words("v_cache", v_cache, v_words, &what)?;
         if k_cache == v_cache || inputs.iter().any(|&(_, b)| b == k_cache || b == v_cache) {
             return Err(Error::invalid(
                 "kv",
