@@ -1,12 +1,15 @@
-//! The KV-cache write for caches of kinds other than f32 (`shaders/kv_store.wgsl`): after the
-//! step's keys are rotated (in the stacked Q/K/V projection's epilogue, or by
-//! [`super::RopeKvWrite::rotate_only`]), one dispatch per layer encodes the step's K and V rows
-//! into the caches in their kinds ([`KvKinds`]; f16, q8_0, q4_0 and nf4 quantize on the way
-//! in). An f32 cache is written by the producer itself and needs no such dispatch.
+//! The KV-cache write as a dispatch of its own (`shaders/kv_store.wgsl`), for the producers
+//! that cannot encode the cache themselves: after the step's keys are rotated (by the stacked
+//! Q/K/V projection, or by [`super::RopeKvWrite::rotate_only`] for separate projections), one
+//! dispatch per layer encodes the step's K and V rows into the caches in their kinds
+//! ([`KvKinds`]; f16, q8_0, q4_0 and nf4 quantize on the way in).
 //!
-//! Why a dispatch of its own: a block of 32 values shares one scale, which depends on all 32,
-//! and the producers compute a row's values in different invocations (and workgroups), so no
-//! invocation of theirs sees a whole block. The store costs one small dispatch per layer.
+//! The stacked projection writes f32 and f16 caches itself, and caches of block kinds too when
+//! its query and key/value rows come in whole 32-value blocks
+//! ([`super::LinearOptions::kv_blocks`]): a block's scale depends on all 32 of its values, so
+//! only a workgroup that computes whole blocks can encode one. Separate projections (rotated by
+//! the RoPE kernel) and row counts that split blocks take this dispatch, one small one per
+//! layer. Both encoders share `shaders/lib/kv_encode.wgsl`.
 
 use std::sync::Arc;
 
