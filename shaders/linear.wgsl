@@ -19,8 +19,9 @@
 //   at the position): the RoPE + KV-cache kernel folded into its producer. Caches of f32 are
 //   written value by value, KV_F16 ones a pair of rows at a time; with KV_BLOCKS (caches of
 //   kinds K_KIND / V_KIND with 32-value blocks, q_rows and kv_rows multiples of 32) each
-//   workgroup's rows span whole blocks: decode workgroups compute 32 rows (QUADS row quads),
-//   and after a storageBarrier the workgroup encodes its blocks from what it stored in y.
+//   workgroup's K and V rows span whole blocks: decode workgroups past the query rows compute
+//   32 rows (BLOCK_QUADS passes), and after a storageBarrier a workgroup encodes its blocks
+//   from what it stored in y.
 //   KV_DEFER leaves the caches to a KV store dispatch (kv_store.wgsl).
 // - LAST_ROW: only the step's last token is computed, written to row 0 of y (an LM head whose
 //   other rows nobody reads). Decode kernel only.
@@ -43,12 +44,8 @@
 
 // Rows per decode workgroup pass: one vec4 of partial sums.
 const ROWS: u32 = 4u;
-// Passes per decode workgroup: a KV_BLOCKS workgroup spans a 32-row block.
-#ifdef KV_BLOCKS
-const QUADS: u32 = 8u;
-#else
-const QUADS: u32 = 1u;
-#endif
+// Passes of ROWS rows a decode workgroup spanning a 32-row KV block makes (KV_BLOCKS).
+const BLOCK_QUADS: u32 = 8u;
 
 // Prefill tile: rows, tokens, columns per shared-memory chunk, invocations.
 const TILE_R: u32 = 64u;
@@ -68,7 +65,17 @@ fn linear_decode(
 #ifndef SUBGROUPS
     let lane = 0u;
 #endif
-    let row_base = (wid.x + wid.y * nwg.x) * ROWS * QUADS;
+    let group = wid.x + wid.y * nwg.x;
+    var row_base = group * ROWS;
+    var quads = 1u;
+#ifdef KV_BLOCKS
+    // query rows in groups of ROWS as usual, then the key and value rows a block per group
+    let q_groups = params.q_rows / ROWS;
+    if group >= q_groups {
+        row_base = params.q_rows + (group - q_groups) * ROWS * BLOCK_QUADS;
+        quads = BLOCK_QUADS;
+    }
+#endif
     if row_base >= params.rows {
         return;
     }
@@ -80,7 +87,7 @@ fn linear_decode(
     first = max(n_tokens, 1u) - 1u;
 #endif
     for (var t = first; t < n_tokens; t++) {
-        for (var quad = 0u; quad < QUADS; quad++) {
+        for (var quad = 0u; quad < quads; quad++) {
             let row0 = row_base + quad * ROWS;
             if row0 >= params.rows {
                 break;
@@ -137,8 +144,9 @@ fn linear_decode(
 #endif
         }
 #ifdef KV_BLOCKS
+        // (query groups pass the barrier too: `quads` is the same for the whole workgroup)
         storageBarrier();
-        if lid == 0u {
+        if lid == 0u && quads == BLOCK_QUADS {
             kv_encode_block(t, row_base);
         }
 #endif

@@ -510,14 +510,18 @@ impl Linear {
                     .with_weights(weights)
             };
             let rows_groups = part_rows.div_ceil(ROWS_PER_INVOCATION * ROWS_WG);
-            // a workgroup encoding KV blocks computes a whole block
-            let decode_rows = match opts.kv_blocks {
-                Some(_) => KV_BLOCK as u32,
-                None => LINEAR_DECODE_ROWS,
+            // encoding KV blocks, the decode workgroups past the query rows compute a whole
+            // block each (q_rows and kv_rows are multiples of the block, checked above)
+            let decode_groups = match opts.kv_blocks {
+                Some(_) => {
+                    let q_rows = kv_params[0];
+                    q_rows / LINEAR_DECODE_ROWS + part_rows.saturating_sub(q_rows) / KV_BLOCK as u32
+                }
+                None => part_rows.div_ceil(LINEAR_DECODE_ROWS),
             };
             for ((v, pipeline), (_, out)) in self.decode.iter().zip(decode.iter_mut()) {
                 let groups = match v {
-                    Variant::Workgroup => part_rows.div_ceil(decode_rows),
+                    Variant::Workgroup => decode_groups,
                     Variant::Rows => rows_groups,
                 };
                 let (x, y) = dispatch_grid(ctx, "linear_decode", groups)?;

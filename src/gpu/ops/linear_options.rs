@@ -63,9 +63,9 @@ pub struct LinearOptions {
     pub kv_f16: bool,
     /// With `kv_write` (not deferred, not `kv_f16`): the caches hold these kinds, of which at
     /// least one has 32-value blocks with a shared scale (q8_0, q4_0, nf4), encoded here. Each
-    /// workgroup's rows span whole blocks (decode workgroups compute 32 rows), stored to `y`
-    /// first and encoded after a `storageBarrier`; `q_rows` and `kv_rows` must be multiples of
-    /// [`crate::dtype::kv::KV_BLOCK`].
+    /// workgroup's K and V rows span whole blocks (decode workgroups past the query rows
+    /// compute 32 rows), stored to `y` first and encoded after a `storageBarrier`; `q_rows`
+    /// and `kv_rows` must be multiples of [`crate::dtype::kv::KV_BLOCK`].
     pub kv_blocks: Option<crate::dtype::kv::KvKinds>,
     /// `x` holds f16 values (`[max_tokens, cols]`, two per word): the previous product's
     /// output under precision f16. Needs [`crate::gpu::MatmulPrecision::F16`].
