@@ -344,37 +344,20 @@ pub async fn check_linear_qkv(
                 }
             }
             for t in 0..n {
-                let raw = &x[t * cols..(t + 1) * cols];
-                let ms = raw
-                    .iter()
-                    .map(|&v| f64::from(v) * f64::from(v))
-                    .sum::<f64>()
-                    / cols as f64;
-                let inv = 1.0 / (ms + 1e-6).sqrt();
-                let xin: Vec<f32> = raw
-                    .iter()
-                    .zip(&nw)
-                    .map(|(&v, &g)| (f64::from(v) * inv * f64::from(g)) as f32)
-                    .collect();
-                let mut want = reference::matvec(&wv, &xin, Some(&bias), rows, cols);
                 let layout = if rope {
                     RopeLayout::Interleaved
                 } else {
                     RopeLayout::None
                 };
+                let heads = QkvHeads { n_heads, n_kv, hd };
                 let pos = pos0 + t;
-                reference::rope(&mut want[..q_rows], n_heads, hd, pos, &freqs, layout);
-                reference::rope(
-                    &mut want[q_rows..q_rows + kv_rows],
-                    n_kv,
-                    hd,
-                    pos,
-                    &freqs,
-                    layout,
+                let (want, tol) = qkv_reference(
+                    &x[t * cols..(t + 1) * cols],
+                    &nw,
+                    (&wv, &bias),
+                    heads,
+                    (pos, &freqs, layout),
                 );
-                let magnitude: f64 =
-                    xin.iter().map(|v| f64::from(v.abs())).sum::<f64>() * 0.2 + 1.0;
-                let tol = 1e-5 * magnitude * 4.0;
                 let check = |got: f32, want: f32, at: String| -> Result<(), String> {
                     let diff = (f64::from(got) - f64::from(want)).abs();
                     if diff <= tol {
@@ -404,4 +387,46 @@ pub async fn check_linear_qkv(
         }
     }
     Ok(())
+}
+
+/// Heads of a stacked Q/K/V projection: `n_heads` query and `n_kv` key/value heads of `hd`.
+#[derive(Debug, Clone, Copy)]
+pub struct QkvHeads {
+    pub n_heads: usize,
+    pub n_kv: usize,
+    pub hd: usize,
+}
+
+/// The reference output of a stacked Q/K/V projection for one token and its tolerance: the
+/// input `raw` RMS-normalised in f64 (weight `nw`, eps 1e-6), `W·x + bias` in f64 with
+/// `(w, bias)` as values, q and k rotated at `rope`'s position. The tolerance scales with
+/// Σ|x| as for plain layers.
+pub fn qkv_reference(
+    raw: &[f32],
+    nw: &[f32],
+    (w, bias): (&[f32], &[f32]),
+    heads: QkvHeads,
+    rope: (usize, &RopeFreqs, RopeLayout),
+) -> (Vec<f32>, f64) {
+    let QkvHeads { n_heads, n_kv, hd } = heads;
+    let (pos, freqs, layout) = rope;
+    let cols = raw.len();
+    let (q_rows, kv_rows) = (n_heads * hd, n_kv * hd);
+    let ms = raw
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        / cols as f64;
+    let inv = 1.0 / (ms + 1e-6).sqrt();
+    let xin: Vec<f32> = raw
+        .iter()
+        .zip(nw)
+        .map(|(&v, &g)| (f64::from(v) * inv * f64::from(g)) as f32)
+        .collect();
+    let mut want = reference::matvec(w, &xin, Some(bias), q_rows + 2 * kv_rows, cols);
+    reference::rope(&mut want[..q_rows], n_heads, hd, pos, freqs, layout);
+    let k = &mut want[q_rows..q_rows + kv_rows];
+    reference::rope(k, n_kv, hd, pos, freqs, layout);
+    let magnitude: f64 = xin.iter().map(|v| f64::from(v.abs())).sum::<f64>() * 0.2 + 1.0;
+    (want, 1e-5 * magnitude * 4.0)
 }

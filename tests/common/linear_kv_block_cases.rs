@@ -11,11 +11,11 @@ use emberlm::dtype::kv::{KvKind, KvKinds};
 use emberlm::dtype::DType;
 use emberlm::gpu::ops::{InputNorm, KvWriteBinding, LinearKernel, LinearOptions, NormBinding};
 use emberlm::gpu::{GpuContext, KernelCache, Reduction, StepParams};
-use emberlm::model::reference;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::linear_cases::{every_variant, random_vec, step_buffer, upload_matrix, with_variants};
+use super::linear_fused_cases::{qkv_reference, QkvHeads};
 
 /// Decode steps of one and of three tokens (the decode kernel repeats per token), prefill
 /// steps from one token to more than one 32-token tile.
@@ -165,27 +165,10 @@ pub async fn check_linear_qkv_blocks(
                 }
             }
             for t in 0..n {
-                let raw = &x[t * cols..(t + 1) * cols];
-                let ms = raw
-                    .iter()
-                    .map(|&v| f64::from(v) * f64::from(v))
-                    .sum::<f64>()
-                    / cols as f64;
-                let inv = 1.0 / (ms + 1e-6).sqrt();
-                let xin: Vec<f32> = raw
-                    .iter()
-                    .zip(&nw)
-                    .map(|(&v, &g)| (f64::from(v) * inv * f64::from(g)) as f32)
-                    .collect();
-                let mut want = reference::matvec(&wv, &xin, Some(&bias), rows, cols);
-                let pos = pos0 + t;
-                let layout = RopeLayout::Interleaved;
-                reference::rope(&mut want[..q_rows], n_heads, hd, pos, &freqs, layout);
-                let k = &mut want[q_rows..q_rows + kv_rows];
-                reference::rope(k, n_kv, hd, pos, &freqs, layout);
-                let magnitude: f64 =
-                    xin.iter().map(|v| f64::from(v.abs())).sum::<f64>() * 0.2 + 1.0;
-                let tol = 1e-5 * magnitude * 4.0;
+                let heads = QkvHeads { n_heads, n_kv, hd };
+                let rope = (pos0 + t, &freqs, RopeLayout::Interleaved);
+                let row = &x[t * cols..(t + 1) * cols];
+                let (want, tol) = qkv_reference(row, &nw, (&wv, &bias), heads, rope);
                 for r in 0..rows {
                     let (got, want) = (y[t * rows + r], want[r]);
                     let diff = (f64::from(got) - f64::from(want)).abs();
