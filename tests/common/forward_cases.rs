@@ -111,10 +111,10 @@ pub enum Decode {
     /// Only the longest sequence (the browser, where every step costs a submit and a readback
     /// on SwiftShader): greedy still runs one token per step on every prompt.
     Longest,
-    /// Only the longest sequence, and no greedy runs: for a GPU-shaped plan on a software
-    /// adapter, where a real model's step takes seconds. The decoded sequence is the prompt
-    /// plus the f64 greedy tokens, so its logits already cover the greedy path; the argmax
-    /// chain itself is checked in the rows shape.
+    /// Only the longest sequence, and no greedy runs: where steps are slow (a GPU-shaped plan
+    /// on a software adapter, the browser's many models). The decoded sequence is the prompt
+    /// plus the f64 greedy tokens, so its logits already cover the greedy path; the caller
+    /// checks the argmax chain itself elsewhere.
     LongestWithoutGreedy,
 }
 
