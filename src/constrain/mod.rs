@@ -85,8 +85,28 @@ impl std::fmt::Debug for GrammarState {
 fn grammar_error(kind: &str, message: impl std::fmt::Display) -> Error {
     Error::invalid(
         "response_format",
-        format!("the {kind} does not compile: {message}"),
+        format!("the {kind} does not compile: {}", engine_message(message)),
     )
+}
+
+/// A failure while the text goes on (a mask, a token taken, a draft checked): the grammar
+/// compiled, but its parser outgrew the engine's limits or failed on the text so far.
+fn step_error(kind: &str, message: impl std::fmt::Display) -> Error {
+    Error::invalid(
+        "response_format",
+        format!(
+            "the {kind} failed on the text generated so far: {}",
+            engine_message(message)
+        ),
+    )
+}
+
+/// The grammar engine's own message without the parser-state dump it appends (`<state>`,
+/// tens of lines of internal counters).
+fn engine_message(message: impl std::fmt::Display) -> String {
+    let text = message.to_string();
+    let cut = text.find("<state>").unwrap_or(text.len());
+    text[..cut].trim_end().to_string()
 }
 
 /// The JSON layout options every schema gets unless it brings its own `x-guidance`.
@@ -198,7 +218,7 @@ impl GrammarState {
         let vob = self
             .matcher
             .compute_mask()
-            .map_err(|e| grammar_error(self.kind, e))?;
+            .map_err(|e| step_error(self.kind, e))?;
         let may_end = vob.is_allowed(self.eos);
         let mut mask = TokenMask::from_words(vob.as_slice().to_vec(), self.vocab)?;
         mask.set(self.eos, false);
@@ -226,7 +246,7 @@ impl GrammarState {
     pub fn accept(&mut self, id: u32) -> Result<()> {
         self.matcher
             .consume_token(id)
-            .map_err(|e| grammar_error(self.kind, e))
+            .map_err(|e| step_error(self.kind, e))
     }
 
     /// How many of `tokens`, taken in order from here, the grammar allows (the length of
@@ -241,7 +261,7 @@ impl GrammarState {
         }
         self.matcher
             .validate_tokens(tokens)
-            .map_err(|e| grammar_error(self.kind, e))
+            .map_err(|e| step_error(self.kind, e))
     }
 
     /// Whether the grammar can only end here (nothing may follow).
