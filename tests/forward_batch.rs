@@ -102,42 +102,40 @@ fn batch_matches_alone(path: &std::path::Path, options: GpuOptions, what: &str, 
     let vocab = weights.config.vocab_size;
     let cache = KernelCache::new();
     let cases = cases(&mut rng, vocab, 6);
-    // the same sequences alone with an f32 cache, for a quantised cache's bound
-    let exact = match bound {
-        Bound::Abs(_) => None,
-        Bound::QuantError(_) => {
+    // the bound's number, and for a quantised cache the same sequences alone with an f32 cache
+    let (tol, exact) = match bound {
+        Bound::Abs(tol) => (tol, None),
+        Bound::QuantError(slack) => {
             let f32_ctx = common::native_gpu(GpuOptions::default()).unwrap();
             let f32_cache = KernelCache::new();
             let mut fwd =
                 pollster::block_on(Forward::new(&f32_ctx, &f32_cache, &weights, 32, 8)).unwrap();
-            Some(decode_alone(&f32_ctx, &mut fwd, &cases))
+            (slack, Some(decode_alone(&f32_ctx, &mut fwd, &cases)))
         }
     };
     let mut fwd = pollster::block_on(Forward::new(&ctx, &cache, &weights, 32, 8)).unwrap();
     let want = decode_alone(&ctx, &mut fwd, &cases);
     let check = |got: &[f32], i: usize, row: usize, label: &str| {
         let d = max_diff(got, &want[i][row]);
-        match (bound, &exact) {
-            (Bound::QuantError(slack), Some(exact)) => {
-                let alone = max_diff(&want[i][row], &exact[i][row]);
-                let batch = max_diff(got, &exact[i][row]);
-                assert!(
-                    batch <= alone + slack,
-                    "{what}: {label}: {batch} from the f32 cache's logits, alone {alone} \
-                     (batch vs alone {d})"
-                );
-                // the bound still tells sequences apart: another sequence's logits fail it
-                let j = (i + 1) % exact.len();
-                let other = max_diff(got, &exact[j][row.min(exact[j].len() - 1)]);
-                assert!(
-                    other > alone + slack,
-                    "{what}: {label}: the bound {} would pass sequence {j} ({other})",
-                    alone + slack
-                );
-            }
-            (Bound::Abs(tol), _) => assert!(d <= tol, "{what}: {label} differs by {d}"),
-            (Bound::QuantError(_), None) => unreachable!("computed above"),
-        }
+        let Some(exact) = &exact else {
+            assert!(d <= tol, "{what}: {label} differs by {d}");
+            return;
+        };
+        let alone = max_diff(&want[i][row], &exact[i][row]);
+        let batch = max_diff(got, &exact[i][row]);
+        assert!(
+            batch <= alone + tol,
+            "{what}: {label}: {batch} from the f32 cache's logits, alone {alone} \
+             (batch vs alone {d})"
+        );
+        // the bound still tells sequences apart: another sequence's logits fail it
+        let j = (i + 1) % exact.len();
+        let other = max_diff(got, &exact[j][row.min(exact[j].len() - 1)]);
+        assert!(
+            other > alone + tol,
+            "{what}: {label}: the bound {} would pass sequence {j} ({other})",
+            alone + tol
+        );
     };
     pollster::block_on(fwd.set_batch(&ctx, &cache, cases.len())).unwrap();
     assert_eq!(fwd.kv().slots(), cases.len());

@@ -499,6 +499,11 @@ thread_local! {
 /// engine's message without its parser-state dump.
 fn assert_step_error(message: &str) {
     assert!(message.contains("response_format"), "{message}");
+    assert_no_state_dump(message);
+}
+
+/// An error is the engine's message without the parser-state dump llguidance appends.
+fn assert_no_state_dump(message: &str) {
     assert!(
         !message.contains("<state>"),
         "the state dump leaked: {message}"
@@ -541,10 +546,7 @@ pub fn grammar_compile(data: &[u8]) {
             Err(e) => {
                 let message = e.to_string();
                 assert!(!message.is_empty());
-                assert!(
-                    !message.contains("<state>"),
-                    "the state dump leaked: {message}"
-                );
+                assert_no_state_dump(&message);
                 return;
             }
         };

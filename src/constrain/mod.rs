@@ -83,21 +83,20 @@ impl std::fmt::Debug for GrammarState {
 }
 
 fn grammar_error(kind: &str, message: impl std::fmt::Display) -> Error {
-    Error::invalid(
-        "response_format",
-        format!("the {kind} does not compile: {}", engine_message(message)),
-    )
+    engine_error(kind, "does not compile", message)
 }
 
 /// A failure while the text goes on (a mask, a token taken, a draft checked): the grammar
 /// compiled, but its parser outgrew the engine's limits or failed on the text so far.
 fn step_error(kind: &str, message: impl std::fmt::Display) -> Error {
+    engine_error(kind, "failed on the text generated so far", message)
+}
+
+/// "the {kind} {what}: {message}", naming `response_format`.
+fn engine_error(kind: &str, what: &str, message: impl std::fmt::Display) -> Error {
     Error::invalid(
         "response_format",
-        format!(
-            "the {kind} failed on the text generated so far: {}",
-            engine_message(message)
-        ),
+        format!("the {kind} {what}: {}", engine_message(message)),
     )
 }
 
