@@ -48,6 +48,52 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -d "$XDG_RUNTIME_DIR" ]; then
   export XDG_RUNTIME_DIR
 fi
 
+# Stage times of a run: `stage NAME` ends the stage that is running and starts NAME; the table
+# is printed when the script exits (also after a failure, naming the stage that failed) and
+# written to target/test-stages.txt (stage, seconds; tab-separated).
+STAGE_NAMES=()
+STAGE_SECS=()
+STAGE_NAME=
+STAGE_T0=0
+STAGE_FILE="${CARGO_TARGET_DIR:-target}/test-stages.txt"
+MODEL_SERVER_PID=
+MODEL_SERVER_LOG=
+stage() {
+  if [ -n "$STAGE_NAME" ]; then
+    STAGE_NAMES+=("$STAGE_NAME")
+    STAGE_SECS+=($((SECONDS - STAGE_T0)))
+  fi
+  STAGE_NAME=${1:-}
+  STAGE_T0=$SECONDS
+  [ -z "$STAGE_NAME" ] || log "stage: $STAGE_NAME"
+}
+stage_report() {
+  local status=$1 failed=$STAGE_NAME i total=0 line
+  stage ""
+  [ ${#STAGE_NAMES[@]} -gt 0 ] || return 0
+  mkdir -p "$(dirname "$STAGE_FILE")"
+  : >"$STAGE_FILE"
+  printf '\nstage times (wall, this run):\n' >&2
+  for i in "${!STAGE_NAMES[@]}"; do
+    total=$((total + STAGE_SECS[i]))
+    printf '%s\t%s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECS[$i]}" >>"$STAGE_FILE"
+    line=$(printf '  %-28s %6ss  %3dm%02ds' "${STAGE_NAMES[$i]}" "${STAGE_SECS[$i]}" \
+      $((STAGE_SECS[i] / 60)) $((STAGE_SECS[i] % 60)))
+    [ "$status" -eq 0 ] || [ "${STAGE_NAMES[$i]}" != "$failed" ] || line+="  (failed here)"
+    printf '%s\n' "$line" >&2
+  done
+  printf 'total\t%s\n' "$total" >>"$STAGE_FILE"
+  printf '  %-28s %6ss  %3dm%02ds\n' total "$total" $((total / 60)) $((total % 60)) >&2
+  printf '(also in %s)\n' "$STAGE_FILE" >&2
+}
+
+on_exit() {
+  local status=$?
+  stop_model_server
+  stage_report "$status"
+}
+trap on_exit EXIT
+
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
@@ -266,8 +312,6 @@ cmd_serve() {
   exec node tools/serve.mjs www "$port" --isolated
 }
 
-MODEL_SERVER_PID=
-MODEL_SERVER_LOG=
 MODEL_SERVER_URL=
 
 stop_model_server() {
@@ -286,7 +330,6 @@ stop_model_server() {
 # or the script's exit, and sets MODEL_SERVER_URL (ending in /).
 start_model_server() {
   stop_model_server
-  trap stop_model_server EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
   MODEL_SERVER_LOG=$(mktemp -t emberlm-serve.XXXXXX)
@@ -308,21 +351,28 @@ start_model_server() {
 }
 
 cmd_test() {
+  stage setup
   cmd_setup
   # A clean checkout builds everything once: incremental state would only double the disk used
   # (it was ~11 GB of the test build).
   [ "${CI:-}" != true ] || export CARGO_INCREMENTAL=0
+  stage "fmt + clippy"
   log "cargo fmt --check"
   cargo fmt --all -- --check
   log "clippy (native and wasm32)"
   cargo clippy --all-targets -- -D warnings
   cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
   log "native tests (GPU tests require an adapter: EMBERLM_REQUIRE_GPU=1)"
+  stage "native build"
   cargo build --bin emberlm
+  cargo test --no-run
+  stage "native run"
   target/debug/emberlm adapter
   EMBERLM_REQUIRE_GPU=1 cargo test -- --nocapture
+  stage "native endurance"
   log "endurance: 10,000 tokens through a sliding 64-token context"
   EMBERLM_REQUIRE_GPU=1 cargo test --test counters -- --ignored --nocapture
+  stage "browser tests (build + run)"
   log "browser tests (headless Chromium, WebGPU)"
   # A wasm test cannot read files: SmolLM2 is fetched from models/ over loopback, and the URL
   # is compiled into tests/web_forward.rs.
@@ -337,13 +387,17 @@ cmd_test() {
     --test web --test web_linear --test web_ops --test web_forward --test web_engine --test web_memory --test web_speculative \
     --test web_gemma3 --test web_batch --test web_endurance --test web_cpu --test web_loading -- --nocapture
   stop_model_server
-  log "demo page test (release build, Playwright driving headless Chromium)"
+  stage "wasm builds (release)"
   cmd_build
+  stage "page tests"
+  log "demo page test (release build, Playwright driving headless Chromium)"
   node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs \
     tests/e2e/openai.test.mjs tests/e2e/schemas.test.mjs
+  stage "dist + npm"
   log "offline demo, npm package and examples (dist/)"
   dist_only
   node --test --test-concurrency=1 tests/e2e/dist.test.mjs tests/e2e/npm.test.mjs
+  stage ""
   log "all tests passed"
 }
 
