@@ -457,7 +457,7 @@ FILTERS = ("{{ messages | tojson(indent=2) }}\n{{ messages | map(attribute='role
            "{{ messages | rejectattr('content') | first | default('none') }}")
 
 # Templates that burn the whole fuel budget are left out: they take seconds each in the debug
-# build that replays the corpus (tests/chat.rs covers them).
+# build that replays the corpus (tests/engine/chat.rs covers them).
 HOSTILE = [
     "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     "{% for a in messages %}{% for b in messages %}{% for c in messages %}{{ a.content }}"

@@ -1,7 +1,7 @@
 //! emberlm: large-language-model text generation on WebGPU, in the browser (wasm32) and
 //! natively (wgpu on Vulkan, Metal or DX12).
 //!
-//! The crate is layered so that dependencies point one way (`tests/layers.rs` fails on an
+//! The crate is layered so that dependencies point one way (`tests/formats/layers.rs` fails on an
 //! import that runs sideways or up), bottom first:
 //! - leaves: [`error`], [`dtype`] (storage types, dequantization), [`config`] (the model
 //!   description), [`candidates`] (the selection kernel's wire format), [`tune`];

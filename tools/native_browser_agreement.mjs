@@ -1,9 +1,9 @@
 // Writes tests/fixtures/native_browser_agreement.json: greedy continuations of a few prompts on
-// the tiny fixtures, as the native CLI produces them. tests/native_browser_agreement.rs (native
-// Session) and tests/web_engine.rs (the JavaScript Engine in the browser) both check against
+// the tiny fixtures, as the native CLI produces them. tests/engine/native_browser_agreement.rs (native
+// Session) and tests/web/engine.rs (the JavaScript Engine in the browser) both check against
 // this file, so native and browser generation agree with each other; correctness is held to the
 // float64 goldens in tests/fixtures/golden/. `cpu_cases` hold the CPU backend's continuations,
-// which tests/native_browser_agreement.rs and tests/web_cpu.rs check the same way.
+// which tests/engine/native_browser_agreement.rs and tests/web/cpu.rs check the same way.
 //
 //   cargo build --bin emberlm && node tools/native_browser_agreement.mjs
 import { execFileSync } from 'node:child_process';

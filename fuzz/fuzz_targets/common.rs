@@ -1,5 +1,5 @@
 //! What each fuzz target runs on one input, shared by `fuzz_targets/*.rs` and by
-//! `tests/fuzz_replay.rs`, which replays the saved corpora on stable. Malformed input must come
+//! `tests/formats/fuzz_replay.rs`, which replays the saved corpora on stable. Malformed input must come
 //! back as an `Err`; a panic here is a bug (in emberlm, or an assertion below that fails).
 //!
 //! Inputs made of two files are split at the first NUL byte, which no JSON text or template

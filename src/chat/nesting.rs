@@ -14,7 +14,7 @@
 //!
 //! Real chat templates stay far inside all three (their tags hold a few dozen operators and nest
 //! a handful of blocks), and a template at every limit at once compiles and renders on a 1 MiB
-//! stack in an unoptimized build (`tests/chat.rs` checks it).
+//! stack in an unoptimized build (`tests/engine/chat.rs` checks it).
 
 use minijinja::machinery::{tokenize, Span, Token};
 use minijinja::syntax::SyntaxConfig;

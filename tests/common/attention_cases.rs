@@ -1,6 +1,6 @@
 //! Attention cases against `reference::attention`, alone (every variant, whole and split
 //! keys) and after RoPE + the KV-cache write over a sequence of steps; run natively on
-//! lavapipe (`tests/gpu_ops.rs`) and in the browser on WebGPU (`tests/web_ops.rs`, with the
+//! lavapipe (`tests/gpu/gpu_ops.rs`) and in the browser on WebGPU (`tests/web/ops.rs`, with the
 //! smaller case list). Rows the step does not cover must come back unchanged, as in
 //! `ops_cases`; each check returns the worst `|gpu − reference| / tolerance`.
 

@@ -1,5 +1,5 @@
 //! The CPU forward pass against the float64 goldens, shared by the native test
-//! (`tests/cpu_golden.rs`) and the browser test (`tests/web_cpu.rs`): teacher-forced prefill
+//! (`tests/engine/cpu_golden.rs`) and the browser test (`tests/web/cpu.rs`): teacher-forced prefill
 //! in one chunk and in small ones, decode one token at a time through the KV cache, and
 //! greedy decoding. Returns the largest |logit − f64| seen, or a message naming what failed.
 

@@ -1,6 +1,6 @@
 //! The CPU backend's kernels against references in f64 on fresh random inputs at awkward
-//! sizes, shared by the native test (`tests/cpu_kernels.rs`) and the browser test
-//! (`tests/web_cpu.rs`).
+//! sizes, shared by the native test (`tests/engine/cpu_kernels.rs`) and the browser test
+//! (`tests/web/cpu.rs`).
 //!
 //! The matrix product of a quantized type runs on 8-bit activations, so it is checked twice:
 //! exactly (to f32 rounding) against the f64 product of the dequantized weights with the

@@ -1,5 +1,5 @@
 //! The GPU forward pass against the float64 goldens, shared by the native test
-//! (`tests/forward_golden.rs`, on lavapipe) and the browser test (`tests/web_forward.rs`, on
+//! (`tests/gpu/forward_golden.rs`, on lavapipe) and the browser test (`tests/web/forward.rs`, on
 //! WebGPU): teacher-forced prefill, decode one token at a time through the KV cache, and greedy
 //! decoding. Every check returns the largest |logit − f64| it saw, or a message naming what
 //! failed.

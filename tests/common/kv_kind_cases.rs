@@ -1,5 +1,5 @@
 //! KV-cache kind cases (f32, f16, q8_0, q4_0, nf4; K and V in different kinds), run natively
-//! on lavapipe (`tests/kv_kinds.rs`) and in the browser on WebGPU (`tests/web_ops.rs`):
+//! on lavapipe (`tests/gpu/kv_kinds.rs`) and in the browser on WebGPU (`tests/web/ops.rs`):
 //!
 //! - the store kernel (`KvStore`) against the CPU encoder `KvKind::encode_row`: f32 and f16
 //!   bit for bit, the block kinds code for code (the GPU may round a value lying within a

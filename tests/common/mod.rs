@@ -19,6 +19,8 @@ pub mod linear_kv_block_cases;
 pub mod model_forms;
 pub mod ops_cases;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod own_process;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod require;
 pub mod select_ref;
 #[cfg(target_arch = "wasm32")]

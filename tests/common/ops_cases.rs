@@ -1,6 +1,6 @@
 //! Step-aware op cases (RoPE + KV-cache write, the SwiGLU gate; attention is in
 //! `attention_cases.rs`) against the CPU reference in `emberlm::model::reference`, run
-//! natively on lavapipe (`tests/gpu_ops.rs`) and in the browser on WebGPU (`tests/web_ops.rs`,
+//! natively on lavapipe (`tests/gpu/gpu_ops.rs`) and in the browser on WebGPU (`tests/web/ops.rs`,
 //! with the smaller case lists).
 //!
 //! Every case fills all `max_tokens` rows (and every cache row) and checks that rows the step

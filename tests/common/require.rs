@@ -54,8 +54,21 @@ pub fn gemma3() -> Option<std::path::PathBuf> {
     real_model(GEMMA3)
 }
 
+/// Whether the quick tier runs (`./build.sh test --quick` sets `EMBERLM_TEST_TIER=quick`): the
+/// real-model tests then skip, saying so; the full tier (and CI) runs them.
+pub fn quick_tier() -> bool {
+    std::env::var("EMBERLM_TEST_TIER").is_ok_and(|v| v == "quick") && !in_ci()
+}
+
 fn real_model(relative: &str) -> Option<std::path::PathBuf> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    if quick_tier() {
+        eprintln!(
+            "SKIPPED: {} (real-model tests run in the full tier, not with --quick)",
+            path.display()
+        );
+        return None;
+    }
     if path.is_file() {
         return Some(path);
     }

@@ -1,5 +1,5 @@
 //! `emberlm serve-api` in tests: the server process on a fixture and the CPU backend, and raw
-//! HTTP/1.1 exchanges with it (shared by tests/cli_serve_api.rs and tests/cli_serve_load.rs).
+//! HTTP/1.1 exchanges with it (shared by tests/cli/cli_serve_api.rs and tests/cli/cli_serve_load.rs).
 
 #![allow(dead_code)]
 

@@ -1,5 +1,5 @@
 // Structured output on SmolLM2 in the browser: for each JSON schema of tests/fixtures/schemas.json
-// (the native test tests/constrain/schemas.rs uses the same), the greedy answer and 50 seeded
+// (the native test tests/engine/constrain/schemas.rs uses the same), the greedy answer and 50 seeded
 // samples (the `balanced` preset) from the page's engine in its worker (EngineClient, CPU
 // backend: the WebAssembly SIMD build in Chromium) all finish and validate with an independent
 // validator (Ajv). Needs `./build.sh build` and models/ (`./build.sh setup`).

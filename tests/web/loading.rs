@@ -1,0 +1,166 @@
+//! Browser tests of how the JavaScript `Engine` loads (wasm-bindgen-test in headless Chromium on
+//! WebGPU): a URL load stored in and then read from the Cache API (SmolLM2 from the model server
+//! `./build.sh test` starts), the kernel plan reported, forced and profiled, and `backend:
+//! 'auto'` on a software adapter timing both backends once and keeping the choice.
+
+#![cfg(target_arch = "wasm32")]
+
+use crate::common;
+
+use common::browser_log as log;
+use emberlm::web::Engine;
+use js_sys::{Function, Promise, Reflect, Uint8Array};
+use serde_json::json;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+use common::web_engine::*;
+
+#[wasm_bindgen_test]
+async fn a_url_load_is_cached() {
+    let Some(url) = common::smollm2_url("a_url_load_is_cached") else {
+        return;
+    };
+    let cache_name = "emberlm-test-cache";
+    let caches: web_sys::CacheStorage = Reflect::get(&js_sys::global(), &"caches".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    JsFuture::from(caches.delete(cache_name)).await.unwrap();
+    let options = js(&json!({ "cache": cache_name, "contextLength": 64, "backend": "webgpu" }));
+    for (round, cached) in [(1, false), (2, true)] {
+        let t = js_sys::Date::now();
+        let engine = Engine::open(url.into(), options.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{}", message(&e)));
+        let info = rust(&engine.info().unwrap());
+        log(&format!(
+            "load {round} of {url}: {:.1} s, loadedFromCache {}, storedInCache {}",
+            (js_sys::Date::now() - t) / 1000.0,
+            info["loadedFromCache"],
+            info["storedInCache"]
+        ));
+        assert_eq!(info["loadedFromCache"], cached);
+        assert_eq!(info["storedInCache"], !cached);
+        assert_eq!(info["model"]["layers"], 30);
+        assert_eq!(info["hasChatTemplate"], true);
+    }
+    JsFuture::from(caches.delete(cache_name)).await.unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn kernel_plan_is_reported_forced_and_profiled() {
+    // the plan of the default load: every family decided (measured, or reused from the Cache API)
+    let engine = load("tiny-llama-q4_1.gguf").await;
+    let info = rust(&engine.info().unwrap());
+    let plan = &info["kernelPlan"];
+    for family in ["linear_decode", "linear_prefill", "attention"] {
+        let choice = &plan["choices"][family];
+        assert!(
+            ["measured", "reused"].contains(&choice[1].as_str().unwrap_or("")),
+            "{family}: {plan}"
+        );
+    }
+    // both shapes forced compute the same greedy tokens
+    let mut outputs = Vec::new();
+    for variant in ["rows", "workgroup"] {
+        let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
+        let options =
+            js(&json!({ "name": "tiny-llama-q4_1.gguf", "kernels": variant, "backend": "webgpu" }));
+        let engine = Engine::open(bytes.into(), options).await.unwrap();
+        let info = rust(&engine.info().unwrap());
+        assert_eq!(
+            info["kernelPlan"]["choices"]["attention"],
+            json!([variant, "forced"])
+        );
+        let result = generate(
+            &engine,
+            &json!([1, 5, 9]),
+            agreement_options(),
+            &Events::new(),
+        )
+        .await
+        .unwrap();
+        outputs.push(result["tokens"].clone());
+        let profile = rust(
+            &JsFuture::from(engine.profile(JsValue::UNDEFINED))
+                .await
+                .unwrap(),
+        );
+        let rows = profile["decode"]["rows"].as_array().unwrap();
+        assert!(rows.iter().any(|r| r["kernel"] == "attention"), "{profile}");
+        assert!(
+            rows.iter().all(|r| r["seconds"].as_f64().unwrap() > 0.0),
+            "{profile}"
+        );
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    // an unknown variant is refused with the option's reason
+    let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
+    let options = js(&json!({ "kernels": "attention=fast", "backend": "webgpu" }));
+    let err = Engine::open(bytes.into(), options).await.err().unwrap();
+    assert!(
+        message(&err).contains("unknown kernel variant `fast`"),
+        "{}",
+        message(&err)
+    );
+}
+
+/// `backend: 'auto'` on SwiftShader (a software adapter): the first load times a decode step on
+/// the adapter and on the CPU backend and runs the model on the faster, saying so in `info()`;
+/// the choice is kept in the Cache API, so the next load reads it instead of timing again.
+#[wasm_bindgen_test]
+async fn auto_on_a_software_adapter_times_both_backends_once() {
+    // nothing recorded yet
+    let caches = Reflect::get(&js_sys::global(), &"caches".into()).unwrap();
+    let delete: Function = Reflect::get(&caches, &"delete".into()).unwrap().into();
+    let deleted = delete.call1(&caches, &"emberlm-tune-v1".into()).unwrap();
+    JsFuture::from(Promise::from(deleted)).await.unwrap();
+    let name = "tiny-llama-q4_1.gguf";
+    let open = || async move {
+        let bytes = Uint8Array::from(fixture(name));
+        Engine::open(
+            bytes.into(),
+            js(&json!({ "name": name, "backend": "auto" })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)))
+    };
+    let first = open().await;
+    let info = rust(&first.info().unwrap());
+    let c = &info["backendChoice"];
+    log(&format!("auto: {}", info["backendNotice"]));
+    assert_eq!(c["measuredNow"], true, "{info}");
+    let (gpu_ms, cpu_ms) = (c["gpuMs"].as_f64().unwrap(), c["cpuMs"].as_f64().unwrap());
+    let faster = if cpu_ms <= gpu_ms { "cpu" } else { "gpu" };
+    assert_eq!(c["backend"], faster, "{info}");
+    assert_eq!(info["runsOn"], faster, "{info}");
+    assert!(c["storedAt"].is_string(), "{info}");
+    assert!(
+        info["backendNotice"]
+            .as_str()
+            .is_some_and(|n| n.contains("software adapter")),
+        "{info}"
+    );
+    let g = generate(
+        &first,
+        &json!("The software is provided"),
+        json!({ "temperature": 0, "maxNewTokens": 4 }),
+        &Events::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(g["tokens"].as_array().map(Vec::len), Some(4), "{g}");
+    drop(first);
+    let second = open().await;
+    let info = rust(&second.info().unwrap());
+    let again = &info["backendChoice"];
+    assert_eq!(again["measuredNow"], false, "{info}");
+    assert_eq!(again["backend"], c["backend"], "{info}");
+    for ms in ["gpuMs", "cpuMs"] {
+        let (a, b) = (again[ms].as_f64().unwrap(), c[ms].as_f64().unwrap());
+        assert!((a - b).abs() < 1e-9, "{ms}: {a} read back, {b} measured");
+    }
+    assert_eq!(info["runsOn"], faster, "{info}");
+}

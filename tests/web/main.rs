@@ -1,0 +1,28 @@
+//! Browser tests (wasm-bindgen-test in headless Chromium; WebGPU on SwiftShader in CI): the
+//! kernel cases of the native tests, the forward pass against the float64 goldens on the tiny
+//! fixtures, SmolLM2 and Gemma 3, the CPU backend in WebAssembly, and the JavaScript `Engine`
+//! (loading, memory settings, batches, speculative decoding, endurance).
+//!
+//! One wasm test binary, started once in Chromium: a module per concern (`kernels`, `linear`,
+//! `ops`, `forward`, `engine`, ...). Tests run one at a time in one page, so each test that
+//! depends on what the Cache API holds clears it first.
+
+#![cfg(target_arch = "wasm32")]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+mod batch;
+mod cpu;
+mod endurance;
+mod engine;
+mod forward;
+mod gemma3;
+mod kernels;
+mod linear;
+mod loading;
+mod memory;
+mod ops;
+mod speculative;
