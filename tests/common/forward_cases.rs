@@ -69,6 +69,36 @@ pub async fn check_decode(
     r.check(&rows, vocab, tol, nll_tol)
 }
 
+/// Prefills all but the last `n` tokens of the sequence in one step, then decodes those `n` one
+/// per step through the KV cache, and checks the `n + 1` rows from the prefill's last on against
+/// the f64 path (`n` is at most the greedy tokens of the golden).
+pub async fn check_tail(
+    ctx: &GpuContext,
+    fwd: &mut Forward,
+    r: &GoldenResult,
+    n: usize,
+    tol: f64,
+) -> Result<f64, String> {
+    let vocab = fwd.config().vocab_size;
+    let seq = r.sequence();
+    let n = n.min(r.f64_greedy_tokens.len());
+    let split = seq.len() - n;
+    fwd.truncate(0).map_err(|e| e.to_string())?;
+    let mut rows = fwd
+        .forward(ctx, &seq[..split], false)
+        .await
+        .map_err(|e| e.to_string())?;
+    for &t in &seq[split..] {
+        rows.extend(
+            fwd.forward(ctx, &[t], true)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    // the prefill's row is that of position split - 1, path row split - prompt_tokens.len()
+    r.check_path_from(&rows, vocab, tol, split - r.prompt_tokens.len())
+}
+
 /// Prefills the prompt, then feeds back the argmax: the tokens must be the first `steps` of
 /// `f64_greedy_tokens`.
 pub async fn check_greedy(
@@ -116,6 +146,12 @@ pub enum Decode {
     /// plus the f64 greedy tokens, so its logits already cover the greedy path; the caller
     /// checks the argmax chain itself elsewhere.
     LongestWithoutGreedy,
+    /// For the slowest shapes (a real model in a GPU-shaped plan on a software adapter, ~2 s a
+    /// step): every prompt prefilled in one chunk, and the longest sequence prefilled up to its
+    /// last `n` tokens, which are then decoded one per step through the KV cache (with more
+    /// keys than the split threshold of the forced plans). No small chunks, no greedy runs:
+    /// the other shape and the tiny models cover those.
+    Tail(usize),
 }
 
 /// Every prompt of `golden` through `weights` (`name` goes into error messages): prefill in
@@ -136,6 +172,21 @@ pub async fn check_model(
         .max_by_key(|&i| golden.results[i].sequence().len())
         .unwrap_or(0);
     let mut worst = 0.0f64;
+    if let Decode::Tail(n) = decode {
+        let mut fwd = Forward::new(ctx, cache, weights, context(weights), CHUNKS[0])
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        for r in &golden.results {
+            let d = check_prefill(ctx, &mut fwd, r, tol, nll_tol)
+                .await
+                .map_err(|e| format!("{name} prefill (chunk {}): {e}", CHUNKS[0]))?;
+            worst = worst.max(d);
+        }
+        let d = check_tail(ctx, &mut fwd, &golden.results[longest], n, tol)
+            .await
+            .map_err(|e| format!("{name} decode of the last {n} tokens: {e}"))?;
+        return Ok(worst.max(d));
+    }
     for chunk in CHUNKS {
         let mut fwd = Forward::new(ctx, cache, weights, context(weights), chunk)
             .await

@@ -94,10 +94,30 @@ impl GoldenResult {
     /// the f64 top-5, and the argmax where the margin allows it. Returns the largest
     /// |logit − f64| seen.
     pub fn check_path(&self, logits: &[f32], vocab: usize, tol: f64) -> Result<f64, String> {
-        let first = self.prompt_tokens.len() - 1;
+        self.check_path_from(logits, vocab, tol, 0)
+    }
+
+    /// [`Self::check_path`] from path row `skip` on: `logits` holds the rows of the positions
+    /// from `prompt_tokens.len() - 1 + skip` on.
+    pub fn check_path_from(
+        &self,
+        logits: &[f32],
+        vocab: usize,
+        tol: f64,
+        skip: usize,
+    ) -> Result<f64, String> {
+        let first = self.prompt_tokens.len() - 1 + skip;
         let mut worst = 0.0f64;
         let rows = logits.len() / vocab;
-        for (k, top5) in self.f64_greedy_path_top5.iter().enumerate().take(rows) {
+        let path = self.f64_greedy_path_top5.iter().skip(skip);
+        if path.len() < rows {
+            return Err(format!(
+                "{:?}: {rows} rows from path row {skip}, the golden has {}",
+                self.prompt,
+                self.f64_greedy_path_top5.len()
+            ));
+        }
+        for (k, top5) in path.enumerate().take(rows) {
             let pos = first + k;
             let r = &logits[k * vocab..(k + 1) * vocab];
             for &(id, want) in top5 {
