@@ -58,6 +58,8 @@ STAGE_T0=0
 STAGE_FILE="${CARGO_TARGET_DIR:-target}/test-stages.txt"
 MODEL_SERVER_PID=
 MODEL_SERVER_LOG=
+# The release build `test` runs in the background (ended with the script if it fails first).
+RELEASE_PID=
 stage() {
   if [ -n "$STAGE_NAME" ]; then
     STAGE_NAMES+=("$STAGE_NAME")
@@ -89,6 +91,10 @@ stage_report() {
 
 on_exit() {
   local status=$?
+  if [ -n "$RELEASE_PID" ] && kill -0 "$RELEASE_PID" 2>/dev/null; then
+    pkill -TERM -P "$RELEASE_PID" 2>/dev/null || true
+    kill "$RELEASE_PID" 2>/dev/null || true
+  fi
   stop_model_server
   stage_report "$status"
 }
@@ -427,6 +433,15 @@ cmd_test() {
   log "native tests (GPU tests require an adapter: EMBERLM_REQUIRE_GPU=1)"
   "${CARGO_TARGET_DIR:-target}/debug/emberlm" adapter
   EMBERLM_REQUIRE_GPU=1 cargo test -- --nocapture
+  local release_log="${CARGO_TARGET_DIR:-target}/release-build.log"
+  if [ -z "$quick" ]; then
+    # The release modules build beside the browser tests, which keep about one of two cores
+    # busy (Chromium on SwiftShader), in a target folder of their own so that neither cargo
+    # waits for the other's lock on target/; the page tests wait for them.
+    log "building the release modules in the background (log: $release_log)"
+    (CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/wasm-release" cmd_build) >"$release_log" 2>&1 &
+    RELEASE_PID=$!
+  fi
   stage "browser tests"
   log "browser tests (headless Chromium, WebGPU)"
   # A wasm test cannot read files: SmolLM2 is fetched from models/ over loopback, and the URL
@@ -443,7 +458,7 @@ cmd_test() {
   fi
   # one wasm binary holds every browser test: its timeout covers them all
   EMBERLM_TEST_MODEL_URL="$model_url" EMBERLM_TEST_GEMMA_URL="$gemma_url" \
-    CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-2400} \
+    CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-3600} \
     wasm-pack test --headless --chrome -- --test "$WEB_TEST" -- --nocapture "${filter[@]}"
   stop_model_server
   if [ -n "$quick" ]; then
@@ -451,8 +466,15 @@ cmd_test() {
     log "quick tier passed (the full tier: ./build.sh test)"
     return
   fi
-  stage "wasm builds (release)"
-  cmd_build
+  stage "wasm builds (release; the rest after the browser tests)"
+  local release_status=0
+  wait "$RELEASE_PID" || release_status=$?
+  RELEASE_PID=
+  if [ "$release_status" -ne 0 ]; then
+    cat "$release_log" >&2
+    die "the release build failed (its log is above, also in $release_log)"
+  fi
+  grep -F "www/pkg ready" "$release_log" >&2 || true
   stage "page tests"
   log "demo page test (release build, Playwright driving headless Chromium)"
   node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs \
