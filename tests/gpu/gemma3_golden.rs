@@ -1,8 +1,8 @@
 //! Gemma 3 270M (Q4_K_M: F32, Q5_0, Q4_K, Q8_0 and Q6_K tensors; a tied Q8_0 embedding of
 //! 178 MB, larger than lavapipe's 128 MiB storage binding, so split across bindings) against
 //! the float64 goldens at 3e-2: the short prompts teacher-forced through one prefill (every
-//! row, with the prompt NLL) and through decode; the 805-token prompt, past the 512-key window
-//! of the local layers, prefilled in chunks and then decoded token by token along the path.
+//! row, with the prompt NLL); the 805-token prompt, past the 512-key window of the local
+//! layers, prefilled in chunks and then decoded token by token along the path.
 //! Greedy tokens equal f64's wherever the margin allows.
 
 #![cfg(not(target_arch = "wasm32"))]
@@ -44,6 +44,11 @@ fn gemma3_matches_f64_goldens_through_prefill_and_decode() {
         .max()
         .unwrap();
     assert!(longest > 512, "the goldens run past the window");
+    let long = golden
+        .results
+        .iter()
+        .max_by_key(|r| r.sequence().len())
+        .unwrap();
     let cache = KernelCache::new();
     let mut fwd = pollster::block_on(Forward::new(&ctx, &cache, &weights, longest, 64)).unwrap();
     let run = |fwd: &mut Forward, tokens: &[u32], all: bool| {
@@ -61,6 +66,11 @@ fn gemma3_matches_f64_goldens_through_prefill_and_decode() {
                 r.check(&rows, vocab, TOL, TOL / 2.0)
                     .unwrap_or_else(|e| panic!("prefill: {e}")),
             );
+        }
+        if seq.len() < 64 && !std::ptr::eq(r, long) {
+            // decode along the path is checked on the long prompt (past the window, the harder
+            // case) and on the tiny Gemma 3 models; each step here costs a 262,144-wide head
+            continue;
         }
         // the prompt but its last token in chunks, then the path one token a step
         fwd.truncate(0).unwrap();
