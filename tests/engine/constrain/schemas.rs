@@ -1,5 +1,5 @@
 //! JSON schemas of increasing difficulty: every finished output parses and validates (checked
-//! by an independent validator); on SmolLM2 every one of 50 seeded samples per schema, and
+//! by an independent validator); on SmolLM2 every one of 20 seeded samples per schema, and
 //! the greedy answer, finish and validate (sampled with the `balanced` preset).
 
 use emberlm::session::{FinishReason, Prompt};
@@ -51,8 +51,11 @@ fn tiny_models_give_valid_json_for_every_schema() {
     }
 }
 
+/// 20 samples per schema: each sequence draws from its own stream of the seed, so these are the
+/// first 20 of any larger set; the page's test (`tests/e2e/schemas.test.mjs`) draws 50 per
+/// schema through the browser's engine.
 #[test]
-fn smollm2_gives_valid_json_in_50_seeded_samples_per_schema() {
+fn smollm2_gives_valid_json_in_20_seeded_samples_per_schema() {
     let Some(path) = common::require::smollm2() else {
         return;
     };
@@ -69,9 +72,9 @@ fn smollm2_gives_valid_json_in_50_seeded_samples_per_schema() {
         assert_complete(&greedy_g, &name);
         assert_valid(&schema, &greedy_g.sequences[0].text, &name);
         let mut p = balanced(2026, 256);
-        p.num_return_sequences = 50;
+        p.num_return_sequences = 20;
         let g = pollster::block_on(s.generate(&prompt, &options(&format, p), &mut |_| {})).unwrap();
-        assert_eq!(g.sequences.len(), 50);
+        assert_eq!(g.sequences.len(), 20);
         assert_complete(&g, &name);
         for (i, seq) in g.sequences.iter().enumerate() {
             assert_valid(&schema, &seq.text, &format!("{name} sample {i}"));
