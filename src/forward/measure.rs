@@ -4,9 +4,11 @@
 //! Measuring times, for each family still undecided, every variant over the family's distinct
 //! shapes in this model (one node per distinct weight shape, not every layer): batches of
 //! dispatches in one pass and one submit, doubled until a batch takes long enough for coarse
-//! timers, within a budget of ~2 s on CPU-like adapters and ~0.3 s on GPUs. A family the budget
-//! did not reach keeps the adapter-type guess and the plan is not stored, so the next load
-//! measures again.
+//! timers, within a budget of ~2 s on CPU-like adapters and ~0.3 s on GPUs. Each variant first
+//! runs once untimed: a first dispatch may compile the pipeline (SwiftShader compiles at first
+//! use) or fault in memory, which neither counts as the variant's time nor spends the budget.
+//! A family the budget did not reach keeps the adapter-type guess and the plan is not stored, so
+//! the next load measures again.
 
 use std::collections::BTreeSet;
 
@@ -128,16 +130,16 @@ impl Forward {
         } else {
             Duration::from_millis(300)
         };
-        let start = Instant::now();
+        let mut clock = Budget::new(budget);
         for family in pending {
             let mut timings: Vec<Timing> = Vec::new();
             for variant in self.plan.candidates(family) {
                 let best = timings.iter().map(|t| t.seconds).reduce(f64::min);
-                if start.elapsed() > budget {
+                if clock.spent() {
                     break;
                 }
                 let seconds = self
-                    .time_family(ctx, family, variant, start, budget, best)
+                    .time_family(ctx, family, variant, &mut clock, best)
                     .await?;
                 timings.push(Timing {
                     family,
@@ -158,7 +160,7 @@ impl Forward {
             }
             self.plan.timings.extend(timings);
         }
-        self.plan.measure_seconds = start.elapsed().as_secs_f64();
+        self.plan.measure_seconds = clock.wall().as_secs_f64();
         let decided = self
             .plan
             .choices
@@ -185,8 +187,7 @@ impl Forward {
         ctx: &GpuContext,
         family: Family,
         variant: Variant,
-        start: Instant,
-        budget: Duration,
+        clock: &mut Budget,
         beat: Option<f64>,
     ) -> Result<f64> {
         // a decode step at a mid-length context, and a chunk after a short prompt
@@ -216,27 +217,24 @@ impl Forward {
                     h.record_planned(pass, n_tokens, &plan);
                 }
             };
-            // The first batch also warms up (first dispatches may compile or fault in
-            // memory): it is timed again unless it already took long enough to stand alone.
+            // The first run warms up (a first dispatch may compile the pipeline or fault in
+            // memory): untimed, and outside the budget.
+            let warm_up = Instant::now();
+            self.run_batch(ctx, 1, &record).await?;
+            clock.exclude(warm_up.elapsed());
             let mut reps = 1u32;
-            let mut warm = false;
             loop {
                 let elapsed = self.run_batch(ctx, reps, &record).await?;
-                // clearly slower than the best variant so far (twice as slow even with its
-                // warm-up counted): no need to time it better
+                // clearly slower than the best variant so far: no need to time it better
                 let so_far = total + elapsed.as_secs_f64() / f64::from(reps);
                 if beat.is_some_and(|b| so_far > 2.0 * b) {
                     return Ok(so_far);
                 }
-                let enough = elapsed >= MIN_BATCH * 4 || (warm && elapsed >= MIN_BATCH);
-                if enough || reps >= MAX_REPS || start.elapsed() > budget {
+                if elapsed >= MIN_BATCH || reps >= MAX_REPS || clock.spent() {
                     total += elapsed.as_secs_f64() / f64::from(reps);
                     break;
                 }
-                if warm {
-                    reps = (reps * 4).min(MAX_REPS);
-                }
-                warm = true;
+                reps = (reps * 4).min(MAX_REPS);
             }
         }
         Ok(total)
@@ -287,5 +285,52 @@ impl Forward {
         ctx.read_staging(&self.select_staging, 4, submission)
             .await?;
         Ok(t0.elapsed())
+    }
+}
+
+/// The measuring budget: wall time since measuring began, less the warm-up runs.
+struct Budget {
+    start: Instant,
+    limit: Duration,
+    excluded: Duration,
+}
+
+impl Budget {
+    fn new(limit: Duration) -> Self {
+        Budget {
+            start: Instant::now(),
+            limit,
+            excluded: Duration::ZERO,
+        }
+    }
+
+    /// Leaves `d` (a warm-up run) out of the time spent.
+    fn exclude(&mut self, d: Duration) {
+        self.excluded += d;
+    }
+
+    /// Whether the timed runs have used the budget up.
+    fn spent(&self) -> bool {
+        self.wall().saturating_sub(self.excluded) > self.limit
+    }
+
+    /// All the time measuring took, warm-ups included.
+    fn wall(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_ups_do_not_spend_the_budget() {
+        let mut b = Budget::new(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(350));
+        assert!(b.spent());
+        b.exclude(Duration::from_millis(350));
+        assert!(!b.spent(), "a slow first dispatch leaves the budget whole");
+        assert!(b.wall() >= Duration::from_millis(350));
     }
 }

@@ -105,6 +105,32 @@ pub async fn browser_gpu() -> emberlm::GpuContext {
     ctx
 }
 
+/// One WebGPU device and one pipeline cache shared by the page's kernel and forward tests:
+/// SwiftShader compiles each pipeline for a tenth of a second to a second, and these tests build
+/// the same pipelines over and over (every model's linears are the linear tests' kernels). Tests
+/// that destroy their device or hand it to a session take their own from [`browser_gpu`].
+#[cfg(target_arch = "wasm32")]
+pub async fn shared_browser_gpu() -> (
+    &'static emberlm::GpuContext,
+    &'static emberlm::gpu::KernelCache,
+) {
+    type Shared = (
+        &'static emberlm::GpuContext,
+        &'static emberlm::gpu::KernelCache,
+    );
+    thread_local! {
+        static SHARED: std::cell::Cell<Option<Shared>> = const { std::cell::Cell::new(None) };
+    }
+    if let Some(shared) = SHARED.with(|s| s.get()) {
+        return shared;
+    }
+    let ctx: &'static emberlm::GpuContext = Box::leak(Box::new(browser_gpu().await));
+    let cache: &'static emberlm::gpu::KernelCache =
+        Box::leak(Box::new(emberlm::gpu::KernelCache::new()));
+    SHARED.with(|s| s.set(Some((ctx, cache))));
+    (ctx, cache)
+}
+
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen::prelude::wasm_bindgen]
 extern "C" {

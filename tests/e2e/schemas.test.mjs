@@ -1,8 +1,9 @@
 // Structured output on SmolLM2 in the browser: for each JSON schema of tests/fixtures/schemas.json
 // (the native test tests/engine/constrain/schemas.rs uses the same), the greedy answer and 50 seeded
 // samples (the `balanced` preset) from the page's engine in its worker (EngineClient, CPU
-// backend: the WebAssembly SIMD build in Chromium) all finish and validate with an independent
-// validator (Ajv). Needs `./build.sh build` and models/ (`./build.sh setup`).
+// backend: the threaded WebAssembly build in Chromium, served cross-origin isolated as
+// `./build.sh serve` serves it, so the engine runs on a thread per core) all finish and validate
+// with an independent validator (Ajv). Needs `./build.sh build` and models/ (`./build.sh setup`).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
@@ -20,7 +21,7 @@ test('SmolLM2 in the browser: greedy and 50 seeded samples per JSON schema all v
   assert.ok(existsSync(`models/${MODEL}`), `models/${MODEL} is missing: run ./build.sh setup`);
   mkdirSync('www/models', { recursive: true });
   if (!existsSync(`www/models/${MODEL}`)) symlinkSync(`../../models/${MODEL}`, `www/models/${MODEL}`);
-  const { server, url } = await startServer('www');
+  const { server, url } = await startServer('www', 0, { isolated: true });
   t.after(() => server.close());
   const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
   t.after(() => browser.close());
@@ -34,7 +35,7 @@ test('SmolLM2 in the browser: greedy and 50 seeded samples per JSON schema all v
     globalThis.info = await globalThis.client.load(`/models/${model}`, { backend: 'cpu', contextLength: 512 });
   }, MODEL);
   const info = await page.evaluate(() => globalThis.info);
-  console.log(`SmolLM2 on the CPU backend (${info.cpuInstructions}, ${info.threads} thread)`);
+  console.log(`SmolLM2 on the CPU backend (${info.cpuInstructions}, ${info.threads} thread(s))`);
   const ajv = new Ajv({ allErrors: true });
   for (const { name, schema } of schemas) {
     const validate = ajv.compile(schema);

@@ -12,7 +12,6 @@ use common::browser_log as log;
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
 use emberlm::forward::Forward;
-use emberlm::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
 use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -27,8 +26,7 @@ fn now_ms() -> f64 {
 async fn hf_folder_matches_its_gguf_twins_goldens() {
     use emberlm::format::safetensors::HfFolder;
 
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let files = vec![
         (
             "config.json".to_string(),
@@ -48,8 +46,8 @@ async fn hf_folder_matches_its_gguf_twins_goldens() {
     let golden = Golden::parse(include_str!("../fixtures/golden/tiny-gpt2-f32.golden.json"));
     let worst = forward_cases::check_model(
         "tiny-gpt2 (HF)",
-        &ctx,
-        &cache,
+        ctx,
+        cache,
         &weights,
         &golden,
         2e-3,
@@ -69,8 +67,7 @@ async fn hf_folder_matches_its_gguf_twins_goldens() {
 /// are checked on the HF folder below and on SmolLM2, and natively on every tiny model.
 #[wasm_bindgen_test]
 async fn tiny_models_match_f64_goldens() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     for (name, gguf, golden) in common::web_fixtures::TINY_GGUFS {
         let start = now_ms();
         let golden = Golden::parse(golden);
@@ -78,8 +75,8 @@ async fn tiny_models_match_f64_goldens() {
         let weights = files.weights().unwrap();
         let worst = forward_cases::check_model(
             name,
-            &ctx,
-            &cache,
+            ctx,
+            cache,
             &weights,
             &golden,
             2e-3,
@@ -102,7 +99,7 @@ async fn smollm2_matches_f64_goldens() {
     let Some(url) = common::smollm2_url("smollm2_matches_f64_goldens") else {
         return;
     };
-    let ctx = common::browser_gpu().await;
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let start = now_ms();
     let bytes = common::fetch_bytes(url)
         .await
@@ -116,12 +113,11 @@ async fn smollm2_matches_f64_goldens() {
         "../fixtures/golden/smollm2-135m-q4_1.golden.json"
     ));
     let r = &golden.results[0];
-    let cache = KernelCache::new();
     let mut fwd = {
         let files = ModelFiles::from_bytes(bytes, &golden.model).unwrap();
         let weights = files.weights().unwrap();
         let context = r.sequence().len().next_power_of_two();
-        Forward::new(&ctx, &cache, &weights, context, context)
+        Forward::new(ctx, cache, &weights, context, context)
             .await
             .unwrap_or_else(|e| panic!("SmolLM2: {e}"))
         // the file's bytes are freed here: the weights live on the GPU
@@ -130,7 +126,7 @@ async fn smollm2_matches_f64_goldens() {
         "browser: SmolLM2 on the GPU ({:.1} s)",
         (now_ms() - start) / 1e3
     ));
-    let worst = forward_cases::check_prefill(&ctx, &mut fwd, r, 2e-2, 1e-2)
+    let worst = forward_cases::check_prefill(ctx, &mut fwd, r, 2e-2, 1e-2)
         .await
         .unwrap_or_else(|e| panic!("SmolLM2 prefill: {e}"));
     log(&format!(
@@ -138,7 +134,7 @@ async fn smollm2_matches_f64_goldens() {
         r.prompt,
         (now_ms() - start) / 1e3
     ));
-    forward_cases::check_greedy(&ctx, &mut fwd, r, 16)
+    forward_cases::check_greedy(ctx, &mut fwd, r, 16)
         .await
         .unwrap_or_else(|e| panic!("SmolLM2 greedy: {e}"));
     log(&format!(

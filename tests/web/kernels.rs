@@ -9,7 +9,6 @@ use crate::common;
 use common::browser_log as log;
 
 use common::kernel_cases::{self, reductions};
-use emberlm::gpu::KernelCache;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 #[wasm_bindgen_test]
@@ -25,11 +24,10 @@ async fn adapter_is_webgpu() {
 
 #[wasm_bindgen_test]
 async fn reductions_are_deterministic() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("determinism (browser)", &log);
-    for reduction in reductions(&ctx) {
-        kernel_cases::check_linear_deterministic(&ctx, &cache, reduction, &mut rng)
+    for reduction in reductions(ctx) {
+        kernel_cases::check_linear_deterministic(ctx, cache, reduction, &mut rng)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }

@@ -20,16 +20,15 @@ use wasm_bindgen_test::wasm_bindgen_test;
 /// 5 and 17 tokens.
 #[wasm_bindgen_test]
 async fn linear_matches_reference() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("linear (browser)", &log);
     for dtype in DType::ALL {
         let shapes = linear_cases::linear_shapes(dtype, true);
-        for reduction in reductions(&ctx) {
+        for reduction in reductions(ctx) {
             for (bias, accumulate) in BIAS_ACCUMULATE {
                 linear_cases::check_linear(
-                    &ctx,
-                    &cache,
+                    ctx,
+                    cache,
                     dtype,
                     reduction,
                     bias,
@@ -49,15 +48,14 @@ async fn linear_matches_reference() {
 /// Norms folded into the input, SwiGLU / GELU epilogues and last-row heads (the native cases).
 #[wasm_bindgen_test]
 async fn fused_linears_match_reference() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("linear fused (browser)", &log);
     for dtype in [DType::F16, DType::Q4_1, DType::Q4_K] {
-        for reduction in reductions(&ctx) {
+        for reduction in reductions(ctx) {
             for options in linear_fused_cases::fused_options() {
                 linear_fused_cases::check_linear_fused(
-                    &ctx,
-                    &cache,
+                    ctx,
+                    cache,
                     dtype,
                     reduction,
                     options,
@@ -82,13 +80,12 @@ async fn linear_and_embedding_reject_bad_arguments() {
 
 #[wasm_bindgen_test]
 async fn embedding_is_bit_exact() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("embedding (browser)", &log);
     for dtype in DType::ALL {
         for source in [EmbedSource::Tokens, EmbedSource::Positions] {
             for accumulate in [false, true] {
-                linear_cases::check_embedding(&ctx, &cache, dtype, source, accumulate, &mut rng)
+                linear_cases::check_embedding(ctx, cache, dtype, source, accumulate, &mut rng)
                     .await
                     .unwrap_or_else(|e| panic!("{e}"));
             }
@@ -100,11 +97,10 @@ async fn embedding_is_bit_exact() {
 /// The stacked Q/K/V layer encoding caches of block kinds in its own dispatch.
 #[wasm_bindgen_test]
 async fn qkv_linear_encodes_block_kinds_itself() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("linear qkv blocks (browser)", &log);
-    for reduction in reductions(&ctx) {
-        linear_kv_block_cases::check_linear_qkv_blocks(&ctx, &cache, reduction, &mut rng)
+    for reduction in reductions(ctx) {
+        linear_kv_block_cases::check_linear_qkv_blocks(ctx, cache, reduction, &mut rng)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
@@ -113,12 +109,11 @@ async fn qkv_linear_encodes_block_kinds_itself() {
 /// The stacked Q/K/V layer with RoPE and the KV-cache write in its epilogue.
 #[wasm_bindgen_test]
 async fn qkv_linear_writes_the_rotated_cache() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("linear qkv (browser)", &log);
     for dtype in [DType::F32, DType::Q8_0, DType::Q4_K] {
-        for reduction in reductions(&ctx) {
-            linear_fused_cases::check_linear_qkv(&ctx, &cache, dtype, reduction, &mut rng)
+        for reduction in reductions(ctx) {
+            linear_fused_cases::check_linear_qkv(ctx, cache, dtype, reduction, &mut rng)
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
         }

@@ -11,7 +11,7 @@ use common::browser_log as log;
 use common::kernel_cases::reductions;
 use common::{attention_cases, kv_kind_cases, ops_cases};
 use emberlm::config::RopeLayout;
-use emberlm::gpu::{KernelCache, Reduction};
+use emberlm::gpu::Reduction;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn ok(what: &str, result: Result<f32, String>) {
@@ -23,29 +23,27 @@ fn ok(what: &str, result: Result<f32, String>) {
 
 #[wasm_bindgen_test]
 async fn rope_kv_write_matches_reference() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("rope (browser)", &log);
     for layout in [
         RopeLayout::Interleaved,
         RopeLayout::RotateHalf,
         RopeLayout::None,
     ] {
-        let r = ops_cases::check_rope(&ctx, &cache, layout, ops_cases::ROPE_CASES_SMALL, &mut rng)
-            .await;
+        let r =
+            ops_cases::check_rope(ctx, cache, layout, ops_cases::ROPE_CASES_SMALL, &mut rng).await;
         ok(&format!("rope {layout:?}"), r);
     }
 }
 
 #[wasm_bindgen_test]
 async fn attention_matches_reference() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("attention (browser)", &log);
-    for reduction in reductions(&ctx) {
+    for reduction in reductions(ctx) {
         let r = attention_cases::check_attention(
-            &ctx,
-            &cache,
+            ctx,
+            cache,
             reduction,
             attention_cases::ATTENTION_CASES_SMALL,
             &mut rng,
@@ -57,13 +55,12 @@ async fn attention_matches_reference() {
 
 #[wasm_bindgen_test]
 async fn rope_and_attention_over_a_step_sequence() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("step sequence (browser)", &log);
-    let reduction = Reduction::best(&ctx);
+    let reduction = Reduction::best(ctx);
     let r = attention_cases::check_step_sequence(
-        &ctx,
-        &cache,
+        ctx,
+        cache,
         reduction,
         RopeLayout::RotateHalf,
         &mut rng,
@@ -74,35 +71,31 @@ async fn rope_and_attention_over_a_step_sequence() {
 
 #[wasm_bindgen_test]
 async fn elementwise_matches_reference() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("elementwise (browser)", &log);
-    let r =
-        ops_cases::check_elementwise(&ctx, &cache, ops_cases::ELEMENTWISE_CASES_SMALL, &mut rng)
-            .await;
+    let r = ops_cases::check_elementwise(ctx, cache, ops_cases::ELEMENTWISE_CASES_SMALL, &mut rng)
+        .await;
     ok("elementwise", r);
 }
 
 #[wasm_bindgen_test]
 async fn kv_store_matches_the_cpu_encoder() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("kv store (browser)", &log);
     ok(
         "kv store",
-        kv_kind_cases::check_store(&ctx, &cache, &mut rng).await,
+        kv_kind_cases::check_store(ctx, cache, &mut rng).await,
     );
 }
 
 #[wasm_bindgen_test]
 async fn attention_reads_every_kv_kind() {
-    let ctx = common::browser_gpu().await;
-    let cache = KernelCache::new();
+    let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("attention kinds (browser)", &log);
-    let reduction = Reduction::best(&ctx);
+    let reduction = Reduction::best(ctx);
     let r = kv_kind_cases::check_attention_kinds(
-        &ctx,
-        &cache,
+        ctx,
+        cache,
         reduction,
         kv_kind_cases::KIND_ATTENTION_CASES_SMALL,
         &mut rng,
@@ -110,8 +103,8 @@ async fn attention_reads_every_kv_kind() {
     .await;
     ok(&format!("attention kinds {reduction:?}"), r);
     for kinds in kv_kind_cases::kind_pairs() {
-        let r = kv_kind_cases::check_step_sequence_kinds(&ctx, &cache, reduction, kinds, &mut rng)
-            .await;
+        let r =
+            kv_kind_cases::check_step_sequence_kinds(ctx, cache, reduction, kinds, &mut rng).await;
         ok(&format!("step sequence {kinds} {reduction:?}"), r);
     }
 }
