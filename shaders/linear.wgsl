@@ -31,8 +31,10 @@
 // so neighbouring invocations read neighbouring bytes of a row; it loads the 8 activations of
 // its part once and uses them for all ROWS rows. The ROWS partial sums are reduced together as
 // one vec4 (reduce.wgsl). Workgroups are numbered across x and y (vocabulary-sized outputs
-// need more than 65535 of them). Given more than one token it repeats per token, which is
-// correct but reads the weights once per token: prefill has its own kernel.
+// need more than 65535 of them). Given several tokens (a batched decode step: one token per
+// sequence) it takes them DECODE_TOKENS at a time, loading each weight part once per group;
+// each token's sums keep the one-token order, so a sequence's bits do not depend on its
+// neighbours. Long prompts have their own kernel (prefill).
 //
 // linear_prefill (many tokens; compute-bound): a workgroup of 256 invocations computes a tile of
 // TILE_R rows x TILE_T tokens. For each chunk of 32 columns it dequantizes the tile's weights
@@ -46,6 +48,8 @@
 const ROWS: u32 = 4u;
 // Passes of ROWS rows a decode workgroup spanning a 32-row KV block makes (KV_BLOCKS).
 const BLOCK_QUADS: u32 = 8u;
+// Tokens whose products share one load of each weight part (a batched decode step's rows).
+const DECODE_TOKENS: u32 = 4u;
 
 // Prefill tile: rows, tokens, columns per shared-memory chunk, invocations.
 const TILE_R: u32 = 64u;
@@ -86,68 +90,101 @@ fn linear_decode(
 #ifdef LAST_ROW
     first = max(n_tokens, 1u) - 1u;
 #endif
-    for (var t = first; t < n_tokens; t++) {
+    // Tokens in groups of DECODE_TOKENS: each weight part is loaded once per group and used
+    // for every token of it (a batched decode step reads the weights once per 4 sequences).
+    // Each token's sums run in the same order as when it is alone, so its bits are the same.
+    for (var t0 = first; t0 < n_tokens; t0 += DECODE_TOKENS) {
+        let group = min(DECODE_TOKENS, n_tokens - t0);
         for (var quad = 0u; quad < quads; quad++) {
             let row0 = row_base + quad * ROWS;
             if row0 >= params.rows {
                 break;
             }
             let live = min(ROWS, params.rows - row0);
-            var stats = vec2<f32>(0.0, 1.0);
+            var stats: array<vec2<f32>, DECODE_TOKENS>;
+            for (var j = 0u; j < DECODE_TOKENS; j++) {
+                stats[j] = vec2<f32>(0.0, 1.0);
+            }
 #ifdef NORM_LAYER
             // Layer norms: mean and variance first, in two passes (see norm.wgsl for why).
-            let sum = workgroup_sum(vec4<f32>(partial_plain_sum(t, lid, WG_SIZE), 0.0, 0.0, 0.0), lid, lane).x;
-            stats.x = sum / f32(cols);
-            let sq = workgroup_sum(vec4<f32>(partial_sum(t, lid, WG_SIZE, stats.x), 0.0, 0.0, 0.0), lid, lane).x;
-            stats.y = inverseSqrt(sq / f32(cols) + params.eps);
+            for (var j = 0u; j < group; j++) {
+                let t = t0 + j;
+                let sum = workgroup_sum(vec4<f32>(partial_plain_sum(t, lid, WG_SIZE), 0.0, 0.0, 0.0), lid, lane).x;
+                let mean = sum / f32(cols);
+                let sq = workgroup_sum(vec4<f32>(partial_sum(t, lid, WG_SIZE, mean), 0.0, 0.0, 0.0), lid, lane).x;
+                stats[j] = vec2<f32>(mean, inverseSqrt(sq / f32(cols) + params.eps));
+            }
 #endif
             // RMS norms: the products use x * w and are scaled by 1 / rms at the end, and the
             // squares are summed in the same pass over x, so x is read once and the two sums share
             // one reduction.
-            var sum_sq = 0.0;
-            var acc = vec4<f32>(0.0);
+            var sum_sq: array<f32, DECODE_TOKENS>;
+            var acc: array<vec4<f32>, DECODE_TOKENS>;
             for (var p = lid; p < parts; p += WG_SIZE) {
-#ifdef NORM_RMS
-                let lo = x4_raw(t, 8u * p);
-                let hi = x4_raw(t, 8u * p + 4u);
-                sum_sq += dot(lo, lo) + dot(hi, hi);
-#endif
-                let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
-                acc.x += q_dot(q_load(row0, p, cols), xp);
+                let w0 = q_load(row0, p, cols);
+                var w1: QPart;
+                var w2: QPart;
+                var w3: QPart;
                 if live > 1u {
-                    acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
+                    w1 = q_load(row0 + 1u, p, cols);
                 }
                 if live > 2u {
-                    acc.z += q_dot(q_load(row0 + 2u, p, cols), xp);
+                    w2 = q_load(row0 + 2u, p, cols);
                 }
                 if live > 3u {
-                    acc.w += q_dot(q_load(row0 + 3u, p, cols), xp);
+                    w3 = q_load(row0 + 3u, p, cols);
+                }
+                for (var j = 0u; j < DECODE_TOKENS; j++) {
+                    if j >= group {
+                        break;
+                    }
+                    let t = t0 + j;
+#ifdef NORM_RMS
+                    let lo = x4_raw(t, 8u * p);
+                    let hi = x4_raw(t, 8u * p + 4u);
+                    sum_sq[j] += dot(lo, lo) + dot(hi, hi);
+#endif
+                    let xp = Q8(x4(t, 8u * p, stats[j]), x4(t, 8u * p + 4u, stats[j]));
+                    acc[j].x += q_dot(w0, xp);
+                    if live > 1u {
+                        acc[j].y += q_dot(w1, xp);
+                    }
+                    if live > 2u {
+                        acc[j].z += q_dot(w2, xp);
+                    }
+                    if live > 3u {
+                        acc[j].w += q_dot(w3, xp);
+                    }
                 }
             }
+            for (var j = 0u; j < group; j++) {
 #ifdef NORM_RMS
-            let sums = workgroup_sum_pair(acc, vec4<f32>(sum_sq, 0.0, 0.0, 0.0), lid, lane);
-            let total = sums[0] * inverseSqrt(sums[1].x / f32(cols) + params.eps);
+                let sums = workgroup_sum_pair(acc[j], vec4<f32>(sum_sq[j], 0.0, 0.0, 0.0), lid, lane);
+                let total = sums[0] * inverseSqrt(sums[1].x / f32(cols) + params.eps);
 #else
-            let total = workgroup_sum(acc, lid, lane);
+                let total = workgroup_sum(acc[j], lid, lane);
 #endif
-            let out_t = t - first;
+                let out_t = t0 + j - first;
 #ifdef GLU
-            // row0 and live are even: pairs never straddle workgroups
-            if lid < live / 2u {
-                store(out_t, row0 / 2u + lid, total[2u * lid], total[2u * lid + 1u]);
-            }
+                // row0 and live are even: pairs never straddle workgroups
+                if lid < live / 2u {
+                    store(out_t, row0 / 2u + lid, total[2u * lid], total[2u * lid + 1u]);
+                }
 #else
-            if lid < live {
-                // the pair partner (RoPE) is the neighbouring row: rows come in even groups
-                store(out_t, row0 + lid, total[lid], total[min(lid ^ 1u, 3u)]);
-            }
+                if lid < live {
+                    // the pair partner (RoPE) is the neighbouring row: rows come in even groups
+                    store(out_t, row0 + lid, total[lid], total[min(lid ^ 1u, 3u)]);
+                }
 #endif
+            }
         }
 #ifdef KV_BLOCKS
         // (query groups pass the barrier too: `quads` is the same for the whole workgroup)
         storageBarrier();
         if lid == 0u && quads == BLOCK_QUADS {
-            kv_encode_block(t, row_base);
+            for (var j = 0u; j < group; j++) {
+                kv_encode_block(t0 + j, row_base);
+            }
         }
 #endif
     }

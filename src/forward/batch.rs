@@ -267,7 +267,7 @@ impl Forward {
                 node.record(&mut pass, &params, &self.plan);
             }
             self.head_all
-                .record_planned(&mut pass, n as u32, &self.plan);
+                .record_batched(&mut pass, n as u32, &self.plan);
             for (select, _) in selects.iter().flatten() {
                 select.record(&mut pass);
             }

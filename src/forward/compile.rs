@@ -32,7 +32,9 @@ pub(super) enum Node {
 }
 
 impl Node {
-    /// Records the node for a step of `step.n_tokens` tokens in the variant `plan` chooses.
+    /// Records the node for a step of `step.n_tokens` tokens in the variant `plan` chooses
+    /// (linears of a batched decode step in the decode kernel: see
+    /// [`LinearBinding::record_batched`]).
     pub(super) fn record(
         &self,
         pass: &mut wgpu::ComputePass<'_>,
@@ -43,6 +45,7 @@ impl Node {
         match self {
             Node::Kernel(k) => k.record(pass, n_tokens),
             Node::Parts(parts) => parts.iter().for_each(|k| k.record(pass, n_tokens)),
+            Node::Linear(l) if step.batched != 0 => l.record_batched(pass, n_tokens, plan),
             Node::Linear(l) => l.record_planned(pass, n_tokens, plan),
             Node::Attention(built) => {
                 if let Some(k) = pick_variant(built, plan.variant(Family::Attention)) {

@@ -1,8 +1,9 @@
 //! The stacked Q/K/V projection encoding KV caches of block kinds in its own dispatch
 //! ([`LinearOptions::kv_blocks`]), run natively on lavapipe and in the browser on WebGPU: `y`
 //! holds q (rotated) | k (rotated) | v as the reference computes them, the cache rows of the
-//! step's positions hold exactly what the CPU encoder makes of the k and v rows in `y`, and
-//! every other cache word is untouched. Every kernel shape, decode steps of one and several
+//! step's positions hold exactly what the CPU encoder makes of the k and v rows in `y` (or,
+//! where a GPU's division rounds otherwise, one value per block a code away, still within the
+//! kind's encoding error), and every other cache word is untouched. Every kernel shape, decode steps of one and several
 //! tokens, prefill steps of one to more than a tile of tokens, every kind (mixed too), with
 //! and without a local layer's ring.
 
@@ -152,11 +153,15 @@ pub async fn check_linear_qkv_blocks(
                 let kind = if first == q_rows { kinds.k } else { kinds.v };
                 for r in 0..cache_rows {
                     let got = &cache[r * words..(r + 1) * words];
-                    let want = match (0..n).find(|&t| row_of(t) == r) {
+                    let written = (0..n).find(|&t| row_of(t) == r);
+                    let want = match written {
                         Some(t) => kind.encode_row(&y[t * rows + first..][..kv_rows]),
                         None => c0[r * words..(r + 1) * words].to_vec(),
                     };
-                    if got != want.as_slice() {
+                    let close = written.is_some_and(|t| {
+                        one_code_apart(kind, got, &want, &y[t * rows + first..][..kv_rows])
+                    });
+                    if got != want.as_slice() && !close {
                         return Err(format!(
                             "{at}: {} cache row {r}: got {got:08x?}, want {want:08x?}",
                             kind.name()
@@ -182,4 +187,25 @@ pub async fn check_linear_qkv_blocks(
         }
     }
     Ok(())
+}
+
+/// Whether the cache row `got` differs from the CPU encoder's `want` only where a division's
+/// last bit decides a code: at most one value per 32-value block decodes differently, and every
+/// value of `got` is still within the kind's encoding error of `values`. WGSL lets a GPU divide
+/// to 2.5 ulp (NVIDIA's Vulkan driver on an H200 does: `amax / 127` and `1 / d` then put one q8_0
+/// value on the other side of a rounding boundary), where the CPU and lavapipe divide exactly.
+fn one_code_apart(kind: KvKind, got: &[u32], want: &[u32], values: &[f32]) -> bool {
+    let (g, w) = (
+        kind.decode_row(got, values.len()),
+        kind.decode_row(want, values.len()),
+    );
+    values
+        .chunks(32)
+        .zip(g.chunks(32).zip(w.chunks(32)))
+        .all(|(v, (g, w))| {
+            let absmax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let bound = kind.max_error(absmax);
+            let moved = g.iter().zip(w).filter(|(a, b)| a != b).count();
+            moved <= 1 && g.iter().zip(v).all(|(a, b)| (a - b).abs() <= bound)
+        })
 }

@@ -54,15 +54,16 @@ fn cases(rng: &mut impl Rng, vocab: usize, n: usize) -> Vec<Case> {
         .collect()
 }
 
-/// Decodes every case alone, then all together, and compares each row.
-/// `tol` bounds the difference: the multi-token kernels add in another order than the
-/// one-token ones, which a quantised cache can turn into one code's step.
 /// How a batched row is held to the same sequence decoded alone.
 #[derive(Clone, Copy)]
 enum Bound {
-    /// |batch − alone| ≤ this everywhere.
+    /// The same bits: the workgroup shape runs a batch's linears in the decode kernel, which
+    /// keeps each token's one-token summation order.
+    Exact,
+    /// |batch − alone| ≤ this everywhere: the rows shape runs a batch's linears in the
+    /// multi-token kernel, which adds in another order than the one-token one.
     Abs(f32),
-    /// A quantised cache: the batch's kernels round K and V differently from decoding alone,
+    /// A quantised cache in the rows shape: the batch's kernels round K and V differently from decoding alone,
     /// and now and then a value lands on the other side of a q8_0 code boundary, which moved
     /// the tiny model's logits by up to 1.5e-2 over 31 seeds (most seeds: ~1e-5). So each row
     /// must be as close to the same sequence decoded alone with an f32 cache as the quantised
@@ -92,6 +93,7 @@ fn decode_alone(
         .collect()
 }
 
+/// Decodes every case alone, then all together, and holds each row to `bound`.
 fn batch_matches_alone(path: &std::path::Path, options: GpuOptions, what: &str, bound: Bound) {
     let Some(ctx) = common::native_gpu(options) else {
         return;
@@ -104,7 +106,7 @@ fn batch_matches_alone(path: &std::path::Path, options: GpuOptions, what: &str, 
     let cases = cases(&mut rng, vocab, 6);
     // the bound's number, and for a quantised cache the same sequences alone with an f32 cache
     let (tol, exact) = match bound {
-        Bound::Abs(tol) => (tol, None),
+        Bound::Exact | Bound::Abs(_) => (0.0, None),
         Bound::QuantError(slack) => {
             let f32_ctx = common::native_gpu(GpuOptions::default()).unwrap();
             let f32_cache = KernelCache::new();
@@ -118,7 +120,16 @@ fn batch_matches_alone(path: &std::path::Path, options: GpuOptions, what: &str, 
     let check = |got: &[f32], i: usize, row: usize, label: &str| {
         let d = max_diff(got, &want[i][row]);
         let Some(exact) = &exact else {
-            assert!(d <= tol, "{what}: {label} differs by {d}");
+            match bound {
+                Bound::Exact => assert!(
+                    got.iter()
+                        .zip(&want[i][row])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{what}: {label} differs from decoding alone by {d} (the same bits expected)"
+                ),
+                Bound::Abs(tol) => assert!(d <= tol, "{what}: {label} differs by {d}"),
+                Bound::QuantError(_) => unreachable!("a quantised bound has its f32 run"),
+            }
             return;
         };
         let alone = max_diff(&want[i][row], &exact[i][row]);
@@ -188,7 +199,10 @@ fn a_batch_decodes_each_sequence_as_alone_in_every_shape() {
                 &fixture(model),
                 options.clone(),
                 &format!("{model}, {variant}"),
-                Bound::Abs(1e-4),
+                match variant {
+                    Variant::Workgroup => Bound::Exact,
+                    Variant::Rows => Bound::Abs(1e-4),
+                },
             );
         }
     }
@@ -196,16 +210,22 @@ fn a_batch_decodes_each_sequence_as_alone_in_every_shape() {
 
 #[test]
 fn a_batch_over_a_quantised_cache_decodes_as_alone() {
-    let options = GpuOptions {
-        kv_cache: KvKinds::both(KvKind::Q8_0),
-        ..GpuOptions::default()
-    };
-    batch_matches_alone(
-        &fixture("tiny-llama-q4_1.gguf"),
-        options,
-        "q8_0 cache",
-        Bound::QuantError(5e-2),
-    );
+    for variant in Variant::ALL {
+        let options = GpuOptions {
+            kv_cache: KvKinds::both(KvKind::Q8_0),
+            kernels: KernelOverrides::all(variant),
+            ..GpuOptions::default()
+        };
+        batch_matches_alone(
+            &fixture("tiny-llama-q4_1.gguf"),
+            options,
+            &format!("q8_0 cache, {variant}"),
+            match variant {
+                Variant::Workgroup => Bound::Exact,
+                Variant::Rows => Bound::QuantError(5e-2),
+            },
+        );
+    }
 }
 
 #[test]
