@@ -101,7 +101,9 @@ fn linear_decode(
                 break;
             }
             let live = min(ROWS, params.rows - row0);
-            var stats: array<vec2<f32>, DECODE_TOKENS>;
+            // (every per-quad variable has an initializer: a declaration inside a loop must
+            // start from zero on each pass, which SwiftShader's compile did not give a bare `var`)
+            var stats = array<vec2<f32>, DECODE_TOKENS>();
             for (var j = 0u; j < DECODE_TOKENS; j++) {
                 stats[j] = vec2<f32>(0.0, 1.0);
             }
@@ -118,13 +120,13 @@ fn linear_decode(
             // RMS norms: the products use x * w and are scaled by 1 / rms at the end, and the
             // squares are summed in the same pass over x, so x is read once and the two sums share
             // one reduction.
-            var sum_sq: array<f32, DECODE_TOKENS>;
-            var acc: array<vec4<f32>, DECODE_TOKENS>;
+            var sum_sq = array<f32, DECODE_TOKENS>();
+            var acc = array<vec4<f32>, DECODE_TOKENS>();
             for (var p = lid; p < parts; p += WG_SIZE) {
                 let w0 = q_load(row0, p, cols);
-                var w1: QPart;
-                var w2: QPart;
-                var w3: QPart;
+                var w1 = QPart();
+                var w2 = QPart();
+                var w3 = QPart();
                 if live > 1u {
                     w1 = q_load(row0 + 1u, p, cols);
                 }
