@@ -104,34 +104,38 @@ fn batch_matches_alone(path: &std::path::Path, options: GpuOptions, what: &str, 
     let vocab = weights.config.vocab_size;
     let cache = KernelCache::new();
     let cases = cases(&mut rng, vocab, 6);
-    // the bound's number, and for a quantised cache the same sequences alone with an f32 cache
-    let (tol, exact) = match bound {
-        Bound::Exact | Bound::Abs(_) => (0.0, None),
-        Bound::QuantError(slack) => {
-            let f32_ctx = common::native_gpu(GpuOptions::default()).unwrap();
-            let f32_cache = KernelCache::new();
-            let mut fwd =
-                pollster::block_on(Forward::new(&f32_ctx, &f32_cache, &weights, 32, 8)).unwrap();
-            (slack, Some(decode_alone(&f32_ctx, &mut fwd, &cases)))
-        }
-    };
+    // for a quantised cache, the same sequences alone with an f32 cache
+    let exact = matches!(bound, Bound::QuantError(_)).then(|| {
+        let f32_ctx = common::native_gpu(GpuOptions::default()).unwrap();
+        let f32_cache = KernelCache::new();
+        let mut fwd =
+            pollster::block_on(Forward::new(&f32_ctx, &f32_cache, &weights, 32, 8)).unwrap();
+        decode_alone(&f32_ctx, &mut fwd, &cases)
+    });
     let mut fwd = pollster::block_on(Forward::new(&ctx, &cache, &weights, 32, 8)).unwrap();
     let want = decode_alone(&ctx, &mut fwd, &cases);
     let check = |got: &[f32], i: usize, row: usize, label: &str| {
         let d = max_diff(got, &want[i][row]);
-        let Some(exact) = &exact else {
-            match bound {
-                Bound::Exact => assert!(
+        let tol = match (bound, &exact) {
+            (Bound::Exact, _) => {
+                assert!(
                     got.iter()
                         .zip(&want[i][row])
                         .all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{what}: {label} differs from decoding alone by {d} (the same bits expected)"
-                ),
-                Bound::Abs(tol) => assert!(d <= tol, "{what}: {label} differs by {d}"),
-                Bound::QuantError(_) => unreachable!("a quantised bound has its f32 run"),
+                );
+                return;
             }
-            return;
+            (Bound::Abs(tol), _) => {
+                assert!(d <= tol, "{what}: {label} differs by {d}");
+                return;
+            }
+            (Bound::QuantError(slack), exact) => (
+                slack,
+                exact.as_ref().expect("the f32 run of a quantised bound"),
+            ),
         };
+        let (tol, exact) = tol;
         let alone = max_diff(&want[i][row], &exact[i][row]);
         let batch = max_diff(got, &exact[i][row]);
         assert!(
