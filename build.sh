@@ -376,19 +376,20 @@ stop_model_server() {
   fi
 }
 
-# Serves models/ on a free loopback port (tools/serve.mjs, CORS open) until stop_model_server
-# or the script's exit, and sets MODEL_SERVER_URL (ending in /).
+# Serves the repository (models/ and the test fixtures) on a free loopback port
+# (tools/serve.mjs, CORS open) until stop_model_server or the script's exit, and sets
+# MODEL_SERVER_URL (ending in /).
 start_model_server() {
   stop_model_server
   trap 'exit 130' INT
   trap 'exit 143' TERM
   MODEL_SERVER_LOG=$(mktemp -t emberlm-serve.XXXXXX)
-  node tools/serve.mjs "$MODEL_DIR" 0 >"$MODEL_SERVER_LOG" 2>&1 &
+  node tools/serve.mjs . 0 >"$MODEL_SERVER_LOG" 2>&1 &
   MODEL_SERVER_PID=$!
   for _ in $(seq 300); do
     MODEL_SERVER_URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*/' "$MODEL_SERVER_LOG" | head -n 1 || true)
     if [ -n "$MODEL_SERVER_URL" ]; then
-      log "serving $MODEL_DIR/ at $MODEL_SERVER_URL"
+      log "serving the repository (models/, tests/fixtures/) at $MODEL_SERVER_URL"
       return
     fi
     kill -0 "$MODEL_SERVER_PID" 2>/dev/null || break
@@ -444,20 +445,23 @@ cmd_test() {
   fi
   stage "browser tests"
   log "browser tests (headless Chromium, WebGPU)"
-  # A wasm test cannot read files: SmolLM2 is fetched from models/ over loopback, and the URL
-  # is compiled into the wasm test binary (tests/common/mod.rs).
+  # A wasm test cannot read files: SmolLM2, Gemma 3 and the URL-load fixture are fetched over
+  # loopback, their URLs compiled into the wasm test binary (tests/common/mod.rs); the quick
+  # tier compiles none in, so that its wasm test build stays warm.
   start_model_server
   # Gemma 3's URL only when setup could fetch it (its browser test then says it skipped, and
   # fails under CI=true); the quick tier leaves both real models out
-  local model_url="" gemma_url="" filter=()
+  local model_url="" gemma_url="" server_url="" filter=()
   if [ -z "$quick" ]; then
-    model_url="$MODEL_SERVER_URL$MODEL_FILE"
-    gemma_ok && gemma_url="$MODEL_SERVER_URL$GEMMA_FILE"
+    server_url=$MODEL_SERVER_URL
+    model_url="$MODEL_SERVER_URL$MODEL_DIR/$MODEL_FILE"
+    gemma_ok && gemma_url="$MODEL_SERVER_URL$MODEL_DIR/$GEMMA_FILE"
   else
     filter=(kernels::)
   fi
   # one wasm binary holds every browser test: its timeout covers them all
   EMBERLM_TEST_MODEL_URL="$model_url" EMBERLM_TEST_GEMMA_URL="$gemma_url" \
+    EMBERLM_TEST_SERVER_URL="$server_url" \
     CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-3600} \
     wasm-pack test --headless --chrome -- --test "$WEB_TEST" -- --nocapture "${filter[@]}"
   stop_model_server

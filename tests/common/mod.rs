@@ -163,6 +163,24 @@ pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
     Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
+/// The URL of `tests/fixtures/NAME` for the browser tests: the compile-time
+/// `EMBERLM_TEST_SERVER_URL` (the root of this repository on the model server `./build.sh test`
+/// starts) joined with the fixture's path. Unset, `None` with the reason logged for `test`;
+/// compiled with `CI=true`, that fails the test instead.
+#[cfg(target_arch = "wasm32")]
+pub fn fixture_url(test: &str, name: &str) -> Option<String> {
+    if let Some(root) = option_env!("EMBERLM_TEST_SERVER_URL").filter(|u| !u.is_empty()) {
+        return Some(format!("{root}tests/fixtures/{name}"));
+    }
+    let reason = "EMBERLM_TEST_SERVER_URL was not set at compile time (`./build.sh test` serves \
+                  the repository on loopback and sets it)";
+    if option_env!("CI").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+        panic!("{test}: CI=true runs every test, but {reason}");
+    }
+    browser_log(&format!("SKIPPED {test}: {reason}"));
+    None
+}
+
 /// The URL of Gemma 3 270M for the browser tests, as [`smollm2_url`] with
 /// `EMBERLM_TEST_GEMMA_URL`.
 #[cfg(target_arch = "wasm32")]

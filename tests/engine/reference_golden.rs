@@ -335,8 +335,9 @@ fn hf_folders_match_their_f32_twins_goldens() {
 }
 
 /// Gemma 3 270M on the CPU reference: the four short prompts (the 805-token one, past the
-/// window, is left to the GPU test `gemma3_golden`: token-by-token decode of it on the CPU
-/// takes minutes).
+/// window, is left to the CPU backend's `cpu_golden`: token-by-token decode of it on the
+/// reference takes minutes; the GPU test `gemma3_golden` holds the GPU to this reference past a
+/// shortened window).
 #[test]
 fn gemma3_matches_f64_goldens() {
     let Some(path) = require::gemma3() else {

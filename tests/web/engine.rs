@@ -28,9 +28,19 @@ async fn greedy_generation_agrees_with_the_native_cli() {
     let agreement: Value = serde_json::from_str(AGREEMENT).unwrap();
     let cases = agreement["cases"].as_array().unwrap();
     assert!(!cases.is_empty());
+    // one engine per model: a case on a model already loaded reuses its engine (each load
+    // compiles the model's pipelines again, the most of a load's time on SwiftShader)
+    let mut engines: Vec<(&str, Rc<Engine>)> = Vec::new();
     for case in cases {
         let model = case["model"].as_str().unwrap();
-        let engine = load(model).await;
+        let engine = match engines.iter().find(|(m, _)| *m == model) {
+            Some((_, e)) => Rc::clone(e),
+            None => {
+                let e = load(model).await;
+                engines.push((model, Rc::clone(&e)));
+                e
+            }
+        };
         let events = Events::new();
         let result = generate(&engine, &case["prompt"], agreement_options(), &events)
             .await

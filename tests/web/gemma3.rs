@@ -1,7 +1,8 @@
 //! Gemma 3 270M in the browser (WebGPU), fetched from the model server `./build.sh test`
 //! runs: with the storage binding capped at WebGPU's default 128 MiB, its 178 MB tied
 //! embedding is split across bindings as on lavapipe; the first golden prompt's teacher-forced
-//! top-5 within 3e-2 of f64 (NLL within 1.5e-2) and its greedy tokens.
+//! top-5 within 3e-2 of f64 (NLL within 1.5e-2), then its last 4 tokens decoded one per step
+//! through the KV cache, within 3e-2.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -61,12 +62,13 @@ async fn gemma3_matches_f64_goldens_with_a_split_embedding() {
         r.prompt,
         (now_ms() - start) / 1e3
     ));
-    forward_cases::check_greedy(&ctx, &mut fwd, r, r.f64_greedy_tokens.len())
+    // the last 4 tokens decoded one per step through the KV cache, their logits checked (the
+    // argmax chain of every greedy token is checked natively, tests/gpu/gemma3_golden.rs)
+    let worst = forward_cases::check_tail(&ctx, &mut fwd, r, 4, 3e-2)
         .await
-        .unwrap_or_else(|e| panic!("Gemma 3 greedy: {e}"));
+        .unwrap_or_else(|e| panic!("Gemma 3 decode: {e}"));
     log(&format!(
-        "browser: Gemma 3 greedy: {} tokens as f64 ({:.1} s)",
-        r.f64_greedy_tokens.len(),
+        "browser: Gemma 3 last 4 tokens decoded: max |Δ logit| vs f64 = {worst:.2e} ({:.1} s)",
         (now_ms() - start) / 1e3
     ));
 }

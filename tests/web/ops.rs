@@ -102,7 +102,13 @@ async fn attention_reads_every_kv_kind() {
     )
     .await;
     ok(&format!("attention kinds {reduction:?}"), r);
-    for kinds in kv_kind_cases::kind_pairs() {
+    // the step sequence (store, rotate, attend over growing positions) with f32 and with the
+    // two mixed pairs, which between them put every quantised kind on one side (the native test
+    // runs all seven pairs; each pair is pipelines of its own to compile on SwiftShader)
+    let pairs = kv_kind_cases::kind_pairs()
+        .into_iter()
+        .filter(|p| p.k != p.v || p.k == emberlm::dtype::kv::KvKind::F32);
+    for kinds in pairs {
         let r =
             kv_kind_cases::check_step_sequence_kinds(ctx, cache, reduction, kinds, &mut rng).await;
         ok(&format!("step sequence {kinds} {reduction:?}"), r);
