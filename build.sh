@@ -292,6 +292,40 @@ wasm_opt_wait() {
   [ "$failed" -eq 0 ] || die "wasm-opt failed (its message is above)"
 }
 
+# release_module FLAVOUR OUT [RUSTC_FLAG...]: this crate's release wasm module into OUT, with the
+# RUSTC_FLAGs given to this crate alone (`cargo rustc`), so that every flavour built this way
+# shares one build of the dependencies (a clean build of them is most of a module's time; with
+# fat LTO the whole program is compiled again with this crate's flags anyway). Flavours
+# alternating in one target folder would each rebuild this crate on every call, so the module
+# is kept under target/wasm-modules/, named by a hash of everything it is built from (sources,
+# shaders, manifests, compiler, flags), and copied back when that has not changed.
+release_module() {
+  local flavour=$1 out=$2 target="${CARGO_TARGET_DIR:-target}" dir key
+  shift 2
+  dir="$target/wasm-modules"
+  mkdir -p "$dir"
+  key=$({
+    printf '%s\n' "$flavour" "$@" "${RUSTFLAGS:-}"
+    rustc -vV
+    cargo -V
+    cat Cargo.toml Cargo.lock
+    find src shaders -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-64)
+  if [ -f "$dir/$key.wasm" ]; then
+    cp "$dir/$key.wasm" "$out"
+    touch "$dir/$key.wasm"
+    log "the $flavour module from target/wasm-modules/ (built from the same inputs before)"
+    return
+  fi
+  log "building the release wasm module ($flavour)"
+  cargo rustc --lib --release --target wasm32-unknown-unknown -- "$@"
+  cp "$target/wasm32-unknown-unknown/release/emberlm.wasm" "$dir/$key.wasm.tmp"
+  mv "$dir/$key.wasm.tmp" "$dir/$key.wasm"
+  cp "$dir/$key.wasm" "$out"
+  # keep the newest few (two flavours, and their previous inputs)
+  ls -t "$dir"/*.wasm | tail -n +5 | xargs -r rm -f
+}
+
 cmd_build() {
   setup_rust
   setup_wasm_tools
@@ -300,19 +334,15 @@ cmd_build() {
   stage_dir="$target/wasm-bindgen"
   rm -rf "$stage_dir"
   mkdir -p "$stage_dir"
-  log "building the release wasm module"
-  cargo build --lib --release --target wasm32-unknown-unknown
+  release_module scalar "$stage_dir/emberlm.wasm"
   wasm-bindgen --target web --out-dir "$stage_dir/scalar" --out-name emberlm \
-    "$target/wasm32-unknown-unknown/release/emberlm.wasm"
+    "$stage_dir/emberlm.wasm"
   wasm_opt_bg "$stage_dir/scalar/emberlm_bg.wasm" "$stage_dir/scalar/emberlm_bg.opt.wasm"
-  # The same module with WebAssembly SIMD (the CPU backend's dot products in SIMD128), in its
-  # own target folder so the two builds do not undo each other; the worker picks it where the
-  # browser validates a SIMD module. Both must share one glue file.
-  log "building the release wasm module with WebAssembly SIMD"
-  RUSTFLAGS="-C target-feature=+simd128" CARGO_TARGET_DIR="$target/simd128" \
-    cargo build --lib --release --target wasm32-unknown-unknown
+  # The same module with WebAssembly SIMD (the CPU backend's dot products in SIMD128); the
+  # worker picks it where the browser validates a SIMD module. Both must share one glue file.
+  release_module simd128 "$stage_dir/emberlm_simd.wasm" -C target-feature=+simd128
   wasm-bindgen --target web --out-dir "$stage_dir/simd" --out-name emberlm \
-    "$target/simd128/wasm32-unknown-unknown/release/emberlm.wasm"
+    "$stage_dir/emberlm_simd.wasm"
   cmp -s "$stage_dir/simd/emberlm.js" "$stage_dir/scalar/emberlm.js" ||
     die "the SIMD module's wasm-bindgen glue differs from the scalar module's; one glue must serve both"
   wasm_opt_bg "$stage_dir/simd/emberlm_bg.wasm" "$stage_dir/simd/emberlm_bg.opt.wasm" --enable-simd
@@ -459,11 +489,17 @@ cmd_test() {
   else
     filter=(kernels::)
   fi
-  # one wasm binary holds every browser test: its timeout covers them all
+  # One wasm binary holds every browser test: its timeout covers them all. cargo runs it through
+  # wasm-bindgen's test runner (headless Chromium) as `wasm-pack test --headless --chrome` does,
+  # but builds only that binary: wasm-pack's `cargo build --tests` first builds every test
+  # target for wasm32, the library's unit tests (the whole crate again) and the native test
+  # binaries (empty there) included.
   EMBERLM_TEST_MODEL_URL="$model_url" EMBERLM_TEST_GEMMA_URL="$gemma_url" \
     EMBERLM_TEST_SERVER_URL="$server_url" \
-    CHROMEDRIVER=$CHROMEDRIVER_PATH WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-3600} \
-    wasm-pack test --headless --chrome -- --test "$WEB_TEST" -- --nocapture "${filter[@]}"
+    CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$(command -v wasm-bindgen-test-runner)" \
+    WASM_BINDGEN_TEST_ONLY_WEB=1 CHROMEDRIVER=$CHROMEDRIVER_PATH \
+    WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-3600} \
+    cargo test --target wasm32-unknown-unknown --test "$WEB_TEST" -- --nocapture "${filter[@]}"
   stop_model_server
   if [ -n "$quick" ]; then
     stage ""
