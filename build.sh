@@ -252,6 +252,21 @@ WASM_OPT_FEATURES=(--enable-bulk-memory --enable-nontrapping-float-to-int --enab
   --enable-mutable-globals --enable-reference-types --enable-multivalue)
 WASM_OPT_PIDS=()
 
+# Output caches keyed by a hash of their inputs (target/wasm-opt/, target/wasm-modules/):
+# cache_get DIR KEY OUT copies DIR/KEY.wasm to OUT and succeeds when it is there; cache_put DIR
+# KEY FILE KEEP stores FILE as DIR/KEY.wasm (atomically) and keeps the KEEP newest.
+cache_get() {
+  [ -f "$1/$2.wasm" ] || return 1
+  cp "$1/$2.wasm" "$3"
+  touch "$1/$2.wasm"
+}
+cache_put() {
+  mkdir -p "$1"
+  cp "$3" "$1/$2.wasm.tmp"
+  mv "$1/$2.wasm.tmp" "$1/$2.wasm"
+  ls -t "$1"/*.wasm | tail -n +$(($4 + 1)) | xargs -r rm -f
+}
+
 # wasm_opt IN OUT [FLAG...]: `wasm-opt -O3` with the default features and FLAGs, into OUT. The
 # result is kept under target/wasm-opt/, named by a hash of the input, the flags and wasm-opt's
 # version: the same input again (a build with nothing changed, or a flavour that did not
@@ -260,23 +275,18 @@ wasm_opt() {
   local in=$1 out=$2 dir key
   shift 2
   dir="${CARGO_TARGET_DIR:-target}/wasm-opt"
-  mkdir -p "$dir"
   key=$({
     sha256sum <"$in"
     printf '%s\n' "$@"
     node_modules/.bin/wasm-opt --version
   } | sha256sum | cut -c1-64)
-  if [ -f "$dir/$key.wasm" ]; then
-    cp "$dir/$key.wasm" "$out"
-    touch "$dir/$key.wasm"
+  if cache_get "$dir" "$key" "$out"; then
     log "wasm-opt: $out from target/wasm-opt/ (the same input was optimised before)"
     return
   fi
-  node_modules/.bin/wasm-opt -O3 "${WASM_OPT_FEATURES[@]}" "$@" "$in" -o "$dir/$key.wasm.tmp"
-  mv "$dir/$key.wasm.tmp" "$dir/$key.wasm"
-  cp "$dir/$key.wasm" "$out"
+  node_modules/.bin/wasm-opt -O3 "${WASM_OPT_FEATURES[@]}" "$@" "$in" -o "$out"
   # keep the newest few (three flavours, and their previous inputs)
-  ls -t "$dir"/*.wasm | tail -n +7 | xargs -r rm -f
+  cache_put "$dir" "$key" "$out" 6
 }
 
 # wasm_opt in the background: wasm-opt is one thread, so it runs beside the next cargo build.
@@ -303,7 +313,6 @@ release_module() {
   local flavour=$1 out=$2 target="${CARGO_TARGET_DIR:-target}" dir key
   shift 2
   dir="$target/wasm-modules"
-  mkdir -p "$dir"
   key=$({
     printf '%s\n' "$flavour" "$@" "${RUSTFLAGS:-}"
     rustc -vV
@@ -311,19 +320,15 @@ release_module() {
     cat Cargo.toml Cargo.lock
     find src shaders -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-64)
-  if [ -f "$dir/$key.wasm" ]; then
-    cp "$dir/$key.wasm" "$out"
-    touch "$dir/$key.wasm"
+  if cache_get "$dir" "$key" "$out"; then
     log "the $flavour module from target/wasm-modules/ (built from the same inputs before)"
     return
   fi
   log "building the release wasm module ($flavour)"
   cargo rustc --lib --release --target wasm32-unknown-unknown -- "$@"
-  cp "$target/wasm32-unknown-unknown/release/emberlm.wasm" "$dir/$key.wasm.tmp"
-  mv "$dir/$key.wasm.tmp" "$dir/$key.wasm"
-  cp "$dir/$key.wasm" "$out"
+  cp "$target/wasm32-unknown-unknown/release/emberlm.wasm" "$out"
   # keep the newest few (two flavours, and their previous inputs)
-  ls -t "$dir"/*.wasm | tail -n +5 | xargs -r rm -f
+  cache_put "$dir" "$key" "$out" 4
 }
 
 cmd_build() {

@@ -104,3 +104,16 @@ pub fn agreement_options() -> Value {
     let agreement: Value = serde_json::from_str(AGREEMENT).unwrap();
     json!({ "temperature": 0, "maxNewTokens": agreement["max_new_tokens"] })
 }
+
+/// The engine's greedy generation result for the token prompt `[1, 5, 9]` under
+/// [`agreement_options`]: the shared smoke generation of the load and memory tests.
+pub async fn generate_greedy(engine: &Engine) -> Value {
+    generate(
+        engine,
+        &json!([1, 5, 9]),
+        agreement_options(),
+        &Events::new(),
+    )
+    .await
+    .unwrap()
+}

@@ -51,14 +51,7 @@ async fn a_url_load_is_cached() {
         assert_eq!(info["storedInCache"], !cached);
         assert_eq!(info["model"]["name"], name, "{info}");
         assert_eq!(info["model"]["layers"], 2, "{info}");
-        let result = generate(
-            &engine,
-            &json!([1, 5, 9]),
-            agreement_options(),
-            &Events::new(),
-        )
-        .await
-        .unwrap();
+        let result = generate_greedy(&engine).await;
         outputs.push(result["tokens"].clone());
     }
     assert_eq!(
@@ -100,14 +93,7 @@ async fn kernel_plan_is_reported_forced_and_profiled() {
             info["kernelPlan"]["choices"]["attention"],
             json!([variant, "forced"])
         );
-        let result = generate(
-            &engine,
-            &json!([1, 5, 9]),
-            agreement_options(),
-            &Events::new(),
-        )
-        .await
-        .unwrap();
+        let result = generate_greedy(&engine).await;
         outputs.push(result["tokens"].clone());
         let profile = rust(
             &JsFuture::from(engine.profile(JsValue::UNDEFINED))
