@@ -89,6 +89,42 @@ pub fn native_gpu(options: emberlm::GpuOptions) -> Option<emberlm::GpuContext> {
     }
 }
 
+/// A GPU context and a kernel cache shared by every native test of this binary that asks for
+/// the same `options` (as [`native_gpu`] otherwise): a model's pipelines are compiled once per
+/// binary instead of once per model and test (lavapipe compiles each for a tenth of a second or
+/// more, and the tiny models share most of theirs). For tests that only run kernels and read
+/// results: a test that destroys its device, counts what a device allocated or compiled, or
+/// provokes GPU errors takes its own context from [`native_gpu`].
+#[cfg(not(target_arch = "wasm32"))]
+pub fn shared_native_gpu(
+    options: emberlm::GpuOptions,
+) -> Option<(
+    &'static emberlm::GpuContext,
+    &'static emberlm::gpu::KernelCache,
+)> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    type Shared = (
+        &'static emberlm::GpuContext,
+        &'static emberlm::gpu::KernelCache,
+    );
+    static SHARED: OnceLock<Mutex<HashMap<String, Shared>>> = OnceLock::new();
+    // GpuOptions' fields are plain values: their Debug form tells two option sets apart
+    let key = format!("{options:?}");
+    let mut shared = SHARED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(&found) = shared.get(&key) {
+        return Some(found);
+    }
+    let ctx: &'static emberlm::GpuContext = Box::leak(Box::new(native_gpu(options)?));
+    let cache: &'static emberlm::gpu::KernelCache =
+        Box::leak(Box::new(emberlm::gpu::KernelCache::new()));
+    shared.insert(key, (ctx, cache));
+    Some((ctx, cache))
+}
+
 /// Writes a line to the browser test's output.
 #[cfg(target_arch = "wasm32")]
 pub fn browser_log(msg: &str) {

@@ -28,7 +28,7 @@ enum Prompts {
 
 /// Runs the golden prompts of `golden_file` through `model` as `decode` says and checks each.
 fn check(
-    ctx: &GpuContext,
+    (ctx, cache): (&GpuContext, &KernelCache),
     model: &Path,
     golden_file: &str,
     tol: f64,
@@ -47,12 +47,11 @@ fn check(
     let start = std::time::Instant::now();
     let files = ModelFiles::open(model).unwrap();
     let weights = files.weights().unwrap();
-    let cache = KernelCache::new();
     let name = model.display().to_string();
     let worst = pollster::block_on(forward_cases::check_model(
         &name,
         ctx,
-        &cache,
+        cache,
         &weights,
         &golden,
         tol,
@@ -79,13 +78,13 @@ fn forced(variant: Variant) -> GpuOptions {
 
 #[test]
 fn tiny_models_match_f64_goldens() {
-    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+    let Some(gpu) = common::shared_native_gpu(GpuOptions::default()) else {
         return;
     };
     let fx = root().join("tests/fixtures");
     for (model, golden) in TINY_MODELS {
         check(
-            &ctx,
+            gpu,
             &fx.join(model),
             golden,
             2e-3,
@@ -103,14 +102,14 @@ fn tiny_models_match_f64_goldens() {
 #[test]
 fn tiny_models_match_f64_goldens_in_every_kernel_variant() {
     for variant in Variant::ALL {
-        let Some(ctx) = common::native_gpu(forced(variant)) else {
+        let Some(gpu) = common::shared_native_gpu(forced(variant)) else {
             return;
         };
         eprintln!("every kernel family forced to {variant}");
         let fx = root().join("tests/fixtures");
         for (model, golden) in TINY_MODELS {
             check(
-                &ctx,
+                gpu,
                 &fx.join(model),
                 golden,
                 2e-3,
@@ -136,12 +135,12 @@ fn smollm2_matches_f64_goldens() {
         (Variant::Rows, 8, Prompts::All),
         (Variant::Workgroup, 4, Prompts::Longest),
     ] {
-        let Some(ctx) = common::native_gpu(forced(variant)) else {
+        let Some(gpu) = common::shared_native_gpu(forced(variant)) else {
             return;
         };
         eprintln!("every kernel family forced to {variant}");
         check(
-            &ctx,
+            gpu,
             &model,
             "smollm2-135m-q4_1.golden.json",
             2e-2,
