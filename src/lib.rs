@@ -24,6 +24,7 @@ pub mod format;
 pub mod forward;
 pub mod gpu;
 pub mod loader;
+pub mod math;
 pub mod model;
 pub mod openai;
 pub mod sampling;

@@ -5,6 +5,12 @@ types) and random weights, which loads and runs at exactly the real model's spee
     python3 tools/shape_model.py header REAL.gguf HEADER.bin   # the header alone (small)
     python3 tools/shape_model.py fill HEADER.bin OUT.gguf      # header + random weights
     python3 tools/shape_model.py like REAL.gguf OUT.gguf       # both steps in one
+    python3 tools/shape_model.py named SHAPE TOKENIZER.gguf OUT.gguf [--type T] [--embedding T]
+
+`named` writes a model of a named real shape (llama-1b, qwen-1.5b, llama-3b, llama-8b: the
+published configurations of Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B and Llama-3.1-8B) from
+scratch, with the tokenizer (and so the vocabulary size) of TOKENIZER.gguf; its matrices in
+type T (default q4_0), the token embedding in its own type (default q8_0), norms in f32.
 
 Weights are drawn from a fixed seed so two runs write the same bytes. Block scales stay small
 and finite (no NaN or infinity reaches a kernel); norm weights are 1. Python's standard library
@@ -15,6 +21,7 @@ Types written: F32, F16, Q4_0, Q4_1, Q8_0 (others are refused by name).
 import struct
 import sys
 
+import math
 import random
 from array import array
 from math import prod
@@ -27,6 +34,11 @@ TYPES = {
     3: ("Q4_1", 32, 20),
     8: ("Q8_0", 32, 34),
 }
+TYPE_IDS = {name.lower(): tt for tt, (name, _, _) in TYPES.items()}
+NIBBLE_ZERO = bytes(
+    ((b & 0x0F) or 8) | (((b >> 4) or 8) << 4) for b in range(256)
+)
+BYTE_ZERO = bytes(0 if b == 0x80 else b for b in range(256))
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
@@ -115,8 +127,14 @@ def random_tensor(rng, name, dims, tt):
             return struct.pack("<e", 1.0) * n
         buf[1::2] = bytes(0x20 | (b & 0x81) for b in buf[1::2])
     else:
-        # block scale d: a positive f16 with exponent 2^-9 (d in [0.00195, 0.0039))
-        buf[1::size] = bytes(0x18 | (b & 0x03) for b in buf[1::size])
+        # values symmetric about 0 (a uniform byte is not: -8..7 and -128..127 both lean
+        # negative, and a common lean in every matrix makes every position's output the same):
+        # a 4-bit 0 (-8) becomes 8 (0), an 8-bit -128 becomes 0
+        buf = bytearray(buf.translate(NIBBLE_ZERO if tt in (2, 3) else BYTE_ZERO))
+        # block scale d: a positive f16 with exponent 2^-9 (d in [0.00195, 0.0039)), or 2^-12
+        # for Q8_0 (d in [0.00024, 0.00049)), so that |w| stays under about 0.06 in every type
+        high = 0x0C if tt == 8 else 0x18
+        buf[1::size] = bytes(high | (b & 0x03) for b in buf[1::size])
         if tt == 3:
             # Q4_1's minimum m = -8 d: the same mantissa, exponent + 3, negative
             buf[2::size] = buf[0::size]
@@ -124,7 +142,10 @@ def random_tensor(rng, name, dims, tt):
     return bytes(buf)
 
 
-def fill(header_path, out_path):
+def fill(header_path, out_path, fixed=None):
+    """Writes the header at `header_path` and random weights to `out_path`; `fixed` maps tensor
+    names to the bytes they hold instead."""
+    fixed = fixed or {}
     header, tensors, align = parse(header_path)
     rng = random.Random(2026)
     with open(out_path, "wb") as out:
@@ -135,15 +156,169 @@ def fill(header_path, out_path):
             if off < pos:
                 raise SystemExit(f"tensor {name}: offset {off} overlaps the tensor before it")
             out.write(b"\0" * (off - pos))
-            data = random_tensor(rng, name, dims, tt)
+            data = fixed[name] if name in fixed else random_tensor(rng, name, dims, tt)
             assert len(data) == nbytes(name, dims, tt)
             out.write(data)
         pad = (-(out.tell() - base)) % align
         out.write(b"\0" * pad)
     print(f"{out_path}: {len(tensors)} tensors of random weights after {len(header)} bytes of header")
 
+# The published configurations: (architecture, width, layers, heads, KV heads, FFN width,
+# RoPE base, output tied to the embedding, Q/K/V biases, Llama 3 RoPE scaling).
+SHAPES = {
+    "llama-1b": ("llama", 2048, 16, 32, 8, 8192, 500000.0, True, False, True),
+    "qwen-1.5b": ("qwen2", 1536, 28, 12, 2, 8960, 1000000.0, True, True, False),
+    "llama-3b": ("llama", 3072, 28, 24, 8, 8192, 500000.0, True, False, True),
+    "llama-8b": ("llama", 4096, 32, 32, 8, 14336, 500000.0, False, False, True),
+}
+U32, F32, STRING = 4, 6, 8
+
+
+def kv_string(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv(key, t, value):
+    out = kv_string(key) + struct.pack("<I", t)
+    if t == STRING:
+        return out + kv_string(value)
+    return out + struct.pack("<" + SCALARS[t], value)
+
+
+def llama3_rope_divisors(base, head_dim, factor, low=1.0, high=4.0, original=8192):
+    """Llama 3's divisor of each RoPE frequency: 1 for wavelengths under original/high, `factor`
+    over original/low, a smooth blend between."""
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * base ** (i / head_dim)
+        if wavelen < original / high:
+            out.append(1.0)
+        elif wavelen > original / low:
+            out.append(factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return out
+
+
+def tokenizer_entries(path):
+    """The raw metadata entries `tokenizer.*` of the GGUF at `path`, and its vocabulary size."""
+    with open(path, "rb") as f:
+        r = Reader(f)
+        if f.read(4) != b"GGUF":
+            raise SystemExit(f"{path}: not a GGUF file")
+        r.read("I")
+        r.read("Q")
+        (n_kv,) = r.read("Q")
+        entries, vocab = [], 0
+        for _ in range(n_kv):
+            start = f.tell()
+            key = r.string().decode()
+            (t,) = r.read("I")
+            v = r.value(t)
+            if key.startswith("tokenizer."):
+                end = f.tell()
+                f.seek(start)
+                entries.append(f.read(end - start))
+                if key == "tokenizer.ggml.tokens":
+                    vocab = len(v)
+        if not vocab:
+            raise SystemExit(f"{path}: no tokenizer.ggml.tokens to borrow")
+        return entries, vocab
+
+
+def named(shape, tokenizer_path, out_path, matrix_type, embedding_type):
+    if shape not in SHAPES:
+        raise SystemExit(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+    for t in (matrix_type, embedding_type):
+        if t not in TYPE_IDS:
+            raise SystemExit(f"unknown type {t!r}: one of {', '.join(TYPE_IDS)}")
+    arch, width, layers, heads, kv_heads, ffn, base, tied, bias, llama3 = SHAPES[shape]
+    head_dim = width // heads
+    kv_width = kv_heads * head_dim
+    tok, vocab = tokenizer_entries(tokenizer_path)
+    mt, et, f32 = TYPE_IDS[matrix_type], TYPE_IDS[embedding_type], 0
+    tensors = [("token_embd.weight", (width, vocab), et)]
+    for i in range(layers):
+        b = f"blk.{i}."
+        tensors += [
+            (b + "attn_norm.weight", (width,), f32),
+            (b + "attn_q.weight", (width, width), mt),
+            (b + "attn_k.weight", (width, kv_width), mt),
+            (b + "attn_v.weight", (width, kv_width), mt),
+            (b + "attn_output.weight", (width, width), mt),
+            (b + "ffn_norm.weight", (width,), f32),
+            (b + "ffn_gate.weight", (width, ffn), mt),
+            (b + "ffn_up.weight", (width, ffn), mt),
+            (b + "ffn_down.weight", (ffn, width), mt),
+        ]
+        if bias:
+            tensors += [
+                (b + "attn_q.bias", (width,), f32),
+                (b + "attn_k.bias", (kv_width,), f32),
+                (b + "attn_v.bias", (kv_width,), f32),
+            ]
+    tensors.append(("output_norm.weight", (width,), f32))
+    if not tied:
+        tensors.append(("output.weight", (width, vocab), mt))
+    meta = [
+        kv("general.architecture", STRING, arch),
+        kv("general.name", STRING, f"{shape} shape (random weights)"),
+        kv("general.alignment", U32, 32),
+        kv(f"{arch}.context_length", U32, 131072 if arch == "llama" else 32768),
+        kv(f"{arch}.embedding_length", U32, width),
+        kv(f"{arch}.block_count", U32, layers),
+        kv(f"{arch}.feed_forward_length", U32, ffn),
+        kv(f"{arch}.attention.head_count", U32, heads),
+        kv(f"{arch}.attention.head_count_kv", U32, kv_heads),
+        kv(f"{arch}.rope.dimension_count", U32, head_dim),
+        kv(f"{arch}.rope.freq_base", F32, base),
+        kv(f"{arch}.attention.layer_norm_rms_epsilon", F32, 1e-5 if arch == "llama" else 1e-6),
+        kv(f"{arch}.vocab_size", U32, vocab),
+    ]
+    fixed = {}
+    if llama3:
+        # Llama 3's RoPE scaling as its GGUF files carry it: a divisor per frequency
+        tensors.append(("rope_freqs.weight", (head_dim // 2,), f32))
+        fixed["rope_freqs.weight"] = array(
+            "f", llama3_rope_divisors(base, head_dim, 32.0 if width < 4096 else 8.0)
+        ).tobytes()
+    meta += tok
+    infos, offset = [], 0
+    for name, dims, tt in tensors:
+        infos.append(
+            kv_string(name)
+            + struct.pack("<I", len(dims))
+            + struct.pack("<" + "Q" * len(dims), *dims)
+            + struct.pack("<IQ", tt, offset)
+        )
+        offset += (nbytes(name, dims, tt) + 31) // 32 * 32
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta)) + b"".join(meta)
+    header += b"".join(infos)
+    header += b"\0" * ((-len(header)) % 32)
+    tmp = out_path + ".header"
+    with open(tmp, "wb") as f:
+        f.write(header)
+    try:
+        fill(tmp, out_path, fixed)
+    finally:
+        import os
+
+        os.remove(tmp)
+
 
 def main(argv):
+    if len(argv) >= 5 and argv[1] == "named":
+        opts = {"--type": "q4_0", "--embedding": "q8_0"}
+        rest = argv[5:]
+        while rest:
+            if rest[0] not in opts or len(rest) < 2:
+                raise SystemExit(__doc__)
+            opts[rest[0]] = rest[1].lower()
+            rest = rest[2:]
+        named(argv[2], argv[3], argv[4], opts["--type"], opts["--embedding"])
+        return
     if len(argv) != 4 or argv[1] not in ("header", "fill", "like"):
         raise SystemExit(__doc__)
     cmd, src, dst = argv[1:]

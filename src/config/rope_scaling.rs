@@ -61,7 +61,7 @@ pub fn yarn_default_attention_factor(factor: f32) -> f32 {
     if factor <= 1.0 {
         1.0
     } else {
-        (0.1 * f64::from(factor).ln() + 1.0) as f32
+        (0.1 * crate::math::ln(f64::from(factor)) + 1.0) as f32
     }
 }
 
@@ -205,7 +205,7 @@ impl From<&RopeFreqs> for RopeFreqs {
 impl RopeFreqs {
     /// Radians per position of rotated pair `i` of a head of `head_dim`.
     pub fn frequency(&self, i: usize, head_dim: usize) -> f64 {
-        let base = f64::from(self.theta).powf(-2.0 * i as f64 / head_dim as f64);
+        let base = crate::math::pow(f64::from(self.theta), -2.0 * i as f64 / head_dim as f64);
         match &self.scaling {
             RopeScaling::None => base,
             RopeScaling::Linear { factor } => base / f64::from(*factor),
@@ -244,7 +244,7 @@ impl RopeFreqs {
                 let theta = f64::from(self.theta);
                 let at = |turns: f32| {
                     let wavelengths = *original_context as f64 / (f64::from(turns) * TAU);
-                    d * wavelengths.ln() / (2.0 * theta.ln())
+                    d * crate::math::ln(wavelengths) / (2.0 * crate::math::ln(theta))
                 };
                 let low = at(*beta_fast).floor().max(0.0);
                 let high = at(*beta_slow).ceil().min(d - 1.0);

@@ -41,7 +41,7 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, freqs: &[f64], layout: R
             RopeLayout::Interleaved => (2 * i, 2 * i + 1),
             _ => (i, i + half),
         };
-        let (sin, cos) = (pos as f64 * f).sin_cos();
+        let (sin, cos) = crate::math::sin_cos(pos as f64 * f);
         let (sin, cos) = (sin as f32, cos as f32);
         for head in x.chunks_exact_mut(head_dim) {
             let (x0, x1) = (head[a], head[b]);
@@ -128,7 +128,7 @@ pub fn attention(
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let mut sum = 0.0f32;
         for x in scores.iter_mut() {
-            *x = (*x - max).exp();
+            *x = crate::math::exp_f32(*x - max);
             sum += *x;
         }
         o.fill(0.0);
@@ -146,12 +146,12 @@ pub fn attention(
 /// SiLU, `x · sigmoid(x)`.
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    x / (1.0 + crate::math::exp_f32(-x))
 }
 
 /// GELU, tanh approximation.
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
     const K: f32 = 0.797_884_6; // √(2/π)
-    0.5 * x * (1.0 + (K * (x + 0.044715 * x * x * x)).tanh())
+    0.5 * x * (1.0 + crate::math::tanh_f32(K * (x + 0.044715 * x * x * x)))
 }

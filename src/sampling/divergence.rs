@@ -23,11 +23,11 @@ pub fn mean_nll(logits: &[f32], tokens: &[u32], vocab: usize, first: usize) -> f
 fn log_sum_exp(row: &[f32]) -> f64 {
     let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     f64::from(m)
-        + row
-            .iter()
-            .map(|&x| f64::from(x - m).exp())
-            .sum::<f64>()
-            .ln()
+        + crate::math::ln(
+            row.iter()
+                .map(|&x| crate::math::exp(f64::from(x - m)))
+                .sum::<f64>(),
+        )
 }
 
 /// Mean KL(p ‖ q) over the rows `first..` of two `[rows, vocab]` logit blocks.
@@ -45,7 +45,7 @@ pub fn mean_kl(p_logits: &[f32], q_logits: &[f32], vocab: usize, first: usize) -
             .zip(q)
             .map(|(&a, &b)| {
                 let la = f64::from(a) - lp;
-                la.exp() * (la - (f64::from(b) - lq))
+                crate::math::exp(la) * (la - (f64::from(b) - lq))
             })
             .sum::<f64>();
     }

@@ -75,13 +75,13 @@ fn typical(logits: &mut [f32], cand: &mut Vec<u64>, mass: f64) {
     }
     let max = max_f64(cand.iter().map(|&k| logits[id_of(k)]));
     let sum: f64 = cand.iter().map(|&k| weight(logits[id_of(k)], max)).sum();
-    let lse = max + sum.ln();
+    let lse = max + crate::math::ln(sum);
     let logprob = |id: usize| f64::from(logits[id]) - lse;
     let entropy: f64 = -cand
         .iter()
         .map(|&k| {
             let lp = logprob(id_of(k));
-            lp.exp() * lp
+            crate::math::exp(lp) * lp
         })
         .sum::<f64>();
     // (distance from the entropy, id); a non-negative f64's bits order like its value.
@@ -92,7 +92,9 @@ fn typical(logits: &mut [f32], cand: &mut Vec<u64>, mass: f64) {
             ((-logprob(id) - entropy).abs().to_bits(), k as u32)
         })
         .collect();
-    let keep = shortest_prefix(&mut scored, mass, |(_, id)| logprob(ix(id)).exp());
+    let keep = shortest_prefix(&mut scored, mass, |(_, id)| {
+        crate::math::exp(logprob(ix(id)))
+    });
     cand.clear();
     cand.extend(
         scored[..keep]
@@ -118,7 +120,7 @@ fn top_p(logits: &mut [f32], cand: &mut Vec<u64>, top_p: f64) {
 fn min_p(logits: &mut [f32], cand: &mut Vec<u64>, min_p: f64) {
     let max = max_f64(cand.iter().map(|&k| logits[id_of(k)]));
     // p / p_max = exp(logit - max_logit) >= min_p  <=>  logit - max_logit >= ln(min_p).
-    let threshold = min_p.ln();
+    let threshold = crate::math::ln(min_p);
     cand.retain(|&k| {
         let keep = f64::from(logits[id_of(k)]) - max >= threshold;
         if !keep {

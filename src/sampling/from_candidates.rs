@@ -219,7 +219,7 @@ impl Sampler {
         // to it only with an id above `bound_id`.
         let (bound, bound_id) = (c.adjusted[k - 1], c.ids[k - 1]);
         let p = &self.params;
-        let lse = f64::from(c.raw_max) + f64::from(c.raw_sum).ln();
+        let lse = f64::from(c.raw_max) + crate::math::ln(f64::from(c.raw_sum));
         // Without adjustments or a mask (`select_request` asks for no candidates otherwise) the
         // candidates are the row's largest raw logits, at least `top_logprobs` of them.
         let top = if self.top_logprobs > 0 {
@@ -389,7 +389,7 @@ impl Sampler {
             {
                 return None;
             }
-            let factor = ((f64::from(c.adjusted_max) - f64::from(exact_max)) / t).exp();
+            let factor = crate::math::exp((f64::from(c.adjusted_max) - f64::from(exact_max)) / t);
             let gpu_rest =
                 (f64::from(c.tail_sum) - f64::from(c.adjusted_tail_sum)).max(0.0) * factor;
             let slack = TAIL_SUM_TOLERANCE

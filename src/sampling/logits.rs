@@ -30,7 +30,7 @@ pub(super) fn weight(x: f32, max: f64) -> f64 {
     if x == f32::NEG_INFINITY {
         0.0
     } else {
-        (f64::from(x) - max).exp()
+        crate::math::exp(f64::from(x) - max)
     }
 }
 
@@ -38,7 +38,7 @@ pub(super) fn weight(x: f32, max: f64) -> f64 {
 pub(super) fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = max_f64(logits.iter().copied());
     let sum: f64 = logits.iter().map(|&x| weight(x, max)).sum();
-    max + sum.ln()
+    max + crate::math::ln(sum)
 }
 
 /// Log-softmax of `logits` (`[vocab]`), computed stably in f64 and returned as f32; non-finite

@@ -58,7 +58,7 @@ impl Finished {
     ) -> Self {
         let len = tokens.len().max(1) as f64;
         Self {
-            normalized: score / len.powf(f64::from(length_penalty)),
+            normalized: score / crate::math::pow(len, f64::from(length_penalty)),
             tokens,
             logprob,
             reason,
@@ -235,7 +235,7 @@ impl Session {
                 && (params.early_stopping
                     || next.first().is_none_or(|&(_, _, score, _)| {
                         let len = (step + 1) as f64;
-                        let best = score / len.powf(f64::from(params.length_penalty));
+                        let best = score / crate::math::pow(len, f64::from(params.length_penalty));
                         finished[width - 1].normalized >= best
                     }));
             if done || next.is_empty() {
@@ -471,7 +471,7 @@ impl Session {
         Ok(Score {
             tokens: count,
             nll,
-            ppl: nll.exp(),
+            ppl: crate::math::exp(nll),
         })
     }
 }

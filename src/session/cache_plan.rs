@@ -378,7 +378,7 @@ impl Session {
             let d = mean_nll(&rows, targets, vocab, 0) - mean_nll(&reference, targets, vocab, 0);
             let kl = mean_kl(&reference, &rows, vocab, 0);
             c.delta_nll = Some(d);
-            c.ppl_ratio = Some(d.exp());
+            c.ppl_ratio = Some(crate::math::exp(d));
             c.mean_kl = Some(kl);
             let mut failed = Vec::new();
             if d > options.cache_quality_max_delta_nll {
@@ -387,10 +387,10 @@ impl Session {
                     options.cache_quality_max_delta_nll
                 ));
             }
-            if d.exp() > options.cache_quality_max_ppl_ratio {
+            if crate::math::exp(d) > options.cache_quality_max_ppl_ratio {
                 failed.push(format!(
                     "perplexity ratio {:.4} > cache_quality_max_ppl_ratio {}",
-                    d.exp(),
+                    crate::math::exp(d),
                     options.cache_quality_max_ppl_ratio
                 ));
             }

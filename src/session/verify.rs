@@ -41,7 +41,8 @@ impl Rows {
                 .zip(requests.get(i))
                 .and_then(|(c, r)| candidate_raw(c, r, id))
                 .map_or(f32::NAN, |raw| {
-                    let lse = f64::from(rows[i].raw_max) + f64::from(rows[i].raw_sum).ln();
+                    let lse =
+                        f64::from(rows[i].raw_max) + crate::math::ln(f64::from(rows[i].raw_sum));
                     (f64::from(raw) - lse) as f32
                 }),
         }

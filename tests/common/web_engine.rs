@@ -13,13 +13,11 @@ use wasm_bindgen_futures::JsFuture;
 pub const AGREEMENT: &str = include_str!("../fixtures/native_browser_agreement.json");
 
 pub fn fixture(name: &str) -> &'static [u8] {
-    match name {
-        "tiny-llama-q4_1.gguf" => include_bytes!("../fixtures/tiny-llama-q4_1.gguf"),
-        "tiny-llama-q4_0.gguf" => include_bytes!("../fixtures/tiny-llama-q4_0.gguf"),
-        "tiny-gpt2-f32.gguf" => include_bytes!("../fixtures/tiny-gpt2-f32.gguf"),
-        "tiny-llama-spm-f32.gguf" => include_bytes!("../fixtures/tiny-llama-spm-f32.gguf"),
-        other => panic!("no fixture {other} compiled into the browser test"),
-    }
+    super::web_fixtures::TINY_GGUFS
+        .iter()
+        .find(|(file, _, _)| *file == name)
+        .map(|(_, bytes, _)| *bytes)
+        .unwrap_or_else(|| panic!("no fixture {name} compiled into the browser test"))
 }
 
 pub fn js(value: &Value) -> JsValue {

@@ -79,3 +79,39 @@ fn check(key: &str, load: &dyn Fn(&ModelFiles) -> Option<Session>) {
         assert_eq!(pieces, s.text, "{model}: the events add up to the text");
     }
 }
+
+/// The CPU backend's mean NLL of a text (`cpu_perplexity`), bit for bit: the browser's
+/// WebAssembly build reproduces the same values (`tests/web/cpu.rs`), which holds only while
+/// every function on the way (exp, tanh, sin/cos, pow, ln) has one implementation on both
+/// targets (`emberlm::math`; the platform's C library rounds some results differently).
+#[test]
+fn cpu_perplexity_agrees_with_the_cli_bit_for_bit() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text =
+        std::fs::read_to_string(root.join("tests/fixtures/native_browser_agreement.json")).unwrap();
+    let agreement: Value = serde_json::from_str(&text).unwrap();
+    let cases = agreement["cpu_perplexity"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let model = case["model"].as_str().unwrap();
+        let files = ModelFiles::open(&root.join("tests/fixtures").join(model)).unwrap();
+        let mut session = Session::new_cpu(&files, None).unwrap();
+        let prompt = Prompt::Text(case["text"].as_str().unwrap().to_string());
+        let tokens = session.tokenize_prompt(&prompt, false).unwrap();
+        let score = pollster::block_on(session.score(&tokens)).unwrap();
+        eprintln!("{model}: {} tokens, mean NLL {}", score.tokens, score.nll);
+        assert_eq!(
+            score.tokens as u64,
+            case["tokens"].as_u64().unwrap(),
+            "{model}"
+        );
+        let want = u64::from_str_radix(case["nll_bits"].as_str().unwrap(), 16).unwrap();
+        let want = f64::from_bits(want);
+        assert!(
+            score.nll.to_bits() == want.to_bits(),
+            "{model}: mean NLL {:e}, the CLI's file says {want:e} ({:e} apart)",
+            score.nll,
+            score.nll - want
+        );
+    }
+}

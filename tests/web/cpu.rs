@@ -113,6 +113,37 @@ async fn engine_on_the_cpu_agrees_with_the_native_cli() {
     }
 }
 
+/// The page's engine on the CPU scores the texts of `cpu_perplexity` in the agreement file to
+/// the native CLI's mean NLL, bit for bit (`tests/engine/native_browser_agreement.rs` holds the
+/// native side to the same bits).
+#[wasm_bindgen_test]
+async fn cpu_perplexity_is_the_native_clis_bit_for_bit() {
+    let agreement: Value = serde_json::from_str(AGREEMENT).unwrap();
+    let cases = agreement["cpu_perplexity"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let model = case["model"].as_str().unwrap();
+        let engine = load_cpu(model, "cpu").await.unwrap();
+        let text = case["text"].as_str().unwrap();
+        let score = wasm_bindgen_futures::JsFuture::from(engine.perplexity(text.into()))
+            .await
+            .unwrap_or_else(|e| panic!("{model}: {}", message(&e)));
+        // read as a JavaScript number, not through JSON text (whose parsing may round)
+        let nll = Reflect::get(&score, &"nll".into())
+            .unwrap()
+            .as_f64()
+            .unwrap();
+        let want = u64::from_str_radix(case["nll_bits"].as_str().unwrap(), 16).unwrap();
+        let want = f64::from_bits(want);
+        log(&format!("{model}: mean NLL {nll} (native CLI {want})"));
+        assert!(
+            nll.to_bits() == want.to_bits(),
+            "{model}: mean NLL {nll:e} in WebAssembly, {want:e} natively ({:e} apart)",
+            nll - want
+        );
+    }
+}
+
 /// An unknown backend is refused with a message that names the option.
 #[wasm_bindgen_test]
 async fn an_unknown_backend_is_named() {
