@@ -6,7 +6,7 @@
 //!
 //! | layer | modules | what they are |
 //! |---|---|---|
-//! | 0 | `error` | the crate's error type |
+//! | 0 | `error`, `math` | the crate's error type; transcendental functions with the same bits on every target |
 //! | 1 | `dtype`, `config`, `candidates`, `tune` | leaves: storage types and dequantization, model configuration, the selection wire format, per-device choices |
 //! | 2 | `model` | host tensors and weights, the CPU reference |
 //! | 3 | `gpu`, `cpu`, `format`, `sampling` | device and kernels; the CPU backend's kernels; file formats; CPU sampling |
@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 /// Layer of each top-level module of `src/`.
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
+    ("math", 0),
     ("dtype", 1),
     ("config", 1),
     ("candidates", 1),
