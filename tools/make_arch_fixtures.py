@@ -28,6 +28,7 @@ import os
 import sys
 
 import gguf
+import llama3_rope
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
@@ -121,19 +122,8 @@ class Spec:
 
 
 def llama3_rope_divisors(head_dim, theta, factor, low, high, original):
-    """Llama 3's per-pair frequency divisors, as llama.cpp's converter stores them."""
-    out = []
-    for i in range(0, head_dim, 2):
-        freq = 1.0 / theta ** (i / head_dim)
-        wavelen = 2 * math.pi / freq
-        if wavelen < original / high:
-            out.append(1.0)
-        elif wavelen > original / low:
-            out.append(factor)
-        else:
-            smooth = (original / wavelen - low) / (high - low)
-            out.append(1.0 / ((1 - smooth) / factor + smooth))
-    return np.array(out, dtype=np.float32)
+    """Llama 3's per-pair frequency divisors (tools/llama3_rope.py) as float32."""
+    return np.array(llama3_rope.divisors(head_dim, theta, factor, low, high, original), dtype=np.float32)
 
 
 def weights(s):

@@ -21,10 +21,11 @@ Types written: F32, F16, Q4_0, Q4_1, Q8_0 (others are refused by name).
 import struct
 import sys
 
-import math
 import random
 from array import array
 from math import prod
+
+import llama3_rope
 
 # GGML type id -> (name, elements per block, bytes per block)
 TYPES = {
@@ -69,24 +70,34 @@ class Reader:
         return self.read(SCALARS[t])[0]
 
 
+def metadata(f, path):
+    """Reads a GGUF's start from `f`: (its Reader, the tensor count, [(key, value, the entry's
+    bytes)]), leaving `f` at the tensor infos."""
+    r = Reader(f)
+    if f.read(4) != b"GGUF":
+        raise SystemExit(f"{path}: not a GGUF file")
+    (version,) = r.read("I")
+    if version < 2:
+        raise SystemExit(f"{path}: GGUF version {version} is not supported")
+    (n_tensors,) = r.read("Q")
+    (n_kv,) = r.read("Q")
+    entries = []
+    for _ in range(n_kv):
+        start = f.tell()
+        key = r.string().decode()
+        (t,) = r.read("I")
+        v = r.value(t)
+        end = f.tell()
+        f.seek(start)
+        entries.append((key, v, f.read(end - start)))
+    return r, n_tensors, entries
+
+
 def parse(path):
     """(header bytes up to the data section, [(name, dims, type, offset)], alignment)."""
     with open(path, "rb") as f:
-        r = Reader(f)
-        if f.read(4) != b"GGUF":
-            raise SystemExit(f"{path}: not a GGUF file")
-        (version,) = r.read("I")
-        if version < 2:
-            raise SystemExit(f"{path}: GGUF version {version} is not supported")
-        (n_tensors,) = r.read("Q")
-        (n_kv,) = r.read("Q")
-        align = 32
-        for _ in range(n_kv):
-            key = r.string().decode()
-            (t,) = r.read("I")
-            v = r.value(t)
-            if key == "general.alignment":
-                align = int(v)
+        r, n_tensors, entries = metadata(f, path)
+        align = next((int(v) for k, v, _ in entries if k == "general.alignment"), 32)
         tensors = []
         for _ in range(n_tensors):
             name = r.string().decode()
@@ -186,46 +197,15 @@ def kv(key, t, value):
     return out + struct.pack("<" + SCALARS[t], value)
 
 
-def llama3_rope_divisors(base, head_dim, factor, low=1.0, high=4.0, original=8192):
-    """Llama 3's divisor of each RoPE frequency: 1 for wavelengths under original/high, `factor`
-    over original/low, a smooth blend between."""
-    out = []
-    for i in range(0, head_dim, 2):
-        wavelen = 2 * math.pi * base ** (i / head_dim)
-        if wavelen < original / high:
-            out.append(1.0)
-        elif wavelen > original / low:
-            out.append(factor)
-        else:
-            smooth = (original / wavelen - low) / (high - low)
-            out.append(1.0 / ((1 - smooth) / factor + smooth))
-    return out
-
-
 def tokenizer_entries(path):
     """The raw metadata entries `tokenizer.*` of the GGUF at `path`, and its vocabulary size."""
     with open(path, "rb") as f:
-        r = Reader(f)
-        if f.read(4) != b"GGUF":
-            raise SystemExit(f"{path}: not a GGUF file")
-        r.read("I")
-        r.read("Q")
-        (n_kv,) = r.read("Q")
-        entries, vocab = [], 0
-        for _ in range(n_kv):
-            start = f.tell()
-            key = r.string().decode()
-            (t,) = r.read("I")
-            v = r.value(t)
-            if key.startswith("tokenizer."):
-                end = f.tell()
-                f.seek(start)
-                entries.append(f.read(end - start))
-                if key == "tokenizer.ggml.tokens":
-                    vocab = len(v)
-        if not vocab:
-            raise SystemExit(f"{path}: no tokenizer.ggml.tokens to borrow")
-        return entries, vocab
+        _, _, entries = metadata(f, path)
+    tok = [(k, v, raw) for k, v, raw in entries if k.startswith("tokenizer.")]
+    vocab = next((len(v) for k, v, _ in tok if k == "tokenizer.ggml.tokens"), 0)
+    if not vocab:
+        raise SystemExit(f"{path}: no tokenizer.ggml.tokens to borrow")
+    return [raw for _, _, raw in tok], vocab
 
 
 def named(shape, tokenizer_path, out_path, matrix_type, embedding_type):
@@ -281,8 +261,9 @@ def named(shape, tokenizer_path, out_path, matrix_type, embedding_type):
     if llama3:
         # Llama 3's RoPE scaling as its GGUF files carry it: a divisor per frequency
         tensors.append(("rope_freqs.weight", (head_dim // 2,), f32))
+        factor = 32.0 if width < 4096 else 8.0
         fixed["rope_freqs.weight"] = array(
-            "f", llama3_rope_divisors(base, head_dim, 32.0 if width < 4096 else 8.0)
+            "f", llama3_rope.divisors(head_dim, base, factor, 1.0, 4.0, 8192)
         ).tobytes()
     meta += tok
     infos, offset = [], 0

@@ -344,7 +344,7 @@ fn rope_scaling(v: &serde_json::Value, context: usize) -> std::result::Result<Ro
             // Hugging Face's `get_mscale`
             let mscale = |scale: f32, m: f32| match scale <= 1.0 {
                 true => 1.0,
-                false => 0.1 * m * scale.ln() + 1.0,
+                false => 0.1 * m * crate::math::ln(f64::from(scale)) as f32 + 1.0,
             };
             let default_factor = match (or("mscale", 0.0)?, or("mscale_all_dim", 0.0)?) {
                 (m, all) if m != 0.0 && all != 0.0 => mscale(factor, m) / mscale(factor, all),

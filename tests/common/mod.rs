@@ -89,6 +89,15 @@ pub fn native_gpu(options: emberlm::GpuOptions) -> Option<emberlm::GpuContext> {
     }
 }
 
+/// The mean NLL of a `cpu_perplexity` case of `tests/fixtures/native_browser_agreement.json`,
+/// exactly: from its IEEE bits (`nll_bits`), which no JSON number parser can round.
+pub fn agreement_nll(case: &serde_json::Value) -> f64 {
+    let bits = case["nll_bits"]
+        .as_str()
+        .expect("a cpu_perplexity case has nll_bits");
+    f64::from_bits(u64::from_str_radix(bits, 16).expect("nll_bits are 16 hex digits"))
+}
+
 /// A GPU context and a kernel cache shared by every native test of this binary that asks for
 /// the same `options` (as [`native_gpu`] otherwise): a model's pipelines are compiled once per
 /// binary instead of once per model and test (lavapipe compiles each for a tenth of a second or

@@ -33,12 +33,16 @@ fn cpu_greedy_generation_agrees_with_the_cli() {
     });
 }
 
+/// `tests/fixtures/native_browser_agreement.json`.
+fn agreement(root: &std::path::Path) -> Value {
+    let path = root.join("tests/fixtures/native_browser_agreement.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// Every case of `key` through a session `load` makes (`None`: no GPU here, and none required).
 fn check(key: &str, load: &dyn Fn(&ModelFiles) -> Option<Session>) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let text =
-        std::fs::read_to_string(root.join("tests/fixtures/native_browser_agreement.json")).unwrap();
-    let agreement: Value = serde_json::from_str(&text).unwrap();
+    let agreement = agreement(&root);
     let max_new_tokens = agreement["max_new_tokens"].as_u64().unwrap() as usize;
     let cases = agreement[key].as_array().unwrap();
     assert!(!cases.is_empty());
@@ -87,9 +91,7 @@ fn check(key: &str, load: &dyn Fn(&ModelFiles) -> Option<Session>) {
 #[test]
 fn cpu_perplexity_agrees_with_the_cli_bit_for_bit() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let text =
-        std::fs::read_to_string(root.join("tests/fixtures/native_browser_agreement.json")).unwrap();
-    let agreement: Value = serde_json::from_str(&text).unwrap();
+    let agreement = agreement(&root);
     let cases = agreement["cpu_perplexity"].as_array().unwrap();
     assert!(!cases.is_empty());
     for case in cases {
@@ -105,8 +107,7 @@ fn cpu_perplexity_agrees_with_the_cli_bit_for_bit() {
             case["tokens"].as_u64().unwrap(),
             "{model}"
         );
-        let want = u64::from_str_radix(case["nll_bits"].as_str().unwrap(), 16).unwrap();
-        let want = f64::from_bits(want);
+        let want = common::agreement_nll(case);
         assert!(
             score.nll.to_bits() == want.to_bits(),
             "{model}: mean NLL {:e}, the CLI's file says {want:e} ({:e} apart)",

@@ -133,8 +133,7 @@ async fn cpu_perplexity_is_the_native_clis_bit_for_bit() {
             .unwrap()
             .as_f64()
             .unwrap();
-        let want = u64::from_str_radix(case["nll_bits"].as_str().unwrap(), 16).unwrap();
-        let want = f64::from_bits(want);
+        let want = common::agreement_nll(case);
         log(&format!("{model}: mean NLL {nll} (native CLI {want})"));
         assert!(
             nll.to_bits() == want.to_bits(),
