@@ -366,6 +366,48 @@ fn smollm2_matches_f64_goldens() {
     );
 }
 
+/// `forward_last` gives the last rows of `forward`, bit for bit, and every row when asked for
+/// more than there are; its cache ends where `forward`'s does.
+#[test]
+fn the_last_rows_alone_are_the_last_rows_of_all() {
+    for name in [
+        "tiny-llama-f32.gguf",
+        "tiny-gpt2-f32.gguf",
+        "tiny-gemma3-f32.gguf",
+    ] {
+        let model = load(&fixture(name));
+        let tokens: Vec<u32> = (0..11u32).map(|i| (i * 7 + 3) % 50).collect();
+        let mut cache = model.new_cache();
+        let all = model.forward(&mut cache, &tokens).expect("all rows");
+        for rows in [1, 3, 11, 40] {
+            let mut last_cache = model.new_cache();
+            let last = model
+                .forward_last(&mut last_cache, &tokens, rows)
+                .expect("the last rows");
+            assert_eq!(
+                last,
+                all[tokens.len() - rows.min(tokens.len())..],
+                "{name}: {rows} rows"
+            );
+            assert_eq!(last_cache.pos(), cache.pos(), "{name}");
+            // the next token sees the same cache either way
+            let next = model.forward(&mut last_cache, &[4]).expect("next");
+            let mut again = cache_after(&model, &tokens);
+            assert_eq!(
+                next,
+                model.forward(&mut again, &[4]).expect("next"),
+                "{name}"
+            );
+        }
+    }
+}
+
+fn cache_after(model: &ReferenceModel, tokens: &[u32]) -> ReferenceCache {
+    let mut cache = model.new_cache();
+    model.forward(&mut cache, tokens).expect("prefix");
+    cache
+}
+
 #[test]
 fn bad_tokens_and_positions_are_errors() {
     for name in ["tiny-llama-f32.gguf", "tiny-gpt2-f32.gguf"] {

@@ -171,7 +171,7 @@ async fn smollm2_matches_f64_goldens() {
     ));
     // the last 4 tokens decoded one per step through the KV cache, their logits checked (the
     // argmax chain of all 16 greedy tokens is checked natively and on the CPU in WebAssembly)
-    let worst = forward_cases::check_tail(ctx, &mut fwd, r, TAIL, 2e-2)
+    let worst = forward_cases::check_tail_after_prefill(ctx, &mut fwd, r, TAIL, 2e-2)
         .await
         .unwrap_or_else(|e| panic!("SmolLM2 decode: {e}"));
     log(&format!(

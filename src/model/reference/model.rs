@@ -287,6 +287,18 @@ impl ReferenceModel {
     /// Errors, leaving the cache untouched, when a token id is outside the vocabulary, the
     /// positions would run past the context length, or the cache belongs to another model.
     pub fn forward(&self, cache: &mut ReferenceCache, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        self.forward_last(cache, tokens, tokens.len())
+    }
+
+    /// [`Self::forward`], returning the logits after the last `rows` tokens only (all of them
+    /// when there are fewer): `[min(rows, tokens.len())][vocab_size]`. The output projection
+    /// runs for those rows alone, most of the work for a large vocabulary and a long prompt.
+    pub fn forward_last(
+        &self,
+        cache: &mut ReferenceCache,
+        tokens: &[u32],
+        rows: usize,
+    ) -> Result<Vec<Vec<f32>>> {
         let c = &self.config;
         if cache.k.len() != c.n_layers || cache.kv_dim != c.kv_dim() {
             return Err(Error::invalid(
@@ -413,7 +425,8 @@ impl ReferenceModel {
         }
         cache.pos = end;
 
-        let h = self.output_norm.apply(&x, c.norm_eps);
+        let kept = rows.min(n);
+        let h = self.output_norm.apply(&x[(n - kept) * d..], c.norm_eps);
         let head = self.output.as_deref().unwrap_or(&self.token_embd);
         let logits = matmul(head, &h, None, c.vocab_size, d);
         Ok(logits

@@ -52,8 +52,8 @@ fn tiny_models_give_valid_json_for_every_schema() {
 }
 
 /// 20 samples per schema: each sequence draws from its own stream of the seed, so these are the
-/// first 20 of any larger set; the page's test (`tests/e2e/schemas.test.mjs`) draws 50 per
-/// schema through the browser's engine.
+/// first 20 of any larger set; the page's test (`tests/e2e/schemas.test.mjs`) draws the first 4
+/// per schema through the browser's engine.
 #[test]
 fn smollm2_gives_valid_json_in_20_seeded_samples_per_schema() {
     let Some(path) = common::require::smollm2() else {
