@@ -127,14 +127,31 @@ fn tiny_models_match_f64_goldens_in_every_kernel_variant() {
     }
 }
 
+/// The files [`in_every_variant`] keeps in the quick tier.
+const QUICK_EVERY_VARIANT: [&str; 6] = [
+    "tiny-gpt2-f16.gguf",
+    "tiny-llama-q4_1.gguf",
+    "tiny-llama-256-q4_k_m.gguf",
+    "tiny-qwen3-q8_0.gguf",
+    "tiny-phi3-f32.gguf",
+    "tiny-gemma3-f32.gguf",
+];
+
 /// Whether [`tiny_models_match_f64_goldens_in_every_kernel_variant`] runs `model` in `variant`:
 /// every GGUF file in the rows shape (lavapipe's own, ~1-4 s a model); in the workgroup shape
 /// (~5× slower here) every architecture and weight type once: of the 256-wide Llamas, whose
 /// K-quant kernels the others lack, the Q4_K_M file (Q4_K and Q6_K tensors) and the Q5_K_M
 /// file (Q5_K); their f32 and Q6_K twins add no kernel (each took ~18 s of the ~200 s).
+///
+/// The quick tier (`./build.sh test --quick`) runs one file per architecture and weight-type
+/// family in each shape: GPT-2 on f16, Llama on Q4_1 and on Q4_K_M, Qwen 3 on Q8_0, Phi-3 and
+/// Gemma 3.
 fn in_every_variant(model: &str, variant: Variant) -> bool {
     if !model.ends_with(".gguf") {
         return false;
+    }
+    if common::require::quick_tier() {
+        return QUICK_EVERY_VARIANT.contains(&model);
     }
     variant == Variant::Rows
         || !matches!(
