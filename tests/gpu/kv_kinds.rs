@@ -212,7 +212,9 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
     // one fixed plan, so that the f32 runs agree bit for bit (a measured plan may choose
     // other variants from one load to the next)
     let kernels: KernelOverrides = "rows".parse().unwrap();
-    let Some(f32_ctx) = common::native_gpu(GpuOptions {
+    // one device and kernel cache per option set for the whole test (common::shared_native_gpu):
+    // each load compiles only the pipelines the others have not
+    let Some(f32_gpu) = common::shared_native_gpu(GpuOptions {
         kernels: kernels.clone(),
         ..GpuOptions::default()
     }) else {
@@ -226,10 +228,9 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
         let weights = files.weights().unwrap();
         let vocab = weights.config.vocab_size;
         let context = weights.config.context_length.min(256);
-        let run = |ctx: &emberlm::GpuContext, chunk: usize| {
-            let cache = KernelCache::new();
+        let run = |(ctx, cache): (&emberlm::GpuContext, &KernelCache), chunk: usize| {
             let mut fwd =
-                pollster::block_on(Forward::new(ctx, &cache, &weights, context, chunk)).unwrap();
+                pollster::block_on(Forward::new(ctx, cache, &weights, context, chunk)).unwrap();
             golden
                 .results
                 .iter()
@@ -241,18 +242,18 @@ fn models_with_every_kind_stay_close_to_the_f32_cache() {
                 })
                 .collect::<Vec<_>>()
         };
-        let want = [run(&f32_ctx, 64), run(&f32_ctx, 1)];
+        let want = [run(f32_gpu, 64), run(f32_gpu, 1)];
         for kinds in kv_kind_cases::kind_pairs() {
             let options = GpuOptions {
                 kv_cache: kinds,
                 kernels: kernels.clone(),
                 ..GpuOptions::default()
             };
-            let ctx = common::native_gpu(options).unwrap();
+            let gpu = common::shared_native_gpu(options).unwrap();
             let (max_diff, nll_tol, flip_tol) = bounds(kinds);
             // one chunk, and one token per step (every key read back from the cache)
             for (chunk, want) in [64, 1].into_iter().zip(&want) {
-                let got = run(&ctx, chunk);
+                let got = run(gpu, chunk);
                 let Distance {
                     worst,
                     worst_nll,
