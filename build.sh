@@ -50,42 +50,72 @@ fi
 
 # Stage times of a run: `stage NAME` ends the stage that is running and starts NAME; the table
 # is printed when the script exits (also after a failure, naming the stage that failed) and
-# written to target/test-stages.txt (stage, seconds; tab-separated).
+# written to target/test-stages.txt (stage, wall seconds, CPU seconds; tab-separated). The CPU
+# seconds are the whole machine's busy time over the stage (/proc/stat; background work such as
+# the release build counts where it runs), so CPU / wall is how many cores the stage kept busy.
 STAGE_NAMES=()
 STAGE_SECS=()
+STAGE_CPU=()
 STAGE_NAME=
 STAGE_T0=0
+STAGE_CPU0=0
+# The machine's busy time so far, in clock ticks (0 where there is no /proc/stat).
+cpu_busy_ticks() {
+  local cpu user nice system idle iowait irq softirq steal rest
+  if [ -r /proc/stat ] && read -r cpu user nice system idle iowait irq softirq steal rest </proc/stat; then
+    echo $((user + nice + system + irq + softirq + steal))
+  else
+    echo 0
+  fi
+}
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 STAGE_FILE="${CARGO_TARGET_DIR:-target}/test-stages.txt"
 MODEL_SERVER_PID=
 MODEL_SERVER_LOG=
 # The release build `test` runs in the background (ended with the script if it fails first).
 RELEASE_PID=
 stage() {
+  local ticks
+  ticks=$(cpu_busy_ticks)
   if [ -n "$STAGE_NAME" ]; then
     STAGE_NAMES+=("$STAGE_NAME")
     STAGE_SECS+=($((SECONDS - STAGE_T0)))
+    STAGE_CPU+=($(((ticks - STAGE_CPU0) / CLK_TCK)))
   fi
   STAGE_NAME=${1:-}
   STAGE_T0=$SECONDS
+  STAGE_CPU0=$ticks
   [ -z "$STAGE_NAME" ] || log "stage: $STAGE_NAME"
 }
+# Cores kept busy: CPU seconds / wall seconds, to one decimal ("-" for a stage under a second).
+cores_busy() {
+  if [ "$2" -gt 0 ]; then
+    printf '%d.%d' $(($1 / $2)) $((($1 * 10 / $2) % 10))
+  else
+    printf -- '-'
+  fi
+}
 stage_report() {
-  local status=$1 failed=$STAGE_NAME i total=0 line
+  local status=$1 failed=$STAGE_NAME i total=0 total_cpu=0 line
   stage ""
   [ ${#STAGE_NAMES[@]} -gt 0 ] || return 0
   mkdir -p "$(dirname "$STAGE_FILE")"
   : >"$STAGE_FILE"
-  printf '\nstage times (wall, this run):\n' >&2
+  printf '\nstage times (wall, this run; CPU: the machine'"'"'s busy seconds, cores: CPU / wall):\n' >&2
   for i in "${!STAGE_NAMES[@]}"; do
     total=$((total + STAGE_SECS[i]))
-    printf '%s\t%s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECS[$i]}" >>"$STAGE_FILE"
-    line=$(printf '  %-28s %6ss  %3dm%02ds' "${STAGE_NAMES[$i]}" "${STAGE_SECS[$i]}" \
-      $((STAGE_SECS[i] / 60)) $((STAGE_SECS[i] % 60)))
+    total_cpu=$((total_cpu + STAGE_CPU[i]))
+    printf '%s\t%s\t%s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECS[$i]}" "${STAGE_CPU[$i]}" \
+      >>"$STAGE_FILE"
+    line=$(printf '  %-28s %6ss  %3dm%02ds  CPU %6ss  cores %s' "${STAGE_NAMES[$i]}" \
+      "${STAGE_SECS[$i]}" $((STAGE_SECS[i] / 60)) $((STAGE_SECS[i] % 60)) "${STAGE_CPU[$i]}" \
+      "$(cores_busy "${STAGE_CPU[$i]}" "${STAGE_SECS[$i]}")")
     [ "$status" -eq 0 ] || [ "${STAGE_NAMES[$i]}" != "$failed" ] || line+="  (failed here)"
     printf '%s\n' "$line" >&2
   done
-  printf 'total\t%s\n' "$total" >>"$STAGE_FILE"
-  printf '  %-28s %6ss  %3dm%02ds\n' total "$total" $((total / 60)) $((total % 60)) >&2
+  printf 'total\t%s\t%s\n' "$total" "$total_cpu" >>"$STAGE_FILE"
+  printf '  %-28s %6ss  %3dm%02ds  CPU %6ss  cores %s\n' total "$total" $((total / 60)) \
+    $((total % 60)) "$total_cpu" "$(cores_busy "$total_cpu" "$total")" >&2
   printf '(also in %s)\n' "$STAGE_FILE" >&2
 }
 
