@@ -522,6 +522,25 @@ def main():
     with open(fx("tiny-llama-q4_0.gguf"), "rb") as f:
         save("gguf_model", "fixture-tiny-llama-q4_0.gguf", f.read())
 
+    # Split sets (tests/fixtures/split/, written by gguf-py): every part after its 4-byte
+    # length, in order and shuffled, the small-first set, one part alone; names and URLs.
+    def framed(paths):
+        out = b""
+        for path in paths:
+            with open(path, "rb") as f:
+                data = f.read()
+            out += struct.pack("<I", len(data)) + data
+        return out
+    split = lambda stem, k: fx("split", f"{stem}-{k:05d}-of-00003.gguf")
+    save("gguf_split", "set-in-order.bin", framed([split("tiny-llama-q4_1", k) for k in (1, 2, 3)]))
+    save("gguf_split", "set-shuffled.bin", framed([split("tiny-llama-q4_1", k) for k in (3, 1, 2)]))
+    save("gguf_split", "set-small-first.bin",
+         framed([split("tiny-llama-q4_1-small-first", k) for k in (1, 2, 3)]))
+    save("gguf_split", "first-part-alone.bin", framed([split("tiny-llama-q4_1", 1)]))
+    save("gguf_split", "two-of-three.bin", framed([split("tiny-llama-q4_1", k) for k in (1, 3)]))
+    save("gguf_split", "url.txt", "https://example.org/models/Llama-3.2-1B-Q4_0-00001-of-00003.gguf?download=true")
+    save("gguf_split", "name.txt", "model-000002-of-000012.gguf")
+
     # Header shapes: every tensor type, version 2, nested arrays, a header past the first
     # stream attempt (64 KiB), overlapping tensors.
     every_type = [tensor(f"t.{i}", [2, t[1]], t)

@@ -1,5 +1,6 @@
-//! A model as the user supplied it (one GGUF file or a Hugging Face folder), opened into what
-//! the engine needs: configuration and tensors, the tokenizer and the chat template.
+//! A model as the user supplied it (one GGUF file, a split GGUF set or a Hugging Face folder),
+//! opened into what the engine needs: configuration and tensors, the tokenizer and the chat
+//! template.
 
 #![deny(clippy::arithmetic_side_effects)]
 
@@ -22,7 +23,8 @@ pub enum ModelFiles {
 const GGUF_MAGIC: &[u8; 4] = b"GGUF";
 
 impl ModelFiles {
-    /// Opens `path`: a folder is read as a Hugging Face model, a file as GGUF.
+    /// Opens `path`: a folder is read as a Hugging Face model, a file as GGUF (the first part of
+    /// a split set brings the others from beside it).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &std::path::Path) -> Result<Self> {
         let meta = std::fs::metadata(path).map_err(|e| Error::Io {
@@ -47,6 +49,33 @@ impl ModelFiles {
             name,
             "not a GGUF file (a Hugging Face model is a folder: config.json + *.safetensors)",
         ))
+    }
+
+    /// Builds from the bytes of one model's files, each `(bytes, name)`: one file as
+    /// [`ModelFiles::from_bytes`], or every part of a split GGUF set (llama.cpp's
+    /// `NAME-00001-of-0000N.gguf` layout) in any order, checked as a set.
+    pub fn from_parts(mut files: Vec<(Vec<u8>, String)>) -> Result<Self> {
+        if files.len() == 1 {
+            if let Some((bytes, name)) = files.pop() {
+                return Self::from_bytes(bytes, &name);
+            }
+        }
+        if let Some((_, name)) = files.iter().find(|(b, _)| !b.starts_with(GGUF_MAGIC)) {
+            return Err(Error::format(
+                name,
+                "not a GGUF file (only GGUF models come in several files here)",
+            ));
+        }
+        Ok(ModelFiles::Gguf(gguf_model::GgufModel::from_parts(files)?))
+    }
+
+    /// How many files the model came in (the parts of a split GGUF set; 1 for one GGUF file or
+    /// a Hugging Face folder).
+    pub fn file_count(&self) -> usize {
+        match self {
+            ModelFiles::Gguf(g) => g.parts().len(),
+            ModelFiles::Hf(_) => 1,
+        }
     }
 
     /// Where the model came from.

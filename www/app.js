@@ -148,9 +148,11 @@ function showInfo(info, templateName) {
 function pickedSource() {
   const kind = document.querySelector('input[name="model-source"]:checked').value;
   if (kind === 'file') {
-    const file = $('model-file').files[0];
-    if (!file) throw Object.assign(new Error('Io: choose a .gguf file first'), { kind: 'Io' });
-    return { source: file, cache: undefined, label: file.name };
+    // Several files are the parts of a split GGUF set (NAME-00001-of-0000N.gguf, ...).
+    const files = Array.from($('model-file').files);
+    if (!files.length) throw Object.assign(new Error('Io: choose a .gguf file first'), { kind: 'Io' });
+    const label = files.length > 1 ? `${files[0].name} (${files.length} files)` : files[0].name;
+    return { source: files.length > 1 ? files : files[0], cache: undefined, label };
   }
   const url = kind === 'url' ? $('model-url').value.trim() : DEFAULT_MODEL;
   if (!url) throw Object.assign(new Error('Io: type the URL of a .gguf file first'), { kind: 'Io' });
@@ -478,7 +480,8 @@ async function main() {
   $('model-url').addEventListener('input', () => {
     document.querySelector('input[name="model-source"][value="url"]').checked = true;
   });
-  // A .gguf dropped anywhere on the page becomes the picked file and loads.
+  // A .gguf dropped anywhere on the page (or every part of a split one) becomes the picked
+  // file and loads.
   document.addEventListener('dragover', (event) => event.preventDefault());
   document.addEventListener('drop', (event) => {
     event.preventDefault();

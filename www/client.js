@@ -12,6 +12,23 @@ function toError(plain) {
   return e;
 }
 
+/**
+ * A model source as the worker gets it: URLs resolved against this page (the worker's base is
+ * its script), ArrayBuffers added to `transfer`, lists (and a FileList) item by item.
+ */
+function forWorker(source, transfer) {
+  if (Array.isArray(source) || (typeof FileList !== 'undefined' && source instanceof FileList)) {
+    return Array.from(source, (item) => forWorker(item, transfer));
+  }
+  if (typeof source === 'string' || source instanceof URL) {
+    return new URL(source, document.baseURI).href;
+  }
+  if (source instanceof ArrayBuffer) {
+    transfer.push(source);
+  }
+  return source;
+}
+
 export class EngineClient {
   /**
    * Starts the worker: `worker.js` next to this file, or the script at `workerUrl`, as a module
@@ -68,18 +85,15 @@ export class EngineClient {
 
   /**
    * Loads a GGUF model: a URL (resolved against this page), a File/Blob, or bytes (an
-   * ArrayBuffer is transferred to the worker). Options as Engine.load: { contextLength,
-   * onProgress, cache, name }. Resolves to engine.info().
+   * ArrayBuffer is transferred to the worker); or a list of those (or a FileList), the parts of
+   * a split GGUF set. Options as Engine.load: { contextLength, onProgress, cache, name }.
+   * Resolves to engine.info().
    */
   load(source, { onProgress, ...options } = {}) {
-    let transfer = [];
-    if (typeof source === 'string' || source instanceof URL) {
-      source = new URL(source, document.baseURI).href;
-    } else if (source instanceof ArrayBuffer) {
-      transfer = [source];
-    }
-    if (typeof options.draft === 'string' || options.draft instanceof URL) {
-      options = { ...options, draft: new URL(options.draft, document.baseURI).href };
+    const transfer = [];
+    source = forWorker(source, transfer);
+    if (options.draft !== undefined) {
+      options = { ...options, draft: forWorker(options.draft, transfer) };
     }
     return this.#call('load', { source, options }, { onProgress }, transfer).promise;
   }
@@ -89,12 +103,8 @@ export class EngineClient {
    * sources as `load`). Resolves to engine.info(), whose `draft` names it.
    */
   loadDraft(source, options = {}) {
-    let transfer = [];
-    if (typeof source === 'string' || source instanceof URL) {
-      source = new URL(source, document.baseURI).href;
-    } else if (source instanceof ArrayBuffer) {
-      transfer = [source];
-    }
+    const transfer = [];
+    source = forWorker(source, transfer);
     return this.#call('loadDraft', { source, options }, {}, transfer).promise;
   }
 

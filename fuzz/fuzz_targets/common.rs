@@ -157,6 +157,62 @@ pub fn gguf_model(data: &[u8]) {
     }
 }
 
+/// Most parts a `gguf_split` input is cut into.
+const MAX_SPLIT_PARTS: usize = 6;
+
+/// The parts of a `gguf_split` input: each a 4-byte little-endian length and that many bytes
+/// (fewer when the input ends first); what is left after the last whole length is the last part.
+fn length_prefixed(mut data: &[u8]) -> Vec<&[u8]> {
+    let mut parts = Vec::new();
+    while parts.len() + 1 < MAX_SPLIT_PARTS && data.len() >= 4 {
+        let n = u32::from_le_bytes([data[0], data[1], data[2], data[3]]) as usize;
+        let rest = &data[4..];
+        let n = n.min(rest.len());
+        parts.push(&rest[..n]);
+        data = &rest[n..];
+    }
+    if !data.is_empty() || parts.is_empty() {
+        parts.push(data);
+    }
+    parts
+}
+
+/// Several GGUF files as one model (a split set, in the order given): the set's checks, then the
+/// model's weights and tokenizer as `gguf_model` takes them. The input as text goes through the
+/// split layout's names: a name that parses names itself again, and a first part's URL leads
+/// the list of every part's URLs.
+pub fn gguf_split(data: &[u8]) {
+    use emberlm::format::gguf_split::{part_urls, PartName};
+
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Some(name) = PartName::parse(text) {
+            assert_eq!(name.sibling(name.no), text, "{name:?}");
+            assert!(name.no < name.count, "{name:?}");
+        }
+        if let Some(urls) = part_urls(text) {
+            assert!(urls.len() >= 2, "{text:?}: {urls:?}");
+            assert_eq!(urls[0], text);
+        }
+    }
+    let files: Vec<(Vec<u8>, String)> = length_prefixed(data)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (p.to_vec(), format!("fuzz-{:05}.gguf", i + 1)))
+        .collect();
+    let count = files.len();
+    let Ok(files) = ModelFiles::from_parts(files) else {
+        return;
+    };
+    assert_eq!(files.file_count(), count);
+    let _ = files.name();
+    if let Ok(w) = files.weights() {
+        check_weights(&w);
+    }
+    if let Ok(tokenizer) = files.tokenizer() {
+        check_tokenizer_briefly(&tokenizer);
+    }
+}
+
 /// `config.json \0 model.safetensors` as a Hugging Face folder.
 pub fn safetensors_hf(data: &[u8]) {
     let (config, weights) = split_nul(data);

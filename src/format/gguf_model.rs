@@ -1,10 +1,11 @@
-//! A GGUF file as a model: metadata to [`ModelConfig`], tensor infos to [`ModelWeights`]
-//! borrowing the file's bytes (quantized tensors stay quantized).
+//! A GGUF file (or a split set of them) as a model: metadata to [`ModelConfig`], tensor infos
+//! to [`ModelWeights`] borrowing the files' bytes (quantized tensors stay quantized).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use super::gguf::GgufHeader;
+use super::gguf::{GgufHeader, GgufTensorInfo};
+use super::gguf_split::{order_parts, GgufPart};
 use crate::config::{
     Activation, Architecture, LocalAttention, ModelConfig, NormKind, RopeLayout, RopeScaling,
     GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN,
@@ -15,48 +16,117 @@ const GEMMA3_WINDOW: usize = 512;
 use crate::error::{Error, Result};
 use crate::model::weights::{ModelWeights, Tensor};
 
-/// A GGUF file held in memory with its parsed header.
+/// A GGUF model held in memory: one file, or every part of a split set (in part order), with
+/// their parsed headers. The first file's header holds the model's metadata.
 #[derive(Debug)]
 pub struct GgufModel {
-    bytes: Vec<u8>,
-    header: GgufHeader,
+    parts: Vec<GgufPart>,
+    /// Tensor name → (part, index among that part's tensors).
+    index: HashMap<String, (usize, usize)>,
 }
 
 impl GgufModel {
-    /// Parses the header of a whole GGUF file held in memory; `name` names it in errors.
+    /// Parses the header of a whole GGUF file held in memory; `name` names it in errors. A part
+    /// of a split set of two or more is refused here (see [`GgufModel::from_parts`]).
     pub fn from_bytes(bytes: Vec<u8>, name: &str) -> Result<Self> {
-        let header = GgufHeader::parse(&bytes, name)?;
-        Ok(Self { bytes, header })
+        Self::from_parts(vec![(bytes, name.to_string())])
     }
 
-    /// Reads and parses a GGUF file from disk.
+    /// The files of one model, each `(bytes, name)`: one file, or every part of a split set in
+    /// any order (checked as a set: see [`order_parts`]).
+    pub fn from_parts(files: Vec<(Vec<u8>, String)>) -> Result<Self> {
+        let parts = files
+            .into_iter()
+            .map(|(bytes, name)| GgufPart::parse(bytes, &name))
+            .collect::<Result<Vec<_>>>()?;
+        Self::from_ordered(order_parts(parts)?)
+    }
+
+    fn from_ordered(parts: Vec<GgufPart>) -> Result<Self> {
+        let mut index = HashMap::new();
+        for (p, part) in parts.iter().enumerate() {
+            for (i, t) in part.header.tensors().iter().enumerate() {
+                index.insert(t.name.clone(), (p, i));
+            }
+        }
+        if parts.is_empty() {
+            return Err(Error::invalid("source", "no model file was given"));
+        }
+        Ok(Self { parts, index })
+    }
+
+    /// Reads and parses a GGUF file from disk. The first part of a split set
+    /// (`NAME-00001-of-0000N.gguf`) brings the other parts from the same folder; any other part
+    /// is refused with the first part's name.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn read(path: &std::path::Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Self::from_bytes(bytes, &path.display().to_string())
+        use super::gguf_split::{PartName, SplitInfo};
+
+        let read = |path: &std::path::Path, what: &str| -> Result<GgufPart> {
+            let bytes = std::fs::read(path).map_err(|e| Error::Io {
+                path: path.display().to_string(),
+                message: format!("{what}{e}"),
+            })?;
+            GgufPart::parse(bytes, &path.display().to_string())
+        };
+        let first = read(path, "")?;
+        let info = match SplitInfo::of(&first.header)? {
+            Some(info) if info.is_split() && info.no == 0 => info,
+            _ => return Self::from_ordered(order_parts(vec![first])?),
+        };
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(PartName::parse)
+            .filter(|n| n.no == 0 && n.count == info.count)
+            .ok_or_else(|| {
+                Error::format(
+                    &first.name,
+                    format!(
+                        "the first part of a {}-part split GGUF set, but its name does not end in \
+                         `-00001-of-{:05}.gguf`, so the other parts cannot be found beside it",
+                        info.count, info.count
+                    ),
+                )
+            })?;
+        let mut parts = vec![first];
+        for k in 1..info.count {
+            let sibling = path.with_file_name(name.sibling(k));
+            let what = format!(
+                "part {} of the {}-part split set of `{}`: ",
+                k.saturating_add(1),
+                info.count,
+                path.display()
+            );
+            parts.push(read(&sibling, &what)?);
+        }
+        Self::from_ordered(order_parts(parts)?)
     }
 
-    /// The parsed header (metadata and tensor infos).
+    /// The first file's parsed header: the model's metadata (and that file's tensor infos).
     pub fn header(&self) -> &GgufHeader {
-        &self.header
+        &self.parts[0].header
     }
 
-    /// The whole file.
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+    /// The files, in part order (one for a file that is not split).
+    pub fn parts(&self) -> &[GgufPart] {
+        &self.parts
+    }
+
+    /// The description of tensor `name`, in whichever part holds it.
+    pub fn tensor(&self, name: &str) -> Option<&GgufTensorInfo> {
+        let &(p, i) = self.index.get(name)?;
+        self.parts.get(p)?.header.tensors().get(i)
     }
 
     /// The normalised configuration.
     pub fn config(&self) -> Result<ModelConfig> {
-        config_from_gguf(&self.header)
+        config_from_header(self.header(), &|name| self.tensor(name))
     }
 
-    /// Configuration and tensors (borrowed from the file), shape-checked against the config.
+    /// Configuration and tensors (borrowed from the files), shape-checked against the config.
     pub fn weights(&self) -> Result<ModelWeights<'_>> {
-        weights_from_gguf(&self.header, &self.bytes)
+        weights_from_parts(self.header(), &self.parts, &|name| self.tensor(name))
     }
 }
 
@@ -106,8 +176,16 @@ fn to_usize(v: u64, key: &str, file: &str) -> Result<usize> {
 }
 
 /// Reads the model configuration from GGUF metadata (`general.architecture` and the
-/// `{arch}.*` keys) and the shape of `token_embd.weight`.
+/// `{arch}.*` keys) and the shape of `token_embd.weight`, for a file that holds every tensor.
 pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
+    config_from_header(h, &|name| h.tensor(name))
+}
+
+/// A tensor's description by name, in whichever file of the model holds it.
+type TensorLookup<'a> = dyn Fn(&str) -> Option<&'a GgufTensorInfo> + 'a;
+
+/// [`config_from_gguf`] with the tensors found through `tensor` (a split set's parts).
+fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<ModelConfig> {
     let file = h.file();
     let arch_name = h.architecture()?;
     let (arch, rope_layout, qkv_bias) = match arch_name {
@@ -163,7 +241,7 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
             }
         }
     }
-    let embd = h.tensor("token_embd.weight").ok_or_else(|| {
+    let embd = tensor("token_embd.weight").ok_or_else(|| {
         Error::format(
             file,
             "missing tensor `token_embd.weight` (needed for the vocabulary size)",
@@ -245,7 +323,7 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
         rope_layout,
         rope_scaling,
         activation,
-        tied_embeddings: h.tensor("output.weight").is_none(),
+        tied_embeddings: tensor("output.weight").is_none(),
         qkv_bias,
         qk_norm: matches!(arch_name, "qwen3" | "gemma3"),
         bos_id,
@@ -259,25 +337,32 @@ pub fn config_from_gguf(h: &GgufHeader) -> Result<ModelConfig> {
 /// The tensor in which llama.cpp stores Llama 3.1's RoPE scaling: `[head_dim / 2]` divisors.
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
-/// The configuration and every tensor of a GGUF file, borrowing `bytes` (the whole file).
-pub fn weights_from_gguf<'a>(h: &GgufHeader, bytes: &'a [u8]) -> Result<ModelWeights<'a>> {
-    let mut config = config_from_gguf(h)?;
+/// The configuration and every tensor of the files of one model in part order (`h` is the
+/// first one's header), borrowing their bytes.
+fn weights_from_parts<'a>(
+    h: &GgufHeader,
+    parts: &'a [GgufPart],
+    tensor: &TensorLookup<'a>,
+) -> Result<ModelWeights<'a>> {
+    let mut config = config_from_header(h, tensor)?;
     let mut tensors = BTreeMap::new();
-    for info in h.tensors() {
-        let shape = info
-            .shape()
-            .iter()
-            .map(|&d| to_usize(d, &info.name, h.file()))
-            .collect::<Result<Vec<_>>>()?;
-        let data = h.tensor_data(bytes, info)?;
-        tensors.insert(
-            info.name.clone(),
-            Tensor {
-                shape,
-                dtype: info.dtype,
-                data: Cow::Borrowed(data),
-            },
-        );
+    for part in parts {
+        for info in part.header.tensors() {
+            let shape = info
+                .shape()
+                .iter()
+                .map(|&d| to_usize(d, &info.name, &part.name))
+                .collect::<Result<Vec<_>>>()?;
+            let data = part.header.tensor_data(&part.bytes, info)?;
+            tensors.insert(
+                info.name.clone(),
+                Tensor {
+                    shape,
+                    dtype: info.dtype,
+                    data: Cow::Borrowed(data),
+                },
+            );
+        }
     }
     if config.arch == crate::config::Architecture::Llama {
         crate::model::unfuse::split_fused(&config, &mut tensors)?;

@@ -38,7 +38,14 @@ pub(super) async fn load_into(
         .read(name, cache.as_deref(), &mut |_, _| {})
         .await
         .map_err(|e| js_error(&e))?;
-    let files = ModelFiles::from_bytes(fetched.bytes, &fetched.name).map_err(|e| js_error(&e))?;
+    let files = ModelFiles::from_parts(
+        fetched
+            .parts
+            .into_iter()
+            .map(|p| (p.bytes, p.name))
+            .collect(),
+    )
+    .map_err(|e| js_error(&e))?;
     inner.load_draft(files).await.map_err(|e| js_error(&e))?;
     refresh(inner, info);
     Ok(())

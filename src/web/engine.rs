@@ -196,20 +196,24 @@ impl Engine {
             .read(name, cache.as_deref(), &mut |l, t| report("download", l, t))
             .await
             .map_err(|e| js_error(&e))?;
-        let copy = fetched
-            .store
-            .as_ref()
-            .map(|_| Uint8Array::from(&fetched.bytes[..]));
+        // Each file fetched from the network with a cache named is stored once the model has
+        // parsed (a copy: the bytes themselves go to the parser).
+        let mut to_store = Vec::new();
+        let mut files = Vec::with_capacity(fetched.parts.len());
+        for part in fetched.parts {
+            if let Some(store) = part.store {
+                to_store.push((store, Uint8Array::from(&part.bytes[..])));
+            }
+            files.push((part.bytes, part.name));
+        }
         report("parse", 0, 1);
-        let files =
-            ModelFiles::from_bytes(fetched.bytes, &fetched.name).map_err(|e| js_error(&e))?;
+        let files = ModelFiles::from_parts(files).map_err(|e| js_error(&e))?;
         let weight_bytes = files.weights().map_err(|e| js_error(&e))?.weight_bytes();
         report("parse", 1, 1);
-        let mut stored = false;
-        if let (Some((cache, url)), Some(copy)) = (&fetched.store, &copy) {
-            stored = source::store(cache, url, copy).await;
+        let mut stored = !to_store.is_empty();
+        for ((cache, url), copy) in to_store {
+            stored &= source::store(&cache, &url, &copy).await;
         }
-        drop(copy);
         let options = EngineOptions {
             context,
             gpu: gpu_options,

@@ -1,5 +1,6 @@
-//! A model file's bytes from what JavaScript hands `Engine.load`: a URL (fetched with download
-//! progress, optionally through the Cache API), a File/Blob (read as a stream), or bytes.
+//! A model's bytes from what JavaScript hands `Engine.load`: a URL (fetched with download
+//! progress, optionally through the Cache API), a File/Blob (read as a stream), or bytes; or a
+//! list of those, the parts of a split GGUF set (a first part's URL brings the others).
 
 use js_sys::{ArrayBuffer, Promise, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -18,16 +19,25 @@ extern "C" {
 /// Reports at most one progress event per this many bytes (and the last one).
 const PROGRESS_STEP: u64 = 1 << 20;
 
-/// A model file read into memory.
-pub(crate) struct Fetched {
+/// One file of a model, read into memory.
+pub(crate) struct FetchedPart {
     /// Its bytes.
     pub bytes: Vec<u8>,
     /// A name for messages: the URL's last segment, the File's name, or the caller's.
     pub name: String,
-    /// Read from the Cache API rather than the network.
-    pub from_cache: bool,
-    /// Where to store it after it parsed (a URL fetched from the network with a cache named).
+    /// Where to store it after the model parsed (a URL fetched from the network with a cache
+    /// named).
     pub store: Option<(Cache, String)>,
+}
+
+/// A model's files read into memory: one, or every part of a split GGUF set.
+pub(crate) struct Fetched {
+    /// The files in the order given (a split set is put in part order when it is parsed).
+    pub parts: Vec<FetchedPart>,
+    /// The model's name: the caller's, or the first file's.
+    pub name: String,
+    /// Every file was read from the Cache API rather than the network.
+    pub from_cache: bool,
 }
 
 /// What `Engine.load` was given.
@@ -38,6 +48,8 @@ pub(crate) enum Source {
     Blob(Blob),
     /// Bytes already in memory.
     Bytes(Vec<u8>),
+    /// Every file of a model in several (a split GGUF set): a list of the others.
+    Parts(Vec<Source>),
 }
 
 fn js_text(value: &JsValue) -> String {
@@ -52,10 +64,67 @@ fn get(target: &JsValue, key: &str) -> JsValue {
     Reflect::get(target, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
+/// A file opened for reading: its length (0 when unknown) and its bytes to come.
+struct Opened {
+    name: String,
+    total: u64,
+    body: Body,
+    from_cache: bool,
+    store: Option<(Cache, String)>,
+}
+
+enum Body {
+    Stream(ReadableStream),
+    Bytes(Vec<u8>),
+}
+
 impl Source {
     /// Recognises a URL string (or an object with an `href`, such as `URL`), a Blob, an
-    /// ArrayBuffer or any ArrayBuffer view.
+    /// ArrayBuffer or any ArrayBuffer view; or a list of those, or a `FileList`, as the files of
+    /// one model. A URL whose file name is the first part of a split GGUF set
+    /// (`NAME-00001-of-0000N.gguf`, N > 1) stands for every part, each beside it.
     pub fn from_js(value: &JsValue) -> Result<Self> {
+        if js_sys::Array::is_array(value) {
+            let list: &js_sys::Array = value.unchecked_ref();
+            let parts = list
+                .iter()
+                .map(|v| Self::one_from_js(&v))
+                .collect::<Result<Vec<_>>>()?;
+            return Self::parts(parts);
+        }
+        if let Some(list) = value.dyn_ref::<web_sys::FileList>() {
+            let parts = (0..list.length())
+                .filter_map(|i| list.get(i))
+                .map(|f| Source::Blob(f.into()))
+                .collect();
+            return Self::parts(parts);
+        }
+        Ok(Self::one_from_js(value)?.expanded())
+    }
+
+    /// A list of files: none is an error, one stands alone.
+    fn parts(mut parts: Vec<Source>) -> Result<Self> {
+        match parts.len() {
+            0 => Err(Error::invalid("source", "an empty list of model files")),
+            1 => Ok(parts
+                .pop()
+                .map_or(Source::Parts(Vec::new()), Source::expanded)),
+            _ => Ok(Source::Parts(parts)),
+        }
+    }
+
+    /// The URL of a split set's first part as the URLs of every part; anything else as it is.
+    fn expanded(self) -> Self {
+        match &self {
+            Source::Url(url) => match crate::format::gguf_split::part_urls(url) {
+                Some(urls) => Source::Parts(urls.into_iter().map(Source::Url).collect()),
+                None => self,
+            },
+            _ => self,
+        }
+    }
+
+    fn one_from_js(value: &JsValue) -> Result<Self> {
         if let Some(url) = value.as_string().or_else(|| get(value, "href").as_string()) {
             return Ok(Source::Url(url));
         }
@@ -74,47 +143,95 @@ impl Source {
         }
         Err(Error::invalid(
             "source",
-            "expected a URL string, a File or Blob, an ArrayBuffer or a Uint8Array",
+            "expected a URL string, a File or Blob, an ArrayBuffer or a Uint8Array (or a list \
+             of those: the parts of a split GGUF set)",
         ))
     }
 
-    /// Reads the bytes, reporting `progress(loaded, total)` (total 0 when unknown). `cache`
-    /// names a Cache API cache for URL sources; without the Cache API it is ignored.
+    /// Reads every file, reporting `progress(loaded, total)` over all of them (total 0 when
+    /// unknown). `cache` names a Cache API cache for URL sources; without the Cache API it is
+    /// ignored. `name` names the model (and its file, when it is one).
     pub async fn read(
         self,
         name: Option<String>,
         cache: Option<&str>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Fetched> {
+        let sources = match self {
+            Source::Parts(parts) => parts,
+            one => vec![one],
+        };
+        let single = sources.len() == 1;
+        // Every file opened first (a URL's response headers), so that the total is known.
+        let mut opened = Vec::with_capacity(sources.len());
+        for source in sources {
+            let own_name = if single { name.clone() } else { None };
+            opened.push(source.open(own_name, cache).await?);
+        }
+        let total = opened.iter().fold(0u64, |t, o| t.saturating_add(o.total));
+        let from_cache = opened.iter().all(|o| o.from_cache);
+        let mut done = 0u64;
+        let mut parts = Vec::with_capacity(opened.len());
+        for o in opened {
+            let bytes = match o.body {
+                Body::Bytes(bytes) => {
+                    let at = done.saturating_add(bytes.len() as u64);
+                    progress(at, total.max(at));
+                    bytes
+                }
+                Body::Stream(stream) => {
+                    let mut each = |loaded: u64, _: u64| {
+                        let at = done.saturating_add(loaded);
+                        progress(at, total.max(at));
+                    };
+                    read_stream(&stream, o.total, &o.name, &mut each).await?
+                }
+            };
+            done = done.saturating_add(bytes.len() as u64);
+            parts.push(FetchedPart {
+                bytes,
+                name: o.name,
+                store: o.store,
+            });
+        }
+        let name = name
+            .or_else(|| parts.first().map(|p| p.name.clone()))
+            .unwrap_or_else(|| "model.gguf".to_string());
+        Ok(Fetched {
+            parts,
+            name,
+            from_cache,
+        })
+    }
+
+    /// Opens one file for reading (a list inside a list is refused).
+    async fn open(self, name: Option<String>, cache: Option<&str>) -> Result<Opened> {
         match self {
             Source::Url(url) => {
                 let name = name.unwrap_or_else(|| url_file_name(&url));
-                read_url(url, name, cache, progress).await
+                open_url(url, name, cache).await
             }
-            Source::Blob(blob) => {
-                let total = blob.size() as u64;
-                let name = name
+            Source::Blob(blob) => Ok(Opened {
+                total: blob.size() as u64,
+                name: name
                     .or_else(|| get(&blob, "name").as_string())
                     .filter(|n| !n.is_empty())
-                    .unwrap_or_else(|| "model.gguf".to_string());
-                let bytes = read_stream(&blob.stream(), total, &name, progress).await?;
-                Ok(Fetched {
-                    bytes,
-                    name,
-                    from_cache: false,
-                    store: None,
-                })
-            }
-            Source::Bytes(bytes) => {
-                let total = bytes.len() as u64;
-                progress(total, total);
-                Ok(Fetched {
-                    bytes,
-                    name: name.unwrap_or_else(|| "model.gguf".to_string()),
-                    from_cache: false,
-                    store: None,
-                })
-            }
+                    .unwrap_or_else(|| "model.gguf".to_string()),
+                body: Body::Stream(blob.stream()),
+                from_cache: false,
+                store: None,
+            }),
+            Source::Bytes(bytes) => Ok(Opened {
+                total: bytes.len() as u64,
+                name: name.unwrap_or_else(|| "model.gguf".to_string()),
+                body: Body::Bytes(bytes),
+                from_cache: false,
+                store: None,
+            }),
+            Source::Parts(_) => Err(Error::invalid(
+                "source",
+                "a list of model files inside a list: give one flat list of every part",
+            )),
         }
     }
 }
@@ -154,12 +271,7 @@ fn content_length(response: &Response) -> u64 {
         .unwrap_or(0)
 }
 
-async fn read_url(
-    url: String,
-    name: String,
-    cache_name: Option<&str>,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Fetched> {
+async fn open_url(url: String, name: String, cache_name: Option<&str>) -> Result<Opened> {
     let cache = match cache_name {
         Some(c) => open_cache(c).await,
         None => None,
@@ -168,11 +280,10 @@ async fn read_url(
         let hit = JsFuture::from(cache.match_with_str(&url)).await.ok();
         if let Some(response) = hit.and_then(|r| r.dyn_into::<Response>().ok()) {
             if let Some(body) = response.body() {
-                let total = content_length(&response);
-                let bytes = read_stream(&body, total, &url, progress).await?;
-                return Ok(Fetched {
-                    bytes,
+                return Ok(Opened {
+                    total: content_length(&response),
                     name,
+                    body: Body::Stream(body),
                     from_cache: true,
                     store: None,
                 });
@@ -194,10 +305,10 @@ async fn read_url(
     let body = response
         .body()
         .ok_or_else(|| io(&url, "the response has no body"))?;
-    let bytes = read_stream(&body, content_length(&response), &url, progress).await?;
-    Ok(Fetched {
-        bytes,
+    Ok(Opened {
+        total: content_length(&response),
         name,
+        body: Body::Stream(body),
         from_cache: false,
         store: cache.map(|c| (c, url)),
     })

@@ -31,8 +31,15 @@ export interface BatchOptions extends GenerateOptions {
   maxBatch?: number;
 }
 
-/** A GGUF model: a URL (fetched, with download progress), its bytes, or a File/Blob. */
-export type ModelSource = string | URL | Uint8Array | ArrayBuffer | ArrayBufferView | Blob;
+/** One file: a URL (fetched, with download progress), its bytes, or a File/Blob. */
+export type ModelFile = string | URL | Uint8Array | ArrayBuffer | ArrayBufferView | Blob;
+
+/**
+ * A GGUF model: one file, or every part of a split GGUF set (llama.cpp's
+ * `NAME-00001-of-0000N.gguf` layout) as a list or a `FileList`, in any order. The first part's
+ * URL alone stands for the whole set: the other parts are fetched from beside it.
+ */
+export type ModelSource = ModelFile | ModelFile[] | FileList;
 
 /** Load progress. `download` also covers reading a File or the Cache API. */
 export interface LoadProgress {

@@ -357,6 +357,49 @@ fn subcommands_share_flags_and_help() {
     );
 }
 
+/// A split GGUF set (`tests/fixtures/split/`) runs from its first part's path as the whole file
+/// does, `info` counts its files, and a later part alone exits 1 naming the first.
+#[test]
+fn a_split_set_runs_from_its_first_part() {
+    let first = "tests/fixtures/split/tiny-llama-q4_1-00001-of-00003.gguf";
+    let tokens = |model: &str| {
+        let (code, out, err) = emberlm(&[
+            "generate",
+            "--device",
+            "cpu",
+            "--model",
+            model,
+            "--prompt",
+            "The software",
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "8",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{model}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["sequences"][0]["tokens"].clone()
+    };
+    assert_eq!(tokens(first), tokens("tests/fixtures/tiny-llama-q4_1.gguf"));
+    let (code, out, err) = emberlm(&["info", "--model", first, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["files"], 3, "{v}");
+    assert_eq!(v["tensors"], 21, "{v}");
+    let (code, _, err) = emberlm(&[
+        "info",
+        "--model",
+        "tests/fixtures/split/tiny-llama-q4_1-00002-of-00003.gguf",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("part 2 of a 3-part split GGUF set")
+            && err.contains("tiny-llama-q4_1-00001-of-00003.gguf"),
+        "{err}"
+    );
+}
+
 #[test]
 fn generate_json_has_the_documented_shape() {
     let (code, out, err) = emberlm(&[

@@ -77,6 +77,11 @@ fn gguf_model() {
 }
 
 #[test]
+fn gguf_split() {
+    replay("gguf_split", fuzz_common::gguf_split);
+}
+
+#[test]
 fn safetensors_hf() {
     replay("safetensors_hf", fuzz_common::safetensors_hf);
 }

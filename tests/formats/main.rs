@@ -16,6 +16,7 @@ mod peak_alloc;
 mod fuzz_replay;
 mod gguf;
 mod gguf_malformed;
+mod gguf_split;
 mod gguf_stream;
 mod hf_load;
 mod layers;

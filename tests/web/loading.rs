@@ -176,3 +176,121 @@ async fn auto_on_a_software_adapter_times_both_backends_once() {
     }
     assert_eq!(info["runsOn"], faster, "{info}");
 }
+
+/// A split GGUF set (`tests/fixtures/split/`, three parts of `tiny-llama-q4_1.gguf` as gguf-py
+/// writes them): from the first part's URL alone (the others fetched from beside it, stored in
+/// and then read from the Cache API), from a list of every part's bytes in another order, and
+/// as the whole file, the same greedy tokens; a later part's URL alone and an empty list are
+/// refused by name. On the CPU backend: what is checked is the loading, which the backends
+/// share.
+#[wasm_bindgen_test]
+async fn a_split_set_loads_from_its_first_url_or_its_parts() {
+    let first = "split/tiny-llama-q4_1-00001-of-00003.gguf";
+    let Some(url) = common::fixture_url("a_split_set_loads_from_its_first_url_or_its_parts", first)
+    else {
+        return;
+    };
+    let cache_name = "emberlm-test-split";
+    let caches: web_sys::CacheStorage = Reflect::get(&js_sys::global(), &"caches".into())
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    JsFuture::from(caches.delete(cache_name)).await.unwrap();
+    let options = js(&json!({ "cache": cache_name, "contextLength": 64, "backend": "cpu" }));
+    let whole = Engine::open(
+        Uint8Array::from(fixture("tiny-llama-q4_1.gguf")).into(),
+        js(&json!({ "contextLength": 64, "backend": "cpu" })),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", message(&e)));
+    let expected = generate_greedy(&whole).await["tokens"].clone();
+
+    for (round, cached) in [(1, false), (2, true)] {
+        let progress = js_sys::Array::new();
+        let seen = progress.clone();
+        let on_progress = Closure::<dyn Fn(JsValue)>::new(move |event: JsValue| {
+            seen.push(&event);
+        });
+        let with_progress = options.clone();
+        Reflect::set(
+            &with_progress,
+            &"onProgress".into(),
+            on_progress.as_ref().unchecked_ref(),
+        )
+        .unwrap();
+        let engine = Engine::open(url.as_str().into(), with_progress)
+            .await
+            .unwrap_or_else(|e| panic!("load {round} of {url}: {}", message(&e)));
+        let info = rust(&engine.info().unwrap());
+        assert_eq!(info["loadedFromCache"], cached, "{info}");
+        assert_eq!(info["storedInCache"], !cached, "{info}");
+        assert_eq!(info["model"]["name"], "tiny-llama-q4_1-00001-of-00003.gguf");
+        assert_eq!(
+            generate_greedy(&engine).await["tokens"],
+            expected,
+            "load {round}"
+        );
+        // the download's progress covers the three parts: it ends at their sum
+        let downloads: Vec<serde_json::Value> = progress
+            .iter()
+            .map(|e| rust(&e))
+            .filter(|e| e["phase"] == "download")
+            .collect();
+        let last = downloads.last().expect("download progress");
+        let sizes: f64 = [75_776.0, 26_688.0, 21_152.0].iter().sum();
+        assert_eq!(
+            (last["loaded"].as_f64(), last["total"].as_f64()),
+            (Some(sizes), Some(sizes))
+        );
+        log(&format!(
+            "split set, load {round}: {} download events, loadedFromCache {cached}",
+            downloads.len()
+        ));
+    }
+    let cache: web_sys::Cache = JsFuture::from(caches.open(cache_name))
+        .await
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    for k in 1..=3 {
+        let part_url = url.replace("-00001-of-", &format!("-{k:05}-of-"));
+        let stored = JsFuture::from(cache.match_with_str(&part_url))
+            .await
+            .unwrap();
+        assert!(!stored.is_undefined(), "{part_url} is not in the cache");
+    }
+    JsFuture::from(caches.delete(cache_name)).await.unwrap();
+
+    // every part's bytes, in another order
+    let parts = js_sys::Array::new();
+    for k in [3, 1, 2] {
+        let part_url = url.replace("-00001-of-", &format!("-{k:05}-of-"));
+        let bytes = common::fetch_bytes(&part_url).await.unwrap();
+        parts.push(&Uint8Array::from(&bytes[..]));
+    }
+    let engine = Engine::open(
+        parts.into(),
+        js(&json!({ "contextLength": 64, "backend": "cpu" })),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the parts as bytes: {}", message(&e)));
+    assert_eq!(generate_greedy(&engine).await["tokens"], expected);
+
+    // a later part alone, and an empty list
+    let second = url.replace("-00001-of-", "-00002-of-");
+    let e = Engine::open(second.as_str().into(), js(&json!({ "backend": "cpu" })))
+        .await
+        .err()
+        .map(|e| message(&e))
+        .expect("a later part alone is refused");
+    assert!(e.contains("part 2 of a 3-part split GGUF set"), "{e}");
+    let e = Engine::open(
+        js_sys::Array::new().into(),
+        js(&json!({ "backend": "cpu" })),
+    )
+    .await
+    .err()
+    .map(|e| message(&e))
+    .expect("an empty list is refused");
+    assert!(e.contains("an empty list of model files"), "{e}");
+}

@@ -75,6 +75,7 @@ pub fn info(
             .collect();
         let out = serde_json::json!({
             "model": files.name(),
+            "files": files.file_count(),
             "config": c,
             "tensors": weights.tensors.len(),
             "types": types,
@@ -108,6 +109,12 @@ pub fn info(
         return Ok(());
     }
     println!("model:        {}", files.name());
+    if files.file_count() > 1 {
+        println!(
+            "files:        {} (a split GGUF set, read in part order)",
+            files.file_count()
+        );
+    }
     println!("architecture: {}", c.arch.name());
     println!(
         "dimensions:   vocab {}, hidden {}, layers {}, heads {} (kv {}), head dim {}, ffn {}",
