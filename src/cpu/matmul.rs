@@ -5,6 +5,7 @@
 use super::quant::{Q8Rows, UnpackedRow, QK};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::model::file_bytes::WeightBytes;
 
 /// A weight matrix `[rows, cols]` in its stored type (row-major, each row a whole number of
 /// blocks).
@@ -14,13 +15,20 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     row_bytes: usize,
-    data: Vec<u8>,
+    data: WeightBytes,
 }
 
 impl QMatrix {
     /// `data` holds `rows × cols` values of `dtype`; `name` names the tensor in errors (a
     /// length that does not match, or rows that are not whole blocks).
-    pub fn new(dtype: DType, rows: usize, cols: usize, data: Vec<u8>, name: &str) -> Result<Self> {
+    pub fn new(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: impl Into<WeightBytes>,
+        name: &str,
+    ) -> Result<Self> {
+        let data = data.into();
         let block = dtype.block_elements() as usize;
         if !cols.is_multiple_of(block) {
             return Err(Error::invalid(

@@ -55,7 +55,7 @@ impl GgufModel {
         Ok(Self { parts, index })
     }
 
-    /// Reads and parses a GGUF file from disk. The first part of a split set
+    /// Maps and parses a GGUF file on disk. The first part of a split set
     /// (`NAME-00001-of-0000N.gguf`) brings the other parts from the same folder; any other part
     /// is refused with the first part's name.
     #[cfg(not(target_arch = "wasm32"))]
@@ -63,11 +63,14 @@ impl GgufModel {
         use super::gguf_split::{PartName, SplitInfo};
 
         let read = |path: &std::path::Path, what: &str| -> Result<GgufPart> {
-            let bytes = std::fs::read(path).map_err(|e| Error::Io {
-                path: path.display().to_string(),
-                message: format!("{what}{e}"),
+            let bytes = crate::model::file_bytes::FileBytes::map(path).map_err(|e| match e {
+                Error::Io { path, message } => Error::Io {
+                    path,
+                    message: format!("{what}{message}"),
+                },
+                other => other,
             })?;
-            GgufPart::parse(bytes, &path.display().to_string())
+            GgufPart::new(bytes, &path.display().to_string())
         };
         let first = read(path, "")?;
         let info = match SplitInfo::of(&first.header)? {
@@ -382,6 +385,7 @@ fn weights_from_parts<'a>(
         file: h.file().to_string(),
         config,
         tensors,
+        sources: parts.iter().map(|p| p.bytes.clone()).collect(),
     };
     weights.check_shapes()?;
     Ok(weights)

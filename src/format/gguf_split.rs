@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use super::gguf::GgufHeader;
 use crate::error::{Error, Result};
+use crate::model::file_bytes::FileBytes;
 
 /// The part's number in its set, from 0.
 pub const SPLIT_NO: &str = "split.no";
@@ -151,7 +152,7 @@ pub struct GgufPart {
     /// The file's name or path, as errors name it.
     pub name: String,
     /// The whole file.
-    pub bytes: Vec<u8>,
+    pub bytes: FileBytes,
     /// Its header.
     pub header: GgufHeader,
 }
@@ -159,6 +160,11 @@ pub struct GgufPart {
 impl GgufPart {
     /// Parses the header of a whole file held in memory.
     pub fn parse(bytes: Vec<u8>, name: &str) -> Result<Self> {
+        Self::new(FileBytes::heap(bytes), name)
+    }
+
+    /// Parses the header of a whole file (held in memory or mapped).
+    pub fn new(bytes: FileBytes, name: &str) -> Result<Self> {
         let header = GgufHeader::parse(&bytes, name)?;
         Ok(Self {
             name: name.to_string(),

@@ -199,6 +199,7 @@ impl HfFolder {
             file: self.name.clone(),
             config,
             tensors,
+            sources: Vec::new(),
         };
         weights.check_shapes()?;
         Ok(weights)

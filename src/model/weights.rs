@@ -10,6 +10,7 @@ use crate::config::ModelConfig;
 use crate::dtype::kv::KvKinds;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::model::file_bytes::{FileBytes, WeightBytes};
 
 /// One tensor as stored: logical shape (outermost first; matrices are `[out, in]`), storage
 /// type, and its bytes (borrowed from the file where possible).
@@ -39,6 +40,22 @@ pub struct ModelWeights<'a> {
     pub config: ModelConfig,
     /// Tensors by GGUF name (`token_embd.weight`, `blk.0.attn_q.weight`, ...).
     pub tensors: BTreeMap<String, Tensor<'a>>,
+    /// The files the tensors borrow from, shared (empty when they borrow from nothing that a
+    /// backend can keep: [`ModelWeights::keep`] then copies).
+    pub sources: Vec<FileBytes>,
+}
+
+impl ModelWeights<'_> {
+    /// `data` (a tensor's bytes) as a backend keeps them: the range of the source file it is
+    /// borrowed from, without a copy; a copy when it is not a source's.
+    pub fn keep(&self, data: &[u8]) -> WeightBytes {
+        for file in &self.sources {
+            if let Some(range) = file.range_of(data) {
+                return WeightBytes::Shared(file.clone(), range);
+            }
+        }
+        WeightBytes::Owned(data.to_vec())
+    }
 }
 
 /// Per storage type: how many tensors and how many bytes.

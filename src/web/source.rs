@@ -169,6 +169,8 @@ impl Source {
             opened.push(source.open(own_name, cache).await?);
         }
         let total = opened.iter().fold(0u64, |t, o| t.saturating_add(o.total));
+        let first = opened.first().map_or("model.gguf", |o| o.name.as_str());
+        crate::model::file_bytes::check_fits_wasm32(total, name.as_deref().unwrap_or(first))?;
         let from_cache = opened.iter().all(|o| o.from_cache);
         let mut done = 0u64;
         let mut parts = Vec::with_capacity(opened.len());

@@ -20,4 +20,5 @@ mod gguf_split;
 mod gguf_stream;
 mod hf_load;
 mod layers;
+mod shared_weights;
 mod tokenizer;

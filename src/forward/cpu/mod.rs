@@ -16,6 +16,7 @@ use crate::cpu::QMatrix;
 use crate::dtype::dequantize;
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
+use crate::model::file_bytes::WASM32_ADDRESS_SPACE;
 use crate::model::weights::ModelWeights;
 
 mod step;
@@ -99,7 +100,8 @@ pub struct CpuForward {
 }
 
 impl CpuForward {
-    /// Copies the weights (matrices in their stored format, vectors as f32), allocates an f32
+    /// Keeps the matrices in their stored format where the file holds them (shared, not copied:
+    /// [`ModelWeights::keep`]), the vectors as f32; allocates an f32
     /// KV cache of `context` positions, builds the graph.
     pub fn new(weights: &ModelWeights<'_>, context: usize, chunk: usize) -> Result<Self> {
         let config = weights.config.clone();
@@ -119,7 +121,7 @@ impl CpuForward {
             held.shapes.insert(name.clone(), t.shape.clone());
             match t.shape.as_slice() {
                 &[rows, cols] => {
-                    let m = QMatrix::new(t.dtype, rows, cols, t.data.to_vec(), name)?;
+                    let m = QMatrix::new(t.dtype, rows, cols, weights.keep(&t.data), name)?;
                     held.mats.insert(name.clone(), m);
                 }
                 _ => {
@@ -448,9 +450,6 @@ impl CpuForward {
     }
 }
 
-/// The most bytes a WebAssembly module can address (wasm32: 4 GiB).
-const WASM32_ADDRESS_SPACE: u64 = 4 << 30;
-
 /// Refuses, with the numbers, a model whose file, weights as held here and KV cache would not
 /// fit the address space of a wasm32 module together (the file stays in memory beside the
 /// copy: the engine keeps it to load the model again). Natively there is no such limit.
@@ -459,10 +458,19 @@ fn check_address_space(
     config: &ModelConfig,
     context: usize,
 ) -> Result<()> {
+    // Matrices stay in the file's bytes (`ModelWeights::keep`) unless they were made on load;
+    // vectors are held again as f32.
     let held: u64 = weights
         .tensors
         .values()
         .map(|t| match t.shape.len() {
+            2 if weights
+                .sources
+                .iter()
+                .any(|f| f.range_of(&t.data).is_some()) =>
+            {
+                0
+            }
             2 => t.data.len() as u64,
             _ => t.n_elements() as u64 * 4,
         })

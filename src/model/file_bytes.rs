@@ -1,0 +1,174 @@
+//! A model file's bytes, shared: read into memory, or (natively) mapped from disk. Tensors
+//! borrow from them while a model loads, and the CPU backend keeps its matrices as ranges of
+//! them ([`WeightBytes`]) instead of copying every weight, so a model costs its file's size
+//! once, not twice (and natively, mapped pages the kernel can drop and read again).
+
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+/// The most bytes a WebAssembly module can address (wasm32: 4 GiB). A page holds a model's
+/// files there whole, beside everything else the engine keeps.
+pub const WASM32_ADDRESS_SPACE: u64 = 4 << 30;
+
+/// Refuses files of `total` bytes in all (every part of a model, as `Content-Length` or
+/// `File.size` announce them) that a page's memory cannot hold: checked before any byte is
+/// read, so a model too large for the page fails at once instead of after a long download.
+pub fn check_fits_wasm32(total: u64, what: &str) -> crate::error::Result<()> {
+    if total > WASM32_ADDRESS_SPACE {
+        return Err(crate::error::Error::Limit {
+            what: format!("{what}: the model's files, held whole in the page's memory"),
+            limit: "wasm32 address space",
+            needed: total,
+            allowed: WASM32_ADDRESS_SPACE,
+        });
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+enum Data {
+    Heap(Vec<u8>),
+    #[cfg(not(target_arch = "wasm32"))]
+    Mapped(memmap2::Mmap),
+}
+
+/// One file's bytes, immutable and cheap to clone (the clones share them).
+#[derive(Debug, Clone)]
+pub struct FileBytes(Arc<Data>);
+
+impl FileBytes {
+    /// Bytes read into memory.
+    pub fn heap(bytes: Vec<u8>) -> Self {
+        Self(Arc::new(Data::Heap(bytes)))
+    }
+
+    /// The file at `path`, mapped read-only (an empty file is read instead: nothing to map).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn map(path: &std::path::Path) -> crate::error::Result<Self> {
+        let io = |e: std::io::Error| crate::error::Error::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.len() == 0 {
+            return Ok(Self::heap(Vec::new()));
+        }
+        // SAFETY: the mapping is read-only and private to this process. Another process that
+        // truncates or rewrites the file while it is mapped changes what later reads see (a
+        // truncation can end the process with SIGBUS), as with every memory-mapped model loader
+        // (llama.cpp maps its files the same way); nothing here writes through the mapping.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Ok(Self(Arc::new(Data::Mapped(map))))
+    }
+
+    /// Whether the bytes are mapped from a file rather than held in memory.
+    pub fn is_mapped(&self) -> bool {
+        match &*self.0 {
+            Data::Heap(_) => false,
+            #[cfg(not(target_arch = "wasm32"))]
+            Data::Mapped(_) => true,
+        }
+    }
+
+    /// Where `slice` lies inside these bytes, when it is a part of them (found by address: a
+    /// tensor borrowed from this file).
+    pub fn range_of(&self, slice: &[u8]) -> Option<Range<usize>> {
+        let base = self.as_ptr() as usize;
+        let start = (slice.as_ptr() as usize).checked_sub(base)?;
+        let end = start.checked_add(slice.len())?;
+        (end <= self.len()).then_some(start..end)
+    }
+}
+
+impl Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &*self.0 {
+            Data::Heap(v) => v,
+            #[cfg(not(target_arch = "wasm32"))]
+            Data::Mapped(m) => m,
+        }
+    }
+}
+
+/// A tensor's bytes as a backend keeps them: a range of a shared file, or a buffer of its own
+/// (a tensor made on load, such as a half of a fused matrix).
+#[derive(Debug, Clone)]
+pub enum WeightBytes {
+    /// `range` of a file's bytes.
+    Shared(FileBytes, Range<usize>),
+    /// Bytes of its own.
+    Owned(Vec<u8>),
+}
+
+impl WeightBytes {
+    /// Whether these bytes are a file's, not a copy.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, WeightBytes::Shared(..))
+    }
+}
+
+impl From<Vec<u8>> for WeightBytes {
+    fn from(bytes: Vec<u8>) -> Self {
+        WeightBytes::Owned(bytes)
+    }
+}
+
+impl Deref for WeightBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            // the range was found inside these bytes (`FileBytes::range_of`)
+            WeightBytes::Shared(file, range) => file.get(range.clone()).unwrap_or_default(),
+            WeightBytes::Owned(v) => v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_is_found_in_its_file_and_nowhere_else() {
+        let file = FileBytes::heap((0u8..64).collect());
+        assert_eq!(file.range_of(&file[10..20]), Some(10..20));
+        assert_eq!(file.range_of(&file[..]), Some(0..64));
+        let other = vec![1u8; 8];
+        assert_eq!(file.range_of(&other), None);
+        let shared = WeightBytes::Shared(file.clone(), 10..20);
+        assert_eq!(&shared[..], &file[10..20]);
+        assert!(shared.is_shared() && !WeightBytes::Owned(other).is_shared());
+    }
+
+    #[test]
+    fn files_past_the_wasm32_address_space_are_refused_with_the_numbers() {
+        assert!(check_fits_wasm32(WASM32_ADDRESS_SPACE, "m.gguf").is_ok());
+        let e = check_fits_wasm32(WASM32_ADDRESS_SPACE + 1, "m-00001-of-00003.gguf")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("m-00001-of-00003.gguf")
+                && e.contains("4294967297")
+                && e.contains("wasm32 address space"),
+            "{e}"
+        );
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn a_mapped_file_reads_as_the_file() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tiny-llama-q4_1.gguf");
+        let mapped = FileBytes::map(&path).unwrap();
+        assert!(mapped.is_mapped());
+        assert_eq!(&mapped[..], &std::fs::read(&path).unwrap()[..]);
+        let missing = FileBytes::map(std::path::Path::new("no/such/file.gguf")).unwrap_err();
+        assert!(
+            missing.to_string().contains("no/such/file.gguf"),
+            "{missing}"
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! A model's matrices stay in its file's bytes: a GGUF file is mapped (natively), its tensors
+//! borrow from the mapping, and the CPU backend keeps those ranges instead of copying every
+//! weight, so loading makes no allocation anywhere near the file's size.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::path::Path;
+
+use crate::peak_alloc::with_peak;
+use emberlm::loader::ModelFiles;
+use emberlm::session::Session;
+
+/// The largest tiny fixture (5.8 MB of f32 weights; the largest tensor is 1 MB).
+const MODEL: &str = "tests/fixtures/tiny-llama-256-f32.gguf";
+
+#[test]
+fn gguf_matrices_are_kept_from_the_file_and_hf_ones_copied() {
+    let files = ModelFiles::open(Path::new(MODEL)).unwrap();
+    let weights = files.weights().unwrap();
+    assert_eq!(weights.sources.len(), 1);
+    assert!(
+        weights.sources[0].is_mapped(),
+        "{MODEL} is read, not mapped"
+    );
+    for (name, t) in &weights.tensors {
+        assert!(weights.keep(&t.data).is_shared(), "{name} is copied");
+    }
+    let hf = ModelFiles::open(Path::new("tests/fixtures/tiny-llama")).unwrap();
+    let weights = hf.weights().unwrap();
+    let (name, t) = weights.tensors.iter().next().unwrap();
+    assert!(!weights.keep(&t.data).is_shared(), "{name}");
+}
+
+#[test]
+fn a_cpu_session_loads_without_copying_the_file() {
+    let file_len = std::fs::metadata(MODEL).unwrap().len() as usize;
+    let (session, largest) = with_peak(|| {
+        let files = ModelFiles::open(Path::new(MODEL)).unwrap();
+        Session::new_cpu(&files, Some(64)).unwrap()
+    });
+    drop(session);
+    // before: the file was read into one buffer (file_len) and each matrix copied again
+    assert!(
+        largest < file_len / 4,
+        "the largest allocation while loading was {largest} bytes, the file {file_len}"
+    );
+}
