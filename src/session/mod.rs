@@ -203,7 +203,8 @@ impl Session {
     }
 
     /// Loads `files` for the CPU backend with a KV cache of `context` positions (default: the
-    /// model's context, at most 4096).
+    /// model's context, at most 4096, and in WebAssembly at most what fits the address space
+    /// beside the model: [`crate::forward::cpu::context_for`]).
     pub fn new_cpu(files: &ModelFiles, context: Option<usize>) -> Result<Self> {
         let weights = files.weights()?;
         let choice = match context {
@@ -211,10 +212,12 @@ impl Session {
                 context: n,
                 reason: "asked for".into(),
             },
-            None => ContextChoice {
-                context: default_context(&weights.config),
-                reason: "the model's context, at most 4096".into(),
-            },
+            None => crate::forward::cpu::context_for(
+                &weights,
+                default_context(&weights.config),
+                cfg!(target_arch = "wasm32")
+                    .then_some(crate::model::file_bytes::WASM32_ADDRESS_SPACE),
+            ),
         };
         let forward = Backend::cpu(&weights, choice.context)?;
         Self::with_backend(files, forward, choice)

@@ -10,7 +10,7 @@ use super::graph::{Graph, WeightIndex};
 use super::readback::{Collect, Head, MemoryReport, Output, Readback, StepLogits};
 use super::BatchToken;
 use crate::candidates::SelectRequest;
-use crate::config::{FillMark, KvLayout, ModelConfig};
+use crate::config::{ContextChoice, FillMark, KvLayout, ModelConfig};
 use crate::cpu::kv::KvRows;
 use crate::cpu::QMatrix;
 use crate::dtype::dequantize;
@@ -111,7 +111,7 @@ impl CpuForward {
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
-        check_address_space(weights, &config, context)?;
+        check_address_space(weights, context)?;
         let mut held = CpuWeights {
             mats: HashMap::new(),
             vecs: HashMap::new(),
@@ -450,17 +450,10 @@ impl CpuForward {
     }
 }
 
-/// Refuses, with the numbers, a model whose file, weights as held here and KV cache would not
-/// fit the address space of a wasm32 module together (the file stays in memory beside the
-/// copy: the engine keeps it to load the model again). Natively there is no such limit.
-fn check_address_space(
-    weights: &ModelWeights<'_>,
-    config: &ModelConfig,
-    context: usize,
-) -> Result<()> {
-    // Matrices stay in the file's bytes (`ModelWeights::keep`) unless they were made on load;
-    // vectors are held again as f32.
-    let held: u64 = weights
+/// Bytes the CPU backend holds for `weights` beside the files: matrices made on load (the others
+/// stay in the file's bytes, [`ModelWeights::keep`]) and the vectors again as f32.
+fn held_beside_the_files(weights: &ModelWeights<'_>) -> u64 {
+    weights
         .tensors
         .values()
         .map(|t| match t.shape.len() {
@@ -474,9 +467,70 @@ fn check_address_space(
             2 => t.data.len() as u64,
             _ => t.n_elements() as u64 * 4,
         })
-        .sum();
-    let kv = 2 * (config.n_layers as u64) * (context as u64) * (config.kv_dim() as u64) * 4;
-    let needed = weights.weight_bytes() + held + kv;
+        .sum()
+}
+
+/// Bytes of the f32 KV cache of `context` positions (every layer at full length: an upper bound
+/// for models with local layers).
+fn kv_bytes(config: &ModelConfig, context: usize) -> u64 {
+    2 * (config.n_layers as u64) * (context as u64) * (config.kv_dim() as u64) * 4
+}
+
+/// What a wasm32 module holds for the CPU backend: the files, what is held beside them and the
+/// KV cache of `context` positions.
+fn address_space_needed(weights: &ModelWeights<'_>, context: usize) -> u64 {
+    weights.weight_bytes() + held_beside_the_files(weights) + kv_bytes(&weights.config, context)
+}
+
+/// The longest context, up to `wanted`, whose KV cache fits `space` bytes beside the files and
+/// the weights held (see [`address_space_needed`]); `None` when not even one position fits.
+pub fn longest_context_within(
+    weights: &ModelWeights<'_>,
+    wanted: usize,
+    space: u64,
+) -> Option<usize> {
+    let fixed = address_space_needed(weights, 0);
+    let per_position = kv_bytes(&weights.config, 1).max(1);
+    let positions = space.checked_sub(fixed)? / per_position;
+    let context = usize::try_from(positions).unwrap_or(usize::MAX).min(wanted);
+    (context >= 1).then_some(context)
+}
+
+/// The context the CPU backend takes when the caller gives none: `wanted` (the model's, at most
+/// 4096); where `space` bounds what the module can hold (wasm32: 4 GiB), the longest context
+/// that fits beside the files and the weights held, so that a large model gets a shorter
+/// context instead of a refusal. When not even one position fits, `wanted` stays and the load
+/// is refused with the numbers.
+pub fn context_for(weights: &ModelWeights<'_>, wanted: usize, space: Option<u64>) -> ContextChoice {
+    let default = ContextChoice {
+        context: wanted,
+        reason: "the model's context, at most 4096".into(),
+    };
+    let Some(space) = space else {
+        return default;
+    };
+    if address_space_needed(weights, wanted) <= space {
+        return default;
+    }
+    match longest_context_within(weights, wanted, space) {
+        Some(context) => ContextChoice {
+            context,
+            reason: format!(
+                "the longest whose f32 KV cache fits the {space}-byte address space beside the \
+                 model ({} bytes held; {wanted} positions would need {})",
+                address_space_needed(weights, 0),
+                address_space_needed(weights, wanted)
+            ),
+        },
+        None => default,
+    }
+}
+
+/// Refuses, with the numbers, a model whose files, weights as held here and KV cache would not
+/// fit the address space of a wasm32 module together (the files stay in memory: the engine
+/// keeps them to load the model again). Natively there is no such limit.
+fn check_address_space(weights: &ModelWeights<'_>, context: usize) -> Result<()> {
+    let needed = address_space_needed(weights, context);
     if cfg!(target_arch = "wasm32") && needed > WASM32_ADDRESS_SPACE {
         return Err(Error::Limit {
             what: format!(
@@ -490,4 +544,33 @@ fn check_address_space(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::gguf_model::GgufModel;
+
+    #[test]
+    fn a_bounded_address_space_shortens_the_default_context() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tiny-llama-q4_1.gguf");
+        let model = GgufModel::read(&path).unwrap();
+        let w = model.weights().unwrap();
+        let per_position = kv_bytes(&w.config, 1);
+        let fixed = address_space_needed(&w, 0);
+        // no bound, or room for every wanted position: the default
+        assert_eq!(context_for(&w, 128, None).context, 128);
+        assert_eq!(
+            context_for(&w, 128, Some(fixed + 128 * per_position)).context,
+            128
+        );
+        // room for 100 positions (and a little more): 100, and the reason says why
+        let c = context_for(&w, 128, Some(fixed + 100 * per_position + per_position / 2));
+        assert_eq!(c.context, 100);
+        assert!(c.reason.contains("address space"), "{}", c.reason);
+        // not one position: the default stays, and the load's check refuses it
+        assert_eq!(context_for(&w, 128, Some(fixed)).context, 128);
+        assert_eq!(longest_context_within(&w, 128, fixed), None);
+    }
 }
