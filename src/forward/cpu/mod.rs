@@ -553,9 +553,8 @@ mod tests {
 
     #[test]
     fn a_bounded_address_space_shortens_the_default_context() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/tiny-llama-q4_1.gguf");
-        let model = GgufModel::read(&path).unwrap();
+        let bytes = include_bytes!("../../../tests/fixtures/tiny-llama-q4_1.gguf");
+        let model = GgufModel::from_bytes(bytes.to_vec(), "tiny-llama-q4_1.gguf").unwrap();
         let w = model.weights().unwrap();
         let per_position = kv_bytes(&w.config, 1);
         let fixed = address_space_needed(&w, 0);
