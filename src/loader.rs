@@ -78,6 +78,15 @@ impl ModelFiles {
         }
     }
 
+    /// The bytes of each file of a GGUF model, in part order (none for a Hugging Face folder,
+    /// whose files are read into tensors).
+    pub fn file_data(&self) -> Vec<&[u8]> {
+        match self {
+            ModelFiles::Gguf(g) => g.parts().iter().map(|p| &p.bytes[..]).collect(),
+            ModelFiles::Hf(_) => Vec::new(),
+        }
+    }
+
     /// Where the model came from.
     pub fn name(&self) -> &str {
         match self {

@@ -221,6 +221,7 @@ async function load() {
       note.dataset.cached = 'false';
     }
     showInfo(info, template?.name);
+    refreshStored();
     newChat();
     // a new model comes without the previous one's draft
     $('draft-file').value = '';
@@ -234,6 +235,60 @@ async function load() {
     showError(e);
     setStatus('error', 'The model did not load.');
   }
+}
+
+/** A split set's later parts (`NAME-0000k-of-0000N.gguf`, k > 1) fold into its first part's row. */
+const LATER_PART = /-(\d{5,})-of-(\d{5,})\.gguf(?:[?#].*)?$/;
+
+/**
+ * Lists the models kept in the Cache API (`client.listStored`), each with its size and a
+ * Delete button; a split set is one row, its first part's name and every part's bytes.
+ */
+async function refreshStored() {
+  let files;
+  try {
+    files = await client.listStored(MODEL_CACHE);
+  } catch {
+    $('stored-box').hidden = true;
+    return;
+  }
+  const rows = new Map();
+  for (const { url, bytes } of files) {
+    const part = url.match(LATER_PART);
+    const first = part && Number(part[1]) > 1
+      ? url.replace(LATER_PART, (m, k, n) => m.replace(`-${k}-of-`, `-${'1'.padStart(k.length, '0')}-of-`))
+      : url;
+    const row = rows.get(first) ?? { url: first, bytes: 0, files: 0 };
+    row.bytes += bytes ?? 0;
+    row.files += 1;
+    rows.set(first, row);
+  }
+  const list = $('stored-list');
+  list.replaceChildren(...[...rows.values()].map((row) => {
+    const item = document.createElement('li');
+    const name = document.createElement('span');
+    name.className = 'stored-name';
+    name.textContent = row.url.split(/[?#]/)[0].split('/').pop();
+    name.title = row.url;
+    const size = document.createElement('span');
+    size.className = 'stored-size';
+    size.textContent = ` ${mb(row.bytes)}${row.files > 1 ? ` in ${row.files} files` : ''} `;
+    const remove = document.createElement('button');
+    remove.type = 'button';
+    remove.textContent = 'Delete';
+    remove.addEventListener('click', async () => {
+      remove.disabled = true;
+      try {
+        await client.deleteStored(row.url, MODEL_CACHE);
+      } catch (e) {
+        showError(e);
+      }
+      refreshStored();
+    });
+    item.append(name, size, remove);
+    return item;
+  }));
+  $('stored-empty').hidden = rows.size > 0;
 }
 
 /** Loads the picked draft model beside the model, for speculative decoding. */
@@ -505,6 +560,7 @@ async function main() {
   // the CPU backend and the "Runs on" row says why.
   client = new EngineClient(globalThis.EMBERLM_WORKER_URL, { type: globalThis.EMBERLM_WORKER_TYPE });
   client.version().then((v) => { $('version').textContent = `v${v}`; }, () => {});
+  if (!OFFLINE) refreshStored();
   if (OFFLINE) setStatus('idle', 'Pick a GGUF model file (or drop one on this page).');
   else await load();
 }

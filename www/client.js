@@ -23,7 +23,7 @@ function forWorker(source, transfer) {
   if (typeof source === 'string' || source instanceof URL) {
     return new URL(source, document.baseURI).href;
   }
-  if (source instanceof ArrayBuffer) {
+  if (source instanceof ArrayBuffer && !transfer.includes(source)) {
     transfer.push(source);
   }
   return source;
@@ -183,6 +183,22 @@ export class EngineClient {
   /** Destroys the GPU device as a driver reset would (for tests). */
   destroyDeviceForTest() {
     return this.#call('destroyDeviceForTest').promise;
+  }
+
+  /**
+   * The files `load(url, { cache })` kept in the Cache API cache `cache`: [{ url, bytes }]
+   * (a split set's parts each under its own URL). No model needs to be loaded.
+   */
+  listStored(cache) {
+    return this.#call('listStored', { cache }).promise;
+  }
+
+  /**
+   * Deletes `url` (resolved against this page) from the Cache API cache `cache`, with every
+   * other part when it is a split set's first part. Resolves to the number of files deleted.
+   */
+  deleteStored(url, cache) {
+    return this.#call('deleteStored', { url: new URL(url, document.baseURI).href, cache }).promise;
   }
 
   /** The emberlm version. */

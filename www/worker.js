@@ -170,6 +170,13 @@ const ops = {
   async counters() {
     return requireEngine().counters();
   },
+  // The Cache API store: no model needed.
+  async listStored(id, { cache }) {
+    return api.Engine.listStored(cache);
+  },
+  async deleteStored(id, { url, cache }) {
+    return api.Engine.deleteStored(new URL(url, self.location.href).href, cache);
+  },
   async free() {
     engine?.free();
     engine = null;

@@ -16,8 +16,9 @@ const GEMMA3_WINDOW: usize = 512;
 use crate::error::{Error, Result};
 use crate::model::weights::{ModelWeights, Tensor};
 
-/// A GGUF model held in memory: one file, or every part of a split set (in part order), with
-/// their parsed headers. The first file's header holds the model's metadata.
+/// A GGUF model: one file, or every part of a split set (in part order), each held in memory or
+/// (natively) mapped, with their parsed headers. The first file's header holds the model's
+/// metadata.
 #[derive(Debug)]
 pub struct GgufModel {
     parts: Vec<GgufPart>,

@@ -233,12 +233,15 @@ pub fn order_parts(parts: Vec<GgufPart>) -> Result<Vec<GgufPart>> {
             ));
         }
         if info.tensors != lead.tensors {
+            let said = |t: Option<u64>| t.map_or_else(|| "missing".to_string(), |n| n.to_string());
             return Err(Error::format(
                 &part.name,
                 format!(
-                    "`{SPLIT_TENSORS_COUNT}` is {:?}, but `{}` says {:?}: the files are from \
+                    "`{SPLIT_TENSORS_COUNT}` is {}, but `{}` says {}: the files are from \
                      different sets",
-                    info.tensors, lead_part.name, lead.tensors
+                    said(info.tensors),
+                    lead_part.name,
+                    said(lead.tensors)
                 ),
             ));
         }

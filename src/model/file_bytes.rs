@@ -10,9 +10,10 @@ use std::sync::Arc;
 /// files there whole, beside everything else the engine keeps.
 pub const WASM32_ADDRESS_SPACE: u64 = 4 << 30;
 
-/// Refuses files of `total` bytes in all (every part of a model, as `Content-Length` or
-/// `File.size` announce them) that a page's memory cannot hold: checked before any byte is
-/// read, so a model too large for the page fails at once instead of after a long download.
+/// Refuses files of `total` bytes in all (every part of a model whose size is known so far, as
+/// `Content-Length` or `File.size` announce them) that a page's memory cannot hold: checked
+/// before each file's body is read, so a model too large for the page fails at once instead of
+/// after a long download.
 pub fn check_fits_wasm32(total: u64, what: &str) -> crate::error::Result<()> {
     if total > WASM32_ADDRESS_SPACE {
         return Err(crate::error::Error::Limit {
@@ -25,7 +26,6 @@ pub fn check_fits_wasm32(total: u64, what: &str) -> crate::error::Result<()> {
     Ok(())
 }
 
-#[derive(Debug)]
 enum Data {
     Heap(Vec<u8>),
     #[cfg(not(target_arch = "wasm32"))]
@@ -33,8 +33,18 @@ enum Data {
 }
 
 /// One file's bytes, immutable and cheap to clone (the clones share them).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FileBytes(Arc<Data>);
+
+impl std::fmt::Debug for FileBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // not the bytes: a model's file is gigabytes
+        f.debug_struct("FileBytes")
+            .field("len", &self.len())
+            .field("mapped", &self.is_mapped())
+            .finish()
+    }
+}
 
 impl FileBytes {
     /// Bytes read into memory.
@@ -42,23 +52,34 @@ impl FileBytes {
         Self(Arc::new(Data::Heap(bytes)))
     }
 
-    /// The file at `path`, mapped read-only (an empty file is read instead: nothing to map).
+    /// The file at `path`, mapped read-only; read into memory instead where it cannot be
+    /// mapped (a pipe, a device, an empty file, a file system that refuses the mapping).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn map(path: &std::path::Path) -> crate::error::Result<Self> {
+        use std::io::Read;
+
         let io = |e: std::io::Error| crate::error::Error::Io {
             path: path.display().to_string(),
             message: e.to_string(),
         };
-        let file = std::fs::File::open(path).map_err(io)?;
-        if file.metadata().map_err(io)?.len() == 0 {
-            return Ok(Self::heap(Vec::new()));
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if meta.is_file() && meta.len() > 0 {
+            // SAFETY: the mapping is read-only (PROT_READ) and only `&[u8]` views of it are
+            // handed out, so nothing in this process writes through it. It is a shared mapping
+            // of the file: another process that rewrites the file while it is mapped changes
+            // what later reads see (wrong numbers, never reads out of bounds: every range was
+            // checked against the mapping's fixed length), and one that truncates it ends this
+            // process with SIGBUS on the next read of a lost page, as with every model loader
+            // that maps its files (llama.cpp does by default). Replace a model a server is
+            // using by renaming a new file over it, not by copying onto it.
+            if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
+                return Ok(Self(Arc::new(Data::Mapped(map))));
+            }
         }
-        // SAFETY: the mapping is read-only and private to this process. Another process that
-        // truncates or rewrites the file while it is mapped changes what later reads see (a
-        // truncation can end the process with SIGBUS), as with every memory-mapped model loader
-        // (llama.cpp maps its files the same way); nothing here writes through the mapping.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Ok(Self(Arc::new(Data::Mapped(map))))
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io)?;
+        Ok(Self::heap(bytes))
     }
 
     /// Whether the bytes are mapped from a file rather than held in memory.
@@ -93,7 +114,9 @@ impl Deref for FileBytes {
 }
 
 /// A tensor's bytes as a backend keeps them: a range of a shared file, or a buffer of its own
-/// (a tensor made on load, such as a half of a fused matrix).
+/// (a tensor made on load, such as a half of a fused matrix). A `Shared` range lies within its
+/// file ([`FileBytes::range_of`] finds them so); one that did not would read as empty, which
+/// the length checks of the matrices built on it refuse.
 #[derive(Debug, Clone)]
 pub enum WeightBytes {
     /// `range` of a file's bytes.
@@ -170,5 +193,14 @@ mod tests {
             missing.to_string().contains("no/such/file.gguf"),
             "{missing}"
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn what_cannot_be_mapped_is_read() {
+        // a device (as a pipe or /dev/stdin would be): read, not mapped, and not an error
+        let null = FileBytes::map(std::path::Path::new("/dev/null")).unwrap();
+        assert!(!null.is_mapped() && null.is_empty());
+        assert_eq!(format!("{null:?}"), "FileBytes { len: 0, mapped: false }");
     }
 }

@@ -192,17 +192,19 @@ impl Engine {
                 Err(e) => return Err(js_error(&e)),
             },
         };
+        let named = name.is_some();
         let fetched = source
             .read(name, cache.as_deref(), &mut |l, t| report("download", l, t))
             .await
             .map_err(|e| js_error(&e))?;
         // Each file fetched from the network with a cache named is stored once the model has
-        // parsed (a copy: the bytes themselves go to the parser).
+        // parsed, copied to JavaScript one file at a time (found again by its address: the
+        // parser keeps the very buffer it was given), so the extra memory is one file's at most.
         let mut to_store = Vec::new();
         let mut files = Vec::with_capacity(fetched.parts.len());
         for part in fetched.parts {
             if let Some(store) = part.store {
-                to_store.push((store, Uint8Array::from(&part.bytes[..])));
+                to_store.push((store, part.bytes.as_ptr() as usize));
             }
             files.push((part.bytes, part.name));
         }
@@ -211,9 +213,25 @@ impl Engine {
         let weight_bytes = files.weights().map_err(|e| js_error(&e))?.weight_bytes();
         report("parse", 1, 1);
         let mut stored = !to_store.is_empty();
-        for ((cache, url), copy) in to_store {
-            stored &= source::store(&cache, &url, &copy).await;
+        for ((cache, url), address) in to_store {
+            let data = files
+                .file_data()
+                .into_iter()
+                .find(|d| d.as_ptr() as usize == address);
+            match data {
+                Some(data) => {
+                    let copy = Uint8Array::from(data);
+                    stored &= source::store(&cache, &url, &copy).await;
+                }
+                None => stored = false,
+            }
         }
+        // the caller's name, else the first part's (a split set's files in any order)
+        let model_name = if named {
+            fetched.name
+        } else {
+            files.name().to_string()
+        };
         let options = EngineOptions {
             context,
             gpu: gpu_options,
@@ -238,7 +256,7 @@ impl Engine {
         };
         let info = inner
             .inspect(|s| {
-                EngineInfo::new(s, &fetched.name, weight_bytes, note)
+                EngineInfo::new(s, &model_name, weight_bytes, note)
                     .with_backend(inner.backend_notice(), inner.backend_choice())
             })
             .ok_or_else(|| js_message("Internal", "the engine lost its model while loading"))?;

@@ -16,6 +16,7 @@ mod draft;
 mod engine;
 mod openai;
 mod source;
+mod stored;
 mod stream;
 mod types;
 mod typescript;

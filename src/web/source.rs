@@ -48,7 +48,7 @@ pub(crate) enum Source {
     Blob(Blob),
     /// Bytes already in memory.
     Bytes(Vec<u8>),
-    /// Every file of a model in several (a split GGUF set): a list of the others.
+    /// Every file of a model in several (a split GGUF set), one source each.
     Parts(Vec<Source>),
 }
 
@@ -148,9 +148,14 @@ impl Source {
         ))
     }
 
-    /// Reads every file, reporting `progress(loaded, total)` over all of them (total 0 when
-    /// unknown). `cache` names a Cache API cache for URL sources; without the Cache API it is
-    /// ignored. `name` names the model (and its file, when it is one).
+    /// Reads every file, reporting `progress(loaded, total)` over all of them (total 0 while
+    /// any file's size is unknown: a URL not yet opened, or one without `Content-Length`).
+    /// `cache` names a Cache API cache for URL sources; without the Cache API it is ignored.
+    /// `name` names the model (and its file, when it is one). The files are read one after
+    /// another, each URL fetched only once the file before it has been read: a browser keeps
+    /// at most six HTTP/1.1 connections to one host, and a body not yet read holds its
+    /// connection. Before each file's body is read, the sizes known so far are checked against
+    /// the wasm32 address space.
     pub async fn read(
         self,
         name: Option<String>,
@@ -162,29 +167,47 @@ impl Source {
             one => vec![one],
         };
         let single = sources.len() == 1;
-        // Every file opened first (a URL's response headers), so that the total is known.
-        let mut opened = Vec::with_capacity(sources.len());
-        for source in sources {
-            let own_name = if single { name.clone() } else { None };
-            opened.push(source.open(own_name, cache).await?);
-        }
-        let total = opened.iter().fold(0u64, |t, o| t.saturating_add(o.total));
-        let first = opened.first().map_or("model.gguf", |o| o.name.as_str());
-        crate::model::file_bytes::check_fits_wasm32(total, name.as_deref().unwrap_or(first))?;
-        let from_cache = opened.iter().all(|o| o.from_cache);
+        let mut known: Vec<Option<u64>> = sources.iter().map(Source::size_now).collect();
         let mut done = 0u64;
-        let mut parts = Vec::with_capacity(opened.len());
-        for o in opened {
+        let mut from_cache = true;
+        let mut parts: Vec<FetchedPart> = Vec::with_capacity(sources.len());
+        for (i, source) in sources.into_iter().enumerate() {
+            let own_name = if single { name.clone() } else { None };
+            let o = source.open(own_name, cache).await?;
+            if let Some(size) = known.get_mut(i) {
+                // a URL without Content-Length stays unknown
+                *size = Some(o.total).filter(|&t| t > 0 || !matches!(o.body, Body::Stream(_)));
+            }
+            let sum = known
+                .iter()
+                .flatten()
+                .fold(0u64, |t, n| t.saturating_add(*n));
+            let first = parts.first().map_or(o.name.as_str(), |p| p.name.as_str());
+            let what = name.as_deref().unwrap_or(first);
+            if let Err(e) = crate::model::file_bytes::check_fits_wasm32(sum, what) {
+                if let Body::Stream(stream) = &o.body {
+                    // the download would only fill memory the model cannot have
+                    let _ = stream.cancel();
+                }
+                return Err(e);
+            }
+            let total = if known.iter().all(Option::is_some) {
+                sum
+            } else {
+                0
+            };
+            let shown = |at: u64| if total > 0 { total.max(at) } else { 0 };
+            from_cache &= o.from_cache;
             let bytes = match o.body {
                 Body::Bytes(bytes) => {
                     let at = done.saturating_add(bytes.len() as u64);
-                    progress(at, total.max(at));
+                    progress(at, shown(at));
                     bytes
                 }
                 Body::Stream(stream) => {
                     let mut each = |loaded: u64, _: u64| {
                         let at = done.saturating_add(loaded);
-                        progress(at, total.max(at));
+                        progress(at, shown(at));
                     };
                     read_stream(&stream, o.total, &o.name, &mut each).await?
                 }
@@ -204,6 +227,16 @@ impl Source {
             name,
             from_cache,
         })
+    }
+
+    /// A file's size before it is opened: a File's or bytes'; a URL's is known only from its
+    /// response.
+    fn size_now(&self) -> Option<u64> {
+        match self {
+            Source::Blob(blob) => Some(blob.size() as u64),
+            Source::Bytes(bytes) => Some(bytes.len() as u64),
+            Source::Url(_) | Source::Parts(_) => None,
+        }
     }
 
     /// Opens one file for reading (a list inside a list is refused).

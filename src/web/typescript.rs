@@ -41,6 +41,13 @@ export type ModelFile = string | URL | Uint8Array | ArrayBuffer | ArrayBufferVie
  */
 export type ModelSource = ModelFile | ModelFile[] | FileList;
 
+/** A file kept in a Cache API cache by `Engine.load(url, { cache })` (`Engine.listStored`). */
+export interface StoredFile {
+  url: string;
+  /** Its size; null when the entry carries no length. */
+  bytes: number | null;
+}
+
 /** Load progress. `download` also covers reading a File or the Cache API. */
 export interface LoadProgress {
   phase: 'download' | 'parse' | 'upload';

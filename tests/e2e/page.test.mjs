@@ -4,7 +4,8 @@
 // one; on an idle 2-core machine the whole test takes about two minutes.
 // One browser, in order: the default model loads and is stored in the Cache API; a greedy reply
 // streams in and equals the native CLI's; Stop ends a longer reply with finish "abort"; after a
-// reload (on the CPU backend) the model comes from the cache, with no download. A screenshot goes to
+// reload (on the CPU backend) the model comes from the cache, with no download; the stored model is
+// listed with its size and deleted from the list. A screenshot goes to
 // target/e2e/chat.png. A second browser without WebGPU runs the page on the CPU backend: served
 // cross-origin isolated (as `./build.sh serve` does), on the threaded build, one thread per core;
 // then (SIMD made to look absent) on the scalar build; then, served without isolation, on one
@@ -85,6 +86,9 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   console.log(`loaded from the network in ${seconds(since)} s: ${await status()}`);
   assert.equal(await page.getAttribute('#cache-note', 'data-cached'), 'false', 'stored in the cache');
   assert.ok(modelRequests.length > 0, 'the first load downloads the model');
+  // the stored model is listed with its size (client.listStored)
+  await page.waitForSelector('#stored-list li', { state: 'attached' });
+  assert.match(await page.textContent('#stored-list'), /SmolLM2-135M-Instruct\.Q4_1\.gguf\s+\d+\.\d MB/);
   const rows = Object.fromEntries(await page.$$eval('#adapter tr', (trs) =>
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
   console.log(`adapter: ${rows.Adapter} | backend: ${rows.Backend}`);
@@ -151,6 +155,12 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   assert.equal(await page.getAttribute('#cache-note', 'data-cached'), 'true');
   assert.match(await page.textContent('#cache-note'), /loaded from cache/i);
   assert.deepEqual(modelRequests, [], 'no download after the reload');
+  // Delete empties the list (client.deleteStored), and the Cache API no longer holds the model
+  await page.click('#stored-box > summary');
+  await page.click('#stored-list li button');
+  await page.waitForFunction(() => !document.getElementById('stored-empty').hidden);
+  assert.equal(await page.$$eval('#stored-list li', (items) => items.length), 0);
+  assert.equal(await page.evaluate(async () => (await (await caches.open('emberlm-models-v1')).keys()).length), 0);
   assert.deepEqual(problems, [], 'no console errors');
 });
 

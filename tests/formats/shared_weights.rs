@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use crate::peak_alloc::with_peak;
+use emberlm::forward::Backend;
 use emberlm::loader::ModelFiles;
 use emberlm::session::Session;
 
@@ -33,15 +34,33 @@ fn gguf_matrices_are_kept_from_the_file_and_hf_ones_copied() {
 
 #[test]
 fn a_cpu_session_loads_without_copying_the_file() {
+    // opening the file and building a session: nothing near the file's size (before, the file
+    // was read into one buffer)
     let file_len = std::fs::metadata(MODEL).unwrap().len() as usize;
     let (session, largest) = with_peak(|| {
         let files = ModelFiles::open(Path::new(MODEL)).unwrap();
         Session::new_cpu(&files, Some(64)).unwrap()
     });
     drop(session);
-    // before: the file was read into one buffer (file_len) and each matrix copied again
     assert!(
         largest < file_len / 4,
         "the largest allocation while loading was {largest} bytes, the file {file_len}"
+    );
+    // the CPU backend alone: not even one tensor's size (before, every matrix was copied, the
+    // largest copy that tensor's size)
+    let files = ModelFiles::open(Path::new(MODEL)).unwrap();
+    let weights = files.weights().unwrap();
+    let largest_tensor = weights
+        .tensors
+        .values()
+        .map(|t| t.data.len())
+        .max()
+        .unwrap();
+    let (backend, largest) = with_peak(|| Backend::cpu(&weights, 64).unwrap());
+    drop(backend);
+    assert!(
+        largest < largest_tensor,
+        "the largest allocation of the CPU backend was {largest} bytes, the largest tensor \
+         {largest_tensor}"
     );
 }

@@ -180,8 +180,9 @@ async fn auto_on_a_software_adapter_times_both_backends_once() {
 /// A split GGUF set (`tests/fixtures/split/`, three parts of `tiny-llama-q4_1.gguf` as gguf-py
 /// writes them): from the first part's URL alone (the others fetched from beside it, stored in
 /// and then read from the Cache API), from a list of every part's bytes in another order, and
-/// as the whole file, the same greedy tokens; a later part's URL alone and an empty list are
-/// refused by name. On the CPU backend: what is checked is the loading, which the backends
+/// as the whole file, the same greedy tokens; `Engine.listStored` lists the three parts with
+/// their sizes and `Engine.deleteStored` of the first part's URL removes them all; a later
+/// part's URL alone and an empty list are refused by name. On the CPU backend: what is checked is the loading, which the backends
 /// share.
 #[wasm_bindgen_test]
 async fn a_split_set_loads_from_its_first_url_or_its_parts() {
@@ -247,19 +248,54 @@ async fn a_split_set_loads_from_its_first_url_or_its_parts() {
             downloads.len()
         ));
     }
-    let cache: web_sys::Cache = JsFuture::from(caches.open(cache_name))
-        .await
-        .unwrap()
-        .dyn_into()
-        .unwrap();
-    for k in 1..=3 {
-        let part_url = url.replace("-00001-of-", &format!("-{k:05}-of-"));
-        let stored = JsFuture::from(cache.match_with_str(&part_url))
+    // Engine.listStored gives every part with its size; deleteStored of the first part's URL
+    // deletes the three
+    let listed = rust(
+        &JsFuture::from(Engine::list_stored(cache_name.into()))
             .await
-            .unwrap();
-        assert!(!stored.is_undefined(), "{part_url} is not in the cache");
-    }
+            .unwrap_or_else(|e| panic!("{}", message(&e))),
+    );
+    let mut listed: Vec<(String, f64)> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|f| {
+            (
+                f["url"].as_str().unwrap().to_string(),
+                f["bytes"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    listed.sort_by(|a, b| a.0.cmp(&b.0));
+    let parts: Vec<(String, f64)> = [75_776.0, 26_688.0, 21_152.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &bytes)| {
+            (
+                url.replace("-00001-of-", &format!("-{:05}-of-", i + 1)),
+                bytes,
+            )
+        })
+        .collect();
+    assert_eq!(listed, parts);
+    let deleted = JsFuture::from(Engine::delete_stored(url.clone(), cache_name.into()))
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)));
+    assert_eq!(deleted.as_f64(), Some(3.0));
+    let listed = JsFuture::from(Engine::list_stored(cache_name.into()))
+        .await
+        .unwrap();
+    assert_eq!(rust(&listed), json!([]), "the cache after deleteStored");
     JsFuture::from(caches.delete(cache_name)).await.unwrap();
+    // a cache that does not exist lists nothing (and is not created)
+    let missing = JsFuture::from(Engine::list_stored("emberlm-test-no-such-cache".into()))
+        .await
+        .unwrap();
+    assert_eq!(rust(&missing), json!([]));
+    let created = JsFuture::from(caches.has("emberlm-test-no-such-cache"))
+        .await
+        .unwrap();
+    assert_eq!(created.as_bool(), Some(false));
 
     // every part's bytes, in another order
     let parts = js_sys::Array::new();

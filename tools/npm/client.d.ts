@@ -17,6 +17,7 @@ import type {
   ModelSource,
   Prompt,
   ChatMessage,
+  StoredFile,
   SequenceResult,
   TextCompletion,
   TokenizeOptions,
@@ -37,6 +38,7 @@ export type {
   ModelSource,
   Prompt,
   SequenceResult,
+  StoredFile,
   TokenEvent,
   TokenStream,
 };
@@ -84,7 +86,8 @@ export declare class EngineClient {
   readonly worker: Worker;
   /**
    * Loads a GGUF model: a URL (resolved against the page), a File/Blob, or bytes (an
-   * ArrayBuffer is transferred to the worker). Resolves to the engine's info.
+   * ArrayBuffer is transferred to the worker); or a list of those (or a FileList), the parts
+   * of a split GGUF set. Resolves to the engine's info.
    */
   load(source: ModelSource, options?: LoadOptions): Promise<EngineInfo>;
   /**
@@ -131,6 +134,16 @@ export declare class EngineClient {
   free(): Promise<void>;
   /** Destroys the GPU device as a driver reset would (for tests). */
   destroyDeviceForTest(): Promise<void>;
+  /**
+   * The files `load(url, { cache })` kept in the Cache API cache `cache` (a split set's parts
+   * each under its own URL); no model needs to be loaded.
+   */
+  listStored(cache: string): Promise<StoredFile[]>;
+  /**
+   * Deletes `url` from the Cache API cache `cache`, with every other part when it is a split
+   * set's first part. Resolves to the number of files deleted.
+   */
+  deleteStored(url: string, cache: string): Promise<number>;
   /** The emberlm version. */
   version(): Promise<string>;
   /** Stops the worker; pending calls reject with kind `Worker`. */

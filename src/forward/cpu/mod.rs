@@ -473,13 +473,27 @@ fn held_beside_the_files(weights: &ModelWeights<'_>) -> u64 {
 /// Bytes of the f32 KV cache of `context` positions (every layer at full length: an upper bound
 /// for models with local layers).
 fn kv_bytes(config: &ModelConfig, context: usize) -> u64 {
-    2 * (config.n_layers as u64) * (context as u64) * (config.kv_dim() as u64) * 4
+    [
+        config.n_layers as u64,
+        context as u64,
+        config.kv_dim() as u64,
+    ]
+    .iter()
+    .fold(2 * 4, |n: u64, &f| n.saturating_mul(f))
 }
 
-/// What a wasm32 module holds for the CPU backend: the files, what is held beside them and the
-/// KV cache of `context` positions.
+/// What a wasm32 module holds for the CPU backend: the files (their whole length, metadata and
+/// all, where the weights know them; else the tensors' bytes), what is held beside them and
+/// the KV cache of `context` positions.
 fn address_space_needed(weights: &ModelWeights<'_>, context: usize) -> u64 {
-    weights.weight_bytes() + held_beside_the_files(weights) + kv_bytes(&weights.config, context)
+    let files = if weights.sources.is_empty() {
+        weights.weight_bytes()
+    } else {
+        weights.sources.iter().map(|f| f.len() as u64).sum()
+    };
+    files
+        .saturating_add(held_beside_the_files(weights))
+        .saturating_add(kv_bytes(&weights.config, context))
 }
 
 /// The longest context, up to `wanted`, whose KV cache fits `space` bytes beside the files and
