@@ -332,19 +332,15 @@ wasm_opt_wait() {
   [ "$failed" -eq 0 ] || die "wasm-opt failed (its message is above)"
 }
 
-# release_module FLAVOUR OUT [RUSTC_FLAG...]: this crate's release wasm module into OUT, with the
-# RUSTC_FLAGs given to this crate alone (`cargo rustc`), so that every flavour built this way
-# shares one build of the dependencies (a clean build of them is most of a module's time; with
-# fat LTO the whole program is compiled again with this crate's flags anyway). Flavours
-# alternating in one target folder would each rebuild this crate on every call, so the module
-# is kept under target/wasm-modules/, named by a hash of everything it is built from (sources,
-# shaders, manifests, compiler, flags), and copied back when that has not changed.
+# release_module FLAVOUR OUT: this crate's release wasm module into OUT, built with the
+# RUSTFLAGS in the environment. The module is kept under target/wasm-modules/, named by a hash
+# of everything it is built from (sources, shaders, manifests, compiler, flags), and copied back
+# when that has not changed.
 release_module() {
   local flavour=$1 out=$2 target="${CARGO_TARGET_DIR:-target}" dir key
-  shift 2
   dir="$target/wasm-modules"
   key=$({
-    printf '%s\n' "$flavour" "$@" "${RUSTFLAGS:-}"
+    printf '%s\n' "$flavour" "${RUSTFLAGS:-}"
     rustc -vV
     cargo -V
     cat Cargo.toml Cargo.lock
@@ -355,12 +351,17 @@ release_module() {
     return
   fi
   log "building the release wasm module ($flavour)"
-  cargo rustc --lib --release --target wasm32-unknown-unknown -- "$@"
+  cargo build --lib --release --target wasm32-unknown-unknown
   cp "$target/wasm32-unknown-unknown/release/emberlm.wasm" "$out"
-  # keep the newest few (two flavours, and their previous inputs)
-  cache_put "$dir" "$key" "$out" 4
+  # keep the newest few (this flavour's previous inputs)
+  cache_put "$dir" "$key" "$out" 3
 }
 
+# The two wasm modules: www/pkg/ (single-threaded) and www/pkg-threads/ (threads, for
+# cross-origin isolated pages). Both have WebAssembly SIMD, every crate compiled with it (the
+# CPU backend's dot products in SIMD128); every browser with WebGPU has it, and so have Chrome
+# 91, Firefox 89, Safari 16.4 and Node 16.4 on, so there is no build without it (the worker
+# names the missing feature where a browser lacks it).
 cmd_build() {
   setup_rust
   setup_wasm_tools
@@ -369,31 +370,22 @@ cmd_build() {
   stage_dir="$target/wasm-bindgen"
   rm -rf "$stage_dir"
   mkdir -p "$stage_dir"
-  release_module scalar "$stage_dir/emberlm.wasm"
-  wasm-bindgen --target web --out-dir "$stage_dir/scalar" --out-name emberlm \
+  RUSTFLAGS="-C target-feature=+simd128" release_module simd128 "$stage_dir/emberlm.wasm"
+  wasm-bindgen --target web --out-dir "$stage_dir/single" --out-name emberlm \
     "$stage_dir/emberlm.wasm"
-  wasm_opt_bg "$stage_dir/scalar/emberlm_bg.wasm" "$stage_dir/scalar/emberlm_bg.opt.wasm"
-  # The same module with WebAssembly SIMD (the CPU backend's dot products in SIMD128); the
-  # worker picks it where the browser validates a SIMD module. Both must share one glue file.
-  release_module simd128 "$stage_dir/emberlm_simd.wasm" -C target-feature=+simd128
-  wasm-bindgen --target web --out-dir "$stage_dir/simd" --out-name emberlm \
-    "$stage_dir/emberlm_simd.wasm"
-  cmp -s "$stage_dir/simd/emberlm.js" "$stage_dir/scalar/emberlm.js" ||
-    die "the SIMD module's wasm-bindgen glue differs from the scalar module's; one glue must serve both"
-  wasm_opt_bg "$stage_dir/simd/emberlm_bg.wasm" "$stage_dir/simd/emberlm_bg.opt.wasm" --enable-simd
+  wasm_opt_bg "$stage_dir/single/emberlm_bg.wasm" "$stage_dir/single/emberlm_bg.opt.wasm" \
+    --enable-simd
   build_threads "$stage_dir/threads"
   wasm_opt_wait
-  # www/pkg and www/pkg-threads change only once every module is ready
-  local scalar="$stage_dir/scalar" before
-  before=$(stat -c %s "$scalar/emberlm_bg.wasm")
-  mv "$scalar/emberlm_bg.opt.wasm" "$scalar/emberlm_bg.wasm"
-  mv "$stage_dir/simd/emberlm_bg.opt.wasm" "$scalar/emberlm_simd_bg.wasm"
+  # www/pkg and www/pkg-threads change only once both modules are ready
+  local single="$stage_dir/single" before
+  before=$(stat -c %s "$single/emberlm_bg.wasm")
+  mv "$single/emberlm_bg.opt.wasm" "$single/emberlm_bg.wasm"
   mv "$stage_dir/threads/emberlm_bg.opt.wasm" "$stage_dir/threads/emberlm_bg.wasm"
   rm -rf www/pkg www/pkg-threads
-  cp -r "$scalar" www/pkg
+  cp -r "$single" www/pkg
   cp -r "$stage_dir/threads" www/pkg-threads
   log "www/pkg ready: $(stat -c %s www/pkg/emberlm_bg.wasm) bytes of wasm ($before before wasm-opt), \
-$(stat -c %s www/pkg/emberlm_simd_bg.wasm) with SIMD, \
 $(stat -c %s www/pkg-threads/emberlm_bg.wasm) threaded (www/pkg-threads)"
 }
 
@@ -510,17 +502,14 @@ cmd_test() {
   fi
   stage "browser tests"
   log "browser tests (headless Chromium, WebGPU)"
-  # A wasm test cannot read files: SmolLM2, Gemma 3 and the URL-load fixture are fetched over
-  # loopback, their URLs compiled into the wasm test binary (tests/common/mod.rs); the quick
-  # tier compiles none in, so that its wasm test build stays warm.
+  # A wasm test cannot read files: SmolLM2 and the URL-load fixtures are fetched over loopback,
+  # their URLs compiled into the wasm test binary (tests/common/mod.rs); the quick tier compiles
+  # none in (the real model's test then says it skipped), so that its wasm test build stays warm.
   start_model_server
-  # Gemma 3's URL only when setup could fetch it (its browser test then says it skipped, and
-  # fails under CI=true); the quick tier leaves both real models out
-  local model_url="" gemma_url="" server_url="" filter=()
+  local model_url="" server_url="" filter=()
   if [ -z "$quick" ]; then
     server_url=$MODEL_SERVER_URL
     model_url="$MODEL_SERVER_URL$MODEL_DIR/$MODEL_FILE"
-    gemma_ok && gemma_url="$MODEL_SERVER_URL$MODEL_DIR/$GEMMA_FILE"
   else
     filter=(kernels::)
   fi
@@ -529,7 +518,7 @@ cmd_test() {
   # but builds only that binary: wasm-pack's `cargo build --tests` first builds every test
   # target for wasm32, the library's unit tests (the whole crate again) and the native test
   # binaries (empty there) included.
-  EMBERLM_TEST_MODEL_URL="$model_url" EMBERLM_TEST_GEMMA_URL="$gemma_url" \
+  EMBERLM_TEST_MODEL_URL="$model_url" \
     EMBERLM_TEST_SERVER_URL="$server_url" \
     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$(command -v wasm-bindgen-test-runner)" \
     WASM_BINDGEN_TEST_ONLY_WEB=1 CHROMEDRIVER=$CHROMEDRIVER_PATH \

@@ -66,9 +66,9 @@ function unexported(file) {
 const WORKER_IMPORT = /^import init, \{ ([\w, ]+) \} from '\.\/pkg\/emberlm\.js';$/m;
 
 // ... and the SIMD feature test from next to it ...
-const WORKER_SIMD_IMPORT = "import { simdSupported } from './simd.js';\n";
-// ... and finds the two wasm builds there too.
-const WASM_URLS = /^const wasmUrls = \(\) => \(\{\n  simd: new URL\('\.\/pkg\/emberlm_simd_bg\.wasm', import\.meta\.url\),\n  scalar: new URL\('\.\/pkg\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
+const WORKER_SIMD_IMPORT = "import { whySimdMissing } from './simd.js';\n";
+// ... and finds the wasm module there too.
+const WASM_URL = /^const wasmUrl = \(\) => new URL\('\.\/pkg\/emberlm_bg\.wasm', import\.meta\.url\);$/m;
 
 // ... and the threaded build in ./pkg-threads/, which only the served page has: its pool
 // workers import the glue by URL, which neither the single-file demo nor a bundler keeps.
@@ -78,18 +78,17 @@ const THREADED_BUILD = /^const threadedBuild = \(\) => \(\{\n  glue: new URL\('\
 function workerSource() {
   const source = read('www/worker.js');
   if (!WORKER_IMPORT.test(source)) throw new Error('www/worker.js: the import of ./pkg/emberlm.js changed');
-  if (!WASM_URLS.test(source)) throw new Error('www/worker.js: the wasm URLs (wasmUrls) changed');
+  if (!WASM_URL.test(source)) throw new Error('www/worker.js: the wasm URL (wasmUrl) changed');
   if (!THREADED_BUILD.test(source)) throw new Error('www/worker.js: the threaded build (threadedBuild) changed');
   return source.replace(THREADED_BUILD, 'const threadedBuild = null;');
 }
 
 /**
  * The worker as one classic script (a page on file:// cannot start module workers): the glue,
- * its exports removed, in place of the worker's import line, then both wasm builds, gzipped and
- * base64-encoded; globalThis.EMBERLM_WASM decodes the one the worker asks for (SIMD or not)
- * for its init().
+ * its exports removed, in place of the worker's import line, then the wasm module, gzipped and
+ * base64-encoded; globalThis.EMBERLM_WASM decodes it for the worker's init().
  */
-function inlineWorker(wasm, wasmSimd) {
+function inlineWorker(wasm) {
   const glue = read(`${PKG}/emberlm.js`).replaceAll(SNIPPET_IMPORT, (_, alias, _path, file) => namespace(alias, file));
   if (/^\s*import\s/m.test(glue)) throw new Error(`${PKG}/emberlm.js imports files other than www/ snippets`);
   const init = /^export default (\w+);$/m.exec(glue)?.[1] ?? /^export \{[^}]*\b(\w+) as default\b/m.exec(glue)?.[1];
@@ -102,12 +101,10 @@ function inlineWorker(wasm, wasmSimd) {
     .replaceAll('import.meta.url', 'self.location.href');
   if (/^export\s/m.test(classic) || /import\.meta/.test(classic)) throw new Error(`${PKG}/emberlm.js: module syntax left`);
   const base64 = gzipSync(wasm, { level: 9 }).toString('base64');
-  const base64Simd = gzipSync(wasmSimd, { level: 9 }).toString('base64');
   const decode = [
-    '// The wasm module, with WebAssembly SIMD and without (gzip, base64): the one asked for is',
-    '// decoded.',
-    'globalThis.EMBERLM_WASM = (simd) => {',
-    `  const text = atob(simd ? '${base64Simd}' : '${base64}');`,
+    '// The wasm module (gzip, base64), decoded when the worker asks for it.',
+    'globalThis.EMBERLM_WASM = () => {',
+    `  const text = atob('${base64}');`,
     '  const bytes = new Uint8Array(text.length);',
     '  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);',
     "  const unzipped = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));",
@@ -118,8 +115,8 @@ function inlineWorker(wasm, wasmSimd) {
   const source = replaceOnce(workerSource(), WORKER_SIMD_IMPORT, `${unexported('simd.js')}\n`, 'www/worker.js')
     .replace(WORKER_IMPORT, () => inlined)
     // never called: EMBERLM_WASM is set (and a classic script has no import.meta)
-    .replace(WASM_URLS, "const wasmUrls = () => { throw new Error('the single-file demo inlines its wasm'); };");
-  return { source, base64Bytes: base64.length + base64Simd.length };
+    .replace(WASM_URL, "const wasmUrl = () => { throw new Error('the single-file demo inlines its wasm'); };");
+  return { source, base64Bytes: base64.length };
 }
 
 /** A module's source as a JS string literal that is safe inside <script>. */
@@ -133,8 +130,8 @@ function checkInlineCode(text, where) {
   return text;
 }
 
-function buildDemo(wasm, wasmSimd) {
-  const { source: worker, base64Bytes } = inlineWorker(wasm, wasmSimd);
+function buildDemo(wasm) {
+  const { source: worker, base64Bytes } = inlineWorker(wasm);
   let client = replaceOnce(read('www/client.js'), CLIENT_IMPORT, `${unexported('token_stream.js')}\n`, 'www/client.js');
   client = replaceOnce(client, 'export class EngineClient', 'class EngineClient', 'www/client.js');
   const app = replaceOnce(read('www/app.js'), "import { EngineClient } from './client.js';\n", '', 'www/app.js');
@@ -159,14 +156,14 @@ function buildDemo(wasm, wasmSimd) {
   html = replaceOnce(html, '<script type="module" src="app.js"></script>', script, 'www/index.html');
   const path = `${OUT}/emberlm-demo.html`;
   writeFileSync(path, html);
-  console.log(`${path}: ${kib(statSync(path).size)} (wasm ${kib(wasm.length)} and ${kib(wasmSimd.length)} with SIMD, inlined as ${kib(base64Bytes)} of gzip+base64)`);
+  console.log(`${path}: ${kib(statSync(path).size)} (wasm ${kib(wasm.length)}, inlined as ${kib(base64Bytes)} of gzip+base64)`);
 }
 
 function buildPackage(version) {
   const dir = `${OUT}/npm`;
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  for (const file of ['emberlm.d.ts', 'emberlm_bg.wasm', 'emberlm_simd_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
+  for (const file of ['emberlm.d.ts', 'emberlm_bg.wasm']) copyFileSync(`${PKG}/${file}`, `${dir}/${file}`);
   // One copy of each www/ module, side by side with the glue and the client that import it.
   const glue = read(`${PKG}/emberlm.js`);
   const shared = new Set(['token_stream.js', 'simd.js', ...snippets(glue)]);
@@ -176,9 +173,9 @@ function buildPackage(version) {
   copyFileSync('www/openai_fetch.js', `${dir}/openai.js`);
   writeFileSync(`${dir}/worker.js`, workerSource()
     .replace(WORKER_IMPORT, "import init, { $1 } from './emberlm.js';")
-    .replace(WASM_URLS, (urls) => urls.replaceAll("'./pkg/", "'./")));
+    .replace(WASM_URL, (url) => url.replaceAll("'./pkg/", "'./")));
   for (const file of ['client.d.ts', 'worker.d.ts', 'openai.d.ts', 'README.md']) copyFileSync(`tools/npm/${file}`, `${dir}/${file}`);
-  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'emberlm_simd_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts',
+  const files = ['emberlm.js', 'emberlm.d.ts', 'emberlm_bg.wasm', 'client.js', 'client.d.ts', 'worker.js', 'worker.d.ts',
     'openai.js', 'openai.d.ts', ...shared];
   const manifest = {
     name: 'emberlm',
@@ -194,7 +191,6 @@ function buildPackage(version) {
       './worker': { types: './worker.d.ts', default: './worker.js' },
       './openai': { types: './openai.d.ts', default: './openai.js' },
       './emberlm_bg.wasm': './emberlm_bg.wasm',
-      './emberlm_simd_bg.wasm': './emberlm_simd_bg.wasm',
       './package.json': './package.json',
     },
     files,
@@ -209,5 +205,5 @@ function buildPackage(version) {
 
 mkdirSync(OUT, { recursive: true });
 const wasm = readFileSync(`${PKG}/emberlm_bg.wasm`);
-buildDemo(wasm, readFileSync(`${PKG}/emberlm_simd_bg.wasm`));
+buildDemo(wasm);
 buildPackage(crateVersion());

@@ -87,6 +87,8 @@ function explain(e) {
       return `The model could not be read or downloaded: ${detail}`;
     case 'InvalidArgument':
       return `A setting is not valid: ${detail}`;
+    case 'NoWasmSimd':
+      return `${detail.charAt(0).toUpperCase()}${detail.slice(1)}. Update the browser, or use another one.`;
     case 'Panic':
     case 'Worker':
       return `The engine stopped on an internal error; reload the page to start again. (${detail})`;

@@ -78,10 +78,8 @@ const bench = {
     }
     if (!ember) {
       ember = await import('./pkg/emberlm.js');
-      // the build the page's worker would load: with WebAssembly SIMD where the browser has it
-      const { simdSupported } = await import('./simd.js');
-      const file = simdSupported() ? './pkg/emberlm_simd_bg.wasm' : './pkg/emberlm_bg.wasm';
-      await ember.default({ module_or_path: new URL(file, import.meta.url) });
+      // the single-threaded build, which the page's worker loads without cross-origin isolation
+      await ember.default({ module_or_path: new URL('./pkg/emberlm_bg.wasm', import.meta.url) });
     }
     const start = now();
     engine = await ember.Engine.load(url, { contextLength, kernels: kernels ?? undefined, backend });

@@ -1,7 +1,7 @@
-// Whether this JavaScript engine runs WebAssembly SIMD (fixed-width, 128-bit), which the
-// module's SIMD build (pkg/emberlm_simd_bg.wasm: the CPU backend's integer dot products in
-// SIMD128) needs; the scalar build (pkg/emberlm_bg.wasm) runs everywhere. The test: does the
-// smallest module returning a v128 constant validate?
+// Whether this JavaScript engine runs WebAssembly SIMD (fixed-width, 128-bit), which every
+// build of the module needs (the CPU backend's integer dot products are SIMD128). Every browser
+// with WebGPU has it, and so have Chrome 91, Firefox 89, Safari 16.4 and Node 16.4 on. The
+// test: does the smallest module returning a v128 constant validate?
 
 const SIMD_PROBE = new Uint8Array([
   0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // header
@@ -13,4 +13,11 @@ const SIMD_PROBE = new Uint8Array([
 /** `true` where WebAssembly SIMD validates. */
 export function simdSupported() {
   return WebAssembly.validate(SIMD_PROBE);
+}
+
+/** Why the module cannot run here (a sentence), or null where it can. */
+export function whySimdMissing() {
+  if (simdSupported()) return null;
+  return 'this browser has no WebAssembly SIMD (fixed-width, 128-bit), which emberlm needs ' +
+    '(Chrome and Edge 91, Firefox 89, Safari 16.4 and later have it)';
 }

@@ -6,19 +6,15 @@
 //                                               unloadDraft | tokenize | counters
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
 import init, { Engine, version, noteOneThread } from './pkg/emberlm.js';
-import { simdSupported } from './simd.js';
+import { whySimdMissing } from './simd.js';
 
-// The module comes in three builds from the same source: with WebAssembly SIMD (the CPU
-// backend's integer dot products use it) and without, for browsers that lack it (these two
-// share one glue), and threaded (SIMD, shared memory, its own glue), for cross-origin
-// isolated pages, where the CPU backend's kernels run on a pool of workers.
-const simd = simdSupported();
-// Where the two single-threaded builds sit, next to the glue (bundlers see these URLs and
-// emit both files).
-const wasmUrls = () => ({
-  simd: new URL('./pkg/emberlm_simd_bg.wasm', import.meta.url),
-  scalar: new URL('./pkg/emberlm_bg.wasm', import.meta.url),
-});
+// The module comes in two builds from the same source, both with WebAssembly SIMD (the CPU
+// backend's integer dot products use it): single-threaded, and threaded (shared memory, its own
+// glue) for cross-origin isolated pages, where the CPU backend's kernels run on a pool of
+// workers.
+// Where the single-threaded build sits, next to the glue (bundlers see this URL and emit the
+// file).
+const wasmUrl = () => new URL('./pkg/emberlm_bg.wasm', import.meta.url);
 // Where the threaded build sits (the single-file demo and the npm package have none:
 // tools/dist.mjs sets this to null there).
 const threadedBuild = () => ({
@@ -27,13 +23,12 @@ const threadedBuild = () => ({
 });
 // The wasm module: fetched next to the glue unless a build that inlines it (the single-file
 // demo, tools/dist.mjs) set globalThis.EMBERLM_WASM to its bytes (or a promise of them), or to
-// a function of `simd` returning them.
+// a function returning them.
 function wasmSource() {
   const inlined = globalThis.EMBERLM_WASM;
-  if (typeof inlined === 'function') return inlined(simd);
+  if (typeof inlined === 'function') return inlined();
   if (inlined) return inlined;
-  const urls = wasmUrls();
-  return simd ? urls.simd : urls.scalar;
+  return wasmUrl();
 }
 
 // Threads for the CPU backend: one per core, at most 8; `?threads=N` on the worker's URL
@@ -52,13 +47,15 @@ function whyOneThread(threads) {
     return 'the page is not cross-origin isolated (it needs the headers Cross-Origin-Opener-Policy: ' +
       'same-origin and Cross-Origin-Embedder-Policy: require-corp), so workers cannot share memory';
   }
-  if (!simd) return 'this browser has no WebAssembly SIMD, which the threaded build needs';
   return null;
 }
 
 // Loads the threaded build and starts its worker pool where the page allows it, otherwise the
-// single-threaded build (SIMD or scalar); resolves to the module's exports in use.
+// single-threaded build; resolves to the module's exports in use, or rejects (every request
+// then fails with the reason) where the browser lacks WebAssembly SIMD.
 async function loadModule() {
+  const missing = whySimdMissing();
+  if (missing) throw Object.assign(new Error(`NoWasmSimd: ${missing}`), { kind: 'NoWasmSimd' });
   const threads = threadsWanted();
   let reason = whyOneThread(threads);
   if (!reason) {

@@ -238,8 +238,8 @@ pub(crate) struct EngineInfo {
     runs_on: &'static str,
     /// Threads the CPU backend computes on (1 without cross-origin isolation); 0 on the GPU.
     threads: usize,
-    /// The instructions the CPU backend's dot products run on: `simd128` (the module built
-    /// with WebAssembly SIMD, loaded where the browser has it) or `scalar`.
+    /// The instructions the CPU backend's dot products run on: `simd128` in the page's
+    /// modules (both are built with WebAssembly SIMD), `scalar` in a build without it.
     #[tsify(type = "'simd128' | 'scalar' | 'avx2' | 'sse2'")]
     cpu_instructions: &'static str,
     /// Why the CPU backend runs on one thread when the browser could give it more (the page

@@ -226,22 +226,6 @@ pub fn fixture_url(test: &str, name: &str) -> Option<String> {
     None
 }
 
-/// The URL of Gemma 3 270M for the browser tests, as [`smollm2_url`] with
-/// `EMBERLM_TEST_GEMMA_URL`.
-#[cfg(target_arch = "wasm32")]
-pub fn gemma3_url(test: &str) -> Option<&'static str> {
-    if let Some(url) = option_env!("EMBERLM_TEST_GEMMA_URL").filter(|u| !u.is_empty()) {
-        return Some(url);
-    }
-    let reason = "EMBERLM_TEST_GEMMA_URL was not set at compile time (`./build.sh setup` fetches \
-                  Gemma 3 into models/, `./build.sh test` serves it and sets the URL)";
-    if option_env!("CI").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
-        panic!("{test}: CI=true runs every model test, but {reason}");
-    }
-    browser_log(&format!("SKIPPED {test}: {reason}"));
-    None
-}
-
 /// The URL of SmolLM2 for the browser tests (the page cannot read files): the compile-time
 /// `EMBERLM_TEST_MODEL_URL`, which `./build.sh test` sets to the GGUF on its model server. When
 /// it was not set, `None` with the reason logged for `test`; compiled with `CI=true`, that fails

@@ -15,7 +15,7 @@ const ROOT = resolve('.');
 const VERSION = /^\[package\][^[]*?^version\s*=\s*"([^"]+)"/ms.exec(readFileSync('Cargo.toml', 'utf8'))[1];
 const TARBALL = resolve(`dist/emberlm-${VERSION}.tgz`);
 const PACKAGE_FILES = [
-  'README.md', 'client.d.ts', 'client.js', 'emberlm.d.ts', 'emberlm.js', 'emberlm_bg.wasm', 'emberlm_simd_bg.wasm',
+  'README.md', 'client.d.ts', 'client.js', 'emberlm.d.ts', 'emberlm.js', 'emberlm_bg.wasm',
   'openai.d.ts', 'openai.js', 'package.json', 'simd.js', 'token_stream.js', 'worker.d.ts', 'worker.js',
 ];
 const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, maxBuffer: 1 << 24 });

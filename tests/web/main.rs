@@ -1,6 +1,7 @@
 //! Browser tests (wasm-bindgen-test in headless Chromium; WebGPU on SwiftShader in CI): the
 //! kernel cases of the native tests, the forward pass against the float64 goldens on the tiny
-//! fixtures, SmolLM2 and Gemma 3, the CPU backend in WebAssembly, and the JavaScript `Engine`
+//! fixtures (the tiny Gemma 3 again with its embedding split across bindings) and SmolLM2, the
+//! CPU backend in WebAssembly, and the JavaScript `Engine`
 //! (loading, memory settings, batches, speculative decoding, endurance).
 //!
 //! One wasm test binary, started once in Chromium: a module per concern (`kernels`, `linear`,

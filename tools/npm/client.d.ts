@@ -60,6 +60,7 @@ export type EngineErrorKind =
   | 'InvalidArgument'
   | 'Cancelled'
   | 'NoModel'
+  | 'NoWasmSimd'
   | 'Panic'
   | 'Internal'
   | 'Worker';
