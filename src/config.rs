@@ -335,19 +335,20 @@ impl ModelConfig {
     }
 
     /// Checks that `shape_of(name)` gives the expected shape for every tensor the forward
-    /// pass reads; errors name the first missing or misshapen tensor.
+    /// pass reads, with the name of the file that holds it; errors name the first missing
+    /// tensor (in `file`) or misshapen one (in its own file).
     pub fn check_tensors<'s>(
         &self,
         file: &str,
-        shape_of: impl Fn(&str) -> Option<&'s [usize]>,
+        shape_of: impl Fn(&str) -> Option<(&'s [usize], &'s str)>,
     ) -> Result<()> {
         self.visit_expected(&mut |name, want| match shape_of(&name) {
             None => Err(Error::format(
                 file,
                 format!("missing tensor `{name}` (expected shape {want:?})"),
             )),
-            Some(got) if got != want.as_slice() => Err(Error::format(
-                file,
+            Some((got, held_in)) if got != want.as_slice() => Err(Error::format(
+                held_in,
                 format!("tensor `{name}` has shape {got:?}, but the config needs {want:?}"),
             )),
             Some(_) => Ok(()),
@@ -484,12 +485,12 @@ pub(crate) mod tests {
         let shapes: std::collections::HashMap<String, Vec<usize>> =
             c.expected_tensors().into_iter().collect();
         assert!(c
-            .check_tensors("f", |n| shapes.get(n).map(|s| s.as_slice()))
+            .check_tensors("f", |n| shapes.get(n).map(|s| (s.as_slice(), "f")))
             .is_ok());
         let mut missing = shapes.clone();
         missing.remove("blk.1.ffn_up.weight");
         let err = c
-            .check_tensors("f", |n| missing.get(n).map(|s| s.as_slice()))
+            .check_tensors("f", |n| missing.get(n).map(|s| (s.as_slice(), "f")))
             .unwrap_err();
         assert!(err
             .to_string()
@@ -497,7 +498,7 @@ pub(crate) mod tests {
         let mut wrong = shapes;
         wrong.insert("blk.0.attn_q.weight".into(), vec![64, 65]);
         let err = c
-            .check_tensors("f", |n| wrong.get(n).map(|s| s.as_slice()))
+            .check_tensors("f", |n| wrong.get(n).map(|s| (s.as_slice(), "f")))
             .unwrap_err();
         assert!(
             err.to_string()

@@ -350,8 +350,14 @@ fn weights_from_parts<'a>(
 ) -> Result<ModelWeights<'a>> {
     let mut config = config_from_header(h, tensor)?;
     let mut tensors = BTreeMap::new();
-    for part in parts {
+    let mut later_tensors = BTreeMap::new();
+    // each part with its index among the later parts (none for the first)
+    let later = std::iter::once(None).chain((0..).map(Some));
+    for (part, later_index) in parts.iter().zip(later) {
         for info in part.header.tensors() {
+            if let Some(i) = later_index {
+                later_tensors.insert(info.name.clone(), i);
+            }
             let shape = info
                 .shape()
                 .iter()
@@ -387,6 +393,8 @@ fn weights_from_parts<'a>(
         config,
         tensors,
         sources: parts.iter().map(|p| p.bytes.clone()).collect(),
+        later_files: parts.iter().skip(1).map(|p| p.name.clone()).collect(),
+        later_tensors,
     };
     weights.check_shapes()?;
     Ok(weights)

@@ -200,6 +200,8 @@ impl HfFolder {
             config,
             tensors,
             sources: Vec::new(),
+            later_files: Vec::new(),
+            later_tensors: BTreeMap::new(),
         };
         weights.check_shapes()?;
         Ok(weights)

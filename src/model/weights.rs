@@ -43,6 +43,11 @@ pub struct ModelWeights<'a> {
     /// The files the tensors borrow from, shared (empty when they borrow from nothing that a
     /// backend can keep: [`ModelWeights::keep`] then copies).
     pub sources: Vec<FileBytes>,
+    /// The later parts of a split set (file names in part order; empty for one file): what
+    /// [`ModelWeights::file_of`] names.
+    pub later_files: Vec<String>,
+    /// For each tensor read from a later part, its index in [`ModelWeights::later_files`].
+    pub later_tensors: BTreeMap<String, usize>,
 }
 
 impl ModelWeights<'_> {
@@ -167,17 +172,38 @@ impl<'a> ModelWeights<'a> {
         }
     }
 
-    /// The tensor `name`, or an error naming it.
+    /// The tensor `name`, or an error naming it (and every file it was looked for in).
     pub fn tensor(&self, name: &str) -> Result<&Tensor<'a>> {
         self.tensors
             .get(name)
-            .ok_or_else(|| Error::format(&self.file, format!("missing tensor `{name}`")))
+            .ok_or_else(|| Error::format(self.files(), format!("missing tensor `{name}`")))
     }
 
-    /// Checks that every tensor the forward pass reads exists with the shape the config needs.
+    /// The file that holds tensor `name`: its part of a split set, otherwise
+    /// [`ModelWeights::file`].
+    pub fn file_of(&self, name: &str) -> &str {
+        self.later_tensors
+            .get(name)
+            .and_then(|&i| self.later_files.get(i))
+            .map_or(&self.file, String::as_str)
+    }
+
+    /// The files the weights were read from, for a message about all of them: the file, or a
+    /// split set's first part and how many others.
+    pub fn files(&self) -> String {
+        match self.later_files.len() {
+            0 => self.file.clone(),
+            n => format!("{} (and the {n} other part(s) of its set)", self.file),
+        }
+    }
+
+    /// Checks that every tensor the forward pass reads exists with the shape the config needs;
+    /// an error names the file of a misshapen tensor (its part of a split set).
     pub fn check_shapes(&self) -> Result<()> {
-        self.config.check_tensors(&self.file, |n| {
-            self.tensors.get(n).map(|t| t.shape.as_slice())
+        self.config.check_tensors(&self.files(), |n| {
+            self.tensors
+                .get(n)
+                .map(|t| (t.shape.as_slice(), self.file_of(n)))
         })
     }
 

@@ -230,3 +230,70 @@ fn a_set_with_a_part_missing_repeated_or_foreign_is_refused_by_name() {
     let e = error_of(ModelFiles::from_parts(Vec::new()));
     assert!(e.contains("no model file was given"), "{e}");
 }
+
+/// The byte offset of GGUF string `s` (its u64 length, then its bytes) in `bytes`.
+fn find_gguf_string(bytes: &[u8], s: &str) -> usize {
+    let mut needle = (s.len() as u64).to_le_bytes().to_vec();
+    needle.extend_from_slice(s.as_bytes());
+    let found: Vec<usize> = bytes
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle.as_slice())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(found.len(), 1, "`{s}` occurs {} times", found.len());
+    found[0]
+}
+
+#[test]
+fn a_tensor_error_names_the_part_that_holds_it() {
+    let files = ModelFiles::from_parts(vec![part(SET, 1), part(SET, 2), part(SET, 3)]).unwrap();
+    let weights = files.weights().unwrap();
+    let third = "tiny-llama-q4_1-00003-of-00003.gguf";
+    // a matrix of the third part, with unequal sides
+    let (name, shape) = weights
+        .tensors
+        .iter()
+        .find(|(n, t)| {
+            weights.file_of(n).ends_with(third) && t.shape.len() == 2 && t.shape[0] != t.shape[1]
+        })
+        .map(|(n, t)| (n.clone(), t.shape.clone()))
+        .expect("a matrix in part 3");
+    assert!(weights
+        .file_of("token_embd.weight")
+        .ends_with("00001-of-00003.gguf"));
+    // a tensor in no part is looked for in all of them
+    let e = weights
+        .tensor("blk.9.nothing.weight")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("00001-of-00003.gguf (and the 2 other part(s) of its set)")
+            && e.contains("missing tensor `blk.9.nothing.weight`"),
+        "{e}"
+    );
+    drop(weights);
+    // the matrix's two dimensions swapped in part 3's header: the same bytes, the wrong shape
+    let (mut bytes, path) = part(SET, 3);
+    let dims = find_gguf_string(&bytes, &name) + 8 + name.len();
+    assert_eq!(
+        bytes[dims..dims + 4],
+        2u32.to_le_bytes(),
+        "{name} has two dimensions"
+    );
+    let (a, b) = (dims + 4, dims + 12);
+    let (first, second) = (bytes[a..a + 8].to_vec(), bytes[b..b + 8].to_vec());
+    bytes[a..a + 8].copy_from_slice(&second);
+    bytes[b..b + 8].copy_from_slice(&first);
+    let e = ModelFiles::from_parts(vec![part(SET, 1), part(SET, 2), (bytes, path)])
+        .and_then(|f| f.weights().map(|_| ()))
+        .expect_err("a misshapen tensor")
+        .to_string();
+    let swapped = [shape[1], shape[0]];
+    assert!(
+        e.contains(third)
+            && !e.contains("00001-of-00003")
+            && e.contains(&format!("tensor `{name}` has shape {swapped:?}")),
+        "{e}"
+    );
+}
