@@ -47,16 +47,31 @@ fn rows(t: &Tensor<'_>, from: usize, n: usize, name: &str) -> Result<Tensor<'sta
     })
 }
 
+/// The layer `L` of a tensor named `blk.L.attn_qkv.weight` or `blk.L.ffn_up.weight`.
+fn fused_layer(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, what) = rest.split_once('.')?;
+    matches!(what, "attn_qkv.weight" | "ffn_up.weight")
+        .then(|| layer.parse().ok())
+        .flatten()
+}
+
 /// Splits every layer's fused `attn_qkv.weight` (`[q_dim + 2·kv_dim, d]`) into `attn_q`,
 /// `attn_k` and `attn_v`, and every `ffn_up.weight` of `2·ffn_size` rows into `ffn_gate`
 /// (the first half) and `ffn_up`, for a Llama-graph model whose file fuses them. Layers that
-/// already hold the separate tensors are left alone.
+/// already hold the separate tensors are left alone. Only the layers that hold such a tensor
+/// are visited, so the time follows the file's tensors, not the layer count its header claims.
 pub fn split_fused(
     config: &ModelConfig,
     tensors: &mut std::collections::BTreeMap<String, Tensor<'_>>,
 ) -> Result<()> {
     let (q, kv, ff) = (config.q_dim(), config.kv_dim(), config.ffn_size);
-    for layer in 0..config.n_layers {
+    let layers: std::collections::BTreeSet<usize> = tensors
+        .keys()
+        .filter_map(|name| fused_layer(name))
+        .filter(|&layer| layer < config.n_layers)
+        .collect();
+    for layer in layers {
         let qkv = format!("blk.{layer}.attn_qkv.weight");
         if let Some(t) = tensors.remove(&qkv) {
             tensors.insert(format!("blk.{layer}.attn_q.weight"), rows(&t, 0, q, &qkv)?);
@@ -95,6 +110,27 @@ mod tests {
             dtype: DType::F32,
             data: Cow::Owned((0..n).flat_map(|i| (i as f32).to_le_bytes()).collect()),
         }
+    }
+
+    /// A header may claim any layer count: the split visits the layers the file holds (a
+    /// loop over 2^40 claimed layers did not end).
+    #[test]
+    fn a_huge_claimed_layer_count_costs_nothing() {
+        let mut c = tiny_llama();
+        c.n_layers = 1 << 40;
+        let (q, kv, d) = (c.q_dim(), c.kv_dim(), c.hidden_size);
+        let mut t = std::collections::BTreeMap::new();
+        t.insert(
+            "blk.7.attn_qkv.weight".to_string(),
+            f32_tensor(vec![q + 2 * kv, d]),
+        );
+        t.insert("blk.x.attn_qkv.weight".to_string(), f32_tensor(vec![1, 1]));
+        split_fused(&c, &mut t).unwrap();
+        assert_eq!(t["blk.7.attn_k.weight"].shape, vec![kv, d]);
+        assert!(t.contains_key("blk.x.attn_qkv.weight"));
+        assert_eq!(fused_layer("blk.12.ffn_up.weight"), Some(12));
+        assert_eq!(fused_layer("blk.12.ffn_gate.weight"), None);
+        assert_eq!(fused_layer("blk.1.attn_qkv.bias"), None);
     }
 
     #[test]
