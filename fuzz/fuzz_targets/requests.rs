@@ -49,14 +49,41 @@ pub fn openai_request(data: &[u8]) {
 
 /// `http_head::parse_head` on the bytes and on prefixes of them: no panic; a complete head lies
 /// within the bytes, its path has no query, it parses the same alone, and no shorter prefix
-/// is a complete head.
+/// is a complete head. A complete head then goes through the access checks of a server with
+/// a key, an allowed name and an allowed page: no panic, and only what they allow passes.
 pub fn http_head(data: &[u8]) {
+    use emberlm::openai::access::{AccessPolicy, Decision};
     use emberlm::openai::http_head::{parse_head, HeadParse, HEAD_LIMIT};
     let whole = parse_head(data);
     match &whole {
         HeadParse::Complete(h) => {
             assert!(h.len <= data.len() && h.len <= HEAD_LIMIT, "{h:?}");
             assert!(!h.path.contains('?'), "{h:?}");
+            let policy = AccessPolicy::new(
+                vec!["fuzz-key".into()],
+                "127.0.0.1",
+                &["llm.lan".into()],
+                &["https://app.example".into()],
+            )
+            .expect("a valid policy");
+            match policy.check(&h.method, &h.access) {
+                Decision::Allow { cors } => {
+                    let auth = h.access.authorization.as_deref().unwrap_or("");
+                    assert!(auth.contains("fuzz-key"), "allowed without the key: {h:?}");
+                    assert!(h.access.host.is_some(), "allowed without a Host: {h:?}");
+                    assert_eq!(cors, h.access.origin, "{h:?}");
+                }
+                Decision::Preflight(headers) => {
+                    assert!(h.method == "OPTIONS" && h.access.preflight, "{h:?}");
+                    assert!(headers
+                        .iter()
+                        .any(|(n, _)| *n == "Access-Control-Allow-Origin"));
+                }
+                Decision::Refuse(r) => {
+                    assert!(matches!(r.status, 400 | 401 | 403 | 421), "{r:?}");
+                    assert!(!r.message.is_empty());
+                }
+            }
             assert_eq!(parse_head(&data[..h.len]), whole, "the head alone");
             for cut in [0, h.len / 2, h.len.saturating_sub(1)] {
                 if let HeadParse::Complete(early) = parse_head(&data[..cut]) {

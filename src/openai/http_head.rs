@@ -4,6 +4,8 @@
 //! fuzzed; the server feeds it what it has read until the head is complete, invalid or larger
 //! than [`HEAD_LIMIT`].
 
+use super::access::AccessHeaders;
+
 /// Largest request head (request line and headers) accepted, in bytes.
 pub const HEAD_LIMIT: usize = 16 << 10;
 /// Headers parsed at most (more is an invalid head).
@@ -20,6 +22,9 @@ pub struct RequestHead {
     pub content_length: Option<usize>,
     /// Whether a `Transfer-Encoding` was declared (the body is chunked).
     pub chunked: bool,
+    /// `Host`, `Origin`, `Authorization` and whether it is a CORS preflight: what
+    /// [`super::access::AccessPolicy::check`] decides on.
+    pub access: AccessHeaders,
     /// Bytes the head takes, its empty line included: the body starts there.
     pub len: usize,
 }
@@ -61,7 +66,32 @@ pub fn parse_head(buf: &[u8]) -> HeadParse {
     let path = target.split('?').next().unwrap_or("").to_string();
     let mut content_length = None;
     let mut chunked = false;
+    let mut access = AccessHeaders::default();
     for h in parsed.headers.iter() {
+        let text = || String::from_utf8_lossy(h.value).trim().to_string();
+        // one of each: two would leave which one counts to whoever reads them
+        let once = |slot: &mut Option<String>, name: &str| match slot {
+            Some(_) => Err(format!("two {name} headers")),
+            None => {
+                *slot = Some(text());
+                Ok(())
+            }
+        };
+        let seen = if h.name.eq_ignore_ascii_case("host") {
+            once(&mut access.host, "Host")
+        } else if h.name.eq_ignore_ascii_case("origin") {
+            once(&mut access.origin, "Origin")
+        } else if h.name.eq_ignore_ascii_case("authorization") {
+            once(&mut access.authorization, "Authorization")
+        } else {
+            if h.name.eq_ignore_ascii_case("access-control-request-method") {
+                access.preflight = true;
+            }
+            Ok(())
+        };
+        if let Err(why) = seen {
+            return HeadParse::Invalid(400, why);
+        }
         if h.name.eq_ignore_ascii_case("content-length") {
             let value = String::from_utf8_lossy(h.value);
             let value = value.trim();
@@ -84,6 +114,7 @@ pub fn parse_head(buf: &[u8]) -> HeadParse {
         path,
         content_length,
         chunked,
+        access,
         len,
     })
 }
@@ -103,6 +134,18 @@ mod tests {
             ("POST", "/v1/completions")
         );
         assert_eq!((h.content_length, h.chunked), (Some(12), false));
+        assert_eq!(h.access.host.as_deref(), Some("a"));
+        assert_eq!(
+            (h.access.origin.as_deref(), h.access.preflight),
+            (None, false)
+        );
+        let text2 = b"OPTIONS / HTTP/1.1\r\nHost: a\r\nOrigin: https://b\r\nAccess-Control-Request-Method: POST\r\nAuthorization:  Bearer k \r\n\r\n";
+        let HeadParse::Complete(h2) = parse_head(text2) else {
+            panic!("{:?}", parse_head(text2));
+        };
+        assert_eq!(h2.access.origin.as_deref(), Some("https://b"));
+        assert_eq!(h2.access.authorization.as_deref(), Some("Bearer k"));
+        assert!(h2.access.preflight);
         assert_eq!(&text[h.len..], b"{\"prompt\":1}");
         for cut in 0..h.len {
             assert_eq!(parse_head(&text[..cut]), HeadParse::Partial, "cut {cut}");
@@ -120,6 +163,9 @@ mod tests {
                 .1
                 .contains("two different")
         );
+        assert!(bad(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+            .1
+            .contains("two Host headers"));
         let long = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(HEAD_LIMIT));
         assert_eq!(bad(long.as_bytes()).0, 431);
     }

@@ -14,6 +14,8 @@
 //! chat defaults to 256 rather than to the whole context.
 
 #[cfg(not(target_arch = "wasm32"))]
+pub mod access;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod http_head;
 pub mod response;
 mod run;

@@ -291,7 +291,7 @@ fn a_full_queue_refuses_with_retry_after() {
 fn a_huge_declared_body_is_refused_without_reading_it() {
     let server = start(&["--max-body", "1000"]);
     let mut tcp = TcpStream::connect(&server.address).expect("connect");
-    let head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n{\"prompt\": \"a\"}";
+    let head = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000000000\r\n\r\n{\"prompt\": \"a\"}";
     tcp.write_all(head.as_bytes()).expect("send");
     let reply = read_reply(tcp);
     assert_eq!(reply.status, 413, "{}", reply.body);
@@ -307,6 +307,7 @@ fn a_huge_declared_body_is_refused_without_reading_it() {
     );
     assert_eq!(exchange_raw(&server.address, &long).status, 431);
     // a body without a length is refused with 411
-    let chunked = "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    let chunked =
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
     assert_eq!(exchange_raw(&server.address, chunked).status, 411);
 }

@@ -8,6 +8,11 @@
 //! 413 (without reading them), bad JSON or fields 400 naming the problem. A client that has
 //! closed its connection by its turn is not run (it is told so with 503, should it still
 //! read), and a streaming one that goes away cancels its generation at the next token.
+//!
+//! Before any of that, each request's head is checked ([`emberlm::openai::access`]): the name
+//! it uses for the server (`Host`: IP addresses, `localhost`, `--host` and `--allowed-host`),
+//! the page it comes from (`Origin`: only `--cors-origin` pages, which get CORS answers and
+//! preflights) and, with `--api-key` / `--api-key-file`, its bearer key.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,6 +22,7 @@ use std::time::Instant;
 
 use clap::Args;
 use emberlm::engine::Engine;
+use emberlm::openai::access::{AccessPolicy, Decision};
 use emberlm::openai::{complete, CompletionKind, Request};
 use serde_json::{json, Value};
 use std::net::{TcpListener, TcpStream};
@@ -50,6 +56,58 @@ pub struct ServeApiArgs {
     /// `Retry-After` until a place frees.
     #[arg(long, default_value_t = 16)]
     pub max_queue: usize,
+    /// An API key that requests must send as `Authorization: Bearer KEY` (repeat for several;
+    /// every endpoint then needs one). Without a key, anyone who can reach the address can run
+    /// completions.
+    #[arg(long = "api-key", value_name = "KEY", env = "EMBERLM_API_KEY")]
+    pub api_keys: Vec<String>,
+    /// A file of API keys, one per line (blank lines and lines starting with `#` skipped),
+    /// which keeps them out of the process list.
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// A name that requests may use for this server besides IP addresses, `localhost` and
+    /// `--host` (repeat for several; `*`: any). Other names are refused with 421, which keeps
+    /// web pages from reaching the server through DNS rebinding.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// A web page origin allowed to call the server from a browser, such as
+    /// `https://app.example` or `http://localhost:5173` (repeat for several; `*`: any page).
+    /// Browser requests from other pages are refused with 403 before they run.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+}
+
+/// The keys of `--api-key` and of `--api-key-file`.
+fn api_keys(args: &ServeApiArgs) -> CliResult<Vec<String>> {
+    let mut keys = args.api_keys.clone();
+    if let Some(path) = &args.api_key_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::usage(format!("--api-key-file {}: {e}", path.display())))?;
+        let before = keys.len();
+        keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+        if keys.len() == before {
+            return Err(Failure::usage(format!(
+                "--api-key-file {}: no key in the file (one per line)",
+                path.display()
+            )));
+        }
+    }
+    Ok(keys)
+}
+
+/// Whether `host` (as given to `--host`) is a loopback address.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// How many completion requests are in the server (reading their body, waiting or running)
@@ -206,6 +264,7 @@ fn busy(admission: &Admission) -> (Value, u64) {
 
 /// What every connection's thread shares.
 struct Shared {
+    access: AccessPolicy,
     admission: Admission,
     jobs: mpsc::Sender<Job>,
     model: String,
@@ -216,7 +275,7 @@ struct Shared {
 /// One connection's thread: reads the head, answers what needs no engine, admits a completion
 /// (or refuses it) and sends its parsed body to the engine's thread.
 fn connection(stream: TcpStream, shared: &Shared) {
-    let request = match read_head(stream) {
+    let mut request = match read_head(stream) {
         Ok(r) => r,
         Err((HeadError::Answer(status, message), stream)) => {
             let body = error_body(&message, "invalid_request_error").to_string();
@@ -224,6 +283,16 @@ fn connection(stream: TcpStream, shared: &Shared) {
         }
         Err((HeadError::Gone, _)) => return,
     };
+    match shared.access.check(&request.method, &request.access) {
+        Decision::Allow { cors } => request.allow_origin(cors),
+        Decision::Preflight(headers) => return request.respond(204, "", &headers),
+        Decision::Refuse(r) => {
+            let body = json!({
+                "error": { "message": r.message, "type": r.kind, "param": null, "code": r.code }
+            });
+            return request.respond(r.status, &body.to_string(), &r.headers);
+        }
+    }
     let path = request.path.trim_end_matches('/').to_string();
     let kind = match (request.method.as_str(), path.as_str()) {
         ("POST", "/v1/chat/completions") => CompletionKind::Chat,
@@ -297,6 +366,12 @@ fn listen(listener: TcpListener, shared: Arc<Shared>) {
 
 /// Serves until the process is stopped.
 pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
+    let access = AccessPolicy::new(
+        api_keys(&args)?,
+        &args.host,
+        &args.allowed_hosts,
+        &args.cors_origins,
+    )?;
     let engine = load_engine(args.model, args.ctx)?;
     let listener = TcpListener::bind((args.host.as_str(), args.port)).map_err(|e| {
         Failure::usage(format!("cannot listen on {}:{}: {e}", args.host, args.port))
@@ -305,10 +380,19 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
         |_| format!("{}:{}", args.host, args.port),
         |a| a.to_string(),
     );
+    // the warning first: whoever reads the address line has it already
+    if !is_loopback(&args.host) && !access.has_keys() {
+        eprintln!(
+            "emberlm: serve-api: warning: listening on {address} without an API key: anyone who \
+             can reach this address can run completions on this machine and read them (give \
+             --api-key or --api-key-file)"
+        );
+    }
     println!("emberlm: serving the OpenAI-style API at http://{address}/v1/");
     let _ = std::io::stdout().flush();
     let (jobs, queue) = mpsc::channel();
     let shared = Arc::new(Shared {
+        access,
         admission: Admission::new(args.max_queue),
         jobs,
         model: emberlm::openai::model_name(engine.files().name()),

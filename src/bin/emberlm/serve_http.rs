@@ -7,6 +7,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
+use emberlm::openai::access::AccessHeaders;
 use emberlm::openai::http_head::{self, HeadParse};
 
 /// How long a client may take to send its head or body before the connection is dropped.
@@ -34,6 +35,10 @@ pub struct HttpRequest {
     pub method: String,
     /// The path, without a query.
     pub path: String,
+    /// The headers that decide whether it may be served.
+    pub access: AccessHeaders,
+    /// The page origin the answer allows (`Access-Control-Allow-Origin`), once allowed.
+    cors: Option<String>,
     content_length: Option<usize>,
     chunked: bool,
     /// Whether body bytes may still be unread (the answer then drains a bounded amount).
@@ -48,9 +53,11 @@ pub struct HttpRequest {
 pub fn read_head(stream: TcpStream) -> Result<HttpRequest, (HeadError, TcpStream)> {
     let mut stream = stream;
     match parse_head(&mut stream) {
-        Ok((method, path, content_length, chunked, early)) => Ok(HttpRequest {
+        Ok((method, path, access, content_length, chunked, early)) => Ok(HttpRequest {
             method,
             path,
+            access,
+            cors: None,
             unread: chunked || content_length.is_some_and(|n| n > 0),
             content_length,
             chunked,
@@ -61,8 +68,9 @@ pub fn read_head(stream: TcpStream) -> Result<HttpRequest, (HeadError, TcpStream
     }
 }
 
-/// Method, path, `Content-Length`, whether chunked, and the body bytes read with the head.
-type Head = (String, String, Option<usize>, bool, Vec<u8>);
+/// Method, path, access headers, `Content-Length`, whether chunked, and the body bytes read
+/// with the head.
+type Head = (String, String, AccessHeaders, Option<usize>, bool, Vec<u8>);
 
 fn parse_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
@@ -72,7 +80,14 @@ fn parse_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
         match http_head::parse_head(&buf) {
             HeadParse::Complete(h) => {
                 let early = buf[h.len..].to_vec();
-                return Ok((h.method, h.path, h.content_length, h.chunked, early));
+                return Ok((
+                    h.method,
+                    h.path,
+                    h.access,
+                    h.content_length,
+                    h.chunked,
+                    early,
+                ));
             }
             HeadParse::Invalid(status, why) => return Err(HeadError::Answer(status, why)),
             HeadParse::Partial => {}
@@ -93,6 +108,8 @@ pub fn answer_stream(stream: TcpStream, status: u16, body: &str, drain: bool) {
     let request = HttpRequest {
         method: String::new(),
         path: String::new(),
+        access: AccessHeaders::default(),
+        cors: None,
         content_length: None,
         chunked: false,
         unread: drain,
@@ -105,11 +122,15 @@ pub fn answer_stream(stream: TcpStream, status: u16, body: &str, drain: bool) {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        204 => "No Content",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         411 => "Length Required",
         413 => "Content Too Large",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -118,6 +139,19 @@ fn reason(status: u16) -> &'static str {
 }
 
 impl HttpRequest {
+    /// Lets the page at `origin` read the answers to this request (CORS).
+    pub fn allow_origin(&mut self, origin: Option<String>) {
+        self.cors = origin;
+    }
+
+    /// The CORS headers of an answer, when a page was allowed.
+    fn cors_head(&self) -> String {
+        match &self.cors {
+            Some(origin) => format!("Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"),
+            None => String::new(),
+        }
+    }
+
     /// The declared body length, if any.
     pub fn body_length(&self) -> Option<usize> {
         self.content_length
@@ -177,6 +211,7 @@ impl HttpRequest {
             reason(status),
             body.len()
         );
+        head.push_str(&self.cors_head());
         for (name, value) in headers {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
@@ -212,7 +247,10 @@ impl HttpRequest {
     /// Starts a server-sent event stream (chunked): its writer, or `None` when the client is
     /// gone.
     pub fn event_stream(mut self) -> Option<EventStream> {
-        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n{}\r\n",
+            self.cors_head()
+        );
         self.stream
             .write_all(head.as_bytes())
             .and_then(|_| self.stream.flush())
