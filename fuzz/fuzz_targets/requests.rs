@@ -66,7 +66,7 @@ pub fn http_head(data: &[u8]) {
                 &["https://app.example".into()],
             )
             .expect("a valid policy");
-            match policy.check(&h.method, &h.access) {
+            match policy.check(&h.method, &h.access, false) {
                 Decision::Allow { cors } => {
                     let auth = h.access.authorization.as_deref().unwrap_or("");
                     assert!(auth.contains("fuzz-key"), "allowed without the key: {h:?}");

@@ -209,8 +209,9 @@ impl AccessPolicy {
         bool::from(accepted)
     }
 
-    /// Decides on a request whose method is `method` and whose access headers are `h`.
-    pub fn check(&self, method: &str, h: &AccessHeaders) -> Decision {
+    /// Decides on a request whose method is `method` and whose access headers are `h`;
+    /// `public` endpoints (a health check) need no key.
+    pub fn check(&self, method: &str, h: &AccessHeaders, public: bool) -> Decision {
         let refuse = |status, kind, code, message: String, headers| {
             Decision::Refuse(Refusal {
                 status,
@@ -278,7 +279,7 @@ impl AccessPolicy {
             ]);
             return Decision::Preflight(headers);
         }
-        if self.has_keys() && !self.key_accepted(h.authorization.as_deref()) {
+        if !public && self.has_keys() && !self.key_accepted(h.authorization.as_deref()) {
             let message = match &h.authorization {
                 None => {
                     "no API key: send the header `Authorization: Bearer KEY` with a key the \
@@ -336,7 +337,7 @@ mod tests {
             "my.example.:443",
         ] {
             assert_eq!(
-                status(&p.check("GET", &head(Some(host), None, None))),
+                status(&p.check("GET", &head(Some(host), None, None), false)),
                 200,
                 "{host}"
             );
@@ -349,15 +350,15 @@ mod tests {
             "[::1",
         ] {
             assert_eq!(
-                status(&p.check("GET", &head(Some(host), None, None))),
+                status(&p.check("GET", &head(Some(host), None, None), false)),
                 421,
                 "{host}"
             );
         }
-        assert_eq!(status(&p.check("GET", &head(None, None, None))), 400);
+        assert_eq!(status(&p.check("GET", &head(None, None, None), false)), 400);
         let any = AccessPolicy::new(vec![], "127.0.0.1", &["*".into()], &[]).unwrap();
         assert_eq!(
-            status(&any.check("GET", &head(Some("x.y"), None, None))),
+            status(&any.check("GET", &head(Some("x.y"), None, None), false)),
             200
         );
     }
@@ -366,7 +367,7 @@ mod tests {
     fn origins_are_refused_unless_allowed_and_preflights_answered() {
         let none = AccessPolicy::new(vec![], "127.0.0.1", &[], &[]).unwrap();
         let from = |o| head(Some("127.0.0.1:80"), Some(o), None);
-        let Decision::Refuse(r) = none.check("POST", &from("https://evil.example")) else {
+        let Decision::Refuse(r) = none.check("POST", &from("https://evil.example"), false) else {
             panic!("a page from another origin was allowed");
         };
         assert_eq!(r.status, 403);
@@ -382,10 +383,13 @@ mod tests {
             &["https://App.example:8443".into()],
         )
         .unwrap();
-        assert_eq!(status(&p.check("POST", &from("https://evil.example"))), 403);
+        assert_eq!(
+            status(&p.check("POST", &from("https://evil.example"), false)),
+            403
+        );
         let mut preflight = from("https://app.example:8443");
         preflight.preflight = true;
-        let Decision::Preflight(headers) = p.check("OPTIONS", &preflight) else {
+        let Decision::Preflight(headers) = p.check("OPTIONS", &preflight, false) else {
             panic!("no preflight answer");
         };
         assert!(headers.contains(&(
@@ -396,7 +400,7 @@ mod tests {
             .iter()
             .any(|(n, v)| *n == "Access-Control-Allow-Headers" && v.contains("Authorization")));
         // the request itself still needs the key, and its refusal is readable by the page
-        let Decision::Refuse(r) = p.check("POST", &from("https://app.example:8443")) else {
+        let Decision::Refuse(r) = p.check("POST", &from("https://app.example:8443"), false) else {
             panic!("allowed without a key");
         };
         assert_eq!((r.status, r.code), (401, Some("invalid_api_key")));
@@ -407,13 +411,13 @@ mod tests {
         let mut keyed = from("https://app.example:8443");
         keyed.authorization = Some("Bearer k".into());
         assert_eq!(
-            p.check("POST", &keyed),
+            p.check("POST", &keyed, false),
             Decision::Allow {
                 cors: Some("https://app.example:8443".into())
             }
         );
         let any = AccessPolicy::new(vec![], "127.0.0.1", &[], &["*".into()]).unwrap();
-        assert_eq!(status(&any.check("POST", &from("null"))), 200);
+        assert_eq!(status(&any.check("POST", &from("null"), false)), 200);
         for bad in ["app.example", "ftp://a", "https://a/path", "https://"] {
             let e = AccessPolicy::new(vec![], "127.0.0.1", &[], &[bad.into()]).unwrap_err();
             assert!(e.to_string().contains("cors-origin"), "{e}");
@@ -432,7 +436,7 @@ mod tests {
         assert!(p.has_keys());
         let with = |a| head(Some("localhost"), None, a);
         for ok in ["Bearer first-key", "bearer second", "  Bearer   second  "] {
-            assert_eq!(status(&p.check("GET", &with(Some(ok)))), 200, "{ok}");
+            assert_eq!(status(&p.check("GET", &with(Some(ok)), false)), 200, "{ok}");
         }
         for bad in [
             None,
@@ -442,7 +446,7 @@ mod tests {
             Some("first-key"),
             Some("Bearer "),
         ] {
-            let Decision::Refuse(r) = p.check("GET", &with(bad)) else {
+            let Decision::Refuse(r) = p.check("GET", &with(bad), false) else {
                 panic!("{bad:?} was accepted");
             };
             assert_eq!(
@@ -454,7 +458,13 @@ mod tests {
         }
         assert!(AccessPolicy::new(vec!["".into()], "127.0.0.1", &[], &[]).is_err());
         assert!(AccessPolicy::new(vec!["a b".into()], "127.0.0.1", &[], &[]).is_err());
+        // a public endpoint (the health check) needs no key, but still a good Host
+        assert_eq!(status(&p.check("GET", &with(None), true)), 200);
+        assert_eq!(
+            status(&p.check("GET", &head(Some("evil.example"), None, None), true)),
+            421
+        );
         let open = AccessPolicy::new(vec![], "127.0.0.1", &[], &[]).unwrap();
-        assert_eq!(status(&open.check("GET", &with(None))), 200);
+        assert_eq!(status(&open.check("GET", &with(None), false)), 200);
     }
 }

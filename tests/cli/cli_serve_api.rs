@@ -404,3 +404,77 @@ fn an_open_address_without_a_key_is_warned_about_and_bad_settings_are_named() {
         );
     }
 }
+
+/// `GET /health` until `abandoned` reaches `want` (failing after a minute): the server's
+/// count of completions stopped because their client went away.
+fn wait_abandoned(server: &serve::Server, want: u64) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let (status, body) = http(server, "GET", "/health", "");
+        assert_eq!(status, 200, "{body}");
+        let health = json_body(&body);
+        if health["abandoned"].as_u64() >= Some(want) {
+            return health;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the generation went on after its client left: {health}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A completion whose client goes away stops at the next token, streamed or not (SmolLM2 asked
+/// for 1,500 tokens with its end-of-text tokens banned, so that it is still running when the
+/// client leaves); `/health` counts them, needs no key, and the server goes on answering.
+#[test]
+fn a_completion_stops_when_its_client_goes() {
+    use std::io::{Read, Write};
+    let Some(model) = crate::common::require::smollm2() else {
+        return;
+    };
+    let server = serve::start_model(model.to_str().unwrap(), &["--api-key", "k"]);
+    let health = wait_abandoned(&server, 0);
+    assert_eq!(
+        (health["status"].as_str(), health["requests"].as_u64()),
+        (Some("ok"), Some(0))
+    );
+    let long = |stream: bool| {
+        json!({
+            "prompt": "Once upon a time",
+            "max_tokens": 1500,
+            "logit_bias": {"0": -100, "1": -100, "2": -100},
+            "stream": stream,
+        })
+        .to_string()
+    };
+    for (stream, want) in [(false, 1), (true, 2)] {
+        let body = long(stream);
+        let text = format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            server.address,
+            body.len()
+        );
+        let mut tcp = std::net::TcpStream::connect(&server.address).expect("connect");
+        tcp.write_all(text.as_bytes()).expect("send");
+        if stream {
+            // the first event has come: the generation runs
+            let mut first = [0u8; 256];
+            let n = tcp.read(&mut first).expect("the stream starts");
+            assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
+        } else {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        drop(tcp);
+        wait_abandoned(&server, want);
+    }
+    // the engine is free again
+    let reply = with_headers(
+        &server,
+        "POST",
+        "/v1/completions",
+        &format!("Host: {}\r\nAuthorization: Bearer k\r\n", server.address),
+        PROMPT,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}

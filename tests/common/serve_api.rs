@@ -34,6 +34,11 @@ pub fn start(extra: &[&str]) -> Server {
         )
         .to_string()
     });
+    start_model(&model, extra)
+}
+
+/// Starts the server on the CPU backend with `model`.
+pub fn start_model(model: &str, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_emberlm"))
         .args([
             "serve-api",
@@ -42,7 +47,7 @@ pub fn start(extra: &[&str]) -> Server {
             "--port",
             "0",
             "--model",
-            &model,
+            model,
         ])
         .args(extra)
         .stdout(Stdio::piped())

@@ -7,7 +7,8 @@
 //! a slow client holds its place in the queue but never the engine. Bodies over the limit get
 //! 413 (without reading them), bad JSON or fields 400 naming the problem. A client that has
 //! closed its connection by its turn is not run (it is told so with 503, should it still
-//! read), and a streaming one that goes away cancels its generation at the next token.
+//! read), and one that goes away while its completion runs (streamed or not) stops it at the
+//! next token. `GET /health` reports the requests inside and the completions so abandoned.
 //!
 //! Before any of that, each request's head is checked ([`emberlm::openai::access`]): the name
 //! it uses for the server (`Host`: IP addresses, `localhost`, `--host` and `--allowed-host`),
@@ -206,9 +207,16 @@ fn read_job(mut request: HttpRequest, kind: CompletionKind, limit: usize) -> Opt
 }
 
 /// Answers a completion request on `engine`: JSON, or server-sent events when it streams.
-fn completion(engine: &Engine, Job { request, parsed }: Job) {
+/// Either way the generation stops when the client goes away (counted in `abandoned`).
+fn completion(engine: &Engine, Job { request, parsed }: Job, abandoned: &AtomicU64) {
     if !parsed.stream {
-        return match pollster::block_on(complete(engine, &parsed, None, &mut |_| {})) {
+        let watch = request.watch_client(engine.abort_switch());
+        let result = pollster::block_on(complete(engine, &parsed, None, &mut |_| {}));
+        if watch.stop() {
+            abandoned.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        return match result {
             Ok(body) => reply(request, 200, &body),
             Err(e) => {
                 let status = if matches!(e, emberlm::Error::InvalidArgument { .. }) {
@@ -239,6 +247,7 @@ fn completion(engine: &Engine, Job { request, parsed }: Job) {
         }
     }));
     if gone {
+        abandoned.fetch_add(1, Ordering::Relaxed);
         return;
     }
     if let Err(e) = result {
@@ -270,6 +279,8 @@ struct Shared {
     model: String,
     limit: usize,
     connections: AtomicUsize,
+    /// Completions stopped because their client went away.
+    abandoned: AtomicU64,
 }
 
 /// One connection's thread: reads the head, answers what needs no engine, admits a completion
@@ -283,7 +294,13 @@ fn connection(stream: TcpStream, shared: &Shared) {
         }
         Err((HeadError::Gone, _)) => return,
     };
-    match shared.access.check(&request.method, &request.access) {
+    let path = request.path.trim_end_matches('/').to_string();
+    // the health check needs no key (balancers probe it), but the Host and Origin checks
+    let public = path == "/health";
+    match shared
+        .access
+        .check(&request.method, &request.access, public)
+    {
         Decision::Allow { cors } => request.allow_origin(cors),
         Decision::Preflight(headers) => return request.respond(204, "", &headers),
         Decision::Refuse(r) => {
@@ -293,7 +310,6 @@ fn connection(stream: TcpStream, shared: &Shared) {
             return request.respond(r.status, &body.to_string(), &r.headers);
         }
     }
-    let path = request.path.trim_end_matches('/').to_string();
     let kind = match (request.method.as_str(), path.as_str()) {
         ("POST", "/v1/chat/completions") => CompletionKind::Chat,
         ("POST", "/v1/completions") => CompletionKind::Text,
@@ -304,13 +320,23 @@ fn connection(stream: TcpStream, shared: &Shared) {
             });
             return reply(request, 200, &body);
         }
-        (_, "/v1/chat/completions" | "/v1/completions" | "/v1/models") => {
+        ("GET", "/health") => {
+            let body = json!({
+                "status": "ok",
+                "model": shared.model,
+                "requests": shared.admission.inside.load(Ordering::Acquire),
+                "max_queue": shared.admission.max_queue,
+                "abandoned": shared.abandoned.load(Ordering::Relaxed),
+            });
+            return reply(request, 200, &body);
+        }
+        (_, "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/health") => {
             let message = format!("{} is not allowed on {path}", request.method);
             return reply(request, 405, &error_body(&message, "invalid_request_error"));
         }
         _ => {
             let message = format!(
-                "no endpoint {path} (try /v1/chat/completions, /v1/completions, /v1/models)"
+                "no endpoint {path} (try /v1/chat/completions, /v1/completions, /v1/models, /health)"
             );
             return reply(request, 404, &error_body(&message, "invalid_request_error"));
         }
@@ -398,6 +424,7 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
         model: emberlm::openai::model_name(engine.files().name()),
         limit: args.max_body,
         connections: AtomicUsize::new(0),
+        abandoned: AtomicU64::new(0),
     });
     let listening = Arc::clone(&shared);
     std::thread::Builder::new()
@@ -415,7 +442,7 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
             continue;
         }
         let started = Instant::now();
-        completion(&engine, job);
+        completion(&engine, job, &shared.abandoned);
         shared
             .admission
             .leave(Some(started.elapsed().as_millis() as u64));

@@ -5,7 +5,12 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
 use std::time::Duration;
+
+use emberlm::engine::AbortSwitch;
 
 use emberlm::openai::access::AccessHeaders;
 use emberlm::openai::http_head::{self, HeadParse};
@@ -195,13 +200,23 @@ impl HttpRequest {
 
     /// Whether the client has closed its side (checked before working for it).
     pub fn client_gone(&self) -> bool {
-        if self.stream.set_nonblocking(true).is_err() {
-            return false;
-        }
-        let mut probe = [0u8; 1];
-        let gone = matches!(self.stream.peek(&mut probe), Ok(0));
-        let _ = self.stream.set_nonblocking(false);
-        gone
+        peer_closed(&self.stream)
+    }
+
+    /// Watches the connection while a request that writes nothing until it ends (a
+    /// non-streamed completion) runs: when the client goes, `abort` stops the engine's
+    /// running request. The connection must not be written until [`ClientWatch::stop`].
+    pub fn watch_client(&self, abort: AbortSwitch) -> ClientWatch {
+        let done = Arc::new((Mutex::new(false), Condvar::new()));
+        let gone = Arc::new(AtomicBool::new(false));
+        let thread = self.stream.try_clone().ok().and_then(|stream| {
+            let (done, gone) = (Arc::clone(&done), Arc::clone(&gone));
+            std::thread::Builder::new()
+                .name("serve-api client watch".into())
+                .spawn(move || watch(&stream, &done, &gone, &abort))
+                .ok()
+        });
+        ClientWatch { done, gone, thread }
     }
 
     /// Answers with a JSON body and closes the connection.
@@ -256,6 +271,69 @@ impl HttpRequest {
             .and_then(|_| self.stream.flush())
             .ok()?;
         Some(EventStream { request: self })
+    }
+}
+
+/// Whether the peer of `stream` has closed its side (a read would end).
+fn peer_closed(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut probe = [0u8; 1];
+    let gone = matches!(stream.peek(&mut probe), Ok(0));
+    let _ = stream.set_nonblocking(false);
+    gone
+}
+
+/// How often a watched connection is looked at.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// The watching thread: until `done`, looks at the connection every [`WATCH_EVERY`]; when the
+/// peer has closed, aborts the running request (unless it has just ended: `done` is checked
+/// under its lock, which [`ClientWatch::stop`] takes to end the watch).
+fn watch(
+    stream: &TcpStream,
+    done: &(Mutex<bool>, Condvar),
+    gone: &AtomicBool,
+    abort: &AbortSwitch,
+) {
+    let (lock, wake) = done;
+    let mut ended = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if *ended {
+            return;
+        }
+        if peer_closed(stream) {
+            gone.store(true, Ordering::SeqCst);
+            abort.abort();
+            return;
+        }
+        ended = wake
+            .wait_timeout(ended, WATCH_EVERY)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+}
+
+/// A connection being watched ([`HttpRequest::watch_client`]).
+#[derive(Debug)]
+pub struct ClientWatch {
+    done: Arc<(Mutex<bool>, Condvar)>,
+    gone: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ClientWatch {
+    /// Ends the watch (the request has ended): whether the client went away and the request
+    /// was aborted for it.
+    pub fn stop(mut self) -> bool {
+        let (lock, wake) = &*self.done;
+        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.gone.load(Ordering::SeqCst)
     }
 }
 
