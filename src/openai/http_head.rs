@@ -22,6 +22,9 @@ pub struct RequestHead {
     pub content_length: Option<usize>,
     /// Whether a `Transfer-Encoding` was declared (the body is chunked).
     pub chunked: bool,
+    /// Whether the client keeps the connection for another request: HTTP/1.1 unless it sent
+    /// `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`.
+    pub keep_alive: bool,
     /// `Host`, `Origin`, `Authorization` and whether it is a CORS preflight: what
     /// [`super::access::AccessPolicy::check`] decides on.
     pub access: AccessHeaders,
@@ -67,7 +70,14 @@ pub fn parse_head(buf: &[u8]) -> HeadParse {
     let mut content_length = None;
     let mut chunked = false;
     let mut access = AccessHeaders::default();
+    let (mut close, mut keep) = (false, false);
     for h in parsed.headers.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            for option in String::from_utf8_lossy(h.value).split(',') {
+                close |= option.trim().eq_ignore_ascii_case("close");
+                keep |= option.trim().eq_ignore_ascii_case("keep-alive");
+            }
+        }
         let text = || String::from_utf8_lossy(h.value).trim().to_string();
         // one of each: two would leave which one counts to whoever reads them
         let once = |slot: &mut Option<String>, name: &str| match slot {
@@ -114,6 +124,7 @@ pub fn parse_head(buf: &[u8]) -> HeadParse {
         path,
         content_length,
         chunked,
+        keep_alive: !close && (parsed.version == Some(1) || keep),
         access,
         len,
     })
@@ -135,6 +146,16 @@ mod tests {
         );
         assert_eq!((h.content_length, h.chunked), (Some(12), false));
         assert_eq!(h.access.host.as_deref(), Some("a"));
+        assert!(h.keep_alive, "HTTP/1.1 keeps the connection by default");
+        let keeps = |t: &[u8]| match parse_head(t) {
+            HeadParse::Complete(h) => h.keep_alive,
+            other => panic!("{other:?}"),
+        };
+        assert!(!keeps(b"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"));
+        assert!(!keeps(b"GET / HTTP/1.0\r\n\r\n"));
+        assert!(keeps(
+            b"GET / HTTP/1.0\r\nConnection: TE, keep-alive\r\n\r\n"
+        ));
         assert_eq!(
             (h.access.origin.as_deref(), h.access.preflight),
             (None, false)

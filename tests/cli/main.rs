@@ -18,6 +18,8 @@ mod cli_batch;
 mod cli_chat;
 mod cli_formats;
 mod cli_sampling;
+mod cli_serve_access;
 mod cli_serve_api;
+mod cli_serve_connections;
 mod cli_serve_load;
 mod cli_speculative;

@@ -138,3 +138,67 @@ pub fn dechunk(mut body: &str) -> String {
 pub fn json_body(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{body:?}: {e}"))
 }
+
+/// A request of `method` on `path` with the extra header lines `headers` (each ending in CRLF)
+/// and `body`.
+pub fn with_headers(server: &Server, method: &str, path: &str, headers: &str, body: &str) -> Reply {
+    let text = format!(
+        "{method} {path} HTTP/1.1\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    exchange_raw(&server.address, &text)
+}
+
+/// A short completion request.
+pub const PROMPT: &str = r#"{"prompt": "The", "max_tokens": 2}"#;
+
+/// Reads one answer from a connection that may stay open: the head, then a body of its
+/// `Content-Length` or chunks up to the empty one.
+pub fn read_one(reader: &mut BufReader<TcpStream>) -> Reply {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).expect("an answer");
+        assert!(
+            n > 0,
+            "the connection closed before an answer; head so far: {head:?}"
+        );
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    let head = head.to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse::<usize>().expect("a length"));
+    let body = match length {
+        Some(n) => {
+            let mut body = vec![0u8; n];
+            reader.read_exact(&mut body).expect("the body");
+            String::from_utf8(body).expect("UTF-8")
+        }
+        None => {
+            let mut out = String::new();
+            loop {
+                let mut size = String::new();
+                reader.read_line(&mut size).expect("a chunk size");
+                let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+                let mut chunk = vec![0u8; size + 2];
+                reader.read_exact(&mut chunk).expect("a chunk");
+                if size == 0 {
+                    break;
+                }
+                out.push_str(std::str::from_utf8(&chunk[..size]).expect("UTF-8"));
+            }
+            out
+        }
+    };
+    Reply { status, head, body }
+}

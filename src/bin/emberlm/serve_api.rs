@@ -1,8 +1,9 @@
 //! `emberlm serve-api`: the OpenAI-style HTTP API over one engine, so existing OpenAI clients
 //! can point at it. `POST /v1/chat/completions` and `POST /v1/completions` (server-sent events
-//! with `stream: true`), `GET /v1/models`. Completions run one at a time, in arrival order, on
-//! the main thread (which owns the engine). Each connection is read on a thread of its own (at
-//! most [`MAX_CONNECTIONS`] at once), which answers what needs no engine and admits at most
+//! with `stream: true`), `GET /v1/models`, `GET /health`. Completions run one at a time, in
+//! arrival order, on the main thread (which owns the engine). Each connection is read on a
+//! thread of its own (at most [`MAX_CONNECTIONS`] at once; kept open between requests, see
+//! [`crate::serve_http`]), which answers what needs no engine and admits at most
 //! `--max-queue` waiting completions, refusing the rest at once with 503 and a `Retry-After`;
 //! a slow client holds its place in the queue but never the engine. Bodies over the limit get
 //! 413 (without reading them), bad JSON or fields 400 naming the problem. A client that has
@@ -28,7 +29,7 @@ use emberlm::openai::{complete, CompletionKind, Request};
 use serde_json::{json, Value};
 use std::net::{TcpListener, TcpStream};
 
-use crate::serve_http::{answer_stream, read_head, HeadError, HttpRequest};
+use crate::serve_http::{answer_stream, read_head, Connection, HeadError, HttpRequest};
 use crate::{load_engine, CliResult, Failure};
 
 /// Connections read at once; more are answered 503 and closed.
@@ -164,10 +165,12 @@ impl Admission {
     }
 }
 
-/// An admitted completion request whose body parsed, on its way to the engine.
+/// An admitted completion request whose body parsed, on its way to the engine; the
+/// connection comes back through `back` when it stays open for another request.
 struct Job {
     request: HttpRequest,
     parsed: Request,
+    back: mpsc::Sender<Connection>,
 }
 
 /// An OpenAI-style error body.
@@ -175,46 +178,54 @@ fn error_body(message: &str, kind: &str) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": null } })
 }
 
-fn reply(request: HttpRequest, status: u16, body: &Value) {
-    request.respond(status, &body.to_string(), &[]);
+/// Answers with `body`: the connection for the next request, if it stays open.
+fn reply(request: HttpRequest, status: u16, body: &Value) -> Option<Connection> {
+    request.respond(status, &body.to_string(), &[])
 }
 
-/// Reads and parses an admitted request's body: the job, or `None` once the client has been
-/// answered with 413, 411 or 400.
-fn read_job(mut request: HttpRequest, kind: CompletionKind, limit: usize) -> Option<Job> {
+/// Reads and parses an admitted request's body: the request and its parsed body, or, once
+/// the client has been answered with 413, 411 or 400, the connection if it stays open.
+fn read_job(
+    mut request: HttpRequest,
+    kind: CompletionKind,
+    limit: usize,
+) -> Result<(HttpRequest, Request), Option<Connection>> {
     let body = match request.read_body(limit) {
         Ok(b) => b,
         Err((status, message)) => {
-            reply(
+            return Err(reply(
                 request,
                 status,
                 &error_body(&message, "invalid_request_error"),
-            );
-            return None;
+            ));
         }
     };
     match Request::from_json(kind, &body) {
-        Ok(parsed) => Some(Job { request, parsed }),
-        Err(e) => {
-            reply(
-                request,
-                400,
-                &error_body(&e.to_string(), "invalid_request_error"),
-            );
-            None
-        }
+        Ok(parsed) => Ok((request, parsed)),
+        Err(e) => Err(reply(
+            request,
+            400,
+            &error_body(&e.to_string(), "invalid_request_error"),
+        )),
     }
 }
 
 /// Answers a completion request on `engine`: JSON, or server-sent events when it streams.
-/// Either way the generation stops when the client goes away (counted in `abandoned`).
-fn completion(engine: &Engine, Job { request, parsed }: Job, abandoned: &AtomicU64) {
+/// Either way the generation stops when the client goes away (counted in `abandoned`). The
+/// connection for the next request, if it stays open.
+fn completion(
+    engine: &Engine,
+    Job {
+        request, parsed, ..
+    }: Job,
+    abandoned: &AtomicU64,
+) -> Option<Connection> {
     if !parsed.stream {
         let watch = request.watch_client(engine.abort_switch());
         let result = pollster::block_on(complete(engine, &parsed, None, &mut |_| {}));
         if watch.stop() {
             abandoned.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         }
         return match result {
             Ok(body) => reply(request, 200, &body),
@@ -234,9 +245,7 @@ fn completion(engine: &Engine, Job { request, parsed }: Job, abandoned: &AtomicU
         };
     }
     // Server-sent events in HTTP/1.1 chunks written as they come.
-    let Some(mut events) = request.event_stream() else {
-        return;
-    };
+    let mut events = request.event_stream()?;
     let cancel = engine.cancel_handle();
     let mut gone = false;
     let result = pollster::block_on(complete(engine, &parsed, Some(&cancel), &mut |chunk| {
@@ -248,7 +257,7 @@ fn completion(engine: &Engine, Job { request, parsed }: Job, abandoned: &AtomicU
     }));
     if gone {
         abandoned.fetch_add(1, Ordering::Relaxed);
-        return;
+        return None;
     }
     if let Err(e) = result {
         events.send(&format!(
@@ -256,8 +265,9 @@ fn completion(engine: &Engine, Job { request, parsed }: Job, abandoned: &AtomicU
             error_body(&e.to_string(), "server_error")
         ));
     }
-    if events.send("data: [DONE]\n\n") {
-        events.finish();
+    match events.send("data: [DONE]\n\n") {
+        true => events.finish(),
+        false => None,
     }
 }
 
@@ -283,17 +293,26 @@ struct Shared {
     abandoned: AtomicU64,
 }
 
-/// One connection's thread: reads the head, answers what needs no engine, admits a completion
-/// (or refuses it) and sends its parsed body to the engine's thread.
+/// One connection's thread: its requests one after another while it stays open.
 fn connection(stream: TcpStream, shared: &Shared) {
-    let mut request = match read_head(stream) {
-        Ok(r) => r,
-        Err((HeadError::Answer(status, message), stream)) => {
-            let body = error_body(&message, "invalid_request_error").to_string();
-            return answer_stream(stream, status, &body, true);
-        }
-        Err((HeadError::Gone, _)) => return,
-    };
+    let mut next = Some(Connection::new(stream));
+    while let Some(connection) = next {
+        next = match read_head(connection) {
+            Ok(request) => serve(request, shared),
+            Err((HeadError::Answer(status, message), stream)) => {
+                let body = error_body(&message, "invalid_request_error").to_string();
+                answer_stream(stream, status, &body, true);
+                None
+            }
+            Err((HeadError::Gone, _)) => None,
+        };
+    }
+}
+
+/// One request: answers what needs no engine, admits a completion (or refuses it) and sends
+/// it to the engine's thread. The connection for the next request, if it stays open (from
+/// the engine's thread once it has answered).
+fn serve(mut request: HttpRequest, shared: &Shared) -> Option<Connection> {
     let path = request.path.trim_end_matches('/').to_string();
     // the health check needs no key (balancers probe it), but the Host and Origin checks
     let public = path == "/health";
@@ -350,17 +369,29 @@ fn connection(stream: TcpStream, shared: &Shared) {
         let (body, wait) = busy(&shared.admission);
         return request.respond(503, &body.to_string(), &[("Retry-After", wait.to_string())]);
     }
-    let Some(job) = read_job(request, kind, limit) else {
-        return shared.admission.leave(None);
+    let (request, parsed) = match read_job(request, kind, limit) {
+        Ok(job) => job,
+        Err(next) => {
+            shared.admission.leave(None);
+            return next;
+        }
+    };
+    let (back, returned) = mpsc::channel();
+    let job = Job {
+        request,
+        parsed,
+        back,
     };
     if let Err(mpsc::SendError(job)) = shared.jobs.send(job) {
         shared.admission.leave(None);
-        reply(
+        return reply(
             job.request,
             503,
             &error_body("the server is stopping", "server_error"),
         );
     }
+    // the engine's thread answers, and gives the connection back if it stays open
+    returned.recv().ok()
 }
 
 /// Accepts connections and gives each a thread, at most [`MAX_CONNECTIONS`] at once.
@@ -438,14 +469,20 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
             // still reads why
             shared.admission.leave(None);
             let message = "not run: the client closed the connection before its turn";
-            reply(job.request, 503, &error_body(message, "server_error"));
+            let _ = reply(job.request, 503, &error_body(message, "server_error"));
             continue;
         }
         let started = Instant::now();
-        completion(&engine, job, &shared.abandoned);
+        let back = job.back.clone();
+        let next = completion(&engine, job, &shared.abandoned);
+        // the place frees before the connection goes back, so that its next request finds it
         shared
             .admission
             .leave(Some(started.elapsed().as_millis() as u64));
+        if let Some(connection) = next {
+            // its thread may have gone (the connection then closes with it)
+            let _ = back.send(connection);
+        }
     }
     Ok(())
 }

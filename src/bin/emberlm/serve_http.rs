@@ -1,7 +1,10 @@
-//! The HTTP/1.1 side of `emberlm serve-api`, over std's `TcpStream`: one request per connection
-//! (`Connection: close`), its head parsed by [`http_head::parse_head`], its body read
-//! only when asked and never past the caller's limit, whatever `Content-Length` says. Answers
-//! are JSON with a length, or a server-sent event stream in chunks.
+//! The HTTP/1.1 side of `emberlm serve-api`, over std's `TcpStream`: persistent connections
+//! (HTTP/1.1 keep-alive, requests in order, pipelined ones included, at most
+//! [`MAX_REQUESTS_PER_CONNECTION`] and [`IDLE_TIMEOUT`] between them), each head parsed by
+//! [`http_head::parse_head`], each body read only when asked and never past the caller's limit,
+//! whatever `Content-Length` says. Answers are JSON with a length, or a server-sent event stream
+//! in chunks. A connection closes after an answer whose request body was left unread (it cannot
+//! be found where the next request starts), or when the client asks.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -17,6 +20,10 @@ use emberlm::openai::http_head::{self, HeadParse};
 
 /// How long a client may take to send its head or body before the connection is dropped.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a kept connection may stay idle before its next request starts.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Requests served on one connection; the last answer closes it.
+pub const MAX_REQUESTS_PER_CONNECTION: usize = 1000;
 /// How long, and how much, of a refused request's unread body is drained after the answer, so
 /// that the client reads the answer rather than a reset.
 const LINGER: Duration = Duration::from_millis(200);
@@ -30,6 +37,26 @@ pub enum HeadError {
     Answer(u16, String),
     /// The connection is gone or timed out.
     Gone,
+}
+
+/// A connection between requests: the stream, what the client sent past the last request (a
+/// pipelined next one), and how many requests it has carried.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    leftover: Vec<u8>,
+    served: usize,
+}
+
+impl Connection {
+    /// A new connection.
+    pub fn new(stream: TcpStream) -> Self {
+        Self {
+            stream,
+            leftover: Vec::new(),
+            served: 0,
+        }
+    }
 }
 
 /// A request whose head has been read: method, path (without the query) and the connection,
@@ -48,24 +75,42 @@ pub struct HttpRequest {
     chunked: bool,
     /// Whether body bytes may still be unread (the answer then drains a bounded amount).
     unread: bool,
+    /// Whether the client keeps the connection for another request.
+    keep_alive: bool,
+    /// Requests the connection carried before this one.
+    served: usize,
     stream: TcpStream,
-    /// Body bytes that arrived with the head.
+    /// Bytes that arrived with the head: the body's start (and, once the body is read, what
+    /// follows it).
     early: Vec<u8>,
 }
 
-/// Reads and parses a request head from `stream`; on failure, why, with the stream back (to
-/// answer on).
-pub fn read_head(stream: TcpStream) -> Result<HttpRequest, (HeadError, TcpStream)> {
-    let mut stream = stream;
-    match parse_head(&mut stream) {
-        Ok((method, path, access, content_length, chunked, early)) => Ok(HttpRequest {
-            method,
-            path,
-            access,
+/// Reads and parses the next request head on `connection`; on failure, why, with the stream
+/// back (to answer on).
+pub fn read_head(connection: Connection) -> Result<HttpRequest, (HeadError, TcpStream)> {
+    let Connection {
+        mut stream,
+        leftover,
+        served,
+    } = connection;
+    // the first request may take the read timeout to arrive, a kept connection's next one
+    // the idle timeout
+    let wait = if served == 0 {
+        READ_TIMEOUT
+    } else {
+        IDLE_TIMEOUT
+    };
+    match parse_head(&mut stream, leftover, wait) {
+        Ok((h, early)) => Ok(HttpRequest {
+            method: h.method,
+            path: h.path,
+            access: h.access,
             cors: None,
-            unread: chunked || content_length.is_some_and(|n| n > 0),
-            content_length,
-            chunked,
+            unread: h.chunked || h.content_length.is_some_and(|n| n > 0),
+            keep_alive: h.keep_alive,
+            served,
+            content_length: h.content_length,
+            chunked: h.chunked,
             stream,
             early,
         }),
@@ -73,26 +118,20 @@ pub fn read_head(stream: TcpStream) -> Result<HttpRequest, (HeadError, TcpStream
     }
 }
 
-/// Method, path, access headers, `Content-Length`, whether chunked, and the body bytes read
-/// with the head.
-type Head = (String, String, AccessHeaders, Option<usize>, bool, Vec<u8>);
-
-fn parse_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
-    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-    let mut buf = Vec::with_capacity(1024);
+/// The head, and the bytes read past it.
+fn parse_head(
+    stream: &mut TcpStream,
+    mut buf: Vec<u8>,
+    wait: Duration,
+) -> Result<(http_head::RequestHead, Vec<u8>), HeadError> {
+    let _ = stream.set_read_timeout(Some(wait));
     let mut chunk = [0u8; 4096];
     loop {
         match http_head::parse_head(&buf) {
             HeadParse::Complete(h) => {
                 let early = buf[h.len..].to_vec();
-                return Ok((
-                    h.method,
-                    h.path,
-                    h.access,
-                    h.content_length,
-                    h.chunked,
-                    early,
-                ));
+                let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+                return Ok((h, early));
             }
             HeadParse::Invalid(status, why) => return Err(HeadError::Answer(status, why)),
             HeadParse::Partial => {}
@@ -118,10 +157,12 @@ pub fn answer_stream(stream: TcpStream, status: u16, body: &str, drain: bool) {
         content_length: None,
         chunked: false,
         unread: drain,
+        keep_alive: false,
+        served: 0,
         stream,
         early: Vec::new(),
     };
-    request.respond(status, body, &[]);
+    let _ = request.respond(status, body, &[]);
 }
 
 fn reason(status: u16) -> &'static str {
@@ -182,7 +223,8 @@ impl HttpRequest {
             return Err(too_large());
         }
         let mut body = std::mem::take(&mut self.early);
-        body.truncate(length);
+        // what came past the body is the start of a pipelined next request
+        self.early = body.split_off(length.min(body.len()));
         let missing = length - body.len();
         let read = (&mut self.stream)
             .take(missing as u64)
@@ -219,12 +261,47 @@ impl HttpRequest {
         ClientWatch { done, gone, thread }
     }
 
-    /// Answers with a JSON body and closes the connection.
-    pub fn respond(mut self, status: u16, body: &str, headers: &[(&str, String)]) {
+    /// Whether the connection can carry another request after this one's answer.
+    fn reusable(&self) -> bool {
+        self.keep_alive && !self.unread && self.served + 1 < MAX_REQUESTS_PER_CONNECTION
+    }
+
+    /// The `Connection` header of the answer.
+    fn connection_head(&self) -> &'static str {
+        match self.reusable() {
+            true => "Connection: keep-alive\r\n",
+            false => "Connection: close\r\n",
+        }
+    }
+
+    /// After a whole answer: the connection for the next request, or `None` once it is
+    /// closed.
+    fn next(self) -> Option<Connection> {
+        match self.reusable() {
+            true => Some(Connection {
+                stream: self.stream,
+                leftover: self.early,
+                served: self.served + 1,
+            }),
+            false => {
+                self.linger();
+                None
+            }
+        }
+    }
+
+    /// Answers with a JSON body: the connection for the next request, if it stays open.
+    pub fn respond(
+        mut self,
+        status: u16,
+        body: &str,
+        headers: &[(&str, String)],
+    ) -> Option<Connection> {
         let mut head = format!(
-            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}",
             reason(status),
-            body.len()
+            body.len(),
+            self.connection_head()
         );
         head.push_str(&self.cors_head());
         for (name, value) in headers {
@@ -236,8 +313,9 @@ impl HttpRequest {
             .write_all(head.as_bytes())
             .and_then(|_| self.stream.write_all(body.as_bytes()))
             .and_then(|_| self.stream.flush());
-        if written.is_ok() {
-            self.linger();
+        match written {
+            Ok(()) => self.next(),
+            Err(_) => None,
         }
     }
 
@@ -263,7 +341,8 @@ impl HttpRequest {
     /// gone.
     pub fn event_stream(mut self) -> Option<EventStream> {
         let head = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n{}\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n{}{}\r\n",
+            self.connection_head(),
             self.cors_head()
         );
         self.stream
@@ -354,10 +433,12 @@ impl EventStream {
             .is_ok()
     }
 
-    /// Ends the body (the empty chunk) and closes.
-    pub fn finish(mut self) {
-        if self.send("") {
-            self.request.linger();
+    /// Ends the body (the empty chunk): the connection for the next request, if it stays
+    /// open.
+    pub fn finish(mut self) -> Option<Connection> {
+        match self.send("") {
+            true => self.request.next(),
+            false => None,
         }
     }
 }
