@@ -79,6 +79,9 @@ async function loadModule() {
   return { Engine, version };
 }
 const ready = loadModule();
+// A module that cannot load (no WebAssembly SIMD) fails every request with the reason; the
+// promise itself must not count as an unhandled rejection.
+ready.catch(() => {});
 /** The exports of the build in use. */
 let api = null;
 /** @type {Engine | null} */
