@@ -160,35 +160,22 @@ fn hosts_and_page_origins_are_checked() {
 /// refused by name before the model loads.
 #[test]
 fn an_open_address_without_a_key_is_warned_about_and_bad_settings_are_named() {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_emberlm"))
-        .args([
-            "serve-api",
-            "--device",
-            "cpu",
-            "--port",
-            "0",
-            "--host",
-            "0.0.0.0",
-        ])
-        .arg("--model")
-        .arg(concat!(
+    let mut server = serve::start_with(
+        concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/tiny-llama-f32.gguf"
-        ))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
+        ),
+        &["--host", "0.0.0.0"],
+        std::process::Stdio::piped(),
+    );
+    assert!(server.address.starts_with("0.0.0.0:"), "{}", server.address);
+    let _ = server.child.kill();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(
+        &mut server.child.stderr.take().expect("stderr"),
+        &mut stderr,
     )
-    .unwrap();
-    assert!(line.contains("http://0.0.0.0:"), "{line}");
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    .expect("stderr");
     assert!(
         stderr
             .contains("without an API key: anyone who can reach this address can run completions"),

@@ -39,6 +39,12 @@ pub fn start(extra: &[&str]) -> Server {
 
 /// Starts the server on the CPU backend with `model`.
 pub fn start_model(model: &str, extra: &[&str]) -> Server {
+    start_with(model, extra, Stdio::inherit())
+}
+
+/// Starts the server on the CPU backend with `model`, its standard error going to `stderr`
+/// (`Stdio::piped()` to read it from `Server::child`).
+pub fn start_with(model: &str, extra: &[&str], stderr: Stdio) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_emberlm"))
         .args([
             "serve-api",
@@ -51,7 +57,7 @@ pub fn start_model(model: &str, extra: &[&str]) -> Server {
         ])
         .args(extra)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("the binary runs");
     let stdout = child.stdout.take().expect("stdout");
