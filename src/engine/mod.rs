@@ -382,6 +382,16 @@ impl Engine {
         self.end(session, result)
     }
 
+    /// Serves the feed's requests, their sequences decoded together, up to `slots` at once
+    /// (see [`Session::serve`]), until the feed closes; the engine's turn is held meanwhile.
+    /// After a device error (every request in flight was failed with it) the next call
+    /// rebuilds the engine on a new device.
+    pub async fn serve(&self, feed: &mut dyn crate::session::ItemFeed, slots: usize) -> Result<()> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.serve(feed, slots).await;
+        self.end(session, result)
+    }
+
     /// Generates from every prompt with the same options, decoded together (see
     /// [`Session::generate_batch`]).
     pub async fn generate_batch(

@@ -29,7 +29,7 @@ use crate::session::{GenerateOptions, Prompt};
 use crate::{Error, Result};
 
 pub use response::{ChunkWriter, CompletionKind};
-pub use run::{complete, model_name};
+pub use run::{complete, model_name, Responder};
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_CHOICES: usize = 64;

@@ -1,12 +1,94 @@
-//! Runs a [`Request`] on an [`Engine`]: the whole response, or its chunks as they come.
+//! Runs a [`Request`] on an [`Engine`]: the whole response, or its chunks as they come. The
+//! response of one request is built by a [`Responder`] from its token events, whoever runs
+//! the request (alone, or in a batch with others: `emberlm serve-api --parallel`).
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::response::{response, ChunkWriter, TokenLogprob};
-use super::Request;
+use super::{CompletionKind, Request};
 use crate::engine::{Cancel, Engine};
-use crate::session::TokenEvent;
+use crate::session::{Generation, TokenEvent};
+use crate::tokenizer::Tokenizer;
 use crate::Result;
+
+/// Builds one request's response from its token events: the chunks of a streaming answer as
+/// the tokens come, and the whole response at the end.
+#[derive(Debug)]
+pub struct Responder {
+    kind: CompletionKind,
+    id: String,
+    model: String,
+    stream: bool,
+    include_usage: bool,
+    logprobs: bool,
+    tokenizer: Arc<Tokenizer>,
+    /// Each sequence's tokens with their log-probabilities (with `logprobs`).
+    token_logprobs: Vec<Vec<TokenLogprob>>,
+    writer: ChunkWriter,
+}
+
+impl Responder {
+    /// The responder of `request` on the model named `model` (used when the request names
+    /// none), decoding token texts with `tokenizer`.
+    pub fn new(request: &Request, model: &str, tokenizer: Arc<Tokenizer>) -> Self {
+        let kind = request.kind;
+        let id = kind.new_id();
+        let model = request.model.clone().unwrap_or_else(|| model.to_string());
+        let n = request.options.sampling.num_return_sequences;
+        let writer = ChunkWriter::new(kind, &id, &model, request.logprobs);
+        Self {
+            kind,
+            id,
+            model,
+            stream: request.stream,
+            include_usage: request.include_usage,
+            logprobs: request.logprobs,
+            tokenizer,
+            token_logprobs: vec![Vec::new(); n],
+            writer,
+        }
+    }
+
+    /// Takes a token event: the chunk to send when the request streams.
+    pub fn on_token(&mut self, e: &TokenEvent) -> Option<Value> {
+        let token = match (self.logprobs, e.id, e.logprob) {
+            (true, Some(id), Some(logprob)) => Some(TokenLogprob {
+                token: self.tokenizer.decode(&[id], false).unwrap_or_default(),
+                logprob,
+                top: e
+                    .top_logprobs
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        let text = self.tokenizer.decode(&[t.id], false).unwrap_or_default();
+                        (text, t.logprob)
+                    })
+                    .collect(),
+            }),
+            _ => None,
+        };
+        if let (Some(t), Some(list)) = (&token, self.token_logprobs.get_mut(e.sequence)) {
+            list.push(t.clone());
+        }
+        match self.stream {
+            true => self.writer.event(e, token),
+            false => None,
+        }
+    }
+
+    /// The closing chunks of a streaming answer (none otherwise) and the whole response.
+    pub fn finish(mut self, g: &Generation) -> (Vec<Value>, Value) {
+        let chunks = match self.stream {
+            true => self.writer.finish(g, self.include_usage),
+            false => Vec::new(),
+        };
+        let lp = self.logprobs.then_some(self.token_logprobs.as_slice());
+        let whole = response(self.kind, &self.id, &self.model, g, lp);
+        (chunks, whole)
+    }
+}
 
 /// Answers `request` on `engine` (in its turn, stopped by `cancel` if given). Streaming
 /// requests hand every chunk to `on_chunk` as it is made (the closing ones last) and return
@@ -18,39 +100,10 @@ pub async fn complete(
     on_chunk: &mut dyn FnMut(Value),
 ) -> Result<Value> {
     let tokenizer = engine.with_session(|s| Ok(s.shared_tokenizer())).await?;
-    let kind = request.kind;
-    let id = kind.new_id();
-    let model = request
-        .model
-        .clone()
-        .unwrap_or_else(|| model_name(engine.files().name()));
-    let n = request.options.sampling.num_return_sequences;
-    let mut logprobs: Vec<Vec<TokenLogprob>> = vec![Vec::new(); n];
-    let mut writer = ChunkWriter::new(kind, &id, &model, request.logprobs);
+    let mut responder = Responder::new(request, &model_name(engine.files().name()), tokenizer);
     let mut on_token = |e: &TokenEvent| {
-        let token = match (request.logprobs, e.id, e.logprob) {
-            (true, Some(id), Some(logprob)) => Some(TokenLogprob {
-                token: tokenizer.decode(&[id], false).unwrap_or_default(),
-                logprob,
-                top: e
-                    .top_logprobs
-                    .iter()
-                    .flatten()
-                    .map(|t| {
-                        let text = tokenizer.decode(&[t.id], false).unwrap_or_default();
-                        (text, t.logprob)
-                    })
-                    .collect(),
-            }),
-            _ => None,
-        };
-        if let (Some(t), Some(list)) = (&token, logprobs.get_mut(e.sequence)) {
-            list.push(t.clone());
-        }
-        if request.stream {
-            if let Some(chunk) = writer.event(e, token) {
-                on_chunk(chunk);
-            }
+        if let Some(chunk) = responder.on_token(e) {
+            on_chunk(chunk);
         }
     };
     let g = match cancel {
@@ -65,13 +118,11 @@ pub async fn complete(
                 .await?
         }
     };
-    if request.stream {
-        for chunk in writer.finish(&g, request.include_usage) {
-            on_chunk(chunk);
-        }
+    let (chunks, whole) = responder.finish(&g);
+    for chunk in chunks {
+        on_chunk(chunk);
     }
-    let lp = request.logprobs.then_some(logprobs.as_slice());
-    Ok(response(kind, &id, &model, &g, lp))
+    Ok(whole)
 }
 
 /// The name responses give a model: its file's stem (`SmolLM2-135M-Instruct.Q4_1` for

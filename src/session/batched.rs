@@ -34,35 +34,35 @@ pub struct BatchItem {
 }
 
 /// A prompt of the batch, prepared.
-struct Item {
-    tokens: Vec<u32>,
-    stops: Vec<u32>,
-    start: Instant,
-    stats: Stats,
-    warnings: Vec<String>,
-    echo: Option<String>,
-    sampler: Sampler,
+pub(super) struct Item {
+    pub(super) tokens: Vec<u32>,
+    pub(super) stops: Vec<u32>,
+    pub(super) start: Instant,
+    pub(super) stats: Stats,
+    pub(super) warnings: Vec<String>,
+    pub(super) echo: Option<String>,
+    pub(super) sampler: Sampler,
     /// Its response format, compiled (`None`: free text).
-    constraint: Option<Constraint>,
+    pub(super) constraint: Option<Constraint>,
     /// Its sequences as they end, by sequence index.
-    done: Vec<Option<Sequence>>,
+    pub(super) done: Vec<Option<Sequence>>,
     /// When its first sequence started decoding, and when its last one ended.
-    decode_span: Option<(Instant, Instant)>,
+    pub(super) decode_span: Option<(Instant, Instant)>,
 }
 
 /// A sequence in a slot.
-struct Lane<'t> {
-    item: usize,
-    slot: usize,
+pub(super) struct Lane<'t> {
+    pub(super) item: usize,
+    pub(super) slot: usize,
     /// Positions cached in the slot (the next token's position).
-    pos: usize,
-    run: Running<'t>,
-    sampler: Sampler,
+    pub(super) pos: usize,
+    pub(super) run: Running<'t>,
+    pub(super) sampler: Sampler,
     /// What the last step read for this sequence, and its row in that step.
-    logits: Option<(StepLogits, usize)>,
-    request: Option<SelectRequest>,
+    pub(super) logits: Option<(StepLogits, usize)>,
+    pub(super) request: Option<SelectRequest>,
     /// The token to feed next.
-    next: u32,
+    pub(super) next: u32,
 }
 
 impl Session {
@@ -82,10 +82,7 @@ impl Session {
         self.abort.clear();
         let mut out: Vec<Option<Generation>> = vec![None; items.len()];
         // what cannot run batched runs alone, first
-        let alone = |i: &BatchItem| {
-            let p = &i.options.sampling;
-            p.num_beams > 1 || i.options.speculative.is_some() || i.options.no_kv_cache
-        };
+        let alone = |i: &BatchItem| runs_alone(&i.options);
         for (index, item) in items.iter().enumerate().filter(|(_, i)| alone(i)) {
             match self
                 .generate_one(index, &item.prompt, &item.options, on_token)
@@ -240,7 +237,7 @@ impl Session {
     }
 
     /// Checks and tokenizes one item, streams its echo, and sets up its sampler.
-    fn prepare_item(
+    pub(super) fn prepare_item(
         &mut self,
         index: usize,
         item: &BatchItem,
@@ -286,7 +283,7 @@ impl Session {
 
     /// Prefills `item`'s prompt into the first slot of `group` and copies its KV rows to the
     /// others; returns the prompt's last logits row.
-    async fn prefill_group(
+    pub(super) async fn prefill_group(
         &mut self,
         item: &mut Item,
         group: &[(usize, usize)],
@@ -312,7 +309,7 @@ impl Session {
 
     /// Draws `lane`'s next token from what its last step read, streams it, and says why the
     /// sequence ends, if it does (also when its slot has no room for another position).
-    async fn lane_token(
+    pub(super) async fn lane_token(
         &mut self,
         lane: &mut Lane<'_>,
         items: &mut [Option<Item>],
@@ -388,7 +385,7 @@ impl Session {
     }
 
     /// One forward step for every lane: each feeds its token at its position.
-    async fn batch_step(&mut self, lanes: &mut [Lane<'_>]) -> Result<()> {
+    pub(super) async fn batch_step(&mut self, lanes: &mut [Lane<'_>]) -> Result<()> {
         let tokens: Vec<BatchToken> = lanes
             .iter()
             .map(|l| BatchToken {
@@ -409,7 +406,7 @@ impl Session {
 }
 
 /// The result of a prepared item whose sequences all ended.
-fn finish_item(item: Item) -> Generation {
+pub(super) fn finish_item(item: Item) -> Generation {
     let mut stats = item.stats;
     let aborted = || Sequence {
         tokens: Vec::new(),
@@ -445,12 +442,18 @@ fn finish_item(item: Item) -> Generation {
     }
 }
 
-fn gone() -> Error {
+/// Whether a request with `options` runs alone rather than in a batch: beam search,
+/// speculative decoding and `use_cache: false`.
+pub(super) fn runs_alone(options: &GenerateOptions) -> bool {
+    options.sampling.num_beams > 1 || options.speculative.is_some() || options.no_kv_cache
+}
+
+pub(super) fn gone() -> Error {
     Error::invalid("batch", "internal: a batched sequence lost its prompt")
 }
 
 /// The call context a lane's sequence streams under.
-fn lane_ctx(index: usize, item: &Item) -> Ctx<'_> {
+pub(super) fn lane_ctx(index: usize, item: &Item) -> Ctx<'_> {
     Ctx {
         index,
         prompt: &item.tokens,

@@ -34,6 +34,7 @@ mod context;
 mod decode;
 mod draft;
 pub mod options;
+mod serving;
 pub mod spec_options;
 mod speculative;
 mod verify;
@@ -61,6 +62,7 @@ pub use options::{
     BeamProgress, FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats,
     TokenEvent,
 };
+pub use serving::ItemFeed;
 pub use spec_options::{SpecOptions, SpecSource, SpecStats, SPEC_METHOD};
 
 /// Stops a running generation between two tokens. Cloneable, usable from another thread

@@ -249,12 +249,12 @@ fn holds_32_clients_under_load() {
     );
 }
 
-/// With every place taken (two slow clients still sending their bodies, `--max-queue 1`), a
-/// request is refused at once with 503 and a `Retry-After`; the slow ones are answered once
-/// their bodies arrive.
+/// With every place taken (two slow clients still sending their bodies, `--max-queue 1` and
+/// one running at a time), a request is refused at once with 503 and a `Retry-After`; the slow
+/// ones are answered once their bodies arrive.
 #[test]
 fn a_full_queue_refuses_with_retry_after() {
-    let server = start(&["--max-queue", "1"]);
+    let server = start(&["--max-queue", "1", "--parallel", "1"]);
     // large enough to be sent in two parts
     let body = completion_body(LOAD_PROMPTS[2], false, 8 << 10);
     let text = request_text(&server.address, "POST", "/v1/completions", &body);

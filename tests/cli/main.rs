@@ -22,4 +22,5 @@ mod cli_serve_access;
 mod cli_serve_api;
 mod cli_serve_connections;
 mod cli_serve_load;
+mod cli_serve_parallel;
 mod cli_speculative;

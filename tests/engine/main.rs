@@ -23,3 +23,4 @@ mod native_browser_agreement;
 mod reference_golden;
 mod sampling;
 mod sampling_candidates;
+mod serving;

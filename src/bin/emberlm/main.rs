@@ -33,6 +33,8 @@ mod sampling_args;
 #[cfg(not(target_arch = "wasm32"))]
 mod serve_api;
 #[cfg(not(target_arch = "wasm32"))]
+mod serve_batch;
+#[cfg(not(target_arch = "wasm32"))]
 mod serve_http;
 #[cfg(not(target_arch = "wasm32"))]
 mod spec_args;

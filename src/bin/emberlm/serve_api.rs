@@ -1,7 +1,9 @@
 //! `emberlm serve-api`: the OpenAI-style HTTP API over one engine, so existing OpenAI clients
 //! can point at it. `POST /v1/chat/completions` and `POST /v1/completions` (server-sent events
-//! with `stream: true`), `GET /v1/models`, `GET /health`. Completions run one at a time, in
-//! arrival order, on the main thread (which owns the engine). Each connection is read on a
+//! with `stream: true`), `GET /v1/models`, `GET /health`. Completions run on the main thread
+//! (which owns the engine): up to `--parallel` of them decoded together, each joining the
+//! running batch in arrival order as a slot frees ([`crate::serve_batch`]), or one at a time
+//! with `--parallel 1`. Each connection is read on a
 //! thread of its own (at most [`MAX_CONNECTIONS`] at once; kept open between requests, see
 //! [`crate::serve_http`]), which answers what needs no engine and admits at most
 //! `--max-queue` waiting completions, refusing the rest at once with 503 and a `Retry-After`;
@@ -9,7 +11,8 @@
 //! 413 (without reading them), bad JSON or fields 400 naming the problem. A client that has
 //! closed its connection by its turn is not run (it is told so with 503, should it still
 //! read), and one that goes away while its completion runs (streamed or not) stops it at the
-//! next token. `GET /health` reports the requests inside and the completions so abandoned.
+//! next token. `GET /health` reports the requests inside, the sequences decoding together
+//! (now and at most) and the completions abandoned.
 //!
 //! Before any of that, each request's head is checked ([`emberlm::openai::access`]): the name
 //! it uses for the server (`Host`: IP addresses, `localhost`, `--host` and `--allowed-host`),
@@ -29,8 +32,36 @@ use emberlm::openai::{complete, CompletionKind, Request};
 use serde_json::{json, Value};
 use std::net::{TcpListener, TcpStream};
 
+use crate::serve_batch::{serve_batched, Decoding};
 use crate::serve_http::{answer_stream, read_head, Connection, HeadError, HttpRequest};
 use crate::{load_engine, CliResult, Failure};
+
+/// Completions decoded together when `--parallel` is not given (fewer where their KV cache
+/// does not fit, see [`default_parallel`]).
+const DEFAULT_PARALLEL: usize = 4;
+
+/// `--parallel`'s default: [`DEFAULT_PARALLEL`] slots, fewer where their KV caches
+/// (`per_slot` bytes each) would take more than half of the memory `available` (at least one).
+fn default_parallel(per_slot: u64, available: Option<u64>) -> usize {
+    let fits = match available {
+        Some(bytes) => usize::try_from(bytes / 2 / per_slot.max(1)).unwrap_or(usize::MAX),
+        None => DEFAULT_PARALLEL,
+    };
+    fits.clamp(1, DEFAULT_PARALLEL)
+}
+
+/// The memory the system can still give (`MemAvailable` of `/proc/meminfo`, Linux), bytes.
+fn memory_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
 
 /// Connections read at once; more are answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -54,10 +85,16 @@ pub struct ServeApiArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body: usize,
-    /// Completion requests that may wait while one runs; more are refused with 503 and a
+    /// Completion requests that may wait while others run; more are refused with 503 and a
     /// `Retry-After` until a place frees.
     #[arg(long, default_value_t = 16)]
     pub max_queue: usize,
+    /// Completions decoded together (each in a KV slot of its own; a request asking for `n`
+    /// choices takes `n`). Default: 4, or fewer where their KV caches would take more than half
+    /// of the memory available or do not fit the device. 1 runs them one at a time, reusing
+    /// the previous request's prompt prefix.
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
     /// An API key that requests must send as `Authorization: Bearer KEY` (repeat for several;
     /// every endpoint then needs one). Without a key, anyone who can reach the address can run
     /// completions.
@@ -115,10 +152,10 @@ fn is_loopback(host: &str) -> bool {
 /// How many completion requests are in the server (reading their body, waiting or running)
 /// and how long one takes: the listening thread admits or refuses with it.
 #[derive(Debug)]
-struct Admission {
+pub struct Admission {
     /// `--max-queue`.
     max_queue: usize,
-    /// Requests allowed in at once: the running one and `--max-queue` waiting.
+    /// Requests allowed in at once: the running ones (`--parallel`) and `--max-queue` waiting.
     limit: usize,
     inside: AtomicUsize,
     /// Running mean of a completion's time, milliseconds (0 before the first).
@@ -126,10 +163,10 @@ struct Admission {
 }
 
 impl Admission {
-    fn new(max_queue: usize) -> Self {
+    fn new(max_queue: usize, running: usize) -> Self {
         Self {
             max_queue,
-            limit: max_queue.saturating_add(1),
+            limit: max_queue.saturating_add(running),
             inside: AtomicUsize::new(0),
             mean_ms: AtomicU64::new(0),
         }
@@ -146,7 +183,7 @@ impl Admission {
 
     /// Frees a place; `ran_ms` is the completion's time when it ran (not when its body was
     /// refused), folded into the mean.
-    fn leave(&self, ran_ms: Option<u64>) {
+    pub fn leave(&self, ran_ms: Option<u64>) {
         if let Some(ms) = ran_ms {
             let old = self.mean_ms.load(Ordering::Relaxed);
             let mean = if old == 0 { ms } else { (old * 7 + ms) / 8 };
@@ -167,20 +204,41 @@ impl Admission {
 
 /// An admitted completion request whose body parsed, on its way to the engine; the
 /// connection comes back through `back` when it stays open for another request.
-struct Job {
-    request: HttpRequest,
-    parsed: Request,
-    back: mpsc::Sender<Connection>,
+pub struct Job {
+    /// The request, its body read.
+    pub request: HttpRequest,
+    /// Its body.
+    pub parsed: Request,
+    /// Where the connection goes back after the answer.
+    pub back: mpsc::Sender<Connection>,
 }
 
 /// An OpenAI-style error body.
-fn error_body(message: &str, kind: &str) -> Value {
+pub fn error_body(message: &str, kind: &str) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": null } })
 }
 
 /// Answers with `body`: the connection for the next request, if it stays open.
 fn reply(request: HttpRequest, status: u16, body: &Value) -> Option<Connection> {
     request.respond(status, &body.to_string(), &[])
+}
+
+/// Answers with a completion's error: 400 for the request's own mistakes, 500 otherwise.
+pub fn error_reply(request: HttpRequest, e: &emberlm::Error) -> Option<Connection> {
+    let (status, kind) = match e {
+        emberlm::Error::InvalidArgument { .. } => (400, "invalid_request_error"),
+        _ => (500, "server_error"),
+    };
+    reply(request, status, &error_body(&e.to_string(), kind))
+}
+
+/// A request whose client closed its connection before its turn: its place frees without
+/// running it (a client that only closed its sending side still reads why).
+pub fn not_run(job: Job, shared: &Shared) {
+    shared.admission.leave(None);
+    shared.abandoned.fetch_add(1, Ordering::Relaxed);
+    let message = "not run: the client closed the connection before its turn";
+    let _ = reply(job.request, 503, &error_body(message, "server_error"));
 }
 
 /// Reads and parses an admitted request's body: the request and its parsed body, or, once
@@ -221,7 +279,8 @@ fn completion(
     abandoned: &AtomicU64,
 ) -> Option<Connection> {
     if !parsed.stream {
-        let watch = request.watch_client(engine.abort_switch());
+        let abort = engine.abort_switch();
+        let watch = request.watch_client(move || abort.abort());
         let result = pollster::block_on(complete(engine, &parsed, None, &mut |_| {}));
         if watch.stop() {
             abandoned.fetch_add(1, Ordering::Relaxed);
@@ -229,19 +288,7 @@ fn completion(
         }
         return match result {
             Ok(body) => reply(request, 200, &body),
-            Err(e) => {
-                let status = if matches!(e, emberlm::Error::InvalidArgument { .. }) {
-                    400
-                } else {
-                    500
-                };
-                let kind = if status == 400 {
-                    "invalid_request_error"
-                } else {
-                    "server_error"
-                };
-                reply(request, status, &error_body(&e.to_string(), kind))
-            }
+            Err(e) => error_reply(request, &e),
         };
     }
     // Server-sent events in HTTP/1.1 chunks written as they come.
@@ -282,15 +329,21 @@ fn busy(admission: &Admission) -> (Value, u64) {
 }
 
 /// What every connection's thread shares.
-struct Shared {
+pub struct Shared {
     access: AccessPolicy,
-    admission: Admission,
+    /// Completions inside the server, and the queue's limit.
+    pub admission: Admission,
     jobs: mpsc::Sender<Job>,
-    model: String,
+    /// The model's name in responses.
+    pub model: String,
     limit: usize,
     connections: AtomicUsize,
-    /// Completions stopped because their client went away.
-    abandoned: AtomicU64,
+    /// Completions whose client went away before their answer (stopped, or not run).
+    pub abandoned: AtomicU64,
+    /// `--parallel`: sequences decoded together at most.
+    parallel: usize,
+    /// Sequences being decoded together.
+    pub decoding: Decoding,
 }
 
 /// One connection's thread: its requests one after another while it stays open.
@@ -345,6 +398,9 @@ fn serve(mut request: HttpRequest, shared: &Shared) -> Option<Connection> {
                 "model": shared.model,
                 "requests": shared.admission.inside.load(Ordering::Acquire),
                 "max_queue": shared.admission.max_queue,
+                "parallel": shared.parallel,
+                "decoding": shared.decoding.now.load(Ordering::Relaxed),
+                "decoding_peak": shared.decoding.peak.load(Ordering::Relaxed),
                 "abandoned": shared.abandoned.load(Ordering::Relaxed),
             });
             return reply(request, 200, &body);
@@ -429,7 +485,25 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
         &args.allowed_hosts,
         &args.cors_origins,
     )?;
+    if args.parallel == Some(0) {
+        return Err(Failure::usage("--parallel must be at least 1".to_string()));
+    }
     let engine = load_engine(args.model, args.ctx)?;
+    let parallel = match args.parallel {
+        Some(n) => engine.inspect(|s| s.batch_limit(n)).unwrap_or(1),
+        None => engine
+            .inspect(|s| {
+                let per_slot = s.forward().memory().kv_bytes_per_token * s.context() as u64;
+                s.batch_limit(default_parallel(per_slot, memory_available()))
+            })
+            .unwrap_or(1),
+    };
+    if let Some(asked) = args.parallel.filter(|&n| n > parallel) {
+        eprintln!(
+            "emberlm: serve-api: --parallel {asked}: the KV cache holds {parallel} sequences at \
+             this context on this device; decoding {parallel} together (a smaller --ctx fits more)"
+        );
+    }
     let listener = TcpListener::bind((args.host.as_str(), args.port)).map_err(|e| {
         Failure::usage(format!("cannot listen on {}:{}: {e}", args.host, args.port))
     })?;
@@ -445,36 +519,41 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
              --api-key or --api-key-file)"
         );
     }
-    println!("emberlm: serving the OpenAI-style API at http://{address}/v1/");
+    println!("emberlm: serving the OpenAI-style API at http://{address}/v1/ ({parallel} at once)");
     let _ = std::io::stdout().flush();
     let (jobs, queue) = mpsc::channel();
     let shared = Arc::new(Shared {
         access,
-        admission: Admission::new(args.max_queue),
+        admission: Admission::new(args.max_queue, parallel),
         jobs,
         model: emberlm::openai::model_name(engine.files().name()),
         limit: args.max_body,
         connections: AtomicUsize::new(0),
         abandoned: AtomicU64::new(0),
+        parallel,
+        decoding: Decoding::default(),
     });
     let listening = Arc::clone(&shared);
     std::thread::Builder::new()
         .name("serve-api listener".into())
         .spawn(move || listen(listener, listening))
         .map_err(|e| format!("cannot start the listening thread: {e}"))?;
-    // The engine is not `Send`: completions run here, one at a time, in arrival order.
+    // The engine is not `Send`: completions run here, decoded together, or one at a time in
+    // arrival order with --parallel 1.
+    if parallel > 1 {
+        serve_batched(&engine, &queue, &shared, parallel);
+        return Ok(());
+    }
     for job in queue {
         if job.request.client_gone() {
-            // its place frees without running it; a client that only closed its sending side
-            // still reads why
-            shared.admission.leave(None);
-            let message = "not run: the client closed the connection before its turn";
-            let _ = reply(job.request, 503, &error_body(message, "server_error"));
+            not_run(job, &shared);
             continue;
         }
         let started = Instant::now();
         let back = job.back.clone();
+        shared.decoding.record(1);
         let next = completion(&engine, job, &shared.abandoned);
+        shared.decoding.now.store(0, Ordering::Relaxed);
         // the place frees before the connection goes back, so that its next request finds it
         shared
             .admission

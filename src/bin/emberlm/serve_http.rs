@@ -13,8 +13,6 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use emberlm::engine::AbortSwitch;
-
 use emberlm::openai::access::AccessHeaders;
 use emberlm::openai::http_head::{self, HeadParse};
 
@@ -246,16 +244,17 @@ impl HttpRequest {
     }
 
     /// Watches the connection while a request that writes nothing until it ends (a
-    /// non-streamed completion) runs: when the client goes, `abort` stops the engine's
-    /// running request. The connection must not be written until [`ClientWatch::stop`].
-    pub fn watch_client(&self, abort: AbortSwitch) -> ClientWatch {
+    /// non-streamed completion) runs: when the client goes, `on_gone` runs (it stops the
+    /// request) and [`ClientWatch::is_gone`] turns true. The connection must not be written
+    /// until [`ClientWatch::stop`].
+    pub fn watch_client(&self, on_gone: impl FnOnce() + Send + 'static) -> ClientWatch {
         let done = Arc::new((Mutex::new(false), Condvar::new()));
         let gone = Arc::new(AtomicBool::new(false));
         let thread = self.stream.try_clone().ok().and_then(|stream| {
             let (done, gone) = (Arc::clone(&done), Arc::clone(&gone));
             std::thread::Builder::new()
                 .name("serve-api client watch".into())
-                .spawn(move || watch(&stream, &done, &gone, &abort))
+                .spawn(move || watch(&stream, &done, &gone, on_gone))
                 .ok()
         });
         ClientWatch { done, gone, thread }
@@ -374,7 +373,7 @@ fn watch(
     stream: &TcpStream,
     done: &(Mutex<bool>, Condvar),
     gone: &AtomicBool,
-    abort: &AbortSwitch,
+    on_gone: impl FnOnce(),
 ) {
     let (lock, wake) = done;
     let mut ended = lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -384,7 +383,7 @@ fn watch(
         }
         if peer_closed(stream) {
             gone.store(true, Ordering::SeqCst);
-            abort.abort();
+            on_gone();
             return;
         }
         ended = wake
@@ -403,6 +402,11 @@ pub struct ClientWatch {
 }
 
 impl ClientWatch {
+    /// Whether the client has gone away.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
+    }
+
     /// Ends the watch (the request has ended): whether the client went away and the request
     /// was aborted for it.
     pub fn stop(mut self) -> bool {
