@@ -148,6 +148,26 @@ setup_apt() {
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# nginx for the load-balancer test (tests/cli/cli_serve_balancer.rs runs
+# examples/nginx/emberlm.conf): Debian's package unpacked into .cache/nginx/, not installed, so
+# that no system service starts and nothing outside the checkout changes.
+NGINX_DIR=.cache/nginx
+setup_nginx() {
+  [ ! -x "$NGINX_DIR/usr/sbin/nginx" ] || return 0
+  have apt-get || { log "no apt-get: the load-balancer test will skip (it needs nginx)"; return 0; }
+  log "unpacking Debian's nginx into $NGINX_DIR (for the load-balancer test)"
+  local tmp
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download nginx >/dev/null 2>&1); then
+    sudo_if_needed apt-get update -qq
+    (cd "$tmp" && apt-get download nginx >/dev/null 2>&1) || { rm -rf "$tmp"; die "apt-get download nginx failed"; }
+  fi
+  mkdir -p "$NGINX_DIR"
+  dpkg -x "$tmp"/nginx_*.deb "$NGINX_DIR"
+  rm -rf "$tmp"
+  "$NGINX_DIR/usr/sbin/nginx" -v
+}
+
 setup_rust() {
   if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
     log "adding the wasm32-unknown-unknown target"
@@ -269,6 +289,7 @@ PY
 
 cmd_setup() {
   setup_apt
+  setup_nginx
   setup_rust
   setup_wasm_tools
   setup_node
@@ -704,7 +725,8 @@ usage() {
   cat <<'EOF'
 usage: ./build.sh <command>
   setup         install what is missing (wasm target, wasm-bindgen-cli, wasm-pack, Chromium,
-                Mesa Vulkan, binaryen) and fetch the default model into models/
+                Mesa Vulkan, binaryen; nginx unpacked into .cache/nginx/) and fetch the
+                default model into models/
   build         build the release wasm module into www/pkg/
   serve [PORT]  setup + build + serve www/ on http://127.0.0.1:PORT (default 8080)
   dist          build + dist/emberlm-demo.html (the chat page in one file, works offline),

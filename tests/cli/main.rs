@@ -20,6 +20,7 @@ mod cli_formats;
 mod cli_sampling;
 mod cli_serve_access;
 mod cli_serve_api;
+mod cli_serve_balancer;
 mod cli_serve_connections;
 mod cli_serve_load;
 mod cli_serve_parallel;

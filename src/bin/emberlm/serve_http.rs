@@ -337,10 +337,10 @@ impl HttpRequest {
     }
 
     /// Starts a server-sent event stream (chunked): its writer, or `None` when the client is
-    /// gone.
+    /// gone. `X-Accel-Buffering: no` asks a proxy in front (nginx) to pass it on unbuffered.
     pub fn event_stream(mut self) -> Option<EventStream> {
         let head = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n{}{}\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n{}{}\r\n",
             self.connection_head(),
             self.cors_head()
         );
