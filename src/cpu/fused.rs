@@ -1,5 +1,5 @@
-//! The dot product of one stored weight row of a 32-value type (Q8_0, Q4_0, Q4_1) with one
-//! token's 8-bit activations, reading the row's blocks straight into SIMD registers: no
+//! The dot product of one stored weight row of a 32-value type (Q8_0, Q4_0, Q4_1; the
+//! K-quants' are in [`super::fused_k`]) with one token's 8-bit activations, reading the row's blocks straight into SIMD registers: no
 //! unpacked copy of the row is written and read back, which is most of a decode step's
 //! matrix × vector work when each row meets one token. [`row_dot_tokens`] does the same for
 //! several tokens (a batched decoding step, a prompt chunk), making each block's values once
@@ -42,9 +42,10 @@ fn layout(dtype: DType) -> Option<Layout> {
     })
 }
 
-/// Whether [`row_dot`] computes rows of `dtype` on this machine.
+/// Whether [`row_dot`] computes rows of `dtype` on this machine (the K-quants through
+/// [`super::fused_k`]).
 pub fn available(dtype: DType) -> bool {
-    layout(dtype).is_some() && simd_available()
+    (layout(dtype).is_some() && simd_available()) || super::fused_k::available(dtype)
 }
 
 /// `Σ x·a` of the weight row `bytes` (whole blocks of `dtype`) with one token's activations
@@ -58,6 +59,9 @@ pub fn row_dot(
     s: &[f32],
     offsets: &mut Vec<f32>,
 ) -> Option<f32> {
+    if super::fused_k::available(dtype) {
+        return super::fused_k::row_dot(dtype, bytes, q, d, s, offsets);
+    }
     let l = layout(dtype)?;
     if !simd_available() {
         return None;
@@ -85,6 +89,9 @@ pub fn row_dot_tokens(
     out: &mut [f32],
     offsets: &mut Vec<f32>,
 ) -> bool {
+    if super::fused_k::available(dtype) {
+        return super::fused_k::row_dot_tokens(dtype, bytes, q8, out, offsets);
+    }
     let Some(l) = layout(dtype) else {
         return false;
     };
@@ -532,11 +539,12 @@ mod tests {
         }
     }
 
-    /// Other types are left to the unpacked path.
+    /// Other types are left to the unpacked path (the K-quants' own fused path is tested in
+    /// `fused_k`).
     #[test]
     fn other_types_decline() {
         let mut offsets = Vec::new();
-        for dtype in [DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F32] {
+        for dtype in [DType::Q5_0, DType::Q5_1, DType::F32] {
             assert!(!available(dtype));
             assert_eq!(row_dot(dtype, &[], &[], &[], &[], &mut offsets), None);
             let q8 = Q8Rows::default();

@@ -11,6 +11,7 @@
 
 pub mod dot;
 mod fused;
+mod fused_k;
 pub mod kv;
 pub mod matmul;
 pub mod ops;
