@@ -640,6 +640,8 @@ cmd_bench() {
     --llama-cpp-python "$BENCH_CACHE/venv/bin/python"
   log "native bench: batched decoding on the CPU backend"
   "${CARGO_TARGET_DIR:-target}/release/emberlm" --device cpu bench "${args[@]}" --batch-only
+  log "native bench: serve-api with 8 clients at once, --parallel 1 against 4 (CPU backend)"
+  python3 tools/bench_serve.py --binary "${CARGO_TARGET_DIR:-target}/release/emberlm" --model "$model"
   # The browser half: emberlm (WebGPU) and wllama in the same headless Chromium; it writes
   # bench/results/<date>-browser-<adapter>.json. Without wllama it reports it as not run.
   setup_bench_wllama || log "wllama could not be installed; its browser figures will be missing"

@@ -15,7 +15,7 @@ type T (default q4_0), the token embedding in its own type (default q8_0), norms
 Weights are drawn from a fixed seed so two runs write the same bytes. Block scales stay small
 and finite (no NaN or infinity reaches a kernel); norm weights are 1. Python's standard library
 alone.
-Types written: F32, F16, Q4_0, Q4_1, Q8_0 (others are refused by name).
+Types written: F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K (others are refused by name).
 """
 
 import struct
@@ -34,6 +34,8 @@ TYPES = {
     2: ("Q4_0", 32, 18),
     3: ("Q4_1", 32, 20),
     8: ("Q8_0", 32, 34),
+    12: ("Q4_K", 256, 144),
+    14: ("Q6_K", 256, 210),
 }
 TYPE_IDS = {name.lower(): tt for tt, (name, _, _) in TYPES.items()}
 NIBBLE_ZERO = bytes(
@@ -137,6 +139,16 @@ def random_tensor(rng, name, dims, tt):
         if "norm" in name:
             return struct.pack("<e", 1.0) * n
         buf[1::2] = bytes(0x20 | (b & 0x81) for b in buf[1::2])
+    elif tt == 12:
+        # Q4_K: d (bytes 0-1) in [2^-14, 2^-13) and dmin (2-3) 8 times larger, so that
+        # d·sc·q − dmin·m (sc, m random 6-bit, q random 4-bit) is about as often negative as
+        # positive and under about 0.06
+        buf[1::size] = bytes(0x04 | (b & 0x03) for b in buf[1::size])
+        buf[3::size] = bytes(0x10 | (b & 0x03) for b in buf[3::size])
+    elif tt == 14:
+        # Q6_K: d (bytes 208-209) in [2^-14, 2^-13); the 16 signed scales and the 6-bit values
+        # (minus 32) are symmetric already
+        buf[209::size] = bytes(0x04 | (b & 0x03) for b in buf[209::size])
     else:
         # values symmetric about 0 (a uniform byte is not: -8..7 and -128..127 both lean
         # negative, and a common lean in every matrix makes every position's output the same):
