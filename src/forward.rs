@@ -134,7 +134,7 @@ impl Forward {
             config.ffn_size as u64,
             config.vocab_size as u64,
         );
-        let (plan, key) = measure::initial_plan(ctx, weights, chunk).await?;
+        let (plan, key) = measure::model_plan(ctx, weights, chunk).await?;
         let positions = kv.context() as u32;
         let keys = attention_keys(&plan, &ctx.options().decode_plan, &config, positions, None)?;
         let split_len = keys

@@ -16,6 +16,7 @@ use web_time::{Duration, Instant};
 
 use super::{Forward, Node};
 use crate::error::Result;
+use crate::gpu::ops::ROWS_MAX_HEAD_DIM;
 use crate::gpu::plan::{Family, KernelOverrides, Source, StoredPlan, Timing};
 use crate::gpu::precision::MatmulPrecision;
 use crate::gpu::{GpuContext, KernelPlan, StepParams, Variant};
@@ -106,6 +107,22 @@ pub(super) async fn initial_plan(
         }
     }
     Ok((KernelPlan::guessed(cpu_adapter(ctx), &overrides), key))
+}
+
+/// [`initial_plan`] with the variants this model cannot run ruled out: attention's rows shape
+/// takes heads of at most [`ROWS_MAX_HEAD_DIM`] (Gemma 3's are 256). Without this the rows
+/// shape was "timed" as the workgroup one it falls back to, could win by noise, and the stored
+/// plan then failed every later load of the model.
+pub(super) async fn model_plan(
+    ctx: &GpuContext,
+    weights: &ModelWeights<'_>,
+    chunk: usize,
+) -> Result<(KernelPlan, TuneKey)> {
+    let (mut plan, key) = initial_plan(ctx, weights, chunk).await?;
+    if super::compile::heads_of(&weights.config).head_dim > ROWS_MAX_HEAD_DIM {
+        plan.rule_out(Family::Attention, Variant::Rows);
+    }
+    Ok((plan, key))
 }
 
 impl Forward {

@@ -18,7 +18,7 @@ pub mod row_norm;
 pub mod select;
 mod weight_checks;
 
-pub use attention::{Attention, AttentionBinding, AttentionKeys, KeySplit};
+pub use attention::{Attention, AttentionBinding, AttentionKeys, KeySplit, ROWS_MAX_HEAD_DIM};
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::SwiGlu;
 pub use embed::{EmbedSource, Embedding};

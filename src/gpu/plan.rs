@@ -316,9 +316,33 @@ pub struct KernelPlan {
     /// [`crate::gpu::ops::KeySplit::policy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_split: Option<SplitOverride>,
+    /// Variants that cannot run this model (attention's `rows` shape with heads over 128):
+    /// never candidates, and never taken from the store.
+    #[serde(skip)]
+    pub unavailable: Vec<(Family, Variant)>,
 }
 
 impl KernelPlan {
+    /// Rules `variant` out for `family` on this model: it is no longer a candidate, and a
+    /// choice of it that was guessed or read from the store (a record timed without it, or
+    /// from before it was ruled out) goes back to measuring the others. A forced choice
+    /// stays, and fails with its reason where it is built.
+    pub fn rule_out(&mut self, family: Family, variant: Variant) {
+        if !self.unavailable.contains(&(family, variant)) {
+            self.unavailable.push((family, variant));
+        }
+        let Some(&(chosen, source)) = self.choices.get(&family) else {
+            return;
+        };
+        if chosen != variant || source == Source::Forced {
+            return;
+        }
+        let other = Variant::ALL.into_iter().find(|v| *v != variant);
+        if let Some(other) = other {
+            self.choices.insert(family, (other, Source::Guessed));
+        }
+    }
+
     /// The variant `family` runs.
     pub fn variant(&self, family: Family) -> Variant {
         self.choices
@@ -345,6 +369,7 @@ impl KernelPlan {
             measure_seconds: 0.0,
             stored_at: None,
             attention_split: overrides.split(),
+            unavailable: Vec::new(),
         }
     }
 
@@ -355,10 +380,14 @@ impl KernelPlan {
             Some((v, Source::Guessed)) => {
                 let mut all = vec![*v];
                 all.extend(Variant::ALL.into_iter().filter(|o| o != v));
+                all.retain(|o| !self.unavailable.contains(&(family, *o)));
                 all
             }
             Some((v, _)) => vec![*v],
-            None => Variant::ALL.to_vec(),
+            None => Variant::ALL
+                .into_iter()
+                .filter(|o| !self.unavailable.contains(&(family, *o)))
+                .collect(),
         }
     }
 
@@ -439,6 +468,7 @@ impl StoredPlan {
             measure_seconds: 0.0,
             stored_at: None,
             attention_split: overrides.split(),
+            unavailable: Vec::new(),
         })
     }
 }
@@ -446,6 +476,48 @@ impl StoredPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored plan that chose a variant this model cannot run (attention's rows shape for
+    /// heads of 256, timed as the other by mistake) goes back to measuring the others; a
+    /// guessed one never offers it; a forced one stays.
+    #[test]
+    fn a_variant_ruled_out_is_never_a_candidate_nor_reused() {
+        let stored = StoredPlan {
+            choices: Family::ALL
+                .into_iter()
+                .map(|f| (f, Variant::Rows))
+                .collect(),
+            timings: Vec::new(),
+        };
+        let mut reused = stored.apply(&KernelOverrides::none()).unwrap();
+        assert_eq!(reused.candidates(Family::Attention), vec![Variant::Rows]);
+        reused.rule_out(Family::Attention, Variant::Rows);
+        assert_eq!(
+            reused.choices[&Family::Attention],
+            (Variant::Workgroup, Source::Guessed)
+        );
+        assert_eq!(
+            reused.candidates(Family::Attention),
+            vec![Variant::Workgroup]
+        );
+        assert_eq!(reused.candidates(Family::LinearDecode), vec![Variant::Rows]);
+
+        let mut guessed = KernelPlan::guessed(true, &KernelOverrides::none());
+        guessed.rule_out(Family::Attention, Variant::Rows);
+        assert_eq!(
+            guessed.candidates(Family::Attention),
+            vec![Variant::Workgroup]
+        );
+        assert_eq!(guessed.variant(Family::Attention), Variant::Workgroup);
+
+        let forced = KernelOverrides::none().with(Family::Attention, Variant::Rows);
+        let mut forced = KernelPlan::guessed(true, &forced);
+        forced.rule_out(Family::Attention, Variant::Rows);
+        assert_eq!(
+            forced.choices[&Family::Attention],
+            (Variant::Rows, Source::Forced)
+        );
+    }
 
     #[test]
     fn overrides_parse_pairs_and_blanket_names() {

@@ -173,3 +173,40 @@ fn local_attention_past_its_window_matches_the_reference() {
         start.elapsed().as_secs_f64()
     );
 }
+
+/// A stored kernel plan that chose attention's rows shape for Gemma 3 (heads of 256, which that
+/// shape cannot run: such a record was written when the rows shape was "timed" as the
+/// workgroup one it fell back to and won by noise) does not stop the model loading: the rows
+/// shape is ruled out, attention is measured again in the shape that runs, and the record is
+/// replaced. Before, every later load failed with "heads of at most 128".
+#[test]
+fn a_stored_plan_with_a_shape_the_heads_cannot_run_is_measured_again() {
+    let Some(model) = common::require::gemma3() else {
+        return;
+    };
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    let files = ModelFiles::open(&model).unwrap();
+    let weights = files.weights().unwrap();
+    // a chunk of 24 and a context of 48: a key no other test uses
+    let (context, chunk) = (48, 24);
+    let key = emberlm::forward::plan_key(&ctx, &weights, chunk);
+    let store = emberlm::tune::Store::platform();
+    let bad = serde_json::json!({
+        "choices": {"linear_decode": "rows", "linear_prefill": "rows", "attention": "rows"},
+        "timings": [],
+    });
+    pollster::block_on(store.save(&key, &bad)).unwrap();
+    let cache = KernelCache::new();
+    let fwd = pollster::block_on(Forward::new(&ctx, &cache, &weights, context, chunk))
+        .expect("the model loads");
+    let plan = fwd.plan();
+    assert_eq!(
+        plan.variant(emberlm::gpu::plan::Family::Attention),
+        emberlm::gpu::Variant::Workgroup,
+        "{plan:?}"
+    );
+    let stored: serde_json::Value = pollster::block_on(store.load(&key)).expect("a record");
+    assert_eq!(stored["choices"]["attention"], "workgroup", "{stored}");
+}
