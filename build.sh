@@ -506,7 +506,7 @@ cmd_test() {
   cargo clippy --all-targets -- -D warnings
   cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
   stage "native build"
-  log "native tests: building (the library's and the binary's unit tests, ${NATIVE_TESTS[*]})"
+  log "native tests: building (the library's unit tests, ${NATIVE_TESTS[*]})"
   cargo test --no-run
   stage "native run"
   log "native tests (GPU tests require an adapter: EMBERLM_REQUIRE_GPU=1)"
