@@ -441,21 +441,22 @@ fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f3
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cpu::quant::{Q8Rows, UnpackedRow};
 
-    /// A small deterministic generator (the test must not depend on a crate's stream).
-    struct Lcg(u64);
+    /// A small deterministic generator (the test must not depend on a crate's stream); the
+    /// K-quants' tests (`fused_k`) draw from it too.
+    pub(crate) struct Lcg(pub(crate) u64);
     impl Lcg {
-        fn next(&mut self) -> u32 {
+        pub(crate) fn next(&mut self) -> u32 {
             self.0 = self
                 .0
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             (self.0 >> 33) as u32
         }
-        fn f32(&mut self) -> f32 {
+        pub(crate) fn f32(&mut self) -> f32 {
             self.next() as f32 / u32::MAX as f32 * 2.0 - 1.0
         }
     }

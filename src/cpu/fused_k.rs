@@ -58,6 +58,7 @@ pub fn row_dot(
     if !available(dtype) {
         return None;
     }
+    fill_offsets(dtype, bytes, offsets);
     Some(dots::<1>(dtype, bytes, [(q, d, s)], offsets)[0])
 }
 
@@ -74,6 +75,7 @@ pub fn row_dot_tokens(
     if !available(dtype) {
         return false;
     }
+    fill_offsets(dtype, bytes, offsets);
     for (g, out) in out.chunks_mut(4).enumerate() {
         let row = |k: usize| q8.row(4 * g + k.min(out.len() - 1));
         match out.len() {
@@ -91,13 +93,27 @@ pub fn row_dot_tokens(
     true
 }
 
+/// The row's offsets (`−dmin·m` per 32 values; Q4_K and Q5_K only, none for Q6_K), made once
+/// per row whatever the number of tokens.
+fn fill_offsets(dtype: DType, bytes: &[u8], offsets: &mut Vec<f32>) {
+    offsets.clear();
+    let Some(size) = block_size(dtype).filter(|_| dtype != DType::Q6_K) else {
+        return;
+    };
+    for b in bytes.chunks_exact(size) {
+        let dmin = f16_at(b, 2);
+        let (_, mins) = k_scales_and_mins(&b[4..16]);
+        offsets.extend(mins.iter().map(|&m| -(dmin * f32::from(m))));
+    }
+}
+
 /// Each token's dot product: the accumulators, summed as the common dot sums them, plus the
-/// offsets' part (Q4_K and Q5_K).
+/// offsets' part (Q4_K and Q5_K; `offsets` from [`fill_offsets`]).
 fn dots<const N: usize>(
     dtype: DType,
     bytes: &[u8],
     rows: [Row<'_>; N],
-    offsets: &mut Vec<f32>,
+    offsets: &[f32],
 ) -> [f32; N] {
     let size = block_size(dtype).unwrap_or(usize::MAX);
     let blocks = bytes.len() / size;
@@ -107,14 +123,6 @@ fn dots<const N: usize>(
     }
     let accs = accumulate(dtype, size, &bytes[..blocks * size], rows);
     let has_offset = matches!(dtype, DType::Q4_K | DType::Q5_K);
-    if has_offset {
-        offsets.clear();
-        for b in bytes.chunks_exact(size) {
-            let dmin = f16_at(b, 2);
-            let (_, mins) = k_scales_and_mins(&b[4..16]);
-            offsets.extend(mins.iter().map(|&m| -(dmin * f32::from(m))));
-        }
-    }
     std::array::from_fn(|t| {
         let acc = accs[t];
         let dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);
@@ -310,22 +318,8 @@ unsafe fn pair_values(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::fused::tests::Lcg;
     use crate::cpu::quant::{Q8Rows, UnpackedRow};
-
-    /// A small deterministic generator (the test must not depend on a crate's stream).
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> u32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) as u32
-        }
-        fn f32(&mut self) -> f32 {
-            self.next() as f32 / u32::MAX as f32 * 2.0 - 1.0
-        }
-    }
 
     fn f16_bytes(x: f32) -> [u8; 2] {
         half::f16::from_f32(x).to_le_bytes()

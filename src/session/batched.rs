@@ -53,6 +53,8 @@ pub(super) struct Item {
 /// A sequence in a slot.
 pub(super) struct Lane<'t> {
     pub(super) item: usize,
+    /// The prompt index its events carry.
+    pub(super) prompt: usize,
     pub(super) slot: usize,
     /// Positions cached in the slot (the next token's position).
     pub(super) pos: usize,
@@ -173,7 +175,7 @@ impl Session {
                         let item = prepared[lane.item].as_mut().ok_or_else(gone)?;
                         item.warnings.extend(lane.run.incomplete(f));
                         let sequence = lane.run.sequence();
-                        let seq = lane.run.finish(&lane_ctx(lane.item, item), f, on_token)?;
+                        let seq = lane.run.finish(&lane_ctx(lane.prompt, item), f, on_token)?;
                         item.decode_span = item.decode_span.map(|(s, _)| (s, Instant::now()));
                         item.done[sequence] = Some(seq);
                     }
@@ -201,23 +203,12 @@ impl Session {
                 let item = prepared[i].as_mut().ok_or_else(gone)?;
                 let row = self.prefill_group(item, &group).await?;
                 let item = prepared[i].as_mut().ok_or_else(gone)?;
-                for &(s, slot) in &group {
-                    let params = &items[i].options.sampling;
-                    let mut lane = Lane {
-                        item: i,
-                        slot,
-                        pos: item.tokens.len(),
-                        run: Running::new(&tokenizer, params, s, item.constraint.as_ref()),
-                        sampler: item.sampler.for_sequence(s),
-                        logits: Some((StepLogits::Full(row.clone()), 0)),
-                        request: None,
-                        next: 0,
-                    };
-                    // the first draw's mask (each later one is set after a token is taken)
-                    lane.run
-                        .constrain(&mut lane.sampler, &item.stops, &mut item.stats)?;
-                    lanes.push(lane);
-                }
+                let params = &items[i].options.sampling;
+                let first = FirstRow {
+                    row: &row,
+                    prompt: i,
+                };
+                start_lanes(&tokenizer, (i, item), params, &group, first, &mut lanes)?;
                 admitted = true;
             }
             if admitted {
@@ -359,7 +350,7 @@ impl Session {
             item.decode_span = Some((now, now));
             item.stats.time_to_first_token_ms = elapsed_ms(item.start);
         }
-        let c = lane_ctx(lane.item, item);
+        let c = lane_ctx(lane.prompt, item);
         if let Some(finish) = lane.run.emit(&c, &s, None, on_token)? {
             return Ok(Some(finish));
         }
@@ -440,6 +431,42 @@ pub(super) fn finish_item(item: Item) -> Generation {
         stats,
         warnings: item.warnings,
     }
+}
+
+/// The prompt's last logits row after its prefill, and the prompt index the events carry.
+pub(super) struct FirstRow<'r> {
+    pub(super) row: &'r [f32],
+    pub(super) prompt: usize,
+}
+
+/// Starts a lane for each `(sequence, slot)` of `group` of the prefilled item `(index, item)`:
+/// each draws its first token from `first.row` under its own sampler stream, its first mask set.
+pub(super) fn start_lanes<'t>(
+    tokenizer: &'t crate::tokenizer::Tokenizer,
+    (index, item): (usize, &mut Item),
+    params: &crate::sampling::SamplingParams,
+    group: &[(usize, usize)],
+    first: FirstRow<'_>,
+    lanes: &mut Vec<Lane<'t>>,
+) -> Result<()> {
+    for &(s, slot) in group {
+        let mut lane = Lane {
+            item: index,
+            prompt: first.prompt,
+            slot,
+            pos: item.tokens.len(),
+            run: Running::new(tokenizer, params, s, item.constraint.as_ref()),
+            sampler: item.sampler.for_sequence(s),
+            logits: Some((StepLogits::Full(first.row.to_vec()), 0)),
+            request: None,
+            next: 0,
+        };
+        // the first draw's mask (each later one is set after a token is taken)
+        lane.run
+            .constrain(&mut lane.sampler, &item.stops, &mut item.stats)?;
+        lanes.push(lane);
+    }
+    Ok(())
 }
 
 /// Whether a request with `options` runs alone rather than in a batch: beam search,

@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
-use super::batched::{finish_item, gone, lane_ctx, runs_alone, BatchItem, Item, Lane};
-use super::decode::Running;
+use super::batched::{
+    finish_item, gone, lane_ctx, runs_alone, start_lanes, BatchItem, FirstRow, Item, Lane,
+};
 use super::{FinishReason, Generation, Session, TokenEvent};
 use crate::error::{Error, Result};
-use crate::forward::StepLogits;
 use crate::gpu::GpuContext;
 
 /// Where the requests of [`Session::serve`] come from and where their answers go. The feed
@@ -109,13 +109,6 @@ impl InFlight {
     }
 }
 
-/// `event` as the feed sees it: the request's own, prompt 0.
-fn own_event(event: &TokenEvent) -> TokenEvent {
-    let mut e = event.clone();
-    e.prompt = 0;
-    e
-}
-
 impl Session {
     /// Serves the feed's requests, up to `slots` sequences decoded together (at most what
     /// [`Session::batch_limit`] allows), until the feed closes (see the
@@ -169,7 +162,7 @@ impl Session {
                     alone = Some((ticket, request));
                     break;
                 }
-                let mut route = |e: &TokenEvent| feed.event(ticket, &own_event(e));
+                let mut route = |e: &TokenEvent| feed.event(ticket, e);
                 match self.prepare_item(0, &request, &mut route) {
                     Err(e) => feed.finished(ticket, Err(e)),
                     Ok(item) => {
@@ -195,7 +188,7 @@ impl Session {
                     true => Some(FinishReason::Abort),
                     false => match self
                         .lane_token(&mut lanes[k], &mut in_flight.items, &mut |e| {
-                            feed.event(ticket, &own_event(e))
+                            feed.event(ticket, e)
                         })
                         .await
                     {
@@ -217,8 +210,10 @@ impl Session {
                 let item = in_flight.item(index)?;
                 item.warnings.extend(lane.run.incomplete(f));
                 let sequence = lane.run.sequence();
-                let mut route = |e: &TokenEvent| feed.event(ticket, &own_event(e));
-                let seq = lane.run.finish(&lane_ctx(index, item), f, &mut route)?;
+                let mut route = |e: &TokenEvent| feed.event(ticket, e);
+                let seq = lane
+                    .run
+                    .finish(&lane_ctx(lane.prompt, item), f, &mut route)?;
                 item.decode_span = item.decode_span.map(|(s, _)| (s, Instant::now()));
                 item.done[sequence] = Some(seq);
                 in_flight.answer_if_done(index, feed)?;
@@ -269,23 +264,12 @@ impl Session {
                     }
                 };
                 let item = in_flight.item(i)?;
-                for &(s, slot) in &group {
-                    let params = item.sampler.params().clone();
-                    let mut lane = Lane {
-                        item: i,
-                        slot,
-                        pos: item.tokens.len(),
-                        run: Running::new(&tokenizer, &params, s, item.constraint.as_ref()),
-                        sampler: item.sampler.for_sequence(s),
-                        logits: Some((StepLogits::Full(row.clone()), 0)),
-                        request: None,
-                        next: 0,
-                    };
-                    // the first draw's mask (each later one is set after a token is taken)
-                    lane.run
-                        .constrain(&mut lane.sampler, &item.stops, &mut item.stats)?;
-                    lanes.push(lane);
-                }
+                let params = item.sampler.params().clone();
+                let first = FirstRow {
+                    row: &row,
+                    prompt: 0,
+                };
+                start_lanes(&tokenizer, (i, item), &params, &group, first, &mut lanes)?;
                 admitted = true;
             }
             if admitted {
@@ -317,7 +301,7 @@ impl Session {
         let abort = self.abort.clone();
         let mut cancelled = false;
         let mut route = |e: &TokenEvent| {
-            feed.event(ticket, &own_event(e));
+            feed.event(ticket, e);
             if !cancelled && feed.cancelled(ticket) {
                 cancelled = true;
                 abort.abort();

@@ -151,17 +151,7 @@ fn parallel_answers_are_each_what_the_request_gets_alone() {
 /// is lowered to what fits, with a warning that says so.
 #[test]
 fn parallel_values_are_checked() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_emberlm"))
-        .args([
-            "serve-api",
-            "--device",
-            "cpu",
-            "--port",
-            "0",
-            "--model",
-            MODEL,
-        ])
-        .args(["--parallel", "0"])
+    let out = serve::command(MODEL, &["--parallel", "0"])
         .output()
         .expect("the binary runs");
     assert!(!out.status.success());

@@ -45,17 +45,7 @@ pub fn start_model(model: &str, extra: &[&str]) -> Server {
 /// Starts the server on the CPU backend with `model`, its standard error going to `stderr`
 /// (`Stdio::piped()` to read it from `Server::child`).
 pub fn start_with(model: &str, extra: &[&str], stderr: Stdio) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_emberlm"))
-        .args([
-            "serve-api",
-            "--device",
-            "cpu",
-            "--port",
-            "0",
-            "--model",
-            model,
-        ])
-        .args(extra)
+    let mut child = command(model, extra)
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
@@ -70,6 +60,23 @@ pub fn start_with(model: &str, extra: &[&str], stderr: Stdio) -> Server {
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
     Server { child, address }
+}
+
+/// `emberlm serve-api` on the CPU backend with `model`, a free port and `extra`, not started.
+pub fn command(model: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_emberlm"));
+    command
+        .args([
+            "serve-api",
+            "--device",
+            "cpu",
+            "--port",
+            "0",
+            "--model",
+            model,
+        ])
+        .args(extra);
+    command
 }
 
 /// One HTTP/1.1 exchange: (status, body).

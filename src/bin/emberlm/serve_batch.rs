@@ -77,12 +77,6 @@ impl<'a> JobFeed<'a> {
         }
     }
 
-    /// Answers the next request with `error` (the engine cannot start); false once the queue
-    /// has closed.
-    pub fn fail_next(&mut self, error: &emberlm::Error) -> bool {
-        fail_next(self.queue, self.shared, error)
-    }
-
     fn answer(
         &mut self,
         active: Active,
@@ -270,7 +264,7 @@ pub fn serve_batched(engine: &Engine, queue: &mpsc::Receiver<Job>, shared: &Shar
                 eprintln!("emberlm: serve-api: {e} (the engine starts again for the next request)");
                 // nothing was taken: the engine could not start; answer one request with why
                 // so that a broken engine is paced by requests, not spinning
-                if feed.next_ticket == before && !feed.fail_next(&e) {
+                if feed.next_ticket == before && !fail_next(queue, shared, &e) {
                     return;
                 }
             }
