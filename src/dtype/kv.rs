@@ -82,13 +82,13 @@ impl KvKind {
         }
     }
 
-    /// Parses a kind by name (case-insensitive; `q8`, `q4` accepted for `q8_0`, `q4_0`);
+    /// Parses a kind by name (case-insensitive; `fp32`, `fp16`, `q8`, `q4` accepted for `f32`, `f16`, `q8_0`, `q4_0`);
     /// `option` names the setting in the error.
     pub fn parse(option: &'static str, s: &str) -> Result<Self> {
         let lower = s.trim().to_ascii_lowercase();
         let kind = match lower.as_str() {
-            "f32" => KvKind::F32,
-            "f16" => KvKind::F16,
+            "f32" | "fp32" => KvKind::F32,
+            "f16" | "fp16" => KvKind::F16,
             "q8_0" | "q8" => KvKind::Q8_0,
             "q4_0" | "q4" => KvKind::Q4_0,
             "nf4" => KvKind::Nf4,

@@ -21,6 +21,8 @@
 mod cancel;
 mod choose;
 mod draft;
+pub mod load_keys;
+mod load_options;
 mod queue;
 mod recovery;
 
@@ -35,6 +37,7 @@ use queue::{Queue, Turn};
 
 pub use cancel::{AbortSwitch, Cancel};
 pub use choose::{BackendChoice, Chosen};
+pub use load_options::{LoadOptions, OptionValue, Surface};
 
 /// How the engine loads its model, kept to load it again after device loss.
 #[derive(Clone, Debug, Default)]
@@ -49,6 +52,9 @@ pub struct EngineOptions {
     pub cache_plan: Option<crate::session::CachePlanOptions>,
     /// A Jinja chat template to use instead of the model's own (or of the plain fallback).
     pub chat_template: Option<String>,
+    /// With a fixed KV-cache kind: the largest cache allowed, MiB (`cacheBudgetMb`); loading
+    /// fails with the numbers when the context does not fit it.
+    pub kv_budget_mb: Option<f64>,
 }
 
 /// Called with the new session after every rebuild on a new device.
@@ -124,6 +130,29 @@ fn lost_error<T>(session: &Session, result: &Result<T>) -> Option<Error> {
     }
 }
 
+/// The KV cache of `session` (its kinds at its context) fits `budget` MiB, or an error with the
+/// numbers naming `cacheBudgetMb`.
+fn check_kv_budget(session: &Session, budget: f64) -> Result<()> {
+    let config = session.config();
+    let kinds = session.forward().kv_kinds();
+    let per_token = kinds.bytes_per_token(config.n_layers, config.n_kv_heads * config.head_dim);
+    let context = session.context();
+    let bytes = per_token.saturating_mul(context as u64);
+    let mib = bytes as f64 / f64::from(1u32 << 20);
+    if mib > budget {
+        let fits = (budget * f64::from(1u32 << 20) / per_token.max(1) as f64).floor();
+        return Err(Error::invalid(
+            "cacheBudgetMb",
+            format!(
+                "a {kinds} KV cache of {context} positions takes {mib:.2} MiB ({per_token} bytes per \
+                 position), over the budget of {budget} MiB; at most {fits} positions fit it (set \
+                 contextLength), or choose a smaller kind"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Engine {
     /// Loads `files` on the backend `options.gpu.device` asks for: a new GPU device on any
     /// adapter (`gpu`), the CPU (`cpu`), or (`auto`) a hardware adapter, the faster of a
@@ -186,6 +215,9 @@ impl Engine {
                 session.set_kv_kinds(options.gpu.kv_cache).await?;
             }
             None => {}
+        }
+        if let Some(budget) = options.kv_budget_mb {
+            check_kv_budget(&session, budget)?;
         }
         let abort = AbortSwitch::default();
         abort.set(session.abort_handle());

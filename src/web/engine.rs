@@ -12,8 +12,8 @@ use super::source::{self, Source};
 use super::stream;
 use super::types::{EngineCounters, EngineInfo, GenerationResult, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
-use crate::engine::{self, EngineOptions};
-use crate::gpu::{DeviceChoice, GpuContext, GpuOptions, KernelOverrides};
+use crate::engine;
+use crate::gpu::{DeviceChoice, GpuContext};
 use crate::loader::ModelFiles;
 use crate::session::{GenerateOptions, Generation, Prompt, TokenEvent};
 use crate::Error;
@@ -110,56 +110,13 @@ impl Engine {
     /// `Engine.load` as a Rust future (what the exported `load` runs; also used by tests).
     pub async fn open(source: JsValue, options: JsValue) -> Result<Engine, JsValue> {
         install_panic_hook();
-        let context = load_option(&options, "contextLength");
-        let context = if present(&context) {
-            let n = context.as_f64().filter(|n| n.fract() == 0.0 && *n >= 1.0);
-            Some(n.ok_or_else(|| {
-                js_error(&Error::invalid(
-                    "contextLength",
-                    format!("must be a whole number >= 1, got {context:?}"),
-                ))
-            })? as usize)
-        } else {
-            None
-        };
-        let draft = load_option(&options, "draft");
-        let on_progress = load_option(&options, "onProgress");
-        let on_progress: Option<Function> = if present(&on_progress) {
-            Some(
-                on_progress
-                    .dyn_into()
-                    .map_err(|_| js_error(&Error::invalid("onProgress", "must be a function")))?,
-            )
-        } else {
-            None
-        };
-        let string_option = |key: &'static str| -> Result<Option<String>, JsValue> {
-            let v = load_option(&options, key);
-            if !present(&v) {
-                return Ok(None);
-            }
-            v.as_string()
-                .map(Some)
-                .ok_or_else(|| js_error(&Error::invalid(key, "must be a string")))
-        };
-        let cache = string_option("cache")?;
-        let chat_template = string_option("chatTemplate")?;
-        let name = string_option("name")?;
-        let kernels = match string_option("kernels")? {
-            Some(spec) => spec.parse::<KernelOverrides>().map_err(|e| js_error(&e))?,
-            None => KernelOverrides::none(),
-        };
-        let (kv_cache, cache_plan) =
-            super::cache_options::kv_options(&options).map_err(|e| js_error(&e))?;
-        let decode_plan = super::cache_options::decode_plan(&options).map_err(|e| js_error(&e))?;
-        let gpu_options = GpuOptions {
-            kernels,
-            kv_cache,
-            decode_plan,
-            precision: super::cache_options::precision(&options).map_err(|e| js_error(&e))?,
-            device: super::cache_options::device(&options).map_err(|e| js_error(&e))?,
-            ..GpuOptions::default()
-        };
+        // every option read once, checked by name, and validated into the engine's options
+        let page = super::load::read(&options).map_err(|e| js_error(&e))?;
+        let options = page.options.resolve().map_err(|e| js_error(&e))?;
+        let cache = page.options.text("cache").map(String::from);
+        let name = page.options.text("name").map(String::from);
+        let (draft, on_progress) = (page.draft, page.on_progress);
+        let gpu_options = options.gpu.clone();
         let source = Source::from_js(&source).map_err(|e| js_error(&e))?;
         let report = |phase: &str, loaded: u64, total: u64| {
             if let Some(f) = &on_progress {
@@ -231,12 +188,6 @@ impl Engine {
             fetched.name
         } else {
             files.name().to_string()
-        };
-        let options = EngineOptions {
-            context,
-            gpu: gpu_options,
-            cache_plan,
-            chat_template,
         };
         let auto = options.gpu.device == DeviceChoice::Auto;
         let inner = match gpu {

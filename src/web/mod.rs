@@ -11,9 +11,9 @@
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
 mod batch;
-mod cache_options;
 mod draft;
 mod engine;
+mod load;
 mod openai;
 mod source;
 mod stored;

@@ -57,99 +57,122 @@ export interface LoadProgress {
   total: number;
 }
 
-/** Options of `Engine.load`. */
+/**
+ * Options of `Engine.load`. Keys may also be written in snake_case (`kv_cache`, `cache_budget_mb`,
+ * ...); an unknown key is refused naming the nearest known one.
+ */
 export interface LoadOptions {
   /** KV cache length in positions (default: the model's context, at most 4096). */
   contextLength?: number;
+  /** The same as `contextLength`. */
+  max_seq_len?: number;
   /**
-   * A draft model for speculative decoding (a smaller model with the same vocabulary), loaded
-   * after the model as `engine.loadDraft(draft)` would.
+   * A draft model for speculative decoding (a smaller model with the same vocabulary), loaded after
+   * the model as `engine.loadDraft(draft)` would.
    */
   draft?: ModelSource;
   /** Called as the model downloads, parses and uploads to the GPU; exceptions are ignored. */
   onProgress?: (progress: LoadProgress) => void;
   /**
-   * For URL sources: the Cache API cache to keep the file in (e.g. `'emberlm-models-v1'`),
-   * keyed by URL. A later load of the same URL reads it from there instead of the network.
+   * For URL sources: the Cache API cache to keep the file in (e.g. `'emberlm-models-v1'`), keyed by
+   * URL. A later load of the same URL reads it from there instead of the network.
    */
   cache?: string;
   /** A name for messages when the source is raw bytes (default `model.gguf`). */
   name?: string;
   /**
-   * A Jinja chat template to use instead of the model's own: for files without one (Gemma 3's
-   * GGUF: `<start_of_turn>user` ...). Its end-of-turn token stops generation.
+   * A Jinja chat template (its text) to use instead of the model's own: for files without one
+   * (Gemma 3's GGUF: `<start_of_turn>user` ...). Its end-of-turn token stops generation.
    */
   chatTemplate?: string;
   /**
-   * Force kernel variants instead of the plan measured on this device: `'rows'` or
-   * `'workgroup'` for every kernel family, or `'linear_decode=rows,attention=workgroup'`.
+   * Force kernel variants instead of the plan measured on this device: `'rows'` or `'workgroup'`
+   * for every kernel family, or `'linear_decode=rows,attention=workgroup'`.
    */
   kernels?: string;
   /**
    * How the KV cache stores keys and values: `'f32'` (exact, the default), `'f16'`, `'q8_0'`,
-   * `'q4_0'` or `'nf4'` (blocks of 32 with a scale; about 2×, 3.8× and 7× smaller than f32),
-   * or `'auto'`: each kind within `cacheBudgetMb` is measured against f32 on this device
-   * (quality gates, then speed), the best kept in the Cache API and reused; the decision is in
-   * `engine.info().kvCachePlan`.
+   * `'q4_0'` or `'nf4'` (blocks of 32 with a scale; about 2×, 3.8× and 7× smaller than f32;
+   * `fp32`, `fp16`, `q8`, `q4` are other names), or `'auto'`: each kind within `cacheBudgetMb` is
+   * measured against f32 on this device (quality gates, then speed), the best kept and reused; the
+   * decision is in `engine.info().kvCachePlan`. Also `cache_kind`.
    */
-  kvCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4' | 'auto';
+  kvCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4' | 'fp32' | 'fp16' | 'q8' | 'q4' | 'auto';
+  /** The same as `kvCache`. */
+  cache_kind?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4' | 'fp32' | 'fp16' | 'q8' | 'q4' | 'auto';
   /** The K cache's kind alone (overrides `kvCache` for K). */
-  kCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4';
+  kCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4' | 'fp32' | 'fp16' | 'q8' | 'q4';
   /** The V cache's kind alone (overrides `kvCache` for V). */
-  vCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4';
-  /** With `kvCache: 'auto'`: the largest KV cache allowed, MiB (default: no limit). */
+  vCache?: 'f32' | 'f16' | 'q8_0' | 'q4_0' | 'nf4' | 'fp32' | 'fp16' | 'q8' | 'q4';
+  /**
+   * The largest KV cache allowed, MiB (default: no limit): with `kvCache: 'auto'` kinds over it are
+   * dropped; with a fixed kind the context must fit it, or loading fails with the numbers.
+   */
   cacheBudgetMb?: number;
-  /** Calibration prompt, tokens (default 64). */
+  /** Calibration prompt, tokens (default 64); tunes `kvCache: 'auto'`. */
   cacheQualityPromptLen?: number;
-  /** Calibration tokens decoded one at a time (default 4). */
+  /** Calibration tokens decoded one at a time (default 4); tunes `kvCache: 'auto'`. */
   cacheQualityDecodeSteps?: number;
-  /** Largest mean NLL increase over f32, nats per token (default 0.05). */
+  /** Largest mean NLL increase over f32, nats per token (default 0.05); tunes `kvCache: 'auto'`. */
   cacheQualityMaxDeltaNll?: number;
-  /** Largest perplexity ratio to f32 (default 1.05). */
+  /** Largest perplexity ratio to f32 (default 1.05); tunes `kvCache: 'auto'`. */
   cacheQualityMaxPplRatio?: number;
-  /** Largest mean KL divergence from f32 on the needle probe (default 0.1). */
+  /**
+   * Largest mean KL divergence from f32 on the needle probe (default 0.1); tunes `kvCache: 'auto'`.
+   */
   cacheQualityMaxMeanKl?: number;
-  /** Time the kinds that pass and keep the fastest (default true; false keeps the smallest). */
+  /**
+   * Time the kinds that pass and keep the fastest (default true; false keeps the smallest); tunes
+   * `kvCache: 'auto'`.
+   */
   cacheAutoBenchmark?: boolean;
-  /** Decode steps timed per kind (default 8). */
+  /** Decode steps timed per kind (default 8); tunes `kvCache: 'auto'`. */
   cacheAutoBenchSteps?: number;
-  /** Prompt before the timed steps, tokens (default 64). */
+  /** Prompt before the timed steps, tokens (default 64); tunes `kvCache: 'auto'`. */
   cacheAutoBenchPromptLen?: number;
-  /** Measure again when the stored decision is older than the interval (default true). */
+  /**
+   * Measure again when the stored decision is older than the interval (default true); tunes
+   * `kvCache: 'auto'`.
+   */
   cachePlanProbe?: boolean;
-  /** Age after which a stored decision is measured again, seconds (default 3600). */
+  /**
+   * Age after which a stored decision is measured again, seconds (default 3600); tunes `kvCache:
+   * 'auto'`.
+   */
   cachePlanProbeIntervalSec?: number;
   /**
-   * How attention reads long contexts: `'auto'` (default: key blocks chosen by context
-   * bucket, the trained local window), `'fixed'` (`decodeQChunk` and `decodeLocalWindow` as
-   * given) or `'none'` (every key in one block). Results are the same to float rounding.
+   * How attention reads long contexts: `'auto'` (default: key blocks chosen by context bucket, the
+   * trained local window), `'fixed'` (`decodeQChunk` and `decodeLocalWindow` as given) or `'none'`
+   * (every key in one block). Results are the same to float rounding.
    */
   decodePlan?: 'auto' | 'fixed' | 'none';
   /** Keys per attention block with `decodePlan: 'fixed'`. */
   decodeQChunk?: number;
-  /** Latest keys a local-attention layer reads with `decodePlan: 'fixed'` (models trained with local attention only). */
+  /**
+   * Latest keys a local-attention layer reads with `decodePlan: 'fixed'` (models trained with local
+   * attention only).
+   */
   decodeLocalWindow?: number;
   /** End of the short bucket, keys (default 512): shorter contexts run whole. */
   decodeBucketShort?: number;
   /** End of the middle bucket, keys (default 2048): longer contexts use longer blocks. */
   decodeBucketMid?: number;
   /**
-   * Precision of the matrix products: `'f32'` (default), `'f16'` (inputs and products in f16,
-   * sums in f32; needs the adapter feature `shader-f16`, an error without it) or `'auto'` (f16
-   * on a GPU that has it; f32 otherwise, and on software adapters, which emulate f16, with
+   * Precision of the matrix products: `'f32'` (default), `'f16'` (inputs and products in f16, sums
+   * in f32; needs the adapter feature `shader-f16`, an error without it) or `'auto'` (f16 on a GPU
+   * that has it; f32 otherwise, and on software adapters, which emulate f16, with
    * `engine.info().precisionNotice` saying why).
    */
   precision?: 'f32' | 'f16' | 'auto';
   /**
-   * Which backend runs the model: `'auto'` (default: a hardware GPU; on a software adapter
-   * such as SwiftShader, it or the CPU, whichever decodes faster, measured on the first load
-   * and kept in the Cache API, `engine.info().backendChoice` giving both timings; the CPU
-   * where the browser has no usable WebGPU; `engine.info().backendNotice` says which and why),
-   * `'gpu'` / `'webgpu'` (the WebGPU adapter, even a software one) or `'cpu'` (WebAssembly on
-   * the CPU, no WebGPU used).
+   * Which backend runs the model: `'auto'` (default: a hardware GPU; on a software adapter such as
+   * SwiftShader, it or the CPU, whichever decodes faster, measured on the first load and kept; the
+   * CPU where there is no usable WebGPU; `engine.info().backendNotice` says which and why), `'gpu'`
+   * / `'webgpu'` (the adapter, even a software one) or `'cpu'` (the CPU backend, no GPU used). Also
+   * `device`, its older name.
    */
   backend?: 'auto' | 'gpu' | 'webgpu' | 'cpu';
-  /** The older name of `backend`. */
+  /** The same as `backend`. */
   device?: 'auto' | 'gpu' | 'webgpu' | 'cpu';
 }
 

@@ -20,6 +20,12 @@ async fn kv_cache_kinds_and_the_automatic_plan() {
         let bytes = Uint8Array::from(fixture("tiny-llama-q4_1.gguf"));
         Engine::open(bytes.into(), js(&on_the_adapter(options))).await
     };
+    // the requirements' spellings: `cache_kind: 'q8'` is a q8_0 cache, and a fixed kind with a
+    // budget it fits loads
+    let engine = open(json!({ "cache_kind": "q8", "cache_budget_mb": 1 }))
+        .await
+        .unwrap();
+    assert_eq!(rust(&engine.info().unwrap())["kvCache"], "q8_0");
     // a fixed kind: reported with its bytes per token, and it generates
     let engine = open(json!({ "kvCache": "q8_0", "vCache": "f16" }))
         .await
@@ -64,13 +70,21 @@ async fn kv_cache_kinds_and_the_automatic_plan() {
     assert_eq!(info["kvCachePlan"]["source"], "reused", "{info}");
     // bad settings are refused by name
     for (options, name) in [
-        (json!({ "kvCache": "int3" }), "kv_cache"),
+        (json!({ "kvCache": "int3" }), "kvCache"),
         (json!({ "kvCache": "auto", "kCache": "f16" }), "kCache"),
-        (json!({ "cacheBudgetMb": 10 }), "kvCache"),
+        (json!({ "cacheQualityPromptLen": 16 }), "kvCache"),
+        // f32 at 128 positions is 64 KiB, over a budget of 10 KiB
+        (json!({ "cacheBudgetMb": 0.01 }), "at most 20 positions"),
         (
             json!({ "kvCache": "auto", "cacheBudgetMb": -1 }),
-            "cache_budget_mb",
+            "cacheBudgetMb",
         ),
+        // misspelt: refused naming the key and the nearest known one, never ignored
+        (
+            json!({ "kvCahce": "q8_0" }),
+            "`kvCahce`; did you mean `kvCache`",
+        ),
+        (json!({ "cachePlanPath": "/tmp" }), "Cache API"),
         (
             json!({ "kvCache": "auto", "cacheAutoBenchmark": "yes" }),
             "cacheAutoBenchmark",

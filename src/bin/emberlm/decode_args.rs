@@ -2,9 +2,7 @@
 //! values `fixed` uses or `auto` starts from.
 
 use clap::Args;
-use emberlm::gpu::{DecodePlan, DecodePlanMode};
-
-use crate::Failure;
+use emberlm::engine::{LoadOptions, OptionValue};
 
 /// Decode-planning flags (global: accepted by every subcommand).
 #[derive(Debug, Args, Clone, Default)]
@@ -55,24 +53,24 @@ pub struct DecodeArgs {
 }
 
 impl DecodeArgs {
-    /// The decode plan the flags describe; inconsistent flags are a usage error naming them.
-    pub fn resolve(&self) -> Result<DecodePlan, Failure> {
-        let d = DecodePlan::default();
-        let mode = match &self.decode_plan {
-            Some(s) => s
-                .parse::<DecodePlanMode>()
-                .map_err(|e| Failure::usage(format!("--decode-plan: {e}")))?,
-            None => d.mode,
-        };
-        let plan = DecodePlan {
-            mode,
-            q_chunk: self.decode_q_chunk,
-            local_window: self.decode_local_window,
-            bucket_short: self.decode_bucket_short.unwrap_or(d.bucket_short),
-            bucket_mid: self.decode_bucket_mid.unwrap_or(d.bucket_mid),
-        };
-        plan.validate()
-            .map_err(|e| Failure::usage(e.to_string().replace('_', "-")))?;
-        Ok(plan)
+    /// Puts the flags given into `o` (checked there with every other surface's options).
+    pub fn fill(&self, o: &mut LoadOptions) -> emberlm::Result<()> {
+        let whole = |n: Option<u32>| n.map(|n| OptionValue::Whole(u64::from(n)));
+        let given = [
+            (
+                "--decode-plan",
+                self.decode_plan.clone().map(OptionValue::Text),
+            ),
+            ("--decode-q-chunk", whole(self.decode_q_chunk)),
+            ("--decode-local-window", whole(self.decode_local_window)),
+            ("--decode-bucket-short", whole(self.decode_bucket_short)),
+            ("--decode-bucket-mid", whole(self.decode_bucket_mid)),
+        ];
+        for (flag, value) in given {
+            if let Some(value) = value {
+                o.set(flag, value)?;
+            }
+        }
+        Ok(())
     }
 }

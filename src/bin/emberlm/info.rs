@@ -25,6 +25,7 @@ pub fn info(
     batch: usize,
     json: bool,
 ) -> CliResult<()> {
+    let context = crate::cli::context(context);
     if context == Some(0) {
         return Err(Failure::usage("--ctx must be at least 1"));
     }

@@ -4,9 +4,8 @@
 
 use clap::Args;
 use emberlm::dtype::kv::{KvKind, KvKinds};
-use emberlm::session::{CacheDecision, CachePlanOptions};
-
-use crate::Failure;
+use emberlm::engine::{LoadOptions, OptionValue};
+use emberlm::session::CacheDecision;
 
 /// KV-cache flags (global: accepted by every subcommand).
 #[derive(Debug, Args, Clone, Default)]
@@ -22,13 +21,9 @@ pub struct KvArgs {
     /// The V cache's kind alone (overrides --kv-cache for V).
     #[arg(long = "v-cache", global = true, value_name = "KIND")]
     pub v_cache: Option<String>,
-    /// With --kv-cache auto: the largest KV cache allowed, MiB.
-    #[arg(
-        long = "cache-budget-mb",
-        global = true,
-        value_name = "MIB",
-        help_heading = "KV cache plan (--kv-cache auto)"
-    )]
+    /// The largest KV cache allowed, MiB: with --kv-cache auto kinds over it are dropped; with
+    /// a fixed kind the context must fit it.
+    #[arg(long = "cache-budget-mb", global = true, value_name = "MIB")]
     pub cache_budget_mb: Option<f64>,
     /// Calibration prompt, tokens (default 64).
     #[arg(
@@ -121,70 +116,59 @@ pub struct KvArgs {
 }
 
 impl KvArgs {
-    /// The fixed kinds, and the plan's settings with `--kv-cache auto`; a plan flag without
-    /// `auto`, or `auto` with `--k-cache` / `--v-cache`, is a usage error naming the flag.
-    pub fn resolve(&self) -> Result<(KvKinds, Option<CachePlanOptions>), Failure> {
-        let auto = self
-            .kv_cache
-            .as_deref()
-            .is_some_and(|s| s.trim().eq_ignore_ascii_case("auto"));
-        let d = CachePlanOptions::default();
-        let plan = CachePlanOptions {
-            cache_budget_mb: self.cache_budget_mb,
-            cache_quality_prompt_len: self
-                .cache_quality_prompt_len
-                .unwrap_or(d.cache_quality_prompt_len),
-            cache_quality_decode_steps: self
-                .cache_quality_decode_steps
-                .unwrap_or(d.cache_quality_decode_steps),
-            cache_quality_max_delta_nll: self
-                .cache_quality_max_delta_nll
-                .unwrap_or(d.cache_quality_max_delta_nll),
-            cache_quality_max_ppl_ratio: self
-                .cache_quality_max_ppl_ratio
-                .unwrap_or(d.cache_quality_max_ppl_ratio),
-            cache_quality_max_mean_kl: self
-                .cache_quality_max_mean_kl
-                .unwrap_or(d.cache_quality_max_mean_kl),
-            cache_auto_benchmark: self.cache_auto_benchmark.unwrap_or(d.cache_auto_benchmark),
-            cache_auto_bench_steps: self
-                .cache_auto_bench_steps
-                .unwrap_or(d.cache_auto_bench_steps),
-            cache_auto_bench_prompt_len: self
-                .cache_auto_bench_prompt_len
-                .unwrap_or(d.cache_auto_bench_prompt_len),
-            cache_plan_path: self.cache_plan_path.clone(),
-            cache_plan_probe: self.cache_plan_probe.unwrap_or(d.cache_plan_probe),
-            cache_plan_probe_interval_sec: self
-                .cache_plan_probe_interval_sec
-                .unwrap_or(d.cache_plan_probe_interval_sec),
-        };
-        if auto {
-            for (flag, given) in [
-                ("--k-cache", self.k_cache.is_some()),
-                ("--v-cache", self.v_cache.is_some()),
-            ] {
-                if given {
-                    return Err(Failure::usage(format!(
-                        "{flag} cannot be combined with --kv-cache auto (the plan chooses one kind for K and V)"
-                    )));
-                }
+    /// Puts the flags given into `o` (checked there with every other surface's options).
+    pub fn fill(&self, o: &mut LoadOptions) -> emberlm::Result<()> {
+        let text = |s: &Option<String>| s.clone().map(OptionValue::Text);
+        let number = |n: Option<f64>| n.map(OptionValue::Number);
+        let whole = |n: Option<usize>| n.map(|n| OptionValue::Whole(n as u64));
+        let flag = |b: Option<bool>| b.map(OptionValue::Flag);
+        let given = [
+            ("--kv-cache", text(&self.kv_cache)),
+            ("--k-cache", text(&self.k_cache)),
+            ("--v-cache", text(&self.v_cache)),
+            ("--cache-budget-mb", number(self.cache_budget_mb)),
+            (
+                "--cache-quality-prompt-len",
+                whole(self.cache_quality_prompt_len),
+            ),
+            (
+                "--cache-quality-decode-steps",
+                whole(self.cache_quality_decode_steps),
+            ),
+            (
+                "--cache-quality-max-delta-nll",
+                number(self.cache_quality_max_delta_nll),
+            ),
+            (
+                "--cache-quality-max-ppl-ratio",
+                number(self.cache_quality_max_ppl_ratio),
+            ),
+            (
+                "--cache-quality-max-mean-kl",
+                number(self.cache_quality_max_mean_kl),
+            ),
+            ("--cache-auto-benchmark", flag(self.cache_auto_benchmark)),
+            (
+                "--cache-auto-bench-steps",
+                whole(self.cache_auto_bench_steps),
+            ),
+            (
+                "--cache-auto-bench-prompt-len",
+                whole(self.cache_auto_bench_prompt_len),
+            ),
+            ("--cache-plan-path", text(&self.cache_plan_path)),
+            ("--cache-plan-probe", flag(self.cache_plan_probe)),
+            (
+                "--cache-plan-probe-interval-sec",
+                self.cache_plan_probe_interval_sec.map(OptionValue::Whole),
+            ),
+        ];
+        for (flag, value) in given {
+            if let Some(value) = value {
+                o.set(flag, value)?;
             }
-            plan.validate().map_err(|e| Failure::usage(e.to_string()))?;
-            return Ok((KvKinds::default(), Some(plan)));
         }
-        if plan != CachePlanOptions::default() {
-            return Err(Failure::usage(
-                "the --cache-* flags tune --kv-cache auto; pass --kv-cache auto with them",
-            ));
-        }
-        let kinds = KvKinds::from_options(
-            self.kv_cache.as_deref(),
-            self.k_cache.as_deref(),
-            self.v_cache.as_deref(),
-        )
-        .map_err(|e| Failure::usage(e.to_string()))?;
-        Ok((kinds, None))
+        Ok(())
     }
 }
 

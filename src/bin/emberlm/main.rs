@@ -48,8 +48,7 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use emberlm::dtype::kv::KvKinds;
-    use emberlm::engine::{Engine, EngineOptions};
-    use emberlm::gpu::KernelOverrides;
+    use emberlm::engine::{Engine, EngineOptions, LoadOptions, OptionValue, Surface};
     use emberlm::loader::ModelFiles;
     use emberlm::session::CachePlanOptions;
     use emberlm::{GpuContext, GpuOptions};
@@ -125,11 +124,10 @@ mod cli {
         if context == Some(0) {
             return Err(Failure::usage("--ctx must be at least 1"));
         }
+        let base = load_options();
         let options = EngineOptions {
-            context,
-            gpu: gpu_options(),
-            cache_plan: cache_plan(),
-            chat_template: TEMPLATE.get().cloned(),
+            context: context.or(base.context),
+            ..base
         };
         let engine = pollster::block_on(Engine::load(files, options))?;
         let notice = engine
@@ -206,45 +204,77 @@ mod cli {
         /// one, such as Gemma 3's GGUF); its end-of-turn token stops a reply.
         #[arg(long, global = true, value_name = "FILE")]
         chat_template: Option<PathBuf>,
+        /// A settings file (JSON) of load options, as `Engine.load` takes them (`kvCache`,
+        /// `cache_kind`, `contextLength`/`max_seq_len`, `decodePlan`, `cacheBudgetMb`, ...);
+        /// flags given on the command line win over it. An unknown key is an error naming the
+        /// nearest known one.
+        #[arg(long, global = true, value_name = "FILE")]
+        config: Option<PathBuf>,
         #[command(subcommand)]
         command: Command,
     }
 
-    /// `--kernels`, parsed once by `main`.
-    static KERNELS: std::sync::OnceLock<KernelOverrides> = std::sync::OnceLock::new();
-    /// The KV-cache kinds and the automatic plan's settings, parsed once by `main`.
-    static KV: std::sync::OnceLock<(KvKinds, Option<CachePlanOptions>)> =
-        std::sync::OnceLock::new();
-    /// The decode plan (`--decode-plan` and friends), parsed once by `main`.
-    static DECODE: std::sync::OnceLock<emberlm::gpu::DecodePlan> = std::sync::OnceLock::new();
-    /// `--device`, parsed once by `main`.
-    static DEVICE: std::sync::OnceLock<emberlm::gpu::DeviceChoice> = std::sync::OnceLock::new();
-    /// `--chat-template`, read once by `main`.
-    static TEMPLATE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    /// `--precision`, parsed once by `main`.
-    static PRECISION: std::sync::OnceLock<emberlm::gpu::Precision> = std::sync::OnceLock::new();
+    /// The load options of every subcommand (the global flags over `--config`), read and
+    /// validated once by `main`.
+    static LOAD: std::sync::OnceLock<EngineOptions> = std::sync::OnceLock::new();
+
+    fn load_options() -> EngineOptions {
+        LOAD.get().cloned().unwrap_or_default()
+    }
+
+    /// `--ctx` where given, else the `--config` file's `contextLength`.
+    pub fn context(given: Option<usize>) -> Option<usize> {
+        given.or(load_options().context)
+    }
 
     /// The KV-cache kinds every subcommand uses (`--kv-cache` and friends; f32 by default).
     pub fn kv_kinds() -> KvKinds {
-        KV.get().map(|kv| kv.0).unwrap_or_default()
+        load_options().gpu.kv_cache
     }
 
     /// The automatic cache plan's settings, with `--kv-cache auto`.
     pub fn cache_plan() -> Option<CachePlanOptions> {
-        KV.get().and_then(|kv| kv.1.clone())
+        load_options().cache_plan
     }
 
     /// The GPU options every subcommand uses: the defaults with `--kernels`, the KV-cache
-    /// kinds and the decode plan applied.
+    /// kinds, the decode plan, the precision and the device applied.
     pub fn gpu_options() -> GpuOptions {
-        GpuOptions {
-            kernels: KERNELS.get().cloned().unwrap_or_default(),
-            kv_cache: kv_kinds(),
-            decode_plan: DECODE.get().copied().unwrap_or_default(),
-            precision: PRECISION.get().copied().unwrap_or_default(),
-            device: DEVICE.get().copied().unwrap_or_default(),
-            ..GpuOptions::default()
+        load_options().gpu
+    }
+
+    /// The global flags given, over the `--config` file's options: one [`LoadOptions`],
+    /// validated once.
+    fn read_load_options(cli: &Cli) -> emberlm::Result<EngineOptions> {
+        let mut o = LoadOptions::new(Surface::Cli);
+        let text = |s: &Option<String>| s.clone().map(OptionValue::Text);
+        for (flag, value) in [
+            ("--kernels", text(&cli.kernels)),
+            ("--precision", text(&cli.precision)),
+            ("--device", text(&cli.device)),
+        ] {
+            if let Some(value) = value {
+                o.set(flag, value)?;
+            }
         }
+        if let Some(path) = &cli.chat_template {
+            let source = std::fs::read_to_string(path).map_err(|e| {
+                emberlm::Error::invalid(
+                    "chatTemplate",
+                    format!("--chat-template {}: {e}", path.display()),
+                )
+            })?;
+            o.set("--chat-template", OptionValue::Text(source))?;
+        }
+        cli.kv.fill(&mut o)?;
+        cli.decode.fill(&mut o)?;
+        if let Some(path) = &cli.config {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| emberlm::Error::invalid("config", format!("--config {shown}: {e}")))?;
+            o = o.over(LoadOptions::from_file_text(&text, &shown)?);
+        }
+        o.resolve()
     }
 
     #[derive(Debug, Subcommand)]
@@ -338,66 +368,13 @@ mod cli {
 
     pub fn main() -> std::process::ExitCode {
         let cli = Cli::parse();
-        if let Some(spec) = &cli.kernels {
-            match spec.parse::<KernelOverrides>() {
-                Ok(k) => {
-                    let _ = KERNELS.set(k);
-                }
-                Err(e) => {
-                    eprintln!("emberlm: --kernels: {e}");
-                    return std::process::ExitCode::from(2);
-                }
-            }
-        }
-        if let Some(path) = &cli.chat_template {
-            match std::fs::read_to_string(path) {
-                Ok(source) => {
-                    let _ = TEMPLATE.set(source);
-                }
-                Err(e) => {
-                    eprintln!("emberlm: --chat-template {}: {e}", path.display());
-                    return std::process::ExitCode::from(2);
-                }
-            }
-        }
-        match cli.kv.resolve() {
-            Ok(kv) => {
-                let _ = KV.set(kv);
+        match read_load_options(&cli) {
+            Ok(options) => {
+                let _ = LOAD.set(options);
             }
             Err(e) => {
-                eprintln!("emberlm: {}", e.message);
-                return std::process::ExitCode::from(e.code);
-            }
-        }
-        if let Some(d) = &cli.device {
-            match d.parse::<emberlm::gpu::DeviceChoice>() {
-                Ok(d) => {
-                    let _ = DEVICE.set(d);
-                }
-                Err(e) => {
-                    eprintln!("emberlm: --device: {e}");
-                    return std::process::ExitCode::from(2);
-                }
-            }
-        }
-        if let Some(p) = &cli.precision {
-            match p.parse::<emberlm::gpu::Precision>() {
-                Ok(p) => {
-                    let _ = PRECISION.set(p);
-                }
-                Err(e) => {
-                    eprintln!("emberlm: --precision: {e}");
-                    return std::process::ExitCode::from(2);
-                }
-            }
-        }
-        match cli.decode.resolve() {
-            Ok(plan) => {
-                let _ = DECODE.set(plan);
-            }
-            Err(e) => {
-                eprintln!("emberlm: {}", e.message);
-                return std::process::ExitCode::from(e.code);
+                eprintln!("emberlm: {e}");
+                return std::process::ExitCode::from(2);
             }
         }
         let result = match cli.command {

@@ -62,12 +62,13 @@ fn table(title: &str, p: &StepProfile) {
 
 /// Runs `emberlm profile`.
 pub fn profile(args: ProfileArgs) -> CliResult<()> {
-    if args.ctx == Some(0) {
+    let ctx = crate::cli::context(args.ctx);
+    if ctx == Some(0) {
         return Err(Failure::usage("--ctx must be at least 1"));
     }
     let files = ModelFiles::open(&crate::cli::model_path(args.model)?)?;
     let weights = files.weights()?;
-    let context = args.ctx.unwrap_or_else(|| default_context(&weights.config));
+    let context = ctx.unwrap_or_else(|| default_context(&weights.config));
     let gpu = pollster::block_on(GpuContext::new(crate::cli::gpu_options()))?;
     let cache = KernelCache::new();
     let mut fwd = pollster::block_on(Forward::new(&gpu, &cache, &weights, context, DEFAULT_CHUNK))?;
