@@ -1,5 +1,5 @@
-//! The request-side fuzz targets (response formats, OpenAI requests, HTTP heads, tune records,
-//! KV block decoding, grammars), split from `common.rs` by concern; `common.rs` re-exports them.
+//! The request-side fuzz targets (response formats, OpenAI requests, load options, HTTP heads,
+//! tune records, KV block decoding, grammars), split from `common.rs` by concern; `common.rs` re-exports them.
 
 #![allow(dead_code)]
 
@@ -24,6 +24,36 @@ pub fn response_format(data: &[u8]) {
             let again = emberlm::constrain::ResponseFormat::from_value(&format.to_value());
             assert_eq!(again.ok().as_ref(), Some(&format), "{text}");
         }
+    }
+}
+
+/// The text as load options, on every surface (a page's object, a settings file): read, then
+/// validated into the engine's options, or refused with a message naming an option; never a
+/// panic. What a page and a file both accept resolves the same.
+pub fn load_options(data: &[u8]) {
+    use emberlm::engine::{LoadOptions, Surface};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let file = LoadOptions::from_file_text(text, "fuzz.json");
+    if let Err(e) = &file {
+        assert!(e.to_string().contains("fuzz.json"), "{e}");
+    }
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        assert!(file.is_err());
+        return;
+    };
+    let page = LoadOptions::from_json(&value, Surface::Page);
+    let page = page.map(|o| o.resolve().map(|r| format!("{r:?}")));
+    let file = file.map(|o| o.resolve().map(|r| format!("{r:?}")));
+    for r in [&page, &file] {
+        match r {
+            Err(e) | Ok(Err(e)) => assert!(!e.to_string().is_empty()),
+            Ok(Ok(_)) => {}
+        }
+    }
+    if let (Ok(Ok(a)), Ok(Ok(b))) = (&page, &file) {
+        assert_eq!(a, b, "{text}");
     }
 }
 

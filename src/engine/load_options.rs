@@ -262,6 +262,11 @@ impl LoadOptions {
         self
     }
 
+    /// The camelCase names of the keys given.
+    pub fn given_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.given.keys().copied()
+    }
+
     /// Whether `name` (camelCase) was given.
     pub fn has(&self, name: &str) -> bool {
         self.given.contains_key(name)

@@ -263,6 +263,25 @@ impl Backend {
         }
     }
 
+    /// What measurements on this backend are kept under in the tune store: the device (the
+    /// GPU adapter's name, API and type, or the CPU backend's instruction set) and its driver
+    /// (or the CPU backend's threads).
+    pub fn device_key(&self) -> (String, String) {
+        match self {
+            Backend::Gpu(g) => {
+                let r = g.ctx.report();
+                (
+                    format!("{} [{}, {}]", r.name, r.backend, r.device_type),
+                    format!("{} {}", r.driver, r.driver_info),
+                )
+            }
+            Backend::Cpu(_) => (
+                format!("cpu [{}]", crate::cpu::dot::instruction_set()),
+                format!("{} threads", crate::cpu::threads()),
+            ),
+        }
+    }
+
     /// Replaces the KV cache (see [`Forward::set_kv`]).
     pub async fn set_kv(&mut self, kinds: KvKinds, context: usize) -> Result<()> {
         match self {

@@ -238,29 +238,17 @@ impl Session {
         options.validate()?;
         let context = self.context();
         let config = self.config().clone();
-        let Some(r) = self.forward.gpu_context().map(|c| c.report().clone()) else {
-            // The CPU cache has one kind: nothing to measure.
-            let decision = CacheDecision {
-                kind: KvKind::F32.name().to_string(),
-                source: "measured".into(),
-                measured_at: now_sec(),
-                budget_mb: options.cache_budget_mb,
-                context,
-                candidates: Vec::new(),
-                notice: Some("the CPU backend stores the KV cache in f32 only".into()),
-                stored_at: None,
-            };
-            self.cache_decision = Some(decision.clone());
-            return Ok(decision);
-        };
+        // the GPU adapter, or the CPU backend's instruction set and threads: what the kinds'
+        // speeds depend on
+        let (device, driver) = self.forward.device_key();
         let budget = options
             .cache_budget_mb
             .map(|mb| format!("{mb}"))
             .unwrap_or("none".into());
         let key = TuneKey::new(
             "kv-cache-plan",
-            format!("{} [{}, {}]", r.name, r.backend, r.device_type),
-            format!("{} {}", r.driver, r.driver_info),
+            device,
+            driver,
             format!(
                 "{:?} layers={} d={} heads={}/{}x{} vocab={} context={context} budget={budget} gates={}/{}/{}",
                 config.arch,

@@ -7,7 +7,7 @@ use js_sys::Promise;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
-use super::engine::{load_option, present, Engine};
+use super::engine::Engine;
 use super::source::Source;
 use super::types::EngineInfo;
 use super::{js_error, spawn_promise};
@@ -23,16 +23,30 @@ pub(super) async fn load_into(
     source: JsValue,
     options: &JsValue,
 ) -> Result<(), JsValue> {
-    let string = |key: &'static str| -> Result<Option<String>, JsValue> {
-        let v = load_option(options, key);
-        if !present(&v) {
-            return Ok(None);
-        }
-        v.as_string()
-            .map(Some)
-            .ok_or_else(|| js_error(&Error::invalid(key, "must be a string")))
-    };
-    let (name, cache) = (string("name")?, string("cache")?);
+    // the same keys and checks as `Engine.load`; a draft takes only where its bytes come from
+    let page = super::load::read(options).map_err(|e| js_error(&e))?;
+    if let Some(other) = page
+        .options
+        .given_names()
+        .find(|n| !matches!(*n, "name" | "cache"))
+    {
+        return Err(js_error(&Error::invalid(
+            "options",
+            format!(
+                "`{}`: a draft model takes only `name` and `cache` (it runs with the model's \
+                 settings)",
+                page.options.spelled(other)
+            ),
+        )));
+    }
+    if !page.draft.is_undefined() || page.on_progress.is_some() {
+        return Err(js_error(&Error::invalid(
+            "options",
+            "a draft model takes only `name` and `cache` (no `draft` of its own, no `onProgress`)",
+        )));
+    }
+    let name = page.options.text("name").map(String::from);
+    let cache = page.options.text("cache").map(String::from);
     let source = Source::from_js(&source).map_err(|e| js_error(&e))?;
     let fetched = source
         .read(name, cache.as_deref(), &mut |_, _| {})

@@ -88,3 +88,73 @@ fn cancel_abort_reset_and_close() {
     let err = pollster::block_on(engine.generate(&prompt, &options(4), &mut |_| {})).unwrap_err();
     assert!(matches!(err, Error::Cancelled(_)), "{err}");
 }
+
+/// `kvCache: 'auto'` on the CPU backend measures the kinds as on the GPU (the CPU stores every
+/// kind): under a budget only the 4-bit kinds fit, those are measured against f32 and one is
+/// chosen and used, the decision is stored under the CPU's identity and reused.
+#[test]
+fn the_cpu_backend_measures_the_automatic_kv_plan() {
+    use emberlm::engine::{LoadOptions, Surface};
+    let dir = std::env::temp_dir().join(format!("emberlm-cpu-kv-plan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-llama-q4_1.gguf"
+    );
+    // tiny-llama at 128 positions: f32 64 KiB, f16 32 KiB, q8_0 18 KiB, the 4-bit kinds 10 KiB;
+    // loose gates for the random fixture
+    let load_options = LoadOptions::from_json(
+        &serde_json::json!({
+            "backend": "cpu",
+            "contextLength": 128,
+            "cache_kind": "auto",
+            "cacheBudgetMb": 12.0 / 1024.0,
+            "cacheQualityMaxDeltaNll": 10.0,
+            "cacheQualityMaxPplRatio": 1e4,
+            "cacheQualityMaxMeanKl": 10.0,
+            "cacheAutoBenchSteps": 2,
+            "cachePlanPath": dir.display().to_string(),
+        }),
+        Surface::File,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    let load = || {
+        let files = ModelFiles::open(Path::new(path)).unwrap();
+        pollster::block_on(Engine::load(files, load_options.clone())).unwrap()
+    };
+    let engine = load();
+    let (decision, kinds) = engine
+        .inspect(|s| (s.cache_decision().cloned(), s.forward().kv_kinds()))
+        .unwrap();
+    let d = decision.expect("a decision");
+    assert_eq!(d.source, "measured", "{d:#?}");
+    assert!(["q4_0", "nf4"].contains(&d.kind.as_str()), "{d:#?}");
+    assert_eq!(kinds.to_string(), d.kind);
+    for c in &d.candidates {
+        match c.kind.as_str() {
+            "f32" | "f16" | "q8_0" => {
+                assert!(
+                    c.dropped.as_deref().unwrap_or("").contains("budget"),
+                    "{c:?}"
+                );
+            }
+            _ => assert!(c.delta_nll.is_some() && c.decode_tok_s.is_some(), "{c:?}"),
+        }
+    }
+    assert!(d.stored_at.is_some(), "{d:#?}");
+    let result = pollster::block_on(engine.generate(
+        &Prompt::Tokens(vec![1, 5, 9]),
+        &options(4),
+        &mut |_| {},
+    ));
+    assert_eq!(result.unwrap().sequences[0].tokens.len(), 4);
+    let again = load();
+    let d = again
+        .inspect(|s| s.cache_decision().cloned())
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.source, "reused", "{d:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

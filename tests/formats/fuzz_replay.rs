@@ -116,6 +116,11 @@ fn response_format() {
 }
 
 #[test]
+fn load_options() {
+    replay("load_options", fuzz_common::load_options);
+}
+
+#[test]
 fn openai_request() {
     replay("openai_request", fuzz_common::openai_request);
 }
