@@ -445,6 +445,14 @@ impl Engine {
         self.end(session, result)
     }
 
+    /// The logits of every position of `tokens` (see [`Session::all_logits`]); forgets the
+    /// conversation.
+    pub async fn all_logits(&self, tokens: &[u32], decode: bool) -> Result<Vec<f32>> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.all_logits(tokens, decode).await;
+        self.end(session, result)
+    }
+
     /// Times the kernels (see [`Session::profile`]); forgets the conversation.
     pub async fn profile(
         &self,

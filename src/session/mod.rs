@@ -389,6 +389,42 @@ impl Session {
         }
     }
 
+    /// The logits of every position of `tokens`, `[tokens.len(), vocab]`, from an empty KV
+    /// cache: in one prefill, or with `decode` the first token as a prefill and each later one
+    /// through the cache (the decode path). Forgets the conversation.
+    pub async fn all_logits(&mut self, tokens: &[u32], decode: bool) -> Result<Vec<f32>> {
+        check_token_ids("tokens", tokens, self.vocab())?;
+        if tokens.len() > self.context() {
+            return Err(Error::invalid(
+                "tokens",
+                format!(
+                    "{} tokens do not fit the context of {}",
+                    tokens.len(),
+                    self.context()
+                ),
+            ));
+        }
+        self.reset();
+        let result = if decode {
+            let mut rows = Vec::with_capacity(tokens.len() * self.forward.config().vocab_size);
+            let mut failed = None;
+            for &t in tokens {
+                match self.forward.forward(&[t], true).await {
+                    Ok(row) => rows.extend(row),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            failed.map_or(Ok(rows), Err)
+        } else {
+            self.forward.forward(tokens, true).await
+        };
+        self.reset();
+        result
+    }
+
     /// Starts over from `tokens` (a conversation another session held, replayed after a device
     /// loss): runs them into an empty KV cache without computing or reading back any logits,
     /// so the cache then holds exactly them. On an error the session is left empty.

@@ -401,6 +401,38 @@ fn logits_match_the_golden_top5_in_prefill_and_decode() {
             assert!(d <= 2e-3, "decode={decode}: {got} vs {want}");
         }
     }
+    // the CPU backend through the same engine: the golden top 5 in both paths, within what its
+    // 8-bit activations explain
+    for decode in [false, true] {
+        let mut args = vec![
+            "--device",
+            "cpu",
+            "logits",
+            "--model",
+            "tests/fixtures/tiny-llama-q8_0.gguf",
+            "--prompt",
+            prompt,
+        ];
+        if decode {
+            args.push("--decode");
+        }
+        let (code, out, err) = emberlm(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["backend"], "cpu", "{v}");
+        let positions = v["positions"].as_array().unwrap();
+        assert_eq!(positions.len(), n);
+        // the same five ids (the 2nd and 3rd, 0.017 apart in f64, may swap), each within
+        // 0.1 of f64 (0.065 measured: 8-bit activations on this 64-wide random model)
+        let last = positions[n - 1].as_array().unwrap();
+        assert_eq!(last[0][0], want[0][0], "cpu decode={decode}: {last:?}");
+        for w in want.as_array().unwrap() {
+            let got = last.iter().find(|g| g[0] == w[0]);
+            let got = got.unwrap_or_else(|| panic!("cpu decode={decode}: {w} not in {last:?}"));
+            let d = (got[1].as_f64().unwrap() - w[1].as_f64().unwrap()).abs();
+            assert!(d <= 0.1, "cpu decode={decode}: {got} vs {w}");
+        }
+    }
     let (code, _, err) = emberlm(&["logits", "--model", "tests/fixtures/tiny-llama-q8_0.gguf"]);
     assert_eq!(code, 2, "--prompt or --tokens is required: {err}");
     let (code, _, err) = emberlm(&[

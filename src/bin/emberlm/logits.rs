@@ -1,14 +1,25 @@
-//! `emberlm logits`: the top logits at every input position, and with f16 precision how they
-//! agree with the same input in f32.
+//! `emberlm logits`: the top logits at every input position on the backend `--device` picks
+//! (through the engine, as every request), and with f16 precision how they agree with the same
+//! input in f32.
 
 use std::path::PathBuf;
 
-use emberlm::config::default_context;
-use emberlm::loader::ModelFiles;
-use emberlm::{GpuContext, GpuOptions};
+use emberlm::engine::Engine;
+use emberlm::gpu::{MatmulPrecision, Precision};
 
-use crate::cli::{gpu_options, model_path};
+use crate::cli::{load_engine_with, model_path};
 use crate::{CliResult, Failure};
+
+/// What the products ran in: the GPU's precision, or the CPU backend's activations.
+fn precision_of(engine: &Engine) -> &'static str {
+    engine
+        .inspect(|s| match s.gpu() {
+            Some(g) => g.precision().as_str(),
+            // quantized weights meet 8-bit activations; float weights f32 ones
+            None => "cpu",
+        })
+        .unwrap_or("cpu")
+}
 
 #[allow(clippy::too_many_arguments)]
 pub fn logits(
@@ -23,51 +34,33 @@ pub fn logits(
     if context == Some(0) {
         return Err(Failure::usage("--ctx must be at least 1"));
     }
-    let files = ModelFiles::open(&model_path(model)?)?;
-    let weights = files.weights()?;
+    let model = model_path(model)?;
+    let engine = load_engine_with(Some(model.clone()), context, |_| {})?;
     let tokens = match (prompt, tokens) {
-        (Some(text), _) => files.tokenizer()?.encode(&text, special, None)?,
+        (Some(text), _) => engine
+            .inspect(|s| s.tokenizer().encode(&text, special, None))
+            .ok_or_else(|| Failure::from("the engine lost its model".to_string()))??,
         (None, Some(ids)) => ids,
         (None, None) => return Err(Failure::usage("give --prompt or --tokens")),
     };
     if tokens.is_empty() {
         return Err(Failure::usage("the input has no tokens"));
     }
-    let context = context.unwrap_or_else(|| default_context(&weights.config));
-    let run = |options: GpuOptions| -> CliResult<(Vec<f32>, GpuContext)> {
-        let gpu = pollster::block_on(GpuContext::new(options))?;
-        if let Some(notice) = gpu.precision_notice() {
-            eprintln!("emberlm: {notice}");
-        }
-        let cache = emberlm::gpu::KernelCache::new();
-        let mut fwd = pollster::block_on(emberlm::forward::Forward::new(
-            &gpu,
-            &cache,
-            &weights,
-            context,
-            emberlm::forward::DEFAULT_CHUNK,
-        ))?;
-        let logits = if decode {
-            let mut rows = Vec::with_capacity(tokens.len() * weights.config.vocab_size);
-            for &t in &tokens {
-                rows.extend(pollster::block_on(fwd.forward(&gpu, &[t], true))?);
-            }
-            rows
-        } else {
-            pollster::block_on(fwd.forward(&gpu, &tokens, true))?
-        };
-        Ok((logits, gpu))
-    };
-    let vocab = weights.config.vocab_size;
-    let (logits, gpu) = run(gpu_options())?;
-    let precision = gpu.precision();
-    drop(gpu);
+    let vocab = engine.inspect(|s| s.config().vocab_size).unwrap_or(0);
+    let backend = engine
+        .inspect(|s| s.forward().kind().name())
+        .unwrap_or("cpu");
+    let precision = precision_of(&engine);
+    let logits = pollster::block_on(engine.all_logits(&tokens, decode))?;
+    let f16 =
+        engine.inspect(|s| s.gpu().map(|g| g.precision())).flatten() == Some(MatmulPrecision::F16);
+    drop(engine);
     // f16 products: the same input in f32, and how the two agree
-    let vs_f32 = if precision == emberlm::gpu::MatmulPrecision::F16 {
-        let (reference, _) = run(GpuOptions {
-            precision: emberlm::gpu::Precision::F32,
-            ..gpu_options()
+    let vs_f32 = if f16 {
+        let f32_engine = load_engine_with(Some(model), context, |o| {
+            o.gpu.precision = Precision::F32;
         })?;
+        let reference = pollster::block_on(f32_engine.all_logits(&tokens, decode))?;
         Some(emberlm::sampling::agreement(
             &reference, &logits, &tokens, vocab,
         ))
@@ -87,7 +80,8 @@ pub fn logits(
         .collect();
     let mut out = serde_json::json!({
         "tokens": tokens,
-        "precision": precision.as_str(),
+        "backend": backend,
+        "precision": precision,
         "positions": positions,
     });
     if let Some(a) = vs_f32 {

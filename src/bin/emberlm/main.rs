@@ -119,16 +119,27 @@ mod cli {
     /// Opens the model (`--model` or the default) and loads it on the backend `--device`
     /// asks for.
     pub fn load_engine(model: Option<PathBuf>, context: Option<usize>) -> CliResult<Engine> {
+        load_engine_with(model, context, |_| {})
+    }
+
+    /// [`load_engine`] with the load options changed by `change` (a second run in another
+    /// precision).
+    pub fn load_engine_with(
+        model: Option<PathBuf>,
+        context: Option<usize>,
+        change: impl FnOnce(&mut EngineOptions),
+    ) -> CliResult<Engine> {
         let path = model_path(model)?;
         let files = ModelFiles::open(&path)?;
         if context == Some(0) {
             return Err(Failure::usage("--ctx must be at least 1"));
         }
         let base = load_options();
-        let options = EngineOptions {
+        let mut options = EngineOptions {
             context: context.or(base.context),
             ..base
         };
+        change(&mut options);
         let engine = pollster::block_on(Engine::load(files, options))?;
         let notice = engine
             .inspect(|s| s.gpu().and_then(|g| g.precision_notice().map(String::from)))
