@@ -65,7 +65,9 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
 pub fn instruction_set() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx2() {
+        if has_vnni() {
+            "avx512vnni"
+        } else if has_avx2() {
             "avx2"
         } else {
             "sse2"
@@ -82,6 +84,25 @@ pub fn instruction_set() -> &'static str {
     {
         "scalar"
     }
+}
+
+/// Whether the 32-value types' rows run on AVX-512 VNNI (`vpdpbusd` over 64 bytes): the CPU
+/// has AVX-512 F, BW and VNNI (and AVX2 with F16C, which every such CPU has), and
+/// `EMBERLM_CPU_ISA` does not ask for `avx2` (to compare the two paths on one machine). Asked
+/// once. The results are the same bits either way.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| {
+        let asked_avx2 =
+            std::env::var("EMBERLM_CPU_ISA").is_ok_and(|v| v.trim().eq_ignore_ascii_case("avx2"));
+        !asked_avx2
+            && has_avx2()
+            && std::arch::is_x86_feature_detected!("f16c")
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    })
 }
 
 /// Whether this x86_64 CPU has AVX2 (asked once).

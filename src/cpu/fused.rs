@@ -18,13 +18,15 @@ use crate::dtype::DType;
 
 /// The layout of a 32-value block: its size, where its 32 values start, how they are stored.
 #[derive(Clone, Copy)]
-struct Layout {
-    size: usize,
-    values: usize,
+pub(super) struct Layout {
+    /// Bytes per block.
+    pub(super) size: usize,
+    /// Where its values start.
+    pub(super) values: usize,
     /// Nibbles plus this bias (Q4_0: −8, Q4_1: 0); `None`: one i8 per value (Q8_0).
-    nibble_bias: Option<i8>,
+    pub(super) nibble_bias: Option<i8>,
     /// Whether the block has an offset (`x = d·w + m`, `m` the f16 after `d`).
-    offset: bool,
+    pub(super) offset: bool,
 }
 
 fn layout(dtype: DType) -> Option<Layout> {
@@ -108,6 +110,39 @@ pub fn row_dot_tokens(
         for (q, d, s) in &rows {
             assert!(q.len() >= blocks * QK && d.len() >= blocks * 2 && s.len() >= blocks);
         }
+        #[cfg(target_arch = "x86_64")]
+        if super::dot::has_vnni() {
+            let isums: [&[i32]; TOKENS_AT_ONCE] =
+                std::array::from_fn(|k| q8.isums(first + k.min(out.len() - 1)));
+            let accs = match out.len() {
+                1 => widen(vnni_pairs_tokens::<1>(
+                    l,
+                    bytes,
+                    [rows[0]],
+                    [isums[0]],
+                    pairs,
+                )),
+                2 => widen(vnni_pairs_tokens::<2>(
+                    l,
+                    bytes,
+                    [rows[0], rows[1]],
+                    [isums[0], isums[1]],
+                    pairs,
+                )),
+                3 => widen(vnni_pairs_tokens::<3>(
+                    l,
+                    bytes,
+                    [rows[0], rows[1], rows[2]],
+                    [isums[0], isums[1], isums[2]],
+                    pairs,
+                )),
+                _ => vnni_pairs_tokens::<TOKENS_AT_ONCE>(l, bytes, rows, isums, pairs),
+            };
+            for ((o, row), acc) in out.iter_mut().zip(&rows).zip(accs) {
+                *o = finish(l, bytes, *row, acc, offsets);
+            }
+            continue;
+        }
         let accs: [[f32; 4]; TOKENS_AT_ONCE] = match out.len() {
             1 => widen([simd_pairs(l, bytes, rows[0].0, rows[0].1, pairs)]),
             2 => widen(simd_pairs_tokens::<2>(l, bytes, [rows[0], rows[1]], pairs)),
@@ -127,7 +162,7 @@ pub fn row_dot_tokens(
 }
 
 /// One token's activations: values, half-block scales, block sums.
-type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+pub(super) type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
 
 /// `N` tokens' accumulators in the first `N` of four slots.
 fn widen<const N: usize>(a: [[f32; 4]; N]) -> [[f32; 4]; TOKENS_AT_ONCE] {
@@ -243,26 +278,77 @@ fn simd_pairs_tokens<const N: usize>(
     }
     // SAFETY: the CPU has AVX2 (the only caller checked `simd_available`); the lengths were
     // checked above.
-    unsafe { pairs_tokens_avx2(l, bytes, rows, pairs) }
+    unsafe {
+        let acc = pairs_tokens_avx2(
+            l,
+            bytes,
+            rows,
+            0..pairs,
+            [std::arch::x86_64::_mm_setzero_ps(); N],
+        );
+        stored(acc)
+    }
 }
 
-/// [`pairs_avx2`] for `N` tokens: each pair of blocks' values, their absolute values and
-/// their scales made once, then every token's sums and accumulators as `pairs_avx2` makes
-/// them (the same operations in the same order, so the same bits).
+/// The four lanes of each accumulator.
+#[cfg(target_arch = "x86_64")]
+fn stored<const N: usize>(acc: [std::arch::x86_64::__m128; N]) -> [[f32; 4]; N] {
+    use std::arch::x86_64::*;
+    let mut out = [[0.0f32; 4]; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: SSE is part of the x86_64 baseline; a 16-byte store into a 16-byte array.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
+}
+
+/// [`simd_pairs_tokens`] on AVX-512 VNNI (checked by the caller): four pairs at a time
+/// ([`super::fused_vnni`]), the last pairs on AVX2, the same bits as AVX2 throughout.
+#[cfg(target_arch = "x86_64")]
+fn vnni_pairs_tokens<const N: usize>(
+    l: Layout,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    isums: [&[i32]; N],
+    pairs: usize,
+) -> [[f32; 4]; N] {
+    use super::fused_vnni::{self, PAIRS_PER_STEP};
+
+    let value_bytes = if l.nibble_bias.is_some() { 16 } else { 32 };
+    assert!(bytes.len() >= 2 * pairs * l.size && l.values + value_bytes <= l.size);
+    for ((q, d, _), isum) in rows.iter().zip(&isums) {
+        assert!(q.len() >= pairs * 64 && d.len() >= pairs * 4 && isum.len() >= pairs * 4);
+    }
+    let steps = pairs / PAIRS_PER_STEP;
+    let vnni: [fused_vnni::VnniRow<'_>; N] = std::array::from_fn(|k| (rows[k], isums[k]));
+    // SAFETY: the caller checked the CPU (`has_vnni`, which includes AVX2); the lengths were
+    // checked above.
+    unsafe {
+        let zero = [std::arch::x86_64::_mm_setzero_ps(); N];
+        let acc = fused_vnni::steps(l, bytes, vnni, steps, zero);
+        let acc = pairs_tokens_avx2(l, bytes, rows, steps * PAIRS_PER_STEP..pairs, acc);
+        stored(acc)
+    }
+}
+
+/// [`pairs_avx2`] for `N` tokens over the pairs `pairs`, from the accumulators `acc`: each
+/// pair of blocks' values, their absolute values and their scales made once, then every
+/// token's sums and accumulators as `pairs_avx2` makes them (the same operations in the same
+/// order, so the same bits).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn pairs_tokens_avx2<const N: usize>(
     l: Layout,
     bytes: &[u8],
     rows: [Row<'_>; N],
-    pairs: usize,
-) -> [[f32; 4]; N] {
+    pairs: std::ops::Range<usize>,
+    mut acc: [std::arch::x86_64::__m128; N],
+) -> [std::arch::x86_64::__m128; N] {
     use std::arch::x86_64::*;
 
     // Q4_1's values are the nibbles themselves, never negative.
     let unsigned = l.nibble_bias == Some(0);
-    let mut acc = [_mm_setzero_ps(); N];
-    for p in 0..pairs {
+    for p in pairs {
         let (b0, b1) = (2 * p, 2 * p + 1);
         // SAFETY: the blocks lie inside `bytes` (checked by the caller).
         let (w01, w23) = unsafe { (block_register(l, bytes, b0), block_register(l, bytes, b1)) };
@@ -297,12 +383,7 @@ unsafe fn pairs_tokens_avx2<const N: usize>(
             *acc = _mm_add_ps(*acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
         }
     }
-    let mut out = [[0.0f32; 4]; N];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: a 16-byte store into a 16-byte array.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
-    }
-    out
+    acc
 }
 
 /// Block `b`'s 32 values in a register: first the 16 low nibbles, then the 16 high ones (or
@@ -508,7 +589,9 @@ pub(super) mod tests {
     }
 
     /// Several tokens through one pass over the row give each token's one-token bits, for
-    /// token counts around the group of four and odd and even block counts.
+    /// token counts around the group of four and odd and even block counts; on a CPU with
+    /// AVX-512 VNNI the pass is the VNNI path and the one-token reference the AVX2 one, so the
+    /// two paths' bits are held equal here.
     #[test]
     fn rows_for_several_tokens_match_one_token_at_a_time() {
         let mut rng = Lcg(0xba7c4);
@@ -516,7 +599,8 @@ pub(super) mod tests {
             if !available(dtype) {
                 continue;
             }
-            for blocks in [1usize, 2, 5, 18] {
+            // every count of four-pair steps and leftover pairs and blocks the VNNI path meets
+            for blocks in [1usize, 2, 5, 8, 9, 16, 17, 18, 23, 64, 71] {
                 let cols = blocks * QK;
                 let row = random_row(&mut rng, dtype, blocks);
                 for tokens in [1usize, 2, 3, 4, 5, 7, 8, 9] {

@@ -110,28 +110,14 @@ impl QMatrix {
         if quantized {
             q8.quantize(x, self.cols);
         }
-        let fused = quantized && tokens == 1 && super::fused::available(self.dtype);
         let task = |first: usize, out: &mut [f32]| {
             // out: [n rows, tokens]
             let n = out.len() / tokens;
-            if fused {
-                // One token (decode): each row straight from its blocks, no unpacked copy.
-                let (q, d, s) = q8.row(0);
-                let mut offsets = Vec::new();
-                for (r, o) in out.iter_mut().enumerate() {
-                    let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
-                    // `fused` checked that the type has a fused path; the unpacked one otherwise.
-                    *o = super::fused::row_dot(self.dtype, bytes, q, d, s, &mut offsets)
-                        .unwrap_or_else(|| {
-                            let mut row = UnpackedRow::with_cols(self.cols);
-                            row.unpack(self.dtype, bytes);
-                            row.dot(q, d, s)
-                        });
-                }
-            } else if quantized {
-                // Several tokens (a batched step, a prompt chunk): each row's blocks made into
-                // values once for a few tokens at a time where the type has a fused path;
-                // otherwise each row unpacked once and dotted with every token.
+            if quantized {
+                // Each row's blocks made into values in registers, once for up to four tokens
+                // (one in a decode step, more in a batched step or a prompt chunk), where the
+                // type has a fused path; otherwise each row unpacked once and dotted with every
+                // token.
                 let mut row = UnpackedRow::with_cols(self.cols);
                 let mut offsets = Vec::new();
                 for (r, out) in out.chunks_exact_mut(tokens).enumerate() {

@@ -12,6 +12,7 @@
 pub mod dot;
 mod fused;
 mod fused_k;
+mod fused_vnni;
 pub mod kv;
 pub mod matmul;
 pub mod ops;

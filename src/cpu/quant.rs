@@ -27,6 +27,9 @@ pub struct Q8Rows {
     pub d: Vec<f32>,
     /// `Σ d · q` of each block (what a weight offset multiplies), `[tokens, cols / QK]`.
     pub s: Vec<f32>,
+    /// `Σ q` of each half-block, exact, `[tokens, cols / QA]`: what the VNNI dot products
+    /// subtract after multiplying offset (unsigned) weights.
+    pub isum: Vec<i32>,
     /// Values per row (a multiple of [`QK`]).
     pub cols: usize,
 }
@@ -40,6 +43,7 @@ impl Q8Rows {
         self.q.resize(x.len(), 0);
         self.d.resize(x.len() / QA, 0.0);
         self.s.resize(x.len() / QK, 0.0);
+        self.isum.resize(x.len() / QA, 0);
         for (h, (xs, qs)) in x
             .chunks_exact(QA)
             .zip(self.q.chunks_exact_mut(QA))
@@ -55,12 +59,20 @@ impl Q8Rows {
                 sum += r;
             }
             self.d[h] = d;
+            self.isum[h] = sum;
             if h % 2 == 0 {
                 self.s[h / 2] = d * sum as f32;
             } else {
                 self.s[h / 2] += d * sum as f32;
             }
         }
+    }
+
+    /// Row `t`'s exact half-block sums `Σ q`.
+    #[inline]
+    pub fn isums(&self, t: usize) -> &[i32] {
+        let nh = self.cols / QA;
+        &self.isum[t * nh..][..nh]
     }
 
     /// Row `t`: its values, block scales and block sums.
