@@ -46,6 +46,7 @@ fn layout(dtype: DType) -> Option<Layout> {
 
 /// Whether [`row_dot`] computes rows of `dtype` on this machine (the K-quants through
 /// [`super::fused_k`]).
+#[cfg(test)]
 pub fn available(dtype: DType) -> bool {
     (layout(dtype).is_some() && simd_available()) || super::fused_k::available(dtype)
 }
@@ -53,6 +54,8 @@ pub fn available(dtype: DType) -> bool {
 /// `Σ x·a` of the weight row `bytes` (whole blocks of `dtype`) with one token's activations
 /// `q` (values), `d` (half-block scales) and `s` (block sums), as the unpacked row's `dot`
 /// gives it; `offsets` is room for one value per block. `None` when [`available`] is false.
+/// The one-token reference the tests hold [`row_dot_tokens`] to (the product runs that).
+#[cfg(test)]
 pub fn row_dot(
     dtype: DType,
     bytes: &[u8],

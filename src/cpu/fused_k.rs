@@ -46,7 +46,8 @@ type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
 
 /// `Σ x·a` of the weight row `bytes` (whole super-blocks of `dtype`) with one token's
 /// activations, as the unpacked row's `dot` gives it; `offsets` is room for one value per 32.
-/// `None` when [`available`] is false.
+/// `None` when [`available`] is false. The one-token reference of the tests.
+#[cfg(test)]
 pub fn row_dot(
     dtype: DType,
     bytes: &[u8],
