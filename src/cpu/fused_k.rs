@@ -60,7 +60,8 @@ pub fn row_dot(
         return None;
     }
     fill_offsets(dtype, bytes, offsets);
-    Some(dots::<1>(dtype, bytes, [(q, d, s)], offsets)[0])
+    // no exact sums: the AVX2 path, the reference the VNNI one is held to
+    Some(dots::<1>(dtype, bytes, [(q, d, s)], None, offsets)[0])
 }
 
 /// [`row_dot`] of one weight row with every token of `q8` (`out[t]` for `t < out.len()`), each
@@ -78,15 +79,29 @@ pub fn row_dot_tokens(
     }
     fill_offsets(dtype, bytes, offsets);
     for (g, out) in out.chunks_mut(4).enumerate() {
-        let row = |k: usize| q8.row(4 * g + k.min(out.len() - 1));
+        let t = |k: usize| 4 * g + k.min(out.len() - 1);
+        let (row, sum) = (|k: usize| q8.row(t(k)), |k: usize| q8.isums(t(k)));
         match out.len() {
-            1 => out.copy_from_slice(&dots::<1>(dtype, bytes, [row(0)], offsets)),
-            2 => out.copy_from_slice(&dots::<2>(dtype, bytes, [row(0), row(1)], offsets)),
-            3 => out.copy_from_slice(&dots::<3>(dtype, bytes, [row(0), row(1), row(2)], offsets)),
+            1 => out.copy_from_slice(&dots::<1>(dtype, bytes, [row(0)], Some([sum(0)]), offsets)),
+            2 => out.copy_from_slice(&dots::<2>(
+                dtype,
+                bytes,
+                [row(0), row(1)],
+                Some([sum(0), sum(1)]),
+                offsets,
+            )),
+            3 => out.copy_from_slice(&dots::<3>(
+                dtype,
+                bytes,
+                [row(0), row(1), row(2)],
+                Some([sum(0), sum(1), sum(2)]),
+                offsets,
+            )),
             _ => out.copy_from_slice(&dots::<4>(
                 dtype,
                 bytes,
                 [row(0), row(1), row(2), row(3)],
+                Some([sum(0), sum(1), sum(2), sum(3)]),
                 offsets,
             )),
         }
@@ -114,6 +129,7 @@ fn dots<const N: usize>(
     dtype: DType,
     bytes: &[u8],
     rows: [Row<'_>; N],
+    isums: Option<[&[i32]; N]>,
     offsets: &[f32],
 ) -> [f32; N] {
     let size = block_size(dtype).unwrap_or(usize::MAX);
@@ -122,7 +138,10 @@ fn dots<const N: usize>(
     for (q, d, s) in &rows {
         assert!(q.len() >= cols && d.len() >= cols / 16 && s.len() >= cols / 32);
     }
-    let accs = accumulate(dtype, size, &bytes[..blocks * size], rows);
+    for isum in isums.iter().flatten() {
+        assert!(isum.len() >= cols / 16);
+    }
+    let accs = accumulate(dtype, size, &bytes[..blocks * size], rows, isums);
     let has_offset = matches!(dtype, DType::Q4_K | DType::Q5_K);
     std::array::from_fn(|t| {
         let acc = accs[t];
@@ -177,23 +196,102 @@ fn half_block_scales(dtype: DType, b: &[u8]) -> [f32; 16] {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn accumulate<const N: usize>(_: DType, _: usize, _: &[u8], _: [Row<'_>; N]) -> [[f32; 4]; N] {
+fn accumulate<const N: usize>(
+    _: DType,
+    _: usize,
+    _: &[u8],
+    _: [Row<'_>; N],
+    _: Option<[&[i32]; N]>,
+) -> [[f32; 4]; N] {
     // never called: `available` is false here
     [[0.0; 4]; N]
 }
 
-/// The four accumulators of each token after every super-block, with AVX2 (checked by the
-/// callers through [`available`]).
+/// The four accumulators of each token after every super-block: with AVX-512 VNNI where the
+/// CPU has it and the exact half-block sums are given, else with AVX2 (checked by the callers
+/// through [`available`]); the same bits either way.
 #[cfg(target_arch = "x86_64")]
 fn accumulate<const N: usize>(
     dtype: DType,
     size: usize,
     bytes: &[u8],
     rows: [Row<'_>; N],
+    isums: Option<[&[i32]; N]>,
 ) -> [[f32; 4]; N] {
     assert!(bytes.len().is_multiple_of(size));
-    // SAFETY: `available` checked AVX2; `dots` checked that the activations cover the row.
-    unsafe { accumulate_avx2(dtype, size, bytes, rows) }
+    match isums {
+        // SAFETY: `has_vnni` checked the CPU; `dots` checked that the activations and their
+        // sums cover the row.
+        Some(isums) if super::dot::has_vnni() => unsafe {
+            accumulate_vnni(dtype, size, bytes, rows, isums)
+        },
+        // SAFETY: `available` checked AVX2; `dots` checked that the activations cover the row.
+        _ => unsafe { accumulate_avx2(dtype, size, bytes, rows) },
+    }
+}
+
+/// [`accumulate_avx2`] on AVX-512 VNNI: a super-block's four pairs as 64 unsigned bytes each
+/// (Q6_K's values plus 32, the sums then less `32·Σ q`), one `vpdpbusd` per pair and token,
+/// the sixteen half-block sums scaled and added pair by pair as AVX2 adds them.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI, AVX2 and F16C; the activations and sums cover the row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn accumulate_vnni<const N: usize>(
+    dtype: DType,
+    size: usize,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    isums: [&[i32]; N],
+) -> [[f32; 4]; N] {
+    use std::arch::x86_64::*;
+
+    let signed = dtype == DType::Q6_K;
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm_setzero_ps(); N];
+    for (i, b) in bytes.chunks_exact(size).enumerate() {
+        let scales = half_block_scales(dtype, b);
+        // SAFETY: every load reads 32 bytes inside the super-block `b` (of `size` bytes).
+        let pairs = unsafe { pair_values(dtype, b) };
+        let w: [__m512i; 4] = std::array::from_fn(|k| {
+            let (w01, w23) = pairs[k];
+            let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w01), w23);
+            match signed {
+                true => _mm512_add_epi8(both, _mm512_set1_epi8(32)),
+                false => both,
+            }
+        });
+        // SAFETY: 64-byte load of the 16 half-block scales made above.
+        let sc = unsafe { _mm512_loadu_ps(scales.as_ptr()) };
+        let h0 = 16 * i;
+        for (acc, ((q, d, _), isum)) in acc.iter_mut().zip(rows.iter().zip(&isums)) {
+            // SAFETY: 64-byte loads of the super-block's activations (256 values from 256·i),
+            // their 16 scales and 16 sums, inside `q`, `d` and `isum` (checked by `dots`).
+            let (dots, dv, iv) = unsafe {
+                let qp = q.as_ptr().add(256 * i);
+                (
+                    std::array::from_fn(|k| {
+                        _mm512_dpbusd_epi32(zero, w[k], _mm512_loadu_si512(qp.add(64 * k).cast()))
+                    }),
+                    _mm512_loadu_ps(d.as_ptr().add(h0)),
+                    _mm512_loadu_si512(isum.as_ptr().add(h0).cast()),
+                )
+            };
+            let sums = super::fused_vnni::half_block_sums(dots);
+            let sums = match signed {
+                true => _mm512_sub_epi32(sums, _mm512_slli_epi32::<5>(iv)),
+                false => sums,
+            };
+            *acc = super::fused_vnni::add_scaled(*acc, sums, _mm512_mul_ps(sc, dv));
+        }
+    }
+    let mut out = [[0.0f32; 4]; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: a 16-byte store into a 16-byte array.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -40,9 +40,6 @@ pub(super) unsafe fn steps<const N: usize>(
     steps: usize,
     mut acc: [__m128; N],
 ) -> [__m128; N] {
-    // half-block j of pair p sits at element 4j + p after the transposing sums; element
-    // 4p + j is wanted
-    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     let zero = _mm512_setzero_si512();
     // Q4_0's nibbles are 8 over their values, Q8_0's bytes 128 (after flipping the sign bit);
     // Q4_1's nibbles are its values
@@ -83,23 +80,38 @@ pub(super) unsafe fn steps<const N: usize>(
                     _mm512_loadu_si512(isum.as_ptr().add(h0).cast()),
                 )
             };
-            let sums = _mm512_permutexvar_epi32(order, transposed_sums(dots));
+            let sums = half_block_sums(dots);
             let sums = match shift {
                 0 => sums,
                 3 => _mm512_sub_epi32(sums, _mm512_slli_epi32::<3>(iv)),
                 _ => _mm512_sub_epi32(sums, _mm512_slli_epi32::<7>(iv)),
             };
-            // `scale_h · d_h` in f32, then the products, as the AVX2 path makes them
-            let c = _mm512_mul_ps(scales, dv);
-            let p = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), c);
-            // pair by pair, in order
-            *acc = _mm_add_ps(*acc, _mm512_castps512_ps128(p));
-            *acc = _mm_add_ps(*acc, _mm512_extractf32x4_ps::<1>(p));
-            *acc = _mm_add_ps(*acc, _mm512_extractf32x4_ps::<2>(p));
-            *acc = _mm_add_ps(*acc, _mm512_extractf32x4_ps::<3>(p));
+            // `scale_h · d_h` in f32, as the AVX2 path makes it
+            *acc = add_scaled(*acc, sums, _mm512_mul_ps(scales, dv));
         }
     }
     acc
+}
+
+/// Four pairs' `vpdpbusd` results (lane `j` of pair `p` holding half-block `j`'s four
+/// partial sums) as the sixteen half-block sums in order (pair 0's four, then pair 1's, ...).
+#[target_feature(enable = "avx512f")]
+pub(super) fn half_block_sums(dots: [__m512i; 4]) -> __m512i {
+    // half-block j of pair p sits at element 4j + p after the transposing sums; element
+    // 4p + j is wanted
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_epi32(order, transposed_sums(dots))
+}
+
+/// `acc` plus the sixteen products `f32(sums_h) · c_h`, four at a time in pair order: the
+/// additions the AVX2 path makes, one pair after the other.
+#[target_feature(enable = "avx512f")]
+pub(super) fn add_scaled(acc: __m128, sums: __m512i, c: __m512) -> __m128 {
+    let p = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), c);
+    let acc = _mm_add_ps(acc, _mm512_castps512_ps128(p));
+    let acc = _mm_add_ps(acc, _mm512_extractf32x4_ps::<1>(p));
+    let acc = _mm_add_ps(acc, _mm512_extractf32x4_ps::<2>(p));
+    _mm_add_ps(acc, _mm512_extractf32x4_ps::<3>(p))
 }
 
 /// The four pairs' `vpdpbusd` results (lane `j` of pair `p` holding half-block `j`'s four
