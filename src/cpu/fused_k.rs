@@ -154,21 +154,24 @@ fn dots<const N: usize>(
 }
 
 /// The eight 6-bit scales and mins of a Q4_K/Q5_K super-block (its 12 scale bytes), as the
-/// unpacked row reads them.
+/// unpacked row reads them, four at a time in 32-bit words: scales and mins 0–3 are the low 6
+/// bits of bytes 0–3 and 4–7; 4–7 take their low 4 bits from bytes 8–11 (low and high
+/// nibbles) and their top 2 from the top bits of bytes 0–3 and 4–7.
 fn k_scales_and_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
-    let mut sc = [0u8; 8];
-    let mut m = [0u8; 8];
-    for j in 0..8 {
-        (sc[j], m[j]) = if j < 4 {
-            (s[j] & 63, s[j + 4] & 63)
-        } else {
-            (
-                (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
-                (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
-            )
-        };
-    }
-    (sc, m)
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a, b, c) = (word(0), word(1), word(2));
+    let high = |w: u32| ((w >> 6) & LOW2) << 4;
+    let bytes = |lo: u32, hi: u32| {
+        let (lo, hi) = (lo.to_le_bytes(), hi.to_le_bytes());
+        [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+    };
+    (
+        bytes(a & LOW6, (c & LOW4) | high(a)),
+        bytes(b & LOW6, ((c >> 4) & LOW4) | high(b)),
+    )
 }
 
 /// The scale of each of a super-block's 16 half-blocks (`d·sc` in f32, as unpacked).
@@ -207,8 +210,8 @@ fn accumulate<const N: usize>(
     [[0.0; 4]; N]
 }
 
-/// The four accumulators of each token after every super-block: with AVX-512 VNNI where the
-/// CPU has it and the exact half-block sums are given, else with AVX2 (checked by the callers
+/// The four accumulators of each token after every super-block: with AVX-512 VNNI for two
+/// tokens or more where the CPU has it and the exact half-block sums are given, else with AVX2 (checked by the callers
 /// through [`available`]); the same bits either way.
 #[cfg(target_arch = "x86_64")]
 fn accumulate<const N: usize>(
@@ -222,7 +225,9 @@ fn accumulate<const N: usize>(
     match isums {
         // SAFETY: `has_vnni` checked the CPU; `dots` checked that the activations and their
         // sums cover the row.
-        Some(isums) if super::dot::has_vnni() => unsafe {
+        // one token (a decode step) measured slower on VNNI for these types (zmm work per
+        // super-block that only one token shares): AVX2 there
+        Some(isums) if N > 1 && super::dot::has_vnni() => unsafe {
             accumulate_vnni(dtype, size, bytes, rows, isums)
         },
         // SAFETY: `available` checked AVX2; `dots` checked that the activations cover the row.
@@ -419,6 +424,28 @@ mod tests {
     use super::*;
     use crate::cpu::fused::tests::Lcg;
     use crate::cpu::quant::{Q8Rows, UnpackedRow};
+
+    /// The word-at-a-time scales and mins equal the byte-by-byte definition (GGML's
+    /// `get_scale_min_k4`) on random scale bytes.
+    #[test]
+    fn scales_and_mins_by_words_match_the_definition() {
+        let mut rng = Lcg(0x6b5c);
+        for _ in 0..20_000 {
+            let s: Vec<u8> = (0..12).map(|_| rng.next() as u8).collect();
+            let mut want = ([0u8; 8], [0u8; 8]);
+            for j in 0..8 {
+                (want.0[j], want.1[j]) = if j < 4 {
+                    (s[j] & 63, s[j + 4] & 63)
+                } else {
+                    (
+                        (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
+                        (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                    )
+                };
+            }
+            assert_eq!(k_scales_and_mins(&s), want, "{s:?}");
+        }
+    }
 
     fn f16_bytes(x: f32) -> [u8; 2] {
         half::f16::from_f32(x).to_le_bytes()
