@@ -235,6 +235,30 @@ fn accumulate<const N: usize>(
     }
 }
 
+/// [`half_block_scales`] as one register: `d · sc` of each half-block, the same f32 products.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn half_block_scales_512(dtype: DType, b: &[u8]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+
+    let (d, sc) = match dtype {
+        DType::Q6_K => {
+            let mut sc = [0u8; 16];
+            sc.copy_from_slice(&b[192..208]);
+            // SAFETY: a 16-byte load of a 16-byte array.
+            let v = unsafe { _mm_loadu_si128(sc.as_ptr().cast()) };
+            (f16_at(b, 208), _mm512_cvtepi8_epi32(v))
+        }
+        _ => {
+            let (sc, _) = k_scales_and_mins(&b[4..16]);
+            let v = _mm_cvtsi64_si128(i64::from_le_bytes(sc));
+            // each scale twice, one per half-block
+            (f16_at(b, 0), _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v)))
+        }
+    };
+    _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sc))
+}
+
 /// [`accumulate_avx2`] on AVX-512 VNNI: a super-block's four pairs as 64 unsigned bytes each
 /// (Q6_K's values plus 32, the sums then less `32·Σ q`), one `vpdpbusd` per pair and token,
 /// the sixteen half-block sums scaled and added pair by pair as AVX2 adds them.
@@ -256,7 +280,9 @@ unsafe fn accumulate_vnni<const N: usize>(
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm_setzero_ps(); N];
     for (i, b) in bytes.chunks_exact(size).enumerate() {
-        let scales = half_block_scales(dtype, b);
+        // the half-block scales made in a register (a 64-byte load of scales just stored one
+        // by one would wait for the stores)
+        let sc = half_block_scales_512(dtype, b);
         // SAFETY: every load reads 32 bytes inside the super-block `b` (of `size` bytes).
         let pairs = unsafe { pair_values(dtype, b) };
         let w: [__m512i; 4] = std::array::from_fn(|k| {
@@ -267,8 +293,6 @@ unsafe fn accumulate_vnni<const N: usize>(
                 false => both,
             }
         });
-        // SAFETY: 64-byte load of the 16 half-block scales made above.
-        let sc = unsafe { _mm512_loadu_ps(scales.as_ptr()) };
         let h0 = 16 * i;
         for (acc, ((q, d, _), isum)) in acc.iter_mut().zip(rows.iter().zip(&isums)) {
             // SAFETY: 64-byte loads of the super-block's activations (256 values from 256·i),
