@@ -640,6 +640,11 @@ cmd_bench() {
     --llama-cpp-python "$BENCH_CACHE/venv/bin/python"
   log "native bench: batched decoding on the CPU backend"
   "${CARGO_TARGET_DIR:-target}/release/emberlm" --device cpu bench "${args[@]}" --batch-only
+  log "native bench: the CPU backend on AVX2 and on what it picks (VNNI where present), beside llama.cpp"
+  local isa_args=(--binary "${CARGO_TARGET_DIR:-target}/release/emberlm" --threads "$(nproc)" --new 64)
+  [ -z "$quick" ] || isa_args+=(--reps 1 --new 16)
+  [ -x "$BENCH_CACHE/venv/bin/python" ] && isa_args+=(--llama-python "$BENCH_CACHE/venv/bin/python")
+  python3 tools/bench_cpu_isa.py "${isa_args[@]}" "$model"
   log "native bench: serve-api with 8 clients at once, --parallel 1 against 4 (CPU backend)"
   python3 tools/bench_serve.py --binary "${CARGO_TARGET_DIR:-target}/release/emberlm" --model "$model"
   # The browser half: emberlm (WebGPU) and wllama in the same headless Chromium; it writes
