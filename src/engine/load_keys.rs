@@ -62,8 +62,8 @@ pub const KEYS: &[Key] = &[
         aliases: &["max_seq_len", "ctx"],
         kind: Kind::Whole,
         scope: Scope::All,
-        ts: "number",
-        doc: "KV cache length in positions (default: the model's context, at most 4096).",
+        ts: "number | 'auto'",
+        doc: "KV cache length in positions; `'auto'` (the default): the model's context, at most 4096, within the device's limits.",
     },
     Key {
         name: "draft",

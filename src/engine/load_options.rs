@@ -186,7 +186,8 @@ impl LoadOptions {
     /// Sets `spelled` from a JSON value, checked against its kind (`null`: not given).
     pub fn set_json(&mut self, spelled: &str, v: &Value) -> Result<()> {
         let key = self.key(spelled)?;
-        if v.is_null() {
+        // `contextLength: 'auto'` names the default: the model's context within the limits
+        if v.is_null() || (key.name == "contextLength" && v.as_str() == Some("auto")) {
             return Ok(());
         }
         let value = match key.kind {

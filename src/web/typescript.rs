@@ -62,10 +62,13 @@ export interface LoadProgress {
  * ...); an unknown key is refused naming the nearest known one.
  */
 export interface LoadOptions {
-  /** KV cache length in positions (default: the model's context, at most 4096). */
-  contextLength?: number;
+  /**
+   * KV cache length in positions; `'auto'` (the default): the model's context, at most 4096, within
+   * the device's limits.
+   */
+  contextLength?: number | 'auto';
   /** The same as `contextLength`. */
-  max_seq_len?: number;
+  max_seq_len?: number | 'auto';
   /**
    * A draft model for speculative decoding (a smaller model with the same vocabulary), loaded after
    * the model as `engine.loadDraft(draft)` would.
