@@ -35,9 +35,15 @@ fn every_spelling_of_a_key_is_one_key() {
         let o = page(json!({ "cache_kind": name })).unwrap();
         assert_eq!(o.gpu.kv_cache, KvKinds::both(kind), "{name}");
     }
-    assert_eq!(page(json!({ "contextLength": "auto" })).unwrap().context, None);
+    assert_eq!(
+        page(json!({ "contextLength": "auto" })).unwrap().context,
+        None
+    );
     let m = message(page(json!({ "contextLength": "long" })));
-    assert!(m.contains("contextLength") && m.contains("whole number"), "{m}");
+    assert!(
+        m.contains("contextLength") && m.contains("whole number"),
+        "{m}"
+    );
     let o = page(json!({ "max_seq_len": 8192, "device": "cpu" })).unwrap();
     assert_eq!(o.context, Some(8192));
     assert_eq!(o.gpu.device, DeviceChoice::Cpu);
