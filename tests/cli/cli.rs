@@ -395,6 +395,8 @@ fn logits_match_the_golden_top5_in_prefill_and_decode() {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["tokens"], r["prompt_tokens"]);
         assert_eq!(v["backend"], device, "{v}");
+        let precision = if device == "gpu" { "f32" } else { "int8" };
+        assert_eq!(v["precision"], precision, "{v}");
         let positions = v["positions"].as_array().unwrap();
         assert_eq!(positions.len(), n);
         let last = positions[n - 1].as_array().unwrap();

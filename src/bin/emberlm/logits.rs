@@ -10,15 +10,16 @@ use emberlm::gpu::{MatmulPrecision, Precision};
 use crate::cli::{load_engine_with, model_path};
 use crate::{CliResult, Failure};
 
-/// What the products ran in: the GPU's precision, or the CPU backend's activations.
+/// What the products ran in: the GPU's precision (`f32`, `f16`), or on the CPU backend
+/// `int8` (quantized weights meet activations quantized to 8 bits per 16 values; float
+/// weights meet f32 ones).
 fn precision_of(engine: &Engine) -> &'static str {
     engine
         .inspect(|s| match s.gpu() {
             Some(g) => g.precision().as_str(),
-            // quantized weights meet 8-bit activations; float weights f32 ones
-            None => "cpu",
+            None => "int8",
         })
-        .unwrap_or("cpu")
+        .unwrap_or("int8")
 }
 
 #[allow(clippy::too_many_arguments)]
