@@ -17,6 +17,7 @@ mod cli;
 mod cli_batch;
 mod cli_chat;
 mod cli_formats;
+mod cli_options;
 mod cli_sampling;
 mod cli_serve_access;
 mod cli_serve_api;
