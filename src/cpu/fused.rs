@@ -113,49 +113,13 @@ pub fn row_dot_tokens(
         for (q, d, s) in &rows {
             assert!(q.len() >= blocks * QK && d.len() >= blocks * 2 && s.len() >= blocks);
         }
-        #[cfg(target_arch = "x86_64")]
-        if super::dot::has_vnni() {
-            let isums: [&[i32]; TOKENS_AT_ONCE] =
-                std::array::from_fn(|k| q8.isums(first + k.min(out.len() - 1)));
-            let accs = match out.len() {
-                1 => widen(vnni_pairs_tokens::<1>(
-                    l,
-                    bytes,
-                    [rows[0]],
-                    [isums[0]],
-                    pairs,
-                )),
-                2 => widen(vnni_pairs_tokens::<2>(
-                    l,
-                    bytes,
-                    [rows[0], rows[1]],
-                    [isums[0], isums[1]],
-                    pairs,
-                )),
-                3 => widen(vnni_pairs_tokens::<3>(
-                    l,
-                    bytes,
-                    [rows[0], rows[1], rows[2]],
-                    [isums[0], isums[1], isums[2]],
-                    pairs,
-                )),
-                _ => vnni_pairs_tokens::<TOKENS_AT_ONCE>(l, bytes, rows, isums, pairs),
-            };
-            for ((o, row), acc) in out.iter_mut().zip(&rows).zip(accs) {
-                *o = finish(l, bytes, *row, acc, offsets);
-            }
-            continue;
-        }
-        let accs: [[f32; 4]; TOKENS_AT_ONCE] = match out.len() {
-            1 => widen([simd_pairs(l, bytes, rows[0].0, rows[0].1, pairs)]),
-            2 => widen(simd_pairs_tokens::<2>(l, bytes, [rows[0], rows[1]], pairs)),
-            3 => widen(simd_pairs_tokens::<3>(
-                l,
-                bytes,
-                [rows[0], rows[1], rows[2]],
-                pairs,
-            )),
-            _ => simd_pairs_tokens::<TOKENS_AT_ONCE>(l, bytes, rows, pairs),
+        let isums: [&[i32]; TOKENS_AT_ONCE] =
+            std::array::from_fn(|k| q8.isums(first + k.min(out.len() - 1)));
+        let accs = match out.len() {
+            1 => group::<1>(l, bytes, rows, isums, pairs),
+            2 => group::<2>(l, bytes, rows, isums, pairs),
+            3 => group::<3>(l, bytes, rows, isums, pairs),
+            _ => group::<TOKENS_AT_ONCE>(l, bytes, rows, isums, pairs),
         };
         for ((o, row), acc) in out.iter_mut().zip(&rows).zip(accs) {
             *o = finish(l, bytes, *row, acc, offsets);
@@ -166,6 +130,29 @@ pub fn row_dot_tokens(
 
 /// One token's activations: values, half-block scales, block sums.
 pub(super) type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+
+/// The accumulators of the first `N` tokens of `rows` (the rest zero) after the first `pairs`
+/// pairs of blocks, on the instruction set this CPU runs (VNNI, AVX2 or SIMD128), the same
+/// bits on each.
+fn group<const N: usize>(
+    l: Layout,
+    bytes: &[u8],
+    rows: [Row<'_>; TOKENS_AT_ONCE],
+    isums: [&[i32]; TOKENS_AT_ONCE],
+    pairs: usize,
+) -> [[f32; 4]; TOKENS_AT_ONCE] {
+    let rows: [Row<'_>; N] = std::array::from_fn(|k| rows[k]);
+    #[cfg(target_arch = "x86_64")]
+    if super::dot::has_vnni() {
+        let isums: [&[i32]; N] = std::array::from_fn(|k| isums[k]);
+        return widen(vnni_pairs_tokens(l, bytes, rows, isums, pairs));
+    }
+    let _ = isums;
+    match N {
+        1 => widen([simd_pairs(l, bytes, rows[0].0, rows[0].1, pairs)]),
+        _ => widen(simd_pairs_tokens(l, bytes, rows, pairs)),
+    }
+}
 
 /// `N` tokens' accumulators in the first `N` of four slots.
 fn widen<const N: usize>(a: [[f32; 4]; N]) -> [[f32; 4]; TOKENS_AT_ONCE] {

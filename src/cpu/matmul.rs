@@ -118,13 +118,15 @@ impl QMatrix {
                 // (one in a decode step, more in a batched step or a prompt chunk), where the
                 // type has a fused path; otherwise each row unpacked once and dotted with every
                 // token.
-                let mut row = UnpackedRow::with_cols(self.cols);
+                // made only where the fused path declines: a decode step allocates nothing here
+                let mut unpacked: Option<UnpackedRow> = None;
                 let mut offsets = Vec::new();
                 for (r, out) in out.chunks_exact_mut(tokens).enumerate() {
                     let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
                     if super::fused::row_dot_tokens(self.dtype, bytes, &q8, out, &mut offsets) {
                         continue;
                     }
+                    let row = unpacked.get_or_insert_with(|| UnpackedRow::with_cols(self.cols));
                     row.unpack(self.dtype, bytes);
                     for (t, o) in out.iter_mut().enumerate() {
                         let (q, d, s) = q8.row(t);

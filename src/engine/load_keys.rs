@@ -12,6 +12,8 @@ pub enum Kind {
     Number,
     /// A whole number `>= 0` (at most `u32::MAX`).
     Whole,
+    /// A whole number, or `'auto'` for the default.
+    WholeOrAuto,
     /// `true` or `false`.
     Flag,
     /// A JavaScript value the page takes as it is (a function, a model source): never parsed
@@ -60,7 +62,7 @@ pub const KEYS: &[Key] = &[
         name: "contextLength",
         tunes_auto: false,
         aliases: &["max_seq_len", "ctx"],
-        kind: Kind::Whole,
+        kind: Kind::WholeOrAuto,
         scope: Scope::All,
         ts: "number | 'auto'",
         doc: "KV cache length in positions; `'auto'` (the default): the model's context, at most 4096, within the device's limits.",
@@ -318,6 +320,18 @@ pub const KEYS: &[Key] = &[
         doc: "Which backend runs the model: `'auto'` (default: a hardware GPU; on a software adapter such as SwiftShader, it or the CPU, whichever decodes faster, measured on the first load and kept; the CPU where there is no usable WebGPU; `engine.info().backendNotice` says which and why), `'gpu'` / `'webgpu'` (the adapter, even a software one) or `'cpu'` (the CPU backend, no GPU used). Also `device`, its older name.",
     },
 ];
+
+/// A camelCase `name` as lowercase words joined by `sep` (`kvCache` → `kv_cache`, `kv-cache`).
+pub fn words(name: &str, sep: char) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push(sep);
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
 
 /// `s` without case, `_` or `-`: the form every spelling of a key shares (`kvCache`,
 /// `kv_cache`, `--kv-cache` and `KV-CACHE` are one key).

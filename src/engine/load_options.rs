@@ -35,16 +35,7 @@ impl Surface {
     /// How `key` is written on this surface when the caller did not write it.
     fn spell(self, key: &Key) -> String {
         match self {
-            Surface::Cli => {
-                let mut flag = String::from("--");
-                for c in key.name.chars() {
-                    if c.is_ascii_uppercase() {
-                        flag.push('-');
-                    }
-                    flag.push(c.to_ascii_lowercase());
-                }
-                flag
-            }
+            Surface::Cli => format!("--{}", load_keys::words(key.name, '-')),
             Surface::Page | Surface::File => key.name.to_string(),
         }
     }
@@ -186,8 +177,8 @@ impl LoadOptions {
     /// Sets `spelled` from a JSON value, checked against its kind (`null`: not given).
     pub fn set_json(&mut self, spelled: &str, v: &Value) -> Result<()> {
         let key = self.key(spelled)?;
-        // `contextLength: 'auto'` names the default: the model's context within the limits
-        if v.is_null() || (key.name == "contextLength" && v.as_str() == Some("auto")) {
+        // `'auto'` names the default of a key that has one
+        if v.is_null() || (key.kind == Kind::WholeOrAuto && v.as_str() == Some("auto")) {
             return Ok(());
         }
         let value = match key.kind {
@@ -196,7 +187,7 @@ impl LoadOptions {
                 .as_f64()
                 .filter(|n| n.is_finite())
                 .map(OptionValue::Number),
-            Kind::Whole => v
+            Kind::Whole | Kind::WholeOrAuto => v
                 .as_u64()
                 .or_else(|| {
                     v.as_f64()
@@ -327,16 +318,7 @@ impl LoadOptions {
         let Error::InvalidArgument { name, message } = e else {
             return e;
         };
-        let snake = |n: &str| -> String {
-            let mut s = String::new();
-            for c in n.chars() {
-                if c.is_ascii_uppercase() {
-                    s.push('_');
-                }
-                s.push(c.to_ascii_lowercase());
-            }
-            s
-        };
+        let snake = |n: &str| load_keys::words(n, '_');
         // longest names first, so that `decode_plan` does not eat `decode_plan_...`
         let mut by_length: Vec<&'static str> = names.to_vec();
         by_length.sort_by_key(|n| std::cmp::Reverse(n.len()));
@@ -527,6 +509,7 @@ fn expected(kind: Kind) -> &'static str {
         Kind::Text => "a string",
         Kind::Number => "a finite number",
         Kind::Whole => "a whole number >= 0",
+        Kind::WholeOrAuto => "a whole number >= 0 or 'auto'",
         Kind::Flag => "true or false",
         Kind::Js => "a JavaScript value",
     }

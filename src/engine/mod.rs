@@ -130,23 +130,26 @@ fn lost_error<T>(session: &Session, result: &Result<T>) -> Option<Error> {
     }
 }
 
-/// The KV cache of `session` (its kinds at its context) fits `budget` MiB, or an error with the
-/// numbers naming `cacheBudgetMb`.
+/// The KV cache of `session` (its kinds at its context, local layers as the rings they keep)
+/// fits `budget` MiB, or an error with the numbers naming `cacheBudgetMb`.
 fn check_kv_budget(session: &Session, budget: f64) -> Result<()> {
     let config = session.config();
     let kinds = session.forward().kv_kinds();
-    let per_token = kinds.bytes_per_token(config.n_layers, config.n_kv_heads * config.head_dim);
     let context = session.context();
-    let bytes = per_token.saturating_mul(context as u64);
+    let layout = crate::config::KvLayout::trained(config, context, session.forward().chunk());
+    let row_bytes = kinds.row_bytes(config.kv_dim());
+    let bytes = layout.sequence_bytes(row_bytes);
     let mib = bytes as f64 / f64::from(1u32 << 20);
     if mib > budget {
-        let fits = (budget * f64::from(1u32 << 20) / per_token.max(1) as f64).floor();
+        let limit = (budget * f64::from(1u32 << 20)) as u64;
+        let fits = layout.positions_within(row_bytes, limit);
         return Err(Error::invalid(
             "cacheBudgetMb",
             format!(
-                "a {kinds} KV cache of {context} positions takes {mib:.2} MiB ({per_token} bytes per \
+                "a {kinds} KV cache of {context} positions takes {mib:.2} MiB ({} bytes per \
                  position), over the budget of {budget} MiB; at most {fits} positions fit it (set \
-                 contextLength), or choose a smaller kind"
+                 contextLength), or choose a smaller kind",
+                layout.position_bytes(row_bytes)
             ),
         ));
     }

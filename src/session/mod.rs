@@ -405,24 +405,21 @@ impl Session {
             ));
         }
         self.reset();
-        let result = if decode {
-            let mut rows = Vec::with_capacity(tokens.len() * self.forward.config().vocab_size);
-            let mut failed = None;
-            for &t in tokens {
-                match self.forward.forward(&[t], true).await {
-                    Ok(row) => rows.extend(row),
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-            failed.map_or(Ok(rows), Err)
-        } else {
-            self.forward.forward(tokens, true).await
-        };
+        let result = self.rows_from_empty(tokens, decode).await;
         self.reset();
         result
+    }
+
+    /// [`Session::all_logits`] after the reset.
+    async fn rows_from_empty(&mut self, tokens: &[u32], decode: bool) -> Result<Vec<f32>> {
+        if !decode {
+            return self.forward.forward(tokens, true).await;
+        }
+        let mut rows = Vec::with_capacity(tokens.len() * self.forward.config().vocab_size);
+        for &t in tokens {
+            rows.extend(self.forward.forward(&[t], true).await?);
+        }
+        Ok(rows)
     }
 
     /// Starts over from `tokens` (a conversation another session held, replayed after a device

@@ -25,24 +25,20 @@ pub(super) async fn load_into(
 ) -> Result<(), JsValue> {
     // the same keys and checks as `Engine.load`; a draft takes only where its bytes come from
     let page = super::load::read(options).map_err(|e| js_error(&e))?;
-    if let Some(other) = page
+    let other = page
         .options
         .given_names()
         .find(|n| !matches!(*n, "name" | "cache"))
-    {
+        .map(|n| page.options.spelled(n))
+        .or_else(|| (!page.draft.is_undefined()).then(|| "draft".to_string()))
+        .or_else(|| page.on_progress.is_some().then(|| "onProgress".to_string()));
+    if let Some(other) = other {
         return Err(js_error(&Error::invalid(
             "options",
             format!(
-                "`{}`: a draft model takes only `name` and `cache` (it runs with the model's \
-                 settings)",
-                page.options.spelled(other)
+                "`{other}`: a draft model takes only `name` and `cache` (it runs with the model's \
+                 settings)"
             ),
-        )));
-    }
-    if !page.draft.is_undefined() || page.on_progress.is_some() {
-        return Err(js_error(&Error::invalid(
-            "options",
-            "a draft model takes only `name` and `cache` (no `draft` of its own, no `onProgress`)",
         )));
     }
     let name = page.options.text("name").map(String::from);
