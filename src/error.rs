@@ -102,6 +102,22 @@ pub enum Error {
         message: String,
     },
 
+    /// Storing a download would not fit the storage the browser grants this origin; nothing
+    /// was written.
+    #[error("`{what}` needs {needed} bytes of storage but {free} are free (quota {quota} bytes, {used} used)")]
+    Quota {
+        /// What was to be stored (the file and its store).
+        what: String,
+        /// Bytes still to store.
+        needed: u64,
+        /// Bytes free: the quota less what is used.
+        free: u64,
+        /// The origin's quota (`navigator.storage.estimate()`).
+        quota: u64,
+        /// Bytes the origin uses already.
+        used: u64,
+    },
+
     /// Building or running the tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
@@ -148,6 +164,7 @@ impl Error {
             Error::Format { .. } => "Format",
             Error::Unsupported { .. } => "Unsupported",
             Error::Io { .. } => "Io",
+            Error::Quota { .. } => "Quota",
             Error::Tokenizer(_) => "Tokenizer",
             Error::Template(_) => "Template",
             Error::InvalidArgument { .. } => "InvalidArgument",

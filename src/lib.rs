@@ -6,7 +6,8 @@
 //! - leaves: [`error`], [`dtype`] (storage types, dequantization), [`config`] (the model
 //!   description), [`candidates`] (the selection kernel's wire format), [`tune`];
 //! - [`model`]: host tensors and weights, and the CPU reference forward pass;
-//! - [`gpu`] (device, buffers, kernels), [`cpu`] (the CPU backend's kernels), [`format`] (GGUF, safetensors), [`sampling`];
+//! - [`gpu`] (device, buffers, kernels), [`cpu`] (the CPU backend's kernels), [`format`] (GGUF, safetensors), [`sampling`], [`store`] (downloads kept in
+//!   the page's storage);
 //! - [`tokenizer`], then [`chat`];
 //! - [`loader`] (files → weights, tokenizer, template) and [`forward`] (the GPU graph);
 //! - the session, the engine, and `web` (wasm32 only), which converts between JavaScript and
@@ -29,6 +30,7 @@ pub mod model;
 pub mod openai;
 pub mod sampling;
 pub mod session;
+pub mod store;
 pub mod tokenizer;
 pub mod tune;
 

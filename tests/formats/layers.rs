@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("cpu", 3),
     ("format", 3),
     ("sampling", 3),
+    ("store", 3),
     ("tokenizer", 4),
     ("chat", 5),
     ("constrain", 5),
