@@ -4,8 +4,14 @@
 // origin, can fetch models from it. With `{ isolated: true }` (or `--isolated` on the command
 // line) pages are also cross-origin isolated (COOP same-origin + COEP require-corp), which
 // SharedArrayBuffer and so multi-threaded wasm (wllama's, in tools/bench_browser.mjs) need.
+// A `Range: bytes=N-` (or N-M) request gets `206` with `Content-Range`, and the headers a
+// resumed download reads are exposed across origins. For the download tests, a file's query may
+// ask for faults: `?drop=N&id=X&times=K` breaks the connection once byte N of the file is sent,
+// on the first K responses whose span holds byte N (at once when it starts there) among requests carrying `id=X` (K = 1 when
+// absent); `norange=1` answers every request with the whole file (a server without ranges).
 import { createServer } from 'node:http';
 import { createReadStream } from 'node:fs';
+import { Transform } from 'node:stream';
 import { stat } from 'node:fs/promises';
 import { extname, join, normalize, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,17 +33,53 @@ const TYPES = {
  * Starts serving `root`; resolves to { server, url } once listening. Port 0 picks a free one.
  * `options.isolated` adds the cross-origin isolation headers.
  */
+/** Faults already served, per `id`. */
+const dropped = new Map();
+
+/** The span `Range: bytes=A-B` asks of a file of `size` bytes, or null to send it whole. */
+function askedSpan(header, size) {
+  const m = /^bytes=(\d+)-(\d*)$/.exec(header ?? '');
+  if (!m) return null;
+  const first = Number(m[1]);
+  const last = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
+  return first <= last ? { first, last } : { first, last: -1 };
+}
+
+/** A stream that passes `count` bytes on and then breaks the connection of `res`. */
+function breakAfter(count, res) {
+  let left = count;
+  return new Transform({
+    transform(chunk, _enc, done) {
+      if (left <= 0) return done();
+      if (chunk.length < left) {
+        left -= chunk.length;
+        return done(null, chunk);
+      }
+      this.push(chunk.subarray(0, left));
+      left = 0;
+      // let the bytes out, then cut the connection mid-body
+      setTimeout(() => res.socket?.destroy(), 50);
+      return done();
+    },
+  });
+}
+
 export function startServer(root, port = 0, { isolated = false } = {}) {
   const base = resolve(root);
   const server = createServer(async (req, res) => {
     res.setHeader('Access-Control-Allow-Origin', '*');
+    res.setHeader(
+      'Access-Control-Expose-Headers',
+      'Content-Range, Content-Length, Accept-Ranges, ETag, Last-Modified',
+    );
     if (isolated) {
       res.setHeader('Cross-Origin-Opener-Policy', 'same-origin');
       res.setHeader('Cross-Origin-Embedder-Policy', 'require-corp');
       res.setHeader('Cross-Origin-Resource-Policy', 'cross-origin');
     }
     try {
-      const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+      const requested = new URL(req.url, 'http://x');
+      const path = decodeURIComponent(requested.pathname);
       let file = normalize(join(base, path));
       if (file !== base && !file.startsWith(base + sep)) {
         res.writeHead(403).end('forbidden');
@@ -48,15 +90,54 @@ export function startServer(root, port = 0, { isolated = false } = {}) {
         file = join(file, 'index.html');
         info = await stat(file);
       }
-      res.writeHead(200, {
-        'Content-Type': TYPES[extname(file)] ?? 'application/octet-stream',
-        'Content-Length': info.size,
+      const q = requested.searchParams;
+      const type = TYPES[extname(file)] ?? 'application/octet-stream';
+      const common = {
+        'Content-Type': type,
         'Cache-Control': 'no-cache',
-      });
+        'Last-Modified': info.mtime.toUTCString(),
+        ETag: `"${info.size.toString(16)}-${Math.floor(info.mtimeMs).toString(16)}"`,
+      };
+      let span = q.get('norange') === '1' ? null : askedSpan(req.headers.range, info.size);
+      if (span && span.last < 0) {
+        res.writeHead(416, { ...common, 'Content-Range': `bytes */${info.size}` }).end();
+        return;
+      }
+      if (span) {
+        res.writeHead(206, {
+          ...common,
+          'Accept-Ranges': 'bytes',
+          'Content-Range': `bytes ${span.first}-${span.last}/${info.size}`,
+          'Content-Length': span.last - span.first + 1,
+        });
+      } else {
+        span = { first: 0, last: info.size - 1 };
+        res.writeHead(200, {
+          ...common,
+          'Accept-Ranges': q.get('norange') === '1' ? 'none' : 'bytes',
+          'Content-Length': info.size,
+        });
+      }
       if (req.method === 'HEAD') {
         res.end();
+        return;
+      }
+      const body = createReadStream(file, { start: span.first, end: span.last });
+      const drop = q.has('drop') ? Number(q.get('drop')) : NaN;
+      const id = q.get('id') ?? '';
+      const times = q.has('times') ? Number(q.get('times')) : 1;
+      const served = dropped.get(id) ?? 0;
+      if (drop >= span.first && drop <= span.last && served < times) {
+        dropped.set(id, served + 1);
+        if (drop === span.first) {
+          // broken before the first byte of the body
+          res.flushHeaders();
+          setTimeout(() => res.socket?.destroy(), 50);
+          return;
+        }
+        body.pipe(breakAfter(drop - span.first, res)).pipe(res);
       } else {
-        createReadStream(file).pipe(res);
+        body.pipe(res);
       }
     } catch {
       res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found');

@@ -33,6 +33,47 @@ const RECORD_MAX_BYTES: usize = 64 * 1024;
 /// The root folder of every store in the origin's private file system.
 pub const ROOT_FOLDER: &str = "emberlm";
 
+/// Which browser storage a store lives in (the `storage` load option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// The Origin Private File System where the browser has it, else the Cache API.
+    Auto,
+    /// The Origin Private File System: files written in parts as they stream in.
+    Opfs,
+    /// The Cache API: one response per file, stored whole once the model has parsed.
+    CacheApi,
+}
+
+impl Medium {
+    /// Reads the `storage` option (`'auto'`, `'opfs'`, `'cacheApi'`; any case, `-` or `_`
+    /// between the words).
+    pub fn parse(text: &str) -> Result<Self> {
+        let folded: String = text
+            .chars()
+            .filter(|c| !matches!(c, '-' | '_' | ' '))
+            .collect::<String>()
+            .to_ascii_lowercase();
+        match folded.as_str() {
+            "auto" => Ok(Medium::Auto),
+            "opfs" => Ok(Medium::Opfs),
+            "cacheapi" | "cache" => Ok(Medium::CacheApi),
+            _ => Err(Error::invalid(
+                "storage",
+                format!("`{text}`: expected 'auto', 'opfs' or 'cacheApi'"),
+            )),
+        }
+    }
+
+    /// The name JavaScript sees (`engine.info().storage`, `StoredFile.storage`).
+    pub fn js_name(self) -> &'static str {
+        match self {
+            Medium::Auto => "auto",
+            Medium::Opfs => "opfs",
+            Medium::CacheApi => "cacheApi",
+        }
+    }
+}
+
 /// What is kept beside a stored file's bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

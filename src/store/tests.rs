@@ -169,3 +169,14 @@ fn a_resume_continues_only_on_the_rest_of_the_same_file() {
         Resume::Continue
     );
 }
+
+#[test]
+fn the_storage_option_reads_its_three_names() {
+    assert_eq!(Medium::parse("auto").unwrap(), Medium::Auto);
+    assert_eq!(Medium::parse("OPFS").unwrap(), Medium::Opfs);
+    for s in ["cacheApi", "cache-api", "cache_api", "cache"] {
+        assert_eq!(Medium::parse(s).unwrap(), Medium::CacheApi, "{s}");
+    }
+    let e = Medium::parse("indexeddb").unwrap_err().to_string();
+    assert!(e.contains("storage") && e.contains("indexeddb"), "{e}");
+}

@@ -28,7 +28,7 @@ pub(super) async fn load_into(
     let other = page
         .options
         .given_names()
-        .find(|n| !matches!(*n, "name" | "cache"))
+        .find(|n| !matches!(*n, "name" | "cache" | "storage" | "sha256"))
         .map(|n| page.options.spelled(n))
         .or_else(|| (!page.draft.is_undefined()).then(|| "draft".to_string()))
         .or_else(|| page.on_progress.is_some().then(|| "onProgress".to_string()));
@@ -36,26 +36,22 @@ pub(super) async fn load_into(
         return Err(js_error(&Error::invalid(
             "options",
             format!(
-                "`{other}`: a draft model takes only `name` and `cache` (it runs with the model's \
-                 settings)"
+                "`{other}`: a draft model takes only `name`, `cache`, `storage` and `sha256` (it \
+                 runs with the model's settings)"
             ),
         )));
     }
     let name = page.options.text("name").map(String::from);
-    let cache = page.options.text("cache").map(String::from);
+    let store = page.store().await.map_err(|e| js_error(&e))?;
+    let digests = page.digests().map_err(|e| js_error(&e))?;
     let source = Source::from_js(&source).map_err(|e| js_error(&e))?;
     let fetched = source
-        .read(name, cache.as_deref(), &mut |_, _| {})
+        .read(name, store.as_ref(), digests.as_deref(), &mut |_, _| {})
         .await
         .map_err(|e| js_error(&e))?;
-    let files = ModelFiles::from_parts(
-        fetched
-            .parts
-            .into_iter()
-            .map(|p| (p.bytes, p.name))
-            .collect(),
-    )
-    .map_err(|e| js_error(&e))?;
+    let (files, to_cache) = super::source::into_files(fetched.parts);
+    let files = ModelFiles::from_parts(files).map_err(|e| js_error(&e))?;
+    super::source::put_in_cache(to_cache, &files).await;
     inner.load_draft(files).await.map_err(|e| js_error(&e))?;
     refresh(inner, info);
     Ok(())

@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use js_sys::{Function, Promise, Uint8Array};
+use js_sys::{Function, Promise};
 use wasm_bindgen::prelude::*;
 
 use super::source::{self, Source};
@@ -113,7 +113,8 @@ impl Engine {
         // every option read once, checked by name, and validated into the engine's options
         let page = super::load::read(&options).map_err(|e| js_error(&e))?;
         let options = page.options.resolve().map_err(|e| js_error(&e))?;
-        let cache = page.options.text("cache").map(String::from);
+        let store = page.store().await.map_err(|e| js_error(&e))?;
+        let digests = page.digests().map_err(|e| js_error(&e))?;
         let name = page.options.text("name").map(String::from);
         let (draft, on_progress) = (page.draft, page.on_progress);
         let gpu_options = options.gpu.clone();
@@ -151,38 +152,17 @@ impl Engine {
         };
         let named = name.is_some();
         let fetched = source
-            .read(name, cache.as_deref(), &mut |l, t| report("download", l, t))
+            .read(name, store.as_ref(), digests.as_deref(), &mut |l, t| {
+                report("download", l, t)
+            })
             .await
             .map_err(|e| js_error(&e))?;
-        // Each file fetched from the network with a cache named is stored once the model has
-        // parsed, copied to JavaScript one file at a time (found again by its address: the
-        // parser keeps the very buffer it was given), so the extra memory is one file's at most.
-        let mut to_store = Vec::new();
-        let mut files = Vec::with_capacity(fetched.parts.len());
-        for part in fetched.parts {
-            if let Some(store) = part.store {
-                to_store.push((store, part.bytes.as_ptr() as usize));
-            }
-            files.push((part.bytes, part.name));
-        }
+        let (files, to_cache) = source::into_files(fetched.parts);
         report("parse", 0, 1);
         let files = ModelFiles::from_parts(files).map_err(|e| js_error(&e))?;
         let weight_bytes = files.weights().map_err(|e| js_error(&e))?.weight_bytes();
         report("parse", 1, 1);
-        let mut stored = !to_store.is_empty();
-        for ((cache, url), address) in to_store {
-            let data = files
-                .file_data()
-                .into_iter()
-                .find(|d| d.as_ptr() as usize == address);
-            match data {
-                Some(data) => {
-                    let copy = Uint8Array::from(data);
-                    stored &= source::store(&cache, &url, &copy).await;
-                }
-                None => stored = false,
-            }
-        }
+        let cached = source::put_in_cache(to_cache, &files).await;
         // the caller's name, else the first part's (a split set's files in any order)
         let model_name = if named {
             fetched.name
@@ -203,7 +183,11 @@ impl Engine {
         .map_err(|e| js_error(&e))?;
         let note = SourceNote {
             loaded_from_cache: fetched.from_cache,
-            stored_in_cache: stored,
+            stored_in_cache: fetched.stored && cached,
+            storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
+            bytes_downloaded: fetched.downloaded,
+            persisted: fetched.persisted,
+            storage_notice: fetched.store_error.clone(),
         };
         let info = inner
             .inspect(|s| {

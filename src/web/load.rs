@@ -6,8 +6,10 @@
 use js_sys::{Function, Object};
 use wasm_bindgen::{JsCast, JsValue};
 
+use super::download::Store;
 use crate::engine::{LoadOptions, Surface};
 use crate::error::{Error, Result};
+use crate::store::Medium;
 
 /// The options of one `Engine.load` call.
 pub(super) struct PageLoad {
@@ -64,4 +66,45 @@ pub(super) fn read(options: &JsValue) -> Result<PageLoad> {
         }
     }
     Ok(out)
+}
+
+impl PageLoad {
+    /// The store `cache` names, opened in the medium `storage` chooses (`None` without
+    /// `cache`, or where the browser has no storage and `storage` is `'auto'`). `storage`
+    /// without `cache` is refused: it has no store to choose for.
+    pub async fn store(&self) -> Result<Option<Store>> {
+        let medium = self
+            .options
+            .text("storage")
+            .map(Medium::parse)
+            .transpose()?;
+        let Some(name) = self.options.text("cache") else {
+            if medium.is_some() {
+                return Err(Error::invalid(
+                    "storage",
+                    format!(
+                        "`{}` chooses where `cache` keeps files, but no `cache` is given (name \
+                         the store: `cache: 'models'`)",
+                        self.options.spelled("storage")
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        if name.trim().is_empty() {
+            return Err(Error::invalid(
+                "cache",
+                "must name a store (e.g. 'emberlm-models-v1')",
+            ));
+        }
+        Store::open(name, medium.unwrap_or(Medium::Auto)).await
+    }
+
+    /// The `sha256` option's digests, one per file.
+    pub fn digests(&self) -> Result<Option<Vec<[u8; 32]>>> {
+        self.options
+            .text("sha256")
+            .map(crate::store::parse_digests)
+            .transpose()
+    }
 }

@@ -11,10 +11,12 @@
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
 mod batch;
+mod download;
 mod draft;
 mod engine;
 mod load;
 mod openai;
+mod opfs;
 mod source;
 mod stored;
 mod stream;

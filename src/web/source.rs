@@ -1,20 +1,20 @@
 //! A model's bytes from what JavaScript hands `Engine.load`: a URL (fetched with download
-//! progress, optionally through the Cache API), a File/Blob (read as a stream), or bytes; or a
-//! list of those, the parts of a split GGUF set (a first part's URL brings the others).
+//! progress, optionally through a store: [`super::download`]), a File/Blob (read as a stream),
+//! or bytes; or a list of those, the parts of a split GGUF set (a first part's URL brings the
+//! others).
 
-use js_sys::{ArrayBuffer, Promise, Reflect, Uint8Array};
+use std::cell::RefCell;
+
+use js_sys::{ArrayBuffer, Reflect, Uint8Array};
+use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Blob, Cache, CacheStorage, ReadableStream, ReadableStreamDefaultReader, Response};
+use web_sys::{Blob, Cache, ReadableStream, ReadableStreamDefaultReader};
 
+use super::download::{self, url_file_name, Store};
+use super::opfs::js_text;
+use crate::loader::ModelFiles;
 use crate::{Error, Result};
-
-#[wasm_bindgen]
-extern "C" {
-    /// The global `fetch` (a window's or a worker's).
-    #[wasm_bindgen(js_name = fetch, catch)]
-    fn fetch_url(url: &str) -> std::result::Result<Promise, JsValue>;
-}
 
 /// Reports at most one progress event per this many bytes (and the last one).
 const PROGRESS_STEP: u64 = 1 << 20;
@@ -25,9 +25,9 @@ pub(crate) struct FetchedPart {
     pub bytes: Vec<u8>,
     /// A name for messages: the URL's last segment, the File's name, or the caller's.
     pub name: String,
-    /// Where to store it after the model parsed (a URL fetched from the network with a cache
-    /// named).
-    pub store: Option<(Cache, String)>,
+    /// A Cache API cache to store it in under its URL once the model has parsed (a URL
+    /// fetched from the network with a Cache API store).
+    pub cache_after: Option<(Cache, String)>,
 }
 
 /// A model's files read into memory: one, or every part of a split GGUF set.
@@ -36,8 +36,16 @@ pub(crate) struct Fetched {
     pub parts: Vec<FetchedPart>,
     /// The model's name: the caller's, or the first file's.
     pub name: String,
-    /// Every file was read from the Cache API rather than the network.
+    /// Every file was read from the store rather than the network.
     pub from_cache: bool,
+    /// Every file is in the store now (or will be, once `cache_after` is written).
+    pub stored: bool,
+    /// Bytes received from the network.
+    pub downloaded: u64,
+    /// `navigator.storage.persist()`'s answer, when this load asked.
+    pub persisted: Option<bool>,
+    /// Why a file could not be kept in the store, when one could not.
+    pub store_error: Option<String>,
 }
 
 /// What `Engine.load` was given.
@@ -52,25 +60,15 @@ pub(crate) enum Source {
     Parts(Vec<Source>),
 }
 
-fn js_text(value: &JsValue) -> String {
-    value
-        .dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .or_else(|| value.as_string())
-        .unwrap_or_else(|| format!("{value:?}"))
-}
-
 fn get(target: &JsValue, key: &str) -> JsValue {
     Reflect::get(target, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
-/// A file opened for reading: its length (0 when unknown) and its bytes to come.
+/// A File or bytes opened for reading: its length and its bytes to come.
 struct Opened {
     name: String,
     total: u64,
     body: Body,
-    from_cache: bool,
-    store: Option<(Cache, String)>,
 }
 
 enum Body {
@@ -150,83 +148,123 @@ impl Source {
 
     /// Reads every file, reporting `progress(loaded, total)` over all of them (total 0 while
     /// any file's size is unknown: a URL not yet opened, or one without `Content-Length`).
-    /// `cache` names a Cache API cache for URL sources; without the Cache API it is ignored.
-    /// `name` names the model (and its file, when it is one). The files are read one after
-    /// another, each URL fetched only once the file before it has been read: a browser keeps
-    /// at most six HTTP/1.1 connections to one host, and a body not yet read holds its
-    /// connection. Before each file's body is read, the sizes known so far are checked against
-    /// the wasm32 address space.
+    /// `store` keeps URL sources between loads; `digests` are the `sha256` option's, one per
+    /// file in order. `name` names the model (and its file, when it is one). The files are read
+    /// one after another, each URL fetched only once the file before it has been read: a
+    /// browser keeps at most six HTTP/1.1 connections to one host, and a body not yet read
+    /// holds its connection. Before each file's body is read, the sizes known so far are
+    /// checked against the wasm32 address space.
     pub async fn read(
         self,
         name: Option<String>,
-        cache: Option<&str>,
+        store: Option<&Store>,
+        digests: Option<&[[u8; 32]]>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Fetched> {
         let sources = match self {
             Source::Parts(parts) => parts,
             one => vec![one],
         };
+        if let Some(d) = digests.filter(|d| d.len() != sources.len()) {
+            return Err(Error::invalid(
+                "sha256",
+                format!(
+                    "{} digest(s) for {} file(s): give one per file, in part order",
+                    d.len(),
+                    sources.len()
+                ),
+            ));
+        }
         let single = sources.len() == 1;
-        let mut known: Vec<Option<u64>> = sources.iter().map(Source::size_now).collect();
-        let mut done = 0u64;
-        let mut from_cache = true;
-        let mut parts: Vec<FetchedPart> = Vec::with_capacity(sources.len());
-        for (i, source) in sources.into_iter().enumerate() {
-            let own_name = if single { name.clone() } else { None };
-            let o = source.open(own_name, cache).await?;
-            if let Some(size) = known.get_mut(i) {
-                // a URL without Content-Length stays unknown
-                *size = Some(o.total).filter(|&t| t > 0 || !matches!(o.body, Body::Stream(_)));
-            }
-            let sum = known
-                .iter()
-                .flatten()
-                .fold(0u64, |t, n| t.saturating_add(*n));
-            let first = parts.first().map_or(o.name.as_str(), |p| p.name.as_str());
-            let what = name.as_deref().unwrap_or(first);
-            if let Err(e) = crate::model::file_bytes::check_fits_wasm32(sum, what) {
-                if let Body::Stream(stream) = &o.body {
-                    // the download would only fill memory the model cannot have
-                    let _ = stream.cancel();
-                }
-                return Err(e);
-            }
-            let total = if known.iter().all(Option::is_some) {
+        let known: RefCell<Vec<Option<u64>>> =
+            RefCell::new(sources.iter().map(Source::size_now).collect());
+        // the sum of every size, once each is known
+        let total_now = || {
+            let k = known.borrow();
+            let sum = k.iter().flatten().fold(0u64, |t, n| t.saturating_add(*n));
+            if k.iter().all(Option::is_some) {
                 sum
             } else {
                 0
-            };
-            let shown = |at: u64| if total > 0 { total.max(at) } else { 0 };
-            from_cache &= o.from_cache;
-            let bytes = match o.body {
-                Body::Bytes(bytes) => {
-                    let at = done.saturating_add(bytes.len() as u64);
-                    progress(at, shown(at));
-                    bytes
+            }
+        };
+        let mut done = 0u64;
+        let mut out = Fetched {
+            parts: Vec::with_capacity(sources.len()),
+            name: String::new(),
+            from_cache: true,
+            stored: store.is_some(),
+            downloaded: 0,
+            persisted: None,
+            store_error: None,
+        };
+        for (i, source) in sources.into_iter().enumerate() {
+            let own_name = if single { name.clone() } else { None };
+            let digest = digests.and_then(|d| d.get(i));
+            let what = name
+                .clone()
+                .or_else(|| out.parts.first().map(|p| p.name.clone()));
+            // every size known so far, this file's `total` (0: unknown) included, must fit
+            let fits = |total: Option<u64>, named: &str| {
+                let mut k = known.borrow_mut();
+                if let (Some(size), Some(t)) = (k.get_mut(i), total) {
+                    *size = Some(t).filter(|&t| t > 0);
                 }
-                Body::Stream(stream) => {
-                    let mut each = |loaded: u64, _: u64| {
-                        let at = done.saturating_add(loaded);
-                        progress(at, shown(at));
+                let sum = k.iter().flatten().fold(0u64, |t, n| t.saturating_add(*n));
+                crate::model::file_bytes::check_fits_wasm32(sum, what.as_deref().unwrap_or(named))
+            };
+            let at = done;
+            let mut each = |loaded: u64, _: u64| {
+                let now = at.saturating_add(loaded);
+                let total = total_now();
+                progress(now, if total > 0 { total.max(now) } else { 0 });
+            };
+            let part = match source {
+                Source::Url(url) => {
+                    let file_name = own_name.unwrap_or_else(|| url_file_name(&url));
+                    let mut fits_url = |total: u64| fits(Some(total), &file_name);
+                    let got =
+                        download::read_url(&url, store, digest, &mut fits_url, &mut each).await?;
+                    out.from_cache &= got.from_store;
+                    out.stored &= got.stored || got.cache_after.is_some();
+                    out.downloaded = out.downloaded.saturating_add(got.downloaded);
+                    out.persisted = out.persisted.or(got.persisted);
+                    out.store_error = out.store_error.take().or(got.store_error);
+                    FetchedPart {
+                        bytes: got.bytes,
+                        name: file_name,
+                        cache_after: got.cache_after.map(|c| (c, url)),
+                    }
+                }
+                other => {
+                    out.from_cache = false;
+                    out.stored = false;
+                    let o = other.open(own_name)?;
+                    fits(None, &o.name)?;
+                    let bytes = match o.body {
+                        Body::Bytes(bytes) => bytes,
+                        Body::Stream(stream) => {
+                            read_stream(&stream, o.total, &o.name, &mut each).await?
+                        }
                     };
-                    read_stream(&stream, o.total, &o.name, &mut each).await?
+                    if let Some(want) = digest {
+                        let got: [u8; 32] = Sha256::digest(&bytes).into();
+                        crate::store::check_digest(&o.name, want, &got)?;
+                    }
+                    FetchedPart {
+                        bytes,
+                        name: o.name,
+                        cache_after: None,
+                    }
                 }
             };
-            done = done.saturating_add(bytes.len() as u64);
-            parts.push(FetchedPart {
-                bytes,
-                name: o.name,
-                store: o.store,
-            });
+            done = done.saturating_add(part.bytes.len() as u64);
+            out.parts.push(part);
         }
-        let name = name
-            .or_else(|| parts.first().map(|p| p.name.clone()))
+        out.name = name
+            .or_else(|| out.parts.first().map(|p| p.name.clone()))
             .unwrap_or_else(|| "model.gguf".to_string());
-        Ok(Fetched {
-            parts,
-            name,
-            from_cache,
-        })
+        Ok(out)
     }
 
     /// A file's size before it is opened: a File's or bytes'; a URL's is known only from its
@@ -239,13 +277,10 @@ impl Source {
         }
     }
 
-    /// Opens one file for reading (a list inside a list is refused).
-    async fn open(self, name: Option<String>, cache: Option<&str>) -> Result<Opened> {
+    /// Opens a File or bytes for reading (a URL is read by [`download::read_url`]; a list
+    /// inside a list is refused).
+    fn open(self, name: Option<String>) -> Result<Opened> {
         match self {
-            Source::Url(url) => {
-                let name = name.unwrap_or_else(|| url_file_name(&url));
-                open_url(url, name, cache).await
-            }
             Source::Blob(blob) => Ok(Opened {
                 total: blob.size() as u64,
                 name: name
@@ -253,17 +288,13 @@ impl Source {
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| "model.gguf".to_string()),
                 body: Body::Stream(blob.stream()),
-                from_cache: false,
-                store: None,
             }),
             Source::Bytes(bytes) => Ok(Opened {
                 total: bytes.len() as u64,
                 name: name.unwrap_or_else(|| "model.gguf".to_string()),
                 body: Body::Bytes(bytes),
-                from_cache: false,
-                store: None,
             }),
-            Source::Parts(_) => Err(Error::invalid(
+            Source::Url(_) | Source::Parts(_) => Err(Error::invalid(
                 "source",
                 "a list of model files inside a list: give one flat list of every part",
             )),
@@ -271,82 +302,11 @@ impl Source {
     }
 }
 
-/// The last path segment of a URL, without query or fragment.
-fn url_file_name(url: &str) -> String {
-    let path = url.split(['?', '#']).next().unwrap_or(url);
-    path.rsplit('/')
-        .find(|s| !s.is_empty())
-        .unwrap_or("model.gguf")
-        .to_string()
-}
-
 fn io(path: &str, message: impl Into<String>) -> Error {
     Error::Io {
         path: path.to_string(),
         message: message.into(),
     }
-}
-
-async fn open_cache(name: &str) -> Option<Cache> {
-    let caches: CacheStorage = get(&js_sys::global(), "caches").dyn_into().ok()?;
-    JsFuture::from(caches.open(name))
-        .await
-        .ok()?
-        .dyn_into()
-        .ok()
-}
-
-fn content_length(response: &Response) -> u64 {
-    response
-        .headers()
-        .get("content-length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-async fn open_url(url: String, name: String, cache_name: Option<&str>) -> Result<Opened> {
-    let cache = match cache_name {
-        Some(c) => open_cache(c).await,
-        None => None,
-    };
-    if let Some(cache) = &cache {
-        let hit = JsFuture::from(cache.match_with_str(&url)).await.ok();
-        if let Some(response) = hit.and_then(|r| r.dyn_into::<Response>().ok()) {
-            if let Some(body) = response.body() {
-                return Ok(Opened {
-                    total: content_length(&response),
-                    name,
-                    body: Body::Stream(body),
-                    from_cache: true,
-                    store: None,
-                });
-            }
-        }
-    }
-    let promise = fetch_url(&url).map_err(|e| io(&url, js_text(&e)))?;
-    let response: Response = JsFuture::from(promise)
-        .await
-        .map_err(|e| io(&url, format!("the download failed: {}", js_text(&e))))?
-        .dyn_into()
-        .map_err(|_| io(&url, "fetch did not return a Response"))?;
-    if !response.ok() {
-        return Err(io(
-            &url,
-            format!("HTTP {} {}", response.status(), response.status_text()),
-        ));
-    }
-    let body = response
-        .body()
-        .ok_or_else(|| io(&url, "the response has no body"))?;
-    Ok(Opened {
-        total: content_length(&response),
-        name,
-        body: Body::Stream(body),
-        from_cache: false,
-        store: cache.map(|c| (c, url)),
-    })
 }
 
 /// Reads a byte stream to the end into one buffer, reserving `total` bytes up front.
@@ -393,33 +353,47 @@ async fn read_stream(
             progress(loaded, total.max(loaded));
         }
     }
-    // A length different from Content-Length (a compressed transfer) is left to the parser,
-    // which rejects a truncated file.
     let loaded = bytes.len() as u64;
     progress(loaded, total.max(loaded));
     Ok(bytes)
 }
 
-/// Stores a fetched file in the cache under its URL, with its length so that a later read
-/// reports progress. Returns whether it was stored (a full quota is not an error).
-pub(crate) async fn store(cache: &Cache, url: &str, bytes: &Uint8Array) -> bool {
-    let headers = js_sys::Object::new();
-    let _ = Reflect::set(
-        &headers,
-        &JsValue::from_str("Content-Length"),
-        &JsValue::from_str(&bytes.length().to_string()),
-    );
-    let _ = Reflect::set(
-        &headers,
-        &JsValue::from_str("Content-Type"),
-        &JsValue::from_str("application/octet-stream"),
-    );
-    let init = web_sys::ResponseInit::new();
-    init.set_headers(&headers);
-    let Ok(response) = Response::new_with_opt_buffer_source_and_init(Some(bytes), &init) else {
-        return false;
-    };
-    JsFuture::from(cache.put_with_str(url, &response))
-        .await
-        .is_ok()
+/// The files as the parser takes them (`(bytes, name)`), and the Cache API entries to write once
+/// it has parsed them, each with the address of its bytes (the parser keeps the very buffer it
+/// was given, so a file is found again by it).
+pub(crate) fn into_files(
+    parts: Vec<FetchedPart>,
+) -> (Vec<(Vec<u8>, String)>, Vec<(Cache, String, usize)>) {
+    let mut to_cache = Vec::new();
+    let files = parts
+        .into_iter()
+        .map(|p| {
+            if let Some((cache, url)) = p.cache_after {
+                to_cache.push((cache, url, p.bytes.as_ptr() as usize));
+            }
+            (p.bytes, p.name)
+        })
+        .collect();
+    (files, to_cache)
+}
+
+/// Writes each file fetched for a Cache API store into it, copied to JavaScript one file at a
+/// time (the extra memory is one file's at most). Whether every one was written (true when
+/// there were none).
+pub(crate) async fn put_in_cache(
+    to_cache: Vec<(Cache, String, usize)>,
+    files: &ModelFiles,
+) -> bool {
+    let mut stored = true;
+    for (cache, url, address) in to_cache {
+        let data = files
+            .file_data()
+            .into_iter()
+            .find(|d| d.as_ptr() as usize == address);
+        stored &= match data {
+            Some(data) => download::put_in_cache(&cache, &url, &Uint8Array::from(data)).await,
+            None => false,
+        };
+    }
+    stored
 }

@@ -1,5 +1,6 @@
-//! Models kept in a Cache API cache (`Engine.load(url, { cache })` stores each file under its
-//! URL): listed with their sizes, and deleted by URL, without loading anything.
+//! Models kept in a store (`Engine.load(url, { cache })` keeps each file under its URL, in the
+//! Origin Private File System or the Cache API): listed with their sizes, and deleted by URL,
+//! without loading anything. A store's name covers both media.
 
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
@@ -7,6 +8,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, CacheStorage, Response};
 
 use super::engine::Engine;
+use super::opfs::OpfsStore;
 use super::{js_error, spawn_promise};
 use crate::format::gguf_split::part_urls;
 use crate::Error;
@@ -61,9 +63,39 @@ fn check_name(cache: &str) -> Result<(), JsValue> {
     Ok(())
 }
 
+fn entry(url: &str, bytes: JsValue, total: JsValue, storage: &str, complete: bool) -> JsValue {
+    let entry = js_sys::Object::new();
+    super::set(&entry, "url", &JsValue::from_str(url));
+    super::set(&entry, "bytes", &bytes);
+    super::set(&entry, "total", &total);
+    super::set(&entry, "storage", &JsValue::from_str(storage));
+    super::set(&entry, "complete", &JsValue::from_bool(complete));
+    entry.into()
+}
+
 async fn list(cache_name: String) -> Result<JsValue, JsValue> {
     check_name(&cache_name)?;
     let out = Array::new();
+    if let Some(store) = OpfsStore::open(&cache_name, false)
+        .await
+        .map_err(|e| js_error(&e))?
+    {
+        for (record, stored) in store.list().await.map_err(|e| js_error(&e))? {
+            let total = if record.bytes > 0 {
+                JsValue::from_f64(record.bytes as f64)
+            } else {
+                JsValue::NULL
+            };
+            let complete = record.complete && record.bytes == stored;
+            out.push(&entry(
+                &record.url,
+                JsValue::from_f64(stored as f64),
+                total,
+                "opfs",
+                complete,
+            ));
+        }
+    }
     let Some(cache) = existing(&cache_name).await? else {
         return Ok(out.into());
     };
@@ -86,21 +118,28 @@ async fn list(cache_name: String) -> Result<JsValue, JsValue> {
             .and_then(|r| r.headers().get("content-length").ok().flatten())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .map_or(JsValue::NULL, JsValue::from_f64);
-        let entry = js_sys::Object::new();
-        super::set(&entry, "url", &JsValue::from_str(&url));
-        super::set(&entry, "bytes", &bytes);
-        out.push(&entry);
+        out.push(&entry(&url, bytes.clone(), bytes, "cacheApi", true));
     }
     Ok(out.into())
 }
 
 async fn delete(url: String, cache_name: String) -> Result<JsValue, JsValue> {
     check_name(&cache_name)?;
-    let Some(cache) = existing(&cache_name).await? else {
-        return Ok(JsValue::from_f64(0.0));
-    };
     let urls = part_urls(&url).unwrap_or_else(|| vec![url]);
     let mut deleted = 0u32;
+    if let Some(store) = OpfsStore::open(&cache_name, false)
+        .await
+        .map_err(|e| js_error(&e))?
+    {
+        for u in &urls {
+            if store.remove(u).await {
+                deleted = deleted.saturating_add(1);
+            }
+        }
+    }
+    let Some(cache) = existing(&cache_name).await? else {
+        return Ok(JsValue::from_f64(f64::from(deleted)));
+    };
     for u in &urls {
         let gone = JsFuture::from(cache.delete_with_str(u))
             .await
@@ -114,18 +153,20 @@ async fn delete(url: String, cache_name: String) -> Result<JsValue, JsValue> {
 
 #[wasm_bindgen]
 impl Engine {
-    /// The files kept in the Cache API cache `cache` (the name given as `Engine.load`'s `cache`
-    /// option), each `{ url, bytes }` (`bytes` null when the entry has no length). A split
-    /// set's parts are listed each under its own URL. Resolves to an empty list when the cache
-    /// does not exist (it is not created).
+    /// The files kept in the store `cache` (the name given as `Engine.load`'s `cache` option),
+    /// in the private file system and the Cache API: each `{ url, bytes, total, storage,
+    /// complete }` (`bytes` stored so far, null when a Cache API entry has no length; `complete`
+    /// false for a download cut off part-way, which the next load resumes). A split set's parts
+    /// are listed each under its own URL. Resolves to an empty list when the store does not
+    /// exist (it is not created).
     #[wasm_bindgen(js_name = listStored, unchecked_return_type = "Promise<StoredFile[]>")]
     pub fn list_stored(cache: String) -> Promise {
         spawn_promise(list(cache))
     }
 
-    /// Deletes the file at `url` from the Cache API cache `cache`, and every other part when
-    /// `url` is the first part of a split set (`NAME-00001-of-0000N.gguf`). Resolves to the
-    /// number of files deleted (0 when none was there).
+    /// Deletes the file at `url` from the store `cache` (both media), and every other part
+    /// when `url` is the first part of a split set (`NAME-00001-of-0000N.gguf`). Resolves to
+    /// the number of files deleted (0 when none was there).
     #[wasm_bindgen(js_name = deleteStored, unchecked_return_type = "Promise<number>")]
     pub fn delete_stored(url: String, cache: String) -> Promise {
         spawn_promise(delete(url, cache))

@@ -180,12 +180,20 @@ struct ModelInfo {
 }
 
 /// Where the model file came from, for [`EngineInfo`].
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct SourceNote {
-    /// Read from the Cache API.
+    /// Read from the store.
     pub loaded_from_cache: bool,
-    /// Stored in the Cache API by this load.
+    /// In the store after this load.
     pub stored_in_cache: bool,
+    /// The store's medium (`opfs`, `cacheApi`), when `cache` named one.
+    pub storage: Option<String>,
+    /// Bytes received from the network.
+    pub bytes_downloaded: u64,
+    /// `navigator.storage.persist()`'s answer, when this load asked.
+    pub persisted: Option<bool>,
+    /// Why the download could not be kept in the store, when it could not.
+    pub storage_notice: Option<String>,
 }
 
 /// What `engine.info()` reports.
@@ -227,10 +235,24 @@ pub(crate) struct EngineInfo {
     precision_notice: Option<String>,
     /// Whether the model brought its own chat template (otherwise a plain fallback is used).
     has_chat_template: bool,
-    /// The file came from the Cache API, not the network.
+    /// Every file came from the store (`cache`), not the network.
     loaded_from_cache: bool,
-    /// The file was stored in the Cache API by this load.
+    /// Every file is in the store after this load (kept by it, or found there).
     stored_in_cache: bool,
+    /// Where the store lives: `'opfs'` (the Origin Private File System) or `'cacheApi'`;
+    /// `null` without `cache`.
+    #[tsify(type = "'opfs' | 'cacheApi' | null")]
+    storage: Option<String>,
+    /// Bytes this load received from the network (0 from the store; a resumed download counts
+    /// only the rest).
+    bytes_downloaded: u64,
+    /// Whether the browser agreed to keep the store under storage pressure
+    /// (`navigator.storage.persist()`, asked when a download is stored); `null` when not asked
+    /// (a worker cannot ask: call it from the page).
+    persisted: Option<bool>,
+    /// Why the download could not be kept in the store (the model loaded without it), when it
+    /// could not: a quota reached while writing, a storage error.
+    storage_notice: Option<String>,
     /// The kernel plan of this device and model (`null` on the CPU backend).
     #[tsify(type = "KernelPlanInfo | null")]
     kernel_plan: Option<crate::gpu::KernelPlan>,
@@ -324,6 +346,10 @@ impl EngineInfo {
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,
             stored_in_cache: source.stored_in_cache,
+            storage: source.storage,
+            bytes_downloaded: source.bytes_downloaded,
+            persisted: source.persisted,
+            storage_notice: source.storage_notice,
             kernel_plan: session.forward().plan().cloned(),
             runs_on: session.forward().kind().name(),
             threads: match session.gpu() {
@@ -373,6 +399,10 @@ impl EngineInfo {
             SourceNote {
                 loaded_from_cache: self.loaded_from_cache,
                 stored_in_cache: self.stored_in_cache,
+                storage: self.storage.clone(),
+                bytes_downloaded: self.bytes_downloaded,
+                persisted: self.persisted,
+                storage_notice: self.storage_notice.clone(),
             },
         );
         info.backend_notice = self.backend_notice.clone();

@@ -41,11 +41,17 @@ export type ModelFile = string | URL | Uint8Array | ArrayBuffer | ArrayBufferVie
  */
 export type ModelSource = ModelFile | ModelFile[] | FileList;
 
-/** A file kept in a Cache API cache by `Engine.load(url, { cache })` (`Engine.listStored`). */
+/** A file kept in a store by `Engine.load(url, { cache })` (`Engine.listStored`). */
 export interface StoredFile {
   url: string;
-  /** Its size; null when the entry carries no length. */
+  /** Bytes stored; null when a Cache API entry carries no length. */
   bytes: number | null;
+  /** The file's length when known (equal to `bytes` once complete). */
+  total: number | null;
+  /** Where it is kept: the Origin Private File System or the Cache API. */
+  storage: 'opfs' | 'cacheApi';
+  /** False for a download cut off part-way: the next load of the URL asks for the rest. */
+  complete: boolean;
 }
 
 /** Load progress. `download` also covers reading a File or the Cache API. */

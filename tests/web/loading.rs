@@ -33,7 +33,12 @@ async fn a_url_load_is_cached() {
         .dyn_into()
         .unwrap();
     JsFuture::from(caches.delete(cache_name)).await.unwrap();
-    let options = js(&json!({ "cache": cache_name, "contextLength": 64, "backend": "webgpu" }));
+    let options = js(&json!({
+        "cache": cache_name,
+        "storage": "cacheApi",
+        "contextLength": 64,
+        "backend": "webgpu"
+    }));
     let mut outputs = Vec::new();
     for (round, cached) in [(1, false), (2, true)] {
         let t = js_sys::Date::now();

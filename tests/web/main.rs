@@ -27,3 +27,4 @@ mod loading;
 mod memory;
 mod ops;
 mod speculative;
+mod storage;

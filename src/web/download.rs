@@ -1,0 +1,601 @@
+//! One model file from its URL: from the store when it holds the file whole; otherwise from the
+//! network, written to the store as it streams in, resumed with an HTTP `Range` request when
+//! the connection breaks (and on the next load, from what the store kept), and checked against
+//! the caller's SHA-256 as the bytes arrive.
+
+use js_sys::{Object, Promise, Reflect, Uint8Array};
+use sha2::{Digest, Sha256};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Blob, Cache, CacheStorage, ReadableStream, ReadableStreamDefaultReader, Response};
+
+use super::opfs::{self, js_text, EntryWriter, OpfsStore};
+use crate::error::{Error, Result};
+use crate::store::range::{self, Resume};
+use crate::store::{self as rules, Medium, StoredRecord, PART_BYTES};
+
+#[wasm_bindgen]
+extern "C" {
+    /// The global `fetch` (a window's or a worker's), with its init object.
+    #[wasm_bindgen(js_name = fetch, catch)]
+    fn fetch_with(url: &str, init: &JsValue) -> std::result::Result<Promise, JsValue>;
+}
+
+/// How many times one load asks again after the connection broke (each time for the bytes not
+/// yet received), waiting 0.25 s, 0.5 s, 1 s between.
+const RETRIES: u32 = 3;
+
+/// Reports at most one progress event per this many bytes (and the last one).
+const PROGRESS_STEP: u64 = 1 << 20;
+
+/// Where downloads are kept (the `cache` and `storage` load options).
+pub(crate) enum Store {
+    /// A store in the Origin Private File System.
+    Opfs(OpfsStore),
+    /// A Cache API cache.
+    CacheApi(Cache),
+}
+
+impl Store {
+    /// Opens (creating) the store `name` in `medium`; `auto` takes the private file system
+    /// where the browser has one, else the Cache API. `Ok(None)` when neither is available
+    /// (an insecure context) and the medium was `auto`.
+    pub async fn open(name: &str, medium: Medium) -> Result<Option<Self>> {
+        if medium != Medium::CacheApi {
+            if let Some(s) = OpfsStore::open(name, true).await? {
+                return Ok(Some(Store::Opfs(s)));
+            }
+            if medium == Medium::Opfs {
+                return Err(Error::Io {
+                    path: format!("store `{name}`"),
+                    message: "this browser has no Origin Private File System here (`storage: \
+                              'opfs'`; it needs a secure context, and some private windows \
+                              refuse it); `storage: 'cacheApi'` uses the Cache API"
+                        .into(),
+                });
+            }
+        }
+        match open_cache(name).await {
+            Some(c) => Ok(Some(Store::CacheApi(c))),
+            None if medium == Medium::CacheApi => Err(Error::Io {
+                path: format!("store `{name}`"),
+                message: "the Cache API is not available here (it needs a secure context: \
+                          https or localhost)"
+                    .into(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// The medium, as JavaScript names it.
+    pub fn medium(&self) -> Medium {
+        match self {
+            Store::Opfs(_) => Medium::Opfs,
+            Store::CacheApi(_) => Medium::CacheApi,
+        }
+    }
+}
+
+async fn open_cache(name: &str) -> Option<Cache> {
+    let caches: CacheStorage = Reflect::get(&js_sys::global(), &JsValue::from_str("caches"))
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    JsFuture::from(caches.open(name))
+        .await
+        .ok()?
+        .dyn_into()
+        .ok()
+}
+
+/// One file as read.
+pub(crate) struct UrlFile {
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Read from the store, not the network.
+    pub from_store: bool,
+    /// Bytes received from the network by this load (a resume receives only the rest; a
+    /// restart counts what it discarded too).
+    pub downloaded: u64,
+    /// Whether the store now holds the file whole (for the Cache API, once `cache_after` has
+    /// been written).
+    pub stored: bool,
+    /// A Cache API cache to put the file in once the model has parsed.
+    pub cache_after: Option<Cache>,
+    /// `navigator.storage.persist()`'s answer, when this load asked.
+    pub persisted: Option<bool>,
+    /// Why the file could not be kept in the store (the load went on without it).
+    pub store_error: Option<String>,
+}
+
+fn io(url: &str, message: impl Into<String>) -> Error {
+    Error::Io {
+        path: url.to_string(),
+        message: message.into(),
+    }
+}
+
+fn header(response: &Response, name: &str) -> Option<String> {
+    response.headers().get(name).ok().flatten()
+}
+
+/// The response's `Content-Length`, 0 when absent.
+pub(crate) fn content_length(response: &Response) -> u64 {
+    header(response, "content-length")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn sleep(ms: u32) {
+    let promise = Promise::new(&mut |resolve, _| {
+        let set = Reflect::get(&js_sys::global(), &JsValue::from_str("setTimeout"));
+        if let Ok(f) = set.and_then(|f| f.dyn_into::<js_sys::Function>()) {
+            let _ = f.call2(&JsValue::UNDEFINED, &resolve, &JsValue::from(ms));
+        } else {
+            let _ = resolve.call0(&JsValue::UNDEFINED);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
+}
+
+/// `fetch(url)`, with `Range: bytes=FROM-` when `from > 0`.
+async fn fetch(url: &str, from: u64) -> std::result::Result<Response, String> {
+    let init = Object::new();
+    if from > 0 {
+        let headers = Object::new();
+        let _ = Reflect::set(
+            &headers,
+            &JsValue::from_str("Range"),
+            &JsValue::from_str(&format!("bytes={from}-")),
+        );
+        let _ = Reflect::set(&init, &JsValue::from_str("headers"), &headers);
+    }
+    let promise = fetch_with(url, &init).map_err(|e| js_text(&e))?;
+    JsFuture::from(promise)
+        .await
+        .map_err(|e| js_text(&e))?
+        .dyn_into()
+        .map_err(|_| "fetch did not return a Response".to_string())
+}
+
+/// The file's bytes as they arrive, and their digest when one is to be checked.
+struct Sink {
+    bytes: Vec<u8>,
+    hasher: Option<Sha256>,
+}
+
+impl Sink {
+    fn reset(&mut self) {
+        self.bytes.clear();
+        if self.hasher.is_some() {
+            self.hasher = Some(Sha256::new());
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn push(&mut self, chunk: &Uint8Array, what: &str) -> Result<()> {
+        let start = self.bytes.len();
+        let n = chunk.length() as usize;
+        let too_big = || {
+            io(
+                what,
+                format!(
+                    "{} bytes do not fit in this page's memory (wasm32 allows at most 4 GiB)",
+                    start.saturating_add(n)
+                ),
+            )
+        };
+        self.bytes.try_reserve(n).map_err(|_| too_big())?;
+        self.bytes.resize(start.saturating_add(n), 0);
+        let new = self.bytes.get_mut(start..).ok_or_else(too_big)?;
+        chunk.copy_to(new);
+        if let Some(h) = &mut self.hasher {
+            h.update(&*new);
+        }
+        Ok(())
+    }
+
+    /// Whether the bytes have the digest `expected` (true when none is expected).
+    fn digest(&mut self) -> Option<[u8; 32]> {
+        self.hasher.take().map(|h| h.finalize().into())
+    }
+}
+
+/// A download in progress: the bytes so far, the store entry they are written to.
+struct Download<'a> {
+    url: &'a str,
+    sink: Sink,
+    writer: Option<EntryWriter>,
+    /// A write to the store failed (why): the download goes on, the entry is removed at the end.
+    store_failed: Option<String>,
+    progress: &'a mut dyn FnMut(u64, u64),
+}
+
+impl Download<'_> {
+    /// Reads `stream` to its end into the sink, writing each whole part to the store. `Err`
+    /// only for the stream (the network); a failed store write stops storing instead.
+    async fn pump(
+        &mut self,
+        stream: &ReadableStream,
+        total: u64,
+    ) -> std::result::Result<(), String> {
+        let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
+        let mut reported = self.sink.len();
+        (self.progress)(reported, total.max(reported));
+        loop {
+            let step = JsFuture::from(reader.read())
+                .await
+                .map_err(|e| js_text(&e))?;
+            let done = Reflect::get(&step, &JsValue::from_str("done"))
+                .ok()
+                .and_then(|d| d.as_bool())
+                .unwrap_or(true);
+            if done {
+                break;
+            }
+            let chunk: Uint8Array = Reflect::get(&step, &JsValue::from_str("value"))
+                .ok()
+                .and_then(|v| v.dyn_into().ok())
+                .ok_or("the stream gave something other than bytes")?;
+            self.sink
+                .push(&chunk, self.url)
+                .map_err(|e| e.to_string())?;
+            self.write_whole_parts().await;
+            let loaded = self.sink.len();
+            if loaded - reported >= PROGRESS_STEP {
+                reported = loaded;
+                (self.progress)(loaded, total.max(loaded));
+            }
+        }
+        let loaded = self.sink.len();
+        (self.progress)(loaded, total.max(loaded));
+        Ok(())
+    }
+
+    async fn write_whole_parts(&mut self) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        loop {
+            let from = usize::try_from(w.committed()).unwrap_or(usize::MAX);
+            let Some(part) = self.sink.bytes.get(from..from.saturating_add(PART_BYTES)) else {
+                return;
+            };
+            if part.len() < PART_BYTES {
+                return;
+            }
+            if let Err(e) = w.write_part(part).await {
+                self.writer = None;
+                self.store_failed = Some(e.to_string());
+                return;
+            }
+        }
+    }
+
+    /// Writes what arrived after the last whole part as a part of its own (the connection
+    /// broke, or the file is complete).
+    async fn write_tail(&mut self) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let from = usize::try_from(w.committed()).unwrap_or(usize::MAX);
+        let tail = self.sink.bytes.get(from..).unwrap_or_default();
+        if let Err(e) = w.write_part(tail).await {
+            self.writer = None;
+            self.store_failed = Some(e.to_string());
+        }
+    }
+
+    /// Drops every byte kept (in memory and in the store) to start again from the first.
+    async fn restart(&mut self, total: u64) {
+        self.sink.reset();
+        if let Some(w) = self.writer.as_mut() {
+            let record = StoredRecord {
+                bytes: total,
+                ..w.record().clone()
+            };
+            if let Err(e) = w.restart(record).await {
+                self.writer = None;
+                self.store_failed = Some(e.to_string());
+            }
+        }
+    }
+}
+
+/// Reads `blob` (a stored copy) to its end into `d`'s sink.
+async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -> bool {
+    let writer = d.writer.take();
+    let ok = d.pump(&blob.stream(), total).await.is_ok();
+    d.writer = writer;
+    ok
+}
+
+/// Reads the file at `url`. `store` keeps it between loads; `digest` is the SHA-256 the caller
+/// gave for it. `fits(total)` is called with the file's length as soon as it is known, before
+/// its body is read (to refuse a file the page cannot hold). `progress(loaded, total)` reports
+/// the bytes read so far (total 0 while unknown).
+pub(crate) async fn read_url(
+    url: &str,
+    store: Option<&Store>,
+    digest: Option<&[u8; 32]>,
+    fits: &mut dyn FnMut(u64) -> Result<()>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<UrlFile> {
+    let mut d = Download {
+        url,
+        sink: Sink {
+            bytes: Vec::new(),
+            hasher: digest.map(|_| Sha256::new()),
+        },
+        writer: None,
+        store_failed: None,
+        progress,
+    };
+    let mut out = UrlFile {
+        bytes: Vec::new(),
+        from_store: false,
+        downloaded: 0,
+        stored: false,
+        cache_after: None,
+        persisted: None,
+        store_error: None,
+    };
+    // the file's length as first announced (0: unknown)
+    let mut expected = 0u64;
+    let matches = |got: Option<[u8; 32]>| match (digest, got) {
+        (Some(want), Some(got)) => *want == got,
+        _ => true,
+    };
+
+    match store {
+        Some(Store::Opfs(s)) => {
+            if let Some(entry) = s.entry(url).await? {
+                let record = entry.record.clone();
+                if let (true, Some(r)) = (entry.is_complete(), &record) {
+                    fits(r.bytes)?;
+                    if read_stored(&mut d, &entry.blob()?, r.bytes).await
+                        && matches(d.sink.digest())
+                    {
+                        out.bytes = d.sink.bytes;
+                        out.from_store = true;
+                        out.stored = true;
+                        return Ok(out);
+                    }
+                    // unreadable, or not the file the caller named: fetched again
+                    s.remove(url).await;
+                    d.restart(0).await;
+                    d.sink.hasher = digest.map(|_| Sha256::new());
+                } else if let Some(r) = record.filter(|r| {
+                    !r.complete
+                        && !entry.gaps
+                        && entry.stored > 0
+                        && (r.bytes == 0 || entry.stored < r.bytes)
+                }) {
+                    // a download cut off on an earlier visit: its parts, then the rest
+                    fits(r.bytes)?;
+                    if read_stored(&mut d, &entry.blob()?, r.bytes).await {
+                        expected = r.bytes;
+                        d.writer = Some(s.resume(r, entry.parts.len(), entry.stored).await?);
+                    } else {
+                        s.remove(url).await;
+                        d.restart(0).await;
+                    }
+                } else {
+                    s.remove(url).await;
+                }
+            }
+        }
+        Some(Store::CacheApi(cache)) => {
+            let hit = JsFuture::from(cache.match_with_str(url)).await.ok();
+            if let Some(response) = hit.and_then(|r| r.dyn_into::<Response>().ok()) {
+                let total = content_length(&response);
+                fits(total)?;
+                if let Some(body) = response.body() {
+                    if d.pump(&body, total).await.is_ok() && matches(d.sink.digest()) {
+                        out.bytes = d.sink.bytes;
+                        out.from_store = true;
+                        out.stored = true;
+                        return Ok(out);
+                    }
+                }
+                let _ = JsFuture::from(cache.delete_with_str(url)).await;
+                d.restart(0).await;
+                d.sink.hasher = digest.map(|_| Sha256::new());
+            }
+        }
+        None => {}
+    }
+
+    let mut fitted = expected > 0;
+    let mut failures = 0u32;
+    let mut asked_room = d.writer.is_some();
+    loop {
+        let from = d.sink.len();
+        let response = match fetch(url, from).await {
+            Ok(r) => r,
+            Err(_) if from > 0 && failures < RETRIES => {
+                failures += 1;
+                sleep(125 << failures).await;
+                continue;
+            }
+            Err(e) => return Err(io(url, format!("the download failed: {e}"))),
+        };
+        let status = response.status();
+        let length = content_length(&response);
+        let etag = header(&response, "etag");
+        let modified = header(&response, "last-modified");
+        let body = response.body();
+        let cancel = || {
+            if let Some(b) = &body {
+                let _ = b.cancel();
+            }
+        };
+        if from > 0 {
+            let mut decision = range::resume(
+                from,
+                status,
+                header(&response, "content-range").as_deref(),
+                length,
+                expected,
+            );
+            let changed = d
+                .writer
+                .as_ref()
+                .is_some_and(|w| !w.record().same_file(etag.as_deref(), modified.as_deref()));
+            if decision == Resume::Continue && changed {
+                decision = Resume::Refetch("the server's ETag or Last-Modified changed".into());
+            }
+            match decision {
+                Resume::Continue => {}
+                Resume::FromStart => {
+                    expected = length;
+                    d.restart(length).await;
+                }
+                Resume::Refetch(reason) => {
+                    cancel();
+                    failures += 1;
+                    if failures > RETRIES {
+                        return Err(io(url, format!("the download cannot resume: {reason}")));
+                    }
+                    expected = 0;
+                    d.restart(0).await;
+                    continue;
+                }
+                Resume::Failed(s) => {
+                    cancel();
+                    return Err(io(url, format!("HTTP {s} {}", response.status_text())));
+                }
+            }
+        } else {
+            if !response.ok() {
+                cancel();
+                return Err(io(url, format!("HTTP {status} {}", response.status_text())));
+            }
+            expected = length;
+        }
+        if !fitted && expected > 0 {
+            if let Err(e) = fits(expected) {
+                cancel();
+                return Err(e);
+            }
+            fitted = true;
+        }
+        let reserve = usize::try_from(expected.saturating_sub(d.sink.len())).unwrap_or(0);
+        let _ = d.sink.bytes.try_reserve_exact(reserve);
+        if let (Some(Store::Opfs(s)), false) = (store, asked_room) {
+            asked_room = true;
+            if let Some((quota, used)) = opfs::estimate().await {
+                let what = format!("{} in store `{}`", url_file_name(url), s.name());
+                if let Err(e) = rules::check_room(&what, expected.saturating_sub(from), quota, used)
+                {
+                    cancel();
+                    return Err(e);
+                }
+            }
+            out.persisted = opfs::persist().await;
+            let record = StoredRecord::started(url, expected, etag.clone(), modified.clone());
+            match s.begin(record).await {
+                Ok(w) => d.writer = Some(w),
+                Err(e) => d.store_failed = Some(e.to_string()),
+            }
+        }
+        let body = body.ok_or_else(|| io(url, "the response has no body"))?;
+        let before = d.sink.len();
+        let result = d.pump(&body, expected).await;
+        out.downloaded = out
+            .downloaded
+            .saturating_add(d.sink.len().saturating_sub(before));
+        match result {
+            Ok(()) => break,
+            Err(e) => {
+                d.write_tail().await;
+                failures += 1;
+                if failures > RETRIES {
+                    let kept = match &d.writer {
+                        Some(w) => format!(
+                            "; {} bytes are kept in the store and the next load asks for the rest",
+                            w.committed()
+                        ),
+                        None => String::new(),
+                    };
+                    return Err(io(
+                        url,
+                        format!(
+                            "the download broke off at {} of {} bytes after {RETRIES} retries: {e}{kept}",
+                            d.sink.len(),
+                            expected
+                        ),
+                    ));
+                }
+                sleep(125 << failures).await;
+            }
+        }
+    }
+
+    let got = d.sink.digest();
+    if let (Some(want), Some(got)) = (digest, got) {
+        if let Err(e) = rules::check_digest(&url_file_name(url), want, &got) {
+            // not the file the caller named: nothing of it is kept
+            if let Some(Store::Opfs(s)) = store {
+                s.remove(url).await;
+            }
+            return Err(e);
+        }
+    }
+    let len = d.sink.len();
+    d.write_tail().await;
+    if let Some(w) = d.writer.as_mut() {
+        match w.finish(len).await {
+            Ok(()) => out.stored = true,
+            Err(e) => d.store_failed = Some(e.to_string()),
+        }
+    }
+    if let Some(why) = d.store_failed.take() {
+        if let Some(Store::Opfs(s)) = store {
+            s.remove(url).await;
+        }
+        out.stored = false;
+        out.store_error = Some(why);
+    }
+    if let Some(Store::CacheApi(cache)) = store {
+        out.cache_after = Some(cache.clone());
+    }
+    out.bytes = d.sink.bytes;
+    Ok(out)
+}
+
+/// The last path segment of a URL, without query or fragment.
+pub(crate) fn url_file_name(url: &str) -> String {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    path.rsplit('/')
+        .find(|s| !s.is_empty())
+        .unwrap_or("model.gguf")
+        .to_string()
+}
+
+/// Stores a fetched file in a Cache API cache under its URL, with its length so that a later
+/// read reports progress. Returns whether it was stored (a full quota is not an error).
+pub(crate) async fn put_in_cache(cache: &Cache, url: &str, bytes: &Uint8Array) -> bool {
+    let headers = Object::new();
+    let _ = Reflect::set(
+        &headers,
+        &JsValue::from_str("Content-Length"),
+        &JsValue::from_str(&bytes.length().to_string()),
+    );
+    let _ = Reflect::set(
+        &headers,
+        &JsValue::from_str("Content-Type"),
+        &JsValue::from_str("application/octet-stream"),
+    );
+    let init = web_sys::ResponseInit::new();
+    init.set_headers(&headers);
+    let Ok(response) = Response::new_with_opt_buffer_source_and_init(Some(bytes), &init) else {
+        return false;
+    };
+    JsFuture::from(cache.put_with_str(url, &response))
+        .await
+        .is_ok()
+}
