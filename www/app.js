@@ -161,12 +161,28 @@ function pickedSource() {
   return { source: url, cache: MODEL_CACHE, label: url.split('/').pop() };
 }
 
-async function isCached(url) {
+/**
+ * What the model store holds for `url`: `{ complete, bytes, total, storage }`, or null (nothing,
+ * or no store in this browser).
+ */
+async function storedCopy(url) {
   try {
-    const cache = await caches.open(MODEL_CACHE);
-    return (await cache.match(new URL(url, document.baseURI).href)) !== undefined;
+    const href = new URL(url, document.baseURI).href;
+    return (await client.listStored(MODEL_CACHE)).find((f) => f.url === href) ?? null;
   } catch {
-    return false;
+    return null;
+  }
+}
+
+/**
+ * Asks the browser to keep the model store under storage pressure (only a page can ask, not its
+ * worker); resolves to the answer, or null where it cannot be asked.
+ */
+async function askPersist() {
+  try {
+    return await navigator.storage?.persist?.() ?? null;
+  } catch {
+    return null;
   }
 }
 
@@ -181,7 +197,9 @@ async function load() {
     setStatus('error', 'No model loaded.');
     return;
   }
-  const fromCache = picked.cache && await isCached(picked.source);
+  const stored = picked.cache ? await storedCopy(picked.source) : null;
+  const fromCache = stored?.complete === true;
+  const persisted = picked.cache ? await askPersist() : null;
   setStatus('loading', `Loading ${picked.label}…`);
   const note = $('cache-note');
   note.textContent = '';
@@ -189,7 +207,8 @@ async function load() {
   const bar = $('load-progress');
   const phase = $('load-phase');
   const reading = typeof picked.source === 'string'
-    ? (fromCache ? 'Reading from the browser cache' : 'Downloading')
+    ? (fromCache ? 'Reading from this browser\'s storage'
+      : stored ? `Resuming the download (${mb(stored.bytes ?? 0)} kept from an earlier visit)` : 'Downloading')
     : 'Reading the file';
   const onProgress = ({ phase: p, loaded: done, total }) => {
     const fraction = total > 0 ? done / total : 0;
@@ -215,11 +234,17 @@ async function load() {
     bar.value = 1;
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     phase.textContent = `Loaded in ${seconds} s`;
+    const where = info.storage === 'opfs' ? 'this browser\'s private file system' : 'the browser cache';
+    const kept = persisted === false ? ' (the browser may clear it when space runs low)' : '';
     if (info.loadedFromCache) {
-      note.textContent = 'Loaded from cache: the browser kept this model from an earlier visit, nothing was downloaded.';
+      note.textContent = `Loaded from cache: ${where} kept this model from an earlier visit, nothing was downloaded.`;
       note.dataset.cached = 'true';
     } else if (info.storedInCache) {
-      note.textContent = 'Downloaded and saved in the browser cache: the next visit loads it from there.';
+      const resumed = stored ? `, resuming where an earlier visit stopped (${mb(info.bytesDownloaded)} downloaded now)` : '';
+      note.textContent = `Downloaded${resumed} and saved in ${where}: the next visit loads it from there${kept}.`;
+      note.dataset.cached = 'false';
+    } else if (info.storageNotice) {
+      note.textContent = `Downloaded, but not saved: ${info.storageNotice}`;
       note.dataset.cached = 'false';
     }
     showInfo(info, template?.name);
@@ -243,8 +268,10 @@ async function load() {
 const LATER_PART = /-(\d{5,})-of-(\d{5,})\.gguf(?:[?#].*)?$/;
 
 /**
- * Lists the models kept in the Cache API (`client.listStored`), each with its size and a
- * Delete button; a split set is one row, its first part's name and every part's bytes.
+ * Lists the models kept in the store (`client.listStored`: the private file system and the
+ * Cache API), each with its size and a Delete button; a split set is one row, its first part's
+ * name and every part's bytes; a download cut off part-way says how much of it is kept. Under
+ * the list, what the browser grants this site (`navigator.storage.estimate()`).
  */
 async function refreshStored() {
   let files;
@@ -255,14 +282,16 @@ async function refreshStored() {
     return;
   }
   const rows = new Map();
-  for (const { url, bytes } of files) {
+  for (const { url, bytes, total, complete } of files) {
     const part = url.match(LATER_PART);
     const first = part && Number(part[1]) > 1
       ? url.replace(LATER_PART, (m, k, n) => m.replace(`-${k}-of-`, `-${'1'.padStart(k.length, '0')}-of-`))
       : url;
-    const row = rows.get(first) ?? { url: first, bytes: 0, files: 0 };
+    const row = rows.get(first) ?? { url: first, bytes: 0, total: 0, files: 0, complete: true };
     row.bytes += bytes ?? 0;
+    row.total += total ?? bytes ?? 0;
     row.files += 1;
+    row.complete &&= complete !== false;
     rows.set(first, row);
   }
   const list = $('stored-list');
@@ -274,7 +303,9 @@ async function refreshStored() {
     name.title = row.url;
     const size = document.createElement('span');
     size.className = 'stored-size';
-    size.textContent = ` ${mb(row.bytes)}${row.files > 1 ? ` in ${row.files} files` : ''} `;
+    size.textContent = row.complete
+      ? ` ${mb(row.bytes)}${row.files > 1 ? ` in ${row.files} files` : ''} `
+      : ` ${mb(row.bytes)} of ${row.total ? mb(row.total) : '?'} (cut off: the next load resumes) `;
     const remove = document.createElement('button');
     remove.type = 'button';
     remove.textContent = 'Delete';
@@ -291,6 +322,12 @@ async function refreshStored() {
     return item;
   }));
   $('stored-empty').hidden = rows.size > 0;
+  try {
+    const { usage, quota } = await navigator.storage.estimate();
+    $('stored-quota').textContent = `This site uses ${mb(usage)} of the ${mb(quota)} the browser allows it.`;
+  } catch {
+    $('stored-quota').textContent = '';
+  }
 }
 
 /** Loads the picked draft model beside the model, for speculative decoding. */

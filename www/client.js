@@ -86,7 +86,7 @@ export class EngineClient {
   /**
    * Loads a GGUF model: a URL (resolved against this page), a File/Blob, or bytes (an
    * ArrayBuffer is transferred to the worker); or a list of those (or a FileList), the parts of
-   * a split GGUF set. Options as Engine.load: { contextLength, onProgress, cache, name }.
+   * a split GGUF set. Options as Engine.load: { contextLength, onProgress, cache, storage, sha256, name }.
    * Resolves to engine.info().
    */
   load(source, { onProgress, ...options } = {}) {
@@ -186,15 +186,17 @@ export class EngineClient {
   }
 
   /**
-   * The files `load(url, { cache })` kept in the Cache API cache `cache`: [{ url, bytes }]
-   * (a split set's parts each under its own URL). No model needs to be loaded.
+   * The files `load(url, { cache })` kept in the store `cache` (the private file system and
+   * the Cache API): [{ url, bytes, total, storage, complete }] (a split set's parts each under
+   * its own URL; `complete: false` for a download cut off part-way, which the next load
+   * resumes). No model needs to be loaded.
    */
   listStored(cache) {
     return this.#call('listStored', { cache }).promise;
   }
 
   /**
-   * Deletes `url` (resolved against this page) from the Cache API cache `cache`, with every
+   * Deletes `url` (resolved against this page) from the store `cache` (both media), with every
    * other part when it is a split set's first part. Resolves to the number of files deleted.
    */
   deleteStored(url, cache) {

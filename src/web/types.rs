@@ -184,7 +184,7 @@ struct ModelInfo {
 pub(crate) struct SourceNote {
     /// Read from the store.
     pub loaded_from_cache: bool,
-    /// In the store after this load.
+    /// Downloaded and kept in the store by this load.
     pub stored_in_cache: bool,
     /// The store's medium (`opfs`, `cacheApi`), when `cache` named one.
     pub storage: Option<String>,
@@ -237,7 +237,8 @@ pub(crate) struct EngineInfo {
     has_chat_template: bool,
     /// Every file came from the store (`cache`), not the network.
     loaded_from_cache: bool,
-    /// Every file is in the store after this load (kept by it, or found there).
+    /// This load downloaded the files and kept them in the store (false when they came from
+    /// it).
     stored_in_cache: bool,
     /// Where the store lives: `'opfs'` (the Origin Private File System) or `'cacheApi'`;
     /// `null` without `cache`.

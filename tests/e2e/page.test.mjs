@@ -46,6 +46,19 @@ function linkModel() {
 
 const seconds = (since) => ((performance.now() - since) / 1000).toFixed(1);
 
+/** How many files the page's store holds in the Origin Private File System (run in the page). */
+const opfsEntries = async (page) => page.evaluate(async () => {
+  try {
+    const root = await navigator.storage.getDirectory();
+    const store = await (await root.getDirectoryHandle('emberlm')).getDirectoryHandle('emberlm-models-v1');
+    let n = 0;
+    for await (const [, handle] of store.entries()) n += handle.kind === 'directory' ? 1 : 0;
+    return n;
+  } catch {
+    return 0;
+  }
+});
+
 test('chat page: load, greedy reply equal to the CLI, stop, reload from the cache', async (t) => {
   assert.ok(existsSync('www/pkg/emberlm.js'), 'www/pkg is missing: run ./build.sh build');
   assert.ok(existsSync(CLI), `${CLI} is missing: run cargo build --bin emberlm`);
@@ -89,6 +102,8 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   // the stored model is listed with its size (client.listStored)
   await page.waitForSelector('#stored-list li', { state: 'attached' });
   assert.match(await page.textContent('#stored-list'), /SmolLM2-135M-Instruct\.Q4_1\.gguf\s+\d+\.\d MB/);
+  // kept in the private file system, written as it downloaded
+  assert.equal(await opfsEntries(page), 1, 'the model is in the private file system');
   const rows = Object.fromEntries(await page.$$eval('#adapter tr', (trs) =>
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
   console.log(`adapter: ${rows.Adapter} | backend: ${rows.Backend}`);
@@ -161,6 +176,7 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   await page.waitForFunction(() => !document.getElementById('stored-empty').hidden);
   assert.equal(await page.$$eval('#stored-list li', (items) => items.length), 0);
   assert.equal(await page.evaluate(async () => (await (await caches.open('emberlm-models-v1')).keys()).length), 0);
+  assert.equal(await opfsEntries(page), 0, 'the private file system no longer holds it');
   assert.deepEqual(problems, [], 'no console errors');
 });
 
