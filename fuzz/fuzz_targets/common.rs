@@ -382,3 +382,71 @@ fn render(template: ChatTemplate, content: &str) {
     let _ = template.render(&messages, true);
     let _ = template.render(&messages[1..2], false);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Downloads kept in the page's storage
+
+/// A stored record, a `Content-Range` header, the `sha256` and `storage` options and the store's
+/// file names on arbitrary bytes: every parse either fails cleanly or gives what the rules
+/// promise (a record round-trips; a resume continues only at the byte asked for; a name is a
+/// file name; a digest reads back as written).
+pub fn stored_download(data: &[u8]) {
+    use emberlm::store::{self, range, StoredRecord};
+
+    if let Ok(r) = StoredRecord::parse(data, "record.json") {
+        let again = StoredRecord::parse(r.to_json().as_bytes(), "record.json")
+            .expect("a record written by to_json parses");
+        assert_eq!(again, r);
+    }
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    // the numbers a resume is decided on, drawn from the input
+    let mut n = [0u64; 3];
+    for (i, b) in data.iter().enumerate() {
+        n[i % 3] = n[i % 3].wrapping_mul(31).wrapping_add(u64::from(*b));
+    }
+    let (asked, length, total) = (n[0] % 4096, n[1] % 8192, n[2] % 8192);
+    if let Some(r) = range::parse_content_range(text) {
+        assert!(r.first <= r.last, "{text:?}: {r:?}");
+        if let Some(t) = r.total {
+            assert!(r.last < t, "{text:?}: {r:?}");
+        }
+        for from in [asked, r.first] {
+            if range::resume(from, 206, Some(text), length, total) == range::Resume::Continue {
+                assert_eq!(r.first, from, "{text:?}: continued at another byte");
+                if let (Some(t), true) = (r.total, total > 0) {
+                    assert_eq!(t, total, "{text:?}: continued on another file");
+                }
+            }
+        }
+    }
+    let status = (n[0] % 600) as u16;
+    if let range::Resume::Continue = range::resume(asked, status, Some(text), length, total) {
+        assert_eq!(status, 206);
+    }
+    if let Ok(digests) = store::parse_digests(text) {
+        let words: Vec<String> = text
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|w| !w.is_empty())
+            .map(|w| w.strip_prefix("sha256:").unwrap_or(w).to_ascii_lowercase())
+            .collect();
+        let back: Vec<String> = digests.iter().map(|d| store::hex(d)).collect();
+        assert_eq!(back, words);
+    }
+    let _ = store::Medium::parse(text);
+    let folder = store::folder_name(text);
+    assert!(
+        !folder.is_empty()
+            && folder.len() <= 100
+            && folder != "."
+            && folder != ".."
+            && !folder.contains(['/', '\\', '\0']),
+        "{text:?} -> {folder:?}"
+    );
+    if let Some(i) = store::part_index(text) {
+        assert_eq!(store::part_name(i), text);
+    }
+    let entry = store::entry_name(text);
+    assert!(entry.len() == 32 && entry.bytes().all(|b| b.is_ascii_hexdigit()));
+}

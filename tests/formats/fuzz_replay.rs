@@ -121,6 +121,11 @@ fn load_options() {
 }
 
 #[test]
+fn stored_download() {
+    replay("stored_download", fuzz_common::stored_download);
+}
+
+#[test]
 fn openai_request() {
     replay("openai_request", fuzz_common::openai_request);
 }
