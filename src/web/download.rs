@@ -7,12 +7,13 @@ use js_sys::{Object, Promise, Reflect, Uint8Array};
 use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Blob, Cache, CacheStorage, ReadableStream, ReadableStreamDefaultReader, Response};
+use web_sys::{Blob, Cache, ReadableStream, ReadableStreamDefaultReader, Response};
 
-use super::opfs::{self, js_text, EntryWriter, OpfsStore};
+use super::opfs::{self, js_text, EntryWriter};
+use super::stored::Store;
 use crate::error::{Error, Result};
 use crate::store::range::{self, Resume};
-use crate::store::{self as rules, Medium, StoredRecord, PART_BYTES};
+use crate::store::{self as rules, StoredRecord, PART_BYTES};
 
 #[wasm_bindgen]
 extern "C" {
@@ -27,66 +28,6 @@ const RETRIES: u32 = 3;
 
 /// Reports at most one progress event per this many bytes (and the last one).
 const PROGRESS_STEP: u64 = 1 << 20;
-
-/// Where downloads are kept (the `cache` and `storage` load options).
-pub(crate) enum Store {
-    /// A store in the Origin Private File System.
-    Opfs(OpfsStore),
-    /// A Cache API cache.
-    CacheApi(Cache),
-}
-
-impl Store {
-    /// Opens (creating) the store `name` in `medium`; `auto` takes the private file system
-    /// where the browser has one, else the Cache API. `Ok(None)` when neither is available
-    /// (an insecure context) and the medium was `auto`.
-    pub async fn open(name: &str, medium: Medium) -> Result<Option<Self>> {
-        if medium != Medium::CacheApi {
-            if let Some(s) = OpfsStore::open(name, true).await? {
-                return Ok(Some(Store::Opfs(s)));
-            }
-            if medium == Medium::Opfs {
-                return Err(Error::Io {
-                    path: format!("store `{name}`"),
-                    message: "this browser has no Origin Private File System here (`storage: \
-                              'opfs'`; it needs a secure context, and some private windows \
-                              refuse it); `storage: 'cacheApi'` uses the Cache API"
-                        .into(),
-                });
-            }
-        }
-        match open_cache(name).await {
-            Some(c) => Ok(Some(Store::CacheApi(c))),
-            None if medium == Medium::CacheApi => Err(Error::Io {
-                path: format!("store `{name}`"),
-                message: "the Cache API is not available here (it needs a secure context: \
-                          https or localhost)"
-                    .into(),
-            }),
-            None => Ok(None),
-        }
-    }
-
-    /// The medium, as JavaScript names it.
-    pub fn medium(&self) -> Medium {
-        match self {
-            Store::Opfs(_) => Medium::Opfs,
-            Store::CacheApi(_) => Medium::CacheApi,
-        }
-    }
-}
-
-async fn open_cache(name: &str) -> Option<Cache> {
-    let caches: CacheStorage = Reflect::get(&js_sys::global(), &JsValue::from_str("caches"))
-        .ok()?
-        .dyn_into()
-        .ok()?;
-    JsFuture::from(caches.open(name))
-        .await
-        .ok()?
-        .dyn_into()
-        .ok()
-}
 
 /// One file as read.
 pub(crate) struct UrlFile {
@@ -574,28 +515,4 @@ pub(crate) fn url_file_name(url: &str) -> String {
         .find(|s| !s.is_empty())
         .unwrap_or("model.gguf")
         .to_string()
-}
-
-/// Stores a fetched file in a Cache API cache under its URL, with its length so that a later
-/// read reports progress. Returns whether it was stored (a full quota is not an error).
-pub(crate) async fn put_in_cache(cache: &Cache, url: &str, bytes: &Uint8Array) -> bool {
-    let headers = Object::new();
-    let _ = Reflect::set(
-        &headers,
-        &JsValue::from_str("Content-Length"),
-        &JsValue::from_str(&bytes.length().to_string()),
-    );
-    let _ = Reflect::set(
-        &headers,
-        &JsValue::from_str("Content-Type"),
-        &JsValue::from_str("application/octet-stream"),
-    );
-    let init = web_sys::ResponseInit::new();
-    init.set_headers(&headers);
-    let Ok(response) = Response::new_with_opt_buffer_source_and_init(Some(bytes), &init) else {
-        return false;
-    };
-    JsFuture::from(cache.put_with_str(url, &response))
-        .await
-        .is_ok()
 }

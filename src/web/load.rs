@@ -6,7 +6,7 @@
 use js_sys::{Function, Object};
 use wasm_bindgen::{JsCast, JsValue};
 
-use super::download::Store;
+use super::stored::Store;
 use crate::engine::{LoadOptions, Surface};
 use crate::error::{Error, Result};
 use crate::store::Medium;

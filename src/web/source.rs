@@ -11,8 +11,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Blob, Cache, ReadableStream, ReadableStreamDefaultReader};
 
-use super::download::{self, url_file_name, Store};
+use super::download::{self, url_file_name};
 use super::opfs::js_text;
+use super::stored::{self, Store};
 use crate::loader::ModelFiles;
 use crate::{Error, Result};
 
@@ -358,12 +359,14 @@ async fn read_stream(
     Ok(bytes)
 }
 
+/// A file to put in a Cache API cache once the model has parsed: the cache, the URL, and the
+/// address of the file's bytes (the parser keeps the very buffer it was given, so a file is
+/// found again by it).
+pub(crate) type ToCache = (Cache, String, usize);
+
 /// The files as the parser takes them (`(bytes, name)`), and the Cache API entries to write once
-/// it has parsed them, each with the address of its bytes (the parser keeps the very buffer it
-/// was given, so a file is found again by it).
-pub(crate) fn into_files(
-    parts: Vec<FetchedPart>,
-) -> (Vec<(Vec<u8>, String)>, Vec<(Cache, String, usize)>) {
+/// it has parsed them.
+pub(crate) fn into_files(parts: Vec<FetchedPart>) -> (Vec<(Vec<u8>, String)>, Vec<ToCache>) {
     let mut to_cache = Vec::new();
     let files = parts
         .into_iter()
@@ -380,10 +383,7 @@ pub(crate) fn into_files(
 /// Writes each file fetched for a Cache API store into it, copied to JavaScript one file at a
 /// time (the extra memory is one file's at most). Whether every one was written (true when
 /// there were none).
-pub(crate) async fn put_in_cache(
-    to_cache: Vec<(Cache, String, usize)>,
-    files: &ModelFiles,
-) -> bool {
+pub(crate) async fn put_in_cache(to_cache: Vec<ToCache>, files: &ModelFiles) -> bool {
     let mut stored = true;
     for (cache, url, address) in to_cache {
         let data = files
@@ -391,7 +391,7 @@ pub(crate) async fn put_in_cache(
             .into_iter()
             .find(|d| d.as_ptr() as usize == address);
         stored &= match data {
-            Some(data) => download::put_in_cache(&cache, &url, &Uint8Array::from(data)).await,
+            Some(data) => stored::put_in_cache(&cache, &url, &Uint8Array::from(data)).await,
             None => false,
         };
     }

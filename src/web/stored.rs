@@ -1,8 +1,10 @@
 //! Models kept in a store (`Engine.load(url, { cache })` keeps each file under its URL, in the
 //! Origin Private File System or the Cache API): listed with their sizes, and deleted by URL,
-//! without loading anything. A store's name covers both media.
+//! without loading anything. A store's name covers both media. Also the store a load opens
+//! ([`Store`]) and the Cache API write after a model has parsed.
 
 use js_sys::{Array, Promise, Reflect};
+use js_sys::{Object, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, CacheStorage, Response};
@@ -11,6 +13,7 @@ use super::engine::Engine;
 use super::opfs::OpfsStore;
 use super::{js_error, spawn_promise};
 use crate::format::gguf_split::part_urls;
+use crate::store::Medium;
 use crate::Error;
 
 /// The page's (or worker's) `caches`, or an error saying there is none (an insecure context).
@@ -149,6 +152,90 @@ async fn delete(url: String, cache_name: String) -> Result<JsValue, JsValue> {
         }
     }
     Ok(JsValue::from_f64(f64::from(deleted)))
+}
+
+/// Where downloads are kept (the `cache` and `storage` load options).
+pub(crate) enum Store {
+    /// A store in the Origin Private File System.
+    Opfs(OpfsStore),
+    /// A Cache API cache.
+    CacheApi(Cache),
+}
+
+impl Store {
+    /// Opens (creating) the store `name` in `medium`; `auto` takes the private file system
+    /// where the browser has one, else the Cache API. `Ok(None)` when neither is available
+    /// (an insecure context) and the medium was `auto`.
+    pub async fn open(name: &str, medium: Medium) -> crate::Result<Option<Self>> {
+        if medium != Medium::CacheApi {
+            if let Some(s) = OpfsStore::open(name, true).await? {
+                return Ok(Some(Store::Opfs(s)));
+            }
+            if medium == Medium::Opfs {
+                return Err(Error::Io {
+                    path: format!("store `{name}`"),
+                    message: "this browser has no Origin Private File System here (`storage: \
+                              'opfs'`; it needs a secure context, and some private windows \
+                              refuse it); `storage: 'cacheApi'` uses the Cache API"
+                        .into(),
+                });
+            }
+        }
+        match open_cache(name).await {
+            Some(c) => Ok(Some(Store::CacheApi(c))),
+            None if medium == Medium::CacheApi => Err(Error::Io {
+                path: format!("store `{name}`"),
+                message: "the Cache API is not available here (it needs a secure context: \
+                          https or localhost)"
+                    .into(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// The medium, as JavaScript names it.
+    pub fn medium(&self) -> Medium {
+        match self {
+            Store::Opfs(_) => Medium::Opfs,
+            Store::CacheApi(_) => Medium::CacheApi,
+        }
+    }
+}
+
+async fn open_cache(name: &str) -> Option<Cache> {
+    let caches: CacheStorage = Reflect::get(&js_sys::global(), &JsValue::from_str("caches"))
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    JsFuture::from(caches.open(name))
+        .await
+        .ok()?
+        .dyn_into()
+        .ok()
+}
+
+/// Stores a fetched file in a Cache API cache under its URL, with its length so that a later
+/// read reports progress. Returns whether it was stored (a full quota is not an error).
+pub(crate) async fn put_in_cache(cache: &Cache, url: &str, bytes: &Uint8Array) -> bool {
+    let headers = Object::new();
+    let _ = Reflect::set(
+        &headers,
+        &JsValue::from_str("Content-Length"),
+        &JsValue::from_str(&bytes.length().to_string()),
+    );
+    let _ = Reflect::set(
+        &headers,
+        &JsValue::from_str("Content-Type"),
+        &JsValue::from_str("application/octet-stream"),
+    );
+    let init = web_sys::ResponseInit::new();
+    init.set_headers(&headers);
+    let Ok(response) = Response::new_with_opt_buffer_source_and_init(Some(bytes), &init) else {
+        return false;
+    };
+    JsFuture::from(cache.put_with_str(url, &response))
+        .await
+        .is_ok()
 }
 
 #[wasm_bindgen]

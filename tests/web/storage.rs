@@ -151,12 +151,9 @@ async fn an_opfs_store_keeps_a_download_and_reads_it_back() {
             json!({ "url": url, "bytes": size, "total": size, "storage": "opfs", "complete": true })
         ]
     );
-    let deleted = JsFuture::from(Engine::delete_stored(
-        url.clone(),
-        store_name.clone().into(),
-    ))
-    .await
-    .unwrap_or_else(|e| panic!("{}", message(&e)));
+    let deleted = JsFuture::from(Engine::delete_stored(url.clone(), store_name.clone()))
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)));
     assert_eq!(deleted.as_f64(), Some(1.0));
     assert!(listed(&store_name).await.is_empty());
     // after deleting, the next load downloads again
