@@ -246,8 +246,17 @@ impl Download<'_> {
     }
 }
 
-/// Reads `blob` (a stored copy) to its end into `d`'s sink.
+/// Reads `blob` (a stored copy) to its end into `d`'s sink, its memory reserved up front (a
+/// growing buffer would pass through twice the file's size, and wasm memory never shrinks).
 async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -> bool {
+    let size = (blob.size() as u64).max(total);
+    if d.sink
+        .bytes
+        .try_reserve_exact(usize::try_from(size).unwrap_or(0))
+        .is_err()
+    {
+        return false;
+    }
     let writer = d.writer.take();
     let ok = d.pump(&blob.stream(), total).await.is_ok();
     d.writer = writer;
@@ -334,6 +343,10 @@ pub(crate) async fn read_url(
             if let Some(response) = hit.and_then(|r| r.dyn_into::<Response>().ok()) {
                 let total = content_length(&response);
                 fits(total)?;
+                let _ = d
+                    .sink
+                    .bytes
+                    .try_reserve_exact(usize::try_from(total).unwrap_or(0));
                 if let Some(body) = response.body() {
                     if d.pump(&body, total).await.is_ok() && matches(d.sink.digest()) {
                         out.bytes = d.sink.bytes;

@@ -51,7 +51,8 @@ pub(super) async fn load_into(
         .map_err(|e| js_error(&e))?;
     let (files, to_cache) = super::source::into_files(fetched.parts);
     let files = ModelFiles::from_parts(files).map_err(|e| js_error(&e))?;
-    super::source::put_in_cache(to_cache, &files).await;
+    // a draft that could not be stored still runs; the next load downloads it again
+    let _ = super::source::put_in_cache(to_cache, &files).await;
     inner.load_draft(files).await.map_err(|e| js_error(&e))?;
     refresh(inner, info);
     Ok(())

@@ -183,11 +183,11 @@ impl Engine {
         .map_err(|e| js_error(&e))?;
         let note = SourceNote {
             loaded_from_cache: fetched.from_cache,
-            stored_in_cache: fetched.stored && cached && !fetched.from_cache,
+            stored_in_cache: fetched.stored && cached.is_ok() && !fetched.from_cache,
             storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
             bytes_downloaded: fetched.downloaded,
             persisted: fetched.persisted,
-            storage_notice: fetched.store_error.clone(),
+            storage_notice: fetched.store_error.clone().or(cached.err()),
         };
         let info = inner
             .inspect(|s| {

@@ -380,20 +380,22 @@ pub(crate) fn into_files(parts: Vec<FetchedPart>) -> (Vec<(Vec<u8>, String)>, Ve
     (files, to_cache)
 }
 
-/// Writes each file fetched for a Cache API store into it, copied to JavaScript one file at a
-/// time (the extra memory is one file's at most). Whether every one was written (true when
-/// there were none).
-pub(crate) async fn put_in_cache(to_cache: Vec<ToCache>, files: &ModelFiles) -> bool {
-    let mut stored = true;
+/// Writes each file fetched for a Cache API store into it, streamed a chunk at a time. `Err`
+/// with the first refusal (naming the file), after trying every file.
+pub(crate) async fn put_in_cache(to_cache: Vec<ToCache>, files: &ModelFiles) -> Result<(), String> {
+    let mut failure = None;
     for (cache, url, address) in to_cache {
         let data = files
             .file_data()
             .into_iter()
             .find(|d| d.as_ptr() as usize == address);
-        stored &= match data {
-            Some(data) => stored::put_in_cache(&cache, &url, &Uint8Array::from(data)).await,
-            None => false,
+        let done = match data {
+            Some(data) => stored::put_in_cache(&cache, &url, data).await,
+            None => Err("the parsed model no longer holds the file".to_string()),
         };
+        if let Err(e) = done {
+            failure.get_or_insert(format!("the Cache API did not store {url}: {e}"));
+        }
     }
-    stored
+    failure.map_or(Ok(()), Err)
 }

@@ -214,14 +214,20 @@ async fn open_cache(name: &str) -> Option<Cache> {
         .ok()
 }
 
+/// Bytes handed to the Cache API per write while it stores a file.
+const PUT_CHUNK: usize = 1 << 20;
+
 /// Stores a fetched file in a Cache API cache under its URL, with its length so that a later
-/// read reports progress. Returns whether it was stored (a full quota is not an error).
-pub(crate) async fn put_in_cache(cache: &Cache, url: &str, bytes: &Uint8Array) -> bool {
+/// read reports progress. The file streams into the cache a chunk at a time (each copied to
+/// JavaScript when the cache is ready for it), so storing costs one chunk of memory, not a copy
+/// of the file. `Err` with the browser's reason when the cache refused it.
+pub(crate) async fn put_in_cache(cache: &Cache, url: &str, bytes: &[u8]) -> Result<(), String> {
+    let text = |e: JsValue| super::opfs::js_text(&e);
     let headers = Object::new();
     let _ = Reflect::set(
         &headers,
         &JsValue::from_str("Content-Length"),
-        &JsValue::from_str(&bytes.length().to_string()),
+        &JsValue::from_str(&bytes.len().to_string()),
     );
     let _ = Reflect::set(
         &headers,
@@ -230,12 +236,24 @@ pub(crate) async fn put_in_cache(cache: &Cache, url: &str, bytes: &Uint8Array) -
     );
     let init = web_sys::ResponseInit::new();
     init.set_headers(&headers);
-    let Ok(response) = Response::new_with_opt_buffer_source_and_init(Some(bytes), &init) else {
-        return false;
+    let pipe = web_sys::TransformStream::new().map_err(text)?;
+    let response = Response::new_with_opt_readable_stream_and_init(Some(&pipe.readable()), &init)
+        .map_err(text)?;
+    let put = JsFuture::from(cache.put_with_str(url, &response));
+    let writer = pipe.writable().get_writer().map_err(text)?;
+    let feed = async {
+        for chunk in bytes.chunks(PUT_CHUNK) {
+            JsFuture::from(writer.ready()).await?;
+            // not awaited: `ready` above is the backpressure
+            let _ = writer.write_with_chunk(&Uint8Array::from(chunk));
+        }
+        JsFuture::from(writer.close()).await
     };
-    JsFuture::from(cache.put_with_str(url, &response))
-        .await
-        .is_ok()
+    // the cache reads while the chunks are written; a refusal ends both
+    let (fed, put) = futures_util::future::join(feed, put).await;
+    put.map_err(text)?;
+    fed.map_err(text)?;
+    Ok(())
 }
 
 #[wasm_bindgen]
