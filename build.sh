@@ -660,6 +660,19 @@ cmd_bench() {
   log "browser bench: CPU backends at equal threads"
   node tools/bench_browser.mjs "${browser_args[@]}" --ember-backend cpu --ember-threads 1 --wllama-threads 1
   node tools/bench_browser.mjs "${browser_args[@]}" --ember-backend cpu --ember-threads 2 --wllama-threads 2
+  # Where a page keeps a download (private file system against the Cache API): first and second
+  # visit, time and peak memory, on the Llama-3.2-1B shape (random weights, made here, never
+  # committed) unless --quick, which measures the model above
+  local storage_model="$model"
+  if [ -z "$quick" ]; then
+    storage_model="$BENCH_CACHE/shapes/llama-1b-q4_0.gguf"
+    if [ ! -f "$storage_model" ]; then
+      mkdir -p "$BENCH_CACHE/shapes"
+      python3 tools/shape_model.py named llama-1b "$MODEL_DIR/$MODEL_FILE" "$storage_model" --type q4_0
+    fi
+  fi
+  log "browser bench: where downloads are kept ($(basename "$storage_model"))"
+  node tools/bench_storage.mjs --model "$storage_model" --runs 2
 }
 
 # Fuzz targets (fuzz/fuzz_targets/) and the longest input each may receive.
