@@ -230,12 +230,16 @@ impl Download<'_> {
         }
     }
 
-    /// Drops every byte kept (in memory and in the store) to start again from the first.
-    async fn restart(&mut self, total: u64) {
+    /// Drops every byte kept (in memory and in the store) to start again from the first, the
+    /// store's record naming the file now announced: `total` bytes (0: unknown) and its
+    /// validators.
+    async fn restart(&mut self, total: u64, etag: Option<String>, modified: Option<String>) {
         self.sink.reset();
         if let Some(w) = self.writer.as_mut() {
             let record = StoredRecord {
                 bytes: total,
+                etag,
+                last_modified: modified,
                 ..w.record().clone()
             };
             if let Err(e) = w.restart(record).await {
@@ -316,7 +320,7 @@ pub(crate) async fn read_url(
                     }
                     // unreadable, or not the file the caller named: fetched again
                     s.remove(url).await;
-                    d.restart(0).await;
+                    d.restart(0, None, None).await;
                     d.sink.hasher = digest.map(|_| Sha256::new());
                 } else if let Some(r) = record.filter(|r| {
                     !r.complete
@@ -331,7 +335,7 @@ pub(crate) async fn read_url(
                         d.writer = Some(s.resume(r, entry.parts.len(), entry.stored).await?);
                     } else {
                         s.remove(url).await;
-                        d.restart(0).await;
+                        d.restart(0, None, None).await;
                     }
                 } else {
                     s.remove(url).await;
@@ -356,7 +360,7 @@ pub(crate) async fn read_url(
                     }
                 }
                 let _ = JsFuture::from(cache.delete_with_str(url)).await;
-                d.restart(0).await;
+                d.restart(0, None, None).await;
                 d.sink.hasher = digest.map(|_| Sha256::new());
             }
         }
@@ -406,7 +410,7 @@ pub(crate) async fn read_url(
                 Resume::Continue => {}
                 Resume::FromStart => {
                     expected = length;
-                    d.restart(length).await;
+                    d.restart(length, etag.clone(), modified.clone()).await;
                 }
                 Resume::Refetch(reason) => {
                     cancel();
@@ -415,7 +419,7 @@ pub(crate) async fn read_url(
                         return Err(io(url, format!("the download cannot resume: {reason}")));
                     }
                     expected = 0;
-                    d.restart(0).await;
+                    d.restart(0, None, None).await;
                     continue;
                 }
                 Resume::Failed(s) => {
@@ -429,6 +433,10 @@ pub(crate) async fn read_url(
                 return Err(io(url, format!("HTTP {status} {}", response.status_text())));
             }
             expected = length;
+            if d.writer.is_some() {
+                // starting over after a refetch: the record names the file now sent
+                d.restart(length, etag.clone(), modified.clone()).await;
+            }
         }
         if !fitted && expected > 0 {
             if let Err(e) = fits(expected) {
