@@ -147,7 +147,8 @@ impl Sink {
 
 /// A download in progress: the bytes so far, the store entry they are written to.
 struct Download<'a> {
-    url: &'a str,
+    /// The URL or file name, for messages.
+    name: &'a str,
     sink: Sink,
     writer: Option<EntryWriter>,
     /// A write to the store failed (why): the download goes on, the entry is removed at the end.
@@ -182,7 +183,7 @@ impl Download<'_> {
                 .and_then(|v| v.dyn_into().ok())
                 .ok_or("the stream gave something other than bytes")?;
             self.sink
-                .push(&chunk, self.url)
+                .push(&chunk, self.name)
                 .map_err(|e| e.to_string())?;
             self.write_whole_parts().await;
             let loaded = self.sink.len();
@@ -250,6 +251,37 @@ impl Download<'_> {
     }
 }
 
+/// Reads a stream (a File's) to its end into one buffer of `total` bytes reserved up front;
+/// `what` names it in errors.
+pub(crate) async fn read_all(
+    stream: &ReadableStream,
+    total: u64,
+    what: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vec<u8>> {
+    let mut d = Download {
+        name: what,
+        sink: Sink {
+            bytes: Vec::new(),
+            hasher: None,
+        },
+        writer: None,
+        store_failed: None,
+        progress,
+    };
+    let reserve = usize::try_from(total).ok();
+    if reserve.is_none_or(|n| d.sink.bytes.try_reserve_exact(n).is_err()) {
+        return Err(io(
+            what,
+            format!("{total} bytes do not fit in this page's memory (wasm32 allows at most 4 GiB)"),
+        ));
+    }
+    d.pump(stream, total)
+        .await
+        .map_err(|e| io(what, format!("reading failed: {e}")))?;
+    Ok(d.sink.bytes)
+}
+
 /// Reads `blob` (a stored copy) to its end into `d`'s sink, its memory reserved up front (a
 /// growing buffer would pass through twice the file's size, and wasm memory never shrinks).
 async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -> bool {
@@ -279,7 +311,7 @@ pub(crate) async fn read_url(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<UrlFile> {
     let mut d = Download {
-        url,
+        name: url,
         sink: Sink {
             bytes: Vec::new(),
             hasher: digest.map(|_| Sha256::new()),

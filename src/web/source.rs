@@ -8,17 +8,12 @@ use std::cell::RefCell;
 use js_sys::{ArrayBuffer, Reflect, Uint8Array};
 use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
-use web_sys::{Blob, Cache, ReadableStream, ReadableStreamDefaultReader};
+use web_sys::{Blob, Cache, ReadableStream};
 
 use super::download::{self, url_file_name};
-use super::opfs::js_text;
 use super::stored::{self, Store};
 use crate::loader::ModelFiles;
 use crate::{Error, Result};
-
-/// Reports at most one progress event per this many bytes (and the last one).
-const PROGRESS_STEP: u64 = 1 << 20;
 
 /// One file of a model, read into memory.
 pub(crate) struct FetchedPart {
@@ -245,7 +240,7 @@ impl Source {
                     let bytes = match o.body {
                         Body::Bytes(bytes) => bytes,
                         Body::Stream(stream) => {
-                            read_stream(&stream, o.total, &o.name, &mut each).await?
+                            download::read_all(&stream, o.total, &o.name, &mut each).await?
                         }
                     };
                     if let Some(want) = digest {
@@ -301,62 +296,6 @@ impl Source {
             )),
         }
     }
-}
-
-fn io(path: &str, message: impl Into<String>) -> Error {
-    Error::Io {
-        path: path.to_string(),
-        message: message.into(),
-    }
-}
-
-/// Reads a byte stream to the end into one buffer, reserving `total` bytes up front.
-async fn read_stream(
-    stream: &ReadableStream,
-    total: u64,
-    what: &str,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Vec<u8>> {
-    let too_big = |n: u64| {
-        io(
-            what,
-            format!("{n} bytes do not fit in this page's memory (wasm32 allows at most 4 GiB)"),
-        )
-    };
-    let mut bytes = Vec::new();
-    let reserve = usize::try_from(total).map_err(|_| too_big(total))?;
-    bytes
-        .try_reserve_exact(reserve)
-        .map_err(|_| too_big(total))?;
-    let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
-    let mut reported = 0u64;
-    progress(0, total);
-    loop {
-        let step = JsFuture::from(reader.read())
-            .await
-            .map_err(|e| io(what, format!("reading failed: {}", js_text(&e))))?;
-        if get(&step, "done").as_bool().unwrap_or(true) {
-            break;
-        }
-        let chunk: Uint8Array = get(&step, "value")
-            .dyn_into()
-            .map_err(|_| io(what, "the stream gave something other than bytes"))?;
-        let start = bytes.len();
-        let n = chunk.length() as usize;
-        bytes
-            .try_reserve(n)
-            .map_err(|_| too_big((start + n) as u64))?;
-        bytes.resize(start + n, 0);
-        chunk.copy_to(&mut bytes[start..]);
-        let loaded = bytes.len() as u64;
-        if loaded - reported >= PROGRESS_STEP {
-            reported = loaded;
-            progress(loaded, total.max(loaded));
-        }
-    }
-    let loaded = bytes.len() as u64;
-    progress(loaded, total.max(loaded));
-    Ok(bytes)
 }
 
 /// A file to put in a Cache API cache once the model has parsed: the cache, the URL, and the

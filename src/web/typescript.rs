@@ -83,10 +83,24 @@ export interface LoadOptions {
   /** Called as the model downloads, parses and uploads to the GPU; exceptions are ignored. */
   onProgress?: (progress: LoadProgress) => void;
   /**
-   * For URL sources: the Cache API cache to keep the file in (e.g. `'emberlm-models-v1'`), keyed by
-   * URL. A later load of the same URL reads it from there instead of the network.
+   * For URL sources: the store to keep the downloaded files in (e.g. `'emberlm-models-v1'`), keyed
+   * by URL. A later load of the same URL reads it from there instead of the network; a download cut
+   * off part-way resumes from what was kept. Where: see `storage`.
    */
   cache?: string;
+  /**
+   * Where `cache` keeps files: `'opfs'` (the Origin Private File System: written as the download
+   * streams in, in parts, so gigabytes fit and a cut-off download resumes), `'cacheApi'` (the Cache
+   * API, one entry per file, stored once the model has parsed), or `'auto'` (the default: OPFS
+   * where the browser has it, else the Cache API). Needs `cache`.
+   */
+  storage?: 'auto' | 'opfs' | 'cacheApi';
+  /**
+   * The SHA-256 of the model's file as 64 hex digits (a split set: one per part, in part order,
+   * separated by commas). Checked as the bytes arrive: a download that differs fails naming both
+   * digests and is not kept; a stored copy that differs is fetched again.
+   */
+  sha256?: string;
   /** A name for messages when the source is raw bytes (default `model.gguf`). */
   name?: string;
   /**
