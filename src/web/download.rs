@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Blob, Cache, ReadableStream, ReadableStreamDefaultReader, Response};
 
-use super::opfs::{self, js_text, EntryWriter};
+use super::opfs::{self, js_text, EntryWriter, OpfsStore};
 use super::stored::Store;
 use crate::error::{Error, Result};
 use crate::store::range::{self, Resume};
@@ -299,6 +299,54 @@ async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -> bool {
     ok
 }
 
+/// Reads `url` from the Cache API cache of the store's name, where an earlier version kept it,
+/// writing it into the private file system as it is read and then deleting the cache's entry.
+/// `None` when the cache does not hold it or it could not be read (the sink is then empty);
+/// else whether the private file system now holds it.
+async fn move_from_cache_api(
+    d: &mut Download<'_>,
+    s: &OpfsStore,
+    cache: &Cache,
+    url: &str,
+    fits: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<Option<bool>> {
+    let hit = JsFuture::from(cache.match_with_str(url)).await.ok();
+    let Some(response) = hit.and_then(|r| r.dyn_into::<Response>().ok()) else {
+        return Ok(None);
+    };
+    let Some(body) = response.body() else {
+        return Ok(None);
+    };
+    let total = content_length(&response);
+    fits(total)?;
+    let _ = d
+        .sink
+        .bytes
+        .try_reserve_exact(usize::try_from(total).unwrap_or(0));
+    d.writer = s
+        .begin(StoredRecord::started(url, total, None, None))
+        .await
+        .ok();
+    if d.pump(&body, total).await.is_err() {
+        d.writer = None;
+        s.remove(url).await;
+        d.restart(0, None, None).await;
+        return Ok(None);
+    }
+    d.write_tail().await;
+    let len = d.sink.len();
+    let moved = match d.writer.take() {
+        Some(mut w) => w.finish(len).await.is_ok() && d.store_failed.is_none(),
+        None => false,
+    };
+    if moved {
+        let _ = JsFuture::from(cache.delete_with_str(url)).await;
+    } else {
+        s.remove(url).await;
+    }
+    Ok(Some(moved))
+}
+
 /// Reads the file at `url`. `store` keeps it between loads; `digest` is the SHA-256 the caller
 /// gave for it. `fits(total)` is called with the file's length as soon as it is known, before
 /// its body is read (to refuse a file the page cannot hold). `progress(loaded, total)` reports
@@ -337,8 +385,22 @@ pub(crate) async fn read_url(
     };
 
     match store {
-        Some(Store::Opfs(s)) => {
-            if let Some(entry) = s.entry(url).await? {
+        Some(Store::Opfs(s, earlier)) => {
+            let entry = s.entry(url).await?;
+            if let (None, Some(cache)) = (&entry, earlier) {
+                if let Some(moved) = move_from_cache_api(&mut d, s, cache, url, fits).await? {
+                    if matches(d.sink.digest()) {
+                        out.bytes = d.sink.bytes;
+                        out.from_store = true;
+                        out.stored = moved;
+                        return Ok(out);
+                    }
+                    s.remove(url).await;
+                    d.restart(0, None, None).await;
+                    d.sink.hasher = digest.map(|_| Sha256::new());
+                }
+            }
+            if let Some(entry) = entry {
                 let record = entry.record.clone();
                 if let (true, Some(r)) = (entry.is_complete(), &record) {
                     fits(r.bytes)?;
@@ -479,7 +541,7 @@ pub(crate) async fn read_url(
         }
         let reserve = usize::try_from(expected.saturating_sub(d.sink.len())).unwrap_or(0);
         let _ = d.sink.bytes.try_reserve_exact(reserve);
-        if let (Some(Store::Opfs(s)), false) = (store, asked_room) {
+        if let (Some(Store::Opfs(s, _)), false) = (store, asked_room) {
             asked_room = true;
             if let Some((quota, used)) = opfs::estimate().await {
                 let what = format!("{} in store `{}`", url_file_name(url), s.name());
@@ -533,7 +595,7 @@ pub(crate) async fn read_url(
     if let (Some(want), Some(got)) = (digest, got) {
         if let Err(e) = rules::check_digest(&url_file_name(url), want, &got) {
             // not the file the caller named: nothing of it is kept
-            if let Some(Store::Opfs(s)) = store {
+            if let Some(Store::Opfs(s, _)) = store {
                 s.remove(url).await;
             }
             return Err(e);
@@ -548,7 +610,7 @@ pub(crate) async fn read_url(
         }
     }
     if let Some(why) = d.store_failed.take() {
-        if let Some(Store::Opfs(s)) = store {
+        if let Some(Store::Opfs(s, _)) = store {
             s.remove(url).await;
         }
         out.stored = false;

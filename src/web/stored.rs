@@ -157,7 +157,10 @@ async fn delete(url: String, cache_name: String) -> Result<JsValue, JsValue> {
 /// Where downloads are kept (the `cache` and `storage` load options).
 pub(crate) enum Store {
     /// A store in the Origin Private File System.
-    Opfs(OpfsStore),
+    /// A store in the Origin Private File System, with the Cache API cache of the same name
+    /// when one exists and the medium was `auto` (what an earlier version stored there is moved
+    /// into the private file system when it is next loaded).
+    Opfs(OpfsStore, Option<Cache>),
     /// A Cache API cache.
     CacheApi(Cache),
 }
@@ -169,7 +172,11 @@ impl Store {
     pub async fn open(name: &str, medium: Medium) -> crate::Result<Option<Self>> {
         if medium != Medium::CacheApi {
             if let Some(s) = OpfsStore::open(name, true).await? {
-                return Ok(Some(Store::Opfs(s)));
+                let earlier = match medium {
+                    Medium::Auto => existing(name).await.ok().flatten(),
+                    _ => None,
+                };
+                return Ok(Some(Store::Opfs(s, earlier)));
             }
             if medium == Medium::Opfs {
                 return Err(Error::Io {
@@ -196,7 +203,7 @@ impl Store {
     /// The medium, as JavaScript names it.
     pub fn medium(&self) -> Medium {
         match self {
-            Store::Opfs(_) => Medium::Opfs,
+            Store::Opfs(..) => Medium::Opfs,
             Store::CacheApi(_) => Medium::CacheApi,
         }
     }

@@ -365,3 +365,54 @@ async fn storage_options_are_checked() {
     .await
     .unwrap_or_else(|e| panic!("{}", message(&e)));
 }
+
+/// A file an earlier version kept in the Cache API (the same store name) is read from there by
+/// a load with `storage: 'auto'`, nothing downloaded, and moved into the private file system.
+#[wasm_bindgen_test]
+async fn an_earlier_cache_api_copy_moves_into_the_private_file_system() {
+    let run = unique("moved");
+    let Some(url) = url_with(
+        "an_earlier_cache_api_copy_moves_into_the_private_file_system",
+        &run,
+    ) else {
+        return;
+    };
+    let store_name = unique("emberlm-test-move");
+    let expected = expected_tokens().await;
+    let old = json!({ "cache": store_name, "storage": "cacheApi", "contextLength": 64, "backend": "cpu" });
+    let (_, info) = load(&url, old).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(info["storage"], "cacheApi", "{info}");
+    let media: Vec<Value> = listed(&store_name)
+        .await
+        .iter()
+        .map(|f| f["storage"].clone())
+        .collect();
+    assert_eq!(media, vec![json!("cacheApi")]);
+
+    let auto = json!({ "cache": store_name, "contextLength": 64, "backend": "cpu" });
+    let (engine, info) = load(&url, auto.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(info["storage"], "opfs", "{info}");
+    assert_eq!(info["loadedFromCache"], true, "{info}");
+    assert_eq!(info["bytesDownloaded"].as_f64(), Some(0.0), "{info}");
+    assert_eq!(generate_greedy(&engine).await["tokens"], expected);
+    let list = listed(&store_name).await;
+    let size = fixture(FIXTURE).len() as u64;
+    assert_eq!(
+        list,
+        vec![
+            json!({ "url": url, "bytes": size, "total": size, "storage": "opfs", "complete": true })
+        ],
+        "moved, not copied"
+    );
+    // and read from the private file system from then on
+    let (_, info) = load(&url, auto).await.unwrap();
+    assert_eq!(
+        (
+            info["loadedFromCache"].clone(),
+            info["bytesDownloaded"].clone()
+        ),
+        (json!(true), json!(0))
+    );
+}
