@@ -1,6 +1,7 @@
 """llama.cpp (through llama-cpp-python, CPU) on the same GGUF and token ids as `emberlm bench`.
 
-Reads a JSON request {model, prompts: [[ids]], decode_prompt: [ids], decode: n} and prints JSON:
+Reads a JSON request {model, prompts: [[ids]], decode_prompt: [ids], decode: n, threads?} and
+prints JSON (threads: the request's, else every core):
 load time, prefill tok/s per prompt (fresh KV each), greedy decode tok/s over `decode` tokens.
 """
 import json
@@ -16,12 +17,14 @@ def main():
         req = json.load(f)
     longest = max(len(p) for p in req["prompts"] + [req["decode_prompt"]])
     n_ctx = longest + req["decode"] + 16
+    threads = req.get("threads") or os.cpu_count() or 1
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(
         model_path=req["model"],
         n_ctx=n_ctx,
         n_batch=512,
-        n_threads=os.cpu_count() or 1,
+        n_threads=threads,
+        n_threads_batch=threads,
         logits_all=False,
         verbose=False,
     )
@@ -47,7 +50,7 @@ def main():
         "load_s": load_s,
         "prefill_tok_s": prefill,
         "decode_tok_s": (req["decode"] - 1) / decode_s,
-        "threads": os.cpu_count(),
+        "threads": threads,
     }))
 
 

@@ -96,3 +96,62 @@ fn load_options_from_flags_and_a_config_file_are_checked_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--device cpu bench` measures the CPU backend (it refused: "this needs a GPU device"):
+/// load, prefill and decode figures, the instruction set and threads, JSON where `--out` says,
+/// and llama.cpp reported as not run with the reason when it was not asked for.
+#[test]
+fn bench_runs_on_the_cpu_backend() {
+    let out = std::env::temp_dir().join(format!("emberlm-cpu-bench-{}.json", std::process::id()));
+    let out_arg = out.to_string_lossy().into_owned();
+    let (code, stdout, err) = emberlm(&[
+        "--device",
+        "cpu",
+        "bench",
+        "--model",
+        "tests/fixtures/tiny-llama-q4_1.gguf",
+        "--prefill",
+        "8,16",
+        "--decode",
+        "4",
+        "--runs",
+        "1",
+        "--out",
+        &out_arg,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("CPU backend") && stdout.contains("llama.cpp: NOT RUN"),
+        "{stdout}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(v["backend"], "cpu", "{v}");
+    assert!(v["threads"].as_u64().is_some_and(|t| t >= 1), "{v}");
+    assert!(v["instruction_set"].is_string(), "{v}");
+    for p in v["prefill_tok_s"].as_array().unwrap() {
+        assert!(
+            p["tok_s"]["median"].as_f64().is_some_and(|t| t > 0.0),
+            "{v}"
+        );
+    }
+    assert!(
+        v["decode_tok_s"]["median"]
+            .as_f64()
+            .is_some_and(|t| t > 0.0),
+        "{v}"
+    );
+    assert_eq!(v["llama_cpp"]["available"], false, "{v}");
+    // the GPU-only section says why it does not run here
+    let (code, _, err) = emberlm(&[
+        "--device",
+        "cpu",
+        "bench",
+        "--model",
+        "tests/fixtures/tiny-llama-q4_1.gguf",
+        "--kv-kinds-only",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--kv-kinds-only"), "{err}");
+}

@@ -76,15 +76,15 @@ pub struct BenchArgs {
 
 /// Median, min and max of a set of runs.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-struct Spread {
-    median: f64,
+pub(crate) struct Spread {
+    pub(crate) median: f64,
     min: f64,
     max: f64,
     runs: usize,
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Self {
+    pub(crate) fn of(values: &[f64]) -> Self {
         let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
         if v.is_empty() {
             return Self::default();
@@ -115,13 +115,13 @@ impl std::fmt::Display for Spread {
     }
 }
 
-fn fail(e: impl std::fmt::Display) -> Failure {
+pub(crate) fn fail(e: impl std::fmt::Display) -> Failure {
     Failure::from(e.to_string())
 }
 
 /// The prompt: a fixed English text tokenized and repeated to `n` tokens, so every run and every
 /// peer sees the same ids.
-fn prompt_tokens(session: &Session, n: usize) -> CliResult<Vec<u32>> {
+pub(crate) fn prompt_tokens(session: &Session, n: usize) -> CliResult<Vec<u32>> {
     const TEXT: &str = "The history of computing is a story of machines that became smaller, \
         faster and cheaper, and of the people who learned to program them. ";
     let ids = session.tokenizer().encode(TEXT, false, Some(false))?;
@@ -133,7 +133,7 @@ fn prompt_tokens(session: &Session, n: usize) -> CliResult<Vec<u32>> {
     Ok(ids.iter().copied().cycle().take(n).collect())
 }
 
-fn greedy_forever(session: &Session, max_new_tokens: usize) -> GenerateOptions {
+pub(crate) fn greedy_forever(session: &Session, max_new_tokens: usize) -> GenerateOptions {
     let mut sampling = SamplingParams {
         max_new_tokens,
         ..SamplingParams::greedy()
@@ -169,12 +169,13 @@ fn gpu_of(session: &Session) -> CliResult<&GpuContext> {
 }
 
 /// The llama.cpp peer: runs `tools/bench_llama_cpp.py` once; `Err` carries why it could not.
-fn llama_cpp_once(
+pub(crate) fn llama_cpp_once(
     python: &Path,
     model: &Path,
     prompts: &[Vec<u32>],
     decode_prompt: &[u32],
     decode: usize,
+    threads: Option<usize>,
 ) -> Result<Value, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/bench_llama_cpp.py");
     let request = json!({
@@ -182,6 +183,7 @@ fn llama_cpp_once(
         "prompts": prompts,
         "decode_prompt": decode_prompt,
         "decode": decode,
+        "threads": threads,
     });
     let dir = std::env::temp_dir().join(format!("emberlm-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -200,7 +202,7 @@ fn llama_cpp_once(
     serde_json::from_slice(&out.stdout).map_err(|e| format!("llama.cpp output: {e}"))
 }
 
-fn sanitize(name: &str) -> String {
+pub(crate) fn sanitize(name: &str) -> String {
     let s: String = name
         .chars()
         .map(|c| {
@@ -238,6 +240,15 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
     let model = crate::cli::model_path(args.model.clone()).map_err(Failure::usage)?;
     if args.batch_only {
         return crate::bench_batch::only(&model, args.quick);
+    }
+    if crate::cli::gpu_options().device == emberlm::gpu::DeviceChoice::Cpu {
+        if args.kv_kinds_only {
+            return Err(Failure::usage(
+                "--kv-kinds-only measures the GPU's KV-cache kinds; on the CPU backend the \
+                 automatic KV plan (`--kv-cache auto`) measures them",
+            ));
+        }
+        return crate::bench_cpu::bench(&args, &model);
     }
     if args.kv_kinds_only {
         let kinds = crate::bench_kv::KvKindsBench {
@@ -313,7 +324,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         }
         if let Some(python) = &llama_python {
             if llama_error.is_none() {
-                match llama_cpp_once(python, &model, &prompts, &decode_prompt, args.decode) {
+                match llama_cpp_once(python, &model, &prompts, &decode_prompt, args.decode, None) {
                     Ok(v) => llama_runs.push(v),
                     Err(e) => llama_error = Some(e),
                 }
