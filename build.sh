@@ -698,7 +698,8 @@ setup_fuzz() {
   fi
 }
 
-# Runs every fuzz target for SECONDS (default 60) from the saved corpus fuzz/corpus/<target>/,
+# Runs every fuzz target for SECONDS (default 60) from the saved corpus (fuzz/corpus/<target>_seed_corpus.zip,
+# unpacked into fuzz/corpus/<target>/, which is not committed),
 # one job at a time. New inputs go to fuzz/work/<target>/ (not committed), crashes to
 # fuzz/artifacts/<target>/; the summary is printed and written to fuzz/work/summary.txt.
 cmd_fuzz() {
@@ -708,6 +709,8 @@ cmd_fuzz() {
   log "building the fuzz targets (nightly, release with debug assertions, no sanitizer)"
   cargo +nightly fuzz build --sanitizer none 2>&1 | tail -n 3 || die "building the fuzz targets failed"
   mkdir -p fuzz/work
+  # the saved corpora are archives (fuzz/corpus/<target>_seed_corpus.zip); libFuzzer reads folders
+  python3 fuzz/corpus_archive.py unpack >/dev/null
   local summary=fuzz/work/summary.txt failed=0 t
   printf '%-16s %8s %12s %10s %9s %s\n' target seconds executions 'exec/s' 'new units' crashes >"$summary"
   for t in "${FUZZ_TARGETS[@]}"; do

@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Writes the seed inputs of every fuzz target into fuzz/corpus/<target>/ (standard library only).
+"""Writes the seed inputs of every fuzz target into its corpus archive,
+fuzz/corpus/<target>_seed_corpus.zip (standard library only).
 
 Seeds are small on purpose (the committed corpus stays well under 2 MB): metadata-only GGUF files
 carrying the fixtures' tokenizers, tiny GGUF models and Hugging Face folders with random weights
 and a few dimensions (configuration keys copied from the fixtures, dimensions shrunk), one real
 fixture model, tokenizer.json files of several kinds, and chat templates of the shapes real models
-ship. Run from anywhere: `python3 fuzz/make_seeds.py`. Existing files of the same name are
-overwritten; other corpus files are left alone.
+ship. Run from anywhere: `python3 fuzz/make_seeds.py`. Existing entries of the same name are
+replaced; other corpus entries are left alone.
 """
 
 import json
 import os
 import random
 import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus_archive  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -476,13 +481,24 @@ HOSTILE = [
 # ---------------------------------------------------------------------------------------------
 
 
+SEEDS = {}
+
+
 def save(target, name, data):
-    d = os.path.join(CORPUS, target)
-    os.makedirs(d, exist_ok=True)
+    """Queues a seed; `main` writes them into each target's archive at the end."""
     if isinstance(data, str):
         data = data.encode()
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(data)
+    SEEDS.setdefault(target, {})[name] = data
+
+
+def write_seeds():
+    """Each target's seeds into its archive (fuzz/corpus/<target>_seed_corpus.zip), replacing
+    entries of the same name and keeping the rest."""
+    for target, seeds in sorted(SEEDS.items()):
+        files = corpus_archive.read_archive(target)
+        files.update(seeds)
+        corpus_archive.write_archive(target, files)
+        print(f"{target}: {len(seeds)} seeds written ({len(files)} inputs in its archive)")
 
 
 def main():
@@ -602,3 +618,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    write_seeds()

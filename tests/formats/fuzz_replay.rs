@@ -1,4 +1,5 @@
-//! Replays every saved fuzz input (`fuzz/corpus/<target>/` and `fuzz/regressions/<target>/`)
+//! Replays every saved fuzz input (`fuzz/corpus/<target>_seed_corpus.zip` and
+//! `fuzz/regressions/<target>/`)
 //! through the same code the fuzz targets run (`fuzz/fuzz_targets/common.rs`), on stable and
 //! without libFuzzer: a parser change that makes any of them panic fails here. See
 //! `fuzz/README.md` for running the fuzzers themselves.
@@ -7,6 +8,7 @@
 
 use crate::fuzz_common;
 
+use std::io::Read;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,22 +17,43 @@ use std::time::{Duration, Instant};
 /// half a minute in a debug build).
 const SLOW: Duration = Duration::from_secs(1);
 
-/// The files saved for `target`, in name order.
-fn inputs(target: &str) -> Vec<PathBuf> {
+/// The inputs saved for `target`, each `(name, bytes)`: its corpus archive
+/// (`fuzz/corpus/<target>_seed_corpus.zip`, entries in name order), then its regressions
+/// (`fuzz/regressions/<target>/`, files in name order).
+fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
-    let mut files = Vec::new();
-    for dir in ["corpus", "regressions"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
-            continue;
-        };
+    let mut out = Vec::new();
+    let archive = root
+        .join("corpus")
+        .join(format!("{target}_seed_corpus.zip"));
+    if let Ok(file) = std::fs::File::open(&archive) {
+        let mut zip =
+            zip::ZipArchive::new(file).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+        let mut names: Vec<String> = zip.file_names().map(String::from).collect();
+        names.sort();
+        for name in names {
+            let mut entry = zip
+                .by_name(&name)
+                .unwrap_or_else(|e| panic!("{}: {name}: {e}", archive.display()));
+            let mut data = Vec::new();
+            entry
+                .read_to_end(&mut data)
+                .unwrap_or_else(|e| panic!("{}: {name}: {e}", archive.display()));
+            out.push((format!("{}:{name}", archive.display()), data));
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(root.join("regressions").join(target)) {
         let mut found: Vec<PathBuf> = entries
-            .map(|e| e.expect("reading a corpus folder").path())
+            .map(|e| e.expect("reading a regressions folder").path())
             .filter(|p| p.is_file())
             .collect();
         found.sort();
-        files.extend(found);
+        for path in found {
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            out.push((path.display().to_string(), data));
+        }
     }
-    files
+    out
 }
 
 /// Runs `body` on every saved input of `target`; fails naming each input that panicked.
@@ -42,14 +65,13 @@ fn replay(target: &str, body: fn(&[u8])) {
     );
     let start = Instant::now();
     let mut failed = Vec::new();
-    for path in &files {
-        let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for (name, data) in &files {
         let t0 = Instant::now();
-        if panic::catch_unwind(AssertUnwindSafe(|| body(&data))).is_err() {
-            failed.push(path.display().to_string());
+        if panic::catch_unwind(AssertUnwindSafe(|| body(data))).is_err() {
+            failed.push(name.clone());
         }
         if t0.elapsed() > SLOW {
-            eprintln!("{target}: {} took {:.1?}", path.display(), t0.elapsed());
+            eprintln!("{target}: {name} took {:.1?}", t0.elapsed());
         }
     }
     eprintln!(
@@ -139,13 +161,13 @@ fn http_head() {
 fn tune_record() {
     replay("tune_record", fuzz_common::tune_record);
     // the seeds reach past the checks: a whole plan and a decision are trusted
+    let saved = inputs("tune_record");
     let seed = |name: &str| {
-        std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fuzz/corpus/tune_record")
-                .join(name),
-        )
-        .expect("a seed record")
+        let (_, data) = saved
+            .iter()
+            .find(|(n, _)| n.ends_with(&format!(":{name}")))
+            .unwrap_or_else(|| panic!("the seed record `{name}` is in the tune_record archive"));
+        String::from_utf8(data.clone()).expect("a seed record is text")
     };
     let key = emberlm::tune::TuneKey::new(
         "kernel-plan",

@@ -247,7 +247,7 @@ fn gpu_sessions_follow_formats_from_candidates_and_rows() {
 fn a_json_grammar_in_gbnf_gives_json() {
     let grammar = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/fuzz/corpus/response_format/gbnf_json"
+        "/tests/fixtures/json.gbnf"
     ))
     .unwrap();
     let format = ResponseFormat::Gbnf(grammar);
