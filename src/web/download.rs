@@ -282,6 +282,28 @@ pub(crate) async fn read_all(
     Ok(d.sink.bytes)
 }
 
+impl Download<'_> {
+    /// The bytes read, as a file that came from the store (`stored`: the store holds it now).
+    fn into_stored_file(self, stored: bool) -> UrlFile {
+        UrlFile {
+            bytes: self.sink.bytes,
+            from_store: true,
+            downloaded: 0,
+            stored,
+            cache_after: None,
+            persisted: None,
+            store_error: None,
+        }
+    }
+
+    /// Drops a stored copy that could not be used and starts the sink (and its digest) again.
+    async fn forget_stored(&mut self, s: &OpfsStore, digest: Option<&[u8; 32]>) {
+        s.remove(self.name).await;
+        self.restart(0, None, None).await;
+        self.sink.hasher = digest.map(|_| Sha256::new());
+    }
+}
+
 /// Reads `blob` (a stored copy) to its end into `d`'s sink, its memory reserved up front (a
 /// growing buffer would pass through twice the file's size, and wasm memory never shrinks).
 async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -> bool {
@@ -390,14 +412,9 @@ pub(crate) async fn read_url(
             if let (None, Some(cache)) = (&entry, earlier) {
                 if let Some(moved) = move_from_cache_api(&mut d, s, cache, url, fits).await? {
                     if matches(d.sink.digest()) {
-                        out.bytes = d.sink.bytes;
-                        out.from_store = true;
-                        out.stored = moved;
-                        return Ok(out);
+                        return Ok(d.into_stored_file(moved));
                     }
-                    s.remove(url).await;
-                    d.restart(0, None, None).await;
-                    d.sink.hasher = digest.map(|_| Sha256::new());
+                    d.forget_stored(s, digest).await;
                 }
             }
             if let Some(entry) = entry {
@@ -407,15 +424,10 @@ pub(crate) async fn read_url(
                     if read_stored(&mut d, &entry.blob()?, r.bytes).await
                         && matches(d.sink.digest())
                     {
-                        out.bytes = d.sink.bytes;
-                        out.from_store = true;
-                        out.stored = true;
-                        return Ok(out);
+                        return Ok(d.into_stored_file(true));
                     }
                     // unreadable, or not the file the caller named: fetched again
-                    s.remove(url).await;
-                    d.restart(0, None, None).await;
-                    d.sink.hasher = digest.map(|_| Sha256::new());
+                    d.forget_stored(s, digest).await;
                 } else if let Some(r) = record.filter(|r| {
                     !r.complete
                         && !entry.gaps
@@ -447,10 +459,7 @@ pub(crate) async fn read_url(
                     .try_reserve_exact(usize::try_from(total).unwrap_or(0));
                 if let Some(body) = response.body() {
                     if d.pump(&body, total).await.is_ok() && matches(d.sink.digest()) {
-                        out.bytes = d.sink.bytes;
-                        out.from_store = true;
-                        out.stored = true;
-                        return Ok(out);
+                        return Ok(d.into_stored_file(true));
                     }
                 }
                 let _ = JsFuture::from(cache.delete_with_str(url)).await;
