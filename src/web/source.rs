@@ -238,7 +238,11 @@ impl Source {
                     let o = other.open(own_name)?;
                     fits(None, &o.name)?;
                     let bytes = match o.body {
-                        Body::Bytes(bytes) => bytes,
+                        Body::Bytes(bytes) => {
+                            let n = bytes.len() as u64;
+                            each(n, n);
+                            bytes
+                        }
                         Body::Stream(stream) => {
                             download::read_all(&stream, o.total, &o.name, &mut each).await?
                         }
