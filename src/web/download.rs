@@ -3,17 +3,18 @@
 //! the connection breaks (and on the next load, from what the store kept), and checked against
 //! the caller's SHA-256 as the bytes arrive.
 
-use js_sys::{Object, Promise, Reflect, Uint8Array};
+use js_sys::{Object, Promise, Reflect};
 use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Blob, Cache, ReadableStream, ReadableStreamDefaultReader, Response};
+use web_sys::{Cache, Response};
 
-use super::opfs::{self, js_text, EntryWriter, OpfsStore};
+use super::opfs::{self, js_text, OpfsStore};
+use super::pump::{read_stored, Download, Sink};
 use super::stored::Store;
 use crate::error::{Error, Result};
 use crate::store::range::{self, Resume};
-use crate::store::{self as rules, StoredRecord, PART_BYTES};
+use crate::store::{self as rules, StoredRecord};
 
 #[wasm_bindgen]
 extern "C" {
@@ -25,9 +26,6 @@ extern "C" {
 /// How many times one load asks again after the connection broke (each time for the bytes not
 /// yet received), waiting 0.25 s, 0.5 s, 1 s between.
 const RETRIES: u32 = 3;
-
-/// Reports at most one progress event per this many bytes (and the last one).
-const PROGRESS_STEP: u64 = 1 << 20;
 
 /// One file as read.
 pub(crate) struct UrlFile {
@@ -99,226 +97,12 @@ async fn fetch(url: &str, from: u64) -> std::result::Result<Response, String> {
         .map_err(|_| "fetch did not return a Response".to_string())
 }
 
-/// The file's bytes as they arrive, and their digest when one is to be checked.
-struct Sink {
-    bytes: Vec<u8>,
-    hasher: Option<Sha256>,
-}
-
-impl Sink {
-    fn reset(&mut self) {
-        self.bytes.clear();
-        if self.hasher.is_some() {
-            self.hasher = Some(Sha256::new());
-        }
-    }
-
-    fn len(&self) -> u64 {
-        self.bytes.len() as u64
-    }
-
-    fn push(&mut self, chunk: &Uint8Array, what: &str) -> Result<()> {
-        let start = self.bytes.len();
-        let n = chunk.length() as usize;
-        let too_big = || {
-            io(
-                what,
-                format!(
-                    "{} bytes do not fit in this page's memory (wasm32 allows at most 4 GiB)",
-                    start.saturating_add(n)
-                ),
-            )
-        };
-        self.bytes.try_reserve(n).map_err(|_| too_big())?;
-        self.bytes.resize(start.saturating_add(n), 0);
-        let new = self.bytes.get_mut(start..).ok_or_else(too_big)?;
-        chunk.copy_to(new);
-        if let Some(h) = &mut self.hasher {
-            h.update(&*new);
-        }
-        Ok(())
-    }
-
-    /// Whether the bytes have the digest `expected` (true when none is expected).
-    fn digest(&mut self) -> Option<[u8; 32]> {
-        self.hasher.take().map(|h| h.finalize().into())
-    }
-}
-
-/// A download in progress: the bytes so far, the store entry they are written to.
-struct Download<'a> {
-    /// The URL or file name, for messages.
-    name: &'a str,
-    sink: Sink,
-    writer: Option<EntryWriter>,
-    /// A write to the store failed (why): the download goes on, the entry is removed at the end.
-    store_failed: Option<String>,
-    progress: &'a mut dyn FnMut(u64, u64),
-}
-
-impl Download<'_> {
-    /// Reads `stream` to its end into the sink, writing each whole part to the store. `Err`
-    /// only for the stream (the network); a failed store write stops storing instead.
-    async fn pump(
-        &mut self,
-        stream: &ReadableStream,
-        total: u64,
-    ) -> std::result::Result<(), String> {
-        let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
-        let mut reported = self.sink.len();
-        (self.progress)(reported, total.max(reported));
-        loop {
-            let step = JsFuture::from(reader.read())
-                .await
-                .map_err(|e| js_text(&e))?;
-            let done = Reflect::get(&step, &JsValue::from_str("done"))
-                .ok()
-                .and_then(|d| d.as_bool())
-                .unwrap_or(true);
-            if done {
-                break;
-            }
-            let chunk: Uint8Array = Reflect::get(&step, &JsValue::from_str("value"))
-                .ok()
-                .and_then(|v| v.dyn_into().ok())
-                .ok_or("the stream gave something other than bytes")?;
-            self.sink
-                .push(&chunk, self.name)
-                .map_err(|e| e.to_string())?;
-            self.write_whole_parts().await;
-            let loaded = self.sink.len();
-            if loaded - reported >= PROGRESS_STEP {
-                reported = loaded;
-                (self.progress)(loaded, total.max(loaded));
-            }
-        }
-        let loaded = self.sink.len();
-        (self.progress)(loaded, total.max(loaded));
-        Ok(())
-    }
-
-    async fn write_whole_parts(&mut self) {
-        let Some(w) = self.writer.as_mut() else {
-            return;
-        };
-        loop {
-            let from = usize::try_from(w.committed()).unwrap_or(usize::MAX);
-            let Some(part) = self.sink.bytes.get(from..from.saturating_add(PART_BYTES)) else {
-                return;
-            };
-            if part.len() < PART_BYTES {
-                return;
-            }
-            if let Err(e) = w.write_part(part).await {
-                self.writer = None;
-                self.store_failed = Some(e.to_string());
-                return;
-            }
-        }
-    }
-
-    /// Writes what arrived after the last whole part as a part of its own (the connection
-    /// broke, or the file is complete).
-    async fn write_tail(&mut self) {
-        let Some(w) = self.writer.as_mut() else {
-            return;
-        };
-        let from = usize::try_from(w.committed()).unwrap_or(usize::MAX);
-        let tail = self.sink.bytes.get(from..).unwrap_or_default();
-        if let Err(e) = w.write_part(tail).await {
-            self.writer = None;
-            self.store_failed = Some(e.to_string());
-        }
-    }
-
-    /// Drops every byte kept (in memory and in the store) to start again from the first, the
-    /// store's record naming the file now announced: `total` bytes (0: unknown) and its
-    /// validators.
-    async fn restart(&mut self, total: u64, etag: Option<String>, modified: Option<String>) {
-        self.sink.reset();
-        if let Some(w) = self.writer.as_mut() {
-            let record = StoredRecord {
-                bytes: total,
-                etag,
-                last_modified: modified,
-                ..w.record().clone()
-            };
-            if let Err(e) = w.restart(record).await {
-                self.writer = None;
-                self.store_failed = Some(e.to_string());
-            }
-        }
-    }
-}
-
-/// Reads a stream (a File's) to its end into one buffer of `total` bytes reserved up front;
-/// `what` names it in errors.
-pub(crate) async fn read_all(
-    stream: &ReadableStream,
-    total: u64,
-    what: &str,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Vec<u8>> {
-    let mut d = Download {
-        name: what,
-        sink: Sink {
-            bytes: Vec::new(),
-            hasher: None,
-        },
-        writer: None,
-        store_failed: None,
-        progress,
-    };
-    let reserve = usize::try_from(total).ok();
-    if reserve.is_none_or(|n| d.sink.bytes.try_reserve_exact(n).is_err()) {
-        return Err(io(
-            what,
-            format!("{total} bytes do not fit in this page's memory (wasm32 allows at most 4 GiB)"),
-        ));
-    }
-    d.pump(stream, total)
-        .await
-        .map_err(|e| io(what, format!("reading failed: {e}")))?;
-    Ok(d.sink.bytes)
-}
-
-impl Download<'_> {
-    /// The bytes read, as a file that came from the store (`stored`: the store holds it now).
-    fn into_stored_file(self, stored: bool) -> UrlFile {
-        UrlFile {
-            bytes: self.sink.bytes,
-            from_store: true,
-            downloaded: 0,
-            stored,
-            cache_after: None,
-            persisted: None,
-            store_error: None,
-        }
-    }
-
-    /// Drops a stored copy that could not be used and starts the sink (and its digest) again.
-    async fn forget_stored(&mut self, s: &OpfsStore, digest: Option<&[u8; 32]>) {
-        s.remove(self.name).await;
-        self.restart(0, None, None).await;
-        self.sink.hasher = digest.map(|_| Sha256::new());
-    }
-}
-
-/// Reads `blob` (a stored copy) to its end into `d`'s sink, its memory reserved up front (a
-/// growing buffer would pass through twice the file's size, and wasm memory never shrinks).
-async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -> bool {
-    let size = (blob.size() as u64).max(total);
-    if d.sink
-        .bytes
-        .try_reserve_exact(usize::try_from(size).unwrap_or(0))
-        .is_err()
-    {
-        return false;
-    }
-    let writer = d.writer.take();
-    let ok = d.pump(&blob.stream(), total).await.is_ok();
-    d.writer = writer;
-    ok
+/// What a Cache API cache holds for `url`: the response and its length (0 when unknown).
+async fn cached(cache: &Cache, url: &str) -> Option<(Response, u64)> {
+    let hit = JsFuture::from(cache.match_with_str(url)).await.ok()?;
+    let response: Response = hit.dyn_into().ok()?;
+    let total = content_length(&response);
+    Some((response, total))
 }
 
 /// Reads `url` from the Cache API cache of the store's name, where an earlier version kept it,
@@ -332,19 +116,14 @@ async fn move_from_cache_api(
     url: &str,
     fits: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<Option<bool>> {
-    let hit = JsFuture::from(cache.match_with_str(url)).await.ok();
-    let Some(response) = hit.and_then(|r| r.dyn_into::<Response>().ok()) else {
+    let Some((response, total)) = cached(cache, url).await else {
         return Ok(None);
     };
     let Some(body) = response.body() else {
         return Ok(None);
     };
-    let total = content_length(&response);
     fits(total)?;
-    let _ = d
-        .sink
-        .bytes
-        .try_reserve_exact(usize::try_from(total).unwrap_or(0));
+    d.sink.reserve(total);
     d.writer = s
         .begin(StoredRecord::started(url, total, None, None))
         .await
@@ -449,14 +228,9 @@ pub(crate) async fn read_url(
             }
         }
         Some(Store::CacheApi(cache)) => {
-            let hit = JsFuture::from(cache.match_with_str(url)).await.ok();
-            if let Some(response) = hit.and_then(|r| r.dyn_into::<Response>().ok()) {
-                let total = content_length(&response);
+            if let Some((response, total)) = cached(cache, url).await {
                 fits(total)?;
-                let _ = d
-                    .sink
-                    .bytes
-                    .try_reserve_exact(usize::try_from(total).unwrap_or(0));
+                d.sink.reserve(total);
                 if let Some(body) = response.body() {
                     if d.pump(&body, total).await.is_ok() && matches(d.sink.digest()) {
                         return Ok(d.into_stored_file(true));
@@ -548,8 +322,7 @@ pub(crate) async fn read_url(
             }
             fitted = true;
         }
-        let reserve = usize::try_from(expected.saturating_sub(d.sink.len())).unwrap_or(0);
-        let _ = d.sink.bytes.try_reserve_exact(reserve);
+        d.sink.reserve(expected.saturating_sub(d.sink.len()));
         if let (Some(Store::Opfs(s, _)), false) = (store, asked_room) {
             asked_room = true;
             if let Some((quota, used)) = opfs::estimate().await {

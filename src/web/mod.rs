@@ -17,6 +17,7 @@ mod engine;
 mod load;
 mod openai;
 mod opfs;
+mod pump;
 mod source;
 mod stored;
 mod stream;

@@ -244,7 +244,7 @@ impl Source {
                             bytes
                         }
                         Body::Stream(stream) => {
-                            download::read_all(&stream, o.total, &o.name, &mut each).await?
+                            super::pump::read_all(&stream, o.total, &o.name, &mut each).await?
                         }
                     };
                     if let Some(want) = digest {

@@ -209,12 +209,9 @@ impl Store {
     }
 }
 
+/// The Cache API cache `name`, created when missing; `None` without the Cache API.
 async fn open_cache(name: &str) -> Option<Cache> {
-    let caches: CacheStorage = Reflect::get(&js_sys::global(), &JsValue::from_str("caches"))
-        .ok()?
-        .dyn_into()
-        .ok()?;
-    JsFuture::from(caches.open(name))
+    JsFuture::from(caches().ok()?.open(name))
         .await
         .ok()?
         .dyn_into()

@@ -5,7 +5,6 @@
 //! the runs).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use clap::Args;
@@ -13,12 +12,11 @@ use emberlm::forward::Forward;
 use emberlm::gpu::ops::copy_bandwidth;
 use emberlm::gpu::{Counters, CountersPer, KernelCache};
 use emberlm::loader::ModelFiles;
-use emberlm::sampling::SamplingParams;
-use emberlm::session::{GenerateOptions, Prompt, Session};
+use emberlm::session::{Prompt, Session};
 use emberlm::GpuContext;
-use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::bench_common::{fail, greedy_forever, llama_cpp_once, prompt_tokens, sanitize, Spread};
 use crate::{CliResult, Failure};
 
 /// Flags of `emberlm bench`.
@@ -74,79 +72,6 @@ pub struct BenchArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Median, min and max of a set of runs.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub(crate) struct Spread {
-    pub(crate) median: f64,
-    min: f64,
-    max: f64,
-    runs: usize,
-}
-
-impl Spread {
-    pub(crate) fn of(values: &[f64]) -> Self {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return Self::default();
-        }
-        v.sort_by(f64::total_cmp);
-        let mid = v.len() / 2;
-        let median = if v.len() % 2 == 1 {
-            v[mid]
-        } else {
-            (v[mid - 1] + v[mid]) / 2.0
-        };
-        Self {
-            median,
-            min: v[0],
-            max: v[v.len() - 1],
-            runs: v.len(),
-        }
-    }
-}
-
-impl std::fmt::Display for Spread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:>10.3}  (min {:.3}, max {:.3}, n={})",
-            self.median, self.min, self.max, self.runs
-        )
-    }
-}
-
-pub(crate) fn fail(e: impl std::fmt::Display) -> Failure {
-    Failure::from(e.to_string())
-}
-
-/// The prompt: a fixed English text tokenized and repeated to `n` tokens, so every run and every
-/// peer sees the same ids.
-pub(crate) fn prompt_tokens(session: &Session, n: usize) -> CliResult<Vec<u32>> {
-    const TEXT: &str = "The history of computing is a story of machines that became smaller, \
-        faster and cheaper, and of the people who learned to program them. ";
-    let ids = session.tokenizer().encode(TEXT, false, Some(false))?;
-    if ids.is_empty() {
-        return Err(fail(
-            "the tokenizer produced no tokens for the bench prompt",
-        ));
-    }
-    Ok(ids.iter().copied().cycle().take(n).collect())
-}
-
-pub(crate) fn greedy_forever(session: &Session, max_new_tokens: usize) -> GenerateOptions {
-    let mut sampling = SamplingParams {
-        max_new_tokens,
-        ..SamplingParams::greedy()
-    };
-    for &id in session.eos_ids() {
-        sampling.logit_bias.insert(id, -100.0);
-    }
-    GenerateOptions {
-        sampling,
-        ..GenerateOptions::default()
-    }
-}
-
 /// One generation from a fresh KV cache; returns its stats and the counters it moved.
 fn run_once(
     session: &mut Session,
@@ -166,57 +91,6 @@ fn gpu_of(session: &Session) -> CliResult<&GpuContext> {
     session
         .gpu()
         .ok_or_else(|| fail("the bench measures the GPU backend; this session runs on the CPU"))
-}
-
-/// The llama.cpp peer: runs `tools/bench_llama_cpp.py` once; `Err` carries why it could not.
-pub(crate) fn llama_cpp_once(
-    python: &Path,
-    model: &Path,
-    prompts: &[Vec<u32>],
-    decode_prompt: &[u32],
-    decode: usize,
-    threads: Option<usize>,
-) -> Result<Value, String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/bench_llama_cpp.py");
-    let request = json!({
-        "model": model,
-        "prompts": prompts,
-        "decode_prompt": decode_prompt,
-        "decode": decode,
-        "threads": threads,
-    });
-    let dir = std::env::temp_dir().join(format!("emberlm-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let req_path = dir.join("request.json");
-    std::fs::write(&req_path, request.to_string()).map_err(|e| e.to_string())?;
-    let out = Command::new(python)
-        .arg(&script)
-        .arg(&req_path)
-        .output()
-        .map_err(|e| format!("{}: {e}", python.display()))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().last().unwrap_or("no message");
-        return Err(format!("llama.cpp run failed: {last}"));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("llama.cpp output: {e}"))
-}
-
-pub(crate) fn sanitize(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    s.split('-')
-        .filter(|p| !p.is_empty())
-        .collect::<Vec<_>>()
-        .join("-")
 }
 
 fn mib(bytes: f64) -> f64 {

@@ -12,9 +12,8 @@ use emberlm::loader::ModelFiles;
 use emberlm::session::{Prompt, Session, Stats};
 use serde_json::{json, Value};
 
-use crate::bench::{
-    fail, greedy_forever, llama_cpp_once, prompt_tokens, sanitize, BenchArgs, Spread,
-};
+use crate::bench::BenchArgs;
+use crate::bench_common::{fail, greedy_forever, llama_cpp_once, prompt_tokens, sanitize, Spread};
 use crate::CliResult;
 
 /// One greedy generation of `max_new` tokens from a fresh KV cache.

@@ -7,6 +7,8 @@ mod bench;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_batch;
 #[cfg(not(target_arch = "wasm32"))]
+mod bench_common;
+#[cfg(not(target_arch = "wasm32"))]
 mod bench_cpu;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_kv;
