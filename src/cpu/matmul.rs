@@ -98,21 +98,59 @@ impl QMatrix {
 
     /// `y[t] = W · x[t] (+ bias)` for `x: [tokens, cols]` into `y: [tokens, rows]`.
     pub fn matmul(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+        self.product(x, bias, y, true)
+    }
+
+    /// [`Self::matmul`] one weight row at a time (never in tiles): what the tiles are held to.
+    #[cfg(test)]
+    pub(crate) fn matmul_by_rows(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+        self.product(x, bias, y, false)
+    }
+
+    /// [`Self::matmul`], in tiles of rows × tokens where `tiles` allows it and the type and
+    /// CPU have them.
+    fn product(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32], tiles: bool) {
         let tokens = x.len() / self.cols.max(1);
         debug_assert_eq!(y.len(), tokens * self.rows);
         if tokens == 0 || self.rows == 0 {
             return;
         }
-        // Rows per task: several tasks per thread so that uneven threads even out.
-        let per = (self.rows / (super::threads() * 8)).clamp(8, 256);
-        let mut q8 = Q8Rows::default();
         let quantized = self.quantizes_activations();
+        let tiled = tiles && quantized && tiled::wanted(self.dtype, tokens);
+        // Rows per task: several tasks per thread so that uneven threads even out (whole
+        // tiles where the product is tiled).
+        let mut per = (self.rows / (super::threads() * 8)).clamp(8, 256);
+        if tiled {
+            per = per.next_multiple_of(tiled::ROWS);
+        }
+        let mut q8 = Q8Rows::default();
         if quantized {
             q8.quantize(x, self.cols);
         }
+        let corrections = if tiled {
+            tiled::corrections(self.dtype, &q8)
+        } else {
+            Vec::new()
+        };
         let task = |first: usize, out: &mut [f32]| {
             // out: [n rows, tokens]
             let n = out.len() / tokens;
+            // whole tiles first, the rows past them one at a time
+            let done = if tiled {
+                tiled::rows(
+                    self.dtype,
+                    &self.data,
+                    self.row_bytes,
+                    first,
+                    (&q8, &corrections),
+                    out,
+                )
+            } else {
+                0
+            };
+            let out = &mut out[done * tokens..];
+            let first = first + done;
+            let n = n - done;
             if quantized {
                 // Each row's blocks made into values in registers, once for up to four tokens
                 // (one in a decode step, more in a batched step or a prompt chunk), where the
@@ -150,11 +188,13 @@ impl QMatrix {
         } else {
             let mut yt = vec![0.0f32; self.rows * tokens];
             super::for_each_chunk(&mut yt, per * tokens, |i, out| task(i * per, out));
-            for (r, col) in yt.chunks_exact(tokens).enumerate() {
-                for (t, &v) in col.iter().enumerate() {
-                    y[t * self.rows + r] = v;
+            // back to one row per token, spread over the team too
+            let rows = self.rows;
+            super::for_each_chunk(y, rows, |t, row| {
+                for (r, v) in row.iter_mut().enumerate() {
+                    *v = yt[r * tokens + t];
                 }
-            }
+            });
         }
         if let Some(b) = bias {
             for row in y.chunks_exact_mut(self.rows) {
@@ -179,4 +219,71 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     let tail: f32 = ar.iter().zip(br).map(|(x, y)| x * y).sum();
     acc.iter().sum::<f32>() + tail
+}
+
+/// The product in tiles of rows × tokens where the target has them (AVX-512 VNNI,
+/// [`super::tiles_vnni`]); elsewhere nothing is tiled.
+mod tiled {
+    use super::Q8Rows;
+    use crate::dtype::DType;
+
+    /// Rows per tile.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) const ROWS: usize = crate::cpu::tiles_vnni::ROWS;
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) const ROWS: usize = 16;
+
+    /// What the tiles start each half-block's sum with (empty where nothing is tiled).
+    pub(super) fn corrections(dtype: DType, q8: &Q8Rows) -> Vec<i32> {
+        #[cfg(target_arch = "x86_64")]
+        return crate::cpu::tiles_vnni::corrections(dtype, q8);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dtype, q8);
+            Vec::new()
+        }
+    }
+
+    /// Whether a product of `dtype` over `tokens` tokens runs in tiles on this CPU.
+    pub(super) fn wanted(dtype: DType, tokens: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return tokens >= crate::cpu::tiles_vnni::MIN_TOKENS
+            && crate::cpu::tiles_vnni::available(dtype);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dtype, tokens);
+            false
+        }
+    }
+
+    /// The whole tiles of the rows from `first` on that `out` (`[n rows, tokens]`) holds,
+    /// computed into it; the rows done (a multiple of [`ROWS`], the rest left to the caller).
+    pub(super) fn rows(
+        dtype: DType,
+        data: &[u8],
+        row_bytes: usize,
+        first: usize,
+        (q8, corrections): (&Q8Rows, &[i32]),
+        out: &mut [f32],
+    ) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let tokens = q8.q.len() / q8.cols.max(1);
+            let Some(mut tile) = crate::cpu::tiles_vnni::Tile::new(dtype) else {
+                return 0;
+            };
+            let groups = out.len() / tokens.max(1) / ROWS;
+            for (g, out) in out.chunks_exact_mut(ROWS * tokens).take(groups).enumerate() {
+                let rows = &data[(first + g * ROWS) * row_bytes..][..ROWS * row_bytes];
+                tile.fill(rows, row_bytes);
+                tile.product(q8, corrections, out);
+            }
+            groups * ROWS
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dtype, data, row_bytes, first, q8, corrections, out);
+            0
+        }
+    }
 }

@@ -156,9 +156,14 @@ impl CpuForward {
                         _ => ops::gelu_tanh,
                     };
                     a.hidden.resize(a.gate.len(), 0.0);
-                    for ((h, &g), &u) in a.hidden.iter_mut().zip(&a.gate).zip(&a.up) {
-                        *h = f(g) * u;
-                    }
+                    let (gate, up) = (&a.gate, &a.up);
+                    // spread over the team: a prompt chunk's FFN activations are large
+                    crate::cpu::for_each_chunk(&mut a.hidden, GLU_CHUNK, |i, h| {
+                        let at = i * GLU_CHUNK;
+                        for ((h, &g), &u) in h.iter_mut().zip(&gate[at..]).zip(&up[at..]) {
+                            *h = f(g) * u;
+                        }
+                    });
                 }
                 Op::HeadNorm { act, weight } => {
                     let w = vec_of(weights, weight)?;
@@ -188,6 +193,9 @@ impl CpuForward {
         Ok(())
     }
 }
+
+/// Values per task of the gated activation.
+const GLU_CHUNK: usize = 16 * 1024;
 
 fn mat<'w>(w: &'w CpuWeights, name: &str) -> Result<&'w crate::cpu::QMatrix> {
     w.mats
