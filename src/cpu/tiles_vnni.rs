@@ -33,7 +33,7 @@ pub(super) const ROWS: usize = 16;
 const TOKENS: usize = 4;
 
 /// Tokens a product needs before repacking its rows pays (fewer: the row path).
-pub(super) const MIN_TOKENS: usize = 12;
+pub(super) const MIN_TOKENS: usize = 4;
 
 /// The types the tiles cover.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -182,7 +182,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let out = match &args.out {
         Some(p) => p.clone(),
         None => PathBuf::from("bench/results").join(format!(
-            "{}-cpu-{}-{}.json",
+            "{}-cpu-{}-{threads}t-{}.json",
             chrono::Local::now().format("%Y-%m-%d"),
             sanitize(&cpu),
             sanitize(
