@@ -3,19 +3,23 @@
 //! rows are spread over the thread pool.
 
 use super::quant::{Q8Rows, UnpackedRow, QK};
+use super::tiled::{self, Packed};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::file_bytes::WeightBytes;
 
 /// A weight matrix `[rows, cols]` in its stored type (row-major, each row a whole number of
-/// blocks).
+/// blocks), or in tiles of 16 rows where the CPU multiplies in tiles ([`super::tiled`]).
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     dtype: DType,
     rows: usize,
     cols: usize,
     row_bytes: usize,
+    /// The rows as stored; empty when `packed` holds them.
     data: WeightBytes,
+    /// The rows in tiles, when they are kept so.
+    packed: Option<Packed>,
 }
 
 impl QMatrix {
@@ -49,13 +53,53 @@ impl QMatrix {
                 ),
             ));
         }
+        // Tiles where the CPU has them and the copy replaces the rows: bytes of the matrix's
+        // own, or a mapped file's (whose pages are handed back once repacked); not rows that
+        // share a file read into memory, which would then be held twice.
+        let packable = !data.is_shared() || data.is_mapped();
+        let packed = packable
+            .then(|| Packed::new(dtype, rows, row_bytes, &data))
+            .flatten();
+        let data = match packed {
+            Some(_) => {
+                data.release();
+                WeightBytes::Owned(Vec::new())
+            }
+            None => data,
+        };
         Ok(Self {
             dtype,
             rows,
             cols,
             row_bytes,
             data,
+            packed,
         })
+    }
+
+    /// [`Self::new`] keeping the stored rows whatever the CPU (what the tiles are held to).
+    #[cfg(test)]
+    pub(crate) fn new_rows(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: impl Into<WeightBytes>,
+        name: &str,
+    ) -> Result<Self> {
+        let mut m = Self::new(dtype, 0, cols, Vec::new(), name)?;
+        let data = data.into();
+        if data.len() != rows * m.row_bytes {
+            return Err(Error::invalid("tensor", format!("`{name}`: wrong length")));
+        }
+        m.rows = rows;
+        m.data = data;
+        Ok(m)
+    }
+
+    /// Whether the rows are kept in tiles.
+    #[cfg(test)]
+    pub(crate) fn is_tiled(&self) -> bool {
+        self.packed.is_some()
     }
 
     /// Output rows.
@@ -75,7 +119,7 @@ impl QMatrix {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() + self.packed.as_ref().map_or(0, Packed::bytes)
     }
 
     /// Row `r` dequantized to f32, `[cols]` (an embedding lookup).
@@ -85,6 +129,11 @@ impl QMatrix {
                 "row",
                 format!("{r} is not one of the {} rows", self.rows),
             ));
+        }
+        if let Some(p) = &self.packed {
+            let mut bytes = Vec::with_capacity(self.row_bytes);
+            p.stored_row(r, &mut bytes);
+            return crate::dtype::dequantize_into(self.dtype, &bytes, &mut out[..self.cols], "row");
         }
         let bytes = &self.data[r * self.row_bytes..][..self.row_bytes];
         crate::dtype::dequantize_into(self.dtype, bytes, &mut out[..self.cols], "row")
@@ -98,25 +147,19 @@ impl QMatrix {
 
     /// `y[t] = W · x[t] (+ bias)` for `x: [tokens, cols]` into `y: [tokens, rows]`.
     pub fn matmul(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-        self.product(x, bias, y, true)
+        self.product(x, bias, y)
     }
 
-    /// [`Self::matmul`] one weight row at a time (never in tiles): what the tiles are held to.
-    #[cfg(test)]
-    pub(crate) fn matmul_by_rows(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-        self.product(x, bias, y, false)
-    }
-
-    /// [`Self::matmul`], in tiles of rows × tokens where `tiles` allows it and the type and
-    /// CPU have them.
-    fn product(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32], tiles: bool) {
+    /// [`Self::matmul`]: on the tiles where the rows are kept in them, in tiles repacked as it
+    /// goes where the type, the CPU and the number of tokens make it pay, else row by row.
+    fn product(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
         let tokens = x.len() / self.cols.max(1);
         debug_assert_eq!(y.len(), tokens * self.rows);
         if tokens == 0 || self.rows == 0 {
             return;
         }
         let quantized = self.quantizes_activations();
-        let tiled = tiles && quantized && tiled::wanted(self.dtype, tokens);
+        let tiled = self.packed.is_some() || (quantized && tiled::wanted(self.dtype, tokens));
         // Rows per task: several tasks per thread so that uneven threads even out (whole
         // tiles where the product is tiled).
         let mut per = (self.rows / (super::threads() * 8)).clamp(8, 256);
@@ -136,17 +179,16 @@ impl QMatrix {
             // out: [n rows, tokens]
             let n = out.len() / tokens;
             // whole tiles first, the rows past them one at a time
-            let done = if tiled {
-                tiled::rows(
-                    self.dtype,
-                    &self.data,
-                    self.row_bytes,
-                    first,
-                    (&q8, &corrections),
-                    out,
-                )
-            } else {
-                0
+            let done = match &self.packed {
+                Some(p) => {
+                    p.product(first, (&q8, &corrections), out);
+                    n
+                }
+                None if tiled => {
+                    let at = (&q8, corrections.as_slice());
+                    tiled::rows(self.dtype, &self.data, self.row_bytes, first, at, out)
+                }
+                None => 0,
             };
             let out = &mut out[done * tokens..];
             let first = first + done;
@@ -219,71 +261,4 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     let tail: f32 = ar.iter().zip(br).map(|(x, y)| x * y).sum();
     acc.iter().sum::<f32>() + tail
-}
-
-/// The product in tiles of rows × tokens where the target has them (AVX-512 VNNI,
-/// [`super::tiles_vnni`]); elsewhere nothing is tiled.
-mod tiled {
-    use super::Q8Rows;
-    use crate::dtype::DType;
-
-    /// Rows per tile.
-    #[cfg(target_arch = "x86_64")]
-    pub(super) const ROWS: usize = crate::cpu::tiles_vnni::ROWS;
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(super) const ROWS: usize = 16;
-
-    /// What the tiles start each half-block's sum with (empty where nothing is tiled).
-    pub(super) fn corrections(dtype: DType, q8: &Q8Rows) -> Vec<i32> {
-        #[cfg(target_arch = "x86_64")]
-        return crate::cpu::tiles_vnni::corrections(dtype, q8);
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (dtype, q8);
-            Vec::new()
-        }
-    }
-
-    /// Whether a product of `dtype` over `tokens` tokens runs in tiles on this CPU.
-    pub(super) fn wanted(dtype: DType, tokens: usize) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        return tokens >= crate::cpu::tiles_vnni::MIN_TOKENS
-            && crate::cpu::tiles_vnni::available(dtype);
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (dtype, tokens);
-            false
-        }
-    }
-
-    /// The whole tiles of the rows from `first` on that `out` (`[n rows, tokens]`) holds,
-    /// computed into it; the rows done (a multiple of [`ROWS`], the rest left to the caller).
-    pub(super) fn rows(
-        dtype: DType,
-        data: &[u8],
-        row_bytes: usize,
-        first: usize,
-        (q8, corrections): (&Q8Rows, &[i32]),
-        out: &mut [f32],
-    ) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let tokens = q8.q.len() / q8.cols.max(1);
-            let Some(mut tile) = crate::cpu::tiles_vnni::Tile::new(dtype) else {
-                return 0;
-            };
-            let groups = out.len() / tokens.max(1) / ROWS;
-            for (g, out) in out.chunks_exact_mut(ROWS * tokens).take(groups).enumerate() {
-                let rows = &data[(first + g * ROWS) * row_bytes..][..ROWS * row_bytes];
-                tile.fill(rows, row_bytes);
-                tile.product(q8, corrections, out);
-            }
-            groups * ROWS
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (dtype, data, row_bytes, first, q8, corrections, out);
-            0
-        }
-    }
 }

@@ -23,6 +23,7 @@ pub mod quant;
     allow(dead_code)
 )]
 mod team;
+mod tiled;
 mod tiles_vnni;
 
 pub use matmul::QMatrix;

@@ -110,16 +110,17 @@ pub(super) fn available(dtype: DType) -> bool {
 
 /// Sixteen weight rows repacked for the tiles: for each block, its words of values with
 /// lane `j` of each 64-byte register row `j`'s (Q8_0's bytes as `w + 128`, unsigned), and
-/// each row's scale (and Q4_1's offset) as f32.
+/// each row's scale (and Q4_1's offset) as the f16 stored; as many bytes as the rows'.
+#[derive(Debug, Clone)]
 pub(super) struct Tile {
     kind: Kind,
     blocks: usize,
     /// `[blocks, words, 16 rows, 4 bytes]`.
     values: Vec<u8>,
-    /// `[blocks, 16 rows]`.
-    scales: Vec<f32>,
-    /// `[blocks, 16 rows]` (Q4_1 only).
-    offsets: Vec<f32>,
+    /// `[blocks, 16 rows]`, f16 as stored.
+    scales: Vec<u16>,
+    /// `[blocks, 16 rows]`, f16 as stored (Q4_1 only).
+    offsets: Vec<u16>,
 }
 
 impl Tile {
@@ -142,9 +143,9 @@ impl Tile {
         let stride = k.words() * 64;
         self.blocks = blocks;
         self.values.resize(blocks * stride, 0);
-        self.scales.resize(blocks * ROWS, 0.0);
+        self.scales.resize(blocks * ROWS, 0);
         if k == Kind::Q4_1 {
-            self.offsets.resize(blocks * ROWS, 0.0);
+            self.offsets.resize(blocks * ROWS, 0);
         }
         assert!(data.len() >= ROWS * row_bytes && blocks * size == row_bytes);
         assert!(data.len() >= ROWS * row_bytes && blocks * size == row_bytes);
@@ -200,16 +201,37 @@ impl Tile {
                         _mm512_storeu_si512(dst.add((4 * run + w) * 64).cast(), v);
                     }
                 }
-                let half = |at: usize| -> __m512 {
-                    let h: [u16; ROWS] = std::array::from_fn(|j| {
-                        u16::from_le_bytes([*block(j).add(at), *block(j).add(at + 1)])
-                    });
-                    _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().cast()))
-                };
-                _mm512_storeu_ps(self.scales.as_mut_ptr().add(b * ROWS), half(0));
-                if k == Kind::Q4_1 {
-                    _mm512_storeu_ps(self.offsets.as_mut_ptr().add(b * ROWS), half(2));
+                let b16 = b * ROWS;
+                for j in 0..ROWS {
+                    let p = block(j);
+                    self.scales[b16 + j] = u16::from_le_bytes([*p, *p.add(1)]);
+                    if k == Kind::Q4_1 {
+                        self.offsets[b16 + j] = u16::from_le_bytes([*p.add(2), *p.add(3)]);
+                    }
                 }
+            }
+        }
+    }
+
+    /// Bytes the tile holds (those of its 16 rows as stored).
+    pub(super) fn bytes(&self) -> usize {
+        self.values.len() + 2 * (self.scales.len() + self.offsets.len())
+    }
+
+    /// Row `j`'s bytes as stored (whole blocks of the tile's type) into `out`: the tile
+    /// unpacked again, for what reads a row by itself (an embedding lookup).
+    pub(super) fn stored_row(&self, j: usize, out: &mut Vec<u8>) {
+        let k = self.kind;
+        let (stride, flip) = (k.words() * 64, if k == Kind::Q8_0 { 0x80 } else { 0 });
+        out.clear();
+        for b in 0..self.blocks {
+            out.extend(self.scales[b * ROWS + j].to_le_bytes());
+            if k == Kind::Q4_1 {
+                out.extend(self.offsets[b * ROWS + j].to_le_bytes());
+            }
+            let block = &self.values[b * stride..][..stride];
+            for w in 0..k.words() {
+                out.extend(block[w * 64 + j * 4..][..4].iter().map(|&v| v ^ flip));
             }
         }
     }
@@ -262,7 +284,7 @@ impl Tile {
     /// # Safety
     /// The CPU has AVX-512 F, BW and VNNI; `q8`'s rows are `blocks` blocks wide and hold the
     /// tokens asked for, and `corr` theirs (unless `K` is Q4_1); the tile is filled.
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
     unsafe fn tokens<const K: u8, const N: usize>(
         &self,
         q8: &Q8Rows,
@@ -322,7 +344,7 @@ impl Tile {
     /// # Safety
     /// The CPU has AVX-512 F, BW and VNNI; block `b` lies inside the tile and inside each
     /// token's values, scales and corrections at `at`.
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
     #[inline]
     unsafe fn block<const K: u8, const N: usize, const A: usize>(
         &self,
@@ -334,7 +356,9 @@ impl Tile {
         let h = 2 * b;
         // SAFETY: the caller's promise.
         unsafe {
-            let dw = _mm512_loadu_ps(self.scales.as_ptr().add(b * ROWS));
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(
+                self.scales.as_ptr().add(b * ROWS).cast(),
+            ));
             let p = self.values.as_ptr().add(b * stride);
             let mask = _mm512_set1_epi8(0x0F);
             for half in 0..2 {
@@ -377,11 +401,15 @@ impl Tile {
     ///
     /// # Safety
     /// The CPU has AVX-512 F; `offsets` and `s` cover `blocks` blocks.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx2,f16c,avx512f")]
     unsafe fn offset_dot(&self, s: &[f32]) -> __m512 {
         let full = self.blocks / 8 * 8;
         // SAFETY: every load reads 16 offsets of a block inside `offsets`.
-        let m = |b: usize| unsafe { _mm512_loadu_ps(self.offsets.as_ptr().add(b * ROWS)) };
+        let m = |b: usize| unsafe {
+            _mm512_cvtph_ps(_mm256_loadu_si256(
+                self.offsets.as_ptr().add(b * ROWS).cast(),
+            ))
+        };
         let mut lanes = [_mm512_setzero_ps(); 8];
         for c in (0..full).step_by(8) {
             for (i, lane) in lanes.iter_mut().enumerate() {
@@ -437,8 +465,10 @@ mod tests {
     }
 
     /// The tiles give the row path's bits for every covered type, at block counts that are
-    /// odd, even and past a multiple of eight, and token counts that leave partial tiles;
-    /// rows that are not whole tiles go through the row path inside the same product.
+    /// odd, even and past a multiple of eight and token counts that leave partial tiles: a
+    /// matrix kept in tiles (every count from one token), and one kept as rows and repacked as
+    /// its product goes (from [`MIN_TOKENS`]; rows past whole tiles by rows), each against the
+    /// row path one token at a time. A row read back from the tiles is the stored one.
     #[test]
     fn tiles_match_the_row_path_bit_for_bit() {
         let mut rng = Lcg(0x7113);
@@ -448,30 +478,57 @@ mod tests {
                 continue;
             }
             for (rows, blocks, tokens) in [
-                (16, 1, 12),
-                (32, 3, 13),
-                (48, 8, 14),
+                (16, 1, 1),
+                (32, 3, 2),
+                (48, 8, 3),
+                (32, 13, 5),
                 (35, 13, 15),
                 (16, 18, 17),
                 (64, 9, 33),
+                (16, 64, 5),
+                (32, 256, 2),
             ] {
-                assert!(tokens >= MIN_TOKENS, "every case is tiled");
                 let cols = blocks * QK;
                 let data = random_rows(&mut rng, dtype, rows, blocks);
-                let m = crate::cpu::QMatrix::new(dtype, rows, cols, data, "w").unwrap();
+                let tiled = crate::cpu::QMatrix::new(dtype, rows, cols, data.clone(), "w").unwrap();
+                let by_rows = crate::cpu::QMatrix::new_rows(dtype, rows, cols, data, "w").unwrap();
+                assert_eq!(tiled.is_tiled(), rows % ROWS == 0, "{rows} rows");
+                assert!(!by_rows.is_tiled());
                 let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
-                let mut tiled = vec![0.0f32; tokens * rows];
-                let mut by_rows = vec![0.0f32; tokens * rows];
-                m.matmul(&x, None, &mut tiled);
-                m.matmul_by_rows(&x, None, &mut by_rows);
-                for (i, (a, b)) in tiled.iter().zip(&by_rows).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        b.to_bits(),
-                        "{} rows {rows} blocks {blocks} tokens {tokens}: value {i}: {a} vs {b}",
+                let mut want = vec![0.0f32; tokens * rows];
+                for (x, y) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {
+                    by_rows.matmul(x, None, y);
+                }
+                let mut kept = vec![0.0f32; tokens * rows];
+                tiled.matmul(&x, None, &mut kept);
+                let mut repacked = vec![0.0f32; tokens * rows];
+                by_rows.matmul(&x, None, &mut repacked);
+                for (i, ((a, b), w)) in kept.iter().zip(&repacked).zip(&want).enumerate() {
+                    let case = format!(
+                        "{} rows {rows} blocks {blocks} tokens {tokens}: value {i}",
                         dtype.name()
                     );
+                    assert_eq!(
+                        a.to_bits(),
+                        w.to_bits(),
+                        "kept in tiles, {case}: {a} vs {w}"
+                    );
+                    assert_eq!(b.to_bits(), w.to_bits(), "repacked, {case}: {b} vs {w}");
                 }
+                let (mut a, mut b) = (vec![0.0f32; cols], vec![0.0f32; cols]);
+                for r in [0, rows / 2, rows - 1] {
+                    tiled.row_f32(r, &mut a).unwrap();
+                    by_rows.row_f32(r, &mut b).unwrap();
+                    assert!(
+                        a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "row {r}"
+                    );
+                }
+                assert_eq!(
+                    tiled.bytes(),
+                    by_rows.bytes(),
+                    "as many bytes in tiles as in rows"
+                );
             }
         }
     }

@@ -91,6 +91,33 @@ impl FileBytes {
         }
     }
 
+    /// Hands the whole pages inside `range` of a mapped file back to the system (nothing for
+    /// bytes held in memory): they no longer count in the process's resident memory, and a
+    /// later read of them reads the file again. For a part that is kept in another form (a
+    /// matrix repacked into tiles).
+    pub fn release(&self, range: Range<usize>) {
+        #[cfg(all(unix, not(target_arch = "wasm32")))]
+        if let Data::Mapped(map) = &*self.0 {
+            const PAGE: usize = 4096;
+            let start = range.start.next_multiple_of(PAGE);
+            let end = range.end.min(map.len()) / PAGE * PAGE;
+            if end > start {
+                // SAFETY: the mapping is read-only and of a file, so dropping its pages loses
+                // nothing (they are read from the file again if touched); the range lies
+                // inside the mapping. A refusal (an old kernel) only keeps the pages.
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+        #[cfg(not(all(unix, not(target_arch = "wasm32"))))]
+        let _ = range;
+    }
+
     /// Where `slice` lies inside these bytes, when it is a part of them (found by address: a
     /// tensor borrowed from this file).
     pub fn range_of(&self, slice: &[u8]) -> Option<Range<usize>> {
@@ -129,6 +156,19 @@ impl WeightBytes {
     /// Whether these bytes are a file's, not a copy.
     pub fn is_shared(&self) -> bool {
         matches!(self, WeightBytes::Shared(..))
+    }
+
+    /// Whether these bytes are a mapped file's (the system can read them again at will).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, WeightBytes::Shared(file, _) if file.is_mapped())
+    }
+
+    /// Gives the bytes up: a mapped file's pages in their range are handed back to the system
+    /// (what reads them later reads the file again), a copy is freed.
+    pub fn release(self) {
+        if let WeightBytes::Shared(file, range) = &self {
+            file.release(range.clone());
+        }
     }
 }
 

@@ -1,0 +1,145 @@
+//! Weight matrices in tiles of 16 rows where the CPU has a tiled product (AVX-512 VNNI,
+//! [`super::tiles_vnni`]), and the same calls, declining, where it has none: the matrix
+//! product ([`super::QMatrix`]) asks here before taking its row-at-a-time path.
+//!
+//! A matrix whose rows can be kept in tiles (a covered type, whole tiles, its bytes its own or
+//! a mapped file's) is repacked once when it is made ([`Packed`]) and every product, one token
+//! or many, runs on the tiles. Any other matrix keeps its stored rows and a product of
+//! [`MIN_TOKENS`] or more repacks its rows tile by tile as it goes ([`rows`]).
+
+use super::quant::Q8Rows;
+use crate::dtype::DType;
+
+/// Rows per tile.
+pub(super) const ROWS: usize = 16;
+
+/// Tokens from which a matrix kept as rows is worth repacking during a product.
+#[cfg(target_arch = "x86_64")]
+const MIN_TOKENS: usize = super::tiles_vnni::MIN_TOKENS;
+
+/// A matrix's rows kept in tiles (empty where there are none).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Packed {
+    #[cfg(target_arch = "x86_64")]
+    tiles: Vec<super::tiles_vnni::Tile>,
+}
+
+impl Packed {
+    /// `rows` rows of `row_bytes` (`data`) of `dtype` in tiles; `None` where this CPU has no
+    /// tiles for the type or the rows are not whole tiles.
+    pub(super) fn new(dtype: DType, rows: usize, row_bytes: usize, data: &[u8]) -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !super::tiles_vnni::available(dtype) || rows == 0 || !rows.is_multiple_of(ROWS) {
+                return None;
+            }
+            let mut tiles = vec![super::tiles_vnni::Tile::new(dtype)?; rows / ROWS];
+            // repacked on the team (the file's pages are read in as the tiles are filled)
+            const PER_TASK: usize = 8;
+            super::run(|| {
+                super::for_each_chunk(&mut tiles, PER_TASK, |i, tiles| {
+                    for (k, t) in tiles.iter_mut().enumerate() {
+                        let g = i * PER_TASK + k;
+                        t.fill(&data[g * ROWS * row_bytes..][..ROWS * row_bytes], row_bytes);
+                    }
+                })
+            });
+            Some(Self { tiles })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dtype, rows, row_bytes, data);
+            None
+        }
+    }
+
+    /// Bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        return self.tiles.iter().map(|t| t.bytes()).sum();
+        #[cfg(not(target_arch = "x86_64"))]
+        0
+    }
+
+    /// Row `r`'s bytes as stored, into `out`.
+    pub(super) fn stored_row(&self, r: usize, out: &mut Vec<u8>) {
+        #[cfg(target_arch = "x86_64")]
+        self.tiles[r / ROWS].stored_row(r % ROWS, out);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (r, out);
+    }
+
+    /// Rows `first..` that `out` (`[n rows, tokens]`, `first` and `n` whole tiles) holds,
+    /// computed from the tiles.
+    pub(super) fn product(
+        &self,
+        first: usize,
+        (q8, corrections): (&Q8Rows, &[i32]),
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let tokens = q8.q.len() / q8.cols.max(1);
+            for (g, out) in out.chunks_exact_mut(ROWS * tokens.max(1)).enumerate() {
+                self.tiles[first / ROWS + g].product(q8, corrections, out);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (first, q8, corrections, out);
+    }
+}
+
+/// What the tiles start each half-block's sum with (empty where nothing is tiled).
+pub(super) fn corrections(dtype: DType, q8: &Q8Rows) -> Vec<i32> {
+    #[cfg(target_arch = "x86_64")]
+    return super::tiles_vnni::corrections(dtype, q8);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, q8);
+        Vec::new()
+    }
+}
+
+/// Whether a product of `dtype` kept as rows over `tokens` tokens repacks its rows into
+/// tiles as it goes.
+pub(super) fn wanted(dtype: DType, tokens: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return tokens >= MIN_TOKENS && super::tiles_vnni::available(dtype);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, tokens);
+        false
+    }
+}
+
+/// The whole tiles of the rows from `first` on that `out` (`[n rows, tokens]`) holds, from
+/// stored rows repacked one tile at a time, computed into it; the rows done (a multiple of
+/// [`ROWS`], the rest left to the caller).
+pub(super) fn rows(
+    dtype: DType,
+    data: &[u8],
+    row_bytes: usize,
+    first: usize,
+    (q8, corrections): (&Q8Rows, &[i32]),
+    out: &mut [f32],
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let tokens = q8.q.len() / q8.cols.max(1);
+        let Some(mut tile) = super::tiles_vnni::Tile::new(dtype) else {
+            return 0;
+        };
+        let groups = out.len() / tokens.max(1) / ROWS;
+        for (g, out) in out.chunks_exact_mut(ROWS * tokens).take(groups).enumerate() {
+            let rows = &data[(first + g * ROWS) * row_bytes..][..ROWS * row_bytes];
+            tile.fill(rows, row_bytes);
+            tile.product(q8, corrections, out);
+        }
+        groups * ROWS
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, data, row_bytes, first, q8, corrections, out);
+        0
+    }
+}
