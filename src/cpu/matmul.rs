@@ -78,7 +78,7 @@ impl QMatrix {
     }
 
     /// [`Self::new`] keeping the stored rows whatever the CPU (what the tiles are held to).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn new_rows(
         dtype: DType,
         rows: usize,
@@ -97,7 +97,7 @@ impl QMatrix {
     }
 
     /// Whether the rows are kept in tiles.
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn is_tiled(&self) -> bool {
         self.packed.is_some()
     }
