@@ -20,7 +20,7 @@ impl Lcg {
 }
 
 /// Random blocks of `dtype` with finite f16 scales and offsets of either sign.
-fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> {
+pub(crate) fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> {
     let l = layout(dtype).unwrap();
     let mut out = Vec::with_capacity(blocks * l.size);
     for _ in 0..blocks {

@@ -447,19 +447,13 @@ fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::fused::tests::Lcg;
+    use crate::cpu::fused::tests::{random_row, Lcg};
 
-    /// Random rows of `dtype` with finite scales and offsets of either sign.
+    /// `rows` random rows of `dtype` (the fused rows' tests' generator).
     fn random_rows(rng: &mut Lcg, dtype: DType, rows: usize, blocks: usize) -> Vec<u8> {
-        let k = Kind::of(dtype).unwrap();
         let mut out = Vec::new();
-        for _ in 0..rows * blocks {
-            let mut b: Vec<u8> = (0..k.block_bytes()).map(|_| rng.next() as u8).collect();
-            b[0..2].copy_from_slice(&half::f16::from_f32(rng.f32() * 0.05).to_le_bytes());
-            if k == Kind::Q4_1 {
-                b[2..4].copy_from_slice(&half::f16::from_f32(rng.f32() * 0.1).to_le_bytes());
-            }
-            out.extend(b);
+        for _ in 0..rows {
+            out.extend(random_row(rng, dtype, blocks));
         }
         out
     }
