@@ -32,6 +32,11 @@ pub(super) const ROWS: usize = 16;
 /// eight registers of values).
 const TOKENS: usize = 4;
 
+/// Blocks ahead of the one multiplied whose values are prefetched (one decode step of the
+/// Llama-3.2-1B shape on the 2-core AMD EPYC: 36–37 tok/s without, 39–40 at 2 and 4 blocks,
+/// 42–45 at 8, 44–46 at 16).
+const PREFETCH: usize = 16;
+
 /// Tokens a product needs before repacking its rows pays (fewer: the row path).
 pub(super) const MIN_TOKENS: usize = 4;
 
@@ -360,6 +365,11 @@ impl Tile {
                 self.scales.as_ptr().add(b * ROWS).cast(),
             ));
             let p = self.values.as_ptr().add(b * stride);
+            // the block PREFETCH blocks on asked for now: a decode step streams the tiles
+            // from memory, each tile a run of its own that the hardware's prefetch meets late
+            for l in 0..stride / 64 {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH * stride + l * 64).cast());
+            }
             let mask = _mm512_set1_epi8(0x0F);
             for half in 0..2 {
                 let w: [__m512i; 4] = std::array::from_fn(|i| {
