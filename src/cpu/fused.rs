@@ -17,7 +17,7 @@ use super::quant::{f16_at, Q8Rows, QK};
 use crate::dtype::DType;
 
 /// The layout of a 32-value block: its size, where its 32 values start, how they are stored.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(super) struct Layout {
     /// Bytes per block.
     pub(super) size: usize,
@@ -29,7 +29,7 @@ pub(super) struct Layout {
     pub(super) offset: bool,
 }
 
-fn layout(dtype: DType) -> Option<Layout> {
+pub(super) fn layout(dtype: DType) -> Option<Layout> {
     let (size, values, nibble_bias, offset) = match dtype {
         DType::Q8_0 => (34, 2, None, false),
         DType::Q4_0 => (18, 2, Some(-8), false),

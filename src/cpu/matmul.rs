@@ -24,8 +24,20 @@ pub struct QMatrix {
 
 impl QMatrix {
     /// `data` holds `rows × cols` values of `dtype`; `name` names the tensor in errors (a
-    /// length that does not match, or rows that are not whole blocks).
+    /// length that does not match, or rows that are not whole blocks). Kept in tiles where
+    /// the CPU has them ([`super::tiled`]).
     pub fn new(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: impl Into<WeightBytes>,
+        name: &str,
+    ) -> Result<Self> {
+        Ok(Self::stored(dtype, rows, cols, data, name)?.into_tiles())
+    }
+
+    /// [`Self::new`] keeping the rows as stored, whatever the CPU.
+    pub(super) fn stored(
         dtype: DType,
         rows: usize,
         cols: usize,
@@ -53,47 +65,28 @@ impl QMatrix {
                 ),
             ));
         }
-        // Tiles where the CPU has them and the copy replaces the rows: bytes of the matrix's
-        // own, or a mapped file's (whose pages are handed back once repacked); not rows that
-        // share a file read into memory, which would then be held twice.
-        let packable = !data.is_shared() || data.is_mapped();
-        let packed = packable
-            .then(|| Packed::new(dtype, rows, row_bytes, &data))
-            .flatten();
-        let data = match packed {
-            Some(_) => {
-                data.release();
-                WeightBytes::Owned(Vec::new())
-            }
-            None => data,
-        };
         Ok(Self {
             dtype,
             rows,
             cols,
             row_bytes,
             data,
-            packed,
+            packed: None,
         })
     }
 
-    /// [`Self::new`] keeping the stored rows whatever the CPU (what the tiles are held to).
-    #[cfg(all(test, target_arch = "x86_64"))]
-    pub(crate) fn new_rows(
-        dtype: DType,
-        rows: usize,
-        cols: usize,
-        data: impl Into<WeightBytes>,
-        name: &str,
-    ) -> Result<Self> {
-        let mut m = Self::new(dtype, 0, cols, Vec::new(), name)?;
-        let data = data.into();
-        if data.len() != rows * m.row_bytes {
-            return Err(Error::invalid("tensor", format!("`{name}`: wrong length")));
+    /// The rows moved into tiles where the CPU has them and the copy replaces the rows: bytes
+    /// of the matrix's own, or a mapped file's (whose pages are handed back once repacked);
+    /// not rows that share a file read into memory, which would then be held twice.
+    fn into_tiles(mut self) -> Self {
+        if self.data.is_shared() && !self.data.is_mapped() {
+            return self;
         }
-        m.rows = rows;
-        m.data = data;
-        Ok(m)
+        self.packed = Packed::new(self.dtype, self.rows, self.row_bytes, &self.data);
+        if self.packed.is_some() {
+            std::mem::replace(&mut self.data, WeightBytes::Owned(Vec::new())).release();
+        }
+        self
     }
 
     /// Whether the rows are kept in tiles.
@@ -131,9 +124,7 @@ impl QMatrix {
             ));
         }
         if let Some(p) = &self.packed {
-            let mut bytes = Vec::with_capacity(self.row_bytes);
-            p.stored_row(r, &mut bytes);
-            return crate::dtype::dequantize_into(self.dtype, &bytes, &mut out[..self.cols], "row");
+            return p.row_f32(r, &mut out[..self.cols]);
         }
         let bytes = &self.data[r * self.row_bytes..][..self.row_bytes];
         crate::dtype::dequantize_into(self.dtype, bytes, &mut out[..self.cols], "row")
@@ -146,13 +137,9 @@ impl QMatrix {
     }
 
     /// `y[t] = W · x[t] (+ bias)` for `x: [tokens, cols]` into `y: [tokens, rows]`.
+    /// On the tiles where the rows are kept in them, in tiles repacked as it goes where the
+    /// type, the CPU and the number of tokens make it pay, else row by row.
     pub fn matmul(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-        self.product(x, bias, y)
-    }
-
-    /// [`Self::matmul`]: on the tiles where the rows are kept in them, in tiles repacked as it
-    /// goes where the type, the CPU and the number of tokens make it pay, else row by row.
-    fn product(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
         let tokens = x.len() / self.cols.max(1);
         debug_assert_eq!(y.len(), tokens * self.rows);
         if tokens == 0 || self.rows == 0 {

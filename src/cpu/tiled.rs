@@ -5,20 +5,16 @@
 //! A matrix whose rows can be kept in tiles (a covered type, whole tiles, its bytes its own or
 //! a mapped file's) is repacked once when it is made ([`Packed`]) and every product, one token
 //! or many, runs on the tiles. Any other matrix keeps its stored rows and a product of
-//! [`MIN_TOKENS`] or more repacks its rows tile by tile as it goes ([`rows`]).
+//! `tiles_vnni::MIN_TOKENS` or more repacks its rows tile by tile as it goes ([`rows`]).
 
 use super::quant::Q8Rows;
 use crate::dtype::DType;
 
-/// Rows per tile.
+/// Rows per tile: one 32-bit lane each of a 512-bit register.
 pub(super) const ROWS: usize = 16;
 
-/// Tokens from which a matrix kept as rows is worth repacking during a product.
-#[cfg(target_arch = "x86_64")]
-const MIN_TOKENS: usize = super::tiles_vnni::MIN_TOKENS;
-
-/// A matrix's rows kept in tiles (empty where there are none).
-#[derive(Debug, Clone, Default)]
+/// A matrix's rows kept in tiles (never made where the CPU has none).
+#[derive(Debug, Clone)]
 pub(super) struct Packed {
     #[cfg(target_arch = "x86_64")]
     tiles: Vec<super::tiles_vnni::Tile>,
@@ -61,12 +57,15 @@ impl Packed {
         0
     }
 
-    /// Row `r`'s bytes as stored, into `out`.
-    pub(super) fn stored_row(&self, r: usize, out: &mut Vec<u8>) {
+    /// Row `r` dequantized into `out` (`[cols]`), as the stored row would be.
+    pub(super) fn row_f32(&self, r: usize, out: &mut [f32]) -> crate::error::Result<()> {
         #[cfg(target_arch = "x86_64")]
-        self.tiles[r / ROWS].stored_row(r % ROWS, out);
+        return self.tiles[r / ROWS].row_f32(r % ROWS, out);
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (r, out);
+        {
+            let _ = (r, out);
+            Ok(())
+        }
     }
 
     /// Rows `first..` that `out` (`[n rows, tokens]`, `first` and `n` whole tiles) holds,
@@ -104,7 +103,7 @@ pub(super) fn corrections(dtype: DType, q8: &Q8Rows) -> Vec<i32> {
 /// tiles as it goes.
 pub(super) fn wanted(dtype: DType, tokens: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
-    return tokens >= MIN_TOKENS && super::tiles_vnni::available(dtype);
+    return tokens >= super::tiles_vnni::MIN_TOKENS && super::tiles_vnni::available(dtype);
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (dtype, tokens);

@@ -1,15 +1,16 @@
-//! The 32-value types' matrix product over several tokens (a prompt chunk, a batched or
-//! speculative step) on AVX-512 VNNI, in tiles of 16 weight rows × up to 4 tokens.
+//! The 32-value types' matrix product (Q8_0, Q4_0, Q4_1) on AVX-512 VNNI, in tiles of 16
+//! weight rows × up to 4 tokens: a decode step's one token, a prompt chunk, a batched or
+//! speculative step.
 //!
 //! The row-at-a-time path ([`super::fused`]) meets each token with each row alone, so every
 //! 64 values end in a horizontal sum (a transpose of four registers) and a 128-bit chain of
 //! additions: most of its instructions are not the dot product. Here the 16 rows of a tile are
-//! first repacked so that one 512-bit register holds the same four values of each row (lane
-//! `j` is row `j`); a token's four activation bytes are broadcast to every lane and one
-//! `vpdpbusd` adds four products to each row's sum. A half-block of 16 values is four of
-//! them, already summed per row, with nothing to reduce; its scale and the token's are then
-//! applied to the 16 rows at once. Each block's values are unpacked once for up to four
-//! tokens and each token's bytes are read once for 16 rows.
+//! repacked so that one 512-bit register holds the same four values of each row (lane `j` is
+//! row `j`); a token's four activation bytes are broadcast to every lane and one `vpdpbusd`
+//! adds four products to each row's sum. A half-block of 16 values is four of them, already
+//! summed per row, with nothing to reduce; its scale and the token's are then applied to the
+//! 16 rows at once. Each block's values are unpacked once for up to four tokens and each
+//! token's bytes are read once for 16 rows.
 //!
 //! The bits are those of the row path: the same exact integer sums per half-block (the
 //! unsigned-weights correction `− 8·Σq` or `− 128·Σq` starts the sum), the same f32 products
@@ -22,14 +23,13 @@
 
 use std::arch::x86_64::*;
 
+use super::fused::Layout;
 use super::quant::{Q8Rows, QK};
+use super::tiled::ROWS;
 use crate::dtype::DType;
 
-/// Weight rows per tile: one 32-bit lane each of a 512-bit register.
-pub(super) const ROWS: usize = 16;
-
-/// Tokens per tile (their accumulators, four each, stay in registers beside the block's
-/// eight registers of values).
+/// Tokens per tile (their accumulators, four each, stay in registers beside a half-block's
+/// four registers of values).
 const TOKENS: usize = 4;
 
 /// Blocks ahead of the one multiplied whose values are prefetched (one decode step of the
@@ -58,20 +58,12 @@ impl Kind {
         }
     }
 
-    /// Bytes per stored block.
-    fn block_bytes(self) -> usize {
+    /// The type itself.
+    fn dtype(self) -> DType {
         match self {
-            Kind::Q8_0 => 34,
-            Kind::Q4_0 => 18,
-            Kind::Q4_1 => 20,
-        }
-    }
-
-    /// Where a stored block's values start.
-    fn values_at(self) -> usize {
-        match self {
-            Kind::Q4_1 => 4,
-            _ => 2,
+            Kind::Q8_0 => DType::Q8_0,
+            Kind::Q4_0 => DType::Q4_0,
+            Kind::Q4_1 => DType::Q4_1,
         }
     }
 
@@ -93,7 +85,7 @@ impl Kind {
     }
 }
 
-/// [`Kind`]s as the kernels' const parameter.
+/// The kernels' const parameter for each [`Kind`].
 const Q8_0: u8 = 0;
 const Q4_0: u8 = 1;
 const Q4_1: u8 = 2;
@@ -119,6 +111,8 @@ pub(super) fn available(dtype: DType) -> bool {
 #[derive(Debug, Clone)]
 pub(super) struct Tile {
     kind: Kind,
+    /// The stored blocks' layout (size, where the values start).
+    layout: Layout,
     blocks: usize,
     /// `[blocks, words, 16 rows, 4 bytes]`.
     values: Vec<u8>,
@@ -133,6 +127,7 @@ impl Tile {
     pub(super) fn new(dtype: DType) -> Option<Self> {
         Some(Self {
             kind: Kind::of(dtype)?,
+            layout: super::fused::layout(dtype)?,
             blocks: 0,
             values: Vec::new(),
             scales: Vec::new(),
@@ -143,7 +138,7 @@ impl Tile {
     /// Repacks the 16 rows `data` (`16 × row_bytes`, whole blocks) into the tile.
     pub(super) fn fill(&mut self, data: &[u8], row_bytes: usize) {
         let k = self.kind;
-        let size = k.block_bytes();
+        let size = self.layout.size;
         let blocks = row_bytes / size;
         let stride = k.words() * 64;
         self.blocks = blocks;
@@ -153,7 +148,6 @@ impl Tile {
             self.offsets.resize(blocks * ROWS, 0);
         }
         assert!(data.len() >= ROWS * row_bytes && blocks * size == row_bytes);
-        assert!(data.len() >= ROWS * row_bytes && blocks * size == row_bytes);
         // SAFETY: the CPU has AVX-512 (a tile is made only where it does); `data` holds the
         // 16 rows and the tile was sized for them above.
         unsafe { self.transpose(data, row_bytes) };
@@ -161,7 +155,7 @@ impl Tile {
 
     /// [`Self::fill`]'s repacking: for each block, the 16 rows' 16-byte runs of values
     /// loaded four rows to a register and transposed (4 × 4 words inside each 128-bit lane,
-    /// then the lanes put in row order), the scales (and offsets) widened from f16 exactly.
+    /// then the lanes put in row order), the f16 scales (and offsets) copied as stored.
     ///
     /// # Safety
     /// The CPU has AVX-512 F and F16C; `data` holds 16 rows of `row_bytes` (whole blocks)
@@ -169,7 +163,7 @@ impl Tile {
     #[target_feature(enable = "avx2,f16c,avx512f")]
     unsafe fn transpose(&mut self, data: &[u8], row_bytes: usize) {
         let k = self.kind;
-        let (size, stride, at) = (k.block_bytes(), k.words() * 64, k.values_at());
+        let (size, stride, at) = (self.layout.size, k.words() * 64, self.layout.values);
         let flip = _mm512_set1_epi32(if k == Kind::Q8_0 {
             0x8080_8080u32 as i32
         } else {
@@ -223,22 +217,28 @@ impl Tile {
         self.values.len() + 2 * (self.scales.len() + self.offsets.len())
     }
 
-    /// Row `j`'s bytes as stored (whole blocks of the tile's type) into `out`: the tile
-    /// unpacked again, for what reads a row by itself (an embedding lookup).
-    pub(super) fn stored_row(&self, j: usize, out: &mut Vec<u8>) {
-        let k = self.kind;
+    /// Row `j` dequantized into `out` (`[blocks · 32]`): each block's stored bytes put back
+    /// together from the tile (on the stack) and dequantized as the stored row would be, for
+    /// what reads a row by itself (an embedding lookup).
+    pub(super) fn row_f32(&self, j: usize, out: &mut [f32]) -> crate::error::Result<()> {
+        let (k, l) = (self.kind, self.layout);
         let (stride, flip) = (k.words() * 64, if k == Kind::Q8_0 { 0x80 } else { 0 });
-        out.clear();
-        for b in 0..self.blocks {
-            out.extend(self.scales[b * ROWS + j].to_le_bytes());
+        let mut stored = [0u8; 64];
+        for (b, out) in out.chunks_exact_mut(QK).take(self.blocks).enumerate() {
+            stored[..2].copy_from_slice(&self.scales[b * ROWS + j].to_le_bytes());
             if k == Kind::Q4_1 {
-                out.extend(self.offsets[b * ROWS + j].to_le_bytes());
+                stored[2..4].copy_from_slice(&self.offsets[b * ROWS + j].to_le_bytes());
             }
             let block = &self.values[b * stride..][..stride];
             for w in 0..k.words() {
-                out.extend(block[w * 64 + j * 4..][..4].iter().map(|&v| v ^ flip));
+                let word = &block[w * 64 + j * 4..][..4];
+                for (s, &v) in stored[l.values + 4 * w..][..4].iter_mut().zip(word) {
+                    *s = v ^ flip;
+                }
             }
+            crate::dtype::dequantize_into(k.dtype(), &stored[..l.size], out, "row")?;
         }
+        Ok(())
     }
 
     /// `out[r · tokens + t]` (`r` < 16) for every token `t` of `q8`, whose rows have the
@@ -357,7 +357,7 @@ impl Tile {
         b: usize,
         acc: &mut [[__m512; 4]; N],
     ) {
-        let stride = if K == Q8_0 { 512 } else { 256 };
+        let stride = if K == Q8_0 { 8 * 64 } else { 4 * 64 };
         let h = 2 * b;
         // SAFETY: the caller's promise.
         unsafe {
@@ -495,7 +495,7 @@ mod tests {
                 let cols = blocks * QK;
                 let data = random_rows(&mut rng, dtype, rows, blocks);
                 let tiled = crate::cpu::QMatrix::new(dtype, rows, cols, data.clone(), "w").unwrap();
-                let by_rows = crate::cpu::QMatrix::new_rows(dtype, rows, cols, data, "w").unwrap();
+                let by_rows = crate::cpu::QMatrix::stored(dtype, rows, cols, data, "w").unwrap();
                 assert_eq!(tiled.is_tiled(), rows % ROWS == 0, "{rows} rows");
                 assert!(!by_rows.is_tiled());
                 let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();

@@ -10,9 +10,9 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, Response};
 
 use super::opfs::{self, js_text, OpfsStore};
-use super::pump::{read_stored, Download, Sink};
+use super::pump::{io, read_stored, Download, Sink};
 use super::stored::Store;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::range::{self, Resume};
 use crate::store::{self as rules, StoredRecord};
 
@@ -45,13 +45,6 @@ pub(crate) struct UrlFile {
     pub persisted: Option<bool>,
     /// Why the file could not be kept in the store (the load went on without it).
     pub store_error: Option<String>,
-}
-
-fn io(url: &str, message: impl Into<String>) -> Error {
-    Error::Io {
-        path: url.to_string(),
-        message: message.into(),
-    }
 }
 
 fn header(response: &Response, name: &str) -> Option<String> {

@@ -16,7 +16,8 @@ use crate::store::{StoredRecord, PART_BYTES};
 /// Reports at most one progress event per this many bytes (and the last one).
 const PROGRESS_STEP: u64 = 1 << 20;
 
-fn io(what: &str, message: impl Into<String>) -> Error {
+/// An I/O error about `what` (a URL or file name).
+pub(super) fn io(what: &str, message: impl Into<String>) -> Error {
     Error::Io {
         path: what.to_string(),
         message: message.into(),
@@ -34,9 +35,13 @@ impl Sink {
     /// twice the file's size, and wasm memory never shrinks); where it cannot, the buffer grows
     /// as bytes arrive and fails then with the numbers.
     pub(super) fn reserve(&mut self, more: u64) {
-        let _ = self
-            .bytes
-            .try_reserve_exact(usize::try_from(more).unwrap_or(0));
+        let _ = self.try_reserve(more);
+    }
+
+    /// Reserves room for exactly `more` bytes beyond those held; `false` where the page's
+    /// memory cannot hold them.
+    pub(super) fn try_reserve(&mut self, more: u64) -> bool {
+        usize::try_from(more).is_ok_and(|n| self.bytes.try_reserve_exact(n).is_ok())
     }
 
     pub(super) fn reset(&mut self) {
@@ -72,7 +77,7 @@ impl Sink {
         Ok(())
     }
 
-    /// Whether the bytes have the digest `expected` (true when none is expected).
+    /// The bytes' SHA-256, when they were hashed (taken: asked once).
     pub(super) fn digest(&mut self) -> Option<[u8; 32]> {
         self.hasher.take().map(|h| h.finalize().into())
     }
@@ -207,8 +212,7 @@ pub(crate) async fn read_all(
         store_failed: None,
         progress,
     };
-    let reserve = usize::try_from(total).ok();
-    if reserve.is_none_or(|n| d.sink.bytes.try_reserve_exact(n).is_err()) {
+    if !d.sink.try_reserve(total) {
         return Err(io(
             what,
             format!("{total} bytes do not fit in this page's memory (wasm32 allows at most 4 GiB)"),
@@ -245,12 +249,7 @@ impl Download<'_> {
 /// Reads `blob` (a stored copy) to its end into `d`'s sink, its memory reserved up front (a
 /// growing buffer would pass through twice the file's size, and wasm memory never shrinks).
 pub(super) async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -> bool {
-    let size = (blob.size() as u64).max(total);
-    if d.sink
-        .bytes
-        .try_reserve_exact(usize::try_from(size).unwrap_or(0))
-        .is_err()
-    {
+    if !d.sink.try_reserve((blob.size() as u64).max(total)) {
         return false;
     }
     let writer = d.writer.take();
