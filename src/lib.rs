@@ -28,6 +28,7 @@ pub mod loader;
 pub mod math;
 pub mod model;
 pub mod openai;
+pub mod option_keys;
 pub mod sampling;
 pub mod session;
 pub mod store;

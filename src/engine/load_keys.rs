@@ -339,27 +339,8 @@ pub const KEYS: &[Key] = &[
     },
 ];
 
-/// A camelCase `name` as lowercase words joined by `sep` (`kvCache` → `kv_cache`, `kv-cache`).
-pub fn words(name: &str, sep: char) -> String {
-    let mut out = String::with_capacity(name.len() + 4);
-    for c in name.chars() {
-        if c.is_ascii_uppercase() {
-            out.push(sep);
-        }
-        out.push(c.to_ascii_lowercase());
-    }
-    out
-}
-
-/// `s` without case, `_` or `-`: the form every spelling of a key shares (`kvCache`,
-/// `kv_cache`, `--kv-cache` and `KV-CACHE` are one key).
-pub fn normalized(s: &str) -> String {
-    s.trim_start_matches('-')
-        .chars()
-        .filter(|c| *c != '_' && *c != '-')
-        .flat_map(char::to_lowercase)
-        .collect()
-}
+use crate::option_keys::doc_comment;
+pub use crate::option_keys::{normalized, words};
 
 /// The key `spelled` names, in any of its spellings.
 pub fn find(spelled: &str) -> Option<&'static Key> {
@@ -368,45 +349,16 @@ pub fn find(spelled: &str) -> Option<&'static Key> {
         .find(|k| normalized(k.name) == n || k.aliases.iter().any(|a| normalized(a) == n))
 }
 
-/// The known key nearest to `spelled` (by edit distance over the normalized forms), when one
-/// is near enough to be what was meant.
+/// The known key nearest to `spelled`, when one is near enough to be what was meant.
 pub fn nearest(spelled: &str) -> Option<&'static str> {
-    let n = normalized(spelled);
-    let mut best: Option<(usize, &'static str)> = None;
-    for k in KEYS {
-        for form in std::iter::once(k.name).chain(k.aliases.iter().copied()) {
-            let d = strsim::damerau_levenshtein(&n, &normalized(form));
-            if best.is_none_or(|(b, _)| d < b) {
-                best = Some((d, k.name));
-            }
-        }
-    }
-    // a third of the word, at least 2 edits: `kvCahce` → `kvCache`, not `name` → `kvCache`
-    best.filter(|(d, _)| *d <= (n.chars().count() / 3).max(2))
-        .map(|(_, name)| name)
-}
-
-/// `text` as a doc comment indented by `indent`, wrapped at 100 columns.
-fn doc_comment(text: &str, indent: &str) -> String {
-    let one = format!("{indent}/** {text} */\n");
-    if one.len() <= 101 {
-        return one;
-    }
-    let width = 100 - indent.len() - 3;
-    let mut out = format!("{indent}/**\n");
-    let mut line = String::new();
-    for word in text.split(' ') {
-        if !line.is_empty() && line.len() + 1 + word.len() > width {
-            out.push_str(&format!("{indent} * {line}\n"));
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    out.push_str(&format!("{indent} * {line}\n{indent} */\n"));
-    out
+    crate::option_keys::nearest(
+        spelled,
+        KEYS.iter().flat_map(|k| {
+            std::iter::once(k.name)
+                .chain(k.aliases.iter().copied())
+                .map(move |form| (form, k.name))
+        }),
+    )
 }
 
 /// The `LoadOptions` TypeScript interface: every key with its type and doc comment, and each

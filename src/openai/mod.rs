@@ -311,7 +311,7 @@ impl Request {
         if let Some(bias) = map.get("logit_bias").filter(|v| !v.is_null()) {
             sampling.insert("logit_bias".into(), bias.clone());
         }
-        let mut options = GenerateOptions::from_json(&Value::Object(sampling).to_string())?;
+        let mut options = GenerateOptions::from_value(&Value::Object(sampling))?;
         options.echo = kind == CompletionKind::Text && boolean(map, "echo")?;
         options.top_logprobs = top as usize;
         if let Some(format) = map.get("response_format").filter(|v| !v.is_null()) {

@@ -77,6 +77,6 @@ pub mod stop;
 pub use candidates::{Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest};
 pub use divergence::{agreement, LogitAgreement};
 pub use mask::TokenMask;
-pub use params::{draw_seed, Preset, SamplingParams, DEFAULT_MAX_NEW_TOKENS};
+pub use params::{draw_seed, Checked, Preset, SamplingParams, DEFAULT_MAX_NEW_TOKENS};
 pub use sampler::{log_softmax, Sampled, Sampler, TopLogprob, MAX_TOP_LOGPROBS};
 pub use stop::{StopMatcher, StopOutput};

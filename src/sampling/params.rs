@@ -1,8 +1,9 @@
-//! Generation parameters: defaults, range checks and JSON parsing.
+//! Generation parameters: defaults and range checks (read from JSON by
+//! `session::options_parse`, through the table of generation options).
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{Error, Result};
 
@@ -87,88 +88,55 @@ impl std::str::FromStr for Preset {
 
 /// Everything that controls how tokens are chosen and when generation ends.
 ///
-/// Every field has a default (see [`Default`]: the `balanced` preset and 100 new tokens), so a
-/// JSON object only needs the fields it changes. Field names are snake_case; each multi-word field also accepts its camelCase alias
-/// (`topK`, `maxNewTokens`, ...).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// Every field has a default (see [`Default`]: the `balanced` preset and 100 new tokens), so an
+/// options object only needs the fields it changes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SamplingParams {
     /// Softmax temperature, `>= 0` and finite; `0` means greedy (argmax). Default 0.8.
     pub temperature: f32,
     /// Keep only the `top_k` most likely tokens; `0` turns the filter off. Default 50.
-    #[serde(alias = "topK")]
     pub top_k: usize,
     /// Nucleus sampling: keep the smallest most-likely set whose probability reaches `top_p`;
     /// in `(0, 1]`, `1` is off. Default 0.9.
-    #[serde(alias = "topP")]
     pub top_p: f32,
     /// Keep tokens whose probability is at least `min_p` times the largest probability;
     /// in `[0, 1]`, `0` is off. Default 0.0.
-    #[serde(alias = "minP")]
     pub min_p: f32,
     /// Locally typical sampling mass; in `(0, 1]`, `1` is off. Default 1.0.
-    #[serde(alias = "typicalP")]
     pub typical_p: f32,
     /// Repetition penalty (Hugging Face semantics), `> 0` and finite; `1` is off. Default 1.0.
-    #[serde(alias = "repetitionPenalty")]
     pub repetition_penalty: f32,
     /// Presence penalty (OpenAI semantics), in `[-2, 2]`. Default 0.
-    #[serde(alias = "presencePenalty")]
     pub presence_penalty: f32,
     /// Frequency penalty (OpenAI semantics), in `[-2, 2]`. Default 0.
-    #[serde(alias = "frequencyPenalty")]
     pub frequency_penalty: f32,
     /// How many of the most recent history tokens the penalties look at; `0` means all. Default 0.
-    #[serde(alias = "penaltyLastN")]
     pub penalty_last_n: usize,
     /// Added to the logit of each listed token id; each bias finite and in `[-100, 100]`.
-    #[serde(alias = "logitBias")]
     pub logit_bias: BTreeMap<u32, f32>,
     /// Random seed; `None` draws one with [`draw_seed`]. Default `None`.
     pub seed: Option<u64>,
     /// Most tokens generated after the prompt; `0` is allowed. Default 100
     /// ([`DEFAULT_MAX_NEW_TOKENS`]).
-    #[serde(alias = "maxNewTokens")]
     pub max_new_tokens: usize,
     /// Stop strings (each non-empty, at most 16); generated text ends before the first match.
     pub stop: Vec<String>,
     /// Token ids that end generation, besides the model's end-of-sequence tokens.
-    #[serde(alias = "stopTokenIds")]
     pub stop_token_ids: Vec<u32>,
     /// Beam count for beam search, `1..=16`; `1` means no beam search. Default 1.
-    #[serde(alias = "numBeams")]
     pub num_beams: usize,
     /// Beam-search length penalty exponent, finite. Default 1.0.
-    #[serde(alias = "lengthPenalty")]
     pub length_penalty: f32,
     /// Beam search stops as soon as `num_beams` finished candidates exist. Default false.
-    #[serde(alias = "earlyStopping")]
     pub early_stopping: bool,
     /// Sequences returned, `1..=64`; with beam search at most `num_beams`. Default 1.
-    #[serde(alias = "numReturnSequences")]
     pub num_return_sequences: usize,
     /// End-of-sequence token ids that replace the model's (a number or a list; empty: the
     /// model's own). Default empty.
-    #[serde(alias = "eosTokenId", deserialize_with = "one_or_many")]
     pub eos_token_id: Vec<u32>,
     /// Keep generating past end-of-sequence and end-of-turn tokens (the stop strings and
     /// `stop_token_ids` still stop): for benchmarks and tests. Default false.
-    #[serde(alias = "ignoreEos")]
     pub ignore_eos: bool,
-}
-
-/// A token id or a list of them (`eos_token_id: 2` and `eos_token_id: [2, 7]` alike).
-fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<u32>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(u32),
-        Many(Vec<u32>),
-    }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(id) => vec![id],
-        OneOrMany::Many(ids) => ids,
-    })
 }
 
 /// Tokens generated after the prompt unless [`SamplingParams::max_new_tokens`] says otherwise.
@@ -207,34 +175,6 @@ impl Default for SamplingParams {
         }
     }
 }
-
-/// Every field name with its camelCase alias (the same name when there is none); used to name
-/// the field in JSON errors. Kept in step with the struct by a unit test.
-const FIELDS: [(&str, &str); 20] = [
-    ("temperature", "temperature"),
-    ("top_k", "topK"),
-    ("top_p", "topP"),
-    ("min_p", "minP"),
-    ("typical_p", "typicalP"),
-    ("repetition_penalty", "repetitionPenalty"),
-    ("presence_penalty", "presencePenalty"),
-    ("frequency_penalty", "frequencyPenalty"),
-    ("penalty_last_n", "penaltyLastN"),
-    ("logit_bias", "logitBias"),
-    ("seed", "seed"),
-    ("max_new_tokens", "maxNewTokens"),
-    ("stop", "stop"),
-    ("stop_token_ids", "stopTokenIds"),
-    ("num_beams", "numBeams"),
-    ("length_penalty", "lengthPenalty"),
-    ("early_stopping", "earlyStopping"),
-    ("num_return_sequences", "numReturnSequences"),
-    ("eos_token_id", "eosTokenId"),
-    ("ignore_eos", "ignoreEos"),
-];
-
-/// The name reported for errors about the JSON document as a whole (syntax, unknown fields).
-const JSON_NAME: &str = "sampling_params";
 
 fn check_range(name: &'static str, value: f32, lo: f32, hi: f32, range: &str) -> Result<()> {
     // NaN is outside every range.
@@ -399,72 +339,20 @@ impl SamplingParams {
         Ok(())
     }
 
-    /// Parses JSON (snake_case names or the camelCase aliases), then validate(). A wrong type
-    /// gives an error named after the field; unknown fields, a field given under both of its
-    /// names, and input that is not a JSON object give an error named `sampling_params` whose
-    /// message quotes the offending key. `preset` (a [`Preset`] name) sets temperature, top-k
-    /// and top-p where the object does not. Never panics, whatever the input.
-    pub fn from_json(json: &str) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_str(json)
-            .map_err(|e| Error::invalid(JSON_NAME, format!("not valid JSON: {e}")))?;
-        let serde_json::Value::Object(mut map) = value else {
+    /// [`SamplingParams::validate_for_vocab`], and the parameters as the [`Checked`] form a
+    /// [`crate::sampling::Sampler`] is built from without checking them again.
+    pub fn check(&self, vocab_size: usize) -> Result<Checked> {
+        if vocab_size == 0 || u32::try_from(vocab_size - 1).is_err() {
             return Err(Error::invalid(
-                JSON_NAME,
-                format!("expected a JSON object, got {}", json_kind(&value)),
+                "vocab_size",
+                format!("must be in 1..=4294967296, got {vocab_size}"),
             ));
-        };
-        let preset = match map.remove("preset") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(name)) => Some(name.parse::<Preset>()?),
-            Some(other) => {
-                return Err(Error::invalid(
-                    "preset",
-                    format!("must be a string, got {}", json_kind(&other)),
-                ))
-            }
-        };
-        // Check field by field first so that an error names the field it is about.
-        for (key, field_value) in &map {
-            let Some(&(name, _)) = FIELDS.iter().find(|(n, a)| key == n || key == a) else {
-                return Err(Error::invalid(
-                    JSON_NAME,
-                    format!(
-                        "unknown field `{key}`; expected one of: {}",
-                        FIELDS.map(|(n, _)| n).join(", ")
-                    ),
-                ));
-            };
-            let mut single = serde_json::Map::new();
-            single.insert(key.clone(), field_value.clone());
-            if let Err(e) =
-                serde_json::from_value::<SamplingParams>(serde_json::Value::Object(single))
-            {
-                return Err(Error::invalid(name, format!("`{key}`: {e}")));
-            }
         }
-        // The whole object: catches a field given under both of its names.
-        let given = |field: &str| {
-            FIELDS
-                .iter()
-                .any(|(n, a)| *n == field && (map.contains_key(*n) || map.contains_key(*a)))
-        };
-        let explicit = [given("temperature"), given("top_k"), given("top_p")];
-        let mut params: SamplingParams = serde_json::from_value(serde_json::Value::Object(map))
-            .map_err(|e| Error::invalid(JSON_NAME, e.to_string()))?;
-        if let Some(preset) = preset {
-            let (t, k, p) = preset.values();
-            if !explicit[0] {
-                params.temperature = t;
-            }
-            if !explicit[1] {
-                params.top_k = k;
-            }
-            if !explicit[2] {
-                params.top_p = p;
-            }
-        }
-        params.validate()?;
-        Ok(params)
+        self.validate_for_vocab(vocab_size)?;
+        Ok(Checked {
+            params: self.clone(),
+            vocab_size,
+        })
     }
 
     /// True when sampling is deterministic argmax: temperature == 0, or top_k == 1.
@@ -473,14 +361,42 @@ impl SamplingParams {
     }
 }
 
-fn json_kind(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
+/// Sampling parameters that passed [`SamplingParams::check`] for a vocabulary: what the
+/// samplers are built from, so that a call's parameters are checked once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    params: SamplingParams,
+    vocab_size: usize,
+}
+
+impl Checked {
+    /// The vocabulary size the parameters were checked for.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The scoring form beam search uses: only the logit bias and the penalties shape beam
+    /// scores (temperature 1, no filter); still in range, as every filter is off.
+    pub fn scoring(&self) -> Checked {
+        Checked {
+            params: SamplingParams {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                typical_p: 1.0,
+                ..self.params.clone()
+            },
+            vocab_size: self.vocab_size,
+        }
+    }
+}
+
+impl std::ops::Deref for Checked {
+    type Target = SamplingParams;
+
+    fn deref(&self) -> &SamplingParams {
+        &self.params
     }
 }
 
@@ -489,58 +405,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn field_table_matches_struct() {
-        // Every name and alias in the table is accepted on its own by the derived parser, and
-        // the table lists every serialized field.
-        let defaults = serde_json::to_value(SamplingParams::default()).unwrap_or_default();
-        let serialized = defaults.as_object().cloned().unwrap_or_default();
-        assert_eq!(serialized.len(), FIELDS.len());
-        for (name, alias) in FIELDS {
-            let value = serialized.get(name).cloned();
-            assert!(value.is_some(), "`{name}` is not a field");
-            for key in [name, alias] {
-                let mut single = serde_json::Map::new();
-                single.insert(key.to_string(), value.clone().unwrap_or_default());
-                let parsed = serde_json::from_value::<SamplingParams>(single.into());
-                assert!(parsed.is_ok(), "`{key}` rejected: {parsed:?}");
-            }
-        }
+    fn presets_set_temperature_top_k_and_top_p() {
+        let mut q = SamplingParams::default();
+        q.apply_preset(Preset::Conservative);
+        assert_eq!((q.temperature, q.top_k, q.top_p), (0.3, 20, 1.0));
+        assert_eq!("Creative".parse::<Preset>().ok(), Some(Preset::Creative));
+        let err = "wild".parse::<Preset>().unwrap_err();
+        assert!(err.to_string().contains("preset"), "{err}");
     }
 
     #[test]
-    fn eos_token_id_is_one_or_many() {
-        let p = SamplingParams::from_json(r#"{"eos_token_id": 7, "ignoreEos": true}"#)
-            .unwrap_or_default();
-        assert_eq!((p.eos_token_id, p.ignore_eos), (vec![7], true));
-        let p = SamplingParams::from_json(r#"{"eosTokenId": [2, 9]}"#).unwrap_or_default();
-        assert_eq!(p.eos_token_id, vec![2, 9]);
-        let err = SamplingParams::from_json(r#"{"eos_token_id": "x"}"#).unwrap_err();
-        assert!(err.to_string().contains("eos_token_id"), "{err}");
+    fn checked_ids_stay_within_the_vocabulary() {
         let big = SamplingParams {
             eos_token_id: vec![100],
             ..SamplingParams::default()
         };
-        assert!(big
-            .validate_for_vocab(50)
-            .unwrap_err()
-            .to_string()
-            .contains("eos_token_id"));
-    }
-
-    #[test]
-    fn presets_set_what_is_not_given() {
-        let p = SamplingParams::from_json(r#"{"preset": "balanced"}"#).unwrap_or_default();
-        assert_eq!((p.temperature, p.top_k, p.top_p), (0.8, 50, 0.9));
-        let p =
-            SamplingParams::from_json(r#"{"preset": "Creative", "topK": 7}"#).unwrap_or_default();
-        assert_eq!((p.temperature, p.top_k, p.top_p), (1.3, 7, 0.95));
-        let err = SamplingParams::from_json(r#"{"preset": "wild"}"#).unwrap_err();
-        assert!(err.to_string().contains("preset"), "{err}");
-        let err = SamplingParams::from_json(r#"{"preset": 3}"#).unwrap_err();
-        assert!(err.to_string().contains("preset"), "{err}");
-        let mut q = SamplingParams::default();
-        q.apply_preset(Preset::Conservative);
-        assert_eq!((q.temperature, q.top_k, q.top_p), (0.3, 20, 1.0));
+        let err = big.check(50).unwrap_err();
+        assert!(err.to_string().contains("eos_token_id"), "{err}");
+        assert!(big.check(0).is_err());
+        let ok = big
+            .check(101)
+            .map(|c| (c.vocab_size(), c.eos_token_id.clone()));
+        assert_eq!(ok.ok(), Some((101, vec![100])));
+        let scoring = SamplingParams::default().check(8).map(|c| c.scoring());
+        assert!(scoring.is_ok_and(|s| s.validate().is_ok() && s.top_k == 0));
     }
 
     #[test]

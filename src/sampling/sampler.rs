@@ -8,7 +8,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::candidates::saturate;
 use crate::candidates::{LogitAdjustment, OpenAiPenalty};
 use crate::sampling::params::draw_seed;
-use crate::sampling::{SamplingParams, TokenMask};
+use crate::sampling::{Checked, SamplingParams, TokenMask};
 use crate::{Error, Result};
 
 use super::filters::{filter_candidates, filter_out};
@@ -83,24 +83,23 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Validates `params` for `vocab_size`, seeds the RNG from params.seed or [`draw_seed`].
+    /// Checks `params` for `vocab_size` ([`SamplingParams::check`]) and builds the sampler.
     pub fn new(params: &SamplingParams, vocab_size: usize) -> Result<Self> {
-        if vocab_size == 0 || u32::try_from(vocab_size - 1).is_err() {
-            return Err(Error::invalid(
-                "vocab_size",
-                format!("must be in 1..=4294967296, got {vocab_size}"),
-            ));
-        }
-        params.validate_for_vocab(vocab_size)?;
+        Self::checked(&params.check(vocab_size)?)
+    }
+
+    /// A sampler of parameters already checked; seeds the RNG from the seed or
+    /// [`draw_seed`] (the only failure: the system random source).
+    pub fn checked(params: &Checked) -> Result<Self> {
         let seed = match params.seed {
             Some(seed) => seed,
             None => draw_seed()?,
         };
         Ok(Sampler {
-            params: params.clone(),
+            params: SamplingParams::clone(params),
             rng: ChaCha20Rng::seed_from_u64(seed),
             seed,
-            vocab_size,
+            vocab_size: params.vocab_size(),
             mask: None,
             top_logprobs: 0,
         })

@@ -1,9 +1,11 @@
 //! A batch given as JSON (JavaScript's `generateBatch`): prompts, or `{ prompt, ...options }`
 //! objects whose options replace the shared ones, and the shared options with `maxBatch`.
 
-use super::options::snake_case;
-use super::{BatchItem, GenerateOptions, Prompt};
+use serde_json::Value;
+
+use super::{BatchItem, GenerateOptions, GivenOptions, Prompt};
 use crate::error::Error;
+use crate::option_keys::normalized;
 
 /// The items of a batch and the most sequences per step: `prompts` is a JSON array whose
 /// elements are prompts, or objects `{ prompt, ...options }` whose options replace those of
@@ -13,50 +15,53 @@ pub fn parse_batch(
     options: &str,
 ) -> crate::error::Result<(Vec<BatchItem>, Option<usize>)> {
     let bad = |what: &'static str, m: String| Error::invalid(what, m);
-    let prompts: serde_json::Value =
+    let prompts: Value =
         serde_json::from_str(prompts).map_err(|e| bad("prompts", e.to_string()))?;
-    let serde_json::Value::Array(prompts) = prompts else {
+    let Value::Array(prompts) = prompts else {
         return Err(bad("prompts", "must be an array of prompts".into()));
     };
     if prompts.is_empty() {
         return Err(bad("prompts", "must hold at least one prompt".into()));
     }
     let mut base = match serde_json::from_str(options).map_err(|e| bad("options", e.to_string()))? {
-        serde_json::Value::Null => serde_json::Map::new(),
-        serde_json::Value::Object(map) => {
-            map.into_iter().map(|(k, v)| (snake_case(&k), v)).collect()
-        }
+        Value::Null => serde_json::Map::new(),
+        Value::Object(map) => map,
         _ => return Err(bad("options", "must be an object".into())),
     };
-    let max_batch = match base.remove("max_batch") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(n) if n >= 1 => Some(n as usize),
-            _ => {
-                return Err(bad(
-                    "maxBatch",
-                    format!("must be a whole number ≥ 1, got {v}"),
-                ))
-            }
+    let max_batch = match base.keys().find(|k| normalized(k) == "maxbatch").cloned() {
+        None => None,
+        Some(k) => match base.remove(&k).unwrap_or_default() {
+            Value::Null => None,
+            v => match v.as_u64() {
+                Some(n) if n >= 1 => Some(n as usize),
+                _ => {
+                    return Err(bad(
+                        "maxBatch",
+                        format!("must be a whole number ≥ 1, got {v}"),
+                    ))
+                }
+            },
         },
     };
+    let base = GivenOptions::from_map(&base)?;
     let items = prompts
         .into_iter()
         .enumerate()
         .map(|(i, p)| {
             let at = |e: Error| bad("prompts", format!("prompts[{i}]: {e}"));
-            let mut merged = base.clone();
-            let prompt = match p {
-                serde_json::Value::Object(mut own) if own.contains_key("prompt") => {
+            let (prompt, given) = match p {
+                Value::Object(mut own) if own.contains_key("prompt") => {
                     let prompt = own.remove("prompt").unwrap_or_default();
-                    merged.extend(own.into_iter().map(|(k, v)| (snake_case(&k), v)));
-                    prompt
+                    let own = GivenOptions::from_map(&own).map_err(at)?;
+                    (prompt, own.over(&base))
                 }
-                other => other,
+                other => (other, base.clone()),
             };
             let prompt = Prompt::from_json(&prompt.to_string()).map_err(at)?;
-            let options = serde_json::Value::Object(merged).to_string();
-            let options = GenerateOptions::from_json(&options).map_err(at)?;
+            let mut options = GenerateOptions::default();
+            given.apply(&mut options).map_err(at)?;
+            // ranges checked here too, so that the error names the item
+            options.validate().map_err(at)?;
             Ok(BatchItem { prompt, options })
         })
         .collect::<crate::error::Result<Vec<_>>>()?;

@@ -235,13 +235,12 @@ impl Session {
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Item> {
         let start = Instant::now();
-        let params = &item.options.sampling;
-        params.validate_for_vocab(self.vocab())?;
+        // the one check of the item's options
+        let params = &item.options.check(self.vocab())?;
         let mut warnings = Vec::new();
         let (tokens, _, stops) = self.prepare_prompt(&item.prompt, &item.options, &mut warnings)?;
         let constraint = self.constraint(&item.options)?;
-        Self::check_top_logprobs(&item.options)?;
-        let mut sampler = Sampler::new(params, self.vocab())?;
+        let mut sampler = Sampler::checked(params)?;
         sampler.set_top_logprobs(item.options.top_logprobs)?;
         let echo = self.echo(index, &item.prompt, &tokens, &item.options, on_token)?;
         let n = params.num_return_sequences;

@@ -6,7 +6,7 @@ use web_time::Instant;
 use crate::constrain::{Constraint, GrammarState};
 use crate::error::{Error, Result};
 use crate::forward::{BatchToken, Output, Readback, StepLogits};
-use crate::sampling::{log_softmax, Sampler, SamplingParams, StopMatcher};
+use crate::sampling::{log_softmax, Checked, Sampler, StopMatcher};
 
 use super::{
     check_token_ids, elapsed_ms, BeamProgress, Ctx, FinishReason, Score, Sequence, Session, Stats,
@@ -80,7 +80,7 @@ impl Session {
     pub(super) async fn beam_search(
         &mut self,
         c: &Ctx<'_>,
-        params: &SamplingParams,
+        params: &Checked,
         stats: &mut Stats,
         warnings: &mut Vec<String>,
         on_token: &mut dyn FnMut(&TokenEvent),
@@ -99,15 +99,7 @@ impl Session {
         }
         // Only the logit bias and the penalties shape beam scores (temperature 1 divides by 1;
         // no filter is on).
-        let scoring = SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            typical_p: 1.0,
-            ..params.clone()
-        };
-        let scorer = Sampler::new(&scoring, self.vocab())?;
+        let scorer = Sampler::checked(&params.scoring())?;
         let vocab = self.vocab();
         // every beam in a KV slot of its own, all advanced by one step per position
         if self.batch_limit(width) < width {

@@ -282,14 +282,8 @@ impl Session {
         on_token: &mut dyn FnMut(&TokenEvent),
     ) -> Result<Generation> {
         let start = Instant::now();
-        let params = &options.sampling;
-        params.validate_for_vocab(self.vocab())?;
-        if options.no_kv_cache && params.num_beams > 1 {
-            return Err(Error::invalid(
-                "use_cache",
-                "decoding without the KV cache runs sampling and greedy decoding, not beam search",
-            ));
-        }
+        // the one check of the call's options
+        let params = &options.check(self.vocab())?;
         self.recompute = options.no_kv_cache;
         if self.recompute {
             // nothing is reused either: the prompt runs from position 0
@@ -299,7 +293,6 @@ impl Session {
         let mut warnings = Vec::new();
         let (tokens, n_keep, stops) = self.prepare_prompt(prompt, options, &mut warnings)?;
         let constraint = self.constraint(options)?;
-        Self::check_top_logprobs(options)?;
         let mut stats = Stats {
             prompt_tokens: tokens.len(),
             ..Stats::default()
@@ -307,13 +300,6 @@ impl Session {
         let speculative = match &options.speculative {
             None => None,
             Some(o) => {
-                o.validate()?;
-                if params.num_beams > 1 || options.no_kv_cache {
-                    return Err(Error::invalid(
-                        "speculative",
-                        "speculative decoding runs sampling and greedy decoding with the KV cache, not beam search or use_cache: false",
-                    ));
-                }
                 let source = self.spec_source(o.source)?;
                 stats.speculative = Some(SpecStats {
                     method: source.as_str().to_string(),
@@ -347,7 +333,7 @@ impl Session {
                 .await?;
             (seqs, None)
         } else {
-            let mut sampler = Sampler::new(params, self.vocab())?;
+            let mut sampler = Sampler::checked(params)?;
             sampler.set_top_logprobs(options.top_logprobs)?;
             let mut seqs = Vec::with_capacity(params.num_return_sequences);
             for s in 0..params.num_return_sequences {

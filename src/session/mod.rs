@@ -33,7 +33,9 @@ pub mod cache_plan;
 mod context;
 mod decode;
 mod draft;
+pub mod generate_keys;
 pub mod options;
+pub mod options_parse;
 mod serving;
 pub mod spec_options;
 mod speculative;
@@ -62,6 +64,7 @@ pub use options::{
     BeamProgress, FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats,
     TokenEvent,
 };
+pub use options_parse::GivenOptions;
 pub use serving::ItemFeed;
 pub use spec_options::{SpecOptions, SpecSource, SpecStats, SPEC_METHOD};
 
@@ -459,20 +462,6 @@ impl Session {
         };
         check_token_ids("prompt", &ids, self.vocab())?;
         Ok(ids)
-    }
-
-    /// Refuses `top_logprobs` where the decoding cannot report them (beam search and
-    /// speculative decoding score or verify tokens without a draw per step).
-    pub(super) fn check_top_logprobs(options: &GenerateOptions) -> Result<()> {
-        if options.top_logprobs > 0
-            && (options.sampling.num_beams > 1 || options.speculative.is_some())
-        {
-            return Err(Error::invalid(
-                "top_logprobs",
-                "alternatives per token come with sampling and greedy decoding, not with beam search or speculative decoding",
-            ));
-        }
-        Ok(())
     }
 
     /// `options`' response format compiled for this model (`None`: free text).

@@ -1,4 +1,5 @@
-//! What a generation call takes and returns: the prompt, the options (parsed from JSON too),
+//! What a generation call takes and returns: the prompt, the options (read from JSON by
+//! [`super::options_parse`]),
 //! streamed token events, the generated sequences with their timings, and scores.
 
 use serde::{Deserialize, Serialize};
@@ -6,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::chat::ChatMessage;
 use crate::constrain::ResponseFormat;
 use crate::error::{Error, Result};
-use crate::sampling::{SamplingParams, TopLogprob, MAX_TOP_LOGPROBS};
+use crate::sampling::{Checked, SamplingParams, TopLogprob, MAX_TOP_LOGPROBS};
 
 /// What to generate from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,108 +60,52 @@ pub struct GenerateOptions {
     pub top_logprobs: usize,
 }
 
-/// `topK` → `top_k`: the snake_case spelling of a camelCase option name (snake_case names
-/// pass through), for merging option objects written in either spelling.
-pub fn snake_case(key: &str) -> String {
-    let mut out = String::with_capacity(key.len() + 4);
-    for c in key.chars() {
-        if c.is_ascii_uppercase() {
-            out.push('_');
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Removes option `name` (or its camelCase `alias`) from `map`; both given is an error.
-fn take_option(
-    map: &mut serde_json::Map<String, serde_json::Value>,
-    name: &'static str,
-    alias: &str,
-) -> Result<Option<serde_json::Value>> {
-    match (map.remove(name), map.remove(alias)) {
-        (Some(_), Some(_)) => Err(Error::invalid(
-            name,
-            format!("given twice, as `{name}` and as `{alias}`"),
-        )),
-        (Some(v), None) | (None, Some(v)) => Ok(Some(v)),
-        (None, None) => Ok(None),
-    }
-}
-
-fn bool_option(name: &'static str, value: &serde_json::Value) -> Result<bool> {
-    value
-        .as_bool()
-        .ok_or_else(|| Error::invalid(name, format!("`{name}` must be true or false, got {value}")))
-}
-
 impl GenerateOptions {
-    /// Parses one JSON object holding the sampling parameters (snake_case or camelCase, see
-    /// [`SamplingParams::from_json`]) and `special`, `strict`, `echo`, `use_cache`
-    /// (`useCache`), `n_keep` (`nKeep`), `top_logprobs` (`topLogprobs`) and `speculative` (see [`super::SpecOptions::from_json`]). `null`
-    /// means all defaults. Errors name the option.
-    pub fn from_json(json: &str) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_str(json)
-            .map_err(|e| Error::invalid("options", format!("not valid JSON: {e}")))?;
-        let mut map = match value {
-            serde_json::Value::Null => serde_json::Map::new(),
-            serde_json::Value::Object(map) => map,
-            _ => {
+    /// Checks every range and every combination that needs no model (the sampling
+    /// parameters, `top_logprobs`, speculative settings, and what beam search, speculative
+    /// decoding and `use_cache: false` exclude); the error names the option.
+    pub fn validate(&self) -> Result<()> {
+        let params = &self.sampling;
+        params.validate()?;
+        if self.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(Error::invalid(
+                "top_logprobs",
+                format!(
+                    "must be a whole number in 0..={MAX_TOP_LOGPROBS}, got {}",
+                    self.top_logprobs
+                ),
+            ));
+        }
+        if self.top_logprobs > 0 && (params.num_beams > 1 || self.speculative.is_some()) {
+            return Err(Error::invalid(
+                "top_logprobs",
+                "alternatives per token come with sampling and greedy decoding, not with beam search or speculative decoding",
+            ));
+        }
+        if self.no_kv_cache && params.num_beams > 1 {
+            return Err(Error::invalid(
+                "use_cache",
+                "decoding without the KV cache runs sampling and greedy decoding, not beam search",
+            ));
+        }
+        if let Some(spec) = &self.speculative {
+            spec.validate()?;
+            if params.num_beams > 1 || self.no_kv_cache {
                 return Err(Error::invalid(
-                    "options",
-                    "expected an object of generation options",
-                ))
-            }
-        };
-        let mut options = GenerateOptions::default();
-        if let Some(v) = take_option(&mut map, "special", "special")? {
-            options.special = bool_option("special", &v)?;
-        }
-        if let Some(v) = take_option(&mut map, "strict", "strict")? {
-            options.strict = bool_option("strict", &v)?;
-        }
-        if let Some(v) = take_option(&mut map, "echo", "echo")? {
-            options.echo = bool_option("echo", &v)?;
-        }
-        if let Some(v) = take_option(&mut map, "use_cache", "useCache")? {
-            options.no_kv_cache = !bool_option("use_cache", &v)?;
-        }
-        if let Some(v) = take_option(&mut map, "speculative", "speculative")? {
-            options.speculative = super::SpecOptions::from_json(&v)?;
-        }
-        if let Some(v) = take_option(&mut map, "response_format", "responseFormat")? {
-            if !v.is_null() {
-                options.response_format = ResponseFormat::from_value(&v)?;
+                    "speculative",
+                    "speculative decoding runs sampling and greedy decoding with the KV cache, not beam search or use_cache: false",
+                ));
             }
         }
-        if let Some(v) = take_option(&mut map, "top_logprobs", "topLogprobs")? {
-            let n = v.as_u64().and_then(|n| usize::try_from(n).ok());
-            options.top_logprobs = n
-                .filter(|&n| n <= MAX_TOP_LOGPROBS)
-                .ok_or_else(|| {
-                    Error::invalid(
-                        "top_logprobs",
-                        format!(
-                            "`top_logprobs` (`topLogprobs`) must be a whole number in 0..={MAX_TOP_LOGPROBS}, got {v}"
-                        ),
-                    )
-                })?;
-        }
-        if let Some(v) = take_option(&mut map, "n_keep", "nKeep")? {
-            if !v.is_null() {
-                let n = v.as_u64().and_then(|n| usize::try_from(n).ok());
-                options.n_keep = Some(n.ok_or_else(|| {
-                    Error::invalid(
-                        "n_keep",
-                        format!("`n_keep` (`nKeep`) must be a whole number >= 0, got {v}"),
-                    )
-                })?);
-            }
-        }
-        options.sampling = SamplingParams::from_json(&serde_json::Value::Object(map).to_string())?;
-        Ok(options)
+        Ok(())
+    }
+
+    /// [`GenerateOptions::validate`] and the token ids against a vocabulary of `vocab_size`:
+    /// the one check of a call's options, made where the session starts it. The sampling
+    /// parameters come back as the [`Checked`] form the samplers are built from.
+    pub fn check(&self, vocab_size: usize) -> Result<Checked> {
+        self.validate()?;
+        self.sampling.check(vocab_size)
     }
 }
 
@@ -328,37 +273,6 @@ pub struct Score {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn invalid_name(json: &str) -> Option<&'static str> {
-        match GenerateOptions::from_json(json) {
-            Err(Error::InvalidArgument { name, .. }) => Some(name),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn options_from_json_split_own_fields_from_sampling() {
-        let o = GenerateOptions::from_json(
-            r#"{"topP": 0.5, "maxNewTokens": 3, "special": true, "nKeep": 2, "strict": true}"#,
-        )
-        .unwrap_or_default();
-        assert_eq!(o.sampling.top_p, 0.5);
-        assert_eq!(o.sampling.max_new_tokens, 3);
-        assert!(o.special && o.strict);
-        assert_eq!(o.n_keep, Some(2));
-        let defaults = GenerateOptions::from_json("null").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(defaults, GenerateOptions::default());
-    }
-
-    #[test]
-    fn options_from_json_errors_name_the_option() {
-        assert_eq!(invalid_name(r#"{"topP": 1.5}"#), Some("top_p"));
-        assert_eq!(invalid_name(r#"{"special": 1}"#), Some("special"));
-        assert_eq!(invalid_name(r#"{"nKeep": -1}"#), Some("n_keep"));
-        assert_eq!(invalid_name(r#"{"n_keep": 1, "nKeep": 1}"#), Some("n_keep"));
-        assert_eq!(invalid_name("[1]"), Some("options"));
-        assert_eq!(invalid_name(r#"{"bogus": 1}"#), Some("sampling_params"));
-    }
 
     #[test]
     fn prompt_from_json_takes_text_chat_and_ids() {

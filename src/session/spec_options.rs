@@ -94,9 +94,47 @@ impl SpecOptions {
         Ok(())
     }
 
+    /// The setting a key of the JSON form names, in any of its spellings (`k`, `spec_k`,
+    /// `specK` are `k`), or `None` for an unknown key.
+    pub fn setting(key: &str) -> Option<&'static str> {
+        const SETTINGS: [(&str, &[&str]); 6] = [
+            ("method", &["method", "spec_source", "specSource"]),
+            ("k", &["k", "spec_k", "specK"]),
+            (
+                "adaptive",
+                &["adaptive", "spec_k_adaptive", "specKAdaptive"],
+            ),
+            (
+                "extra_token",
+                &[
+                    "extra_token",
+                    "extraToken",
+                    "spec_extra_token",
+                    "specExtraToken",
+                ],
+            ),
+            (
+                "disable_below_accept",
+                &[
+                    "disable_below_accept",
+                    "disableBelowAccept",
+                    "spec_disable_below_accept",
+                    "specDisableBelowAccept",
+                ],
+            ),
+            ("spec_method", &["spec_method", "specMethod"]),
+        ];
+        SETTINGS
+            .iter()
+            .find(|(_, names)| names.contains(&key))
+            .map(|(name, _)| *name)
+    }
+
     /// Parses the JSON form: an object with `method` (`draft` | `lookup`), `k`, `adaptive`,
     /// `extra_token` (`extraToken`), `disable_below_accept` (`disableBelowAccept`) and
-    /// `spec_method` (`specMethod`, only `reject_sampling`); `true` means all defaults.
+    /// `spec_method` (`specMethod`, only `reject_sampling`), each also under its flat name
+    /// ([`SpecOptions::setting`]); `true` means all defaults. Checks types only;
+    /// [`SpecOptions::validate`] checks the ranges.
     pub fn from_json(value: &serde_json::Value) -> Result<Option<Self>> {
         let map = match value {
             serde_json::Value::Null | serde_json::Value::Bool(false) => return Ok(None),
@@ -121,12 +159,12 @@ impl SpecOptions {
                     Error::invalid(name, format!("`{name}` must be true or false, got {v}"))
                 })
             };
-            match key.as_str() {
+            match Self::setting(key).unwrap_or("") {
                 "method" => match v.as_str() {
                     Some(s) => out.source = Some(SpecSource::parse(s)?),
                     None => return Err(Error::invalid("speculative.method", "must be a string")),
                 },
-                "k" | "spec_k" | "specK" => {
+                "k" => {
                     let k = number("spec_k")?;
                     if k.fract() != 0.0 || k < 0.0 {
                         return Err(Error::invalid(
@@ -136,19 +174,16 @@ impl SpecOptions {
                     }
                     out.k = k as usize;
                 }
-                "adaptive" | "spec_k_adaptive" | "specKAdaptive" => {
+                "adaptive" => {
                     out.adaptive = flag("spec_k_adaptive")?
                 }
-                "extra_token" | "extraToken" | "spec_extra_token" | "specExtraToken" => {
+                "extra_token" => {
                     out.extra_token = flag("spec_extra_token")?
                 }
-                "disable_below_accept"
-                | "disableBelowAccept"
-                | "spec_disable_below_accept"
-                | "specDisableBelowAccept" => {
+                "disable_below_accept" => {
                     out.disable_below_accept = number("spec_disable_below_accept")?
                 }
-                "spec_method" | "specMethod" => {
+                "spec_method" => {
                     if v.as_str() != Some(SPEC_METHOD) {
                         return Err(Error::invalid(
                             "spec_method",
@@ -156,15 +191,14 @@ impl SpecOptions {
                         ));
                     }
                 }
-                other => {
+                _ => {
                     return Err(Error::invalid(
                         "speculative",
-                        format!("unknown setting `{other}` (method, k, adaptive, extra_token, disable_below_accept, spec_method)"),
+                        format!("unknown setting `{key}` (method, k, adaptive, extra_token, disable_below_accept, spec_method)"),
                     ))
                 }
             }
         }
-        out.validate()?;
         Ok(Some(out))
     }
 }
@@ -194,7 +228,11 @@ mod tests {
     fn parse(json: &str) -> Result<Option<SpecOptions>> {
         let v: serde_json::Value =
             serde_json::from_str(json).map_err(|e| Error::invalid("test", e.to_string()))?;
-        SpecOptions::from_json(&v)
+        let o = SpecOptions::from_json(&v)?;
+        if let Some(o) = &o {
+            o.validate()?;
+        }
+        Ok(o)
     }
 
     fn name_of(r: Result<Option<SpecOptions>>) -> String {

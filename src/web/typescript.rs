@@ -280,16 +280,21 @@ export interface KvCachePlanInfo {
 }
 
 /**
- * Generation options. snake_case names (`max_new_tokens`, ...) are accepted too. An unknown or
- * out-of-range option rejects the call with an Error whose message names it.
+ * Generation options. snake_case names (`max_new_tokens`, ...) are accepted too; `null` or
+ * `undefined` is the default. An unknown option is refused naming the nearest known one, and an
+ * out-of-range one rejects the call with an Error whose message names it.
  */
 export interface GenerateOptions {
   /**
-   * Named settings for temperature, topK and topP (those given beside it win):
-   * `'conservative'` (0.3 / 20 / 1), `'balanced'` (0.8 / 50 / 0.9, the defaults), `'creative'`
-   * (1.3 / 100 / 0.95).
+   * Named settings for temperature, topK and topP (those given beside it win): `'conservative'`
+   * (0.3 / 20 / 1), `'balanced'` (0.8 / 50 / 0.9, the defaults), `'creative'` (1.3 / 100 / 0.95).
    */
   preset?: 'conservative' | 'balanced' | 'creative';
+  /**
+   * `false`: greedy decoding (temperature 0, whatever `temperature` says, as in Hugging Face);
+   * `true`: sample (the temperature must then be above 0).
+   */
+  doSample?: boolean;
   /** Most tokens to generate (default 100). */
   maxNewTokens?: number;
   /** Softmax temperature, >= 0; 0 is greedy (default 0.8). */
@@ -315,7 +320,7 @@ export interface GenerateOptions {
   /** Random seed (a whole number below 2^53); drawn at random when absent. */
   seed?: number;
   /** Stop strings (at most 16); the text ends before the first match. */
-  stop?: string[];
+  stop?: string | string[];
   /** Token ids that end generation, besides the model's end-of-sequence tokens. */
   stopTokenIds?: number[];
   /** Beam search width, 1..=16; 1 is no beam search (default 1). */
@@ -328,43 +333,64 @@ export interface GenerateOptions {
   numReturnSequences?: number;
   /** End-of-sequence token id(s) replacing the model's (default: the model's). */
   eosTokenId?: number | number[];
-  /** Keep generating past end-of-sequence and end-of-turn tokens (stop strings and stopTokenIds still stop). */
+  /**
+   * Keep generating past end-of-sequence and end-of-turn tokens (stop strings and stopTokenIds
+   * still stop).
+   */
   ignoreEos?: boolean;
   /** Recognise special tokens (`<|im_start|>`, ...) written in a text prompt (default false). */
   special?: boolean;
   /** Reject a prompt longer than the context instead of cutting it from the left. */
   strict?: boolean;
   /**
-   * `false`: recompute the whole sequence at every token instead of reading the KV cache
-   * (same tokens, far slower; for teaching and measuring; not with beam search). Default true.
+   * `false`: recompute the whole sequence at every token instead of reading the KV cache (same
+   * tokens, far slower; for teaching and measuring; not with beam search). Default true.
    */
   useCache?: boolean;
   /**
-   * Put the prompt's text first: the stream's first event per sequence carries it (`id: null`)
-   * and every sequence's `text` starts with it (default false).
+   * Put the prompt's text first: the stream's first event per sequence carries it (`id: null`) and
+   * every sequence's `text` starts with it (default false).
    */
   echo?: boolean;
   /** Tokens at the start that context sliding never drops (default: the BOS token). */
   nKeep?: number;
   /**
-   * Speculative decoding (`true`: the defaults): drafts from the draft model (`loadDraft`) or
-   * from earlier text (`'lookup'`), verified several tokens per model step. Greedy output is
-   * identical to plain decoding; sampled output keeps the model's distribution. The result's
-   * `stats.speculative` reports the acceptance. Not with beam search or `useCache: false`.
+   * Speculative decoding (`true`: the defaults): drafts from the draft model (`loadDraft`) or from
+   * earlier text (`'lookup'`), verified several tokens per model step. Greedy output is identical
+   * to plain decoding; sampled output keeps the model's distribution. The result's
+   * `stats.speculative` reports the acceptance. Not with beam search or `useCache: false`. Its
+   * settings may also be written flat (`specK`, `specSource`, ...), which turns it on.
    */
   speculative?: boolean | SpeculativeOptions;
+  /** Flat form of `speculative.method`: where drafts come from. */
+  specSource?: 'draft' | 'lookup';
+  /** Flat form of `speculative.k`: tokens drafted per step, 1..=64 (default 4). */
+  specK?: number;
+  /** Flat form of `speculative.adaptive`: adjust the draft length from each step's acceptance. */
+  specKAdaptive?: boolean;
   /**
-   * The shape the text must have: every draw is limited to the tokens that keep the text
-   * inside it. A format that does not compile rejects the call before generation; a sequence
-   * that reaches `maxNewTokens` first ends with `finishReason: 'length'` and a warning. Also
-   * spelled `response_format`. With beam search every beam follows it. Not with speculative
-   * decoding.
+   * Flat form of `speculative.extraToken`: when every draft is accepted, take one more token from
+   * the model's row (default true).
+   */
+  specExtraToken?: boolean;
+  /**
+   * Flat form of `speculative.disableBelowAccept`: fall back to plain decoding below this
+   * acceptance rate, [0, 1].
+   */
+  specDisableBelowAccept?: number;
+  /** The verification rule; only `'reject_sampling'` exists. */
+  specMethod?: 'reject_sampling';
+  /**
+   * The shape the text must have: every draw is limited to the tokens that keep the text inside it.
+   * A format that does not compile rejects the call before generation; a sequence that reaches
+   * `maxNewTokens` first ends with `finishReason: 'length'` and a warning. With beam search every
+   * beam follows it. Not with speculative decoding.
    */
   responseFormat?: ResponseFormat;
   /**
-   * Report the model's most likely tokens at every step (0..=20, default 0) in each token
-   * event's `topLogprobs`, most likely first, under the model's own distribution. Not with
-   * beam search or speculative decoding.
+   * Report the model's most likely tokens at every step (0..=20, default 0) in each token event's
+   * `topLogprobs`, most likely first, under the model's own distribution. Not with beam search or
+   * speculative decoding.
    */
   topLogprobs?: number;
 }

@@ -127,7 +127,8 @@ fn chat_template() {
 fn sampling_params() {
     replay("sampling_params", |data| {
         if let Ok(text) = std::str::from_utf8(data) {
-            let _ = emberlm::sampling::SamplingParams::from_json(text);
+            let options = emberlm::session::GenerateOptions::from_json(text);
+            let _ = options.and_then(|o| o.validate());
         }
     });
 }

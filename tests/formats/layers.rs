@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
     ("math", 0),
+    ("option_keys", 0),
     ("dtype", 1),
     ("config", 1),
     ("candidates", 1),

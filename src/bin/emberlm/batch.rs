@@ -5,10 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
-use emberlm::constrain::ResponseFormat;
 use emberlm::sampling::SamplingParams;
-use emberlm::session::options::snake_case;
-use emberlm::session::{BatchItem, GenerateOptions, Generation, Prompt};
+use emberlm::session::{BatchItem, GenerateOptions, Generation, GivenOptions, Prompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::generate::{generation_json, read_text};
@@ -20,9 +18,9 @@ const INPUT_HELP: &str = "\
 Input (--prompts FILE), one prompt per line:
   - a plain line is the prompt text;
   - a line starting with `{` is a JSON object: {\"prompt\": \"...\", ...} where the other
-    fields are sampling options under their JSON names (snake_case or camelCase, e.g.
-    \"temperature\", \"top_p\", \"maxNewTokens\", \"seed\", \"stop\"); they replace the
-    flags' values for that prompt. A prompt that starts with `{` must be written as JSON.
+    fields are generation options under their JSON names (snake_case or camelCase, e.g.
+    \"temperature\", \"top_p\", \"maxNewTokens\", \"seed\", \"stop\",
+    \"response_format\"); they replace the flags' values for that prompt. A prompt that starts with `{` must be written as JSON.
   - blank lines are skipped; line numbers in messages count every line of the file.
 Every line is checked before anything is generated: a bad line stops the run with exit
 status 2 and a message naming the line and the option.
@@ -83,76 +81,44 @@ struct Item {
     /// 1-based line number in the file.
     line: usize,
     text: String,
-    params: SamplingParams,
-    /// The line's own `response_format` (`None`: the flags').
-    format: Option<ResponseFormat>,
+    /// The flags' options with the line's own over them.
+    options: GenerateOptions,
 }
 
-/// Parses one non-blank line; `base` holds the flags' parameters.
-fn parse_line(line: usize, raw: &str, base: &SamplingParams) -> CliResult<Item> {
+/// Parses one non-blank line; `base` holds the flags' options.
+fn parse_line(line: usize, raw: &str, base: &GenerateOptions) -> CliResult<Item> {
     let bad = |message: String| Failure::usage(format!("line {line}: {message}"));
     if !raw.trim_start().starts_with('{') {
         return Ok(Item {
             line,
             text: raw.to_string(),
-            params: base.clone(),
-            format: None,
+            options: base.clone(),
         });
     }
     let value: serde_json::Value =
         serde_json::from_str(raw).map_err(|e| bad(format!("not valid JSON: {e}")))?;
-    let serde_json::Value::Object(mut options) = value else {
+    let serde_json::Value::Object(mut own) = value else {
         return Err(bad("expected a JSON object".into()));
     };
-    let text = match options.remove("prompt") {
+    let text = match own.remove("prompt") {
         Some(serde_json::Value::String(s)) => s,
         Some(_) => return Err(bad("`prompt` must be a string".into())),
         None => return Err(bad("the object has no `prompt`".into())),
     };
-    let format = match (
-        options.remove("response_format"),
-        options.remove("responseFormat"),
-    ) {
-        (Some(_), Some(_)) => {
-            return Err(bad(
-                "`response_format` given twice (also as `responseFormat`)".into(),
-            ))
-        }
-        (Some(v), None) | (None, Some(v)) if !v.is_null() => {
-            Some(ResponseFormat::from_value(&v).map_err(|e| bad(e.to_string()))?)
-        }
-        _ => None,
-    };
-    if options.is_empty() {
-        return Ok(Item {
-            line,
-            text,
-            params: base.clone(),
-            format,
-        });
-    }
-    // Checked on their own first, so that the error names the option.
-    let own = serde_json::Value::Object(options.clone()).to_string();
-    SamplingParams::from_json(&own).map_err(|e| bad(e.to_string()))?;
-    let mut merged = serde_json::to_value(base)?;
-    if let serde_json::Value::Object(map) = &mut merged {
-        for (key, value) in options {
-            map.insert(snake_case(&key), value);
-        }
-    }
-    let params: SamplingParams =
-        serde_json::from_value(merged).map_err(|e| bad(format!("sampling options: {e}")))?;
-    params.validate().map_err(|e| bad(e.to_string()))?;
+    let mut options = base.clone();
+    GivenOptions::from_map(&own)
+        .and_then(|given| given.apply(&mut options))
+        .and_then(|()| options.validate())
+        .map_err(|e| bad(e.to_string()))?;
     Ok(Item {
         line,
         text,
-        params,
-        format,
+        options,
     })
 }
 
 /// Reads and checks every line of the prompts file.
-fn read_items(path: &std::path::Path, base: &SamplingParams) -> CliResult<Vec<Item>> {
+fn read_items(path: &std::path::Path, base: &GenerateOptions) -> CliResult<Vec<Item>> {
     let text = read_text(path)?;
     let mut items = Vec::new();
     for (i, raw) in text.lines().enumerate() {
@@ -215,7 +181,17 @@ fn progress_bar(len: usize) -> ProgressBar {
 
 /// `emberlm batch`.
 pub fn batch(args: BatchArgs) -> CliResult<()> {
-    let base = args.sampling.apply(&SamplingParams::default())?;
+    let base = GenerateOptions {
+        sampling: args.sampling.apply(&SamplingParams::default())?,
+        special: args.special,
+        strict: args.strict,
+        n_keep: None,
+        no_kv_cache: args.sampling.no_kv_cache,
+        echo: args.sampling.echo,
+        speculative: args.sampling.spec.options()?,
+        response_format: args.format.format()?,
+        top_logprobs: 0,
+    };
     let items = read_items(&args.prompts, &base)?;
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -224,7 +200,6 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
         )),
         None => Box::new(std::io::stdout().lock()),
     };
-    let speculative = args.sampling.spec.options()?;
     let engine = load_engine(args.model, args.ctx)?;
     args.sampling.spec.load_draft(&engine)?;
     let vocab = pollster::block_on(
@@ -251,7 +226,7 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
                     message: format!("line {}: {}", item.line, f.message),
                 }
             };
-            item.params.validate_for_vocab(vocab).map_err(line)?;
+            item.options.check(vocab).map_err(line)?;
             let ids = pollster::block_on(
                 engine.with_session(|s| s.tokenize_prompt(&prompt, args.special)),
             );
@@ -272,23 +247,12 @@ pub fn batch(args: BatchArgs) -> CliResult<()> {
         code: 1,
         message: format!("cannot write the results: {e}"),
     };
-    let format = args.format.format()?;
     let items_with_options: Vec<BatchItem> = items
         .iter()
         .zip(&prompts)
         .map(|(item, prompt)| BatchItem {
             prompt: prompt.clone(),
-            options: GenerateOptions {
-                sampling: item.params.clone(),
-                special: args.special,
-                strict: args.strict,
-                n_keep: None,
-                no_kv_cache: args.sampling.no_kv_cache,
-                echo: args.sampling.echo,
-                speculative: speculative.clone(),
-                response_format: item.format.clone().unwrap_or_else(|| format.clone()),
-                top_logprobs: 0,
-            },
+            options: item.options.clone(),
         })
         .collect();
     let max_batch = args.max_batch.map(|n| n as usize);

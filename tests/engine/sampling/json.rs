@@ -1,16 +1,25 @@
-//! Sampling parameters from JSON: both spellings of every field, refusals with reasons, and no
-//! panic on any input.
+//! Sampling parameters read from JSON generation options (`GenerateOptions::from_json`, then
+//! the range checks): both spellings of every field, refusals with reasons, and no panic on any
+//! input.
 
 use std::collections::BTreeMap;
 
 use emberlm::sampling::SamplingParams;
+use emberlm::session::GenerateOptions;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
 use super::validation::invalid_name;
 
+/// The sampling parameters of an options document, range-checked.
+fn from_json(json: &str) -> emberlm::Result<SamplingParams> {
+    let options = GenerateOptions::from_json(json)?;
+    options.validate()?;
+    Ok(options.sampling)
+}
+
 fn parse(json: &str) -> SamplingParams {
-    match SamplingParams::from_json(json) {
+    match from_json(json) {
         Ok(p) => p,
         Err(e) => panic!("from_json({json}): {e}"),
     }
@@ -62,6 +71,14 @@ fn from_json_accepts_snake_and_camel_case() {
     assert_eq!(parse("{}"), SamplingParams::default());
     assert_eq!(parse(r#"{"topK": 5}"#).top_k, 5);
     assert_eq!(parse(r#"{"seed": null}"#).seed, None);
+    // `null` is the default, a single stop string is a list of one, and case does not matter
+    assert_eq!(parse("null"), SamplingParams::default());
+    assert_eq!(
+        parse(r#"{"top_k": null}"#).top_k,
+        SamplingParams::default().top_k
+    );
+    assert_eq!(parse(r#"{"stop": "END"}"#).stop, vec!["END".to_string()]);
+    assert_eq!(parse(r#"{"TopK": 5, "max-new-tokens": 3}"#).top_k, 5);
     let text = serde_json::to_string(&want).unwrap_or_default();
     assert_eq!(parse(&text), want, "{text}");
 }
@@ -70,18 +87,17 @@ fn from_json_accepts_snake_and_camel_case() {
 fn from_json_rejects_unknown_fields_wrong_types_and_bad_values() {
     let cases: &[(&str, &str, &str)] = &[
         // (json, error name, text the message must contain)
-        (r#"{"top_q": 0.5}"#, "sampling_params", "top_q"),
+        (r#"{"top_q": 0.5}"#, "options", "did you mean `topP`"),
         (
-            r#"{"temperature": 1, "TopK": 5}"#,
-            "sampling_params",
-            "TopK",
+            r#"{"temprature": 0.5}"#,
+            "options",
+            "did you mean `temperature`",
         ),
         (r#"{"top_k": "5"}"#, "top_k", "top_k"),
         (r#"{"topK": -1}"#, "top_k", "topK"),
         (r#"{"temperature": "hot"}"#, "temperature", "temperature"),
-        (r#"{"temperature": 1e999}"#, "sampling_params", ""),
+        (r#"{"temperature": 1e999}"#, "options", ""),
         (r#"{"temperature": 1e300}"#, "temperature", "temperature"),
-        (r#"{"stop": "END"}"#, "stop", "stop"),
         (r#"{"stop": [1]}"#, "stop", "stop"),
         (r#"{"seed": -1}"#, "seed", "seed"),
         (r#"{"seed": 18446744073709551616}"#, "seed", "seed"),
@@ -100,14 +116,12 @@ fn from_json_rejects_unknown_fields_wrong_types_and_bad_values() {
         (r#"{"logit_bias": {"1": 200}}"#, "logit_bias", "logit_bias"),
         (r#"{"top_p": 2}"#, "top_p", "top_p"),
         (r#"{"numBeams": 0}"#, "num_beams", "num_beams"),
-        (r#"{"top_k": null}"#, "top_k", "top_k"),
-        (r#"{"top_k": 1, "topK": 2}"#, "sampling_params", "top_k"),
-        (r#"[]"#, "sampling_params", "object"),
-        (r#"null"#, "sampling_params", "object"),
-        (r#"{"top_k": 1"#, "sampling_params", "JSON"),
+        (r#"{"top_k": 1, "topK": 2}"#, "options", "given twice"),
+        (r#"[]"#, "options", "object"),
+        (r#"{"top_k": 1"#, "options", "JSON"),
     ];
     for &(json, name, needle) in cases {
-        let e = SamplingParams::from_json(json).err();
+        let e = from_json(json).err();
         assert_eq!(
             e.as_ref().and_then(invalid_name),
             Some(name),
@@ -161,14 +175,14 @@ fn from_json_never_panics() {
         "{\"top_k\": 1}{\"top_k\": 2}",
     ];
     for g in garbage {
-        if let Ok(p) = SamplingParams::from_json(g) {
+        if let Ok(p) = from_json(g) {
             assert!(p.validate().is_ok(), "{g:?} parsed into invalid {p:?}");
         }
     }
     let deep = "[".repeat(100_000);
-    assert!(SamplingParams::from_json(&deep).is_err());
+    assert!(from_json(&deep).is_err());
     let deep = format!("{{\"stop\": {}", "[".repeat(100_000));
-    assert!(SamplingParams::from_json(&deep).is_err());
+    assert!(from_json(&deep).is_err());
 
     // Random mutations of a valid document.
     const SEED: u64 = 0x6EED_0006;
@@ -192,7 +206,7 @@ fn from_json_never_panics() {
             }
         }
         let text: String = doc.into_iter().collect();
-        let result = std::panic::catch_unwind(|| SamplingParams::from_json(&text));
+        let result = std::panic::catch_unwind(|| from_json(&text));
         match result {
             Ok(Ok(p)) => assert!(p.validate().is_ok(), "seed {SEED:#x} round {round}: {text}"),
             Ok(Err(_)) => {}
