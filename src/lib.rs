@@ -3,7 +3,8 @@
 //!
 //! The crate is layered so that dependencies point one way (`tests/formats/layers.rs` fails on an
 //! import that runs sideways or up), bottom first:
-//! - leaves: [`error`], [`dtype`] (storage types, dequantization), [`config`] (the model
+//! - leaves: [`error`], [`math`], [`option_keys`] (how option keys are spelt), [`dtype`]
+//!   (storage types, dequantization), [`config`] (the model
 //!   description), [`candidates`] (the selection kernel's wire format), [`tune`];
 //! - [`model`]: host tensors and weights, and the CPU reference forward pass;
 //! - [`gpu`] (device, buffers, kernels), [`cpu`] (the CPU backend's kernels), [`format`] (GGUF, safetensors), [`sampling`], [`store`] (downloads kept in

@@ -1,12 +1,15 @@
 //! The crate's layers point one way. Every top-level module of `src/` has a layer; a module may
 //! use modules of lower layers only (and itself). This test reads every source file and fails on
-//! a `crate::` path that reaches sideways or up, naming the file, the line and the rule.
+//! a path that reaches sideways or up, naming the file, the line and the rule: a `crate::` path,
+//! each item of a `crate::{a::X, b::Y}` group (over several lines too), and a `super::` path
+//! that climbs out of its top-level module. The crate root (`lib.rs`, which declares the
+//! modules) and the binaries (`bin/`, above every layer) are not checked.
 //!
 //! The layers, bottom first:
 //!
 //! | layer | modules | what they are |
 //! |---|---|---|
-//! | 0 | `error`, `math` | the crate's error type; transcendental functions with the same bits on every target |
+//! | 0 | `error`, `math`, `option_keys` | the crate's error type; transcendental functions with the same bits on every target; the spellings of option keys |
 //! | 1 | `dtype`, `config`, `candidates`, `tune` | leaves: storage types and dequantization, model configuration, the selection wire format, per-device choices |
 //! | 2 | `model` | host tensors and weights, the CPU reference |
 //! | 3 | `gpu`, `cpu`, `format`, `sampling` | device and kernels; the CPU backend's kernels; file formats; CPU sampling |
@@ -83,25 +86,112 @@ fn code_of(line: &str) -> &str {
     }
 }
 
-/// Every module named by a `crate::X` path in `code`.
-fn crate_paths(code: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = code;
-    while let Some(i) = rest.find("crate::") {
-        let before = rest[..i].chars().last();
-        let after = &rest[i + "crate::".len()..];
-        let name: String = after
+/// The identifiers at the start of a path's rest: `gpu::x` → `gpu`; a group `{a::X, b::{Y}}`
+/// → `a`, `b` (nested groups belong to their item's first segment).
+fn first_segments(after: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
+            .collect()
+    };
+    let Some(group) = after.trim_start().strip_prefix('{') else {
+        let name = ident(after);
+        return if name.is_empty() { vec![] } else { vec![name] };
+    };
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut item_start = 0usize;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                out.push(ident(&group[item_start..i]));
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(ident(&group[item_start..i]));
+                item_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.retain(|n| !n.is_empty() && n != "self");
+    out
+}
+
+/// Every module named by a `crate::X` path (or a `crate::{X, Y}` group) in `code`, with the
+/// byte offset where the path starts.
+fn crate_paths_at(code: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = code[from..].find("crate::").map(|i| i + from) {
+        let before = code[..i].chars().last();
+        let after = &code[i + "crate::".len()..];
         // `$crate::` and identifiers ending in `crate` are not paths into this crate.
         let standalone = !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
-        if standalone && !name.is_empty() {
-            out.push(name);
+        if standalone {
+            out.extend(first_segments(after).into_iter().map(|n| (i, n)));
         }
-        rest = after;
+        from = i + "crate::".len();
     }
     out
+}
+
+/// Every module named by a `crate::` path in `code`.
+fn crate_paths(code: &str) -> Vec<String> {
+    crate_paths_at(code).into_iter().map(|(_, n)| n).collect()
+}
+
+/// The module path of a file of `src/` (`src/gpu/ops/linear.rs` → `gpu::ops::linear`,
+/// `src/gpu/mod.rs` → `gpu`).
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap_or(file);
+    let mut parts: Vec<String> = rel
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .map(|s| s.trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every top-level module a `super::` path in `code` reaches by climbing out of the file's
+/// module `path` to the crate root (`super::super::engine` from `session::beam`), with the
+/// byte offset where the path starts. Paths that stay inside a top-level module are its own
+/// business.
+fn super_paths_at(code: &str, path: &[String]) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = code[from..].find("super::").map(|i| i + from) {
+        let before = code[..i].chars().last();
+        let standalone = !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        let mut rest = &code[i..];
+        let mut ups = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            ups += 1;
+            rest = r;
+        }
+        if standalone && ups >= path.len() {
+            // an inline module (`mod tests`) is one level deeper than its file: a name that
+            // is no top-level module is an item of the file's own module
+            let top = first_segments(rest)
+                .into_iter()
+                .filter(|n| LAYERS.iter().any(|(m, _)| m == n));
+            out.extend(top.map(|n| (i, n)));
+        }
+        from = i + ups * "super::".len();
+    }
+    out
+}
+
+/// `text` without its comments, one entry per line (doc links are not dependencies), joined
+/// with newlines so that a `use` spread over several lines reads as one.
+fn code_without_comments(text: &str) -> String {
+    text.lines().map(code_of).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -139,33 +229,37 @@ fn modules_use_only_lower_layers() {
             continue; // reported by `every_top_level_module_has_a_layer`
         };
         let text = std::fs::read_to_string(file).expect("source file");
-        for (n, line) in text.lines().enumerate() {
-            for used in crate_paths(code_of(line)) {
-                if used == module {
-                    continue;
-                }
-                // Names re-exported at the crate root (`crate::Error`, `crate::Result`) are
-                // `error`'s.
-                let target = match used.as_str() {
-                    "Error" | "Result" => "error",
-                    other => other,
-                };
-                let Some(&theirs) = layers.get(target) else {
-                    wrong.push(format!(
-                        "{}:{}: `crate::{used}` is not a module with a layer",
-                        file.display(),
-                        n + 1
-                    ));
-                    continue;
-                };
-                if theirs >= own {
-                    wrong.push(format!(
-                        "{}:{}: `{module}` (layer {own}) uses `{target}` (layer {theirs}): {}",
-                        file.display(),
-                        n + 1,
-                        line.trim()
-                    ));
-                }
+        let code = code_without_comments(&text);
+        let path = module_path(&src, file);
+        let mut used_at = crate_paths_at(&code);
+        used_at.extend(super_paths_at(&code, &path));
+        for (at, used) in used_at {
+            if used == module {
+                continue;
+            }
+            let n = code[..at].matches('\n').count();
+            let line = text.lines().nth(n).unwrap_or_default();
+            // Names re-exported at the crate root (`crate::Error`, `crate::Result`) are
+            // `error`'s.
+            let target = match used.as_str() {
+                "Error" | "Result" => "error",
+                other => other,
+            };
+            let Some(&theirs) = layers.get(target) else {
+                wrong.push(format!(
+                    "{}:{}: `{used}` is not a module with a layer",
+                    file.display(),
+                    n + 1
+                ));
+                continue;
+            };
+            if theirs >= own {
+                wrong.push(format!(
+                    "{}:{}: `{module}` (layer {own}) uses `{target}` (layer {theirs}): {}",
+                    file.display(),
+                    n + 1,
+                    line.trim()
+                ));
             }
         }
     }
@@ -183,6 +277,23 @@ fn the_checker_sees_paths_and_skips_comments() {
         vec!["gpu", "model"]
     );
     assert!(crate_paths("$crate::x::y").is_empty());
+    assert_eq!(
+        crate_paths("use crate::{\n    gpu::{A, B},\n    Error, model::x::{self, Y},\n};"),
+        vec!["gpu", "Error", "model"]
+    );
+    let beam: Vec<String> = vec!["session".into(), "beam".into()];
+    let reached = |code: &str| -> Vec<String> {
+        super_paths_at(code, &beam)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect()
+    };
+    assert_eq!(reached("use super::super::engine::Engine;"), vec!["engine"]);
+    assert_eq!(
+        reached("use super::super::{web::X, gpu};"),
+        vec!["web", "gpu"]
+    );
+    assert!(reached("use super::decode::Running; use super::*;").is_empty());
     assert_eq!(code_of("    /// see [`crate::session::Session`]"), "");
     assert_eq!(code_of("use crate::gpu; // crate::web"), "use crate::gpu; ");
 }

@@ -22,3 +22,4 @@ mod hf_load;
 mod layers;
 mod shared_weights;
 mod tokenizer;
+mod wgsl_params;

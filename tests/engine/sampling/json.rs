@@ -87,7 +87,11 @@ fn from_json_accepts_snake_and_camel_case() {
 fn from_json_rejects_unknown_fields_wrong_types_and_bad_values() {
     let cases: &[(&str, &str, &str)] = &[
         // (json, error name, text the message must contain)
-        (r#"{"top_q": 0.5}"#, "options", "did you mean `topP`"),
+        (
+            r#"{"top_q": 0.5}"#,
+            "options",
+            "unknown generation option `top_q`",
+        ),
         (
             r#"{"temprature": 0.5}"#,
             "options",
