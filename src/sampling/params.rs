@@ -414,6 +414,47 @@ mod tests {
         assert!(err.to_string().contains("preset"), "{err}");
     }
 
+    /// The presets are this table's: the chat page's copy, the `--preset` help and the
+    /// generation options' documentation say the same numbers.
+    #[test]
+    fn every_copy_of_the_presets_says_the_tables_numbers() {
+        let app = include_str!("../../www/app.js");
+        let flags: String = include_str!("../bin/emberlm/sampling_args.rs")
+            .lines()
+            .map(|l| l.trim().trim_start_matches("///").trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let options = include_str!("../session/generate_keys.rs");
+        for preset in Preset::ALL {
+            let (t, k, p) = preset.values();
+            let name = preset.name();
+            let top_p = if p == 1.0 {
+                "off".to_string()
+            } else {
+                p.to_string()
+            };
+            for (copy, text, wanted) in [
+                (
+                    "www/app.js",
+                    app,
+                    format!("{name}: {{ temperature: {t}, 'top-k': {k}, 'top-p': {p} }}"),
+                ),
+                (
+                    "sampling_args.rs",
+                    &flags,
+                    format!("{name} ({t}, {k}, {top_p}"),
+                ),
+                (
+                    "generate_keys.rs",
+                    options,
+                    format!("`'{name}'` ({t} / {k} / {p}"),
+                ),
+            ] {
+                assert!(text.contains(&wanted), "{copy} lacks `{wanted}`");
+            }
+        }
+    }
+
     #[test]
     fn checked_ids_stay_within_the_vocabulary() {
         let big = SamplingParams {
