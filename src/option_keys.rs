@@ -24,20 +24,37 @@ pub fn normalized(s: &str) -> String {
         .collect()
 }
 
-/// Of `forms` (each a spelling and the name of the key it spells), the key whose spelling is
-/// nearest to `spelled` by edit distance over the normalized forms, when it is near enough to
-/// be what was meant: at most a third of the word's letters, and at least 2 (`kvCahce` →
-/// `kvCache`, not `name` → `kvCache`).
-pub fn nearest<'a>(
-    spelled: &str,
-    forms: impl IntoIterator<Item = (&'a str, &'static str)>,
-) -> Option<&'static str> {
+/// A key of an options table: its name and the other names it is known by.
+pub trait Named {
+    /// The name as JavaScript writes it (camelCase).
+    fn name(&self) -> &'static str;
+    /// Other names accepted for it, beyond the snake_case and kebab-case forms of the name.
+    fn aliases(&self) -> &'static [&'static str];
+
+    /// The name and the aliases.
+    fn forms(&self) -> impl Iterator<Item = &'static str> {
+        std::iter::once(self.name()).chain(self.aliases().iter().copied())
+    }
+}
+
+/// The key of `keys` that `spelled` names, in any of its spellings.
+pub fn find<K: Named>(keys: &'static [K], spelled: &str) -> Option<&'static K> {
+    let n = normalized(spelled);
+    keys.iter().find(|k| k.forms().any(|f| normalized(f) == n))
+}
+
+/// The name of the key of `keys` whose spelling is nearest to `spelled` by edit distance over
+/// the normalized forms, when it is near enough to be what was meant: at most a third of the
+/// word's letters, and at least 2 (`kvCahce` → `kvCache`, not `name` → `kvCache`).
+pub fn nearest<K: Named>(keys: &[K], spelled: &str) -> Option<&'static str> {
     let n = normalized(spelled);
     let mut best: Option<(usize, &'static str)> = None;
-    for (form, name) in forms {
-        let d = strsim::damerau_levenshtein(&n, &normalized(form));
-        if best.is_none_or(|(b, _)| d < b) {
-            best = Some((d, name));
+    for key in keys {
+        for form in key.forms() {
+            let d = strsim::damerau_levenshtein(&n, &normalized(form));
+            if best.is_none_or(|(b, _)| d < b) {
+                best = Some((d, key.name()));
+            }
         }
     }
     best.filter(|(d, _)| *d <= (n.chars().count() / 3).max(2))
@@ -77,9 +94,26 @@ mod tests {
         for s in ["kvCache", "kv_cache", "--kv-cache", "KV-CACHE"] {
             assert_eq!(normalized(s), "kvcache", "{s}");
         }
-        let forms = [("kvCache", "kvCache"), ("name", "name"), ("topK", "topK")];
-        assert_eq!(nearest("kvCahce", forms), Some("kvCache"));
-        assert_eq!(nearest("zzzzzzzz", forms), None);
+        struct K(&'static str, &'static [&'static str]);
+        impl Named for K {
+            fn name(&self) -> &'static str {
+                self.0
+            }
+            fn aliases(&self) -> &'static [&'static str] {
+                self.1
+            }
+        }
+        static KEYS: [K; 3] = [
+            K("kvCache", &["cache_kind"]),
+            K("name", &[]),
+            K("topK", &[]),
+        ];
+        assert_eq!(nearest(&KEYS, "kvCahce"), Some("kvCache"));
+        assert_eq!(nearest(&KEYS, "cache_knid"), Some("kvCache"));
+        assert_eq!(nearest(&KEYS, "zzzzzzzz"), None);
+        assert_eq!(find(&KEYS, "CACHE-KIND").map(|k| k.0), Some("kvCache"));
+        assert_eq!(find(&KEYS, "--top-k").map(|k| k.0), Some("topK"));
+        assert!(find(&KEYS, "top").is_none());
     }
 
     #[test]

@@ -342,23 +342,24 @@ pub const KEYS: &[Key] = &[
 use crate::option_keys::doc_comment;
 pub use crate::option_keys::{normalized, words};
 
-/// The key `spelled` names, in any of its spellings.
+/// The key `spelled` names, in any of its spellings (`kvCache`, `kv_cache`, `--kv-cache`).
 pub fn find(spelled: &str) -> Option<&'static Key> {
-    let n = normalized(spelled);
-    KEYS.iter()
-        .find(|k| normalized(k.name) == n || k.aliases.iter().any(|a| normalized(a) == n))
+    crate::option_keys::find(KEYS, spelled)
 }
 
 /// The known key nearest to `spelled`, when one is near enough to be what was meant.
 pub fn nearest(spelled: &str) -> Option<&'static str> {
-    crate::option_keys::nearest(
-        spelled,
-        KEYS.iter().flat_map(|k| {
-            std::iter::once(k.name)
-                .chain(k.aliases.iter().copied())
-                .map(move |form| (form, k.name))
-        }),
-    )
+    crate::option_keys::nearest(KEYS, spelled)
+}
+
+impl crate::option_keys::Named for Key {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        self.aliases
+    }
 }
 
 /// The `LoadOptions` TypeScript interface: every key with its type and doc comment, and each

@@ -4,7 +4,7 @@
 //! it and the `GenerateOptions` TypeScript interface is generated from it, so a key exists in
 //! one place.
 
-use crate::option_keys::{doc_comment, normalized};
+use crate::option_keys::doc_comment;
 
 /// One generation option.
 #[derive(Debug, Clone, Copy)]
@@ -209,23 +209,14 @@ pub const KEYS: &[Key] = &[
     ),
 ];
 
-/// The key `spelled` names, in any of its spellings (`topK`, `top_k`, `top-k`, `--top-k`).
-pub fn find(spelled: &str) -> Option<&'static Key> {
-    let n = normalized(spelled);
-    KEYS.iter()
-        .find(|k| normalized(k.name) == n || k.aliases.iter().any(|a| normalized(a) == n))
-}
+impl crate::option_keys::Named for Key {
+    fn name(&self) -> &'static str {
+        self.name
+    }
 
-/// The known key nearest to `spelled`, when one is near enough to be what was meant.
-pub fn nearest(spelled: &str) -> Option<&'static str> {
-    crate::option_keys::nearest(
-        spelled,
-        KEYS.iter().flat_map(|k| {
-            std::iter::once(k.name)
-                .chain(k.aliases.iter().copied())
-                .map(move |form| (form, k.name))
-        }),
-    )
+    fn aliases(&self) -> &'static [&'static str] {
+        self.aliases
+    }
 }
 
 /// The `GenerateOptions` TypeScript interface: every key with its type and doc comment.

@@ -8,10 +8,11 @@
 
 use serde_json::{Map, Value};
 
-use super::generate_keys::{self, Key};
+use super::generate_keys::{Key, KEYS};
 use super::{GenerateOptions, SpecOptions};
 use crate::constrain::ResponseFormat;
 use crate::error::{Error, Result};
+use crate::option_keys;
 use crate::sampling::Preset;
 
 /// Generation options as given: each key resolved to its table entry, with the spelling the
@@ -49,8 +50,8 @@ impl GivenOptions {
     }
 
     fn insert(&mut self, spelled: &str, v: Value) -> Result<()> {
-        let Some(key) = generate_keys::find(spelled) else {
-            let hint = generate_keys::nearest(spelled)
+        let Some(key) = option_keys::find(KEYS, spelled) else {
+            let hint = option_keys::nearest(KEYS, spelled)
                 .map(|n| format!("; did you mean `{n}`?"))
                 .unwrap_or_default();
             return Err(whole(format!(
@@ -351,7 +352,7 @@ pub(crate) fn kind(v: &Value) -> &'static str {
 mod tests {
     use super::*;
     use crate::option_keys::normalized;
-    use crate::session::generate_keys::{typescript, KEYS};
+    use crate::session::generate_keys::typescript;
     use crate::session::SpecSource;
 
     fn parse(json: &str) -> Result<GenerateOptions> {

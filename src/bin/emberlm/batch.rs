@@ -181,17 +181,12 @@ fn progress_bar(len: usize) -> ProgressBar {
 
 /// `emberlm batch`.
 pub fn batch(args: BatchArgs) -> CliResult<()> {
-    let base = GenerateOptions {
-        sampling: args.sampling.apply(&SamplingParams::default())?,
-        special: args.special,
-        strict: args.strict,
-        n_keep: None,
-        no_kv_cache: args.sampling.no_kv_cache,
-        echo: args.sampling.echo,
-        speculative: args.sampling.spec.options()?,
-        response_format: args.format.format()?,
-        top_logprobs: 0,
-    };
+    let base = args.sampling.options(
+        args.sampling.apply(&SamplingParams::default())?,
+        args.special,
+        args.strict,
+        args.format.format()?,
+    )?;
     let items = read_items(&args.prompts, &base)?;
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use emberlm::chat::ChatMessage;
 use emberlm::sampling::SamplingParams;
-use emberlm::session::{GenerateOptions, Generation, Prompt};
+use emberlm::session::{Generation, Prompt};
 
 use crate::sampling_args::SamplingArgs;
 use crate::{load_engine, CliResult, Failure};
@@ -112,17 +112,9 @@ pub fn generate(args: GenerateArgs) -> CliResult<()> {
     };
     let engine = load_engine(args.model, args.ctx)?;
     args.sampling.spec.load_draft(&engine)?;
-    let options = GenerateOptions {
-        sampling: params,
-        special: args.special,
-        strict: args.strict,
-        n_keep: None,
-        no_kv_cache: args.sampling.no_kv_cache,
-        echo: args.sampling.echo,
-        speculative: args.sampling.spec.options()?,
-        response_format: args.format.format()?,
-        top_logprobs: 0,
-    };
+    let options =
+        args.sampling
+            .options(params, args.special, args.strict, args.format.format()?)?;
     let stream = args.stream && !args.json;
     let several = options.sampling.num_return_sequences > 1;
     let mut current = 0usize;

@@ -110,6 +110,28 @@ fn parse_bias(s: &str) -> Result<(u32, f32), String> {
 }
 
 impl SamplingArgs {
+    /// The options of one call from these flags: `sampling` (the flags' parameters, see
+    /// [`SamplingArgs::apply`]), the prompt flags `special` and `strict`, and `format`.
+    pub fn options(
+        &self,
+        sampling: SamplingParams,
+        special: bool,
+        strict: bool,
+        format: emberlm::constrain::ResponseFormat,
+    ) -> crate::CliResult<emberlm::session::GenerateOptions> {
+        Ok(emberlm::session::GenerateOptions {
+            sampling,
+            special,
+            strict,
+            n_keep: None,
+            no_kv_cache: self.no_kv_cache,
+            echo: self.echo,
+            speculative: self.spec.options()?,
+            response_format: format,
+            top_logprobs: 0,
+        })
+    }
+
     /// The flags applied over `base`, validated (the error names the parameter).
     pub fn apply(&self, base: &SamplingParams) -> emberlm::Result<SamplingParams> {
         let mut p = base.clone();
