@@ -12,7 +12,7 @@
 //! | 0 | `error`, `math`, `option_keys` | the crate's error type; transcendental functions with the same bits on every target; the spellings of option keys |
 //! | 1 | `dtype`, `config`, `candidates`, `tune` | leaves: storage types and dequantization, model configuration, the selection wire format, per-device choices |
 //! | 2 | `model` | host tensors and weights, the CPU reference |
-//! | 3 | `gpu`, `cpu`, `format`, `sampling` | device and kernels; the CPU backend's kernels; file formats; CPU sampling |
+//! | 3 | `gpu`, `cpu`, `format`, `sampling`, `store` | device and kernels; the CPU backend's kernels; file formats; CPU sampling; downloads kept in the page's storage |
 //! | 4 | `tokenizer` | text ↔ ids |
 //! | 5 | `chat`, `constrain` | chat templates; response formats and the token mask of each step |
 //! | 6 | `loader`, `forward` | a model opened from files; the GPU forward pass (graph, per-architecture builders) |
@@ -296,4 +296,52 @@ fn the_checker_sees_paths_and_skips_comments() {
     assert!(reached("use super::decode::Running; use super::*;").is_empty());
     assert_eq!(code_of("    /// see [`crate::session::Session`]"), "");
     assert_eq!(code_of("use crate::gpu; // crate::web"), "use crate::gpu; ");
+}
+
+/// The rows of the layer table in this file's doc comment: `(layer, modules)`.
+fn documented_layers() -> Vec<(u32, Vec<String>)> {
+    include_str!("layers.rs")
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | "))
+        .filter_map(|row| {
+            let mut cells = row.split(" | ");
+            let layer = cells.next()?.trim().parse::<u32>().ok()?;
+            let modules = cells
+                .next()?
+                .split(',')
+                .map(|m| m.trim().trim_matches('`').to_string())
+                .collect();
+            Some((layer, modules))
+        })
+        .collect()
+}
+
+/// The table in the doc comment above is `LAYERS`, and docs/ARCHITECTURE.md shows the same
+/// table, row for row.
+#[test]
+fn the_layer_table_is_the_documented_one() {
+    let mut documented: Vec<(String, u32)> = documented_layers()
+        .into_iter()
+        .flat_map(|(layer, modules)| modules.into_iter().map(move |m| (m, layer)))
+        .collect();
+    documented.sort();
+    let mut table: Vec<(String, u32)> = LAYERS.iter().map(|&(m, l)| (m.to_string(), l)).collect();
+    table.sort();
+    assert_eq!(
+        documented, table,
+        "the doc comment's table differs from LAYERS"
+    );
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(&doc_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", doc_path.display()));
+    for row in include_str!("layers.rs")
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! |"))
+    {
+        let row = format!("|{row}");
+        assert!(
+            doc.lines().any(|l| l == row),
+            "docs/ARCHITECTURE.md lacks the layer table's row\n{row}"
+        );
+    }
 }
