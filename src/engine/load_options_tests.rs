@@ -209,8 +209,8 @@ fn flags_override_a_settings_file() {
 fn the_typescript_interface_is_the_tables() {
     let ts = load_keys::typescript();
     assert!(
-        include_str!("../web/typescript.rs").contains(&ts),
-        "src/web/typescript.rs's LoadOptions differs from the table; it should read:\n{ts}"
+        include_str!("../web/typescript_options.rs").contains(&ts),
+        "src/web/typescript_options.rs's LoadOptions differs from the table; it should read:\n{ts}"
     );
     for k in load_keys::KEYS {
         if !matches!(k.scope, Scope::Native(_)) {
@@ -230,7 +230,7 @@ fn every_key_has_one_normalized_form() {
 }
 
 /// Prints the generated interface (`cargo test --lib print_load_options_typescript -- --ignored
-/// --nocapture`), to paste into `src/web/typescript.rs` after changing the table.
+/// --nocapture`), to paste into `src/web/typescript_options.rs` after changing the table.
 #[test]
 #[ignore]
 fn print_load_options_typescript() {

@@ -503,13 +503,13 @@ mod tests {
     fn the_typescript_interface_is_the_tables() {
         let ts = typescript();
         assert!(
-            include_str!("../web/typescript.rs").contains(&ts),
-            "src/web/typescript.rs's GenerateOptions differs from the table; it should read:\n{ts}"
+            include_str!("../web/typescript_options.rs").contains(&ts),
+            "src/web/typescript_options.rs's GenerateOptions differs from the table; it should read:\n{ts}"
         );
     }
 
     /// Prints the generated interface (`cargo test --lib print_generate_options_typescript --
-    /// --ignored --nocapture`), to paste into `src/web/typescript.rs` after changing the table.
+    /// --ignored --nocapture`), to paste into `src/web/typescript_options.rs` after changing the table.
     #[test]
     #[ignore]
     fn print_generate_options_typescript() {

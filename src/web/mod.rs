@@ -23,6 +23,7 @@ mod stored;
 mod stream;
 mod types;
 mod typescript;
+mod typescript_options;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
