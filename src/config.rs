@@ -1,5 +1,6 @@
-//! The normalised model description every loader produces, whatever the file format, and the
-//! tensors (names and shapes) a model with that description must have.
+//! The normalised model description every loader produces, whatever the file format. The
+//! tensors (names and shapes) a model with that description must have are its architecture's
+//! ([`crate::model::arch`]).
 //!
 //! Tensor names are the GGUF ones (`token_embd.weight`, `blk.{i}.attn_q.weight`, ...), which
 //! are short and architecture-neutral; the Hugging Face loader renames to them.
@@ -169,7 +170,9 @@ impl ModelConfig {
         self.n_heads * self.head_dim
     }
 
-    /// Checks that the numbers describe a model the engine can run; `file` names the source.
+    /// Checks that the numbers describe a model the engine can run, whatever its architecture;
+    /// `file` names the source. [`crate::model::arch::validate`] adds the architecture's own
+    /// rules, and is what the loaders call.
     pub fn validate(&self, file: &str) -> Result<()> {
         let bad = |m: String| Err(Error::format(file, m));
         for (name, v) in [
@@ -206,12 +209,6 @@ impl ModelConfig {
                 self.head_dim
             ));
         }
-        if self.arch == Architecture::Gpt2 && self.q_dim() != self.hidden_size {
-            return bad(format!(
-                "GPT-2 needs n_heads · head_dim = hidden_size, got {} · {} != {}",
-                self.n_heads, self.head_dim, self.hidden_size
-            ));
-        }
         if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
             return bad(format!(
                 "norm epsilon {} must be finite and >= 0",
@@ -231,9 +228,6 @@ impl ModelConfig {
                 .check(self.head_dim)
                 .map_err(|e| Error::format(file, e.to_string()))?;
         }
-        if self.arch == Architecture::Gemma3 && !self.qk_norm {
-            return bad("Gemma 3 normalises its query and key heads: qk_norm must be set".into());
-        }
         if let Some(problem) = self
             .local_attention
             .as_ref()
@@ -250,109 +244,6 @@ impl ModelConfig {
             }
         }
         Ok(())
-    }
-
-    /// Every tensor the forward pass reads, with its logical shape (outermost first; matrices
-    /// are `[out, in]`).
-    pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
-        let mut t = Vec::new();
-        let all: Result<(), std::convert::Infallible> = self.visit_expected(&mut |name, shape| {
-            t.push((name, shape));
-            Ok(())
-        });
-        let Ok(()) = all;
-        t
-    }
-
-    /// Calls `f` on each of [`expected_tensors`](Self::expected_tensors) in order, stopping at
-    /// its first error: checking a layer count from a hostile file costs nothing past the first
-    /// tensor that is missing.
-    fn visit_expected<E>(
-        &self,
-        f: &mut dyn FnMut(String, Vec<usize>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let (d, ff, v) = (self.hidden_size, self.ffn_size, self.vocab_size);
-        f("token_embd.weight".into(), vec![v, d])?;
-        match self.arch {
-            Architecture::Llama | Architecture::Gemma3 => {
-                let (q, kv) = (self.q_dim(), self.kv_dim());
-                // Gemma 3 also normalises each sub-layer's output before the residual
-                let post_norms = self.arch == Architecture::Gemma3;
-                for i in 0..self.n_layers {
-                    let b = |s: &str| format!("blk.{i}.{s}");
-                    f(b("attn_norm.weight"), vec![d])?;
-                    f(b("attn_q.weight"), vec![q, d])?;
-                    f(b("attn_k.weight"), vec![kv, d])?;
-                    f(b("attn_v.weight"), vec![kv, d])?;
-                    if self.qkv_bias {
-                        f(b("attn_q.bias"), vec![q])?;
-                        f(b("attn_k.bias"), vec![kv])?;
-                        f(b("attn_v.bias"), vec![kv])?;
-                    }
-                    if self.qk_norm {
-                        f(b("attn_q_norm.weight"), vec![self.head_dim])?;
-                        f(b("attn_k_norm.weight"), vec![self.head_dim])?;
-                    }
-                    f(b("attn_output.weight"), vec![d, q])?;
-                    if post_norms {
-                        f(b("post_attention_norm.weight"), vec![d])?;
-                    }
-                    f(b("ffn_norm.weight"), vec![d])?;
-                    f(b("ffn_gate.weight"), vec![ff, d])?;
-                    f(b("ffn_up.weight"), vec![ff, d])?;
-                    f(b("ffn_down.weight"), vec![d, ff])?;
-                    if post_norms {
-                        f(b("post_ffw_norm.weight"), vec![d])?;
-                    }
-                }
-                f("output_norm.weight".into(), vec![d])?;
-            }
-            Architecture::Gpt2 => {
-                f("position_embd.weight".into(), vec![self.context_length, d])?;
-                for i in 0..self.n_layers {
-                    let b = |s: &str| format!("blk.{i}.{s}");
-                    f(b("attn_norm.weight"), vec![d])?;
-                    f(b("attn_norm.bias"), vec![d])?;
-                    f(b("attn_qkv.weight"), vec![3 * d, d])?;
-                    f(b("attn_qkv.bias"), vec![3 * d])?;
-                    f(b("attn_output.weight"), vec![d, d])?;
-                    f(b("attn_output.bias"), vec![d])?;
-                    f(b("ffn_norm.weight"), vec![d])?;
-                    f(b("ffn_norm.bias"), vec![d])?;
-                    f(b("ffn_up.weight"), vec![ff, d])?;
-                    f(b("ffn_up.bias"), vec![ff])?;
-                    f(b("ffn_down.weight"), vec![d, ff])?;
-                    f(b("ffn_down.bias"), vec![d])?;
-                }
-                f("output_norm.weight".into(), vec![d])?;
-                f("output_norm.bias".into(), vec![d])?;
-            }
-        }
-        if !self.tied_embeddings {
-            f("output.weight".into(), vec![v, d])?;
-        }
-        Ok(())
-    }
-
-    /// Checks that `shape_of(name)` gives the expected shape for every tensor the forward
-    /// pass reads, with the name of the file that holds it; errors name the first missing
-    /// tensor (in `file`) or misshapen one (in its own file).
-    pub fn check_tensors<'s>(
-        &self,
-        file: &str,
-        shape_of: impl Fn(&str) -> Option<(&'s [usize], &'s str)>,
-    ) -> Result<()> {
-        self.visit_expected(&mut |name, want| match shape_of(&name) {
-            None => Err(Error::format(
-                file,
-                format!("missing tensor `{name}` (expected shape {want:?})"),
-            )),
-            Some((got, held_in)) if got != want.as_slice() => Err(Error::format(
-                held_in,
-                format!("tensor `{name}` has shape {got:?}, but the config needs {want:?}"),
-            )),
-            Some(_) => Ok(()),
-        })
     }
 }
 
@@ -465,46 +356,6 @@ pub(crate) mod tests {
             let err = c.validate("m.gguf").unwrap_err().to_string();
             assert!(err.contains(needle) && err.starts_with("m.gguf"), "{err}");
         }
-    }
-
-    #[test]
-    fn expected_tensors_cover_every_layer() {
-        let c = tiny_llama();
-        let t = c.expected_tensors();
-        // embedding + 9 per layer + output norm + untied head
-        assert_eq!(t.len(), 1 + 9 * 2 + 1 + 1);
-        assert!(t.contains(&("blk.1.attn_k.weight".into(), vec![32, 64])));
-        let mut tied = c.clone();
-        tied.tied_embeddings = true;
-        assert_eq!(tied.expected_tensors().len(), t.len() - 1);
-    }
-
-    #[test]
-    fn check_tensors_reports_missing_and_misshapen() {
-        let c = tiny_llama();
-        let shapes: std::collections::HashMap<String, Vec<usize>> =
-            c.expected_tensors().into_iter().collect();
-        assert!(c
-            .check_tensors("f", |n| shapes.get(n).map(|s| (s.as_slice(), "f")))
-            .is_ok());
-        let mut missing = shapes.clone();
-        missing.remove("blk.1.ffn_up.weight");
-        let err = c
-            .check_tensors("f", |n| missing.get(n).map(|s| (s.as_slice(), "f")))
-            .unwrap_err();
-        assert!(err
-            .to_string()
-            .contains("missing tensor `blk.1.ffn_up.weight`"));
-        let mut wrong = shapes;
-        wrong.insert("blk.0.attn_q.weight".into(), vec![64, 65]);
-        let err = c
-            .check_tensors("f", |n| wrong.get(n).map(|s| (s.as_slice(), "f")))
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("`blk.0.attn_q.weight` has shape [64, 65]"),
-            "{err}"
-        );
     }
 
     #[test]

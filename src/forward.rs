@@ -2,14 +2,14 @@
 //! the KV cache preallocated, and every step (a prefill chunk or one decode token) recorded as
 //! one compute pass in one command buffer with one submit and one readback of the logits.
 //!
-//! Each architecture's file ([`llama`], [`gpt2`]) builds its [`graph::Graph`] over typed layer
-//! weights; the graph is compiled into bound kernels once at load, and [`Forward::run`] only
+//! Each architecture's file ([`crate::model::arch`]) builds its [`graph::Graph`] over typed
+//! layer weights; the graph is compiled into bound kernels once at load, and [`Forward::run`] only
 //! writes the step parameters and the token ids, records them and reads back what was asked.
 
 use std::collections::HashMap;
 
 use crate::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
-use crate::config::{Architecture, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gpu::ops::{LinearBinding, Select};
 use crate::gpu::{
@@ -17,18 +17,13 @@ use crate::gpu::{
     StepParams, StepRow,
 };
 use crate::model::weights::ModelWeights;
+use crate::model::{arch, fuse, graph};
 
-mod arch;
 mod backend;
 mod batch;
 mod compile;
 pub mod cpu;
-pub mod fuse;
-pub mod gemma3;
-pub mod gpt2;
-pub mod graph;
 mod kv;
-pub mod llama;
 mod measure;
 mod profile;
 mod readback;
@@ -124,6 +119,7 @@ impl Forward {
         Self::check_fits(ctx, weights, context, chunk)?;
         let fusion = fuse::plan(weights);
         let gpu = Self::upload(ctx, weights, &fusion, progress)?;
+        let graph = arch::build(&config, &gpu, &weights.file)?;
         let layout = kv::layout(&config, &ctx.options().decode_plan, context, chunk)?;
         let kv = KvCache::with_layout(ctx, &config, layout, ctx.options().kv_cache, 1)?;
         let c = chunk as u64;
@@ -164,13 +160,7 @@ impl Forward {
             up: buf("up", (c * ff * sep_ffn).max(1))?,
             hidden: act_buf("hidden", c * ff)?,
             logits: buf("logits", c * vocab)?,
-            branch: buf(
-                "branch",
-                match config.arch {
-                    Architecture::Gemma3 => c * d,
-                    _ => 1,
-                },
-            )?,
+            branch: buf("branch", if graph.uses_branch() { c * d } else { 1 })?,
             f16,
         };
         let step = StepParams::create_buffer(ctx, "step params");
@@ -197,7 +187,6 @@ impl Forward {
         // what compiling creates (parameter uniforms, the selection's buffers) is counted
         // below; the buffers above are already in `activation_bytes`
         let before = ctx.counters();
-        let graph = arch::build(&config, &gpu, &weights.file)?;
         let compiled = Compiler {
             ctx,
             cache,

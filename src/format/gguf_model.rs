@@ -6,14 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::gguf::{GgufHeader, GgufTensorInfo};
 use super::gguf_split::{order_parts, GgufPart};
-use crate::config::{
-    Activation, Architecture, LocalAttention, ModelConfig, NormKind, RopeLayout, RopeScaling,
-    GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN,
-};
-
-/// Gemma 3's sliding window where a file does not give one.
-const GEMMA3_WINDOW: usize = 512;
+use crate::config::{LocalAttention, ModelConfig, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
+use crate::model::arch::{self, Window};
 use crate::model::weights::{ModelWeights, Tensor};
 
 /// A GGUF model: one file, or every part of a split set (in part order), each held in memory or
@@ -192,26 +187,14 @@ type TensorLookup<'a> = dyn Fn(&str) -> Option<&'a GgufTensorInfo> + 'a;
 fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<ModelConfig> {
     let file = h.file();
     let arch_name = h.architecture()?;
-    let (arch, rope_layout, qkv_bias) = match arch_name {
-        // llama.cpp's converter permutes llama's Q/K rows for interleaved-pair RoPE ...
-        "llama" => (Architecture::Llama, RopeLayout::Interleaved, false),
-        // ... but not Qwen2's, which keeps the rotate-half pairing (and has q/k/v biases).
-        "qwen2" => (Architecture::Llama, RopeLayout::RotateHalf, true),
-        // Qwen3: Qwen2 without the biases, with QK-norm
-        "qwen3" => (Architecture::Llama, RopeLayout::RotateHalf, false),
-        // Phi-3: the Llama graph with fused qkv and gate|up matrices (split on load) and
-        // rotate-half RoPE, unpermuted
-        "phi3" => (Architecture::Llama, RopeLayout::RotateHalf, false),
-        "gpt2" => (Architecture::Gpt2, RopeLayout::None, true),
-        // Gemma 3: rotate-half RoPE, unpermuted
-        "gemma3" => (Architecture::Gemma3, RopeLayout::RotateHalf, false),
-        other => {
-            return Err(Error::Unsupported {
-                file: file.to_string(),
-                what: format!("architecture `{other}`"),
-            })
-        }
-    };
+    let (spec, flavour) = arch::by_gguf_name(arch_name).ok_or_else(|| Error::Unsupported {
+        file: file.to_string(),
+        what: format!(
+            "architecture `{arch_name}` (supported: {})",
+            arch::gguf_names()
+        ),
+    })?;
+    let rope_layout = flavour.rope_layout;
     let key = |k: &str| format!("{arch_name}.{k}");
     let optional = |k: &str| -> Result<Option<usize>> {
         let k = key(k);
@@ -263,38 +246,23 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
             ))
         }
     };
-    let (norm, eps_key, activation) = match arch {
-        Architecture::Llama => (
-            NormKind::RmsNorm,
-            "attention.layer_norm_rms_epsilon",
-            Activation::SwiGlu,
-        ),
-        Architecture::Gpt2 => (
-            NormKind::LayerNorm,
-            "attention.layer_norm_epsilon",
-            Activation::GeluTanh,
-        ),
-        Architecture::Gemma3 => (
-            NormKind::RmsNorm,
-            "attention.layer_norm_rms_epsilon",
-            Activation::GeGlu,
-        ),
-    };
     let sliding_window = optional("attention.sliding_window")?.filter(|&w| w > 0);
-    // Gemma 3 interleaves local layers (the window) with global ones; other models trained
-    // with a window are exact only within it, so their context is capped there
-    let (local_attention, context_cap) = match arch {
-        Architecture::Gemma3 => (
+    // local layers between global ones (the window), or a window over every layer, within
+    // which alone the model is exact: its context is capped there
+    let (local_attention, context_cap) = match spec.window {
+        Window::Interleaved {
+            window,
+            pattern,
+            rope_theta,
+        } => (
             Some(LocalAttention {
-                window: sliding_window.unwrap_or(GEMMA3_WINDOW),
-                pattern: optional("attention.sliding_window_pattern")?.unwrap_or(GEMMA3_PATTERN),
-                rope_theta: h
-                    .get_f32(&key("rope.freq_base_swa"))?
-                    .unwrap_or(GEMMA3_LOCAL_ROPE_THETA),
+                window: sliding_window.unwrap_or(window),
+                pattern: optional("attention.sliding_window_pattern")?.unwrap_or(pattern),
+                rope_theta: h.get_f32(&key("rope.freq_base_swa"))?.unwrap_or(rope_theta),
             }),
             usize::MAX,
         ),
-        _ => (None, sliding_window.unwrap_or(usize::MAX)),
+        Window::CapsContext => (None, sliding_window.unwrap_or(usize::MAX)),
     };
     let bos_id = h.get_u32("tokenizer.ggml.bos_token_id")?;
     let mut eos_ids = Vec::new();
@@ -306,7 +274,7 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
         }
     }
     let config = ModelConfig {
-        arch,
+        arch: spec.arch,
         vocab_size: vocab,
         hidden_size: hidden,
         n_layers: required("block_count")?,
@@ -317,8 +285,8 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
             .unwrap_or(hidden.checked_div(n_heads).unwrap_or(0)),
         ffn_size: required("feed_forward_length")?,
         context_length: required("context_length")?.min(context_cap),
-        norm,
-        norm_eps: h.get_f32(&key(eps_key))?.unwrap_or(1e-5),
+        norm: spec.norm,
+        norm_eps: h.get_f32(&key(spec.gguf_eps_key))?.unwrap_or(1e-5),
         rope_theta: if rope_layout == RopeLayout::None {
             0.0
         } else {
@@ -326,15 +294,15 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
         },
         rope_layout,
         rope_scaling,
-        activation,
+        activation: spec.activation,
         tied_embeddings: tensor("output.weight").is_none(),
-        qkv_bias,
-        qk_norm: matches!(arch_name, "qwen3" | "gemma3"),
+        qkv_bias: flavour.qkv_bias,
+        qk_norm: flavour.qk_norm,
         bos_id,
         eos_ids,
         local_attention,
     };
-    config.validate(file)?;
+    arch::validate(&config, file)?;
     Ok(config)
 }
 
@@ -374,7 +342,7 @@ fn weights_from_parts<'a>(
             );
         }
     }
-    if config.arch == crate::config::Architecture::Llama {
+    if arch::spec(config.arch).splits_stacked {
         crate::model::unfuse::split_fused(&config, &mut tensors)?;
     }
     // llama.cpp writes Llama 3.1's frequency scaling as one divisor per rotated pair
@@ -386,7 +354,7 @@ fn weights_from_parts<'a>(
             ROPE_FREQS,
         )?;
         config.rope_scaling = RopeScaling::Factors(values);
-        config.validate(h.file())?;
+        arch::validate(&config, h.file())?;
     }
     let weights = ModelWeights {
         file: h.file().to_string(),

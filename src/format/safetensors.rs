@@ -14,6 +14,7 @@ use super::hf_config;
 use crate::config::Architecture;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::model::arch::{self, HfFix};
 use crate::model::weights::{ModelWeights, Tensor};
 
 /// Name of the single-file checkpoint.
@@ -151,12 +152,13 @@ impl HfFolder {
             self.generation_config_json.as_deref(),
             &format!("{}/config.json", self.name),
         )?;
+        let spec = arch::spec(config.arch);
         let mut tensors: BTreeMap<String, Tensor<'_>> = BTreeMap::new();
         for (file, bytes) in &self.shards {
             let st = safetensors::SafeTensors::deserialize(bytes)
                 .map_err(|e| Error::format(file, format!("invalid safetensors file: {e}")))?;
             for (hf_name, view) in st.iter() {
-                let Some(name) = gguf_name(config.arch, hf_name) else {
+                let Some(name) = (spec.hf_tensor)(hf_name) else {
                     continue;
                 };
                 if name == "output.weight" && config.tied_embeddings {
@@ -178,12 +180,11 @@ impl HfFolder {
                     dtype,
                     data: Cow::Borrowed(view.data()),
                 };
-                if config.arch == Architecture::Gpt2 && is_conv1d(hf_name) {
-                    tensor = transpose_2d(&tensor, file, hf_name)?;
-                }
-                if config.arch == Architecture::Gemma3 && name.ends_with("norm.weight") {
-                    tensor = plus_one(&tensor, file, hf_name)?;
-                }
+                tensor = match (spec.hf_fix)(&name, hf_name) {
+                    Some(HfFix::Transpose) => transpose_2d(&tensor, file, hf_name)?,
+                    Some(HfFix::PlusOne) => plus_one(&tensor, file, hf_name)?,
+                    None => tensor,
+                };
                 if tensors.insert(name.clone(), tensor).is_some() {
                     return Err(Error::format(
                         file,
@@ -192,7 +193,7 @@ impl HfFolder {
                 }
             }
         }
-        if config.arch == Architecture::Llama {
+        if spec.splits_stacked {
             crate::model::unfuse::split_fused(&config, &mut tensors)?;
         }
         let weights = ModelWeights {
@@ -206,14 +207,6 @@ impl HfFolder {
         weights.check_shapes()?;
         Ok(weights)
     }
-}
-
-/// GPT-2's Conv1D layers store `[in, out]`.
-fn is_conv1d(hf_name: &str) -> bool {
-    hf_name.ends_with(".weight")
-        && ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
-            .iter()
-            .any(|m| hf_name.contains(m))
 }
 
 /// Gemma's RMSNorm multiplies by `1 + w` and its checkpoints store `w`; the graph (and GGUF,
@@ -266,88 +259,10 @@ fn transpose_2d<'a>(t: &Tensor<'a>, file: &str, name: &str) -> Result<Tensor<'a>
     })
 }
 
-/// The GGUF name of a tensor of the Llama family's layout (`model.embed_tokens`,
-/// `model.layers.N.*`, `model.norm`, `lm_head`): `own(module)` first, for the modules the
-/// architecture names its own way, then the modules every member shares.
-fn llama_family_name(hf_name: &str, own: impl Fn(&str) -> Option<&'static str>) -> Option<String> {
-    let n = hf_name.strip_prefix("model.").unwrap_or(hf_name);
-    match n {
-        "embed_tokens.weight" => return Some("token_embd.weight".into()),
-        "norm.weight" => return Some("output_norm.weight".into()),
-        "lm_head.weight" => return Some("output.weight".into()),
-        _ => {}
-    }
-    let (layer, rest) = split_layer(n.strip_prefix("layers.")?)?;
-    let (module, suffix) = rest.rsplit_once('.')?;
-    let gguf = own(module).or(match module {
-        "input_layernorm" => Some("attn_norm"),
-        "self_attn.q_proj" => Some("attn_q"),
-        "self_attn.k_proj" => Some("attn_k"),
-        "self_attn.v_proj" => Some("attn_v"),
-        "self_attn.o_proj" => Some("attn_output"),
-        // Qwen3's and Gemma 3's QK-norm gains
-        "self_attn.q_norm" => Some("attn_q_norm"),
-        "self_attn.k_norm" => Some("attn_k_norm"),
-        "mlp.gate_proj" => Some("ffn_gate"),
-        "mlp.up_proj" => Some("ffn_up"),
-        "mlp.down_proj" => Some("ffn_down"),
-        _ => None,
-    })?;
-    Some(format!("blk.{layer}.{gguf}.{suffix}"))
-}
-
-/// Maps a Hugging Face tensor name to its GGUF name; `None` for tensors the engine does not
-/// read (GPT-2's causal-mask buffers, rotary caches).
+/// Maps a Hugging Face tensor name to its GGUF name as `arch` reads it; `None` for tensors the
+/// engine does not read (GPT-2's causal-mask buffers, rotary caches).
 pub fn gguf_name(arch: Architecture, hf_name: &str) -> Option<String> {
-    match arch {
-        Architecture::Gemma3 => llama_family_name(hf_name, |module| match module {
-            // Gemma's norms around each block: after attention, before and after the
-            // feed-forward
-            "post_attention_layernorm" => Some("post_attention_norm"),
-            "pre_feedforward_layernorm" => Some("ffn_norm"),
-            "post_feedforward_layernorm" => Some("post_ffw_norm"),
-            _ => None,
-        }),
-        Architecture::Llama => llama_family_name(hf_name, |module| match module {
-            // Phi-3's fused projections, split on load (model::unfuse)
-            "self_attn.qkv_proj" => Some("attn_qkv"),
-            "mlp.gate_up_proj" => Some("ffn_up"),
-            "post_attention_layernorm" => Some("ffn_norm"),
-            _ => None,
-        }),
-        Architecture::Gpt2 => {
-            let n = hf_name.strip_prefix("transformer.").unwrap_or(hf_name);
-            match n {
-                "wte.weight" => return Some("token_embd.weight".into()),
-                "wpe.weight" => return Some("position_embd.weight".into()),
-                "ln_f.weight" => return Some("output_norm.weight".into()),
-                "ln_f.bias" => return Some("output_norm.bias".into()),
-                "lm_head.weight" => return Some("output.weight".into()),
-                _ => {}
-            }
-            let (layer, rest) = split_layer(n.strip_prefix("h.")?)?;
-            let (module, suffix) = rest.rsplit_once('.')?;
-            if suffix != "weight" && suffix != "bias" {
-                return None;
-            }
-            let gguf = match module {
-                "ln_1" => "attn_norm",
-                "attn.c_attn" => "attn_qkv",
-                "attn.c_proj" => "attn_output",
-                "ln_2" => "ffn_norm",
-                "mlp.c_fc" => "ffn_up",
-                "mlp.c_proj" => "ffn_down",
-                _ => return None,
-            };
-            Some(format!("blk.{layer}.{gguf}.{suffix}"))
-        }
-    }
-}
-
-/// `"3.rest"` to `(3, "rest")`.
-fn split_layer(s: &str) -> Option<(usize, &str)> {
-    let (layer, rest) = s.split_once('.')?;
-    Some((layer.parse().ok()?, rest))
+    (arch::spec(arch).hf_tensor)(hf_name)
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use super::graph::{Act, EmbedScale, Graph, LinearOp, Op, Post, Rows, WeightIndex};
 use crate::config::{ModelConfig, NormKind, RopeLayout};
 use crate::dtype::kv::KV_BLOCK;
 use crate::error::{Error, Result};
@@ -19,6 +18,7 @@ use crate::gpu::{
     GpuContext, GpuTensor, KernelBinding, KernelCache, KernelPlan, KvCache, Reduction,
     SplitOverride, StepParams, Variant,
 };
+use crate::model::graph::{Act, EmbedScale, Graph, LinearOp, Op, Post, Rows, WeightIndex};
 
 /// One recorded dispatch of the graph.
 #[derive(Debug)]

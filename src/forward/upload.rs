@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
-use super::fuse::{self, FusionPlan};
 use super::Forward;
 use crate::dtype::{dequantize, encode_float, DType};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, GpuTensor};
+use crate::model::fuse::{self, FusionPlan};
 use crate::model::weights::{ModelWeights, Tensor};
 
 /// Bytes of `values` f32 values.

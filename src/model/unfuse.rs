@@ -1,7 +1,7 @@
 //! Phi-3 stores each layer's Q, K and V projections as one `attn_qkv` matrix and the gate and
 //! up projections as one `ffn_up` matrix of twice the feed-forward width (gate rows first).
 //! The engine's Llama graph reads them apart (and fuses them again its own way, see
-//! `forward::fuse`), so a loader splits them by rows here: quantized rows are whole blocks, so
+//! `model::fuse`), so a loader splits them by rows here: quantized rows are whole blocks, so
 //! a row range is a byte range and nothing is dequantized.
 
 #![deny(clippy::arithmetic_side_effects)]

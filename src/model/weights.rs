@@ -200,7 +200,7 @@ impl<'a> ModelWeights<'a> {
     /// Checks that every tensor the forward pass reads exists with the shape the config needs;
     /// an error names the file of a misshapen tensor (its part of a split set).
     pub fn check_shapes(&self) -> Result<()> {
-        self.config.check_tensors(&self.files(), |n| {
+        crate::model::arch::check_tensors(&self.config, &self.files(), |n| {
             self.tensors
                 .get(n)
                 .map(|t| (t.shape.as_slice(), self.file_of(n)))

@@ -11,11 +11,11 @@
 //! |---|---|---|
 //! | 0 | `error`, `math`, `option_keys` | the crate's error type; transcendental functions with the same bits on every target; the spellings of option keys |
 //! | 1 | `dtype`, `config`, `candidates`, `tune` | leaves: storage types and dequantization, model configuration, the selection wire format, per-device choices |
-//! | 2 | `model` | host tensors and weights, the CPU reference |
+//! | 2 | `model` | host tensors and weights, the architectures and their graph, the CPU reference |
 //! | 3 | `gpu`, `cpu`, `format`, `sampling`, `store` | device and kernels; the CPU backend's kernels; file formats; CPU sampling; downloads kept in the page's storage |
 //! | 4 | `tokenizer` | text ↔ ids |
 //! | 5 | `chat`, `constrain` | chat templates; response formats and the token mask of each step |
-//! | 6 | `loader`, `forward` | a model opened from files; the GPU forward pass (graph, per-architecture builders) |
+//! | 6 | `loader`, `forward` | a model opened from files; the forward pass over the model's graph |
 //! | 7 | `session` | one conversation: options, context, decode, beam search |
 //! | 8 | `engine` | queue, cancellation, device-loss recovery |
 //! | 9 | `openai` | OpenAI-style requests and responses over the engine |

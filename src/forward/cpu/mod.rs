@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 
-use super::graph::{Graph, WeightIndex};
 use super::readback::{Collect, Head, MemoryReport, Output, Readback, StepLogits};
 use super::BatchToken;
 use crate::candidates::SelectRequest;
@@ -17,6 +16,7 @@ use crate::dtype::dequantize;
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::model::file_bytes::WASM32_ADDRESS_SPACE;
+use crate::model::graph::{Graph, WeightIndex};
 use crate::model::weights::ModelWeights;
 
 mod step;
@@ -130,7 +130,7 @@ impl CpuForward {
                 }
             }
         }
-        let graph = super::arch::build(&config, &held, &weights.file)?;
+        let graph = crate::model::arch::build(&config, &held, &weights.file)?;
         let freqs = (0..config.n_layers)
             .map(|l| config.layer_rope(l).frequencies(config.head_dim))
             .collect();

@@ -5,8 +5,8 @@ use super::{CpuForward, CpuKv, CpuWeights};
 use crate::config::{ModelConfig, NormKind};
 use crate::cpu::ops::{self, AttnShape, KeyRange};
 use crate::error::{Error, Result};
-use crate::forward::graph::{Act, EmbedScale, LinearOp, Op, Post, Rows};
 use crate::forward::readback::Head;
+use crate::model::graph::{Act, EmbedScale, LinearOp, Op, Post, Rows};
 
 /// Where one token of a step goes.
 #[derive(Debug, Clone, Copy)]

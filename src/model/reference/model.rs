@@ -1,9 +1,11 @@
 //! [`ReferenceModel`]: the whole forward pass on the CPU, Llama, GPT-2 and Gemma 3, from the
 //! operations of the sibling modules.
 
-use crate::config::{Activation, Architecture, ModelConfig, NormKind};
+use crate::config::{Activation, ModelConfig, NormKind};
 use crate::dtype::dequantize;
 use crate::error::{Error, Result};
+use crate::model::arch;
+use crate::model::graph::EmbedScale;
 use crate::model::weights::ModelWeights;
 
 use super::linear::matmul;
@@ -146,7 +148,7 @@ impl ReferenceModel {
     /// not match its type, or a GPT-2 config asks for grouped-query attention.
     pub fn new(weights: &ModelWeights<'_>) -> Result<Self> {
         let c = &weights.config;
-        c.validate(&weights.file)?;
+        arch::validate(c, &weights.file)?;
         weights.check_shapes()?;
         let load = |name: &str| -> Result<Vec<f32>> {
             let t = weights.tensor(name)?;
@@ -159,60 +161,53 @@ impl ReferenceModel {
                 NormKind::LayerNorm => Norm::Layer(g, load(&format!("{prefix}.bias"))?),
             })
         };
-        let d = c.hidden_size;
-        if c.arch == Architecture::Gpt2 && c.kv_dim() != d {
-            // The fused QKV is `[3d, d]`: K and V are as wide as Q, so GPT-2 has no GQA.
-            return Err(Error::format(
-                &weights.file,
-                format!(
-                    "GPT-2 needs n_kv_heads = n_heads, got {} and {}",
-                    c.n_kv_heads, c.n_heads
-                ),
-            ));
-        }
+        // what to load is what the architecture expects: stacked or separate projections,
+        // biases, QK-norm gains, post-norms, learned positions, an untied head
+        let expected: std::collections::HashSet<String> = arch::expected_tensors(c)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        let optional = |name: &str| -> Result<Option<Vec<f32>>> {
+            match expected.contains(name) {
+                true => load(name).map(Some),
+                false => Ok(None),
+            }
+        };
+        let (d, q_rows, kv_rows) = (c.hidden_size, c.q_dim(), c.kv_dim());
         let mut blocks = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
-            let (wq, wk, wv, bq, bk, bv, bo, up_bias, down_bias) = match c.arch {
-                Architecture::Llama | Architecture::Gemma3 => {
-                    let bias = |s: &str| -> Result<Option<Vec<f32>>> {
-                        if c.qkv_bias {
-                            load(&n(s)).map(Some)
-                        } else {
-                            Ok(None)
-                        }
+            let (wq, wk, wv, bq, bk, bv) = match optional(&n("attn_qkv.weight"))? {
+                // stacked `[q_dim + 2·kv_dim, d]` rows and bias: q, then k, then v (GPT-2)
+                Some(qkv) => {
+                    let (q, kv) = (q_rows * d, kv_rows * d);
+                    let bias = optional(&n("attn_qkv.bias"))?;
+                    let part = |b: &Option<Vec<f32>>, from: usize, len: usize| {
+                        b.as_ref().map(|b| b[from..from + len].to_vec())
                     };
                     (
-                        load(&n("attn_q.weight"))?,
-                        load(&n("attn_k.weight"))?,
-                        load(&n("attn_v.weight"))?,
-                        bias("attn_q.bias")?,
-                        bias("attn_k.bias")?,
-                        bias("attn_v.bias")?,
-                        None,
-                        None,
-                        None,
+                        qkv[..q].to_vec(),
+                        qkv[q..q + kv].to_vec(),
+                        qkv[q + kv..].to_vec(),
+                        part(&bias, 0, q_rows),
+                        part(&bias, q_rows, kv_rows),
+                        part(&bias, q_rows + kv_rows, kv_rows),
                     )
                 }
-                Architecture::Gpt2 => {
-                    // Fused `[3d, d]` rows and `[3d]` bias: q, then k, then v, each `d` wide
-                    // (q_dim = d is checked by `validate`, kv_dim = d above).
-                    let qkv = load(&n("attn_qkv.weight"))?;
-                    let qkv_b = load(&n("attn_qkv.bias"))?;
-                    let (m, b) = (d * d, d);
-                    (
-                        qkv[..m].to_vec(),
-                        qkv[m..2 * m].to_vec(),
-                        qkv[2 * m..].to_vec(),
-                        Some(qkv_b[..b].to_vec()),
-                        Some(qkv_b[b..2 * b].to_vec()),
-                        Some(qkv_b[2 * b..].to_vec()),
-                        Some(load(&n("attn_output.bias"))?),
-                        Some(load(&n("ffn_up.bias"))?),
-                        Some(load(&n("ffn_down.bias"))?),
-                    )
-                }
+                None => (
+                    load(&n("attn_q.weight"))?,
+                    load(&n("attn_k.weight"))?,
+                    load(&n("attn_v.weight"))?,
+                    optional(&n("attn_q.bias"))?,
+                    optional(&n("attn_k.bias"))?,
+                    optional(&n("attn_v.bias"))?,
+                ),
             };
+            let (bo, up_bias, down_bias) = (
+                optional(&n("attn_output.bias"))?,
+                optional(&n("ffn_up.bias"))?,
+                optional(&n("ffn_down.bias"))?,
+            );
             blocks.push(Block {
                 attn_norm: norm(&n("attn_norm"))?,
                 wq,
@@ -224,25 +219,25 @@ impl ReferenceModel {
                 wo: load(&n("attn_output.weight"))?,
                 bo,
                 ffn_norm: norm(&n("ffn_norm"))?,
-                gate: match c.activation {
-                    Activation::SwiGlu | Activation::GeGlu => Some(load(&n("ffn_gate.weight"))?),
-                    Activation::GeluTanh => None,
-                },
+                gate: optional(&n("ffn_gate.weight"))?,
                 up: load(&n("ffn_up.weight"))?,
                 up_bias,
                 down: load(&n("ffn_down.weight"))?,
                 down_bias,
-                qk_norm: match c.qk_norm {
-                    true => Some((
-                        load(&n("attn_q_norm.weight"))?,
-                        load(&n("attn_k_norm.weight"))?,
-                    )),
-                    false => None,
+                qk_norm: match (
+                    optional(&n("attn_q_norm.weight"))?,
+                    optional(&n("attn_k_norm.weight"))?,
+                ) {
+                    (Some(q), Some(k)) => Some((q, k)),
+                    _ => None,
                 },
-                gemma: match c.arch {
-                    Architecture::Gemma3 => Some(GemmaNorms {
-                        post_attention: load(&n("post_attention_norm.weight"))?,
-                        post_ffn: load(&n("post_ffw_norm.weight"))?,
+                gemma: match (
+                    optional(&n("post_attention_norm.weight"))?,
+                    optional(&n("post_ffw_norm.weight"))?,
+                ) {
+                    (Some(post_attention), Some(post_ffn)) => Some(GemmaNorms {
+                        post_attention,
+                        post_ffn,
                     }),
                     _ => None,
                 },
@@ -250,17 +245,10 @@ impl ReferenceModel {
         }
         Ok(ReferenceModel {
             token_embd: load("token_embd.weight")?,
-            position_embd: match c.arch {
-                Architecture::Gpt2 => Some(load("position_embd.weight")?),
-                Architecture::Llama | Architecture::Gemma3 => None,
-            },
+            position_embd: optional("position_embd.weight")?,
             blocks,
             output_norm: norm("output_norm")?,
-            output: if c.tied_embeddings {
-                None
-            } else {
-                Some(load("output.weight")?)
-            },
+            output: optional("output.weight")?,
             config: c.clone(),
         })
     }
@@ -337,9 +325,9 @@ impl ReferenceModel {
         let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
 
         // x: [n, d], the residual stream (Gemma scales the embedding by √d).
-        let scale = match c.arch {
-            Architecture::Gemma3 => (d as f32).sqrt(),
-            _ => 1.0,
+        let scale = match arch::spec(c.arch).embedding_scale {
+            EmbedScale::SqrtDim => (d as f32).sqrt(),
+            EmbedScale::One => 1.0,
         };
         let mut x = Vec::with_capacity(n * d);
         for (i, &t) in tokens.iter().enumerate() {

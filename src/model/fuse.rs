@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 
-use crate::config::{Architecture, RopeLayout};
+use crate::config::RopeLayout;
 use crate::dtype::{dequantize, DType};
 use crate::error::{Error, Result};
 use crate::model::weights::{ModelWeights, Tensor};
@@ -87,23 +87,20 @@ fn compatible(parts: &[Option<&Tensor<'_>>]) -> bool {
     first.is_some()
 }
 
-/// Decides, layer by layer, which matrices of `weights` can be fused (Llama layers whose
-/// matrices share type and width; GPT-2 already stores Q, K, V stacked and has no gate).
+/// Decides, layer by layer, which matrices of `weights` can be fused: those the architecture's
+/// [`Fusion`](crate::model::arch::Fusion) allows, whose parts share type and width.
 pub fn plan(weights: &ModelWeights<'_>) -> FusionPlan {
     let c = &weights.config;
+    let allowed = crate::model::arch::spec(c.arch).fusion;
     let mut out = FusionPlan::default();
     for layer in 0..c.n_layers {
         let get = |s: &str| weights.tensors.get(&format!("blk.{layer}.{s}.weight"));
-        let llama = c.arch == Architecture::Llama;
-        // Gemma 3 normalises each query and key head before RoPE: its projections stay
-        // separate; its gate and up interleave like Llama's (a GeGLU epilogue)
-        let gated = llama || c.arch == Architecture::Gemma3;
-        // QK-norm (Qwen3) normalises the heads between the projection and RoPE
+        // QK-norm (Qwen3, Gemma 3) normalises the heads between the projection and RoPE
         out.qkv.push(
-            llama && !c.qk_norm && compatible(&[get("attn_q"), get("attn_k"), get("attn_v")]),
+            allowed.qkv && !c.qk_norm && compatible(&[get("attn_q"), get("attn_k"), get("attn_v")]),
         );
         out.gate_up
-            .push(gated && compatible(&[get("ffn_gate"), get("ffn_up")]));
+            .push(allowed.gate_up && compatible(&[get("ffn_gate"), get("ffn_up")]));
     }
     out
 }

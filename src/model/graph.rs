@@ -204,6 +204,18 @@ pub struct Graph {
     pub head: LinearOp,
 }
 
+impl Graph {
+    /// Whether some operation reads or writes [`Act::Branch`] (a sub-layer's output kept
+    /// apart from the residual), so that a backend allocates it only when it is used.
+    pub fn uses_branch(&self) -> bool {
+        self.ops.iter().any(|op| match op {
+            Op::AddNormed { .. } => true,
+            Op::Linear(l) => l.x == Act::Branch || l.y == Act::Branch,
+            _ => false,
+        })
+    }
+}
+
 /// The tensors a backend holds, as the architecture files see them.
 pub trait WeightIndex {
     /// The shape of `name` (outermost first), or `None` when there is no such tensor.
