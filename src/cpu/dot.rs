@@ -10,6 +10,21 @@
 /// Values per half-block.
 const H: usize = 16;
 
+/// `Σ a·b` in f32 with eight partial sums (so that the compiler can vectorize it).
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ar.iter().zip(br).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
 /// `(acc₀ + acc₁) + (acc₂ + acc₃)` of `Σ_h f32(S_h) · (scale_h · d_h)` over the half-blocks of
 /// `w` and `q` (equal lengths, a multiple of 32), `scale` and `d` one per half-block.
 #[inline]

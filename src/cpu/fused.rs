@@ -13,36 +13,8 @@
 //! unpacks. The integer sums may be made differently (Q4_1's nibbles, never negative, skip the
 //! sign trick): they are exact either way, so the bits do not change.
 
-use super::quant::{f16_at, Q8Rows, QK};
+use super::quant::{f16_at, layout, Layout, Q8Rows, Row, QK};
 use crate::dtype::DType;
-
-/// The layout of a 32-value block: its size, where its 32 values start, how they are stored.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Layout {
-    /// Bytes per block.
-    pub(super) size: usize,
-    /// Where its values start.
-    pub(super) values: usize,
-    /// Nibbles plus this bias (Q4_0: −8, Q4_1: 0); `None`: one i8 per value (Q8_0).
-    pub(super) nibble_bias: Option<i8>,
-    /// Whether the block has an offset (`x = d·w + m`, `m` the f16 after `d`).
-    pub(super) offset: bool,
-}
-
-pub(super) fn layout(dtype: DType) -> Option<Layout> {
-    let (size, values, nibble_bias, offset) = match dtype {
-        DType::Q8_0 => (34, 2, None, false),
-        DType::Q4_0 => (18, 2, Some(-8), false),
-        DType::Q4_1 => (20, 4, Some(0), true),
-        _ => return None,
-    };
-    Some(Layout {
-        size,
-        values,
-        nibble_bias,
-        offset,
-    })
-}
 
 /// Whether [`row_dot`] computes rows of `dtype` on this machine (the K-quants through
 /// [`super::fused_k`]).
@@ -128,9 +100,6 @@ pub fn row_dot_tokens(
     true
 }
 
-/// One token's activations: values, half-block scales, block sums.
-pub(super) type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
-
 /// The accumulators of the first `N` tokens of `rows` (the rest zero) after the first `pairs`
 /// pairs of blocks, on the instruction set this CPU runs (VNNI, AVX2 or SIMD128), the same
 /// bits on each.
@@ -190,7 +159,7 @@ fn finish(l: Layout, bytes: &[u8], (q, d, s): Row<'_>, mut acc: [f32; 4], offset
     if !l.offset {
         return dot;
     }
-    dot + super::matmul::dot_f32(offsets, &s[..blocks])
+    dot + super::dot::dot_f32(offsets, &s[..blocks])
 }
 
 /// Block `b`'s 32 values as small integers (the unpacked row's).

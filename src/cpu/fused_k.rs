@@ -147,7 +147,7 @@ fn dots<const N: usize>(
         let acc = accs[t];
         let dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         match has_offset {
-            true => dot + super::matmul::dot_f32(offsets, &rows[t].2[..cols / 32]),
+            true => dot + super::dot::dot_f32(offsets, &rows[t].2[..cols / 32]),
             false => dot,
         }
     })
@@ -446,8 +446,8 @@ unsafe fn pair_values(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::fused::tests::Lcg;
     use crate::cpu::quant::{Q8Rows, UnpackedRow};
+    use crate::cpu::test_rng::Lcg;
 
     /// The word-at-a-time scales and mins equal the byte-by-byte definition (GGML's
     /// `get_scale_min_k4`) on random scale bytes.

@@ -2,22 +2,7 @@
 
 use super::*;
 use crate::cpu::quant::{Q8Rows, UnpackedRow};
-
-/// A small deterministic generator (the test must not depend on a crate's stream); the
-/// K-quants' tests (`fused_k`) draw from it too.
-pub(crate) struct Lcg(pub(crate) u64);
-impl Lcg {
-    pub(crate) fn next(&mut self) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-    pub(crate) fn f32(&mut self) -> f32 {
-        self.next() as f32 / u32::MAX as f32 * 2.0 - 1.0
-    }
-}
+use crate::cpu::test_rng::Lcg;
 
 /// Random blocks of `dtype` with finite f16 scales and offsets of either sign.
 pub(crate) fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> {

@@ -15,8 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::fused::{Layout, Row};
-use super::quant::QK;
+use super::quant::{Layout, Row, QK};
 
 /// Pairs of blocks one step takes.
 pub(super) const PAIRS_PER_STEP: usize = 4;

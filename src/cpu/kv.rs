@@ -3,9 +3,43 @@
 //! of 32 with an f16 scale) and decoded a head at a time as attention reads them, so a
 //! quantized cache takes its kind's memory here too.
 
-use super::ops::KeyRange;
 use crate::dtype::kv::{KvKind, KV_BLOCK};
 use crate::error::{Error, Result};
+
+/// One query token's keys: the key positions `first..end` of its sequence, position `p` in
+/// cache row [`KeyRange::row`]: `base + p`, or `base + p mod ring` in a local layer's ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRange {
+    /// First key position attended.
+    pub first: usize,
+    /// One past the last (the token's own position).
+    pub end: usize,
+    /// The cache row of the sequence's first row (its slot's).
+    pub base: usize,
+    /// Rows of the layer's ring (0: the cache keeps every position).
+    pub ring: usize,
+}
+
+impl KeyRange {
+    /// The cache rows `first..end` themselves (no ring, base 0).
+    pub fn rows(first: usize, end: usize) -> Self {
+        Self {
+            first,
+            end,
+            base: 0,
+            ring: 0,
+        }
+    }
+
+    /// The cache row of key position `p`.
+    #[inline]
+    pub fn row(&self, p: usize) -> usize {
+        match self.ring {
+            0 => self.base + p,
+            r => self.base + p % r,
+        }
+    }
+}
 
 /// `rows` cached rows of `kv_dim` values in one kind.
 #[derive(Debug, Clone)]

@@ -2,6 +2,7 @@
 //! weight row is unpacked once per call and multiplied with every token's activations, and the
 //! rows are spread over the thread pool.
 
+use super::dot::dot_f32;
 use super::quant::{Q8Rows, UnpackedRow, QK};
 use super::tiled::{self, Packed};
 use crate::dtype::DType;
@@ -233,19 +234,4 @@ impl QMatrix {
             }
         }
     }
-}
-
-/// `Σ a·b` in f32 with eight partial sums (so that the compiler can vectorize it).
-#[inline]
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    for (x, y) in ac.zip(bc) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let tail: f32 = ar.iter().zip(br).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f32>() + tail
 }

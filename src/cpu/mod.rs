@@ -23,6 +23,8 @@ pub mod quant;
     allow(dead_code)
 )]
 mod team;
+#[cfg(test)]
+mod test_rng;
 mod tiled;
 mod tiles_vnni;
 

@@ -1,7 +1,8 @@
 //! The CPU backend's element-wise and attention kernels, in f32 (RoPE angles in f64).
 
+use super::dot::dot_f32;
+pub use super::kv::KeyRange;
 use super::kv::KvRows;
-use super::matmul::dot_f32;
 use crate::config::RopeLayout;
 
 /// `out[r] = x[r] / rms(x[r]) · w` for the rows of `x: [n, d]`.
@@ -47,41 +48,6 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, freqs: &[f64], layout: R
             let (x0, x1) = (head[a], head[b]);
             head[a] = x0 * cos - x1 * sin;
             head[b] = x0 * sin + x1 * cos;
-        }
-    }
-}
-
-/// One query token's keys: the key positions `first..end` of its sequence, position `p` in
-/// cache row [`KeyRange::row`]: `base + p`, or `base + p mod ring` in a local layer's ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyRange {
-    /// First key position attended.
-    pub first: usize,
-    /// One past the last (the token's own position).
-    pub end: usize,
-    /// The cache row of the sequence's first row (its slot's).
-    pub base: usize,
-    /// Rows of the layer's ring (0: the cache keeps every position).
-    pub ring: usize,
-}
-
-impl KeyRange {
-    /// The cache rows `first..end` themselves (no ring, base 0).
-    pub fn rows(first: usize, end: usize) -> Self {
-        Self {
-            first,
-            end,
-            base: 0,
-            ring: 0,
-        }
-    }
-
-    /// The cache row of key position `p`.
-    #[inline]
-    pub fn row(&self, p: usize) -> usize {
-        match self.ring {
-            0 => self.base + p,
-            r => self.base + p % r,
         }
     }
 }

@@ -246,7 +246,7 @@ impl UnpackedRow {
     pub fn dot(&self, q: &[i8], d: &[f32], s: &[f32]) -> f32 {
         let acc = super::dot::scaled_dot(&self.w, q, &self.scale, d);
         if self.has_offset {
-            acc + super::matmul::dot_f32(&self.offset, s)
+            acc + super::dot::dot_f32(&self.offset, s)
         } else {
             acc
         }
@@ -311,6 +311,41 @@ fn fives(qh: u32, qs: &[u8], w: &mut [i8], bias: i8) {
         w[j + 16] = ((b >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4)) as i8 + bias;
     }
 }
+
+/// The layout of a 32-value block: its size, where its 32 values start, how they are stored.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Layout {
+    /// Bytes per block.
+    pub(super) size: usize,
+    /// Where its values start.
+    pub(super) values: usize,
+    /// Nibbles plus this bias (Q4_0: −8, Q4_1: 0); `None`: one i8 per value (Q8_0).
+    pub(super) nibble_bias: Option<i8>,
+    /// Whether the block has an offset (`x = d·w + m`, `m` the f16 after `d`).
+    pub(super) offset: bool,
+}
+
+/// The layout of `dtype`'s blocks, for the 32-value types the fused rows read.
+pub(super) fn layout(dtype: DType) -> Option<Layout> {
+    let (size, values, nibble_bias, offset) = match dtype {
+        DType::Q8_0 => (34, 2, None, false),
+        DType::Q4_0 => (18, 2, Some(-8), false),
+        DType::Q4_1 => (20, 4, Some(0), true),
+        _ => return None,
+    };
+    Some(Layout {
+        size,
+        values,
+        nibble_bias,
+        offset,
+    })
+}
+
+/// Rows per tile: one 32-bit lane each of a 512-bit register.
+pub(super) const TILE_ROWS: usize = 16;
+
+/// One token's activations: values, half-block scales, block sums.
+pub(super) type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
 
 #[cfg(test)]
 mod tests {

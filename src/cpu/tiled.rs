@@ -8,10 +8,9 @@
 //! `tiles_vnni::MIN_TOKENS` or more repacks its rows tile by tile as it goes ([`rows`]).
 
 use super::quant::Q8Rows;
+/// Rows per tile.
+pub(super) use super::quant::TILE_ROWS as ROWS;
 use crate::dtype::DType;
-
-/// Rows per tile: one 32-bit lane each of a 512-bit register.
-pub(super) const ROWS: usize = 16;
 
 /// A matrix's rows kept in tiles (never made where the CPU has none).
 #[derive(Debug, Clone)]

@@ -16,16 +16,14 @@
 //! unsigned-weights correction `− 8·Σq` or `− 128·Σq` starts the sum), the same f32 products
 //! `f32(Σ) · (scale · d)`, added to four accumulators by half-block index modulo four in the
 //! order of the half-blocks, summed as `(a0 + a1) + (a2 + a3)`; Q4_1's offsets as
-//! [`super::matmul::dot_f32`] adds them (eight lanes by block, then the rest). The tests hold
+//! [`super::dot::dot_f32`] adds them (eight lanes by block, then the rest). The tests hold
 //! the tiles to the row path bit for bit.
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::fused::Layout;
-use super::quant::{Q8Rows, QK};
-use super::tiled::ROWS;
+use super::quant::{Layout, Q8Rows, QK, TILE_ROWS as ROWS};
 use crate::dtype::DType;
 
 /// Tokens per tile (their accumulators, four each, stay in registers beside a half-block's
@@ -127,7 +125,7 @@ impl Tile {
     pub(super) fn new(dtype: DType) -> Option<Self> {
         Some(Self {
             kind: Kind::of(dtype)?,
-            layout: super::fused::layout(dtype)?,
+            layout: super::quant::layout(dtype)?,
             blocks: 0,
             values: Vec::new(),
             scales: Vec::new(),
@@ -457,7 +455,8 @@ fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::fused::tests::{random_row, Lcg};
+    use crate::cpu::fused::tests::random_row;
+    use crate::cpu::test_rng::Lcg;
 
     /// `rows` random rows of `dtype` (the fused rows' tests' generator).
     fn random_rows(rng: &mut Lcg, dtype: DType, rows: usize, blocks: usize) -> Vec<u8> {

@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use super::ops::attention::{AttentionKeys, KeySplit, SPLIT_MAX_SPLITS, SPLIT_MAX_TOKENS};
+use super::key_split::{AttentionKeys, KeySplit, SPLIT_MAX_SPLITS, SPLIT_MAX_TOKENS};
 use crate::error::{Error, Result};
 
 /// How the plan is made (`decode_plan`).

@@ -8,6 +8,7 @@ pub mod counters;
 pub mod decode_plan;
 pub mod device;
 pub mod kernels;
+pub mod key_split;
 pub mod kv_cache;
 pub mod ops;
 pub mod plan;

@@ -8,7 +8,6 @@ mod checks;
 pub mod copy;
 pub mod elementwise;
 pub mod embed;
-mod key_split;
 pub mod kv_store;
 pub mod linear;
 mod linear_binding;
@@ -18,6 +17,7 @@ pub mod row_norm;
 pub mod select;
 mod weight_checks;
 
+pub use super::key_split::Heads;
 pub use attention::{Attention, AttentionBinding, AttentionKeys, KeySplit, ROWS_MAX_HEAD_DIM};
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::SwiGlu;
@@ -264,30 +264,7 @@ impl StepParams {
     }
 }
 
-/// The attention geometry shared by RoPE and attention: `n_heads` query heads and
-/// `n_kv_heads` key/value heads of `head_dim` values each (grouped-query attention when
-/// `n_kv_heads < n_heads`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heads {
-    /// Query heads.
-    pub n_heads: u32,
-    /// Key/value heads; must divide `n_heads`.
-    pub n_kv_heads: u32,
-    /// Values per head.
-    pub head_dim: u32,
-}
-
 impl Heads {
-    /// Width of a token's queries: `n_heads · head_dim`.
-    pub fn q_dim(&self) -> u64 {
-        u64::from(self.n_heads) * u64::from(self.head_dim)
-    }
-
-    /// Width of a token's keys (and values): `n_kv_heads · head_dim`.
-    pub fn kv_dim(&self) -> u64 {
-        u64::from(self.n_kv_heads) * u64::from(self.head_dim)
-    }
-
     /// Checks the counts, the grouping and `head_dim ≤ max_head_dim`; errors name the field.
     pub(crate) fn check(&self, max_head_dim: u32) -> Result<()> {
         positive("n_heads", self.n_heads)?;

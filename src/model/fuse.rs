@@ -17,17 +17,8 @@ use std::borrow::Cow;
 use crate::config::RopeLayout;
 use crate::dtype::{dequantize, DType};
 use crate::error::{Error, Result};
+use crate::model::graph::{gate_up_name, qkv_name};
 use crate::model::weights::{ModelWeights, Tensor};
-
-/// Name of layer `layer`'s stacked `[q | k | v]` matrix (and, with `.bias`, its bias).
-pub fn qkv_name(layer: usize, suffix: &str) -> String {
-    format!("blk.{layer}.attn_qkv.{suffix}")
-}
-
-/// Name of layer `layer`'s interleaved `[gate₀, up₀, gate₁, up₁, …]` matrix (and bias).
-pub fn gate_up_name(layer: usize, suffix: &str) -> String {
-    format!("blk.{layer}.ffn_gate_up.{suffix}")
-}
 
 /// What [`plan`] fuses in each layer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

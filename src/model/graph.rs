@@ -216,6 +216,17 @@ impl Graph {
     }
 }
 
+/// Name of layer `layer`'s stacked `[q | k | v]` matrix (and, with `.bias`, its bias), as
+/// the loader fuses it ([`crate::model::fuse`]).
+pub fn qkv_name(layer: usize, suffix: &str) -> String {
+    format!("blk.{layer}.attn_qkv.{suffix}")
+}
+
+/// Name of layer `layer`'s interleaved `[gate₀, up₀, gate₁, up₁, …]` matrix (and bias).
+pub fn gate_up_name(layer: usize, suffix: &str) -> String {
+    format!("blk.{layer}.ffn_gate_up.{suffix}")
+}
+
 /// The tensors a backend holds, as the architecture files see them.
 pub trait WeightIndex {
     /// The shape of `name` (outermost first), or `None` when there is no such tensor.

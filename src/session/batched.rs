@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
-use super::decode::Running;
+use super::running::Running;
 use super::{
     elapsed_ms, Ctx, FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, Stats,
     TokenEvent,

@@ -11,7 +11,7 @@ use crate::sampling::{Sampler, TokenMask};
 use crate::tokenizer::Tokenizer;
 
 use super::context::common_prefix;
-use super::decode::{restrict, Running};
+use super::running::{restrict, Running};
 use super::spec_options::SpecSource;
 use super::{Ctx, Session, Stats};
 

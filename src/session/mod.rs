@@ -36,6 +36,7 @@ mod draft;
 pub mod generate_keys;
 pub mod options;
 pub mod options_parse;
+mod running;
 mod serving;
 pub mod spec_options;
 mod speculative;

@@ -27,7 +27,7 @@ use crate::error::Result;
 use crate::sampling::speculative::{DraftLength, Verdict};
 use crate::sampling::{Sampled, Sampler};
 
-use super::decode::Running;
+use super::running::Running;
 use super::spec_options::{SpecOptions, SpecSource};
 use super::{Ctx, FinishReason, Session, Stats, TokenEvent};
 

@@ -6,7 +6,8 @@ use std::rc::Rc;
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
-use super::engine::{emitter, generation_js, on_token_function, Engine};
+use super::calls::{emitter, generation_js, on_token_function};
+use super::handle::Engine;
 use super::{js_error, spawn_promise, to_json};
 use crate::session::parse_batch;
 

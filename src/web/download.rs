@@ -10,7 +10,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, Response};
 
 use super::opfs::{self, js_text, OpfsStore};
-use super::pump::{io, read_stored, Download, Sink};
+use super::pump::{io, read_stored, Download, Sink, UrlFile};
 use super::stored::Store;
 use crate::error::Result;
 use crate::store::range::{self, Resume};
@@ -26,26 +26,6 @@ extern "C" {
 /// How many times one load asks again after the connection broke (each time for the bytes not
 /// yet received), waiting 0.25 s, 0.5 s, 1 s between.
 const RETRIES: u32 = 3;
-
-/// One file as read.
-pub(crate) struct UrlFile {
-    /// Its bytes.
-    pub bytes: Vec<u8>,
-    /// Read from the store, not the network.
-    pub from_store: bool,
-    /// Bytes received from the network by this load (a resume receives only the rest; a
-    /// restart counts what it discarded too).
-    pub downloaded: u64,
-    /// Whether the store now holds the file whole (for the Cache API, once `cache_after` has
-    /// been written).
-    pub stored: bool,
-    /// A Cache API cache to put the file in once the model has parsed.
-    pub cache_after: Option<Cache>,
-    /// `navigator.storage.persist()`'s answer, when this load asked.
-    pub persisted: Option<bool>,
-    /// Why the file could not be kept in the store (the load went on without it).
-    pub store_error: Option<String>,
-}
 
 fn header(response: &Response, name: &str) -> Option<String> {
     response.headers().get(name).ok().flatten()

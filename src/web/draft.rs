@@ -7,7 +7,7 @@ use js_sys::Promise;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
-use super::engine::Engine;
+use super::handle::Engine;
 use super::source::Source;
 use super::types::EngineInfo;
 use super::{js_error, spawn_promise};

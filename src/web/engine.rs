@@ -5,105 +5,26 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use js_sys::{Function, Promise};
+use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
+use super::calls::{emitter, generation_js, on_token_function, parse_call, present};
+use super::handle::Engine;
 use super::source::{self, Source};
 use super::stream;
-use super::types::{EngineCounters, EngineInfo, GenerationResult, SourceNote};
-use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js, to_json};
+use super::types::{EngineCounters, EngineInfo, SourceNote};
+use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js};
 use crate::engine;
 use crate::gpu::{DeviceChoice, GpuContext};
 use crate::loader::ModelFiles;
-use crate::session::{GenerateOptions, Generation, Prompt, TokenEvent};
+use crate::session::Prompt;
 use crate::Error;
-
-/// The prompt and options of a call, parsed when the call is made.
-pub(crate) fn parse_call(
-    prompt: &JsValue,
-    options: &JsValue,
-) -> Result<(Prompt, GenerateOptions), JsValue> {
-    let prompt = Prompt::from_json(&to_json(prompt, "prompt")?).map_err(|e| js_error(&e))?;
-    // A seed the session draws (`sampling::draw_seed`) is below 2^53 and is reported back in
-    // `result.seed`.
-    let options =
-        GenerateOptions::from_json(&to_json(options, "options")?).map_err(|e| js_error(&e))?;
-    Ok((prompt, options))
-}
-
-/// A token event as a JS `TokenEvent` object.
-pub(crate) fn event_js(e: &TokenEvent) -> Result<JsValue, JsValue> {
-    to_js(e)
-}
-
-/// The `onToken` argument: a function, or nothing.
-pub(crate) fn on_token_function(on_token: JsValue) -> Result<Option<Function>, JsValue> {
-    if !present(&on_token) {
-        return Ok(None);
-    }
-    on_token
-        .dyn_into()
-        .map(Some)
-        .map_err(|_| js_error(&Error::invalid("onToken", "must be a function")))
-}
-
-/// Calls `on_token` with every event; the first exception it throws is kept in `failure` and
-/// aborts the call (later events are dropped).
-pub(crate) fn emitter<'a>(
-    on_token: Option<&'a Function>,
-    inner: &'a engine::Engine,
-    failure: &'a mut Option<JsValue>,
-) -> impl FnMut(&TokenEvent) + 'a {
-    move |e: &TokenEvent| {
-        let Some(f) = on_token else { return };
-        if failure.is_some() {
-            return;
-        }
-        if let Err(err) = event_js(e).and_then(|v| f.call1(&JsValue::UNDEFINED, &v)) {
-            *failure = Some(err);
-            inner.abort();
-        }
-    }
-}
-
-/// A generation as a JS `GenerationResult`.
-pub(crate) fn generation_js(g: &Generation) -> Result<JsValue, JsValue> {
-    to_js(&GenerationResult::from(g))
-}
-
-/// A model loaded on the GPU, ready to generate.
-///
-/// Calls that use the model (`generate`, `stream`, `reset`) run one at a time: a call made
-/// while another runs waits its turn (first come, first served) and never interleaves with
-/// it. `abort()` stops only the running call. After a Rust panic every call rejects with
-/// "the engine must be reloaded". After GPU device loss the failing call rejects with an error
-/// whose message starts with `DeviceLost`, and the next call re-creates the device, re-uploads
-/// the model from the bytes the engine kept and replays the conversation into the new KV
-/// cache, so the conversation goes on where it was before the failing call.
-#[wasm_bindgen]
-pub struct Engine {
-    pub(super) inner: Rc<engine::Engine>,
-    /// What `info()` returns; refreshed when the engine is rebuilt on a new device.
-    pub(super) info: Rc<RefCell<EngineInfo>>,
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        // `free()`: a running call stops at its next token, queued calls reject; the model
-        // and its GPU buffers go when the last call finishes.
-        self.inner.close();
-    }
-}
 
 pub(super) fn load_option(options: &JsValue, key: &str) -> JsValue {
     if options.is_undefined() || options.is_null() {
         return JsValue::UNDEFINED;
     }
     js_sys::Reflect::get(options, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
-}
-
-pub(super) fn present(v: &JsValue) -> bool {
-    !v.is_undefined() && !v.is_null()
 }
 
 impl Engine {

@@ -11,9 +11,11 @@
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
 mod batch;
+mod calls;
 mod download;
 mod draft;
 mod engine;
+mod handle;
 mod load;
 mod openai;
 mod opfs;
@@ -35,7 +37,7 @@ use wasm_bindgen::prelude::*;
 use crate::gpu::{GpuContext, GpuOptions};
 use crate::Error;
 
-pub use engine::Engine;
+pub use handle::Engine;
 
 /// Settles a tracked operation with an error (used when a panic stops the module).
 type Rejecter = Rc<dyn Fn(&JsValue)>;

@@ -6,12 +6,31 @@ use js_sys::{Reflect, Uint8Array};
 use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Blob, ReadableStream, ReadableStreamDefaultReader};
+use web_sys::{Blob, Cache, ReadableStream, ReadableStreamDefaultReader};
 
-use super::download::UrlFile;
 use super::opfs::{js_text, EntryWriter, OpfsStore};
 use crate::error::{Error, Result};
 use crate::store::{StoredRecord, PART_BYTES};
+
+/// One file as read.
+pub(crate) struct UrlFile {
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Read from the store, not the network.
+    pub from_store: bool,
+    /// Bytes received from the network by this load (a resume receives only the rest; a
+    /// restart counts what it discarded too).
+    pub downloaded: u64,
+    /// Whether the store now holds the file whole (for the Cache API, once `cache_after` has
+    /// been written).
+    pub stored: bool,
+    /// A Cache API cache to put the file in once the model has parsed.
+    pub cache_after: Option<Cache>,
+    /// `navigator.storage.persist()`'s answer, when this load asked.
+    pub persisted: Option<bool>,
+    /// Why the file could not be kept in the store (the load went on without it).
+    pub store_error: Option<String>,
+}
 
 /// Reports at most one progress event per this many bytes (and the last one).
 const PROGRESS_STEP: u64 = 1 << 20;

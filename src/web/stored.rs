@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, CacheStorage, Response};
 
-use super::engine::Engine;
+use super::handle::Engine;
 use super::opfs::OpfsStore;
 use super::{js_error, spawn_promise};
 use crate::format::gguf_split::part_urls;

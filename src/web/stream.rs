@@ -8,7 +8,7 @@ use std::rc::Rc;
 use js_sys::{Function, Object, Promise};
 use wasm_bindgen::prelude::*;
 
-use super::engine::{event_js, generation_js};
+use super::calls::{event_js, generation_js};
 use super::{js_error, set, spawn_promise};
 use crate::engine::{Cancel, Engine};
 use crate::session::{GenerateOptions, Prompt, TokenEvent};

@@ -50,7 +50,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("web", 10),
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for entry in entries {
         let path = entry.expect("directory entry").path();
@@ -146,7 +146,7 @@ fn crate_paths(code: &str) -> Vec<String> {
 
 /// The module path of a file of `src/` (`src/gpu/ops/linear.rs` → `gpu::ops::linear`,
 /// `src/gpu/mod.rs` → `gpu`).
-fn module_path(src: &Path, file: &Path) -> Vec<String> {
+pub(crate) fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap_or(file);
     let mut parts: Vec<String> = rel
         .components()
@@ -190,7 +190,7 @@ fn super_paths_at(code: &str, path: &[String]) -> Vec<(usize, String)> {
 
 /// `text` without its comments, one entry per line (doc links are not dependencies), joined
 /// with newlines so that a `use` spread over several lines reads as one.
-fn code_without_comments(text: &str) -> String {
+pub(crate) fn code_without_comments(text: &str) -> String {
     text.lines().map(code_of).collect::<Vec<_>>().join("\n")
 }
 

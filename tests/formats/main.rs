@@ -13,6 +13,7 @@ mod fuzz_common;
 #[path = "../common/peak_alloc.rs"]
 mod peak_alloc;
 
+mod circles;
 mod fuzz_replay;
 mod gguf;
 mod gguf_malformed;

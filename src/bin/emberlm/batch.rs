@@ -9,7 +9,8 @@ use emberlm::sampling::SamplingParams;
 use emberlm::session::{BatchItem, GenerateOptions, Generation, GivenOptions, Prompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::generate::{generation_json, read_text};
+use crate::cli::read_text;
+use crate::generate::generation_json;
 use crate::sampling_args::SamplingArgs;
 use crate::{load_engine, CliResult, Failure};
 

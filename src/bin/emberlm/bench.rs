@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use clap::Args;
 use emberlm::forward::Forward;
 use emberlm::gpu::ops::copy_bandwidth;
 use emberlm::gpu::{Counters, CountersPer, KernelCache};
@@ -16,61 +15,9 @@ use emberlm::session::{Prompt, Session};
 use emberlm::GpuContext;
 use serde_json::{json, Value};
 
+pub use crate::bench_common::BenchArgs;
 use crate::bench_common::{fail, greedy_forever, llama_cpp_once, prompt_tokens, sanitize, Spread};
 use crate::{CliResult, Failure};
-
-/// Flags of `emberlm bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// A GGUF file (default: the model in models/).
-    #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// Prompt lengths whose prefill speed is measured.
-    #[arg(long, value_delimiter = ',', default_value = "128,512")]
-    pub prefill: Vec<usize>,
-    /// Tokens generated (greedy) for the decode speed, after a prompt of the first length.
-    #[arg(long, default_value_t = 128)]
-    pub decode: usize,
-    /// Runs of each measurement (median, min, max).
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
-    /// Generated tokens at which KV cache on and off are compared. Without the flag: 128, 256
-    /// and 512, scaled down (and said so) when the estimate passes `--kv-budget-s`.
-    #[arg(long, value_delimiter = ',')]
-    pub kv_tokens: Option<Vec<usize>>,
-    /// Seconds the KV on/off comparison may take by the estimate before it is scaled down.
-    #[arg(long, default_value_t = 300.0)]
-    pub kv_budget_s: f64,
-    /// Small figures everywhere (prefill 16 and 32, 8 decode tokens, KV at 4 and 8): a smoke run.
-    #[arg(long)]
-    pub quick: bool,
-    /// Run only the batched decoding section (aggregate tok/s for B = 1, 4, 8, 16).
-    #[arg(long)]
-    pub batch_only: bool,
-    /// Run only the KV-cache kinds section (bytes per token, positions in a budget, decode
-    /// tok/s per kind at `--kv-positions`).
-    #[arg(long)]
-    pub kv_kinds_only: bool,
-    /// MiB copied by the bandwidth kernel.
-    #[arg(long, default_value_t = 64)]
-    pub copy_mib: u64,
-    /// Python of a venv with llama-cpp-python (as `./build.sh bench` makes); llama.cpp is
-    /// skipped, and says so, when it cannot run.
-    #[arg(long)]
-    pub llama_cpp_python: Option<PathBuf>,
-    /// Cache positions at which each KV-cache kind's decode speed is measured.
-    #[arg(long, value_delimiter = ',', default_value = "512,2048")]
-    pub kv_positions: Vec<usize>,
-    /// Decode steps timed per KV-cache kind and position.
-    #[arg(long, default_value_t = 8)]
-    pub kv_steps: usize,
-    /// The fixed budget (MiB) for the positions each KV-cache kind fits.
-    #[arg(long, default_value_t = 64.0)]
-    pub kv_budget_mb: f64,
-    /// Where the JSON goes (default: bench/results/<date>-<adapter>.json).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-}
 
 /// One generation from a fresh KV cache; returns its stats and the counters it moved.
 fn run_once(

@@ -12,7 +12,7 @@ use emberlm::loader::ModelFiles;
 use emberlm::session::{Prompt, Session, Stats};
 use serde_json::{json, Value};
 
-use crate::bench::BenchArgs;
+use crate::bench_common::BenchArgs;
 use crate::bench_common::{fail, greedy_forever, llama_cpp_once, prompt_tokens, sanitize, Spread};
 use crate::CliResult;
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use emberlm::constrain::ResponseFormat;
 
-use crate::generate::read_text;
+use crate::cli::read_text;
 use crate::{CliResult, Failure};
 
 /// What shape the generated text must have.

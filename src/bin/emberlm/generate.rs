@@ -1,13 +1,14 @@
 //! `emberlm generate` and `emberlm perplexity`.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use emberlm::chat::ChatMessage;
 use emberlm::sampling::SamplingParams;
 use emberlm::session::{Generation, Prompt};
 
+use crate::cli::read_text;
 use crate::sampling_args::SamplingArgs;
 use crate::{load_engine, CliResult, Failure};
 
@@ -69,12 +70,6 @@ pub struct PerplexityArgs {
     /// JSON output: the default and only format (accepted for symmetry with `info`).
     #[arg(long)]
     pub json: bool,
-}
-
-/// Reads a text file named on the command line (unreadable: a usage error).
-pub fn read_text(path: &Path) -> CliResult<String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("cannot read `{}`: {e}", path.display())))
 }
 
 /// The JSON form of a generation.

@@ -41,6 +41,8 @@ mod serve_batch;
 #[cfg(not(target_arch = "wasm32"))]
 mod serve_http;
 #[cfg(not(target_arch = "wasm32"))]
+mod serve_shared;
+#[cfg(not(target_arch = "wasm32"))]
 mod spec_args;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -160,6 +162,12 @@ mod cli {
 
     /// The default model, fetched by `./build.sh setup`.
     const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+    /// Reads a text file named on the command line (unreadable: a usage error).
+    pub fn read_text(path: &Path) -> CliResult<String> {
+        std::fs::read_to_string(path)
+            .map_err(|e| Failure::usage(format!("cannot read `{}`: {e}", path.display())))
+    }
 
     /// `--model`, or the default model in `./models/` (or in the source tree of a dev build).
     pub fn model_path(given: Option<PathBuf>) -> Result<PathBuf, String> {

@@ -5,7 +5,7 @@
 //! that goes away (streamed or not) ends its request at the next step.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
@@ -14,25 +14,8 @@ use emberlm::openai::Responder;
 use emberlm::session::{BatchItem, Generation, ItemFeed, TokenEvent};
 use emberlm::tokenizer::Tokenizer;
 
-use crate::serve_api::{error_reply, Job, Shared};
 use crate::serve_http::{ClientWatch, Connection, EventStream, HttpRequest};
-
-/// How many sequences the engine decodes together now and at most so far (`/health`).
-#[derive(Debug, Default)]
-pub struct Decoding {
-    /// Sequences in the last step (0 while idle).
-    pub now: AtomicUsize,
-    /// The most sequences one step has decoded.
-    pub peak: AtomicUsize,
-}
-
-impl Decoding {
-    /// Records a step of `n` sequences.
-    pub fn record(&self, n: usize) {
-        self.now.store(n, Ordering::Relaxed);
-        self.peak.fetch_max(n, Ordering::Relaxed);
-    }
-}
+use crate::serve_shared::{error_reply, Job, Shared};
 
 /// Where an answer goes.
 enum Reply {
@@ -117,7 +100,7 @@ impl<'a> JobFeed<'a> {
                         }
                     }
                     Err(e) => {
-                        let body = crate::serve_api::error_body(&e.to_string(), "server_error");
+                        let body = crate::serve_shared::error_body(&e.to_string(), "server_error");
                         events.send(&format!("data: {body}\n\n"));
                     }
                 }
@@ -151,7 +134,7 @@ impl ItemFeed for JobFeed<'_> {
                 false => self.queue.try_recv().ok()?,
             };
             if job.request.client_gone() {
-                crate::serve_api::not_run(job, self.shared);
+                crate::serve_shared::not_run(job, self.shared);
                 continue;
             }
             let Job {

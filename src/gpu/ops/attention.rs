@@ -17,10 +17,6 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-pub use super::key_split::{
-    invocation_key_limit, AttentionKeys, KeySplit, SHADER_LOOP_BUDGET, SPLIT_MAX_SPLITS,
-    SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
-};
 use super::{
     check_distinct, check_f16_activations, check_len, check_max_tokens, check_step, dispatch_grid,
     elements, load, positive, reduce_defines, wg_size, Grid, Heads, KernelBinding, Reduction,
@@ -30,6 +26,10 @@ use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Defines, KernelCache};
+pub use crate::gpu::key_split::{
+    invocation_key_limit, AttentionKeys, KeySplit, SHADER_LOOP_BUDGET, SPLIT_MAX_SPLITS,
+    SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
+};
 use crate::gpu::plan::Variant;
 
 /// Heads per workgroup of the rows shape: one subgroup on lavapipe, one on SwiftShader (4

@@ -6,8 +6,9 @@ use super::hf::{self, required, rope_scaling_of, unsupported, HfConfig};
 use super::{ArchSpec, Fusion, GgufName, TensorVisitor, Window};
 use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
 use crate::error::{Error, Result};
-use crate::model::fuse;
-use crate::model::graph::{Act, EmbedScale, Graph, LinearOp, Lookup, Matrix, Norm, Op, Post, Rows};
+use crate::model::graph::{
+    gate_up_name, qkv_name, Act, EmbedScale, Graph, LinearOp, Lookup, Matrix, Norm, Op, Post, Rows,
+};
 
 /// The Llama family.
 pub static SPEC: ArchSpec = ArchSpec {
@@ -155,7 +156,7 @@ pub(super) fn gated_tensors(c: &ModelConfig, post_norms: bool, f: TensorVisitor<
 /// Q, K and V projections of one block.
 #[derive(Debug)]
 enum Qkv {
-    /// Stacked at load ([`fuse`]): `[q_dim + 2·kv_dim, d]`, rows `q | k | v`, Q and K rows in
+    /// Stacked at load ([`crate::model::fuse`]): `[q_dim + 2·kv_dim, d]`, rows `q | k | v`, Q and K rows in
     /// adjacent-pair RoPE order. One product, whose epilogue rotates and writes the cache.
     Stacked(Matrix),
     /// Separate (their types differ): `q: [q_dim, d]`, `k, v: [kv_dim, d]`.
@@ -165,18 +166,18 @@ enum Qkv {
 /// Gate and up projections of one block's feed-forward (shared with Gemma 3's GeGLU).
 #[derive(Debug)]
 pub(super) enum GateUp {
-    /// Interleaved at load ([`fuse`]): `[2·ffn, d]`, rows `gate₀, up₀, gate₁, up₁, …`.
+    /// Interleaved at load ([`crate::model::fuse`]): `[2·ffn, d]`, rows `gate₀, up₀, gate₁, up₁, …`.
     Interleaved(Matrix),
     /// Separate: `gate, up: [ffn, d]`.
     Separate { gate: Matrix, up: Matrix },
 }
 
 impl GateUp {
-    /// Layer `layer`'s gate and up (interleaved when [`fuse`] did so), shapes checked.
+    /// Layer `layer`'s gate and up (interleaved when [`crate::model::fuse`] did so), shapes checked.
     pub(super) fn find(c: &ModelConfig, w: &Lookup<'_>, layer: usize) -> Result<Self> {
         let b = |s: &str| format!("blk.{layer}.{s}");
         let (d, ff) = (c.hidden_size, c.ffn_size);
-        Ok(if w.has(&fuse::gate_up_name(layer, "weight")) {
+        Ok(if w.has(&gate_up_name(layer, "weight")) {
             GateUp::Interleaved(w.matrix(&b("ffn_gate_up"), 2 * ff, d)?)
         } else {
             GateUp::Separate {
@@ -235,7 +236,7 @@ impl Block {
             )),
             false => None,
         };
-        let qkv = if w.has(&fuse::qkv_name(layer, "weight")) && qk_norm.is_none() {
+        let qkv = if w.has(&qkv_name(layer, "weight")) && qk_norm.is_none() {
             Qkv::Stacked(w.matrix(&b("attn_qkv"), q + 2 * kv, d)?)
         } else {
             Qkv::Separate {

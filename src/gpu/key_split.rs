@@ -1,7 +1,6 @@
 //! Split attention's policy (flash-decoding): when a step's keys are spread over several
 //! workgroups, how many keys each takes, and the scratch its partials need.
 
-use super::Heads;
 use crate::gpu::plan::Variant;
 
 /// Fewest keys per split: below this a split's fixed costs (its query load, its partial write,
@@ -237,5 +236,30 @@ impl AttentionKeys {
 impl From<Option<KeySplit>> for AttentionKeys {
     fn from(split: Option<KeySplit>) -> Self {
         Self::tiered(split.into_iter().collect())
+    }
+}
+
+/// The attention geometry shared by RoPE and attention: `n_heads` query heads and
+/// `n_kv_heads` key/value heads of `head_dim` values each (grouped-query attention when
+/// `n_kv_heads < n_heads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub n_heads: u32,
+    /// Key/value heads; must divide `n_heads`.
+    pub n_kv_heads: u32,
+    /// Values per head.
+    pub head_dim: u32,
+}
+
+impl Heads {
+    /// Width of a token's queries: `n_heads · head_dim`.
+    pub fn q_dim(&self) -> u64 {
+        u64::from(self.n_heads) * u64::from(self.head_dim)
+    }
+
+    /// Width of a token's keys (and values): `n_kv_heads · head_dim`.
+    pub fn kv_dim(&self) -> u64 {
+        u64::from(self.n_kv_heads) * u64::from(self.head_dim)
     }
 }
