@@ -70,6 +70,40 @@ fn info_text_names_the_model() {
     assert!(out.contains("F16"), "{out}");
 }
 
+/// `--device cpu info` describes the CPU backend's memory, not the GPU's bindings, selection
+/// buffers or decode plan; without it the GPU's are described as before.
+#[test]
+fn info_describes_the_backend_the_device_names() {
+    let model = "tests/fixtures/tiny-llama-q4_1.gguf";
+    let (code, out, err) = emberlm(&["--device", "cpu", "info", "--model", model, "--batch", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("CPU memory at context"), "{out}");
+    for gpu_only in [
+        "GPU memory",
+        "bindings:",
+        "decode plan:",
+        "batch selections",
+        "binding",
+    ] {
+        assert!(!out.contains(gpu_only), "`{gpu_only}` in {out}");
+    }
+    let (code, out, err) = emberlm(&["--device", "cpu", "info", "--model", model, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["backend"], "cpu", "{out}");
+    assert!(
+        v["bindings"].is_null() && v["decode_plan"].is_null(),
+        "{out}"
+    );
+    assert_eq!(v["memory"]["batch_select"], 0, "{out}");
+    let (code, out, err) = emberlm(&["info", "--model", model]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("GPU memory at context") && out.contains("decode plan:"),
+        "{out}"
+    );
+}
+
 /// The decode plan: `info` reports it at the context asked for, and inconsistent flags are
 /// usage errors naming the flag.
 #[test]

@@ -1,10 +1,13 @@
 //! `emberlm info`: describe a model without running it (a GPU only for `--kv-cache auto`).
+//! With `--device cpu` the memory is the CPU backend's, and the GPU's bindings, selection
+//! buffers and decode plan are left out.
 
 use std::path::PathBuf;
 
 use emberlm::config::default_context;
 use emberlm::dtype::kv::KvKinds;
 use emberlm::gpu::tensor::rows_per_part;
+use emberlm::gpu::DeviceChoice;
 use emberlm::loader::ModelFiles;
 use emberlm::model::weights::ModelWeights;
 use emberlm::session::Session;
@@ -17,8 +20,9 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
-/// `emberlm info`: the model's configuration, tensors per type, weight bytes, tensors split
-/// across bindings and the GPU memory estimate.
+/// `emberlm info`: the model's configuration, tensors per type, weight bytes, and the memory
+/// estimate of the backend `--device` names (the GPU's, with tensors split across bindings,
+/// unless it is `cpu`).
 pub fn info(
     model: Option<PathBuf>,
     context: Option<usize>,
@@ -49,7 +53,7 @@ pub fn info(
         Some(d) => KvKinds::from_options(Some(&d.kind), None, None)?,
         None => kv_kinds(),
     };
-    let memory = weights.memory_estimate_batch(context, kinds, batch);
+    let mut memory = weights.memory_estimate_batch(context, kinds, batch);
     // sequences whose KV slots fit in one binding of WebGPU's default limit
     let slot_layer = (context as u64).saturating_mul(
         kinds
@@ -60,6 +64,12 @@ pub fn info(
     let batch_fits =
         (WEBGPU_DEFAULT_BINDING / slot_layer.max(1)).min(emberlm::gpu::STEP_ROWS as u64);
     let decode_plan = gpu_options().decode_plan;
+    let on_cpu = gpu_options().device == DeviceChoice::Cpu;
+    if on_cpu {
+        // the batch's selection buffers are the GPU's
+        memory.total = memory.total.saturating_sub(memory.batch_select);
+        memory.batch_select = 0;
+    }
     let tally = weights.tally();
     let (largest, splits) = binding_splits(&weights, WEBGPU_DEFAULT_BINDING);
     let tokenizer = files.tokenizer()?;
@@ -81,8 +91,9 @@ pub fn info(
             "tensors": weights.tensors.len(),
             "types": types,
             "weight_bytes": weights.weight_bytes(),
+            "backend": if on_cpu { "cpu" } else { "gpu" },
             "memory": memory,
-            "batch_fits_default_binding": batch_fits,
+            "batch_fits_default_binding": (!on_cpu).then_some(batch_fits),
             "tokenizer": {
                 "vocab_size": tokenizer.vocab_size(),
                 "bos_id": tokenizer.bos_id(),
@@ -90,7 +101,8 @@ pub fn info(
                 "add_bos": tokenizer.add_bos_default(),
             },
             "chat_template": has_template,
-            "bindings": {
+            // the GPU's: a CPU backend has no bindings and no decode plan
+            "bindings": (!on_cpu).then(|| serde_json::json!({
                 "limit": WEBGPU_DEFAULT_BINDING,
                 "largest_tensor_bytes": largest,
                 "split": splits.iter().map(|s| serde_json::json!({
@@ -99,12 +111,12 @@ pub fn info(
                     "parts": s.parts,
                     "rows_per_part": s.rows_per_part,
                 })).collect::<Vec<_>>(),
-            },
+            })),
             "kv_cache_plan": plan,
-            "decode_plan": {
+            "decode_plan": (!on_cpu).then(|| serde_json::json!({
                 "settings": decode_plan,
                 "at_context": decode_plan.describe(memory.context as u32),
-            },
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -163,28 +175,30 @@ pub fn info(
     for (ty, t) in &tally {
         println!("  {ty:<6} {:>4} tensors  {}", t.tensors, mib(t.bytes));
     }
-    println!(
-        "bindings:     largest tensor {}; over WebGPU's default binding of {} (split by rows): {}",
-        mib(largest),
-        mib(WEBGPU_DEFAULT_BINDING),
-        if splits.is_empty() {
-            "none".to_string()
-        } else {
-            splits
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} ({}) in {} parts of up to {} rows",
-                        s.name,
-                        mib(s.bytes),
-                        s.parts,
-                        s.rows_per_part
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    );
+    if !on_cpu {
+        println!(
+            "bindings:     largest tensor {}; over WebGPU's default binding of {} (split by rows): {}",
+            mib(largest),
+            mib(WEBGPU_DEFAULT_BINDING),
+            if splits.is_empty() {
+                "none".to_string()
+            } else {
+                splits
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{} ({}) in {} parts of up to {} rows",
+                            s.name,
+                            mib(s.bytes),
+                            s.parts,
+                            s.rows_per_part
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+    }
     println!(
         "weights:      {} ({} bytes)",
         mib(memory.weights),
@@ -194,23 +208,40 @@ pub fn info(
         1 => String::new(),
         n => format!(" for {n} sequences decoded together"),
     };
-    println!(
-        "GPU memory at context {}{per}: {} = weights {} + KV cache {} + activations {}{}",
-        memory.context,
-        mib(memory.total),
-        mib(memory.weights),
-        mib(memory.kv_cache),
-        mib(memory.activations),
-        match memory.batch_select {
-            0 => String::new(),
-            b => format!(" + batch selections {}", mib(b)),
-        }
-    );
-    println!(
-        "batching:     each sequence decoded together adds {} of KV cache; up to {batch_fits} fit a {} binding",
-        mib(memory.kv_cache / memory.batch.max(1) as u64),
-        mib(WEBGPU_DEFAULT_BINDING)
-    );
+    if on_cpu {
+        // weights stay in their stored format (mapped from the file natively); activations
+        // are allocated per step
+        println!(
+            "CPU memory at context {}{per}: {} = weights {} + KV cache {} + per-step scratch {}",
+            memory.context,
+            mib(memory.total),
+            mib(memory.weights),
+            mib(memory.kv_cache),
+            mib(memory.activations),
+        );
+        println!(
+            "batching:     each sequence decoded together adds {} of KV cache",
+            mib(memory.kv_cache / memory.batch.max(1) as u64),
+        );
+    } else {
+        println!(
+            "GPU memory at context {}{per}: {} = weights {} + KV cache {} + activations {}{}",
+            memory.context,
+            mib(memory.total),
+            mib(memory.weights),
+            mib(memory.kv_cache),
+            mib(memory.activations),
+            match memory.batch_select {
+                0 => String::new(),
+                b => format!(" + batch selections {}", mib(b)),
+            }
+        );
+        println!(
+            "batching:     each sequence decoded together adds {} of KV cache; up to {batch_fits} of them fit one layer's {} binding",
+            mib(memory.kv_cache / memory.batch.max(1) as u64),
+            mib(WEBGPU_DEFAULT_BINDING)
+        );
+    }
     // local layers keep rings that do not grow with the context
     let layout = emberlm::config::KvLayout::trained(
         c,
@@ -230,10 +261,12 @@ pub fn info(
         memory.kv_bytes_per_token,
         crate::kv_args::per_kind_bytes(layout.full_layers(), c.kv_dim()),
     );
-    println!(
-        "decode plan:  {}",
-        decode_plan.describe(memory.context as u32)
-    );
+    if !on_cpu {
+        println!(
+            "decode plan:  {}",
+            decode_plan.describe(memory.context as u32)
+        );
+    }
     if let Some(d) = &plan {
         print!("{}", crate::kv_args::describe(d));
     }
