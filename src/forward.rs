@@ -261,6 +261,11 @@ impl Forward {
         &self.config
     }
 
+    /// The KV cache, to restore a saved conversation into.
+    pub fn kv_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
     /// The KV cache (its position is the next token's position).
     pub fn kv(&self) -> &KvCache {
         &self.kv

@@ -212,6 +212,33 @@ impl FillMark {
         Ok(())
     }
 
+    /// One past the highest position written since the mark was last emptied.
+    pub fn high(&self) -> usize {
+        self.high
+    }
+
+    /// A mark holding `pos` positions after writes up to `high`, as a saved conversation
+    /// recorded it: fails where `pos` is past the context or `high` is below `pos`, or where
+    /// the rings, written up to `high`, no longer hold what continuing from `pos` reads.
+    pub fn restored(pos: usize, high: usize, layout: &KvLayout) -> Result<Self> {
+        if pos > layout.context() || high < pos {
+            return Err(Error::invalid(
+                "pos",
+                format!(
+                    "{pos} positions written up to {high} do not fit a context of {}",
+                    layout.context()
+                ),
+            ));
+        }
+        if !layout.can_return_to(pos, high) {
+            return Err(Error::invalid(
+                "pos",
+                format!("the local layers' rings, written up to position {high}, no longer hold position {pos}'s keys"),
+            ));
+        }
+        Ok(Self { pos, high })
+    }
+
     /// Records that positions below `end` are being written: called before a step runs, since
     /// a step that fails after writing has still overwritten ring rows.
     pub fn note_written(&mut self, end: usize) {

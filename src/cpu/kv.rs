@@ -111,6 +111,50 @@ impl KvRows {
         }
     }
 
+    /// The first `rows` rows as stored, `[rows, row words]` (f32 rows as their bits): what a
+    /// saved conversation keeps.
+    pub fn words(&self, rows: usize) -> Vec<u32> {
+        match self {
+            KvRows::F32 { kv_dim, values } => {
+                bytemuck::cast_slice(&values[..(rows * kv_dim).min(values.len())]).to_vec()
+            }
+            KvRows::Encoded {
+                kind,
+                kv_dim,
+                words,
+            } => words[..(rows * kind.row_words(*kv_dim)).min(words.len())].to_vec(),
+        }
+    }
+
+    /// Writes `words` (whole rows as [`KvRows::words`] gives them) over the first rows; fails
+    /// when they are not whole rows or more rows than are held.
+    pub fn set_words(&mut self, words: &[u32]) -> Result<()> {
+        let (row, held) = match self {
+            KvRows::F32 { kv_dim, values } => (*kv_dim, values.len()),
+            KvRows::Encoded {
+                kind,
+                kv_dim,
+                words,
+            } => (kind.row_words(*kv_dim), words.len()),
+        };
+        if row == 0 || !words.len().is_multiple_of(row) || words.len() > held {
+            return Err(Error::invalid(
+                "kv",
+                format!(
+                    "{} words are not whole rows of {row} within the {held} held",
+                    words.len()
+                ),
+            ));
+        }
+        match self {
+            KvRows::F32 { values, .. } => {
+                values[..words.len()].copy_from_slice(bytemuck::cast_slice(words));
+            }
+            KvRows::Encoded { words: held, .. } => held[..words.len()].copy_from_slice(words),
+        }
+        Ok(())
+    }
+
     /// Stores `values` (`[kv_dim]`) as row `row`, encoded in the kind.
     pub fn write(&mut self, row: usize, values: &[f32]) {
         match self {

@@ -475,6 +475,27 @@ impl Engine {
         self.end(session, result)
     }
 
+    /// The conversation as bytes, with `note` (what the caller keeps with it), in its turn
+    /// (see [`Session::save_state`]).
+    pub async fn save_state(&self, note: Option<serde_json::Value>) -> Result<Vec<u8>> {
+        let (_running, session) = self.begin(None).await?;
+        let result = session.save_state(note).await;
+        self.end(session, result)
+    }
+
+    /// Restores a saved conversation in its turn (see [`Session::restore_state`]; `file` names
+    /// it in errors): the next request continues it. Returns the positions restored and the
+    /// note saved with them.
+    pub async fn restore_state(
+        &self,
+        bytes: &[u8],
+        file: &str,
+    ) -> Result<crate::session::Restored> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.restore_state(bytes, file).await;
+        self.end(session, result)
+    }
+
     /// Forgets the conversation in its turn: the next request starts from an empty KV cache.
     pub async fn reset(&self) -> Result<()> {
         let _turn = self.queue.turn().await;

@@ -8,7 +8,7 @@ use super::cpu::CpuForward;
 use super::readback::{MemoryReport, Output, Readback, StepLogits};
 use super::{BatchToken, Forward, Profile, DEFAULT_CHUNK};
 use crate::candidates::SelectRequest;
-use crate::config::ModelConfig;
+use crate::config::{FillMark, KvLayout, ModelConfig};
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, KernelCache, KernelPlan};
@@ -207,6 +207,49 @@ impl Backend {
             Backend::Cpu(c) => c.rewind_limit(),
         }
     }
+    /// The KV cache's layout (rows per sequence of each layer).
+    pub fn kv_layout(&self) -> &KvLayout {
+        match self {
+            Backend::Gpu(g) => g.forward.kv().layout(),
+            Backend::Cpu(c) => c.kv_layout(),
+        }
+    }
+
+    /// The main sequence's fill mark.
+    pub fn kv_mark(&self) -> FillMark {
+        match self {
+            Backend::Gpu(g) => g.forward.kv().mark(),
+            Backend::Cpu(c) => c.kv_mark(),
+        }
+    }
+
+    /// The first `rows` rows of the main sequence's K and V in `layer`, as stored (`[rows,
+    /// row words]` each; f32 rows as their bits).
+    pub async fn kv_rows(&self, layer: usize, rows: usize) -> Result<(Vec<u32>, Vec<u32>)> {
+        match self {
+            Backend::Gpu(g) => g.forward.kv().read_rows(&g.ctx, layer, rows).await,
+            Backend::Cpu(c) => c.kv_rows(layer, rows),
+        }
+    }
+
+    /// Writes whole rows of K and V (as [`Backend::kv_rows`] gives them) over the first rows
+    /// of the main sequence in `layer`.
+    pub fn write_kv_rows(&mut self, layer: usize, k: &[u32], v: &[u32]) -> Result<()> {
+        match self {
+            Backend::Gpu(g) => g.forward.kv().write_rows(&g.ctx, layer, k, v),
+            Backend::Cpu(c) => c.write_kv_rows(layer, k, v),
+        }
+    }
+
+    /// Sets the main sequence's fill mark as a saved conversation recorded it (see
+    /// [`FillMark::restored`]).
+    pub fn restore_mark(&mut self, pos: usize, high: usize) -> Result<()> {
+        match self {
+            Backend::Gpu(g) => g.forward.kv_mut().restore_mark(pos, high),
+            Backend::Cpu(c) => c.restore_mark(pos, high),
+        }
+    }
+
     /// Runs `tokens` from the cache's position on (see [`Forward::run`]).
     pub async fn run(&mut self, tokens: &[u32], readback: Readback<'_>) -> Result<Output> {
         match self {

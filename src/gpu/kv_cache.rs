@@ -194,6 +194,74 @@ impl KvCache {
         self.mark.reusable(pos, &self.layout)
     }
 
+    /// The main sequence's fill mark.
+    pub fn mark(&self) -> FillMark {
+        self.mark
+    }
+
+    /// Sets the main sequence's fill mark as a saved conversation recorded it (see
+    /// [`FillMark::restored`]).
+    pub fn restore_mark(&mut self, pos: usize, high: usize) -> Result<()> {
+        self.mark = FillMark::restored(pos, high, &self.layout)?;
+        Ok(())
+    }
+
+    /// The first `rows` rows of the main sequence's K and V in `layer`, as stored
+    /// (`[rows, row words]` each): what a saved conversation keeps.
+    pub async fn read_rows(
+        &self,
+        ctx: &GpuContext,
+        layer: usize,
+        rows: usize,
+    ) -> Result<(Vec<u32>, Vec<u32>)> {
+        let (Some(k), Some(v)) = (self.k.get(layer), self.v.get(layer)) else {
+            return Err(Error::invalid(
+                "layer",
+                format!("{layer} is past the model's layers"),
+            ));
+        };
+        let rows = rows.min(self.layout.rows(layer)) as u64;
+        let k_words = ctx
+            .read_bytes(k, rows * self.kinds.k.row_bytes(self.kv_dim))
+            .await?;
+        let v_words = ctx
+            .read_bytes(v, rows * self.kinds.v.row_bytes(self.kv_dim))
+            .await?;
+        Ok((
+            bytemuck::pod_collect_to_vec(&k_words),
+            bytemuck::pod_collect_to_vec(&v_words),
+        ))
+    }
+
+    /// Writes `k` and `v` (whole rows as [`KvCache::read_rows`] gives them) over the first
+    /// rows of the main sequence in `layer`.
+    pub fn write_rows(&self, ctx: &GpuContext, layer: usize, k: &[u32], v: &[u32]) -> Result<()> {
+        let (Some(kb), Some(vb)) = (self.k.get(layer), self.v.get(layer)) else {
+            return Err(Error::invalid(
+                "layer",
+                format!("{layer} is past the model's layers"),
+            ));
+        };
+        let rows = self.layout.rows(layer) as u64;
+        for (buffer, words, row) in [
+            (kb, k, self.kinds.k.row_bytes(self.kv_dim)),
+            (vb, v, self.kinds.v.row_bytes(self.kv_dim)),
+        ] {
+            let bytes = words.len() as u64 * 4;
+            if row == 0 || !bytes.is_multiple_of(row) || bytes / row > rows {
+                return Err(Error::invalid(
+                    "kv",
+                    format!("{bytes} bytes are not whole rows of {row} within the layer's {rows}"),
+                ));
+            }
+            if bytes > 0 {
+                ctx.queue
+                    .write_buffer(buffer, 0, bytemuck::cast_slice(words));
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes held on the GPU.
     pub fn bytes(&self) -> u64 {
         self.k.iter().chain(&self.v).map(|b| b.size()).sum()

@@ -218,6 +218,37 @@ impl<'a> ModelWeights<'a> {
         out
     }
 
+    /// What identifies this model for a saved conversation, as 64 hex digits: a SHA-256 over
+    /// the configuration and, for every tensor in name order, its name, type, shape and up to
+    /// 256 bytes from each of its start, middle and end. Two loads of one file agree; two
+    /// files that differ in shape, type or (all but surely) weights do not. Reading samples
+    /// keeps it cheap for a model of gigabytes.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(serde_json::to_vec(&self.config).unwrap_or_default());
+        for (name, t) in &self.tensors {
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update(t.dtype.name().as_bytes());
+            for d in &t.shape {
+                h.update((*d as u64).to_le_bytes());
+            }
+            let n = t.data.len();
+            let rest = n.saturating_sub(256);
+            for at in [0, rest / 2, rest] {
+                h.update(
+                    t.data
+                        .get(at..)
+                        .unwrap_or_default()
+                        .get(..256)
+                        .unwrap_or(&t.data[at.min(n)..]),
+                );
+            }
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Total bytes of all tensors as stored (what the GPU holds for the weights).
     pub fn weight_bytes(&self) -> u64 {
         self.tensors.values().map(|t| t.data.len() as u64).sum()

@@ -37,6 +37,8 @@ pub mod generate_keys;
 pub mod options;
 pub mod options_parse;
 mod running;
+mod saved;
+pub mod saved_state;
 mod serving;
 pub mod spec_options;
 mod speculative;
@@ -66,6 +68,7 @@ pub use options::{
     TokenEvent,
 };
 pub use options_parse::GivenOptions;
+pub use saved::Restored;
 pub use serving::ItemFeed;
 pub use spec_options::{SpecOptions, SpecSource, SpecStats, SPEC_METHOD};
 
@@ -127,6 +130,8 @@ pub struct Session {
     draft: Option<draft::Draft>,
     /// The grammar compiler for this tokenizer, built at the first constrained call.
     grammars: Option<Arc<Grammars>>,
+    /// The model's fingerprint, which a saved conversation must carry to be restored here.
+    model_id: String,
 }
 
 impl std::fmt::Debug for Session {
@@ -205,7 +210,7 @@ impl Session {
             }
         };
         let forward = Backend::gpu(ctx, &weights, choice.context, progress).await?;
-        Self::with_backend(files, forward, choice)
+        Self::with_backend(files, forward, choice, weights.fingerprint())
     }
 
     /// Loads `files` for the CPU backend with a KV cache of `context` positions (default: the
@@ -226,11 +231,16 @@ impl Session {
             ),
         };
         let forward = Backend::cpu(&weights, choice.context)?;
-        Self::with_backend(files, forward, choice)
+        Self::with_backend(files, forward, choice, weights.fingerprint())
     }
 
     /// The session over a loaded model.
-    fn with_backend(files: &ModelFiles, forward: Backend, choice: ContextChoice) -> Result<Self> {
+    fn with_backend(
+        files: &ModelFiles,
+        forward: Backend,
+        choice: ContextChoice,
+        model_id: String,
+    ) -> Result<Self> {
         let tokenizer = files.tokenizer()?;
         let template = files.chat_template(&tokenizer)?;
         let has_template = template.is_some();
@@ -257,6 +267,7 @@ impl Session {
             cache_decision: None,
             draft: None,
             grammars: None,
+            model_id,
         })
     }
 

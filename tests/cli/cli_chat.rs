@@ -343,3 +343,55 @@ fn no_template_continues_plain_text() {
     let second = generate(&format!("Once upon a time{first}\nThe end"));
     assert_eq!(out, format!("{first}\n{second}\n"));
 }
+
+/// `/save` writes the conversation; `/load` in a later run continues it from its KV cache
+/// (the reply equals the one the first run gave, and its prompt reuses the restored
+/// positions); a missing or foreign file is an error and the conversation goes on.
+#[test]
+fn chat_save_and_load_continue_a_conversation() {
+    let dir = std::env::temp_dir().join(format!("emberlm-chat-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("talk.kv");
+    let file = file.to_str().unwrap();
+    let first = format!(
+        "/temp 0\n/max_tokens 6\n/system be brief\nhello there\n/save {file}\nhow are you\n/quit\n"
+    );
+    let (code, out, err) = chat(&["--model", LLAMA, "--device", "cpu"], &first);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("# saved 2 messages (") && out.contains(file),
+        "{out}"
+    );
+    let before = replies(&out);
+    assert_eq!(before.len(), 2, "{out}");
+
+    let second = format!(
+        "/temp 0\n/max_tokens 6\n/load {dir}/missing.kv\n/load {file}\n/settings\nhow are you\n/quit\n",
+        dir = dir.display()
+    );
+    let (code, out, err) = chat(&["--model", LLAMA, "--device", "cpu"], &second);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("missing.kv") && err.contains("stays as it was"),
+        "{err}"
+    );
+    assert!(out.contains("# loaded 2 messages ("), "{out}");
+    assert_eq!(
+        setting(&out, "history").as_deref(),
+        Some("2 messages"),
+        "{out}"
+    );
+    assert!(out.contains("# system = \"be brief\""), "{out}");
+    let after = replies(&out);
+    assert_eq!(after, [before[1].clone()], "{out}");
+    let cached: Vec<&str> = err.lines().filter(|l| l.contains(" cached")).collect();
+    assert!(!cached[0].contains("(0 cached)"), "{err}");
+
+    // another model's file is refused, and that session's conversation goes on
+    let third = format!("/temp 0\n/max_tokens 4\n/load {file}\nhello\n/quit\n");
+    let (code, out, err) = chat(&["--model", GPT2, "--device", "cpu"], &third);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("another model"), "{err}");
+    assert_eq!(replies(&out).len(), 1, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -23,4 +23,5 @@ mod native_browser_agreement;
 mod reference_golden;
 mod sampling;
 mod sampling_candidates;
+mod saved_state;
 mod serving;

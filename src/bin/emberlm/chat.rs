@@ -32,6 +32,8 @@ Commands (a line starting with `/`; any other line is a message to the model):
   /seed N         the same seed for every reply (`/seed random`: a fresh one each time)
   /system TEXT    set the system message (`/system` alone removes it)
   /reset          forget the conversation (settings stay)
+  /save FILE      write the conversation (messages and KV cache) to FILE
+  /load FILE      continue a conversation /save wrote, without reading it again
   /spec [...]     speculative decoding: show, `off`, `lookup`, `draft`, `k N`, `adaptive on|off`,
                   `extra on|off`, `disable-below RATE`
   /settings       show the current values
@@ -281,6 +283,24 @@ fn command(line: &str, conv: &mut Conversation, engine: &Engine) -> Flow {
                 Err(e) => eprintln!("emberlm: {e}"),
             }
         }
+        "save" => {
+            let saved = crate::chat_saved::Saved {
+                system: conv.system.clone(),
+                history: conv.history.clone(),
+            };
+            match crate::chat_saved::save(engine, &saved, rest) {
+                Ok(line) => answer(&line),
+                Err(e) => eprintln!("emberlm: {e}"),
+            }
+        }
+        "load" => match crate::chat_saved::load(engine, rest) {
+            Ok((saved, line)) => {
+                conv.system = saved.system;
+                conv.history = saved.history;
+                answer(&line);
+            }
+            Err(e) => eprintln!("emberlm: {e} (the conversation stays as it was)"),
+        },
         "system" => {
             conv.system = (!rest.is_empty()).then(|| rest.to_string());
             match &conv.system {

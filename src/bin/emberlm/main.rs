@@ -19,6 +19,8 @@ mod bench_spec;
 #[cfg(not(target_arch = "wasm32"))]
 mod chat;
 #[cfg(not(target_arch = "wasm32"))]
+mod chat_saved;
+#[cfg(not(target_arch = "wasm32"))]
 mod decode_args;
 #[cfg(not(target_arch = "wasm32"))]
 mod format_args;

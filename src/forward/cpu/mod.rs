@@ -221,6 +221,57 @@ impl CpuForward {
         self.kv.mark.reusable(pos, &self.kv.layout)
     }
 
+    /// The KV cache's layout (rows per sequence of each layer).
+    pub fn kv_layout(&self) -> &KvLayout {
+        &self.kv.layout
+    }
+
+    /// The main sequence's fill mark.
+    pub fn kv_mark(&self) -> FillMark {
+        self.kv.mark
+    }
+
+    /// The first `rows` rows of the main sequence's K and V in `layer`, as stored.
+    pub fn kv_rows(&self, layer: usize, rows: usize) -> Result<(Vec<u32>, Vec<u32>)> {
+        let (Some(k), Some(v)) = (self.kv.k.get(layer), self.kv.v.get(layer)) else {
+            return Err(Error::invalid(
+                "layer",
+                format!("{layer} is past the model's layers"),
+            ));
+        };
+        let rows = rows.min(self.kv.layout.rows(layer));
+        Ok((k.words(rows), v.words(rows)))
+    }
+
+    /// Writes whole rows of K and V over the first rows of the main sequence in `layer`.
+    pub fn write_kv_rows(&mut self, layer: usize, k: &[u32], v: &[u32]) -> Result<()> {
+        let (Some(kr), Some(vr)) = (self.kv.k.get_mut(layer), self.kv.v.get_mut(layer)) else {
+            return Err(Error::invalid(
+                "layer",
+                format!("{layer} is past the model's layers"),
+            ));
+        };
+        let rows = self.kv.layout.rows(layer);
+        let (k_row, v_row) = (
+            self.kv.kinds.k.row_words(self.config.kv_dim()),
+            self.kv.kinds.v.row_words(self.config.kv_dim()),
+        );
+        if k.len() > rows * k_row || v.len() > rows * v_row {
+            return Err(Error::invalid(
+                "kv",
+                format!("more rows than layer {layer} keeps per sequence ({rows})"),
+            ));
+        }
+        kr.set_words(k)?;
+        vr.set_words(v)
+    }
+
+    /// Sets the main sequence's fill mark as a saved conversation recorded it.
+    pub fn restore_mark(&mut self, pos: usize, high: usize) -> Result<()> {
+        self.kv.mark = FillMark::restored(pos, high, &self.kv.layout)?;
+        Ok(())
+    }
+
     /// How far back the fill mark may always move after a step (see [`KvLayout::slack`]).
     pub fn rewind_limit(&self) -> usize {
         self.kv.layout.slack()
