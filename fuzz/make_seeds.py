@@ -479,6 +479,38 @@ HOSTILE = [
 
 
 # ---------------------------------------------------------------------------------------------
+# Saved conversations (src/session/saved_state.rs)
+
+KV_VALUES_PER_WORD = {"f32": 1, "f16": 2, "q8_0": 4, "q4_0": 8, "nf4": 8}
+
+
+def kv_row_words(kind, kv_dim):
+    """Words of one KV row of `kind` (KvKind::row_words)."""
+    per = KV_VALUES_PER_WORD[kind]
+    if kind in ("q8_0", "q4_0", "nf4"):
+        blocks = -(-kv_dim // 32)
+        return -(-blocks // 2) + blocks * 32 // per
+    return -(-kv_dim // per)
+
+
+def saved_state(k_kind="f32", v_kind="f32", kv_dim=8, layer_rows=(6, 6), pos=3, high=None,
+                note=None, engine="0.1.0"):
+    """A saved conversation: magic, version, JSON header, rows, SHA-256."""
+    import hashlib
+    header = {"engine": engine, "model": "ab" * 32, "kv_dim": kv_dim, "k_kind": k_kind,
+              "v_kind": v_kind, "layer_rows": list(layer_rows), "pos": pos,
+              "high": pos if high is None else high, "tokens": [(7 * i + 3) % 50 for i in range(pos)]}
+    if note is not None:
+        header["note"] = note
+    head = json.dumps(header, separators=(",", ":")).encode()
+    out = bytearray(b"EMBERKV\0" + struct.pack("<II", 1, len(head)) + head)
+    for rows in layer_rows:
+        n = min(pos, rows)
+        for kind in (k_kind, v_kind):
+            words = n * kv_row_words(kind, kv_dim)
+            out += struct.pack(f"<{words}I", *[rng.getrandbits(32) for _ in range(words)])
+    out += hashlib.sha256(out).digest()
+    return bytes(out)
 
 
 SEEDS = {}
@@ -513,6 +545,18 @@ def main():
     chat_tok = set_key(chat_tok, "tokenizer.ggml.token_type", ARRAY, (I32, types[1] + [3, 3]))
     untyped = [m for m in spm_tok if m[0] != "tokenizer.ggml.token_type"]
     llama3_pre = set_key(gpt2_tok, "tokenizer.ggml.pre", STRING, "llama-bpe")
+
+    # Saved conversations: kinds, a wrapped ring, a note, an empty one.
+    for name, data in [
+        ("saved-f32", saved_state()),
+        ("saved-q8-f16-ring", saved_state("q8_0", "f16", kv_dim=64, layer_rows=(4, 12), pos=9,
+                                          high=11)),
+        ("saved-nf4-note", saved_state("nf4", "q4_0", kv_dim=40, layer_rows=(5,), pos=5,
+                                       note={"system": "be brief", "messages": [
+                                           {"role": "user", "content": "hi"}]})),
+        ("saved-empty", saved_state(layer_rows=(), pos=0)),
+    ]:
+        save("saved_state", name, data)
 
     # Metadata only: the tokenizer targets, and the header parser.
     for name, meta in [("meta-gpt2-tokenizer", gpt2_tok), ("meta-spm-tokenizer", spm_tok),

@@ -160,6 +160,22 @@ export class EngineClient {
     return this.#call('reset').promise;
   }
 
+  /**
+   * The conversation as bytes (a Uint8Array: its tokens and KV cache rows, with `note`, any
+   * JSON value kept beside them), as engine.saveConversation gives them.
+   */
+  saveConversation(note) {
+    return this.#call('saveConversation', { note }).promise;
+  }
+
+  /**
+   * Restores what saveConversation gave: the next call continues that conversation without
+   * reading it again. Resolves to { positions, note }.
+   */
+  restoreConversation(bytes) {
+    return this.#call('restoreConversation', { bytes }).promise;
+  }
+
   /** The adapter, its limits, the model and the context length (EngineInfo). */
   info() {
     return this.#call('info').promise;

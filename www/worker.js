@@ -1,7 +1,8 @@
 // The engine in a dedicated module Worker, so that loading and generation never block the page.
 // www/client.js (EngineClient) is the other end of this protocol:
 //   page -> worker: { id, op, ...args }     op: load | generate | stream | complete | cancel |
-//                                               abort | reset | info | free |
+//                                               abort | reset | saveConversation |
+//                                               restoreConversation | info | free |
 //                                               destroyDeviceForTest | version | loadDraft |
 //                                               unloadDraft | tokenize | counters
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
@@ -160,6 +161,12 @@ const ops = {
   },
   async reset() {
     await requireEngine().reset();
+  },
+  async saveConversation(id, { note }) {
+    return requireEngine().saveConversation(note);
+  },
+  async restoreConversation(id, { bytes }) {
+    return requireEngine().restoreConversation(bytes);
   },
   async info() {
     return requireEngine().info();

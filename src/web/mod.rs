@@ -20,6 +20,7 @@ mod load;
 mod openai;
 mod opfs;
 mod pump;
+mod saved;
 mod source;
 mod stored;
 mod stream;

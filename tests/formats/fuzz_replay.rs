@@ -159,6 +159,27 @@ fn http_head() {
 }
 
 #[test]
+fn saved_state() {
+    use emberlm::session::saved_state::SavedState;
+    replay("saved_state", |data| {
+        if let Ok(state) = SavedState::from_bytes(data, "fuzz.kv") {
+            let bytes = state.to_bytes().expect("a state that read writes");
+            let again = SavedState::from_bytes(&bytes, "fuzz.kv").expect("written reads");
+            assert_eq!(again, state);
+        }
+    });
+    // the seeds reach past the checks: each is a whole saved conversation
+    let seeds: Vec<_> = inputs("saved_state")
+        .into_iter()
+        .filter(|(n, _)| n.contains("saved-"))
+        .collect();
+    assert_eq!(seeds.len(), 4);
+    for (name, data) in seeds {
+        SavedState::from_bytes(&data, &name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
 fn tune_record() {
     replay("tune_record", fuzz_common::tune_record);
     // the seeds reach past the checks: a whole plan and a decision are trusted

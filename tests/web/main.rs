@@ -16,6 +16,7 @@ mod common;
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 mod batch;
+mod conversation;
 mod cpu;
 mod endurance;
 mod engine;

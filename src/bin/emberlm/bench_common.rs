@@ -60,6 +60,10 @@ pub struct BenchArgs {
     /// The fixed budget (MiB) for the positions each KV-cache kind fits.
     #[arg(long, default_value_t = 64.0)]
     pub kv_budget_mb: f64,
+    /// Tokens of the conversation whose next turn's first token is timed recomputed and
+    /// restored from a saved state (0: not measured).
+    #[arg(long, default_value_t = 1000)]
+    pub saved_tokens: usize,
     /// Where the JSON goes (default: bench/results/<date>-<adapter>.json).
     #[arg(long)]
     pub out: Option<PathBuf>,

@@ -27,7 +27,14 @@ fn run_once(session: &mut Session, prompt: &[u32], max_new: usize) -> CliResult<
 /// The CPU bench: see the module documentation.
 pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let longest = args.prefill.iter().copied().max().unwrap_or(1);
-    let context = longest.max(args.prefill[0] + args.decode) + 8;
+    let saved_tokens = match args.quick {
+        true => args.saved_tokens.min(32),
+        false => args.saved_tokens,
+    };
+    let context = longest
+        .max(args.prefill[0] + args.decode)
+        .max(saved_tokens + 16)
+        + 8;
     let threads = emberlm::cpu::threads();
     let isa = emberlm::cpu::dot::instruction_set();
     let cpu = cpu_name();
@@ -87,6 +94,10 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         }
     }
 
+    let saved = match saved_tokens {
+        0 => Value::Null,
+        n => crate::bench_saved::saved_conversation(&mut session, n, args.runs)?,
+    };
     let decode = Spread::of(&decode_tps);
     let prefill: Vec<Spread> = prefill_tps.iter().map(|v| Spread::of(v)).collect();
     let llama = if llama_runs.is_empty() {
@@ -129,6 +140,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
             .map(|(n, s)| json!({ "tokens": n, "tok_s": s })).collect::<Vec<_>>(),
         "decode_tok_s": decode,
         "ttft_ms": Spread::of(&ttft_ms),
+        "saved_conversation": saved,
         "llama_cpp": llama,
     });
 
@@ -154,6 +166,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         ),
         Spread::of(&ttft_ms)
     );
+    crate::bench_saved::print(&saved);
     if llama["available"] == true {
         let ratio = |v: &Value| v.as_f64().unwrap_or(0.0);
         println!(

@@ -15,6 +15,8 @@ mod bench_kv;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_precision;
 #[cfg(not(target_arch = "wasm32"))]
+mod bench_saved;
+#[cfg(not(target_arch = "wasm32"))]
 mod bench_spec;
 #[cfg(not(target_arch = "wasm32"))]
 mod chat;
