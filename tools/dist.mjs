@@ -31,6 +31,8 @@ function crateVersion() {
 // The glue imports the www/ modules the Rust side names (`#[wasm_bindgen(module = "/www/...")]`)
 // from the copies wasm-bindgen writes under pkg/snippets/.
 const SNIPPET_IMPORT = /^import \* as (\w+) from "(\.\/snippets\/[\w-]+\/www\/([\w-]+\.js))";?$/gm;
+// The chat page imports the store of its conversation from next to it.
+const SAVED_CHAT_IMPORT = "import { forgetConversation, keepConversation, restoreConversation } from './saved_chat.js';\n";
 // EngineClient imports the token stream from next to it.
 const CLIENT_IMPORT = "import { tokenStream } from './token_stream.js';\n";
 
@@ -134,7 +136,8 @@ function buildDemo(wasm) {
   const { source: worker, base64Bytes } = inlineWorker(wasm);
   let client = replaceOnce(read('www/client.js'), CLIENT_IMPORT, `${unexported('token_stream.js')}\n`, 'www/client.js');
   client = replaceOnce(client, 'export class EngineClient', 'class EngineClient', 'www/client.js');
-  const app = replaceOnce(read('www/app.js'), "import { EngineClient } from './client.js';\n", '', 'www/app.js');
+  let app = replaceOnce(read('www/app.js'), "import { EngineClient } from './client.js';\n", '', 'www/app.js');
+  app = replaceOnce(app, SAVED_CHAT_IMPORT, `${unexported('saved_chat.js')}\n`, 'www/app.js');
   const css = read('www/style.css');
   if (/<\/style/i.test(css)) throw new Error('www/style.css contains </style');
   const script = [

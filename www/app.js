@@ -13,6 +13,7 @@
 // globalThis.EMBERLM_WORKER_URL and EMBERLM_WORKER_TYPE, when set, are the worker script to start
 // and its type ('module' or 'classic').
 import { EngineClient } from './client.js';
+import { forgetConversation, keepConversation, restoreConversation } from './saved_chat.js';
 
 const OFFLINE = globalThis.EMBERLM_OFFLINE === true;
 
@@ -26,6 +27,8 @@ let client = null;
 /** The conversation sent with every turn; the engine reuses the KV cache of the common prefix. */
 let history = [];
 let loaded = false;
+/** The loaded model's name (and picked template's): what its conversation is kept under. */
+let modelName = null;
 let generating = false;
 let unusable = false;
 
@@ -250,6 +253,14 @@ async function load() {
     showInfo(info, template?.name);
     refreshStored();
     newChat();
+    // a conversation belongs to the model and the chat template it was rendered with
+    modelName = template ? `${info.model.name} with ${template.name}` : info.model.name;
+    // the conversation kept from an earlier visit with this model goes on
+    const kept = await restoreConversation(client, modelName);
+    if (kept) {
+      history = kept;
+      for (const m of kept) addMessage(m.role, m.content);
+    }
     // a new model comes without the previous one's draft
     $('draft-file').value = '';
     $('draft-name').textContent = 'none loaded';
@@ -512,6 +523,7 @@ async function send() {
       bubble.append(stopped);
     }
     history.push({ role: 'assistant', content: result.text });
+    keepConversation(client, modelName, history);
     const s = result.stats;
     setStat('ttft', `${(s.timeToFirstTokenMs / 1000).toFixed(2)} s`);
     setStat('tps', s.decodeTokPerS > 0 ? `${s.decodeTokPerS.toFixed(2)} tok/s` : '–');
@@ -561,6 +573,7 @@ async function main() {
     hideError();
     newChat();
     await client.reset();
+    if (modelName) await forgetConversation(modelName);
   });
   $('retry').addEventListener('click', () => {
     hideError();

@@ -275,6 +275,25 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   assert.equal(typeof value.city, 'string');
   assert.equal(typeof value.rainy, 'boolean');
 
+  // The conversation is kept across a reload: the messages come back, and the next reply reuses
+  // the restored KV cache (saveConversation / restoreConversation through the private file
+  // system) instead of reading the conversation again
+  const shown = await page.$$eval('#messages .message', (m) => m.map((e) => e.className));
+  await page.reload();
+  await page.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
+  assert.equal(await page.getAttribute('#status', 'data-state'), 'ready', await page.textContent('#error-text'));
+  assert.deepEqual(await page.$$eval('#messages .message', (m) => m.map((e) => e.className)), shown,
+    'the messages are back after the reload');
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', '4');
+  await page.fill('#prompt', 'And tomorrow?');
+  await page.click('#send');
+  await page.waitForSelector('#status[data-state="generating"]', { timeout: 10_000 });
+  await page.waitForSelector('#status[data-state="ready"]', { timeout: 600_000 });
+  const cachedAfterReload = Number((await page.textContent('#cached')).split(' ')[0]);
+  console.log(`after the reload: ${shown.length} messages back, ${cachedAfterReload} tokens reused`);
+  assert.ok(cachedAfterReload > 20, `the restored conversation was reused: ${cachedAfterReload} tokens`);
+
   // A browser without WebAssembly SIMD (simulated: the worker's feature test is made to fail)
   // cannot run the module: the page says so, naming the missing feature, instead of loading
   const noSimd = await browser.newPage();

@@ -125,6 +125,17 @@ export declare class EngineClient {
   abort(): Promise<void>;
   /** Forgets the conversation: the next call starts from an empty KV cache. */
   reset(): Promise<void>;
+  /**
+   * The conversation as bytes: its tokens and KV-cache rows, with `note` (any JSON value kept
+   * beside them), as `engine.saveConversation` gives them.
+   */
+  saveConversation(note?: unknown): Promise<Uint8Array>;
+  /**
+   * Restores what `saveConversation` gave: the next call continues that conversation without
+   * reading it again. Rejects, leaving the conversation as it was, for bytes that are cut,
+   * changed, or from another model, engine version or KV-cache kind.
+   */
+  restoreConversation(bytes: Uint8Array): Promise<{ positions: number; note: unknown }>;
   /** The adapter, its limits, the model and the context length. */
   info(): Promise<EngineInfo>;
   /** The text's token ids, as `engine.tokenize` gives them. */
