@@ -128,6 +128,14 @@ fn bench_runs_on_the_cpu_backend() {
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let _ = std::fs::remove_file(&out);
     assert_eq!(v["backend"], "cpu", "{v}");
+    // the saved-conversation section, scaled to the tiny model's context of 128
+    let saved = &v["saved_conversation"];
+    assert_eq!(saved["conversation_tokens"], 104, "{v}");
+    assert!(saved["speedup"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        err.contains("the saved conversation is 104 tokens, not 1000"),
+        "{err}"
+    );
     assert!(v["threads"].as_u64().is_some_and(|t| t >= 1), "{v}");
     assert!(v["instruction_set"].is_string(), "{v}");
     for p in v["prefill_tok_s"].as_array().unwrap() {

@@ -27,10 +27,18 @@ fn run_once(session: &mut Session, prompt: &[u32], max_new: usize) -> CliResult<
 /// The CPU bench: see the module documentation.
 pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let longest = args.prefill.iter().copied().max().unwrap_or(1);
-    let saved_tokens = match args.quick {
+    // the saved-conversation section's conversation, and its turn, within the model's context
+    let trained = ModelFiles::open(model)?.weights()?.config.context_length;
+    let asked = match args.quick {
         true => args.saved_tokens.min(32),
         false => args.saved_tokens,
     };
+    let saved_tokens = asked.min(trained.saturating_sub(24));
+    if saved_tokens < asked {
+        eprintln!(
+            "bench: the saved conversation is {saved_tokens} tokens, not {asked}: the model's context is {trained}"
+        );
+    }
     let context = longest
         .max(args.prefill[0] + args.decode)
         .max(saved_tokens + 16)
