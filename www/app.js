@@ -3,7 +3,7 @@
 //
 // Element ids and data-* attributes are stable, the page tests rely on them:
 //   #status[data-state = loading | ready | generating | error], #prompt, #send, #stop, #reset,
-//   #messages > .message.user / .message.assistant (.content; data-finish, data-tokens;
+//   #messages[data-kept] > .message.user / .message.assistant (.content; data-finish, data-tokens;
 //   pre.parsed[data-valid] under a reply with #json-output on, #json-schema its schema),
 //   #load-progress, #load-phase, #cache-note[data-cached], #error[data-kind], #retry.
 // #status is `idle` while an offline page waits for a model file.
@@ -256,10 +256,10 @@ async function load() {
     // a conversation belongs to the model and the chat template it was rendered with
     modelName = template ? `${info.model.name} with ${template.name}` : info.model.name;
     // the conversation kept from an earlier visit with this model goes on
-    const kept = await restoreConversation(client, modelName);
-    if (kept) {
-      history = kept;
-      for (const m of kept) addMessage(m.role, m.content);
+    const restored = await restoreConversation(client, modelName);
+    if (restored) {
+      history = restored;
+      for (const m of restored) addMessage(m.role, m.content);
     }
     // a new model comes without the previous one's draft
     $('draft-file').value = '';
@@ -523,7 +523,11 @@ async function send() {
       bubble.append(stopped);
     }
     history.push({ role: 'assistant', content: result.text });
-    keepConversation(client, modelName, history);
+    // #messages[data-kept] says how many messages the private file system holds once written
+    const keeping = history.length;
+    keepConversation(client, modelName, history).then((kept) => {
+      $('messages').dataset.kept = kept ? String(keeping) : 'no';
+    });
     const s = result.stats;
     setStat('ttft', `${(s.timeToFirstTokenMs / 1000).toFixed(2)} s`);
     setStat('tps', s.decodeTokPerS > 0 ? `${s.decodeTokPerS.toFixed(2)} tok/s` : '–');
@@ -552,6 +556,7 @@ async function send() {
 
 function newChat() {
   history = [];
+  delete $('messages').dataset.kept;
   $('messages').replaceChildren();
   for (const id of ['ttft', 'tps', 'tokens', 'cached', 'spec']) setStat(id, '–');
 }

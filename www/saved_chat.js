@@ -15,12 +15,17 @@ async function folder() {
 
 const fileName = (model) => `${encodeURIComponent(model)}.kv`;
 
-/** Saves the conversation of `client` under `model`, with `messages`; false when it could not. */
+/**
+ * Saves the conversation of `client` under `model`, with `messages` as they are now (the save
+ * is queued at once, before any later call); false when it could not.
+ */
 export async function keepConversation(client, model, messages) {
+  if (!navigator.storage?.getDirectory) return false;
+  const saving = client.saveConversation({ messages: messages.slice() });
   try {
+    const bytes = await saving;
     const dir = await folder();
     if (!dir) return false;
-    const bytes = await client.saveConversation({ messages });
     const writable = await (await dir.getFileHandle(fileName(model), { create: true })).createWritable();
     await writable.write(bytes);
     await writable.close();

@@ -279,6 +279,7 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   // the restored KV cache (saveConversation / restoreConversation through the private file
   // system) instead of reading the conversation again
   const shown = await page.$$eval('#messages .message', (m) => m.map((e) => e.className));
+  await page.waitForSelector(`#messages[data-kept="${shown.length}"]`, { timeout: 60_000 });
   await page.reload();
   await page.waitForSelector('#status[data-state="ready"], #status[data-state="error"]', { timeout: 300_000 });
   assert.equal(await page.getAttribute('#status', 'data-state'), 'ready', await page.textContent('#error-text'));
