@@ -23,6 +23,8 @@ mod chat;
 #[cfg(not(target_arch = "wasm32"))]
 mod chat_saved;
 #[cfg(not(target_arch = "wasm32"))]
+mod chat_settings;
+#[cfg(not(target_arch = "wasm32"))]
 mod decode_args;
 #[cfg(not(target_arch = "wasm32"))]
 mod format_args;
