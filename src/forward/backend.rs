@@ -223,16 +223,16 @@ impl Backend {
         }
     }
 
-    /// The first `rows` rows of the main sequence's K and V in `layer`, as stored (`[rows,
-    /// row words]` each; f32 rows as their bits).
-    pub async fn kv_rows(&self, layer: usize, rows: usize) -> Result<(Vec<u32>, Vec<u32>)> {
+    /// The first `rows[l]` rows of the main sequence's K and V in every layer `l`, as stored
+    /// (`[rows, row words]` each; f32 rows as their bits); on the GPU in one readback.
+    pub async fn kv_prefix(&self, rows: &[usize]) -> Result<Vec<(Vec<u32>, Vec<u32>)>> {
         match self {
-            Backend::Gpu(g) => g.forward.kv().read_rows(&g.ctx, layer, rows).await,
-            Backend::Cpu(c) => c.kv_rows(layer, rows),
+            Backend::Gpu(g) => g.forward.kv().read_prefix(&g.ctx, rows).await,
+            Backend::Cpu(c) => (0..rows.len()).map(|l| c.kv_rows(l, rows[l])).collect(),
         }
     }
 
-    /// Writes whole rows of K and V (as [`Backend::kv_rows`] gives them) over the first rows
+    /// Writes whole rows of K and V (as [`Backend::kv_prefix`] gives them) over the first rows
     /// of the main sequence in `layer`.
     pub fn write_kv_rows(&mut self, layer: usize, k: &[u32], v: &[u32]) -> Result<()> {
         match self {

@@ -206,34 +206,66 @@ impl KvCache {
         Ok(())
     }
 
-    /// The first `rows` rows of the main sequence's K and V in `layer`, as stored
-    /// (`[rows, row words]` each): what a saved conversation keeps.
-    pub async fn read_rows(
+    /// The first `rows[l]` rows of the main sequence's K and V in every layer `l`, as stored
+    /// (`[rows, row words]` each): what a saved conversation keeps. The whole cache comes back
+    /// in one copy into one staging buffer, one submit and one map.
+    pub async fn read_prefix(
         &self,
         ctx: &GpuContext,
-        layer: usize,
-        rows: usize,
-    ) -> Result<(Vec<u32>, Vec<u32>)> {
-        let (Some(k), Some(v)) = (self.k.get(layer), self.v.get(layer)) else {
+        rows: &[usize],
+    ) -> Result<Vec<(Vec<u32>, Vec<u32>)>> {
+        if rows.len() != self.k.len() {
             return Err(Error::invalid(
-                "layer",
-                format!("{layer} is past the model's layers"),
+                "rows",
+                format!("{} layers asked of a cache of {}", rows.len(), self.k.len()),
             ));
+        }
+        let (k_row, v_row) = (
+            self.kinds.k.row_bytes(self.kv_dim),
+            self.kinds.v.row_bytes(self.kv_dim),
+        );
+        let spans: Vec<(u64, u64)> = rows
+            .iter()
+            .enumerate()
+            .map(|(l, &n)| {
+                let n = n.min(self.layout.rows(l)) as u64;
+                (n * k_row, n * v_row)
+            })
+            .collect();
+        let total: u64 = spans.iter().map(|(k, v)| k + v).sum();
+        if total == 0 {
+            return Ok(vec![(Vec::new(), Vec::new()); rows.len()]);
+        }
+        ctx.check()?;
+        let staging = ctx.staging_buffer("kv cache readback", total);
+        let _alive = AliveBuffers::new(ctx.counter_cells(), [staging.size()]);
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kv cache readback"),
+            });
+        let mut at = 0;
+        for (l, &(k, v)) in spans.iter().enumerate() {
+            for (buffer, bytes) in [(&self.k[l], k), (&self.v[l], v)] {
+                if bytes > 0 {
+                    encoder.copy_buffer_to_buffer(buffer, 0, &staging, at, bytes);
+                }
+                at += bytes;
+            }
+        }
+        ctx.counter_cells().submit(1);
+        let submission = ctx.queue.submit([encoder.finish()]);
+        let bytes = ctx.read_staging(&staging, total, submission).await?;
+        let mut at = 0usize;
+        let mut take = |n: u64| {
+            let words = bytemuck::pod_collect_to_vec(&bytes[at..at + n as usize]);
+            at += n as usize;
+            words
         };
-        let rows = rows.min(self.layout.rows(layer)) as u64;
-        let k_words = ctx
-            .read_bytes(k, rows * self.kinds.k.row_bytes(self.kv_dim))
-            .await?;
-        let v_words = ctx
-            .read_bytes(v, rows * self.kinds.v.row_bytes(self.kv_dim))
-            .await?;
-        Ok((
-            bytemuck::pod_collect_to_vec(&k_words),
-            bytemuck::pod_collect_to_vec(&v_words),
-        ))
+        Ok(spans.iter().map(|&(k, v)| (take(k), take(v))).collect())
     }
 
-    /// Writes `k` and `v` (whole rows as [`KvCache::read_rows`] gives them) over the first
+    /// Writes `k` and `v` (whole rows as [`KvCache::read_prefix`] gives them) over the first
     /// rows of the main sequence in `layer`.
     pub fn write_rows(&self, ctx: &GpuContext, layer: usize, k: &[u32], v: &[u32]) -> Result<()> {
         let (Some(kb), Some(vb)) = (self.k.get(layer), self.v.get(layer)) else {

@@ -39,12 +39,8 @@ impl Session {
             tokens: self.cached[..pos].to_vec(),
             note,
         };
-        let (mut k, mut v) = (Vec::new(), Vec::new());
-        for layer in 0..layout.layers() {
-            let (lk, lv) = self.forward.kv_rows(layer, header.rows_of(layer)).await?;
-            k.push(lk);
-            v.push(lv);
-        }
+        let rows: Vec<usize> = (0..layout.layers()).map(|l| header.rows_of(l)).collect();
+        let (k, v) = self.forward.kv_prefix(&rows).await?.into_iter().unzip();
         SavedState { header, k, v }.to_bytes()
     }
 
