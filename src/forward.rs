@@ -23,6 +23,7 @@ mod backend;
 mod batch;
 mod compile;
 pub mod cpu;
+mod final_norm;
 mod kv;
 mod measure;
 mod profile;
@@ -32,6 +33,7 @@ mod upload;
 pub use backend::{Backend, BackendKind, GpuModel};
 pub use batch::BatchToken;
 use compile::{attention_keys, heads_of, Activations, Compiler, Node};
+use final_norm::FinalNorm;
 pub(crate) use measure::model_shape;
 pub use measure::plan_key;
 pub use profile::{Profile, ProfileRow, StepProfile};
@@ -68,6 +70,8 @@ pub struct Forward {
     plan: KernelPlan,
     /// The pass as data, kept to rebind it to another KV cache ([`Forward::set_kv`]).
     graph: graph::Graph,
+    /// The norm before the head, on the host, for [`Readback::Hidden`].
+    final_norm: Option<FinalNorm>,
     /// What batched steps need beyond a single sequence's ([`Forward::set_batch`]).
     batch: batch::BatchBuffers,
 }
@@ -120,6 +124,7 @@ impl Forward {
         let fusion = fuse::plan(weights);
         let gpu = Self::upload(ctx, weights, &fusion, progress)?;
         let graph = arch::build(&config, &gpu, &weights.file)?;
+        let final_norm = FinalNorm::of(&graph, &config, weights)?;
         let layout = kv::layout(&config, &ctx.options().decode_plan, context, chunk)?;
         let kv = KvCache::with_layout(ctx, &config, layout, ctx.options().kv_cache, 1)?;
         let c = chunk as u64;
@@ -164,7 +169,8 @@ impl Forward {
             f16,
         };
         let step = StepParams::create_buffer(ctx, "step params");
-        let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab));
+        // logits rows, or hidden rows (Readback::Hidden) should a model be wider than its vocabulary
+        let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab.max(d)));
         let weight_bytes: u64 = gpu.values().map(GpuTensor::buffer_bytes).sum();
         let act_buffers: Vec<&wgpu::Buffer> =
             act.all().into_iter().chain([&step, &staging]).collect();
@@ -229,6 +235,7 @@ impl Forward {
             select_staging,
             plan,
             graph,
+            final_norm,
             batch: batch::BatchBuffers::default(),
         };
         forward.finish_plan(ctx, &key).await?;
@@ -374,6 +381,12 @@ impl Forward {
             }
             let rows = match read {
                 StepRead::Nothing => Vec::new(),
+                StepRead::Logits(mut rows) if head == Head::Hidden => {
+                    if let Some(norm) = &self.final_norm {
+                        norm.apply(&mut rows);
+                    }
+                    rows
+                }
                 StepRead::Logits(rows) => rows,
                 StepRead::Candidates(mut c) if head == Head::Last && c.len() == 1 => {
                     return Ok(Output::Candidates(c.remove(0)))
@@ -479,7 +492,7 @@ impl Forward {
             // The head runs only for logits someone reads: the last row alone into row 0,
             // or every row.
             match head {
-                Head::None => {}
+                Head::None | Head::Hidden => {}
                 Head::Last => self
                     .head_last
                     .record_planned(&mut pass, n as u32, &self.plan),
@@ -502,6 +515,11 @@ impl Forward {
             (None, Head::All) => {
                 let bytes = n as u64 * row_bytes;
                 encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, bytes);
+                (&self.staging, bytes)
+            }
+            (None, Head::Hidden) => {
+                let bytes = f32_bytes(n as u64 * self.config.hidden_size as u64);
+                encoder.copy_buffer_to_buffer(&self.act.x, 0, &self.staging, 0, bytes);
                 (&self.staging, bytes)
             }
         };

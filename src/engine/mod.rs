@@ -496,6 +496,18 @@ impl Engine {
         self.end(session, result)
     }
 
+    /// Embeds `texts` in its turn (see [`Session::embed`]): one pooled final hidden state per
+    /// text, `[texts][d]`; the conversation is kept.
+    pub async fn embed(
+        &self,
+        texts: &[String],
+        options: &crate::session::EmbedOptions,
+    ) -> Result<crate::session::Embeddings> {
+        let (_running, mut session) = self.begin(None).await?;
+        let result = session.embed(texts, options).await;
+        self.end(session, result)
+    }
+
     /// Forgets the conversation in its turn: the next request starts from an empty KV cache.
     pub async fn reset(&self) -> Result<()> {
         let _turn = self.queue.turn().await;

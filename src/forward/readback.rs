@@ -16,6 +16,10 @@ pub enum Readback<'r> {
     LastRow,
     /// Every token's logits, `[tokens · vocab]`.
     AllRows,
+    /// Every token's final hidden state instead of its logits, `[tokens · d]`: the residual
+    /// stream after the last layer through the model's final norm; the LM head does not run
+    /// ([`Output::Hidden`]).
+    Hidden,
     /// The selection `request` asks for over the last token's logits (the logits stay on the
     /// device).
     Candidates(&'r SelectRequest),
@@ -43,6 +47,7 @@ impl std::fmt::Debug for Readback<'_> {
             Readback::None => f.write_str("None"),
             Readback::LastRow => f.write_str("LastRow"),
             Readback::AllRows => f.write_str("AllRows"),
+            Readback::Hidden => f.write_str("Hidden"),
             Readback::Candidates(r) => f.debug_tuple("Candidates").field(r).finish(),
             Readback::RowCandidates(r) => f.debug_tuple("RowCandidates").field(r).finish(),
             Readback::EachStep { all_rows, .. } => f
@@ -61,6 +66,8 @@ pub enum Output {
     /// Logits, `[rows · vocab]` (one row for [`Readback::LastRow`], and for
     /// [`Readback::Candidates`] on a device that cannot run the selection).
     Logits(Vec<f32>),
+    /// [`Readback::Hidden`]: every token's final hidden state, `[tokens · d]`.
+    Hidden(Vec<f32>),
     /// The selection's result.
     Candidates(Candidates),
     /// Each row's selection ([`Readback::RowCandidates`]), `[tokens]`.
@@ -113,6 +120,8 @@ pub(super) enum Head {
     /// The last row (into row 0 on the GPU).
     Last,
     All,
+    /// No head: every row's final hidden state (`[n, d]`, after the final norm).
+    Hidden,
 }
 
 /// A run's steps as a [`Readback`] asks for them, for either backend: which rows each step's
@@ -120,6 +129,7 @@ pub(super) enum Head {
 /// returns.
 pub(super) struct Collect<'r> {
     nothing: bool,
+    hidden: bool,
     all_rows: bool,
     on_step: Option<&'r mut OnStep<'r>>,
     logits: Vec<f32>,
@@ -138,6 +148,7 @@ impl<'r> Collect<'r> {
         rows: usize,
     ) -> Result<(Self, &'r [SelectRequest])> {
         let nothing = matches!(readback, Readback::None);
+        let hidden = matches!(readback, Readback::Hidden);
         let (all_rows, on_step, requests): (_, _, &[SelectRequest]) = match readback {
             Readback::EachStep { all_rows, on_step } => (all_rows, Some(on_step), &[]),
             Readback::AllRows => (true, None, &[]),
@@ -156,6 +167,7 @@ impl<'r> Collect<'r> {
         };
         let collect = Self {
             nothing,
+            hidden,
             all_rows,
             on_step,
             logits: Vec::new(),
@@ -167,13 +179,14 @@ impl<'r> Collect<'r> {
     pub(super) fn head(&self, last: bool) -> Head {
         match () {
             _ if self.nothing => Head::None,
+            _ if self.hidden => Head::Hidden,
             _ if self.all_rows => Head::All,
             _ if !last => Head::None,
             _ => Head::Last,
         }
     }
 
-    /// Takes a step's logits (`n` tokens from the run's token `first` on; `ran` tokens run in
+    /// Takes a step's logits or hidden rows (`n` tokens from the run's token `first` on; `ran` tokens run in
     /// all); `Some` ends the run early (`on_step` said stop).
     pub(super) fn step(
         &mut self,
@@ -198,6 +211,7 @@ impl<'r> Collect<'r> {
     pub(super) fn finish(self, ran: usize) -> Output {
         match (self.nothing, self.on_step) {
             (true, _) => Output::None,
+            _ if self.hidden => Output::Hidden(self.logits),
             (false, Some(_)) => Output::Stepped { ran },
             (false, None) => Output::Logits(self.logits),
         }

@@ -15,6 +15,7 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod access;
+pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod http_head;
 pub mod response;

@@ -33,6 +33,7 @@ pub mod cache_plan;
 mod context;
 mod decode;
 mod draft;
+pub mod embed;
 pub mod generate_keys;
 pub mod options;
 pub mod options_parse;
@@ -63,6 +64,7 @@ pub use batch_json::parse_batch;
 pub use batched::BatchItem;
 pub use cache_plan::{CacheCandidate, CacheDecision, CachePlanOptions};
 pub use draft::check_same_vocabulary;
+pub use embed::{EmbedOptions, Embeddings, Pooling};
 pub use options::{
     BeamProgress, FinishReason, GenerateOptions, Generation, Prompt, Score, Sequence, Stats,
     TokenEvent,

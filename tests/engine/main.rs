@@ -17,6 +17,7 @@ mod constrain;
 mod cpu_batch;
 mod cpu_golden;
 mod cpu_kernels;
+mod embeddings;
 mod engine;
 mod generate;
 mod native_browser_agreement;

@@ -6,7 +6,7 @@ use crate::config::{ModelConfig, NormKind};
 use crate::cpu::ops::{self, AttnShape, KeyRange};
 use crate::error::{Error, Result};
 use crate::forward::readback::Head;
-use crate::model::graph::{Act, EmbedScale, LinearOp, Op, Post, Rows};
+use crate::model::graph::{Act, EmbedScale, LinearOp, Norm, Op, Post, Rows};
 
 /// Where one token of a step goes.
 #[derive(Debug, Clone, Copy)]
@@ -189,6 +189,13 @@ impl CpuForward {
                 a.x.drain(..(n - 1) * d);
                 *logits = linear(config, weights, &mut a, &graph.head, 1)?;
             }
+            Head::Hidden => {
+                let x = &a.x[..n * config.hidden_size];
+                *logits = match &graph.head.norm {
+                    Some(norm) => normed(config, weights, x, norm)?,
+                    None => x.to_vec(),
+                };
+            }
         }
         Ok(())
     }
@@ -223,20 +230,12 @@ fn linear(
     let bias = l.matrix.bias.as_deref().map(|b| vec_of(w, b)).transpose()?;
     let x = a.get(l.x);
     let x = &x[..n * m.cols()];
-    let normed;
+    let held;
     let input: &[f32] = match &l.norm {
         None => x,
         Some(norm) => {
-            let g = vec_of(w, &norm.weight)?;
-            let mut out = vec![0.0f32; x.len()];
-            match (norm.kind, &norm.bias) {
-                (NormKind::LayerNorm, Some(b)) => {
-                    ops::layer_norm(x, g, vec_of(w, b)?, c.norm_eps, &mut out)
-                }
-                _ => ops::rms_norm(x, g, c.norm_eps, &mut out),
-            }
-            normed = out;
-            &normed
+            held = normed(c, w, x, norm)?;
+            &held
         }
     };
     let mut y = vec![0.0f32; n * m.rows()];
@@ -258,6 +257,19 @@ fn linear(
     let mut out = std::mem::take(a.get(l.y));
     for (o, v) in out.iter_mut().zip(&y) {
         *o += v;
+    }
+    Ok(out)
+}
+
+/// `norm` of every row of `x` (`[tokens, d]`), a new `[tokens, d]`.
+fn normed(c: &ModelConfig, w: &CpuWeights, x: &[f32], norm: &Norm) -> Result<Vec<f32>> {
+    let g = vec_of(w, &norm.weight)?;
+    let mut out = vec![0.0f32; x.len()];
+    match (norm.kind, &norm.bias) {
+        (NormKind::LayerNorm, Some(b)) => {
+            ops::layer_norm(x, g, vec_of(w, b)?, c.norm_eps, &mut out)
+        }
+        _ => ops::rms_norm(x, g, c.norm_eps, &mut out),
     }
     Ok(out)
 }

@@ -288,6 +288,33 @@ impl ReferenceModel {
         rows: usize,
     ) -> Result<Vec<Vec<f32>>> {
         let c = &self.config;
+        let (n, d) = (tokens.len(), c.hidden_size);
+        let x = self.layers(cache, tokens)?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let kept = rows.min(n);
+        let h = self.output_norm.apply(&x[(n - kept) * d..], c.norm_eps);
+        let head = self.output.as_deref().unwrap_or(&self.token_embd);
+        let logits = matmul(head, &h, None, c.vocab_size, d);
+        Ok(logits
+            .chunks_exact(c.vocab_size)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+
+    /// [`Self::forward`]'s final hidden states instead of its logits: the residual stream
+    /// after the last layer through the final norm, `[tokens.len() · d]` (what embeddings
+    /// pool).
+    pub fn hidden(&self, cache: &mut ReferenceCache, tokens: &[u32]) -> Result<Vec<f32>> {
+        let x = self.layers(cache, tokens)?;
+        Ok(self.output_norm.apply(&x, self.config.norm_eps))
+    }
+
+    /// Feeds `tokens` through every layer (as [`Self::forward`]), returning the residual
+    /// stream after the last one, `[tokens.len() · d]`.
+    fn layers(&self, cache: &mut ReferenceCache, tokens: &[u32]) -> Result<Vec<f32>> {
+        let c = &self.config;
         if cache.k.len() != c.n_layers || cache.kv_dim != c.kv_dim() {
             return Err(Error::invalid(
                 "cache",
@@ -412,15 +439,7 @@ impl ReferenceModel {
             }
         }
         cache.pos = end;
-
-        let kept = rows.min(n);
-        let h = self.output_norm.apply(&x[(n - kept) * d..], c.norm_eps);
-        let head = self.output.as_deref().unwrap_or(&self.token_embd);
-        let logits = matmul(head, &h, None, c.vocab_size, d);
-        Ok(logits
-            .chunks_exact(c.vocab_size)
-            .map(<[f32]>::to_vec)
-            .collect())
+        Ok(x)
     }
 }
 
