@@ -23,6 +23,7 @@ mod cli_serve_access;
 mod cli_serve_api;
 mod cli_serve_balancer;
 mod cli_serve_connections;
+mod cli_serve_embed;
 mod cli_serve_load;
 mod cli_serve_parallel;
 mod cli_speculative;

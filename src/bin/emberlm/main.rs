@@ -45,6 +45,8 @@ mod serve_api;
 #[cfg(not(target_arch = "wasm32"))]
 mod serve_batch;
 #[cfg(not(target_arch = "wasm32"))]
+mod serve_embed;
+#[cfg(not(target_arch = "wasm32"))]
 mod serve_http;
 #[cfg(not(target_arch = "wasm32"))]
 mod serve_shared;

@@ -1,6 +1,6 @@
 //! `emberlm serve-api`: the OpenAI-style HTTP API over one engine, so existing OpenAI clients
 //! can point at it. `POST /v1/chat/completions` and `POST /v1/completions` (server-sent events
-//! with `stream: true`), `GET /v1/models`, `GET /health`. Completions run on the main thread
+//! with `stream: true`), `POST /v1/embeddings`, `GET /v1/models`, `GET /health`. Completions run on the main thread
 //! (which owns the engine): up to `--parallel` of them decoded together, each joining the
 //! running batch in arrival order as a slot frees ([`crate::serve_batch`]), or one at a time
 //! with `--parallel 1`. Each connection is read on a
@@ -28,14 +28,16 @@ use std::time::Instant;
 use clap::Args;
 use emberlm::engine::Engine;
 use emberlm::openai::access::{AccessPolicy, Decision};
+use emberlm::openai::embeddings::EmbeddingRequest;
 use emberlm::openai::{complete, CompletionKind, Request};
 use serde_json::{json, Value};
 use std::net::{TcpListener, TcpStream};
 
 use crate::serve_batch::serve_batched;
+use crate::serve_embed::embedding;
 use crate::serve_http::{answer_stream, read_head, Connection, HeadError, HttpRequest};
 use crate::serve_shared::{
-    error_body, error_reply, not_run, reply, Admission, Decoding, Job, Shared,
+    error_body, error_reply, not_run, reply, Admission, Decoding, Job, Shared, Work,
 };
 use crate::{load_engine, CliResult, Failure};
 
@@ -156,9 +158,9 @@ fn is_loopback(host: &str) -> bool {
 /// the client has been answered with 413, 411 or 400, the connection if it stays open.
 fn read_job(
     mut request: HttpRequest,
-    kind: CompletionKind,
+    kind: Option<CompletionKind>,
     limit: usize,
-) -> Result<(HttpRequest, Request), Option<Connection>> {
+) -> Result<(HttpRequest, Work), Option<Connection>> {
     let body = match request.read_body(limit) {
         Ok(b) => b,
         Err((status, message)) => {
@@ -169,8 +171,12 @@ fn read_job(
             ));
         }
     };
-    match Request::from_json(kind, &body) {
-        Ok(parsed) => Ok((request, parsed)),
+    let parsed = match kind {
+        Some(kind) => Request::from_json(kind, &body).map(Work::Complete),
+        None => EmbeddingRequest::from_json(&body).map(Work::Embed),
+    };
+    match parsed {
+        Ok(work) => Ok((request, work)),
         Err(e) => Err(reply(
             request,
             400,
@@ -184,9 +190,8 @@ fn read_job(
 /// connection for the next request, if it stays open.
 fn completion(
     engine: &Engine,
-    Job {
-        request, parsed, ..
-    }: Job,
+    request: HttpRequest,
+    parsed: Request,
     abandoned: &AtomicU64,
 ) -> Option<Connection> {
     if !parsed.stream {
@@ -276,8 +281,9 @@ fn serve(mut request: HttpRequest, shared: &Shared) -> Option<Connection> {
         }
     }
     let kind = match (request.method.as_str(), path.as_str()) {
-        ("POST", "/v1/chat/completions") => CompletionKind::Chat,
-        ("POST", "/v1/completions") => CompletionKind::Text,
+        ("POST", "/v1/chat/completions") => Some(CompletionKind::Chat),
+        ("POST", "/v1/completions") => Some(CompletionKind::Text),
+        ("POST", "/v1/embeddings") => None,
         ("GET", "/v1/models") => {
             let body = json!({
                 "object": "list",
@@ -298,13 +304,20 @@ fn serve(mut request: HttpRequest, shared: &Shared) -> Option<Connection> {
             });
             return reply(request, 200, &body);
         }
-        (_, "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/health") => {
+        (
+            _,
+            "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/v1/models"
+            | "/health",
+        ) => {
             let message = format!("{} is not allowed on {path}", request.method);
             return reply(request, 405, &error_body(&message, "invalid_request_error"));
         }
         _ => {
             let message = format!(
-                "no endpoint {path} (try /v1/chat/completions, /v1/completions, /v1/models, /health)"
+                "no endpoint {path} (try /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health)"
             );
             return reply(request, 404, &error_body(&message, "invalid_request_error"));
         }
@@ -318,7 +331,7 @@ fn serve(mut request: HttpRequest, shared: &Shared) -> Option<Connection> {
         let (body, wait) = busy(&shared.admission);
         return request.respond(503, &body.to_string(), &[("Retry-After", wait.to_string())]);
     }
-    let (request, parsed) = match read_job(request, kind, limit) {
+    let (request, work) = match read_job(request, kind, limit) {
         Ok(job) => job,
         Err(next) => {
             shared.admission.leave(None);
@@ -328,7 +341,7 @@ fn serve(mut request: HttpRequest, shared: &Shared) -> Option<Connection> {
     let (back, returned) = mpsc::channel();
     let job = Job {
         request,
-        parsed,
+        work,
         back,
     };
     if let Err(mpsc::SendError(job)) = shared.jobs.send(job) {
@@ -445,7 +458,10 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
         let started = Instant::now();
         let back = job.back.clone();
         shared.decoding.record(1);
-        let next = completion(&engine, job, &shared.abandoned);
+        let next = match job.work {
+            Work::Complete(parsed) => completion(&engine, job.request, parsed, &shared.abandoned),
+            Work::Embed(parsed) => embedding(&engine, job.request, &parsed, &shared.model),
+        };
         shared.decoding.now.store(0, Ordering::Relaxed);
         // the place frees before the connection goes back, so that its next request finds it
         shared

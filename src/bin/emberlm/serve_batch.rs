@@ -2,7 +2,8 @@
 //! thread serves the admitted requests through [`emberlm::session::ItemFeed`]: a request joins
 //! the running batch as soon as a slot is free, in arrival order, and is answered the moment
 //! its sequences end (streamed chunks as its tokens come), whatever the others do. A client
-//! that goes away (streamed or not) ends its request at the next step.
+//! that goes away (streamed or not) ends its request at the next step. An embeddings request
+//! waits until the batch has drained, runs by itself, and serving resumes.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -14,8 +15,9 @@ use emberlm::openai::Responder;
 use emberlm::session::{BatchItem, Generation, ItemFeed, TokenEvent};
 use emberlm::tokenizer::Tokenizer;
 
+use crate::serve_embed::embedding;
 use crate::serve_http::{ClientWatch, Connection, EventStream, HttpRequest};
-use crate::serve_shared::{error_reply, Job, Shared};
+use crate::serve_shared::{error_reply, Job, Shared, Work};
 
 /// Where an answer goes.
 enum Reply {
@@ -42,6 +44,8 @@ pub struct JobFeed<'a> {
     tokenizer: Arc<Tokenizer>,
     active: HashMap<u64, Active>,
     next_ticket: u64,
+    /// An embeddings request taken from the queue: no request joins until it has run.
+    pending: Option<Job>,
 }
 
 impl<'a> JobFeed<'a> {
@@ -57,6 +61,7 @@ impl<'a> JobFeed<'a> {
             tokenizer,
             active: HashMap::new(),
             next_ticket: 0,
+            pending: None,
         }
     }
 
@@ -129,6 +134,10 @@ fn fail_next(queue: &mpsc::Receiver<Job>, shared: &Shared, error: &emberlm::Erro
 impl ItemFeed for JobFeed<'_> {
     fn next(&mut self, wait: bool) -> Option<(u64, BatchItem)> {
         loop {
+            if self.pending.is_some() {
+                // the batch drains, then serving ends for the embeddings to run
+                return None;
+            }
             let job = match wait {
                 true => self.queue.recv().ok()?,
                 false => self.queue.try_recv().ok()?,
@@ -137,11 +146,13 @@ impl ItemFeed for JobFeed<'_> {
                 crate::serve_shared::not_run(job, self.shared);
                 continue;
             }
-            let Job {
-                request,
-                parsed,
-                back,
-            } = job;
+            let (request, parsed, back) = match job.work {
+                Work::Complete(parsed) => (job.request, parsed, job.back),
+                Work::Embed(_) => {
+                    self.pending = Some(job);
+                    continue;
+                }
+            };
             let responder =
                 Responder::new(&parsed, &self.shared.model, Arc::clone(&self.tokenizer));
             let reply = match parsed.stream {
@@ -242,7 +253,10 @@ pub fn serve_batched(engine: &Engine, queue: &mpsc::Receiver<Job>, shared: &Shar
     loop {
         let before = feed.next_ticket;
         match pollster::block_on(engine.serve(&mut feed, slots)) {
-            Ok(()) => return,
+            Ok(()) => match feed.pending.take() {
+                Some(job) => run_embedding(engine, job, shared),
+                None => return,
+            },
             Err(e) => {
                 eprintln!("emberlm: serve-api: {e} (the engine starts again for the next request)");
                 // nothing was taken: the engine could not start; answer one request with why
@@ -252,5 +266,26 @@ pub fn serve_batched(engine: &Engine, queue: &mpsc::Receiver<Job>, shared: &Shar
                 }
             }
         }
+    }
+}
+
+/// Runs an embeddings request the feed held back, with nothing else in the engine.
+fn run_embedding(engine: &Engine, job: Job, shared: &Shared) {
+    let Work::Embed(parsed) = &job.work else {
+        return;
+    };
+    if job.request.client_gone() {
+        crate::serve_shared::not_run(job, shared);
+        return;
+    }
+    let started = Instant::now();
+    shared.decoding.record(1);
+    let next = embedding(engine, job.request, parsed, &shared.model);
+    shared.decoding.now.store(0, Ordering::Relaxed);
+    shared
+        .admission
+        .leave(Some(started.elapsed().as_millis() as u64));
+    if let Some(connection) = next {
+        let _ = job.back.send(connection);
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use emberlm::openai::access::AccessPolicy;
+use emberlm::openai::embeddings::EmbeddingRequest;
 use emberlm::openai::Request;
 use serde_json::{json, Value};
 
@@ -64,13 +65,21 @@ impl Admission {
     }
 }
 
-/// An admitted completion request whose body parsed, on its way to the engine; the
-/// connection comes back through `back` when it stays open for another request.
+/// What an admitted request asks of the engine.
+pub enum Work {
+    /// A chat or text completion.
+    Complete(Request),
+    /// Embeddings of its texts.
+    Embed(EmbeddingRequest),
+}
+
+/// An admitted request whose body parsed, on its way to the engine; the connection comes back
+/// through `back` once it is answered.
 pub struct Job {
     /// The request, its body read.
     pub request: HttpRequest,
     /// Its body.
-    pub parsed: Request,
+    pub work: Work,
     /// Where the connection goes back after the answer.
     pub back: mpsc::Sender<Connection>,
 }
