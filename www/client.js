@@ -176,6 +176,19 @@ export class EngineClient {
     return this.#call('restoreConversation', { bytes }).promise;
   }
 
+  /**
+   * Embeds a text or an array of texts: one Float32Array per text (options: pooling 'mean',
+   * 'last' or 'cls'; normalize, default true), as engine.embed gives them.
+   */
+  embed(texts, options = {}) {
+    return this.#call('embed', { texts, options }).promise;
+  }
+
+  /** The OpenAI-style embeddings API, as on the engine: `embeddings.create({ input, ... })`. */
+  get embeddings() {
+    return { create: (request) => this.#call('embeddingsCreate', { request }).promise };
+  }
+
   /** The adapter, its limits, the model and the context length (EngineInfo). */
   info() {
     return this.#call('info').promise;

@@ -4,7 +4,7 @@
 // fetch: openaiFetch(engine), dangerouslyAllowBrowser: true })`.
 //
 // Routes: POST /v1/chat/completions and /v1/completions (server-sent events with
-// `stream: true`), GET /v1/models. Errors come back as OpenAI error bodies (400 for a bad
+// `stream: true`), POST /v1/embeddings (where the engine has `embeddings`), GET /v1/models. Errors come back as OpenAI error bodies (400 for a bad
 // request, naming the field; 404 for an unknown path).
 
 const encoder = new TextEncoder();
@@ -50,7 +50,7 @@ function eventStream(chunks) {
 
 /**
  * A fetch function serving the OpenAI API from `engine` (an emberlm `Engine`).
- * @param {{ chat: { completions: { create(request: object): Promise<any> } }, completions: { create(request: object): Promise<any> } }} engine
+ * @param {{ chat: { completions: { create(request: object): Promise<any> } }, completions: { create(request: object): Promise<any> }, embeddings?: { create(request: object): Promise<any> } }} engine
  * @param {{ model?: string }} [options] `model`: the id `GET /v1/models` lists (default "emberlm").
  */
 export function openaiFetch(engine, options = {}) {
@@ -66,7 +66,9 @@ export function openaiFetch(engine, options = {}) {
       ? engine.chat.completions
       : path.endsWith('/completions')
         ? engine.completions
-        : null;
+        : path.endsWith('/embeddings')
+          ? engine.embeddings
+          : null;
     if (!api) return failure(404, `no endpoint ${path}`);
     if (method !== 'POST') return failure(405, `${method} is not allowed on ${path}`);
     let body;

@@ -2,7 +2,8 @@
 // www/client.js (EngineClient) is the other end of this protocol:
 //   page -> worker: { id, op, ...args }     op: load | generate | stream | complete | cancel |
 //                                               abort | reset | saveConversation |
-//                                               restoreConversation | info | free |
+//                                               restoreConversation | embed |
+//                                               embeddingsCreate | info | free |
 //                                               destroyDeviceForTest | version | loadDraft |
 //                                               unloadDraft | tokenize | counters
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
@@ -167,6 +168,12 @@ const ops = {
   },
   async restoreConversation(id, { bytes }) {
     return requireEngine().restoreConversation(bytes);
+  },
+  async embed(id, { texts, options }) {
+    return requireEngine().embed(texts, options);
+  },
+  async embeddingsCreate(id, { request }) {
+    return requireEngine().embeddings.create(request);
   },
   async info() {
     return requireEngine().info();

@@ -57,8 +57,8 @@ pub fn load_options(data: &[u8]) {
     }
 }
 
-/// The text as an OpenAI-style request body (chat and completions) and as JavaScript generate
-/// options: parsed, or refused with a message; never a panic.
+/// The text as an OpenAI-style request body (chat, completions and embeddings) and as
+/// JavaScript generate options: parsed, or refused with a message; never a panic.
 pub fn openai_request(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -71,6 +71,16 @@ pub fn openai_request(data: &[u8]) {
     }
     if let Ok(options) = emberlm::session::GenerateOptions::from_json(text) {
         assert!(options.top_logprobs <= emberlm::sampling::MAX_TOP_LOGPROBS);
+    }
+    // and as an embeddings request: what parses holds between 1 and MAX_INPUTS non-empty texts
+    use emberlm::openai::embeddings::{EmbeddingRequest, MAX_INPUTS};
+    match EmbeddingRequest::from_json(text) {
+        Ok(r) => {
+            assert!((1..=MAX_INPUTS).contains(&r.input.len()), "{text}");
+            assert!(r.input.iter().all(|t| !t.is_empty()), "{text}");
+            assert!(r.dimensions != Some(0), "{text}");
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
     }
 }
 

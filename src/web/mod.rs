@@ -14,6 +14,7 @@ mod batch;
 mod calls;
 mod download;
 mod draft;
+mod embed;
 mod engine;
 mod handle;
 mod load;

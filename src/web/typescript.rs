@@ -287,6 +287,34 @@ export interface TextCompletion {
   warnings?: string[];
 }
 
+/** How `engine.embed` pools and scales each text's final hidden states. */
+export interface EmbedOptions {
+  /** `'mean'` over every token (the default), the `'last'` token's, or the first (`'cls'`). */
+  pooling?: 'mean' | 'last' | 'cls';
+  /** Scale each vector to unit length (default true). */
+  normalize?: boolean;
+}
+
+/** An OpenAI-style embeddings request (`engine.embeddings.create`). */
+export interface EmbeddingRequest extends EmbedOptions {
+  /** One text, or up to 2048. */
+  input: string | string[];
+  model?: string;
+  /** `'float'` (the default) or `'base64'`: each vector's little-endian f32 bytes. */
+  encoding_format?: 'float' | 'base64';
+  /** Only the model's width is accepted. */
+  dimensions?: number;
+  user?: string;
+}
+
+/** The answer of `embeddings.create`. */
+export interface EmbeddingResponse {
+  object: 'list';
+  data: { object: 'embedding'; index: number; embedding: number[] | string }[];
+  model: string;
+  usage: { prompt_tokens: number; total_tokens: number };
+}
+
 /** Speculative decoding settings (`GenerateOptions.speculative`). */
 export interface SpeculativeOptions {
   /** Where drafts come from (default: the draft model when one is loaded, else lookup). */

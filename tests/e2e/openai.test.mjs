@@ -87,6 +87,26 @@ async function exercise(client) {
     client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], temprature: 1 }),
     (error) => error instanceof OpenAI.BadRequestError && /temprature/.test(error.message),
   );
+
+  // embeddings: the client asks for base64 unless told (and decodes it); both are the same f32s
+  const texts = ['Permission is hereby granted', 'THE SOFTWARE IS PROVIDED'];
+  const packed = await client.embeddings.create({ model: 'tiny', input: texts });
+  const floats = await client.embeddings.create({ model: 'tiny', input: texts, encoding_format: 'float' });
+  assert.equal(floats.object, 'list');
+  assert.equal(floats.model, 'tiny');
+  assert.ok(floats.usage.prompt_tokens > 4, JSON.stringify(floats.usage));
+  assert.equal(floats.data.length, 2);
+  for (const [i, item] of floats.data.entries()) {
+    assert.equal(item.index, i);
+    assert.equal(item.embedding.length, 64, 'the model width');
+    const length = Math.hypot(...item.embedding);
+    assert.ok(Math.abs(length - 1) < 1e-5, `unit length: ${length}`);
+    assert.deepEqual(Array.from(packed.data[i].embedding), item.embedding.map(Math.fround));
+  }
+  await assert.rejects(
+    client.embeddings.create({ model: 'tiny', input: 'x', dimensions: 3 }),
+    (error) => error instanceof OpenAI.BadRequestError && /dimensions/.test(error.message),
+  );
 }
 
 test('the openai client talks to emberlm serve-api', async (t) => {
@@ -150,8 +170,16 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
       streamed += chunk.choices[0]?.delta?.content ?? '';
     }
     const text = await client.completions.create({ prompt: 'Once', max_tokens: 3, temperature: 0 });
+    const vectors = await client.embed(['Once', 'upon a time'], { pooling: 'last' });
+    const shaped = await client.embeddings.create({ input: 'Once', encoding_format: 'float', pooling: 'last' });
     client.terminate();
-    return { whole, streamed, chunks, text };
+    const embedded = {
+      kinds: vectors.map((v) => v.constructor.name),
+      widths: vectors.map((v) => v.length),
+      first: Array.from(vectors[0]),
+      shaped: shaped.data[0].embedding,
+    };
+    return { whole, streamed, chunks, text, embedded };
   }, { model, schema: SCHEMA });
   assert.equal(out.whole.object, 'chat.completion');
   checkRecord(out.whole.choices[0].message.content);
@@ -160,4 +188,8 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
   assert.equal(out.chunks.at(-1).choices[0].finish_reason, 'stop');
   assert.equal(out.text.object, 'text_completion');
   assert.equal(out.text.choices[0].finish_reason, 'length');
+  assert.deepEqual(out.embedded.kinds, ['Float32Array', 'Float32Array']);
+  assert.deepEqual(out.embedded.widths, [64, 64]);
+  // the same vector both ways
+  assert.deepEqual(out.embedded.shaped.map(Math.fround), out.embedded.first);
 });

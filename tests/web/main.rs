@@ -18,6 +18,7 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 mod batch;
 mod conversation;
 mod cpu;
+mod embed;
 mod endurance;
 mod engine;
 mod forward;

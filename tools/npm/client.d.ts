@@ -5,6 +5,9 @@ import type {
   ChatCompletionChunk,
   ChatCompletionRequest,
   CompletionRequest,
+  EmbedOptions,
+  EmbeddingRequest,
+  EmbeddingResponse,
   EngineCounters,
   EngineInfo,
   FinishReason,
@@ -136,6 +139,15 @@ export declare class EngineClient {
    * changed, or from another model, engine version or KV-cache kind.
    */
   restoreConversation(bytes: Uint8Array): Promise<{ positions: number; note: unknown }>;
+  /**
+   * One `Float32Array` per text: its final hidden states pooled and, unless `normalize` is
+   * false, scaled to unit length, as `engine.embed` gives them. The conversation is kept.
+   */
+  embed(texts: string | string[], options?: EmbedOptions): Promise<Float32Array[]>;
+  /** The OpenAI-style embeddings API: `embeddings.create({ input, ... })`. */
+  readonly embeddings: {
+    create(request: EmbeddingRequest): Promise<EmbeddingResponse>;
+  };
   /** The adapter, its limits, the model and the context length. */
   info(): Promise<EngineInfo>;
   /** The text's token ids, as `engine.tokenize` gives them. */

@@ -6,6 +6,8 @@
 export interface OpenAiEngine {
   chat: { completions: { create(request: object): Promise<any> } };
   completions: { create(request: object): Promise<any> };
+  /** `POST /v1/embeddings` is answered where the engine has it (both have). */
+  embeddings?: { create(request: object): Promise<any> };
 }
 
 /** Options of `openaiFetch`. */
@@ -16,7 +18,7 @@ export interface OpenAiFetchOptions {
 
 /**
  * A `fetch` serving `POST /v1/chat/completions`, `POST /v1/completions` (server-sent events
- * with `stream: true`) and `GET /v1/models` from `engine`:
+ * with `stream: true`), `POST /v1/embeddings` and `GET /v1/models` from `engine`:
  * `new OpenAI({ apiKey: 'unused', baseURL: 'https://emberlm.local/v1', fetch: openaiFetch(engine),
  * dangerouslyAllowBrowser: true })`. A bad request answers 400 with an OpenAI error body naming
  * the field; an unknown path 404.

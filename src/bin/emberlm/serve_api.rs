@@ -172,7 +172,7 @@ fn read_job(
         }
     };
     let parsed = match kind {
-        Some(kind) => Request::from_json(kind, &body).map(Work::Complete),
+        Some(kind) => Request::from_json(kind, &body).map(|r| Work::Complete(Box::new(r))),
         None => EmbeddingRequest::from_json(&body).map(Work::Embed),
     };
     match parsed {
@@ -459,7 +459,7 @@ pub fn serve_api(args: ServeApiArgs) -> CliResult<()> {
         let back = job.back.clone();
         shared.decoding.record(1);
         let next = match job.work {
-            Work::Complete(parsed) => completion(&engine, job.request, parsed, &shared.abandoned),
+            Work::Complete(parsed) => completion(&engine, job.request, *parsed, &shared.abandoned),
             Work::Embed(parsed) => embedding(&engine, job.request, &parsed, &shared.model),
         };
         shared.decoding.now.store(0, Ordering::Relaxed);

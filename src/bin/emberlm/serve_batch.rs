@@ -147,7 +147,7 @@ impl ItemFeed for JobFeed<'_> {
                 continue;
             }
             let (request, parsed, back) = match job.work {
-                Work::Complete(parsed) => (job.request, parsed, job.back),
+                Work::Complete(parsed) => (job.request, *parsed, job.back),
                 Work::Embed(_) => {
                     self.pending = Some(job);
                     continue;

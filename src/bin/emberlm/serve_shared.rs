@@ -68,7 +68,7 @@ impl Admission {
 /// What an admitted request asks of the engine.
 pub enum Work {
     /// A chat or text completion.
-    Complete(Request),
+    Complete(Box<Request>),
     /// Embeddings of its texts.
     Embed(EmbeddingRequest),
 }
