@@ -186,15 +186,14 @@ fn embeddings_wait_for_the_batch_and_serving_resumes() {
             })
         })
         .collect();
+    let embed_all = |label: &str| {
+        let body = json!({"input": texts()}).to_string();
+        let (status, reply) = http(&server, "POST", "/v1/embeddings", &body);
+        assert_eq!(status, 200, "{reply}");
+        close(&vectors(&json_body(&reply)), &want, label);
+    };
     start.wait();
-    let (status, body) = http(
-        &server,
-        "POST",
-        "/v1/embeddings",
-        &json!({"input": texts()}).to_string(),
-    );
-    assert_eq!(status, 200, "{body}");
-    close(&vectors(&json_body(&body)), &want, "beside completions");
+    embed_all("beside completions");
     for (c, want) in completions.into_iter().zip(&texts_alone) {
         assert_eq!(&c.join().expect("a client"), want);
     }
@@ -209,12 +208,5 @@ fn embeddings_wait_for_the_batch_and_serving_resumes() {
         (status, &json_body(&body)["choices"][0]["text"]),
         (200, &texts_alone[0])
     );
-    let (status, body) = http(
-        &server,
-        "POST",
-        "/v1/embeddings",
-        &json!({"input": texts()}).to_string(),
-    );
-    assert_eq!(status, 200, "{body}");
-    close(&vectors(&json_body(&body)), &want, "after");
+    embed_all("after");
 }

@@ -6,13 +6,13 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use crate::common;
+use crate::saved_state::greedy;
 
 use std::path::PathBuf;
 
 use emberlm::loader::ModelFiles;
 use emberlm::model::reference::ReferenceModel;
-use emberlm::sampling::SamplingParams;
-use emberlm::session::{EmbedOptions, GenerateOptions, Pooling, Prompt, Session};
+use emberlm::session::{EmbedOptions, Pooling, Prompt, Session};
 use emberlm::GpuOptions;
 
 const FIXTURES: [&str; 3] = [
@@ -118,16 +118,6 @@ fn every_pooling_matches_the_reference_on_both_backends() {
                 assert!(cosine(v, &got.vectors[0]) > 1.0 - 1e-6, "{label}");
             }
         }
-    }
-}
-
-fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        sampling: SamplingParams {
-            max_new_tokens: n,
-            ..SamplingParams::greedy()
-        },
-        ..GenerateOptions::default()
     }
 }
 

@@ -23,7 +23,8 @@ fn files(name: &str) -> ModelFiles {
     ModelFiles::open(&path).unwrap()
 }
 
-fn greedy(n: usize) -> GenerateOptions {
+/// Greedy decoding of `n` tokens (the embeddings tests use it too).
+pub(crate) fn greedy(n: usize) -> GenerateOptions {
     GenerateOptions {
         sampling: SamplingParams {
             max_new_tokens: n,
