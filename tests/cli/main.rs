@@ -16,6 +16,7 @@ mod serve;
 mod cli;
 mod cli_batch;
 mod cli_chat;
+mod cli_embed;
 mod cli_formats;
 mod cli_options;
 mod cli_sampling;

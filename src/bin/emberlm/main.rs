@@ -27,6 +27,8 @@ mod chat_settings;
 #[cfg(not(target_arch = "wasm32"))]
 mod decode_args;
 #[cfg(not(target_arch = "wasm32"))]
+mod embed;
+#[cfg(not(target_arch = "wasm32"))]
 mod format_args;
 #[cfg(not(target_arch = "wasm32"))]
 mod generate;
@@ -320,6 +322,8 @@ mod cli {
         Batch(Box<BatchArgs>),
         /// Mean negative log-likelihood and perplexity of a text file (JSON).
         Perplexity(PerplexityArgs),
+        /// Embed texts: one JSON line per text with its pooled final hidden state.
+        Embed(crate::embed::EmbedArgs),
         /// Benchmarks: speed, memory, engine counters, bandwidth, llama.cpp side by side.
         Bench(Box<crate::bench::BenchArgs>),
         /// Time per kernel of one decode step and one prefill chunk, with the kernel plan.
@@ -411,6 +415,7 @@ mod cli {
         let result = match cli.command {
             Command::Generate(args) => crate::generate::generate(*args),
             Command::Perplexity(args) => crate::generate::perplexity(args),
+            Command::Embed(args) => crate::embed::embed(args),
             Command::Chat(args) => crate::chat::chat(*args),
             Command::ServeApi(args) => crate::serve_api::serve_api(*args),
             Command::Batch(args) => crate::batch::batch(*args),
@@ -449,6 +454,7 @@ mod cli {
         match command {
             Command::Generate(_)
             | Command::Perplexity(_)
+            | Command::Embed(_)
             | Command::Chat(_)
             | Command::ServeApi(_)
             | Command::Batch(_)
