@@ -99,7 +99,8 @@ fn load_options_from_flags_and_a_config_file_are_checked_once() {
 
 /// `--device cpu bench` measures the CPU backend (it refused: "this needs a GPU device"):
 /// load, prefill and decode figures, the instruction set and threads, JSON where `--out` says,
-/// and llama.cpp reported as not run with the reason when it was not asked for.
+/// the saved-conversation and embeddings sections, and llama.cpp reported as not run with the
+/// reason when it was not asked for.
 #[test]
 fn bench_runs_on_the_cpu_backend() {
     let out = std::env::temp_dir().join(format!("emberlm-cpu-bench-{}.json", std::process::id()));
@@ -136,6 +137,18 @@ fn bench_runs_on_the_cpu_backend() {
         err.contains("the saved conversation is 104 tokens, not 1000"),
         "{err}"
     );
+    // the embeddings section: 64 texts by default, llama.cpp's side not asked for
+    let embedded = &v["embeddings"];
+    assert_eq!(embedded["texts"], 64, "{v}");
+    assert!(embedded["tokens"].as_u64() > Some(64 * 20), "{v}");
+    assert!(
+        embedded["texts_per_s"]["median"]
+            .as_f64()
+            .is_some_and(|t| t > 0.0),
+        "{v}"
+    );
+    assert_eq!(embedded["llama_cpp"]["available"], false, "{v}");
+    assert!(stdout.contains("embed 64 texts"), "{stdout}");
     assert!(v["threads"].as_u64().is_some_and(|t| t >= 1), "{v}");
     assert!(v["instruction_set"].is_string(), "{v}");
     for p in v["prefill_tok_s"].as_array().unwrap() {

@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// restored from a saved state (0: not measured).
     #[arg(long, default_value_t = 1000)]
     pub saved_tokens: usize,
+    /// Texts embedded per run in the CPU bench's embeddings section, beside llama.cpp's
+    /// embedding mode (0: not measured).
+    #[arg(long, default_value_t = 64)]
+    pub embed_texts: usize,
     /// Where the JSON goes (default: bench/results/<date>-<adapter>.json).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -154,7 +158,6 @@ pub(crate) fn llama_cpp_once(
     decode: usize,
     threads: Option<usize>,
 ) -> Result<Value, String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/bench_llama_cpp.py");
     let request = json!({
         "model": model,
         "prompts": prompts,
@@ -162,6 +165,17 @@ pub(crate) fn llama_cpp_once(
         "decode": decode,
         "threads": threads,
     });
+    python_request(python, "tools/bench_llama_cpp.py", &request)
+}
+
+/// Runs the bench's Python `script` (a path in the source tree) on `request` (written to a
+/// file it reads) and parses the JSON it prints; the error is its last line of stderr.
+pub(crate) fn python_request(
+    python: &Path,
+    script: &str,
+    request: &Value,
+) -> Result<Value, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
     let dir = std::env::temp_dir().join(format!("emberlm-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let req_path = dir.join("request.json");

@@ -106,6 +106,17 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         0 => Value::Null,
         n => crate::bench_saved::saved_conversation(&mut session, n, args.runs)?,
     };
+    let embedded = match (args.embed_texts, args.quick) {
+        (0, _) => Value::Null,
+        (n, quick) => crate::bench_embed::embeddings(
+            &mut session,
+            model,
+            if quick { n.min(8) } else { n },
+            args.runs,
+            python.as_deref(),
+            threads,
+        )?,
+    };
     let decode = Spread::of(&decode_tps);
     let prefill: Vec<Spread> = prefill_tps.iter().map(|v| Spread::of(v)).collect();
     let llama = if llama_runs.is_empty() {
@@ -149,6 +160,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         "decode_tok_s": decode,
         "ttft_ms": Spread::of(&ttft_ms),
         "saved_conversation": saved,
+        "embeddings": embedded,
         "llama_cpp": llama,
     });
 
@@ -175,6 +187,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         Spread::of(&ttft_ms)
     );
     crate::bench_saved::print(&saved);
+    crate::bench_embed::print(&embedded);
     if llama["available"] == true {
         let ratio = |v: &Value| v.as_f64().unwrap_or(0.0);
         println!(

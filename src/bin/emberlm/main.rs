@@ -11,6 +11,8 @@ mod bench_common;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_cpu;
 #[cfg(not(target_arch = "wasm32"))]
+mod bench_embed;
+#[cfg(not(target_arch = "wasm32"))]
 mod bench_kv;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_precision;
