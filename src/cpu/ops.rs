@@ -3,7 +3,7 @@
 use super::dot::dot_f32;
 pub use super::kv::KeyRange;
 use super::kv::KvRows;
-use crate::config::RopeLayout;
+use crate::config::{NormKind, RopeLayout};
 
 /// `out[r] = x[r] / rms(x[r]) · w` for the rows of `x: [n, d]`.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -27,6 +27,15 @@ pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
         for (((y, &v), &g), &bb) in yr.iter_mut().zip(xr).zip(w).zip(b) {
             *y = (v - mean) * inv * g + bb;
         }
+    }
+}
+
+/// The rows of `x: [n, d]` through a norm of `kind`: LayerNorm with its `bias`, RMSNorm
+/// otherwise (a LayerNorm given no bias, which no graph builds, is read as RMSNorm).
+pub fn norm(kind: NormKind, x: &[f32], w: &[f32], bias: Option<&[f32]>, eps: f32, out: &mut [f32]) {
+    match (kind, bias) {
+        (NormKind::LayerNorm, Some(b)) => layer_norm(x, w, b, eps, out),
+        _ => rms_norm(x, w, eps, out),
     }
 }
 

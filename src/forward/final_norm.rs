@@ -44,9 +44,7 @@ impl FinalNorm {
     /// Every row of `x` (`[tokens, d]`) normalised, in place.
     pub(super) fn apply(&self, x: &mut [f32]) {
         let input = x.to_vec();
-        match (self.kind, &self.bias) {
-            (NormKind::LayerNorm, Some(b)) => ops::layer_norm(&input, &self.weight, b, self.eps, x),
-            _ => ops::rms_norm(&input, &self.weight, self.eps, x),
-        }
+        let bias = self.bias.as_deref();
+        ops::norm(self.kind, &input, &self.weight, bias, self.eps, x);
     }
 }

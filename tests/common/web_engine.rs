@@ -49,6 +49,15 @@ pub async fn load(name: &str) -> Rc<Engine> {
     Rc::new(engine)
 }
 
+/// `name` loaded on the CPU backend (wasm), as a page without WebGPU gets it.
+pub async fn load_cpu(name: &str) -> Engine {
+    let bytes = Uint8Array::from(fixture(name));
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"name".into(), &name.into()).unwrap();
+    Reflect::set(&options, &"backend".into(), &"cpu".into()).unwrap();
+    Engine::open(bytes.into(), options.into()).await.unwrap()
+}
+
 /// Collects token events in a JS callback.
 pub struct Events {
     pub seen: Rc<RefCell<Vec<Value>>>,

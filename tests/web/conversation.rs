@@ -7,20 +7,11 @@
 
 use crate::common;
 
-use common::web_engine::{fixture, generate, js, message, rust, Events};
-use emberlm::web::Engine;
-use js_sys::{Reflect, Uint8Array};
+use common::web_engine::{generate, js, load_cpu, message, rust, Events};
+use js_sys::Uint8Array;
 use serde_json::{json, Value};
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::wasm_bindgen_test;
-
-async fn load(name: &str) -> Engine {
-    let bytes = Uint8Array::from(fixture(name));
-    let options = js_sys::Object::new();
-    Reflect::set(&options, &"name".into(), &name.into()).unwrap();
-    Reflect::set(&options, &"backend".into(), &"cpu".into()).unwrap();
-    Engine::open(bytes.into(), options.into()).await.unwrap()
-}
 
 fn greedy(n: u32) -> Value {
     json!({ "temperature": 0, "maxNewTokens": n })
@@ -29,7 +20,7 @@ fn greedy(n: u32) -> Value {
 #[wasm_bindgen_test]
 async fn a_saved_conversation_goes_on_in_a_new_engine() {
     let model = "tiny-llama-q4_1.gguf";
-    let a = load(model).await;
+    let a = load_cpu(model).await;
     let first = generate(&a, &json!([3, 4, 5, 6, 7, 8, 9]), greedy(5), &Events::new())
         .await
         .unwrap();
@@ -46,7 +37,7 @@ async fn a_saved_conversation_goes_on_in_a_new_engine() {
         .await
         .unwrap();
 
-    let b = load(model).await;
+    let b = load_cpu(model).await;
     let restored = rust(
         &JsFuture::from(b.restore_conversation(bytes.clone()))
             .await
@@ -66,7 +57,7 @@ async fn a_saved_conversation_goes_on_in_a_new_engine() {
     assert_eq!(got["stats"]["cachedTokens"], json!(held), "{got}");
 
     // another model's engine refuses them, and keeps its own conversation
-    let other = load("tiny-llama-q8_0.gguf").await;
+    let other = load_cpu("tiny-llama-q8_0.gguf").await;
     generate(&other, &json!([1, 2, 3]), greedy(2), &Events::new())
         .await
         .unwrap();

@@ -6,12 +6,12 @@
 
 use crate::common;
 
-use common::web_engine::{fixture, generate, js, load, message, rust, Events};
+use common::web_engine::{fixture, generate, js, load, load_cpu, message, rust, Events};
 use emberlm::loader::ModelFiles;
 use emberlm::model::reference::ReferenceModel;
 use emberlm::session::Pooling;
 use emberlm::web::Engine;
-use js_sys::{Array, Float32Array, Reflect, Uint8Array};
+use js_sys::{Array, Float32Array};
 use serde_json::{json, Value};
 use wasm_bindgen::JsValue;
 use wasm_bindgen_futures::JsFuture;
@@ -21,14 +21,6 @@ const MODEL: &str = "tiny-llama-f32.gguf";
 
 fn texts() -> Vec<&'static str> {
     vec!["Permission is hereby granted", "THE SOFTWARE IS PROVIDED"]
-}
-
-async fn load_cpu(name: &str) -> Engine {
-    let bytes = Uint8Array::from(fixture(name));
-    let options = js_sys::Object::new();
-    Reflect::set(&options, &"name".into(), &name.into()).unwrap();
-    Reflect::set(&options, &"backend".into(), &"cpu".into()).unwrap();
-    Engine::open(bytes.into(), options.into()).await.unwrap()
 }
 
 async fn embed(engine: &Engine, texts: JsValue, options: Value) -> Result<Vec<Vec<f32>>, String> {

@@ -2,7 +2,7 @@
 //! activations, each token at its own position and KV slot.
 
 use super::{CpuForward, CpuKv, CpuWeights};
-use crate::config::{ModelConfig, NormKind};
+use crate::config::ModelConfig;
 use crate::cpu::ops::{self, AttnShape, KeyRange};
 use crate::error::{Error, Result};
 use crate::forward::readback::Head;
@@ -264,13 +264,9 @@ fn linear(
 /// `norm` of every row of `x` (`[tokens, d]`), a new `[tokens, d]`.
 fn normed(c: &ModelConfig, w: &CpuWeights, x: &[f32], norm: &Norm) -> Result<Vec<f32>> {
     let g = vec_of(w, &norm.weight)?;
+    let bias = norm.bias.as_deref().map(|b| vec_of(w, b)).transpose()?;
     let mut out = vec![0.0f32; x.len()];
-    match (norm.kind, &norm.bias) {
-        (NormKind::LayerNorm, Some(b)) => {
-            ops::layer_norm(x, g, vec_of(w, b)?, c.norm_eps, &mut out)
-        }
-        _ => ops::rms_norm(x, g, c.norm_eps, &mut out),
-    }
+    ops::norm(norm.kind, x, g, bias, c.norm_eps, &mut out);
     Ok(out)
 }
 
