@@ -102,6 +102,23 @@ impl GgufModel {
         Self::from_ordered(order_parts(parts)?)
     }
 
+    /// The files of one model, each `part` holding its header (and possibly only that), checked
+    /// as a set and put in part order (see [`order_parts`]).
+    pub(crate) fn from_checked_parts(parts: Vec<GgufPart>) -> Result<Self> {
+        Self::from_ordered(order_parts(parts)?)
+    }
+
+    /// The part (in part order) that holds tensor `name`.
+    pub fn part_of(&self, name: &str) -> Option<usize> {
+        self.index.get(name).map(|&(p, _)| p)
+    }
+
+    /// Every tensor described by shape and type, without its bytes (see
+    /// [`layout_from_parts`]); `rope_freqs`: the bytes of [`ROPE_FREQS`] where the model has it.
+    pub fn layout(&self, rope_freqs: Option<Vec<u8>>) -> Result<ModelWeights<'static>> {
+        layout_from_parts(self.header(), &self.parts, &|name| self.tensor(name), rope_freqs)
+    }
+
     /// The first file's parsed header: the model's metadata (and that file's tensor infos).
     pub fn header(&self) -> &GgufHeader {
         &self.parts[0].header
@@ -316,6 +333,40 @@ fn weights_from_parts<'a>(
     parts: &'a [GgufPart],
     tensor: &TensorLookup<'a>,
 ) -> Result<ModelWeights<'a>> {
+    let sources = parts.iter().map(|p| p.bytes.clone()).collect();
+    build_weights(h, parts, tensor, sources, &mut |part, info| {
+        Ok(Cow::Borrowed(part.header.tensor_data(&part.bytes, info)?))
+    })
+}
+
+/// Every tensor of the files of one model described by shape and type, without its bytes
+/// (see [`Tensor::stored_len`]): what a backend that reads the tensors a group at a time plans
+/// with. `rope_freqs` is the bytes of [`ROPE_FREQS`] where the model has it (the configuration
+/// reads its values). A file that stacks matrices the model keeps apart (Phi-3's `attn_qkv`)
+/// is refused here: it is split as it is loaded whole.
+pub(crate) fn layout_from_parts(
+    h: &GgufHeader,
+    parts: &[GgufPart],
+    tensor: &TensorLookup<'_>,
+    rope_freqs: Option<Vec<u8>>,
+) -> Result<ModelWeights<'static>> {
+    let mut rope_freqs = rope_freqs;
+    build_weights(h, parts, tensor, Vec::new(), &mut |_, info| {
+        Ok(match info.name == ROPE_FREQS {
+            true => Cow::Owned(rope_freqs.take().unwrap_or_default()),
+            false => Cow::Owned(Vec::new()),
+        })
+    })
+}
+
+/// [`weights_from_parts`] with each tensor's bytes from `data(part, info)`.
+fn build_weights<'p, 'w>(
+    h: &GgufHeader,
+    parts: &'p [GgufPart],
+    tensor: &TensorLookup<'_>,
+    sources: Vec<crate::model::file_bytes::FileBytes>,
+    data: &mut dyn FnMut(&'p GgufPart, &'p GgufTensorInfo) -> Result<Cow<'w, [u8]>>,
+) -> Result<ModelWeights<'w>> {
     let mut config = config_from_header(h, tensor)?;
     let mut tensors = BTreeMap::new();
     let mut later_tensors = BTreeMap::new();
@@ -331,18 +382,26 @@ fn weights_from_parts<'a>(
                 .iter()
                 .map(|&d| to_usize(d, &info.name, &part.name))
                 .collect::<Result<Vec<_>>>()?;
-            let data = part.header.tensor_data(&part.bytes, info)?;
             tensors.insert(
                 info.name.clone(),
                 Tensor {
                     shape,
                     dtype: info.dtype,
-                    data: Cow::Borrowed(data),
+                    data: data(part, info)?,
                 },
             );
         }
     }
+    let described_only = sources.is_empty();
     if arch::spec(config.arch).splits_stacked {
+        if described_only && crate::model::unfuse::stacks_any(&config, &tensors) {
+            return Err(Error::Unsupported {
+                file: h.file().to_string(),
+                what: "reading this file a tensor at a time: it stacks matrices (`attn_qkv`, or \
+                       `ffn_up` with the gate) that are split as the whole file is loaded"
+                    .into(),
+            });
+        }
         crate::model::unfuse::split_fused(&config, &mut tensors)?;
     }
     // llama.cpp writes Llama 3.1's frequency scaling as one divisor per rotated pair
@@ -360,7 +419,7 @@ fn weights_from_parts<'a>(
         file: h.file().to_string(),
         config,
         tensors,
-        sources: parts.iter().map(|p| p.bytes.clone()).collect(),
+        sources,
         later_files: parts.iter().skip(1).map(|p| p.name.clone()).collect(),
         later_tensors,
     };

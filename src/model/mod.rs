@@ -3,6 +3,7 @@
 //! pass the backends are tested against. Nothing here knows a backend.
 
 pub mod arch;
+pub mod byte_source;
 pub mod file_bytes;
 pub mod fuse;
 pub mod graph;

@@ -56,6 +56,19 @@ fn fused_layer(name: &str) -> Option<usize> {
         .flatten()
 }
 
+/// Whether `tensors` (a file's) hold any matrix that [`split_fused`] would split.
+pub fn stacks_any(config: &ModelConfig, tensors: &std::collections::BTreeMap<String, Tensor<'_>>) -> bool {
+    let ff2 = config.ffn_size.saturating_mul(2);
+    tensors.iter().any(|(name, t)| {
+        fused_layer(name).is_some_and(|layer| {
+            name.ends_with(".attn_qkv.weight")
+                || (name.ends_with(".ffn_up.weight")
+                    && t.shape.first() == Some(&ff2)
+                    && !tensors.contains_key(&format!("blk.{layer}.ffn_gate.weight")))
+        })
+    })
+}
+
 /// Splits every layer's fused `attn_qkv.weight` (`[q_dim + 2·kv_dim, d]`) into `attn_q`,
 /// `attn_k` and `attn_v`, and every `ffn_up.weight` of `2·ffn_size` rows into `ffn_gate`
 /// (the first half) and `ffn_up`, for a Llama-graph model whose file fuses them. Layers that

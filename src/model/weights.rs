@@ -29,6 +29,31 @@ impl Tensor<'_> {
     pub fn n_elements(&self) -> usize {
         self.shape.iter().product()
     }
+
+    /// Bytes as stored: the data's length, or for a tensor described without its bytes (a
+    /// model whose files are read a group of tensors at a time) what its type and shape take.
+    pub fn stored_len(&self) -> u64 {
+        if self.data.is_empty() {
+            self.dtype
+                .bytes_for(self.n_elements() as u64, "tensor")
+                .unwrap_or(0)
+        } else {
+            self.data.len() as u64
+        }
+    }
+}
+
+/// The bytes of `data` (a tensor's) that [`ModelWeights::fingerprint`] reads: up to 256 from
+/// each of its start, middle and end, one after the other.
+pub fn fingerprint_sample(data: &[u8]) -> Vec<u8> {
+    let n = data.len();
+    let rest = n.saturating_sub(256);
+    let mut out = Vec::with_capacity(768.min(n.saturating_mul(3)));
+    for at in [0, rest / 2, rest] {
+        let from = data.get(at..).unwrap_or_default();
+        out.extend_from_slice(from.get(..256).unwrap_or(from));
+    }
+    out
 }
 
 /// A model's configuration and its tensors, keyed by GGUF tensor name.
@@ -224,6 +249,16 @@ impl<'a> ModelWeights<'a> {
     /// files that differ in shape, type or (all but surely) weights do not. Reading samples
     /// keeps it cheap for a model of gigabytes.
     pub fn fingerprint(&self) -> String {
+        self.fingerprint_with(&mut |_, t| Ok(fingerprint_sample(&t.data)))
+            .unwrap_or_default()
+    }
+
+    /// [`ModelWeights::fingerprint`] with each tensor's sampled bytes from `sample(name,
+    /// tensor)` ([`fingerprint_sample`] of its data, for weights read a group at a time).
+    pub fn fingerprint_with(
+        &self,
+        sample: &mut dyn FnMut(&str, &Tensor<'_>) -> Result<Vec<u8>>,
+    ) -> Result<String> {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         h.update(serde_json::to_vec(&self.config).unwrap_or_default());
@@ -234,23 +269,13 @@ impl<'a> ModelWeights<'a> {
             for d in &t.shape {
                 h.update((*d as u64).to_le_bytes());
             }
-            let n = t.data.len();
-            let rest = n.saturating_sub(256);
-            for at in [0, rest / 2, rest] {
-                h.update(
-                    t.data
-                        .get(at..)
-                        .unwrap_or_default()
-                        .get(..256)
-                        .unwrap_or(&t.data[at.min(n)..]),
-                );
-            }
+            h.update(sample(name, t)?);
         }
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
     }
 
     /// Total bytes of all tensors as stored (what the GPU holds for the weights).
     pub fn weight_bytes(&self) -> u64 {
-        self.tensors.values().map(|t| t.data.len() as u64).sum()
+        self.tensors.values().map(Tensor::stored_len).sum()
     }
 }

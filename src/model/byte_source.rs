@@ -1,0 +1,30 @@
+//! Files read a range at a time: what a model loaded without holding its files reads each
+//! tensor from (a `File` or a stored download in the page), and the tensors it reads, a group
+//! at a time.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::error::Result;
+use crate::model::weights::Tensor;
+
+/// A future that borrows what made it and need not be `Send` (a browser's promises are not).
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// The files of one model, each read a byte range at a time.
+pub trait ByteSource {
+    /// Bytes `range` of file `file` (an index into the files the source was opened with);
+    /// exactly `range.end - range.start` of them, or an error naming the file.
+    fn read(&self, file: usize, range: std::ops::Range<u64>) -> LocalFuture<'_, Result<Vec<u8>>>;
+}
+
+/// The tensors of a model read on demand: a backend that uploads a group at a time asks for
+/// each group, and drops its bytes once they are on the device.
+pub trait TensorReader {
+    /// The tensors `names` (as the model's weights name them), with their bytes.
+    fn read_tensors<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> LocalFuture<'a, Result<BTreeMap<String, Tensor<'static>>>>;
+}
