@@ -115,16 +115,56 @@ impl Forward {
         chunk: usize,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        let config = weights.config.clone();
-        kv::check_context(&config, context)?;
+        kv::check_context(&weights.config, context)?;
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
         Self::check_fits(ctx, weights, context, chunk)?;
         let fusion = fuse::plan(weights);
         let gpu = Self::upload(ctx, weights, &fusion, progress)?;
+        Self::assemble(ctx, cache, weights, weights, &fusion, gpu, context, chunk).await
+    }
+
+    /// [`Forward::new_with_progress`] for a model described by `layout` (every tensor's shape
+    /// and type, without bytes) whose tensors `reader` reads a group at a time as they go to
+    /// the GPU: the host holds one group's bytes at a time, never the files.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn new_read(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        layout: &ModelWeights<'_>,
+        reader: &dyn crate::model::byte_source::TensorReader,
+        context: usize,
+        chunk: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        kv::check_context(&layout.config, context)?;
+        if chunk == 0 {
+            return Err(Error::invalid("chunk", "must be at least 1"));
+        }
+        Self::check_fits(ctx, layout, context, chunk)?;
+        let fusion = fuse::plan(layout);
+        let (gpu, kept) = Self::upload_read(ctx, layout, reader, &fusion, progress).await?;
+        Self::assemble(ctx, cache, layout, &kept, &fusion, gpu, context, chunk).await
+    }
+
+    /// The rest of a load once the weights are on the GPU: the graph, the KV cache, the
+    /// activations, the kernel plan and the compiled steps. `weights` describes every tensor;
+    /// `host` holds the bytes of those the host keeps (the final norm's).
+    #[allow(clippy::too_many_arguments)]
+    async fn assemble(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        weights: &ModelWeights<'_>,
+        host: &ModelWeights<'_>,
+        fusion: &fuse::FusionPlan,
+        gpu: HashMap<String, GpuTensor>,
+        context: usize,
+        chunk: usize,
+    ) -> Result<Self> {
+        let config = weights.config.clone();
         let graph = arch::build(&config, &gpu, &weights.file)?;
-        let final_norm = FinalNorm::of(&graph, &config, weights)?;
+        let final_norm = FinalNorm::of(&graph, &config, host)?;
         let layout = kv::layout(&config, &ctx.options().decode_plan, context, chunk)?;
         let kv = KvCache::with_layout(ctx, &config, layout, ctx.options().kv_cache, 1)?;
         let c = chunk as u64;

@@ -6,7 +6,7 @@
 
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
-use crate::format::{gguf_model, safetensors};
+use crate::format::{gguf_model, gguf_ranged, safetensors};
 use crate::model::weights::ModelWeights;
 use crate::tokenizer::Tokenizer;
 
@@ -17,6 +17,9 @@ pub enum ModelFiles {
     Gguf(gguf_model::GgufModel),
     /// A Hugging Face folder.
     Hf(safetensors::HfFolder),
+    /// A GGUF file (or split set) read a range at a time, never held whole: only a GPU load
+    /// takes it (the tensors go to the device a group at a time).
+    Ranged(gguf_ranged::RangedGguf),
 }
 
 /// GGUF's magic bytes.
@@ -74,16 +77,25 @@ impl ModelFiles {
     pub fn file_count(&self) -> usize {
         match self {
             ModelFiles::Gguf(g) => g.parts().len(),
+            ModelFiles::Ranged(r) => r.model().parts().len(),
             ModelFiles::Hf(_) => 1,
         }
     }
 
     /// The bytes of each file of a GGUF model, in part order (none for a Hugging Face folder,
-    /// whose files are read into tensors).
+    /// whose files are read into tensors, or for files read a range at a time).
     pub fn file_data(&self) -> Vec<&[u8]> {
         match self {
             ModelFiles::Gguf(g) => g.parts().iter().map(|p| &p.bytes[..]).collect(),
-            ModelFiles::Hf(_) => Vec::new(),
+            ModelFiles::Hf(_) | ModelFiles::Ranged(_) => Vec::new(),
+        }
+    }
+
+    /// The tensors' bytes as stored, summed.
+    pub fn weight_bytes(&self) -> Result<u64> {
+        match self {
+            ModelFiles::Ranged(r) => Ok(r.layout().weight_bytes()),
+            _ => Ok(self.weights()?.weight_bytes()),
         }
     }
 
@@ -91,15 +103,23 @@ impl ModelFiles {
     pub fn name(&self) -> &str {
         match self {
             ModelFiles::Gguf(g) => g.header().file(),
+            ModelFiles::Ranged(r) => r.model().header().file(),
             ModelFiles::Hf(h) => &h.name,
         }
     }
 
-    /// Configuration and tensors, shape-checked.
+    /// Configuration and tensors, shape-checked. Files read a range at a time have no tensors
+    /// held (see [`ModelFiles::Ranged`]): an error says so.
     pub fn weights(&self) -> Result<ModelWeights<'_>> {
         match self {
             ModelFiles::Gguf(g) => g.weights(),
             ModelFiles::Hf(h) => h.load(),
+            ModelFiles::Ranged(r) => Err(Error::Unsupported {
+                file: r.layout().file.clone(),
+                what: "this use of a model read a range at a time (its tensors are read as \
+                       they go to the GPU; load its bytes for the CPU backend)"
+                    .into(),
+            }),
         }
     }
 
@@ -108,6 +128,7 @@ impl ModelFiles {
     pub fn tokenizer(&self) -> Result<Tokenizer> {
         match self {
             ModelFiles::Gguf(g) => Tokenizer::from_gguf(g.header()),
+            ModelFiles::Ranged(r) => Tokenizer::from_gguf(r.model().header()),
             ModelFiles::Hf(h) => {
                 let json = h.tokenizer_json.as_deref().ok_or_else(|| {
                     Error::format(&h.name, "no tokenizer.json in the model folder")
@@ -126,6 +147,7 @@ impl ModelFiles {
     pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<Option<ChatTemplate>> {
         match self {
             ModelFiles::Gguf(g) => ChatTemplate::from_gguf(g.header(), tokenizer),
+            ModelFiles::Ranged(r) => ChatTemplate::from_gguf(r.model().header(), tokenizer),
             ModelFiles::Hf(h) => match &h.tokenizer_config_json {
                 Some(json) => ChatTemplate::from_tokenizer_config(json, tokenizer),
                 None => Ok(None),

@@ -116,7 +116,12 @@ impl GgufModel {
     /// Every tensor described by shape and type, without its bytes (see
     /// [`layout_from_parts`]); `rope_freqs`: the bytes of [`ROPE_FREQS`] where the model has it.
     pub fn layout(&self, rope_freqs: Option<Vec<u8>>) -> Result<ModelWeights<'static>> {
-        layout_from_parts(self.header(), &self.parts, &|name| self.tensor(name), rope_freqs)
+        layout_from_parts(
+            self.header(),
+            &self.parts,
+            &|name| self.tensor(name),
+            rope_freqs,
+        )
     }
 
     /// The first file's parsed header: the model's metadata (and that file's tensor infos).

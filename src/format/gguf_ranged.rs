@@ -16,7 +16,7 @@ use crate::model::file_bytes::FileBytes;
 use crate::model::weights::{fingerprint_sample, ModelWeights, Tensor};
 
 /// Header bytes read first; each read that ends inside the header doubles it.
-const FIRST_HEADER_READ: u64 = 256 * 1024;
+const FIRST_HEADER_READ: u64 = 64 * 1024;
 
 /// A GGUF model whose files are read a range at a time from a [`ByteSource`].
 pub struct RangedGguf {

@@ -9,8 +9,8 @@
 
 pub mod gguf;
 pub mod gguf_model;
-pub mod gguf_split;
 pub mod gguf_ranged;
+pub mod gguf_split;
 pub mod gguf_stream;
 pub mod hf_config;
 pub mod safetensors;

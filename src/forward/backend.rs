@@ -74,6 +74,33 @@ impl Backend {
         })))
     }
 
+    /// [`Backend::gpu`] for a model described by `layout` whose tensors `reader` reads a group
+    /// at a time as they go to the GPU (see [`Forward::new_read`]).
+    pub async fn gpu_read(
+        ctx: GpuContext,
+        layout: &ModelWeights<'_>,
+        reader: &dyn crate::model::byte_source::TensorReader,
+        context: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        let kernels = Rc::new(KernelCache::new());
+        let forward = Forward::new_read(
+            &ctx,
+            &kernels,
+            layout,
+            reader,
+            context,
+            DEFAULT_CHUNK,
+            progress,
+        )
+        .await?;
+        Ok(Backend::Gpu(Box::new(GpuModel {
+            ctx: Rc::new(ctx),
+            forward,
+            kernels,
+        })))
+    }
+
     /// Loads `weights` for the CPU with a KV cache of `context` positions.
     pub fn cpu(weights: &ModelWeights<'_>, context: usize) -> Result<Self> {
         Ok(Backend::Cpu(Box::new(CpuForward::new(

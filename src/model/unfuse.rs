@@ -57,7 +57,10 @@ fn fused_layer(name: &str) -> Option<usize> {
 }
 
 /// Whether `tensors` (a file's) hold any matrix that [`split_fused`] would split.
-pub fn stacks_any(config: &ModelConfig, tensors: &std::collections::BTreeMap<String, Tensor<'_>>) -> bool {
+pub fn stacks_any(
+    config: &ModelConfig,
+    tensors: &std::collections::BTreeMap<String, Tensor<'_>>,
+) -> bool {
     let ff2 = config.ffn_size.saturating_mul(2);
     tensors.iter().any(|(name, t)| {
         fused_layer(name).is_some_and(|layer| {

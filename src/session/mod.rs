@@ -194,23 +194,30 @@ impl Session {
         context: Option<usize>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        let weights = files.weights()?;
-        let choice = match context {
+        let gpu_context = |ctx: &GpuContext, config: &ModelConfig| match context {
             Some(n) => ContextChoice {
                 context: n,
                 reason: "asked for".into(),
             },
             None => {
                 let limits = ctx.limits();
-                let (kinds, kv_dim) = (ctx.options().kv_cache, weights.config.kv_dim());
+                let (kinds, kv_dim) = (ctx.options().kv_cache, config.kv_dim());
                 auto_context(
-                    &weights.config,
+                    config,
                     kinds.k.row_bytes(kv_dim).max(kinds.v.row_bytes(kv_dim)),
                     limits.max_storage_buffer_binding_size,
                     limits.max_buffer_size,
                 )
             }
         };
+        if let ModelFiles::Ranged(ranged) = files {
+            let layout = ranged.layout();
+            let choice = gpu_context(&ctx, &layout.config);
+            let forward = Backend::gpu_read(ctx, layout, ranged, choice.context, progress).await?;
+            return Self::with_backend(files, forward, choice, ranged.fingerprint()?);
+        }
+        let weights = files.weights()?;
+        let choice = gpu_context(&ctx, &weights.config);
         let forward = Backend::gpu(ctx, &weights, choice.context, progress).await?;
         Self::with_backend(files, forward, choice, weights.fingerprint())
     }

@@ -32,4 +32,5 @@ mod phi3;
 mod precision;
 mod qwen2;
 mod qwen3;
+mod ranged_load;
 mod rope_scaling;
