@@ -128,6 +128,12 @@ fn choice_key(
 }
 
 impl Engine {
+    /// Whether `auto` runs a model on `gpu` without timing the CPU backend against it: a
+    /// hardware adapter, or options only the GPU has.
+    pub fn runs_on_the_adapter(gpu: &GpuContext, options: &super::EngineOptions) -> bool {
+        !gpu.report().is_software() || gpu_only(options)
+    }
+
     /// Loads `files` where `auto` runs them, given the adapter it found: a hardware adapter
     /// runs the model; on a software adapter the recorded choice is reused, or both backends
     /// are timed (see the [module docs](self)) and the faster kept. A model the software
@@ -138,7 +144,7 @@ impl Engine {
         options: super::EngineOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        if !gpu.report().is_software() || gpu_only(&options) {
+        if Self::runs_on_the_adapter(&gpu, &options) {
             return Self::new(gpu, files, options, progress).await;
         }
         let report = gpu.report().clone();

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
+use super::blob_source::BlobSource;
 use super::calls::{emitter, generation_js, on_token_function, parse_call, present};
 use super::handle::Engine;
 use super::source::{self, Source};
@@ -15,6 +16,7 @@ use super::stream;
 use super::types::{EngineCounters, EngineInfo, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js};
 use crate::engine;
+use crate::format::gguf_ranged::RangedGguf;
 use crate::gpu::{DeviceChoice, GpuContext};
 use crate::loader::ModelFiles;
 use crate::session::Prompt;
@@ -71,25 +73,81 @@ impl Engine {
                 Err(e) => return Err(js_error(&e)),
             },
         };
-        let named = name.is_some();
-        let fetched = source
-            .read(name, store.as_ref(), digests.as_deref(), &mut |l, t| {
-                report("download", l, t)
-            })
-            .await
-            .map_err(|e| js_error(&e))?;
-        let (files, to_cache) = source::into_files(fetched.parts);
-        report("parse", 0, 1);
-        let files = ModelFiles::from_parts(files).map_err(|e| js_error(&e))?;
-        let weight_bytes = files.weights().map_err(|e| js_error(&e))?.weight_bytes();
-        report("parse", 1, 1);
-        let cached = source::put_in_cache(to_cache, &files).await;
-        // the caller's name, else the first part's (a split set's files in any order)
-        let model_name = if named {
-            fetched.name
-        } else {
-            files.name().to_string()
+        // A model that goes straight to the GPU is read a layer at a time where its files are
+        // Blobs (a File, a download the store holds whole): the page never holds them.
+        let straight_to_gpu = gpu.as_ref().is_some_and(|g| {
+            gpu_options.device == DeviceChoice::Gpu
+                || engine::Engine::runs_on_the_adapter(g, &options)
+        });
+        let ranged = match straight_to_gpu {
+            true => match source
+                .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
+                .await
+                .map_err(|e| js_error(&e))?
+            {
+                Some(blobs) => {
+                    report("parse", 0, 1);
+                    let blobs = BlobSource::new(blobs);
+                    let names = blobs.names();
+                    match RangedGguf::open(Rc::new(blobs), &names).await {
+                        Ok(r) => Some(r),
+                        // a file the loader must split as a whole: read whole below
+                        Err(Error::Unsupported { .. }) => None,
+                        Err(e) => return Err(js_error(&e)),
+                    }
+                }
+                None => None,
+            },
+            false => None,
         };
+        let (files, model_name, note) = match ranged {
+            Some(r) => {
+                let files = ModelFiles::Ranged(r);
+                report("parse", 1, 1);
+                let note = SourceNote {
+                    loaded_from_cache: source.is_url(),
+                    stored_in_cache: false,
+                    storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
+                    bytes_downloaded: 0,
+                    persisted: None,
+                    storage_notice: None,
+                    read_by_range: true,
+                };
+                let model_name = name.unwrap_or_else(|| files.name().to_string());
+                (files, model_name, note)
+            }
+            None => {
+                let named = name.is_some();
+                let fetched = source
+                    .read(name, store.as_ref(), digests.as_deref(), &mut |l, t| {
+                        report("download", l, t)
+                    })
+                    .await
+                    .map_err(|e| js_error(&e))?;
+                let (files, to_cache) = source::into_files(fetched.parts);
+                report("parse", 0, 1);
+                let files = ModelFiles::from_parts(files).map_err(|e| js_error(&e))?;
+                report("parse", 1, 1);
+                let cached = source::put_in_cache(to_cache, &files).await;
+                // the caller's name, else the first part's (a split set's files in any order)
+                let model_name = if named {
+                    fetched.name
+                } else {
+                    files.name().to_string()
+                };
+                let note = SourceNote {
+                    loaded_from_cache: fetched.from_cache,
+                    stored_in_cache: fetched.stored && cached.is_ok() && !fetched.from_cache,
+                    storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
+                    bytes_downloaded: fetched.downloaded,
+                    persisted: fetched.persisted,
+                    storage_notice: fetched.store_error.clone().or(cached.err()),
+                    read_by_range: false,
+                };
+                (files, model_name, note)
+            }
+        };
+        let weight_bytes = files.weight_bytes().map_err(|e| js_error(&e))?;
         let auto = options.gpu.device == DeviceChoice::Auto;
         let inner = match gpu {
             Some(gpu) if auto => {
@@ -102,14 +160,6 @@ impl Engine {
             None => engine::Engine::new_cpu(files, options, notice).await,
         }
         .map_err(|e| js_error(&e))?;
-        let note = SourceNote {
-            loaded_from_cache: fetched.from_cache,
-            stored_in_cache: fetched.stored && cached.is_ok() && !fetched.from_cache,
-            storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
-            bytes_downloaded: fetched.downloaded,
-            persisted: fetched.persisted,
-            storage_notice: fetched.store_error.clone().or(cached.err()),
-        };
         let info = inner
             .inspect(|s| {
                 EngineInfo::new(s, &model_name, weight_bytes, note)

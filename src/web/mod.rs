@@ -11,6 +11,7 @@
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
 mod batch;
+mod blob_source;
 mod calls;
 mod download;
 mod draft;

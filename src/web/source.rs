@@ -267,6 +267,59 @@ impl Source {
         Ok(out)
     }
 
+    /// The files as Blobs to read a range at a time, each with its name, where every one is a
+    /// File or Blob, or a URL whose download `store` holds whole in the Origin Private File
+    /// System; `None` otherwise (bytes, a URL to fetch, the Cache API), and where `digests`
+    /// are given (they are checked over the whole read). `name` names a single file.
+    pub async fn as_blobs(
+        &self,
+        name: Option<&str>,
+        store: Option<&Store>,
+        digests: Option<&[[u8; 32]]>,
+    ) -> Result<Option<Vec<(Blob, String)>>> {
+        if digests.is_some() {
+            return Ok(None);
+        }
+        let sources: Vec<&Source> = match self {
+            Source::Parts(parts) => parts.iter().collect(),
+            one => vec![one],
+        };
+        let single = sources.len() == 1;
+        let mut out = Vec::with_capacity(sources.len());
+        for source in sources {
+            let own = name.filter(|_| single).map(String::from);
+            let found = match (source, store) {
+                (Source::Blob(blob), _) => Some((
+                    blob.clone(),
+                    own.or_else(|| get(blob, "name").as_string())
+                        .filter(|n| !n.is_empty())
+                        .unwrap_or_else(|| "model.gguf".to_string()),
+                )),
+                (Source::Url(url), Some(Store::Opfs(s, _))) => match s.entry(url).await? {
+                    Some(entry) if entry.is_complete() => {
+                        Some((entry.blob()?, own.unwrap_or_else(|| url_file_name(url))))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            match found {
+                Some(f) => out.push(f),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Whether the files are URLs (read from the store when [`Source::as_blobs`] finds them).
+    pub fn is_url(&self) -> bool {
+        match self {
+            Source::Url(_) => true,
+            Source::Parts(parts) => parts.iter().all(Source::is_url),
+            _ => false,
+        }
+    }
+
     /// A file's size before it is opened: a File's or bytes'; a URL's is known only from its
     /// response.
     fn size_now(&self) -> Option<u64> {

@@ -194,6 +194,8 @@ pub(crate) struct SourceNote {
     pub persisted: Option<bool>,
     /// Why the download could not be kept in the store, when it could not.
     pub storage_notice: Option<String>,
+    /// The tensors went to the GPU a layer at a time, read by range from the files.
+    pub read_by_range: bool,
 }
 
 /// What `engine.info()` reports.
@@ -254,6 +256,10 @@ pub(crate) struct EngineInfo {
     /// Why the download could not be kept in the store (the model loaded without it), when it
     /// could not: a quota reached while writing, a storage error.
     storage_notice: Option<String>,
+    /// Whether the weights went to the GPU a layer at a time, read by range from the File or
+    /// the stored download, so that the page never held the files (a GPU load from a `File` or
+    /// from an Origin Private File System store); false when the files were read whole.
+    weights_read_by_range: bool,
     /// The kernel plan of this device and model (`null` on the CPU backend).
     #[tsify(type = "KernelPlanInfo | null")]
     kernel_plan: Option<crate::gpu::KernelPlan>,
@@ -351,6 +357,7 @@ impl EngineInfo {
             bytes_downloaded: source.bytes_downloaded,
             persisted: source.persisted,
             storage_notice: source.storage_notice,
+            weights_read_by_range: source.read_by_range,
             kernel_plan: session.forward().plan().cloned(),
             runs_on: session.forward().kind().name(),
             threads: match session.gpu() {
@@ -404,6 +411,7 @@ impl EngineInfo {
                 bytes_downloaded: self.bytes_downloaded,
                 persisted: self.persisted,
                 storage_notice: self.storage_notice.clone(),
+                read_by_range: self.weights_read_by_range,
             },
         );
         info.backend_notice = self.backend_notice.clone();

@@ -28,5 +28,6 @@ mod linear;
 mod loading;
 mod memory;
 mod ops;
+mod ranged;
 mod speculative;
 mod storage;
