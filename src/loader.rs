@@ -19,7 +19,7 @@ pub enum ModelFiles {
     Hf(safetensors::HfFolder),
     /// A GGUF file (or split set) read a range at a time, never held whole: only a GPU load
     /// takes it (the tensors go to the device a group at a time).
-    Ranged(gguf_ranged::RangedGguf),
+    Ranged(Box<gguf_ranged::RangedGguf>),
 }
 
 /// GGUF's magic bytes.

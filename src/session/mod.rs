@@ -213,7 +213,8 @@ impl Session {
         if let ModelFiles::Ranged(ranged) = files {
             let layout = ranged.layout();
             let choice = gpu_context(&ctx, &layout.config);
-            let forward = Backend::gpu_read(ctx, layout, ranged, choice.context, progress).await?;
+            let forward =
+                Backend::gpu_read(ctx, layout, ranged.as_ref(), choice.context, progress).await?;
             return Self::with_backend(files, forward, choice, ranged.fingerprint()?);
         }
         let weights = files.weights()?;

@@ -102,7 +102,7 @@ impl Engine {
         };
         let (files, model_name, note) = match ranged {
             Some(r) => {
-                let files = ModelFiles::Ranged(r);
+                let files = ModelFiles::Ranged(Box::new(r));
                 report("parse", 1, 1);
                 let note = SourceNote {
                     loaded_from_cache: source.is_url(),

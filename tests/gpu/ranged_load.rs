@@ -233,7 +233,7 @@ fn a_saved_conversation_moves_between_the_two_loads() {
     let next = run(&mut a, &turn, 6);
 
     let (_, ranged) = open(&[(name, bytes)]);
-    let ranged = ModelFiles::Ranged(ranged.unwrap());
+    let ranged = ModelFiles::Ranged(Box::new(ranged.unwrap()));
     let ctx = common::native_gpu(GpuOptions::default()).unwrap();
     let mut b = pollster::block_on(Session::new(ctx, &ranged, Some(64))).unwrap();
     pollster::block_on(b.restore_state(&saved, "saved")).unwrap_or_else(|e| panic!("{e}"));

@@ -73,8 +73,7 @@ async fn a_file_goes_to_the_gpu_a_layer_at_a_time() {
     let last_upload = uploads
         .iter()
         .map(|e| rust(&e))
-        .filter(|e| e["phase"] == "upload")
-        .last()
+        .rfind(|e| e["phase"] == "upload")
         .expect("upload progress");
     assert_eq!(last_upload["loaded"], weight_bytes, "{last_upload}");
     log(&format!("a File read by range: tokens {want}"));
