@@ -152,6 +152,7 @@ pub fn gguf_model(data: &[u8]) {
     if let Ok(w) = files.weights() {
         check_weights(&w);
     }
+    check_ranged(&[(FILE.to_string(), data.to_vec())], &files);
     // The tokenizer as the model's loading builds it; `tokenizer_gguf` checks tokenizers in
     // depth (every sample, both special-token modes, streamed decoding), so one round trip here.
     if let Ok(tokenizer) = files.tokenizer() {
@@ -160,6 +161,74 @@ pub fn gguf_model(data: &[u8]) {
             render(template, "Hello!");
         }
     }
+}
+
+/// Files in memory read a range at a time (a range past a file's end is an error, as a short
+/// `File` gives in the page).
+struct InMemory(Vec<Vec<u8>>);
+
+impl emberlm::model::byte_source::ByteSource for InMemory {
+    fn read(
+        &self,
+        file: usize,
+        range: std::ops::Range<u64>,
+    ) -> emberlm::model::byte_source::LocalFuture<'_, emberlm::Result<Vec<u8>>> {
+        let got = self
+            .0
+            .get(file)
+            .and_then(|f| f.get(range.start as usize..range.end as usize))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| emberlm::Error::invalid("range", format!("{range:?} past the end")));
+        Box::pin(async move { got })
+    }
+}
+
+/// Runs a future that never waits (the in-memory source's).
+fn ready<T>(f: impl std::future::Future<Output = T>) -> T {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("an in-memory read waited"),
+    }
+}
+
+/// The files read a range at a time (`RangedGguf`, the page's GPU load from a `File`) agree
+/// with `whole`, the same files read whole: where the whole files give weights, the ranged read
+/// opens (unless it refuses a file whose matrices are split on load), describes the same
+/// configuration and bytes, and reads every tensor as the whole files hold it, with the same
+/// fingerprint; where they do not, it fails without a panic.
+fn check_ranged(files: &[(String, Vec<u8>)], whole: &ModelFiles) {
+    use emberlm::format::gguf_ranged::RangedGguf;
+    use emberlm::model::byte_source::TensorReader;
+
+    let names: Vec<(String, u64)> = files.iter().map(|(n, b)| (n.clone(), b.len() as u64)).collect();
+    let source = std::rc::Rc::new(InMemory(files.iter().map(|(_, b)| b.clone()).collect()));
+    let ranged = ready(RangedGguf::open(source, &names));
+    let weights = whole.weights();
+    let (ranged, weights) = match (ranged, weights) {
+        (Ok(r), Ok(w)) => (r, w),
+        (Err(emberlm::Error::Unsupported { .. }), Ok(_)) => return,
+        (Err(e), Ok(_)) => panic!("the whole files load, read by range: {e}"),
+        (Ok(r), Err(_)) => {
+            // the whole load's error may lie in the tensors' bytes: reading them fails or not,
+            // without a panic
+            let all: Vec<String> = r.layout().tensors.keys().cloned().collect();
+            let _ = ready(r.read_tensors(&all));
+            return;
+        }
+        (Err(_), Err(_)) => return,
+    };
+    let layout = ranged.layout();
+    assert_eq!(layout.config, weights.config);
+    assert_eq!(layout.weight_bytes(), weights.weight_bytes());
+    let all: Vec<String> = layout.tensors.keys().cloned().collect();
+    assert_eq!(all, weights.tensors.keys().cloned().collect::<Vec<_>>());
+    let read = ready(ranged.read_tensors(&all)).expect("every tensor of whole files reads");
+    for (name, t) in &read {
+        assert_eq!(t.data, weights.tensors[name].data, "{name}");
+    }
+    assert_eq!(ranged.fingerprint().ok(), Some(weights.fingerprint()));
 }
 
 /// Most parts a `gguf_split` input is cut into.
@@ -205,9 +274,11 @@ pub fn gguf_split(data: &[u8]) {
         .map(|(i, p)| (p.to_vec(), format!("fuzz-{:05}.gguf", i + 1)))
         .collect();
     let count = files.len();
+    let named: Vec<(String, Vec<u8>)> = files.iter().map(|(b, n)| (n.clone(), b.clone())).collect();
     let Ok(files) = ModelFiles::from_parts(files) else {
         return;
     };
+    check_ranged(&named, &files);
     assert_eq!(files.file_count(), count);
     let _ = files.name();
     if let Ok(w) = files.weights() {

@@ -292,3 +292,41 @@ fn bad_sources_are_refused_by_name() {
     let e = e.expect_err("a stacked file").to_string();
     assert!(e.contains("stacks matrices"), "{e}");
 }
+
+/// After a lost device the engine rebuilds from the files it kept: a model read by range is
+/// read again, a layer at a time, and the conversation continues with the same tokens.
+#[test]
+fn a_lost_device_reads_the_model_again_by_range() {
+    use emberlm::chat::ChatMessage;
+    use emberlm::engine::{Engine, EngineOptions};
+    use emberlm::sampling::SamplingParams;
+    use emberlm::session::{GenerateOptions, Prompt};
+    let Some(ctx) = common::native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    let name = "tiny-llama-q4_1.gguf";
+    let (source, ranged) = open(&[(name, fixture(name))]);
+    let files = ModelFiles::Ranged(Box::new(ranged.unwrap()));
+    let engine =
+        pollster::block_on(Engine::new(ctx, files, EngineOptions::default(), &mut |_, _| {}))
+            .unwrap();
+    let options = GenerateOptions {
+        sampling: SamplingParams {
+            max_new_tokens: 8,
+            ..SamplingParams::greedy()
+        },
+        ..GenerateOptions::default()
+    };
+    let prompt = Prompt::Chat(vec![ChatMessage::new("user", "Permission is hereby granted")]);
+    let generate = || {
+        pollster::block_on(engine.generate(&prompt, &options, &mut |_| {}))
+            .map(|g| g.sequences[0].tokens.clone())
+    };
+    let want = generate().unwrap();
+    let reads = source.reads.get();
+    pollster::block_on(engine.destroy_device_for_test());
+    assert!(matches!(generate(), Err(Error::DeviceLost { .. })));
+    assert_eq!(generate().unwrap(), want);
+    assert_eq!(engine.rebuilds(), 1);
+    assert!(source.reads.get() > reads, "the rebuild read the tensors again");
+}
