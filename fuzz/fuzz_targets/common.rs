@@ -202,7 +202,10 @@ fn check_ranged(files: &[(String, Vec<u8>)], whole: &ModelFiles) {
     use emberlm::format::gguf_ranged::RangedGguf;
     use emberlm::model::byte_source::TensorReader;
 
-    let names: Vec<(String, u64)> = files.iter().map(|(n, b)| (n.clone(), b.len() as u64)).collect();
+    let names: Vec<(String, u64)> = files
+        .iter()
+        .map(|(n, b)| (n.clone(), b.len() as u64))
+        .collect();
     let source = std::rc::Rc::new(InMemory(files.iter().map(|(_, b)| b.clone()).collect()));
     let ranged = ready(RangedGguf::open(source, &names));
     let weights = whole.weights();

@@ -12,7 +12,7 @@ use web_sys::{Cache, Response};
 use super::opfs::{self, js_text, OpfsStore};
 use super::pump::{io, read_stored, Download, Sink, UrlFile};
 use super::stored::Store;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::range::{self, Resume};
 use crate::store::{self as rules, StoredRecord};
 
@@ -117,6 +117,12 @@ async fn move_from_cache_api(
         let _ = JsFuture::from(cache.delete_with_str(url)).await;
     } else {
         s.remove(url).await;
+        if !d.sink.keep {
+            // the bytes went to the store, which did not keep them: from the network instead
+            d.store_failed = None;
+            d.restart(0, None, None).await;
+            return Ok(None);
+        }
     }
     Ok(Some(moved))
 }
@@ -125,18 +131,29 @@ async fn move_from_cache_api(
 /// gave for it. `fits(total)` is called with the file's length as soon as it is known, before
 /// its body is read (to refuse a file the page cannot hold). `progress(loaded, total)` reports
 /// the bytes read so far (total 0 while unknown).
+///
+/// With `keep` false the file goes to the store only (the Origin Private File System, without
+/// a digest to check): memory holds one part at a time, the returned bytes are empty, and a
+/// store that cannot keep the file is an error rather than a notice.
 pub(crate) async fn read_url(
     url: &str,
     store: Option<&Store>,
     digest: Option<&[u8; 32]>,
     fits: &mut dyn FnMut(u64) -> Result<()>,
     progress: &mut dyn FnMut(u64, u64),
+    keep: bool,
 ) -> Result<UrlFile> {
+    if !keep && (digest.is_some() || !matches!(store, Some(Store::Opfs(..)))) {
+        return Err(Error::invalid(
+            "storage",
+            "a download kept only in the store needs the private file system and no sha256",
+        ));
+    }
     let mut d = Download {
         name: url,
         sink: Sink {
-            bytes: Vec::new(),
-            hasher: digest.map(|_| Sha256::new()),
+            keep,
+            ..Sink::keeping(digest.is_some())
         },
         writer: None,
         store_failed: None,
@@ -171,6 +188,10 @@ pub(crate) async fn read_url(
             }
             if let Some(entry) = entry {
                 let record = entry.record.clone();
+                if entry.is_complete() && !keep {
+                    // read from the store a range at a time, later: nothing to read now
+                    return Ok(d.into_stored_file(true));
+                }
                 if let (true, Some(r)) = (entry.is_complete(), &record) {
                     fits(r.bytes)?;
                     if read_stored(&mut d, &entry.blob()?, r.bytes).await
@@ -188,7 +209,12 @@ pub(crate) async fn read_url(
                 }) {
                     // a download cut off on an earlier visit: its parts, then the rest
                     fits(r.bytes)?;
-                    if read_stored(&mut d, &entry.blob()?, r.bytes).await {
+                    if !keep {
+                        // the parts stay in the store; the rest is written after them
+                        d.sink.base = entry.stored;
+                        expected = r.bytes;
+                        d.writer = Some(s.resume(r, entry.parts.len(), entry.stored).await?);
+                    } else if read_stored(&mut d, &entry.blob()?, r.bytes).await {
                         expected = r.bytes;
                         d.writer = Some(s.resume(r, entry.parts.len(), entry.stored).await?);
                     } else {
@@ -310,6 +336,13 @@ pub(crate) async fn read_url(
             let record = StoredRecord::started(url, expected, etag.clone(), modified.clone());
             match s.begin(record).await {
                 Ok(w) => d.writer = Some(w),
+                Err(e) if !keep => {
+                    cancel();
+                    return Err(io(
+                        url,
+                        format!("the store could not keep the download: {e}"),
+                    ));
+                }
                 Err(e) => d.store_failed = Some(e.to_string()),
             }
         }
@@ -321,6 +354,10 @@ pub(crate) async fn read_url(
             .saturating_add(d.sink.len().saturating_sub(before));
         match result {
             Ok(()) => break,
+            Err(e) if !keep && d.store_failed.is_some() => {
+                remove_stored(store, url).await;
+                return Err(io(url, e));
+            }
             Err(e) => {
                 d.write_tail().await;
                 failures += 1;
@@ -365,8 +402,12 @@ pub(crate) async fn read_url(
         }
     }
     if let Some(why) = d.store_failed.take() {
-        if let Some(Store::Opfs(s, _)) = store {
-            s.remove(url).await;
+        remove_stored(store, url).await;
+        if !keep {
+            return Err(io(
+                url,
+                format!("the store could not keep the download: {why}"),
+            ));
         }
         out.stored = false;
         out.store_error = Some(why);
@@ -376,6 +417,13 @@ pub(crate) async fn read_url(
     }
     out.bytes = d.sink.bytes;
     Ok(out)
+}
+
+/// Removes what the private file system store holds of `url`.
+async fn remove_stored(store: Option<&Store>, url: &str) {
+    if let Some(Store::Opfs(s, _)) = store {
+        s.remove(url).await;
+    }
 }
 
 /// The last path segment of a URL, without query or fragment.

@@ -79,37 +79,58 @@ impl Engine {
             gpu_options.device == DeviceChoice::Gpu
                 || engine::Engine::runs_on_the_adapter(g, &options)
         });
-        let ranged = match straight_to_gpu {
-            true => match source
-                .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
-                .await
-                .map_err(|e| js_error(&e))?
-            {
-                Some(blobs) => {
-                    report("parse", 0, 1);
-                    let blobs = BlobSource::new(blobs);
-                    let names = blobs.names();
-                    match RangedGguf::open(Rc::new(blobs), &names).await {
-                        Ok(r) => Some(r),
-                        // a file the loader must split as a whole: read whole below
-                        Err(Error::Unsupported { .. }) => None,
-                        Err(e) => return Err(js_error(&e)),
+        // A URL's first visit goes into the private file system store first, the page holding
+        // one part at a time, and is read back from there.
+        let mut stored_first = None;
+        let blobs = match straight_to_gpu {
+            true => {
+                let mut blobs = source
+                    .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
+                    .await
+                    .map_err(|e| js_error(&e))?;
+                if blobs.is_none() {
+                    stored_first = source
+                        .store_first(store.as_ref(), digests.as_deref(), &mut |l, t| {
+                            report("download", l, t)
+                        })
+                        .await
+                        .map_err(|e| js_error(&e))?;
+                    if stored_first.is_some() {
+                        blobs = source
+                            .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
+                            .await
+                            .map_err(|e| js_error(&e))?;
                     }
                 }
-                None => None,
-            },
+                blobs
+            }
             false => None,
+        };
+        let ranged = match blobs {
+            Some(blobs) => {
+                report("parse", 0, 1);
+                let blobs = BlobSource::new(blobs);
+                let names = blobs.names();
+                match RangedGguf::open(Rc::new(blobs), &names).await {
+                    Ok(r) => Some(r),
+                    // a file the loader must split as a whole: read whole below
+                    Err(Error::Unsupported { .. }) => None,
+                    Err(e) => return Err(js_error(&e)),
+                }
+            }
+            None => None,
         };
         let (files, model_name, note) = match ranged {
             Some(r) => {
                 let files = ModelFiles::Ranged(Box::new(r));
                 report("parse", 1, 1);
+                let fetched = stored_first.as_ref();
                 let note = SourceNote {
-                    loaded_from_cache: source.is_url(),
-                    stored_in_cache: false,
+                    loaded_from_cache: source.is_url() && fetched.is_none_or(|f| f.from_store),
+                    stored_in_cache: fetched.is_some_and(|f| !f.from_store),
                     storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
-                    bytes_downloaded: 0,
-                    persisted: None,
+                    bytes_downloaded: fetched.map_or(0, |f| f.downloaded),
+                    persisted: fetched.and_then(|f| f.persisted),
                     storage_notice: None,
                     read_by_range: true,
                 };
@@ -135,12 +156,16 @@ impl Engine {
                 } else {
                     files.name().to_string()
                 };
+                // a file stored first and then read whole (a matrix split on load) came from
+                // the network all the same
+                let first = stored_first.as_ref().filter(|f| !f.from_store);
                 let note = SourceNote {
-                    loaded_from_cache: fetched.from_cache,
-                    stored_in_cache: fetched.stored && cached.is_ok() && !fetched.from_cache,
+                    loaded_from_cache: fetched.from_cache && first.is_none(),
+                    stored_in_cache: (fetched.stored && cached.is_ok() && !fetched.from_cache)
+                        || first.is_some(),
                     storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
-                    bytes_downloaded: fetched.downloaded,
-                    persisted: fetched.persisted,
+                    bytes_downloaded: fetched.downloaded + first.map_or(0, |f| f.downloaded),
+                    persisted: fetched.persisted.or(first.and_then(|f| f.persisted)),
                     storage_notice: fetched.store_error.clone().or(cached.err()),
                     read_by_range: false,
                 };

@@ -44,45 +44,85 @@ pub(super) fn io(what: &str, message: impl Into<String>) -> Error {
 }
 
 /// The file's bytes as they arrive, and their digest when one is to be checked.
+///
+/// A sink that keeps the file holds every byte; one that does not (a download written to the
+/// store only, to be read back a range at a time) holds only what the store has not yet taken:
+/// at most one part and the chunk that arrived last.
 pub(super) struct Sink {
+    /// The bytes held: the file's from byte `base` on.
     pub(super) bytes: Vec<u8>,
+    /// Bytes before `bytes[0]`, handed to the store and let go (always 0 when keeping).
+    pub(super) base: u64,
+    /// Whether the file's bytes are kept in memory (to parse it whole).
+    pub(super) keep: bool,
     pub(super) hasher: Option<Sha256>,
 }
 
 impl Sink {
+    /// A sink that keeps every byte, hashing them when `hash`.
+    pub(super) fn keeping(hash: bool) -> Self {
+        Self {
+            bytes: Vec::new(),
+            base: 0,
+            keep: true,
+            hasher: hash.then(Sha256::new),
+        }
+    }
+
     /// Reserves room for `more` bytes beyond those held (a growing buffer would pass through
     /// twice the file's size, and wasm memory never shrinks); where it cannot, the buffer grows
-    /// as bytes arrive and fails then with the numbers.
+    /// as bytes arrive and fails then with the numbers. Nothing for a sink that does not keep.
     pub(super) fn reserve(&mut self, more: u64) {
         let _ = self.try_reserve(more);
     }
 
     /// Reserves room for exactly `more` bytes beyond those held; `false` where the page's
-    /// memory cannot hold them.
+    /// memory cannot hold them (always `true` for a sink that does not keep).
     pub(super) fn try_reserve(&mut self, more: u64) -> bool {
-        usize::try_from(more).is_ok_and(|n| self.bytes.try_reserve_exact(n).is_ok())
+        !self.keep || usize::try_from(more).is_ok_and(|n| self.bytes.try_reserve_exact(n).is_ok())
     }
 
     pub(super) fn reset(&mut self) {
         self.bytes.clear();
+        self.base = 0;
         if self.hasher.is_some() {
             self.hasher = Some(Sha256::new());
         }
     }
 
+    /// Bytes of the file received so far (held or let go).
     pub(super) fn len(&self) -> u64 {
-        self.bytes.len() as u64
+        self.base.saturating_add(self.bytes.len() as u64)
+    }
+
+    /// The index in `bytes` of the file's byte `at` (past the end where `at` was let go).
+    fn index(&self, at: u64) -> usize {
+        at.checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Lets go of the bytes before the file's byte `at` (what the store has taken), unless the
+    /// sink keeps the file.
+    fn release(&mut self, at: u64) {
+        if self.keep {
+            return;
+        }
+        let n = self.index(at).min(self.bytes.len());
+        self.bytes.drain(..n);
+        self.base = self.base.saturating_add(n as u64);
     }
 
     pub(super) fn push(&mut self, chunk: &Uint8Array, what: &str) -> Result<()> {
         let start = self.bytes.len();
         let n = chunk.length() as usize;
+        let held = self.len();
         let too_big = || {
             io(
                 what,
                 format!(
                     "{} bytes do not fit in this page's memory (wasm32 allows at most 4 GiB)",
-                    start.saturating_add(n)
+                    held.saturating_add(n as u64)
                 ),
             )
         };
@@ -143,6 +183,11 @@ impl Download<'_> {
                 .push(&chunk, self.name)
                 .map_err(|e| e.to_string())?;
             self.write_whole_parts().await;
+            if let (false, Some(why)) = (self.sink.keep, &self.store_failed) {
+                // the bytes the store took are gone from memory: nothing to go on with
+                let _ = reader.cancel();
+                return Err(format!("the store could not keep the download: {why}"));
+            }
             let loaded = self.sink.len();
             if loaded - reported >= PROGRESS_STEP {
                 reported = loaded;
@@ -159,12 +204,12 @@ impl Download<'_> {
             return;
         };
         loop {
-            let from = usize::try_from(w.committed()).unwrap_or(usize::MAX);
+            let from = self.sink.index(w.committed());
             let Some(part) = self.sink.bytes.get(from..from.saturating_add(PART_BYTES)) else {
-                return;
+                break;
             };
             if part.len() < PART_BYTES {
-                return;
+                break;
             }
             if let Err(e) = w.write_part(part).await {
                 self.writer = None;
@@ -172,6 +217,7 @@ impl Download<'_> {
                 return;
             }
         }
+        self.sink.release(w.committed());
     }
 
     /// Writes what arrived after the last whole part as a part of its own (the connection
@@ -180,11 +226,14 @@ impl Download<'_> {
         let Some(w) = self.writer.as_mut() else {
             return;
         };
-        let from = usize::try_from(w.committed()).unwrap_or(usize::MAX);
+        let from = self.sink.index(w.committed());
         let tail = self.sink.bytes.get(from..).unwrap_or_default();
-        if let Err(e) = w.write_part(tail).await {
-            self.writer = None;
-            self.store_failed = Some(e.to_string());
+        match w.write_part(tail).await {
+            Ok(()) => self.sink.release(w.committed()),
+            Err(e) => {
+                self.writer = None;
+                self.store_failed = Some(e.to_string());
+            }
         }
     }
 
@@ -223,10 +272,7 @@ pub(crate) async fn read_all(
 ) -> Result<Vec<u8>> {
     let mut d = Download {
         name: what,
-        sink: Sink {
-            bytes: Vec::new(),
-            hasher: None,
-        },
+        sink: Sink::keeping(false),
         writer: None,
         store_failed: None,
         progress,

@@ -44,6 +44,16 @@ pub(crate) struct Fetched {
     pub store_error: Option<String>,
 }
 
+/// What [`Source::store_first`] did.
+pub(crate) struct StoredFirst {
+    /// Every file was in the store already.
+    pub from_store: bool,
+    /// Bytes received from the network.
+    pub downloaded: u64,
+    /// `navigator.storage.persist()`'s answer, when this load asked.
+    pub persisted: Option<bool>,
+}
+
 /// What `Engine.load` was given.
 pub(crate) enum Source {
     /// A URL to fetch.
@@ -220,7 +230,8 @@ impl Source {
                     let file_name = own_name.unwrap_or_else(|| url_file_name(&url));
                     let mut fits_url = |total: u64| fits(Some(total), &file_name);
                     let got =
-                        download::read_url(&url, store, digest, &mut fits_url, &mut each).await?;
+                        download::read_url(&url, store, digest, &mut fits_url, &mut each, true)
+                            .await?;
                     out.from_cache &= got.from_store;
                     out.stored &= got.stored || got.cache_after.is_some();
                     out.downloaded = out.downloaded.saturating_add(got.downloaded);
@@ -265,6 +276,55 @@ impl Source {
             .or_else(|| out.parts.first().map(|p| p.name.clone()))
             .unwrap_or_else(|| "model.gguf".to_string());
         Ok(out)
+    }
+
+    /// Downloads every file into the private file system store without the page holding it
+    /// (one part in memory at a time: [`download::read_url`] with `keep` false), so that
+    /// [`Source::as_blobs`] then finds each whole and the load reads it back a range at a time,
+    /// past what wasm32 memory could hold. Files the store holds whole already are not fetched.
+    /// `None` (nothing done) where that cannot be: a file that is not a URL, a store other than
+    /// the private file system, or digests to check over the whole read.
+    pub async fn store_first(
+        &self,
+        store: Option<&Store>,
+        digests: Option<&[[u8; 32]]>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Option<StoredFirst>> {
+        let urls: Vec<&str> = match self {
+            Source::Parts(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    Source::Url(u) => Some(u.as_str()),
+                    _ => None,
+                })
+                .collect::<Option<_>>()
+                .unwrap_or_default(),
+            Source::Url(u) => vec![u.as_str()],
+            _ => Vec::new(),
+        };
+        if urls.is_empty() || digests.is_some() || !matches!(store, Some(Store::Opfs(..))) {
+            return Ok(None);
+        }
+        let mut out = StoredFirst {
+            from_store: true,
+            downloaded: 0,
+            persisted: None,
+        };
+        let (mut done, single) = (0u64, urls.len() == 1);
+        for url in urls {
+            let at = done;
+            let mut each = |loaded: u64, total: u64| {
+                // the whole set's total is known only for one file
+                progress(at.saturating_add(loaded), if single { total } else { 0 });
+            };
+            let mut anything = |_: u64| Ok(());
+            let got = download::read_url(url, store, None, &mut anything, &mut each, false).await?;
+            out.from_store &= got.from_store;
+            out.downloaded = out.downloaded.saturating_add(got.downloaded);
+            out.persisted = out.persisted.or(got.persisted);
+            done = done.saturating_add(got.downloaded);
+        }
+        Ok(Some(out))
     }
 
     /// The files as Blobs to read a range at a time, each with its name, where every one is a

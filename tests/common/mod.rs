@@ -6,8 +6,6 @@ pub mod attention_cases;
 pub mod cpu_cases;
 pub mod cpu_kernel_cases;
 pub mod forward_cases;
-#[cfg(not(target_arch = "wasm32"))]
-#[path = "gguf_meta.rs"]
 pub mod gguf_meta;
 pub mod golden;
 pub mod kernel_cases;

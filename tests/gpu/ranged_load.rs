@@ -307,9 +307,13 @@ fn a_lost_device_reads_the_model_again_by_range() {
     let name = "tiny-llama-q4_1.gguf";
     let (source, ranged) = open(&[(name, fixture(name))]);
     let files = ModelFiles::Ranged(Box::new(ranged.unwrap()));
-    let engine =
-        pollster::block_on(Engine::new(ctx, files, EngineOptions::default(), &mut |_, _| {}))
-            .unwrap();
+    let engine = pollster::block_on(Engine::new(
+        ctx,
+        files,
+        EngineOptions::default(),
+        &mut |_, _| {},
+    ))
+    .unwrap();
     let options = GenerateOptions {
         sampling: SamplingParams {
             max_new_tokens: 8,
@@ -317,7 +321,10 @@ fn a_lost_device_reads_the_model_again_by_range() {
         },
         ..GenerateOptions::default()
     };
-    let prompt = Prompt::Chat(vec![ChatMessage::new("user", "Permission is hereby granted")]);
+    let prompt = Prompt::Chat(vec![ChatMessage::new(
+        "user",
+        "Permission is hereby granted",
+    )]);
     let generate = || {
         pollster::block_on(engine.generate(&prompt, &options, &mut |_| {}))
             .map(|g| g.sequences[0].tokens.clone())
@@ -328,5 +335,8 @@ fn a_lost_device_reads_the_model_again_by_range() {
     assert!(matches!(generate(), Err(Error::DeviceLost { .. })));
     assert_eq!(generate().unwrap(), want);
     assert_eq!(engine.rebuilds(), 1);
-    assert!(source.reads.get() > reads, "the rebuild read the tensors again");
+    assert!(
+        source.reads.get() > reads,
+        "the rebuild read the tensors again"
+    );
 }

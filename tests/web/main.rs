@@ -12,6 +12,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/peak_alloc.rs"]
+mod peak_alloc;
 
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 

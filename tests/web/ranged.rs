@@ -1,9 +1,11 @@
 //! Browser tests of the GPU load that reads a model's files a layer at a time: a `File` (and
 //! every part of a split set as Files, in any order) and a download the Origin Private File
 //! System store holds whole go to WebGPU without the page holding the files
-//! (`weightsReadByRange`), with the same greedy tokens as the load of the bytes; the CPU
-//! backend and bytes still read whole; a File shorter than its header says is refused naming
-//! it. The tiny Llama on SwiftShader.
+//! (`weightsReadByRange`), with the same greedy tokens as the load of the bytes; a URL's first
+//! visit is written to the store as it arrives and read back the same way, the page holding at
+//! most the largest tensor and 64 MiB more at any time; the CPU backend and bytes still read
+//! whole; a File shorter than its header says is refused naming it. The tiny Llama on
+//! SwiftShader, and for the memory bound a deep copy of the 256-wide one.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -123,22 +125,26 @@ async fn a_split_set_of_files_reads_by_range_in_any_order() {
 }
 
 #[wasm_bindgen_test]
-async fn a_stored_download_is_read_by_range_on_the_next_visit() {
-    let test = "a_stored_download_is_read_by_range_on_the_next_visit";
+async fn a_download_goes_to_the_store_and_is_read_back_by_range() {
+    let test = "a_download_goes_to_the_store_and_is_read_back_by_range";
     let Some(url) = common::fixture_url(test, FIXTURE) else {
         return;
     };
+    let (whole, _) = open(Uint8Array::from(fixture(FIXTURE)).into(), &on_gpu())
+        .await
+        .unwrap();
+    let want = generate_greedy(&whole).await["tokens"].clone();
     let store = format!("ranged-{}", (js_sys::Math::random() * 1e12) as u64);
     let options = json!({
         "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu"
     });
+    // the first visit: downloaded into the store, then read from there a layer at a time
     let (first, info) = open(url.as_str().into(), &options).await.unwrap();
     assert_eq!(info["storedInCache"], true, "{info}");
-    assert_eq!(
-        info["weightsReadByRange"], false,
-        "the first visit downloads: {info}"
-    );
-    let want = generate_greedy(&first).await["tokens"].clone();
+    assert_eq!(info["loadedFromCache"], false, "{info}");
+    assert_eq!(info["bytesDownloaded"], fixture(FIXTURE).len(), "{info}");
+    assert_eq!(info["weightsReadByRange"], true, "{info}");
+    assert_eq!(generate_greedy(&first).await["tokens"], want);
     let (next, info) = open(url.as_str().into(), &options).await.unwrap();
     assert_eq!(info["loadedFromCache"], true, "{info}");
     assert_eq!(info["bytesDownloaded"], 0, "{info}");
@@ -158,4 +164,84 @@ async fn a_stored_download_is_read_by_range_on_the_next_visit() {
     let (_, info) = open(url.as_str().into(), &checked).await.unwrap();
     assert_eq!(info["weightsReadByRange"], false, "{info}");
     assert_eq!(info["loadedFromCache"], true, "{info}");
+}
+
+/// Layers of [`deep_model`]: 40 of the 256-wide tiny Llama's 2.4 MB, a 95 MB file whose
+/// largest tensor is 0.5 MiB.
+const DEEP_LAYERS: usize = 40;
+
+/// The 256-wide tiny Llama with its two layers repeated to [`DEEP_LAYERS`]: a file far larger
+/// than any of its tensors, and its largest tensor's bytes.
+fn deep_model() -> (Vec<u8>, usize) {
+    use common::gguf_meta::{self, TensorBytes};
+    use emberlm::format::gguf::{GgufHeader, GgufValue};
+    let bytes = fixture("tiny-llama-256-f32.gguf");
+    let header = GgufHeader::parse(bytes, "tiny-llama-256-f32.gguf").unwrap();
+    let mut meta = header.metadata().to_vec();
+    gguf_meta::set(
+        &mut meta,
+        "llama.block_count",
+        GgufValue::U32(DEEP_LAYERS as u32),
+    );
+    let tensors: Vec<TensorBytes> = header
+        .tensors()
+        .iter()
+        .map(|t| {
+            let data = header.tensor_data(bytes, t).unwrap().to_vec();
+            (t.name.clone(), t.dims.clone(), t.dtype.ggml_id(), data)
+        })
+        .collect();
+    let (layers, rest): (Vec<_>, Vec<_>) =
+        tensors.into_iter().partition(|t| t.0.starts_with("blk."));
+    let mut out = rest;
+    for i in 0..DEEP_LAYERS {
+        let from = format!("blk.{}.", i % 2);
+        for (name, dims, dtype, data) in layers.iter().filter(|t| t.0.starts_with(&from)) {
+            let name = name.replacen(&from, &format!("blk.{i}."), 1);
+            out.push((name, dims.clone(), *dtype, data.clone()));
+        }
+    }
+    let largest = out.iter().map(|t| t.3.len()).max().unwrap_or(0);
+    (gguf_meta::write_with_tensors(&meta, &out), largest)
+}
+
+/// A URL's first visit on WebGPU holds at most its largest tensor and 64 MiB more of wasm
+/// memory at any time (what Rust allocates: the download's part in flight, a layer's tensors,
+/// the tokenizer), though its file is 95 MB; and it answers as the file's bytes loaded whole do.
+#[wasm_bindgen_test]
+async fn a_first_visit_holds_no_more_than_a_tensor_and_64_mib() {
+    let (bytes, largest) = deep_model();
+    let size = bytes.len();
+    let blob =
+        web_sys::Blob::new_with_u8_array_sequence(&Array::of1(&Uint8Array::from(bytes.as_slice())))
+            .unwrap();
+    let url = web_sys::Url::create_object_url_with_blob(&blob).unwrap();
+    let (whole, _) = open(Uint8Array::from(bytes.as_slice()).into(), &on_gpu())
+        .await
+        .unwrap();
+    drop(bytes);
+    let want = generate_greedy(&whole).await["tokens"].clone();
+    drop(whole);
+
+    let store = format!("deep-{}", (js_sys::Math::random() * 1e12) as u64);
+    let options = json!({
+        "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu"
+    });
+    let before = crate::peak_alloc::reset_live_peak();
+    let (engine, info) = open(url.as_str().into(), &options).await.unwrap();
+    let held = crate::peak_alloc::live_peak().saturating_sub(before);
+    let _ = web_sys::Url::revoke_object_url(&url);
+    log(&format!(
+        "a {size}-byte first visit held at most {held} bytes more than before it (largest \
+         tensor {largest})"
+    ));
+    assert_eq!(info["weightsReadByRange"], true, "{info}");
+    assert_eq!(info["bytesDownloaded"], size, "{info}");
+    let bound = largest + (64 << 20);
+    assert!(
+        held <= bound,
+        "the load held {held} bytes at once, more than the largest tensor and 64 MiB ({bound})"
+    );
+    assert_eq!(generate_greedy(&engine).await["tokens"], want);
+    let _ = wasm_bindgen_futures::JsFuture::from(Engine::delete_stored(url, store)).await;
 }
