@@ -9,6 +9,28 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::file_bytes::WeightBytes;
 
+/// What a quantized matrix is multiplied with on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuPrecision {
+    /// Activations quantized to 8 bits per block of 32 and integer dot products, as llama.cpp
+    /// does (the default: fast, a little further from the float64 reference).
+    #[default]
+    Int8,
+    /// Every row dequantized to f32 and multiplied with f32 activations: the GPU's f32 path's
+    /// answers (within f32 rounding), at a fraction of the speed.
+    F32,
+}
+
+impl CpuPrecision {
+    /// `"int8"` or `"f32"`: what the activations of the matrix products are.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuPrecision::Int8 => "int8",
+            CpuPrecision::F32 => "f32",
+        }
+    }
+}
+
 /// A weight matrix `[rows, cols]` in its stored type (row-major, each row a whole number of
 /// blocks), or in tiles of 16 rows where the CPU multiplies in tiles ([`super::tiled`]).
 #[derive(Debug, Clone)]
@@ -21,6 +43,8 @@ pub struct QMatrix {
     data: WeightBytes,
     /// The rows in tiles, when they are kept so.
     packed: Option<Packed>,
+    /// Rows dequantized and multiplied with f32 activations, whatever the type.
+    exact: bool,
 }
 
 impl QMatrix {
@@ -73,7 +97,28 @@ impl QMatrix {
             row_bytes,
             data,
             packed: None,
+            exact: false,
         })
+    }
+
+    /// [`Self::new`] for products in `precision`: with [`CpuPrecision::F32`] the rows stay as
+    /// stored (tiles hold them for 8-bit products only) and each is dequantized to f32 when it
+    /// is multiplied.
+    pub fn with_precision(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: impl Into<WeightBytes>,
+        name: &str,
+        precision: CpuPrecision,
+    ) -> Result<Self> {
+        match precision {
+            CpuPrecision::Int8 => Self::new(dtype, rows, cols, data, name),
+            CpuPrecision::F32 => Ok(Self {
+                exact: true,
+                ..Self::stored(dtype, rows, cols, data, name)?
+            }),
+        }
     }
 
     /// The rows moved into tiles where the CPU has them and the copy replaces the rows: bytes
@@ -131,10 +176,12 @@ impl QMatrix {
         crate::dtype::dequantize_into(self.dtype, bytes, &mut out[..self.cols], "row")
     }
 
-    /// Whether the product runs on 8-bit activations (every quantized type) or f32 (the
-    /// float types).
+    /// Whether the product runs on 8-bit activations (every quantized type, unless made for
+    /// f32 products) or f32 (the float types).
     pub fn quantizes_activations(&self) -> bool {
-        !matches!(self.dtype, DType::F32 | DType::F16 | DType::BF16) && self.cols.is_multiple_of(QK)
+        !self.exact
+            && !matches!(self.dtype, DType::F32 | DType::F16 | DType::BF16)
+            && self.cols.is_multiple_of(QK)
     }
 
     /// `y[t] = W · x[t] (+ bias)` for `x: [tokens, cols]` into `y: [tokens, rows]`.

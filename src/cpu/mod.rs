@@ -28,7 +28,7 @@ mod test_rng;
 mod tiled;
 mod tiles_vnni;
 
-pub use matmul::QMatrix;
+pub use matmul::{CpuPrecision, QMatrix};
 
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 mod web_threads;

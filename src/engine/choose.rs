@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::Engine;
 use crate::dtype::kv::KvKinds;
 use crate::error::Result;
+use crate::forward::cpu::CpuPrecision;
 use crate::gpu::{AdapterReport, GpuContext, Precision};
 use crate::loader::ModelFiles;
 use crate::model::weights::ModelWeights;
@@ -100,22 +101,30 @@ fn gpu_only(options: &super::EngineOptions) -> bool {
 
 /// The tune-store key of the choice: the adapter and driver, and what the two timings depend
 /// on (the model's shape and weight types, the context, the KV cache's kinds, the CPU's threads
-/// and instructions).
+/// and instructions, and an exact f32 CPU product where asked for).
 fn choice_key(
     report: &AdapterReport,
     weights: &ModelWeights<'_>,
-    context: Option<usize>,
+    options: &super::EngineOptions,
     kinds: KvKinds,
 ) -> TuneKey {
     let (dims, types) = crate::forward::model_shape(weights);
-    let shape = format!(
+    let mut shape = format!(
         "{dims} types={types} context={} kv={}/{} cpu={}x{}",
-        context.map_or("default".to_string(), |n| n.to_string()),
+        options
+            .context
+            .map_or("default".to_string(), |n| n.to_string()),
         kinds.k,
         kinds.v,
         crate::cpu::dot::instruction_set(),
         crate::cpu::threads(),
     );
+    if options.cpu_precision != CpuPrecision::Int8 {
+        shape.push_str(&format!(
+            " cpu-precision={}",
+            options.cpu_precision.as_str()
+        ));
+    }
     TuneKey::new(
         "backend",
         format!(
@@ -149,7 +158,7 @@ impl Engine {
         }
         let report = gpu.report().clone();
         let kinds = options.gpu.kv_cache;
-        let key = choice_key(&report, &files.weights()?, options.context, kinds);
+        let key = choice_key(&report, &files.weights()?, &options, kinds);
         let store = Store::platform();
         let stored_at = store.location(&key);
         if let Some(m) = store.load::<Measured>(&key).await {
@@ -165,7 +174,7 @@ impl Engine {
             let session = match m.backend {
                 Chosen::Cpu => {
                     drop(gpu);
-                    Session::new_cpu(&files, options.context)?
+                    Session::new_cpu_with(&files, options.context, options.cpu_precision)?
                 }
                 Chosen::Gpu => {
                     Session::new_with_progress(gpu, &files, options.context, progress).await?
@@ -174,7 +183,7 @@ impl Engine {
             return Self::chosen(session, files, options, choice).await;
         }
         // both are timed with the KV cache kinds asked for (their decode speeds differ by kind)
-        let mut cpu = Session::new_cpu(&files, options.context)?;
+        let mut cpu = Session::new_cpu_with(&files, options.context, options.cpu_precision)?;
         if cpu.forward().kv_kinds() != kinds {
             cpu.set_kv_kinds(kinds).await?;
         }

@@ -13,7 +13,10 @@ use super::load_keys::{self, Key, Kind, Scope};
 use super::EngineOptions;
 use crate::dtype::kv::{KvKind, KvKinds};
 use crate::error::{Error, Result};
-use crate::gpu::{DecodePlan, DecodePlanMode, DeviceChoice, GpuOptions, KernelOverrides};
+use crate::forward::cpu::CpuPrecision;
+use crate::gpu::{
+    DecodePlan, DecodePlanMode, DeviceChoice, GpuOptions, KernelOverrides, Precision,
+};
 use crate::session::CachePlanOptions;
 
 /// Where options come from: it decides which keys apply and how a key is named in messages.
@@ -352,6 +355,12 @@ impl LoadOptions {
                 .map_err(|e: Error| self.error("precision", strip(e)))?,
             None => Default::default(),
         };
+        // f32 asked for by name is exact on the CPU too; left out, the CPU runs 8-bit
+        // activations (its speed) and the GPU f32
+        let cpu_precision = match (self.text("precision"), precision) {
+            (Some(_), Precision::F32) => CpuPrecision::F32,
+            _ => CpuPrecision::Int8,
+        };
         let device = match self.text("backend") {
             Some(s) => s
                 .parse::<DeviceChoice>()
@@ -371,6 +380,7 @@ impl LoadOptions {
             cache_plan,
             kv_budget_mb,
             chat_template: self.text("chatTemplate").map(String::from),
+            cpu_precision,
         })
     }
 

@@ -236,3 +236,20 @@ fn every_key_has_one_normalized_form() {
 fn print_load_options_typescript() {
     print!("{}", load_keys::typescript());
 }
+
+#[test]
+fn f32_by_name_is_exact_on_the_cpu_and_nothing_else_is() {
+    use crate::forward::cpu::CpuPrecision;
+    for (v, want) in [
+        (json!({}), CpuPrecision::Int8),
+        (json!({ "precision": "auto" }), CpuPrecision::Int8),
+        (json!({ "precision": "f16" }), CpuPrecision::Int8),
+        (json!({ "precision": "f32" }), CpuPrecision::F32),
+        (
+            json!({ "precision": "F32", "backend": "cpu" }),
+            CpuPrecision::F32,
+        ),
+    ] {
+        assert_eq!(page(v.clone()).unwrap().cpu_precision, want, "{v}");
+    }
+}

@@ -55,6 +55,20 @@ pub struct EngineOptions {
     /// With a fixed KV-cache kind: the largest cache allowed, MiB (`cacheBudgetMb`); loading
     /// fails with the numbers when the context does not fit it.
     pub kv_budget_mb: Option<f64>,
+    /// What the CPU backend multiplies quantized matrices with: 8-bit activations (default),
+    /// or f32 where `precision: 'f32'` was asked for by name.
+    pub cpu_precision: crate::forward::cpu::CpuPrecision,
+}
+
+/// What `info()` and the command line say of the CPU backend's products at `precision`
+/// ([`crate::forward::Backend::precision_name`]): why 8-bit activations differ from the GPU's
+/// answers, and how to have those.
+pub fn cpu_precision_notice(precision: &str) -> Option<&'static str> {
+    (precision == "int8").then_some(
+        "the CPU backend multiplies quantized weights with activations quantized to 8 bits per \
+         block of 32, as llama.cpp does; `precision: 'f32'` (`--precision f32`) runs them in f32, \
+         as the GPU does, more slowly",
+    )
 }
 
 /// Called with the new session after every rebuild on a new device.
@@ -184,7 +198,7 @@ impl Engine {
         options: EngineOptions,
         notice: Option<String>,
     ) -> Result<Self> {
-        let session = Session::new_cpu(&files, options.context)?;
+        let session = Session::new_cpu_with(&files, options.context, options.cpu_precision)?;
         Self::from_session(session, files, options, notice).await
     }
 

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::cpu::CpuForward;
+use super::cpu::{CpuForward, CpuPrecision};
 use super::readback::{MemoryReport, Output, Readback, StepLogits};
 use super::{BatchToken, Forward, Profile, DEFAULT_CHUNK};
 use crate::candidates::SelectRequest;
@@ -103,11 +103,30 @@ impl Backend {
 
     /// Loads `weights` for the CPU with a KV cache of `context` positions.
     pub fn cpu(weights: &ModelWeights<'_>, context: usize) -> Result<Self> {
-        Ok(Backend::Cpu(Box::new(CpuForward::new(
+        Self::cpu_with(weights, context, CpuPrecision::Int8)
+    }
+
+    /// [`Backend::cpu`] with the matrix products in `precision`.
+    pub fn cpu_with(
+        weights: &ModelWeights<'_>,
+        context: usize,
+        precision: CpuPrecision,
+    ) -> Result<Self> {
+        Ok(Backend::Cpu(Box::new(CpuForward::with_precision(
             weights,
             context,
             DEFAULT_CHUNK,
+            precision,
         )?)))
+    }
+
+    /// What the matrix products run in: the GPU's precision (`f32`, `f16`), or on the CPU
+    /// `int8` (8-bit activations) or `f32` (exact).
+    pub fn precision_name(&self) -> &'static str {
+        match self {
+            Backend::Gpu(g) => g.ctx.precision().as_str(),
+            Backend::Cpu(c) => c.precision().as_str(),
+        }
     }
 
     /// Loads `weights` on the same backend (and device) as `self`: a draft model.
@@ -118,7 +137,7 @@ impl Backend {
                 forward: Forward::new(&g.ctx, &g.kernels, weights, context, DEFAULT_CHUNK).await?,
                 kernels: Rc::clone(&g.kernels),
             }))),
-            Backend::Cpu(_) => Self::cpu(weights, context),
+            Backend::Cpu(c) => Self::cpu_with(weights, context, c.precision()),
         }
     }
 

@@ -55,6 +55,7 @@ use crate::config::ModelConfig;
 use crate::config::{auto_context, default_context, ContextChoice};
 use crate::constrain::{Constraint, Grammars};
 use crate::error::{Error, Result};
+use crate::forward::cpu::CpuPrecision;
 use crate::forward::{Backend, Readback};
 use crate::gpu::GpuContext;
 use crate::loader::ModelFiles;
@@ -227,6 +228,16 @@ impl Session {
     /// model's context, at most 4096, and in WebAssembly at most what fits the address space
     /// beside the model: [`crate::forward::cpu::context_for`]).
     pub fn new_cpu(files: &ModelFiles, context: Option<usize>) -> Result<Self> {
+        Self::new_cpu_with(files, context, CpuPrecision::Int8)
+    }
+
+    /// [`Session::new_cpu`] with the matrix products in `precision` (8-bit activations, or
+    /// exact f32).
+    pub fn new_cpu_with(
+        files: &ModelFiles,
+        context: Option<usize>,
+        precision: CpuPrecision,
+    ) -> Result<Self> {
         let weights = files.weights()?;
         let choice = match context {
             Some(n) => ContextChoice {
@@ -240,7 +251,7 @@ impl Session {
                     .then_some(crate::model::file_bytes::WASM32_ADDRESS_SPACE),
             ),
         };
-        let forward = Backend::cpu(&weights, choice.context)?;
+        let forward = Backend::cpu_with(&weights, choice.context, precision)?;
         Self::with_backend(files, forward, choice, weights.fingerprint())
     }
 

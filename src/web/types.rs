@@ -231,7 +231,9 @@ pub(crate) struct EngineInfo {
     /// How attention reads long contexts at this context length (`decodePlan`):
     /// `auto (whole up to 512 keys, 256-key blocks from 513 keys, …)`.
     decode_plan: String,
-    /// The matrix products' precision on this device (`precision` resolved): `f32` or `f16`.
+    /// The matrix products' precision on this device (`precision` resolved): `f32` or `f16` on
+    /// the GPU; on the CPU backend `int8` (quantized weights meet 8-bit activations) or `f32`
+    /// (`precision: 'f32'` asked for by name: every row dequantized, the GPU's answers).
     precision: String,
     /// Why `precision: 'auto'` runs in f32 here, when it does.
     precision_notice: Option<String>,
@@ -338,17 +340,11 @@ impl EngineInfo {
                 Some(gpu) => gpu.options().decode_plan.describe(session.context() as u32),
                 None => "whole (every key in one pass per head)".into(),
             },
-            precision: match session.gpu() {
-                Some(gpu) => gpu.precision().to_string(),
-                None => "f32".into(),
-            },
+            precision: session.forward().precision_name().to_string(),
             precision_notice: match session.gpu() {
                 Some(gpu) => gpu.precision_notice().map(String::from),
-                None => Some(
-                    "the CPU backend multiplies quantized weights with activations quantized \
-                     to 8 bits per block of 32, as llama.cpp does"
-                        .into(),
-                ),
+                None => crate::engine::cpu_precision_notice(session.forward().precision_name())
+                    .map(String::from),
             },
             has_chat_template: session.has_chat_template(),
             loaded_from_cache: source.loaded_from_cache,

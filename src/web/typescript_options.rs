@@ -128,7 +128,9 @@ export interface LoadOptions {
    * Precision of the matrix products: `'f32'` (default), `'f16'` (inputs and products in f16, sums
    * in f32; needs the adapter feature `shader-f16`, an error without it) or `'auto'` (f16 on a GPU
    * that has it; f32 otherwise, and on software adapters, which emulate f16, with
-   * `engine.info().precisionNotice` saying why).
+   * `engine.info().precisionNotice` saying why). On the CPU backend quantized matrices meet 8-bit
+   * activations (`info().precision` is `'int8'`) unless `'f32'` is given by name: then every row is
+   * dequantized and multiplied in f32, the GPU's answers at a fraction of the speed.
    */
   precision?: 'f32' | 'f16' | 'auto';
   /**

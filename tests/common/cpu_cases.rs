@@ -3,7 +3,7 @@
 //! in one chunk and in small ones, decode one token at a time through the KV cache, and
 //! greedy decoding. Returns the largest |logit − f64| seen, or a message naming what failed.
 
-use emberlm::forward::cpu::CpuForward;
+use emberlm::forward::cpu::{CpuForward, CpuPrecision};
 use emberlm::forward::Readback;
 use emberlm::model::weights::ModelWeights;
 
@@ -64,6 +64,28 @@ pub fn check_model(
     decode_all: bool,
     greedy: bool,
 ) -> Result<Deltas, String> {
+    let tols = (tol, nll_tol);
+    check_model_in(
+        name,
+        weights,
+        golden,
+        tols,
+        decode_all,
+        greedy,
+        CpuPrecision::Int8,
+    )
+}
+
+/// [`check_model`] with the matrix products in `precision`; `tols` is (logits, NLL).
+pub fn check_model_in(
+    name: &str,
+    weights: &ModelWeights<'_>,
+    golden: &Golden,
+    (tol, nll_tol): (f64, f64),
+    decode_all: bool,
+    greedy: bool,
+    precision: CpuPrecision,
+) -> Result<Deltas, String> {
     let longest_seq = golden
         .results
         .iter()
@@ -75,8 +97,8 @@ pub fn check_model(
     let (mut sum, mut count) = (0.0, 0);
     let chunks: &[usize] = if decode_all { &[64, 5] } else { &[64] };
     for &chunk in chunks {
-        let mut fwd =
-            CpuForward::new(weights, context, chunk).map_err(|e| format!("{name}: {e}"))?;
+        let mut fwd = CpuForward::with_precision(weights, context, chunk, precision)
+            .map_err(|e| format!("{name}: {e}"))?;
         for r in &golden.results {
             let vocab = fwd.config().vocab_size;
             fwd.truncate(0).map_err(|e| e.to_string())?;

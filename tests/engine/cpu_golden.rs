@@ -10,6 +10,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::golden::{Golden, TINY_MODELS};
+use emberlm::forward::cpu::CpuPrecision;
 use emberlm::loader::ModelFiles;
 
 fn root() -> PathBuf {
@@ -53,6 +54,58 @@ fn tiny_models_match_f64_goldens_on_the_cpu() {
     for (model, golden) in TINY_MODELS {
         check(&fx.join(model), golden, true);
     }
+}
+
+/// The GPU path's distance from the float64 goldens (`tests/gpu/forward_golden.rs`).
+const GPU_TOL: f64 = 2e-3;
+
+/// `precision: 'f32'` by name on the CPU: every quantized tiny model (every weight type) within
+/// the GPU path's distance of the float64 goldens, prefill and decode, greedy tokens equal;
+/// where 8-bit activations (the default) are further, as llama.cpp's are.
+#[test]
+fn exact_f32_products_match_f64_goldens_as_the_gpu_does() {
+    let fx = root().join("tests/fixtures");
+    let quantized = TINY_MODELS
+        .iter()
+        .filter(|(m, _)| m.ends_with(".gguf") && !m.contains("-f32") && !m.contains("-f16"));
+    let mut n = 0;
+    for (model, golden_file) in quantized {
+        let golden =
+            Golden::parse(&std::fs::read_to_string(fx.join("golden").join(golden_file)).unwrap());
+        let files = ModelFiles::open(&fx.join(model)).unwrap();
+        let weights = files.weights().unwrap();
+        let exact = common::cpu_cases::check_model_in(
+            model,
+            &weights,
+            &golden,
+            (GPU_TOL, GPU_TOL / 2.0),
+            true,
+            true,
+            CpuPrecision::F32,
+        )
+        .unwrap_or_else(|e| panic!("f32 on the CPU: {e}"));
+        let int8 = common::cpu_cases::check_model_in(
+            model,
+            &weights,
+            &golden,
+            (f64::INFINITY, f64::INFINITY),
+            false,
+            false,
+            CpuPrecision::Int8,
+        )
+        .unwrap();
+        eprintln!(
+            "{model}: max |Δ logit| vs f64: f32 products {:.2e}, int8 activations {:.2e}",
+            exact.max, int8.max
+        );
+        assert!(
+            int8.max > GPU_TOL,
+            "{model}: 8-bit activations came within {GPU_TOL} ({:.2e}): did they run?",
+            int8.max
+        );
+        n += 1;
+    }
+    assert!(n >= 6, "only {n} quantized tiny models");
 }
 
 #[test]

@@ -245,3 +245,58 @@ async fn a_first_visit_holds_no_more_than_a_tensor_and_64_mib() {
     assert_eq!(generate_greedy(&engine).await["tokens"], want);
     let _ = wasm_bindgen_futures::JsFuture::from(Engine::delete_stored(url, store)).await;
 }
+
+/// A first visit written to the store as it arrives survives a broken connection as the whole
+/// read does: resumed with `Range` (only the rest is fetched), started over where the server
+/// ignores ranges, and, where every retry breaks, kept for the next visit, which asks only for
+/// the rest; every load reads the model back by range with the tokens of the bytes.
+#[wasm_bindgen_test]
+async fn a_first_visit_broken_off_resumes_or_restarts_by_range() {
+    let test = "a_first_visit_broken_off_resumes_or_restarts_by_range";
+    let size = fixture(FIXTURE).len();
+    let (half, cut) = (size / 2, 50_000);
+    let unique = |what: &str| format!("{what}-{}", (js_sys::Math::random() * 1e12) as u64);
+    let (whole, _) = open(Uint8Array::from(fixture(FIXTURE)).into(), &on_gpu())
+        .await
+        .unwrap();
+    let want = generate_greedy(&whole).await["tokens"].clone();
+    let stored = |store: &str| json!({ "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu" });
+    for (query, downloaded) in [
+        (format!("drop={half}&id={}", unique("r-resume")), size),
+        (
+            format!("drop={half}&id={}&norange=1", unique("r-restart")),
+            half + size,
+        ),
+    ] {
+        let Some(url) = common::fixture_url(test, FIXTURE).map(|u| format!("{u}?{query}")) else {
+            return;
+        };
+        let (engine, info) = open(url.as_str().into(), &stored(&unique("r-broken")))
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"));
+        assert_eq!(info["weightsReadByRange"], true, "{query}: {info}");
+        assert_eq!(info["bytesDownloaded"], downloaded, "{query}: {info}");
+        assert_eq!(generate_greedy(&engine).await["tokens"], want, "{query}");
+    }
+
+    // every retry breaks: the load fails keeping what came, the next asks for the rest
+    let query = format!("drop={cut}&id={}&times=4", unique("r-visit"));
+    let Some(url) = common::fixture_url(test, FIXTURE).map(|u| format!("{u}?{query}")) else {
+        return;
+    };
+    let options = stored(&unique("r-visit"));
+    let e = open(url.as_str().into(), &options)
+        .await
+        .err()
+        .expect("every retry broke: the load fails");
+    assert!(
+        e.starts_with("Io") && e.contains(&format!("{cut} bytes are kept")),
+        "{e}"
+    );
+    let (engine, info) = open(url.as_str().into(), &options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(info["bytesDownloaded"], size - cut, "{info}");
+    assert_eq!(info["weightsReadByRange"], true, "{info}");
+    assert_eq!(generate_greedy(&engine).await["tokens"], want);
+}

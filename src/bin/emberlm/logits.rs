@@ -11,14 +11,11 @@ use crate::cli::{load_engine_with, model_path};
 use crate::{CliResult, Failure};
 
 /// What the products ran in: the GPU's precision (`f32`, `f16`), or on the CPU backend
-/// `int8` (quantized weights meet activations quantized to 8 bits per 16 values; float
-/// weights meet f32 ones).
+/// `int8` (quantized weights meet activations quantized to 8 bits per block of 32; float
+/// weights meet f32 ones) or `f32` (`--precision f32`: every row dequantized).
 fn precision_of(engine: &Engine) -> &'static str {
     engine
-        .inspect(|s| match s.gpu() {
-            Some(g) => g.precision().as_str(),
-            None => "int8",
-        })
+        .inspect(|s| s.forward().precision_name())
         .unwrap_or("int8")
 }
 

@@ -11,6 +11,7 @@ use super::BatchToken;
 use crate::candidates::SelectRequest;
 use crate::config::{FillMark, KvLayout, ModelConfig};
 use crate::cpu::kv::KvRows;
+pub use crate::cpu::CpuPrecision;
 use crate::cpu::QMatrix;
 use crate::dtype::dequantize;
 use crate::dtype::kv::KvKinds;
@@ -100,6 +101,8 @@ pub struct CpuForward {
     /// The logits of the last step, `[rows, vocab]` (what [`Self::logits_row`] reads).
     logits: Vec<f32>,
     memory: MemoryReport,
+    /// What the quantized matrices are multiplied with.
+    precision: CpuPrecision,
 }
 
 impl CpuForward {
@@ -107,6 +110,16 @@ impl CpuForward {
     /// [`ModelWeights::keep`]), the vectors as f32; allocates an f32
     /// KV cache of `context` positions, builds the graph.
     pub fn new(weights: &ModelWeights<'_>, context: usize, chunk: usize) -> Result<Self> {
+        Self::with_precision(weights, context, chunk, CpuPrecision::Int8)
+    }
+
+    /// [`Self::new`] with the matrix products in `precision` (8-bit activations, or exact f32).
+    pub fn with_precision(
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+        precision: CpuPrecision,
+    ) -> Result<Self> {
         let config = weights.config.clone();
         crate::model::arch::validate(&config, &weights.file)?;
         weights.check_shapes()?;
@@ -124,7 +137,14 @@ impl CpuForward {
             held.shapes.insert(name.clone(), t.shape.clone());
             match t.shape.as_slice() {
                 &[rows, cols] => {
-                    let m = QMatrix::new(t.dtype, rows, cols, weights.keep(&t.data), name)?;
+                    let m = QMatrix::with_precision(
+                        t.dtype,
+                        rows,
+                        cols,
+                        weights.keep(&t.data),
+                        name,
+                        precision,
+                    )?;
                     held.mats.insert(name.clone(), m);
                 }
                 _ => {
@@ -163,7 +183,13 @@ impl CpuForward {
             freqs,
             logits: Vec::new(),
             memory,
+            precision,
         })
+    }
+
+    /// What the quantized matrices are multiplied with.
+    pub fn precision(&self) -> CpuPrecision {
+        self.precision
     }
 
     /// The model's configuration.
