@@ -305,17 +305,28 @@ fn logits_match_the_golden_top5_in_prefill_and_decode() {
     let prompt = r["prompt"].as_str().unwrap();
     let n = r["prompt_tokens"].as_array().unwrap().len();
     let want = &r["f64_greedy_path_top5"][0];
-    // the adapter, then the CPU backend through the same engine, in prefill and decode
-    for (device, decode) in [("gpu", false), ("gpu", true), ("cpu", false), ("cpu", true)] {
-        let mut args = vec![
-            "--device",
-            device,
+    // the adapter, then the CPU backend through the same engine, in prefill and decode, and
+    // the CPU's exact f32 products (`--precision f32`), which answer as the GPU does
+    for (backend, decode) in [
+        ("gpu", false),
+        ("gpu", true),
+        ("cpu", false),
+        ("cpu", true),
+        ("cpu-f32", false),
+        ("cpu-f32", true),
+    ] {
+        let (device, exact) = (&backend[..3], backend.ends_with("f32"));
+        let mut args = vec!["--device", device];
+        if exact {
+            args.extend(["--precision", "f32"]);
+        }
+        args.extend([
             "logits",
             "--model",
             "tests/fixtures/tiny-llama-q8_0.gguf",
             "--prompt",
             prompt,
-        ];
+        ]);
         if decode {
             args.push("--decode");
         }
@@ -327,27 +338,28 @@ fn logits_match_the_golden_top5_in_prefill_and_decode() {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["tokens"], r["prompt_tokens"]);
         assert_eq!(v["backend"], device, "{v}");
-        let precision = if device == "gpu" { "f32" } else { "int8" };
+        let gpu_like = device == "gpu" || exact;
+        let precision = if gpu_like { "f32" } else { "int8" };
         assert_eq!(v["precision"], precision, "{v}");
         let positions = v["positions"].as_array().unwrap();
         assert_eq!(positions.len(), n);
         let last = positions[n - 1].as_array().unwrap();
         assert_eq!(last.len(), 5);
-        assert_eq!(last[0][0], want[0][0], "{device} decode={decode}: {last:?}");
+        assert_eq!(last[0][0], want[0][0], "{backend} decode={decode}: {last:?}");
         // the GPU: the same five in order, within 2e-3 of f64; the CPU: the same five (the 2nd
         // and 3rd, 0.017 apart in f64, may swap), within 0.1 (0.065 measured: 8-bit
         // activations on this 64-wide random model)
-        let tolerance = if device == "gpu" { 2e-3 } else { 0.1 };
+        let tolerance = if gpu_like { 2e-3 } else { 0.1 };
         for (k, w) in want.as_array().unwrap().iter().enumerate() {
-            let got = match device {
-                "gpu" => Some(&last[k]),
-                _ => last.iter().find(|g| g[0] == w[0]),
+            let got = match gpu_like {
+                true => Some(&last[k]),
+                false => last.iter().find(|g| g[0] == w[0]),
             };
             let got =
-                got.unwrap_or_else(|| panic!("{device} decode={decode}: {w} not in {last:?}"));
-            assert_eq!(got[0], w[0], "{device} decode={decode}: {last:?}");
+                got.unwrap_or_else(|| panic!("{backend} decode={decode}: {w} not in {last:?}"));
+            assert_eq!(got[0], w[0], "{backend} decode={decode}: {last:?}");
             let d = (got[1].as_f64().unwrap() - w[1].as_f64().unwrap()).abs();
-            assert!(d <= tolerance, "{device} decode={decode}: {got} vs {w}");
+            assert!(d <= tolerance, "{backend} decode={decode}: {got} vs {w}");
         }
     }
     let (code, _, err) = emberlm(&["logits", "--model", "tests/fixtures/tiny-llama-q8_0.gguf"]);
