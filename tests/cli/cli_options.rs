@@ -129,6 +129,7 @@ fn bench_runs_on_the_cpu_backend() {
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let _ = std::fs::remove_file(&out);
     assert_eq!(v["backend"], "cpu", "{v}");
+    assert_eq!(v["precision"], "int8", "{v}");
     // the saved-conversation section, scaled to the tiny model's context of 128
     let saved = &v["saved_conversation"];
     assert_eq!(saved["conversation_tokens"], 104, "{v}");
@@ -164,6 +165,32 @@ fn bench_runs_on_the_cpu_backend() {
         "{v}"
     );
     assert_eq!(v["llama_cpp"]["available"], false, "{v}");
+    // `--precision f32` measures the exact products (it was ignored: 8-bit activations ran)
+    let (code, _, err) = emberlm(&[
+        "--device",
+        "cpu",
+        "--precision",
+        "f32",
+        "bench",
+        "--model",
+        "tests/fixtures/tiny-llama-q4_1.gguf",
+        "--prefill",
+        "8",
+        "--decode",
+        "2",
+        "--runs",
+        "1",
+        "--embed-texts",
+        "1",
+        "--out",
+        &out_arg,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("f32 products"), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(v["precision"], "f32", "{v}");
     // the GPU-only section says why it does not run here
     let (code, _, err) = emberlm(&[
         "--device",

@@ -30,7 +30,7 @@ pub fn only(model: &std::path::Path, quick: bool) -> CliResult<()> {
     let (json, lines) = if options.device == DeviceChoice::Cpu {
         eprintln!("bench: {} on the CPU backend", model.display());
         let context = bench.context(&weights);
-        let mut backend = Backend::cpu(&weights, context)?;
+        let mut backend = Backend::cpu_with(&weights, context, crate::cli::cpu_precision())?;
         bench.measure(&mut backend, context, &weights)?
     } else {
         let ctx = pollster::block_on(GpuContext::new(options))?;

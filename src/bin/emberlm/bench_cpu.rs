@@ -46,9 +46,11 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let threads = emberlm::cpu::threads();
     let isa = emberlm::cpu::dot::instruction_set();
     let cpu = cpu_name();
+    let precision = crate::cli::cpu_precision();
     eprintln!(
-        "bench: {} on the CPU backend ({cpu}, {isa}, {threads} threads)",
-        model.display()
+        "bench: {} on the CPU backend ({cpu}, {isa}, {threads} threads, {} products)",
+        model.display(),
+        precision.as_str()
     );
 
     let mut load_s = Vec::new();
@@ -57,7 +59,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         drop(session.take());
         let start = Instant::now();
         let files = ModelFiles::open(model)?;
-        let s = Session::new_cpu(&files, Some(context))?;
+        let s = Session::new_cpu_with(&files, Some(context), precision)?;
         load_s.push(start.elapsed().as_secs_f64());
         session = Some(s);
     }
@@ -145,6 +147,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let result = json!({
         "date": chrono::Local::now().to_rfc3339(),
         "backend": "cpu",
+        "precision": precision.as_str(),
         "cpu": cpu,
         "instruction_set": isa,
         "threads": threads,
@@ -216,9 +219,14 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let out = match &args.out {
         Some(p) => p.clone(),
         None => PathBuf::from("bench/results").join(format!(
-            "{}-cpu-{}-{threads}t-{}.json",
+            "{}-cpu-{}-{threads}t{}-{}.json",
             chrono::Local::now().format("%Y-%m-%d"),
             sanitize(&cpu),
+            match precision {
+                emberlm::forward::cpu::CpuPrecision::Int8 => "",
+                // exact products: a file of their own beside the default's
+                emberlm::forward::cpu::CpuPrecision::F32 => "-f32",
+            },
             sanitize(
                 &model
                     .file_stem()

@@ -257,6 +257,11 @@ mod cli {
         LOAD.get().cloned().unwrap_or_default()
     }
 
+    /// What the CPU backend multiplies quantized matrices with (`--precision f32`: exact).
+    pub fn cpu_precision() -> emberlm::forward::cpu::CpuPrecision {
+        load_options().cpu_precision
+    }
+
     /// `--ctx` where given, else the `--config` file's `contextLength`.
     pub fn context(given: Option<usize>) -> Option<usize> {
         given.or(load_options().context)
