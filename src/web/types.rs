@@ -216,6 +216,10 @@ pub(crate) struct EngineInfo {
     model: ModelInfo,
     /// KV cache length in positions.
     context_length: usize,
+    /// What set `contextLength`: `asked for`, the model's trained context, the default cap of
+    /// 4096, the device's largest storage buffer, or (the CPU backend in WebAssembly) what
+    /// fits the 4 GiB address space beside the weights; in words, with the numbers.
+    context_reason: String,
     /// How the KV cache stores K and V (`q8_0`, or `k q8_0 / v f16`).
     kv_cache: String,
     /// Bytes of K and V one more position of context costs: every layer's, or only the
@@ -332,6 +336,7 @@ impl EngineInfo {
                 eos_ids: c.eos_ids.clone(),
             },
             context_length: session.context(),
+            context_reason: session.context_choice().reason.clone(),
             kv_cache: session.forward().kv_kinds().to_string(),
             kv_bytes_per_token: session.forward().memory().kv_bytes_per_token,
             max_batch: session.batch_limit(usize::MAX),

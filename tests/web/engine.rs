@@ -101,6 +101,7 @@ async fn load_reports_progress_and_info() {
     log(&format!("info: {info}"));
     assert_eq!(info["backend"], "webgpu");
     assert_eq!(info["contextLength"], 64);
+    assert_eq!(info["contextReason"], "asked for", "{info}");
     assert_eq!(info["model"]["arch"], "llama");
     assert_eq!(info["model"]["layers"], 2);
     assert_eq!(info["model"]["vocab"], 512);
@@ -124,6 +125,12 @@ async fn bad_files_and_bad_options_are_rejected_with_their_names() {
     assert!(message(&err).contains("source"), "{}", message(&err));
 
     let engine = load("tiny-llama-q4_1.gguf").await;
+    let info = rust(&engine.info().unwrap());
+    assert_eq!(
+        (&info["contextLength"], &info["contextReason"]),
+        (&json!(128), &json!("the model's trained context")),
+        "no contextLength: the model's 128"
+    );
     let prompt = json!("The software is provided");
     for (options, names) in [
         (json!({ "topP": 1.5 }), ["topP", "top_p"]),

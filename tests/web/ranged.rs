@@ -300,3 +300,40 @@ async fn a_first_visit_broken_off_resumes_or_restarts_by_range() {
     assert_eq!(info["weightsReadByRange"], true, "{info}");
     assert_eq!(generate_greedy(&engine).await["tokens"], want);
 }
+
+/// A first visit whose file does not fit the store's quota (`navigator.storage.estimate()`
+/// answers 1000 bytes free) fails before any byte is written, with a `Quota` error giving the
+/// bytes needed and free; the store holds nothing of it.
+#[wasm_bindgen_test]
+async fn a_first_visit_past_the_quota_is_refused_before_writing() {
+    let test = "a_first_visit_past_the_quota_is_refused_before_writing";
+    let Some(url) = common::fixture_url(test, FIXTURE) else {
+        return;
+    };
+    let store = format!("quota-{}", (js_sys::Math::random() * 1e12) as u64);
+    let options = json!({
+        "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu"
+    });
+    let storage = Reflect::get(&js_sys::global(), &"navigator".into())
+        .and_then(|n| Reflect::get(&n, &"storage".into()))
+        .unwrap();
+    let small = js_sys::Function::new_no_args("return Promise.resolve({ quota: 1000, usage: 0 })");
+    Reflect::set(&storage, &"estimate".into(), &small).unwrap();
+    let result = open(url.as_str().into(), &options).await;
+    // the browser's own estimate again
+    Reflect::delete_property(
+        storage.unchecked_ref::<js_sys::Object>(),
+        &"estimate".into(),
+    )
+    .unwrap();
+    let e = result.err().expect("a file past the quota is refused");
+    let size = fixture(FIXTURE).len();
+    assert!(
+        e.starts_with("Quota") && e.contains(&size.to_string()) && e.contains("1000"),
+        "{e}"
+    );
+    let listed = wasm_bindgen_futures::JsFuture::from(Engine::list_stored(store))
+        .await
+        .unwrap();
+    assert_eq!(rust(&listed), json!([]), "nothing of the file is kept");
+}
