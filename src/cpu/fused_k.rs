@@ -157,7 +157,7 @@ fn dots<const N: usize>(
 /// unpacked row reads them, four at a time in 32-bit words: scales and mins 0–3 are the low 6
 /// bits of bytes 0–3 and 4–7; 4–7 take their low 4 bits from bytes 8–11 (low and high
 /// nibbles) and their top 2 from the top bits of bytes 0–3 and 4–7.
-fn k_scales_and_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn k_scales_and_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
     const LOW2: u32 = 0x0303_0303;
@@ -444,7 +444,7 @@ unsafe fn pair_values(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cpu::quant::{Q8Rows, UnpackedRow};
     use crate::cpu::test_rng::Lcg;
@@ -477,7 +477,7 @@ mod tests {
 
     /// Random super-blocks of `dtype` (every scale, min and value byte random) with finite f16
     /// super-scales of either sign.
-    fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> {
+    pub(crate) fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> {
         let size = block_size(dtype).unwrap();
         let mut out = Vec::with_capacity(blocks * size);
         for _ in 0..blocks {

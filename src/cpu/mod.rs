@@ -26,6 +26,7 @@ mod team;
 #[cfg(test)]
 mod test_rng;
 mod tiled;
+mod tiles_k;
 mod tiles_vnni;
 
 pub use matmul::{CpuPrecision, QMatrix};

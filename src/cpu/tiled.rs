@@ -1,5 +1,5 @@
-//! Weight matrices in tiles of 16 rows where the CPU has a tiled product (AVX-512 VNNI,
-//! [`super::tiles_vnni`]), and the same calls, declining, where it has none: the matrix
+//! Weight matrices in tiles of 16 rows where the CPU has a tiled product (AVX-512 VNNI:
+//! [`super::tiles_vnni`] for the 32-value types, [`super::tiles_k`] for Q4_K), and the same calls, declining, where it has none: the matrix
 //! product ([`super::QMatrix`]) asks here before taking its row-at-a-time path.
 //!
 //! A matrix whose rows can be kept in tiles (a covered type, whole tiles, its bytes its own or
@@ -16,7 +16,37 @@ use crate::dtype::DType;
 #[derive(Debug, Clone)]
 pub(super) struct Packed {
     #[cfg(target_arch = "x86_64")]
-    tiles: Vec<super::tiles_vnni::Tile>,
+    tiles: Tiles,
+}
+
+/// The tiles of one type family.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone)]
+enum Tiles {
+    /// Q8_0, Q4_0, Q4_1 ([`super::tiles_vnni`]).
+    Blocks(Vec<super::tiles_vnni::Tile>),
+    /// Q4_K ([`super::tiles_k`]).
+    K(Vec<super::tiles_k::KTile>),
+}
+
+/// Fills `tiles` from 16-row runs of `data` on the thread team (the file's pages are read in
+/// as the tiles are filled).
+#[cfg(target_arch = "x86_64")]
+fn fill_all<T: Send>(
+    tiles: &mut [T],
+    data: &[u8],
+    row_bytes: usize,
+    fill: impl Fn(&mut T, &[u8]) + Sync,
+) {
+    const PER_TASK: usize = 8;
+    super::run(|| {
+        super::for_each_chunk(tiles, PER_TASK, |i, tiles| {
+            for (k, t) in tiles.iter_mut().enumerate() {
+                let g = i * PER_TASK + k;
+                fill(t, &data[g * ROWS * row_bytes..][..ROWS * row_bytes]);
+            }
+        })
+    });
 }
 
 impl Packed {
@@ -25,21 +55,24 @@ impl Packed {
     pub(super) fn new(dtype: DType, rows: usize, row_bytes: usize, data: &[u8]) -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         {
-            if !super::tiles_vnni::available(dtype) || rows == 0 || !rows.is_multiple_of(ROWS) {
+            if rows == 0 || !rows.is_multiple_of(ROWS) {
+                return None;
+            }
+            if super::tiles_k::available(dtype) {
+                let mut tiles = vec![super::tiles_k::KTile::default(); rows / ROWS];
+                fill_all(&mut tiles, data, row_bytes, |t, d| t.fill(d, row_bytes));
+                return Some(Self {
+                    tiles: Tiles::K(tiles),
+                });
+            }
+            if !super::tiles_vnni::available(dtype) {
                 return None;
             }
             let mut tiles = vec![super::tiles_vnni::Tile::new(dtype)?; rows / ROWS];
-            // repacked on the team (the file's pages are read in as the tiles are filled)
-            const PER_TASK: usize = 8;
-            super::run(|| {
-                super::for_each_chunk(&mut tiles, PER_TASK, |i, tiles| {
-                    for (k, t) in tiles.iter_mut().enumerate() {
-                        let g = i * PER_TASK + k;
-                        t.fill(&data[g * ROWS * row_bytes..][..ROWS * row_bytes], row_bytes);
-                    }
-                })
-            });
-            Some(Self { tiles })
+            fill_all(&mut tiles, data, row_bytes, |t, d| t.fill(d, row_bytes));
+            Some(Self {
+                tiles: Tiles::Blocks(tiles),
+            })
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -51,7 +84,10 @@ impl Packed {
     /// Bytes held.
     pub(super) fn bytes(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
-        return self.tiles.iter().map(|t| t.bytes()).sum();
+        return match &self.tiles {
+            Tiles::Blocks(t) => t.iter().map(|t| t.bytes()).sum(),
+            Tiles::K(t) => t.iter().map(|t| t.bytes()).sum(),
+        };
         #[cfg(not(target_arch = "x86_64"))]
         0
     }
@@ -59,7 +95,10 @@ impl Packed {
     /// Row `r` dequantized into `out` (`[cols]`), as the stored row would be.
     pub(super) fn row_f32(&self, r: usize, out: &mut [f32]) -> crate::error::Result<()> {
         #[cfg(target_arch = "x86_64")]
-        return self.tiles[r / ROWS].row_f32(r % ROWS, out);
+        return match &self.tiles {
+            Tiles::Blocks(t) => t[r / ROWS].row_f32(r % ROWS, out),
+            Tiles::K(t) => t[r / ROWS].row_f32(r % ROWS, out),
+        };
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = (r, out);
@@ -79,7 +118,10 @@ impl Packed {
         {
             let tokens = q8.q.len() / q8.cols.max(1);
             for (g, out) in out.chunks_exact_mut(ROWS * tokens.max(1)).enumerate() {
-                self.tiles[first / ROWS + g].product(q8, corrections, out);
+                match &self.tiles {
+                    Tiles::Blocks(t) => t[first / ROWS + g].product(q8, corrections, out),
+                    Tiles::K(t) => t[first / ROWS + g].product(q8, out),
+                }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
