@@ -27,6 +27,7 @@ mod team;
 mod test_rng;
 mod tiled;
 mod tiles_k;
+mod tiles_q6k;
 mod tiles_vnni;
 
 pub use matmul::{CpuPrecision, QMatrix};

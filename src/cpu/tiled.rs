@@ -1,5 +1,5 @@
 //! Weight matrices in tiles of 16 rows where the CPU has a tiled product (AVX-512 VNNI:
-//! [`super::tiles_vnni`] for the 32-value types, [`super::tiles_k`] for Q4_K), and the same calls, declining, where it has none: the matrix
+//! [`super::tiles_vnni`] for the 32-value types, [`super::tiles_k`] and [`super::tiles_q6k`] for Q4_K and Q6_K), and the same calls, declining, where it has none: the matrix
 //! product ([`super::QMatrix`]) asks here before taking its row-at-a-time path.
 //!
 //! A matrix whose rows can be kept in tiles (a covered type, whole tiles, its bytes its own or
@@ -27,6 +27,8 @@ enum Tiles {
     Blocks(Vec<super::tiles_vnni::Tile>),
     /// Q4_K ([`super::tiles_k`]).
     K(Vec<super::tiles_k::KTile>),
+    /// Q6_K ([`super::tiles_q6k`]).
+    Q6k(Vec<super::tiles_q6k::Q6kTile>),
 }
 
 /// Fills `tiles` from 16-row runs of `data` on the thread team (the file's pages are read in
@@ -65,6 +67,13 @@ impl Packed {
                     tiles: Tiles::K(tiles),
                 });
             }
+            if super::tiles_q6k::available(dtype) {
+                let mut tiles = vec![super::tiles_q6k::Q6kTile::default(); rows / ROWS];
+                fill_all(&mut tiles, data, row_bytes, |t, d| t.fill(d, row_bytes));
+                return Some(Self {
+                    tiles: Tiles::Q6k(tiles),
+                });
+            }
             if !super::tiles_vnni::available(dtype) {
                 return None;
             }
@@ -87,6 +96,7 @@ impl Packed {
         return match &self.tiles {
             Tiles::Blocks(t) => t.iter().map(|t| t.bytes()).sum(),
             Tiles::K(t) => t.iter().map(|t| t.bytes()).sum(),
+            Tiles::Q6k(t) => t.iter().map(|t| t.bytes()).sum(),
         };
         #[cfg(not(target_arch = "x86_64"))]
         0
@@ -98,6 +108,7 @@ impl Packed {
         return match &self.tiles {
             Tiles::Blocks(t) => t[r / ROWS].row_f32(r % ROWS, out),
             Tiles::K(t) => t[r / ROWS].row_f32(r % ROWS, out),
+            Tiles::Q6k(t) => t[r / ROWS].row_f32(r % ROWS, out),
         };
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -121,6 +132,7 @@ impl Packed {
                 match &self.tiles {
                     Tiles::Blocks(t) => t[first / ROWS + g].product(q8, corrections, out),
                     Tiles::K(t) => t[first / ROWS + g].product(q8, out),
+                    Tiles::Q6k(t) => t[first / ROWS + g].product(q8, out),
                 }
             }
         }
