@@ -34,7 +34,7 @@ const WORDS: usize = 32;
 /// Tile bytes of nibbles per super-block.
 const STRIDE: usize = WORDS * 64;
 /// Tokens per pass (their accumulators stay in registers).
-const TOKENS: usize = 4;
+pub(super) const TOKENS: usize = 4;
 /// Super-blocks ahead of the one multiplied whose nibbles are prefetched (4 KiB, as the
 /// 32-value tiles prefetch).
 const PREFETCH: usize = 2;
@@ -143,26 +143,18 @@ impl KTile {
         assert!(self.scales.len() >= self.blocks * 8 * ROWS);
         assert!(self.mins.len() >= self.blocks * 8 * ROWS);
         assert!(q8.d.len() >= tokens * cols / 16 && q8.s.len() >= tokens * cols / 32);
-        let mut first = 0;
-        while first < tokens {
-            let n = (tokens - first).min(TOKENS);
+        in_fours(tokens, out, |first, n| {
             // SAFETY: a tile is made only where the CPU has VNNI (`available`); the lengths
             // were checked above.
-            let sums = unsafe {
+            unsafe {
                 match n {
                     1 => widen(self.tokens::<1>(q8, first)),
                     2 => widen(self.tokens::<2>(q8, first)),
                     3 => widen(self.tokens::<3>(q8, first)),
                     _ => self.tokens::<TOKENS>(q8, first),
                 }
-            };
-            for (k, row_sums) in sums.iter().take(n).enumerate() {
-                for (r, &v) in row_sums.iter().enumerate() {
-                    out[r * tokens + first + k] = v;
-                }
             }
-            first += n;
-        }
+        });
     }
 
     /// The 16 rows' products with tokens `first..first + N` of `q8`.
@@ -273,12 +265,32 @@ impl KTile {
 }
 
 /// `N` tokens' sums in the first `N` of four slots.
-fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
+pub(super) fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
     std::array::from_fn(|k| a.get(k).copied().unwrap_or([0.0; ROWS]))
 }
 
+/// Runs `pass(first, n)` over the `tokens` in groups of at most four, each giving the 16
+/// rows' sums of its `n` tokens, into `out[r · tokens + t]`.
+pub(super) fn in_fours(
+    tokens: usize,
+    out: &mut [f32],
+    mut pass: impl FnMut(usize, usize) -> [[f32; ROWS]; TOKENS],
+) {
+    let mut first = 0;
+    while first < tokens {
+        let n = (tokens - first).min(TOKENS);
+        let sums = pass(first, n);
+        for (k, row_sums) in sums.iter().take(n).enumerate() {
+            for (r, &v) in row_sums.iter().enumerate() {
+                out[r * tokens + first + k] = v;
+            }
+        }
+        first += n;
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cpu::fused_k::tests::random_row;
     use crate::cpu::quant::UnpackedRow;
@@ -294,41 +306,43 @@ mod tests {
         }
     }
 
-    /// The tile's products equal the unpacked row's dot bit for bit, for 16 and 32 rows, one to
-    /// nine super-blocks and one to nine tokens; its rows read back as stored.
-    #[test]
-    fn tiles_match_the_unpacked_rows_bit_for_bit() {
-        if !available(DType::Q4_K) {
-            eprintln!("no Q4_K tiles on this CPU");
-            return;
-        }
-        let mut rng = Lcg(0x71e5);
+    /// `fill` / `product` / `row_f32` of a tile type: its products equal the unpacked row's
+    /// dot bit for bit, for 16 and 32 random rows of `dtype` (`block` bytes per super-block),
+    /// one to nine super-blocks and one to nine tokens; its rows read back as stored.
+    pub(in crate::cpu) fn check_tiles<T: Default>(
+        dtype: DType,
+        block: usize,
+        fill: fn(&mut T, &[u8], usize),
+        product: fn(&T, &Q8Rows, &mut [f32]),
+        row_f32: fn(&T, usize, &mut [f32]) -> crate::error::Result<()>,
+    ) {
+        let mut rng = Lcg(0x71e5 ^ block as u64);
         for blocks in [1usize, 2, 3, 8, 9] {
             let cols = blocks * QK_K;
             for rows in [16usize, 32] {
                 let data: Vec<u8> = (0..rows)
-                    .flat_map(|_| random_row(&mut rng, DType::Q4_K, blocks))
+                    .flat_map(|_| random_row(&mut rng, dtype, blocks))
                     .collect();
-                let row_bytes = blocks * BLOCK;
-                let tiles: Vec<KTile> = data
+                let row_bytes = blocks * block;
+                let tiles: Vec<T> = data
                     .chunks_exact(ROWS * row_bytes)
                     .map(|d| {
-                        let mut t = KTile::default();
-                        t.fill(d, row_bytes);
+                        let mut t = T::default();
+                        fill(&mut t, d, row_bytes);
                         t
                     })
                     .collect();
+                let row = |g: usize, r: usize| &data[(g * ROWS + r) * row_bytes..][..row_bytes];
                 for tokens in [1usize, 2, 3, 4, 5, 9] {
                     let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
                     let mut q8 = Q8Rows::default();
                     q8.quantize(&x, cols);
                     for (g, tile) in tiles.iter().enumerate() {
                         let mut got = vec![f32::NAN; ROWS * tokens];
-                        tile.product(&q8, &mut got);
+                        product(tile, &q8, &mut got);
                         for r in 0..ROWS {
-                            let row = &data[(g * ROWS + r) * row_bytes..][..row_bytes];
                             let mut unpacked = UnpackedRow::with_cols(cols);
-                            unpacked.unpack(DType::Q4_K, row);
+                            unpacked.unpack(dtype, row(g, r));
                             for t in 0..tokens {
                                 let (q, d, s) = q8.row(t);
                                 let want = unpacked.dot(q, d, s);
@@ -336,7 +350,9 @@ mod tests {
                                 assert_eq!(
                                     got.to_bits(),
                                     want.to_bits(),
-                                    "{blocks} super-blocks, row {r} of tile {g}, token {t} of {tokens}: {got} vs {want}"
+                                    "{} × {blocks}, row {r} of tile {g}, token {t} of {tokens}: \
+                                     {got} vs {want}",
+                                    dtype.name()
                                 );
                             }
                         }
@@ -344,11 +360,10 @@ mod tests {
                 }
                 for (g, tile) in tiles.iter().enumerate() {
                     for r in 0..ROWS {
-                        let row = &data[(g * ROWS + r) * row_bytes..][..row_bytes];
                         let mut want = vec![0.0f32; cols];
-                        crate::dtype::dequantize_into(DType::Q4_K, row, &mut want, "row").unwrap();
+                        crate::dtype::dequantize_into(dtype, row(g, r), &mut want, "row").unwrap();
                         let mut got = vec![f32::NAN; cols];
-                        tile.row_f32(r, &mut got).unwrap();
+                        row_f32(tile, r, &mut got).unwrap();
                         assert!(got
                             .iter()
                             .zip(&want)
@@ -357,5 +372,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn tiles_match_the_unpacked_rows_bit_for_bit() {
+        if !available(DType::Q4_K) {
+            eprintln!("no Q4_K tiles on this CPU");
+            return;
+        }
+        check_tiles(
+            DType::Q4_K,
+            BLOCK,
+            KTile::fill,
+            KTile::product,
+            KTile::row_f32,
+        );
     }
 }

@@ -19,6 +19,7 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Q8Rows, TILE_ROWS as ROWS};
+use super::tiles_k::{in_fours, widen, TOKENS};
 use crate::dtype::DType;
 
 /// Values per super-block.
@@ -31,8 +32,6 @@ const QL_WORDS: usize = 32;
 const QH_WORDS: usize = 16;
 /// Tile bytes of values per super-block.
 const STRIDE: usize = (QL_WORDS + QH_WORDS) * 64;
-/// Tokens per pass.
-const TOKENS: usize = 4;
 /// Super-blocks ahead of the one multiplied whose values are prefetched.
 const PREFETCH: usize = 2;
 
@@ -124,26 +123,18 @@ impl Q6kTile {
         assert!(self.values.len() >= self.blocks * STRIDE);
         assert!(self.scales.len() >= self.blocks * 16 * ROWS && self.d.len() >= self.blocks * ROWS);
         assert!(q8.d.len() >= tokens * cols / 16 && q8.isum.len() >= tokens * cols / 16);
-        let mut first = 0;
-        while first < tokens {
-            let n = (tokens - first).min(TOKENS);
+        in_fours(tokens, out, |first, n| {
             // SAFETY: a tile is made only where the CPU has VNNI (`available`); the lengths
             // were checked above.
-            let sums = unsafe {
+            unsafe {
                 match n {
                     1 => widen(self.tokens::<1>(q8, first)),
                     2 => widen(self.tokens::<2>(q8, first)),
                     3 => widen(self.tokens::<3>(q8, first)),
                     _ => self.tokens::<TOKENS>(q8, first),
                 }
-            };
-            for (k, row_sums) in sums.iter().take(n).enumerate() {
-                for (r, &v) in row_sums.iter().enumerate() {
-                    out[r * tokens + first + k] = v;
-                }
             }
-            first += n;
-        }
+        });
     }
 
     /// The 16 rows' products with tokens `first..first + N` of `q8`.
@@ -216,81 +207,22 @@ impl Q6kTile {
     }
 }
 
-/// `N` tokens' sums in the first `N` of four slots.
-fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
-    std::array::from_fn(|k| a.get(k).copied().unwrap_or([0.0; ROWS]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::fused_k::tests::random_row;
-    use crate::cpu::quant::UnpackedRow;
-    use crate::cpu::test_rng::Lcg;
 
-    /// The tile's products equal the unpacked row's dot bit for bit, for 16 and 32 rows, one to
-    /// nine super-blocks and one to nine tokens; its rows read back as stored.
     #[test]
     fn tiles_match_the_unpacked_rows_bit_for_bit() {
         if !available(DType::Q6_K) {
             eprintln!("no Q6_K tiles on this CPU");
             return;
         }
-        let mut rng = Lcg(0x6e5);
-        for blocks in [1usize, 2, 3, 8, 9] {
-            let cols = blocks * QK_K;
-            for rows in [16usize, 32] {
-                let data: Vec<u8> = (0..rows)
-                    .flat_map(|_| random_row(&mut rng, DType::Q6_K, blocks))
-                    .collect();
-                let row_bytes = blocks * BLOCK;
-                let tiles: Vec<Q6kTile> = data
-                    .chunks_exact(ROWS * row_bytes)
-                    .map(|d| {
-                        let mut t = Q6kTile::default();
-                        t.fill(d, row_bytes);
-                        t
-                    })
-                    .collect();
-                for tokens in [1usize, 2, 3, 4, 5, 9] {
-                    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
-                    let mut q8 = Q8Rows::default();
-                    q8.quantize(&x, cols);
-                    for (g, tile) in tiles.iter().enumerate() {
-                        let mut got = vec![f32::NAN; ROWS * tokens];
-                        tile.product(&q8, &mut got);
-                        for r in 0..ROWS {
-                            let row = &data[(g * ROWS + r) * row_bytes..][..row_bytes];
-                            let mut unpacked = UnpackedRow::with_cols(cols);
-                            unpacked.unpack(DType::Q6_K, row);
-                            for t in 0..tokens {
-                                let (q, d, s) = q8.row(t);
-                                let want = unpacked.dot(q, d, s);
-                                let got = got[r * tokens + t];
-                                assert_eq!(
-                                    got.to_bits(),
-                                    want.to_bits(),
-                                    "{blocks} super-blocks, row {r} of tile {g}, token {t} of \
-                                     {tokens}: {got} vs {want}"
-                                );
-                            }
-                        }
-                    }
-                }
-                for (g, tile) in tiles.iter().enumerate() {
-                    for r in 0..ROWS {
-                        let row = &data[(g * ROWS + r) * row_bytes..][..row_bytes];
-                        let mut want = vec![0.0f32; cols];
-                        crate::dtype::dequantize_into(DType::Q6_K, row, &mut want, "row").unwrap();
-                        let mut got = vec![f32::NAN; cols];
-                        tile.row_f32(r, &mut got).unwrap();
-                        assert!(got
-                            .iter()
-                            .zip(&want)
-                            .all(|(a, b)| a.to_bits() == b.to_bits()));
-                    }
-                }
-            }
-        }
+        super::super::tiles_k::tests::check_tiles(
+            DType::Q6_K,
+            BLOCK,
+            Q6kTile::fill,
+            Q6kTile::product,
+            Q6kTile::row_f32,
+        );
     }
 }
