@@ -29,6 +29,16 @@ impl CpuPrecision {
             CpuPrecision::F32 => "f32",
         }
     }
+
+    /// What `info()` says of products in this precision: why 8-bit activations differ from the
+    /// GPU's answers, and how to have those; nothing for f32.
+    pub fn notice(self) -> Option<&'static str> {
+        (self == CpuPrecision::Int8).then_some(
+            "the CPU backend multiplies quantized weights with activations quantized to 8 bits \
+             per block of 32, as llama.cpp does; `precision: 'f32'` (`--precision f32`) runs \
+             them in f32, as the GPU does, more slowly",
+        )
+    }
 }
 
 /// A weight matrix `[rows, cols]` in its stored type (row-major, each row a whole number of

@@ -143,18 +143,9 @@ impl KTile {
         assert!(self.scales.len() >= self.blocks * 8 * ROWS);
         assert!(self.mins.len() >= self.blocks * 8 * ROWS);
         assert!(q8.d.len() >= tokens * cols / 16 && q8.s.len() >= tokens * cols / 32);
-        in_fours(tokens, out, |first, n| {
-            // SAFETY: a tile is made only where the CPU has VNNI (`available`); the lengths
-            // were checked above.
-            unsafe {
-                match n {
-                    1 => widen(self.tokens::<1>(q8, first)),
-                    2 => widen(self.tokens::<2>(q8, first)),
-                    3 => widen(self.tokens::<3>(q8, first)),
-                    _ => self.tokens::<TOKENS>(q8, first),
-                }
-            }
-        });
+        // SAFETY: a tile is made only where the CPU has VNNI (`available`); the lengths were
+        // checked above.
+        unsafe { in_fours(self, q8, tokens, out) };
     }
 
     /// The 16 rows' products with tokens `first..first + N` of `q8`.
@@ -163,7 +154,7 @@ impl KTile {
     /// The CPU has AVX-512 F, BW and VNNI and F16C; `q8`'s rows are the tile's width and hold
     /// the tokens asked for; the tile is filled.
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
-    unsafe fn tokens<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
+    unsafe fn pass<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
         let cols = self.blocks * QK_K;
         let halves = cols / 16;
         let mut acc = [[_mm512_setzero_ps(); 4]; N];
@@ -264,22 +255,45 @@ impl KTile {
     }
 }
 
+impl Pass for KTile {
+    unsafe fn tokens<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
+        // SAFETY: the caller's promise.
+        unsafe { self.pass::<N>(q8, first) }
+    }
+}
+
+/// A K-quant tile's pass over `N` tokens: the 16 rows' products with tokens
+/// `first..first + N` of `q8`.
+pub(super) trait Pass {
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VNNI and F16C; `q8`'s rows are the tile's width and
+    /// hold the tokens asked for; the tile is filled.
+    unsafe fn tokens<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N];
+}
+
 /// `N` tokens' sums in the first `N` of four slots.
-pub(super) fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
+fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
     std::array::from_fn(|k| a.get(k).copied().unwrap_or([0.0; ROWS]))
 }
 
-/// Runs `pass(first, n)` over the `tokens` in groups of at most four, each giving the 16
-/// rows' sums of its `n` tokens, into `out[r · tokens + t]`.
-pub(super) fn in_fours(
-    tokens: usize,
-    out: &mut [f32],
-    mut pass: impl FnMut(usize, usize) -> [[f32; ROWS]; TOKENS],
-) {
+/// `tile`'s products with the `tokens` of `q8` in passes of at most four tokens, into
+/// `out[r · tokens + t]`.
+///
+/// # Safety
+/// As [`Pass::tokens`], for every token of `q8`.
+pub(super) unsafe fn in_fours<T: Pass>(tile: &T, q8: &Q8Rows, tokens: usize, out: &mut [f32]) {
     let mut first = 0;
     while first < tokens {
         let n = (tokens - first).min(TOKENS);
-        let sums = pass(first, n);
+        // SAFETY: the caller's promise, for tokens `first..first + n`.
+        let sums = unsafe {
+            match n {
+                1 => widen(tile.tokens::<1>(q8, first)),
+                2 => widen(tile.tokens::<2>(q8, first)),
+                3 => widen(tile.tokens::<3>(q8, first)),
+                _ => tile.tokens::<TOKENS>(q8, first),
+            }
+        };
         for (k, row_sums) in sums.iter().take(n).enumerate() {
             for (r, &v) in row_sums.iter().enumerate() {
                 out[r * tokens + first + k] = v;

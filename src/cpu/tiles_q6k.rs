@@ -19,7 +19,7 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Q8Rows, TILE_ROWS as ROWS};
-use super::tiles_k::{in_fours, widen, TOKENS};
+use super::tiles_k::{in_fours, Pass};
 use crate::dtype::DType;
 
 /// Values per super-block.
@@ -123,18 +123,9 @@ impl Q6kTile {
         assert!(self.values.len() >= self.blocks * STRIDE);
         assert!(self.scales.len() >= self.blocks * 16 * ROWS && self.d.len() >= self.blocks * ROWS);
         assert!(q8.d.len() >= tokens * cols / 16 && q8.isum.len() >= tokens * cols / 16);
-        in_fours(tokens, out, |first, n| {
-            // SAFETY: a tile is made only where the CPU has VNNI (`available`); the lengths
-            // were checked above.
-            unsafe {
-                match n {
-                    1 => widen(self.tokens::<1>(q8, first)),
-                    2 => widen(self.tokens::<2>(q8, first)),
-                    3 => widen(self.tokens::<3>(q8, first)),
-                    _ => self.tokens::<TOKENS>(q8, first),
-                }
-            }
-        });
+        // SAFETY: a tile is made only where the CPU has VNNI (`available`); the lengths were
+        // checked above.
+        unsafe { in_fours(self, q8, tokens, out) };
     }
 
     /// The 16 rows' products with tokens `first..first + N` of `q8`.
@@ -143,7 +134,7 @@ impl Q6kTile {
     /// The CPU has AVX-512 F, BW and VNNI and F16C; `q8`'s rows are the tile's width and hold
     /// the tokens asked for; the tile is filled.
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
-    unsafe fn tokens<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
+    unsafe fn pass<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
         let cols = self.blocks * QK_K;
         let halves = cols / 16;
         let mut acc = [[_mm512_setzero_ps(); 4]; N];
@@ -204,6 +195,13 @@ impl Q6kTile {
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), dot) };
         }
         out
+    }
+}
+
+impl Pass for Q6kTile {
+    unsafe fn tokens<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
+        // SAFETY: the caller's promise.
+        unsafe { self.pass::<N>(q8, first) }
     }
 }
 

@@ -60,17 +60,6 @@ pub struct EngineOptions {
     pub cpu_precision: crate::forward::cpu::CpuPrecision,
 }
 
-/// What `info()` and the command line say of the CPU backend's products at `precision`
-/// ([`crate::forward::Backend::precision_name`]): why 8-bit activations differ from the GPU's
-/// answers, and how to have those.
-pub fn cpu_precision_notice(precision: &str) -> Option<&'static str> {
-    (precision == "int8").then_some(
-        "the CPU backend multiplies quantized weights with activations quantized to 8 bits per \
-         block of 32, as llama.cpp does; `precision: 'f32'` (`--precision f32`) runs them in f32, \
-         as the GPU does, more slowly",
-    )
-}
-
 /// Called with the new session after every rebuild on a new device.
 type RebuildHook = Box<dyn FnMut(&Session)>;
 

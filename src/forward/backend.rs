@@ -129,6 +129,14 @@ impl Backend {
         }
     }
 
+    /// The CPU backend's precision (`None` on the GPU).
+    pub fn cpu_precision(&self) -> Option<CpuPrecision> {
+        match self {
+            Backend::Gpu(_) => None,
+            Backend::Cpu(c) => Some(c.precision()),
+        }
+    }
+
     /// Loads `weights` on the same backend (and device) as `self`: a draft model.
     pub async fn load_beside(&self, weights: &ModelWeights<'_>, context: usize) -> Result<Self> {
         match self {

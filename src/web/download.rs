@@ -151,10 +151,7 @@ pub(crate) async fn read_url(
     }
     let mut d = Download {
         name: url,
-        sink: Sink {
-            keep,
-            ..Sink::keeping(digest.is_some())
-        },
+        sink: Sink::new(keep, digest.is_some()),
         writer: None,
         store_failed: None,
         progress,

@@ -59,12 +59,13 @@ pub(super) struct Sink {
 }
 
 impl Sink {
-    /// A sink that keeps every byte, hashing them when `hash`.
-    pub(super) fn keeping(hash: bool) -> Self {
+    /// A sink that keeps every byte (`keep`) or only what the store has not taken, hashing
+    /// them when `hash`.
+    pub(super) fn new(keep: bool, hash: bool) -> Self {
         Self {
             bytes: Vec::new(),
             base: 0,
-            keep: true,
+            keep,
             hasher: hash.then(Sha256::new),
         }
     }
@@ -272,7 +273,7 @@ pub(crate) async fn read_all(
 ) -> Result<Vec<u8>> {
     let mut d = Download {
         name: what,
-        sink: Sink::keeping(false),
+        sink: Sink::new(true, false),
         writer: None,
         store_failed: None,
         progress,

@@ -312,17 +312,20 @@ impl Source {
         };
         let (mut done, single) = (0u64, urls.len() == 1);
         for url in urls {
-            let at = done;
+            // the file's length as its progress last said (a resumed file's counts what the
+            // store held before)
+            let mut length = 0u64;
             let mut each = |loaded: u64, total: u64| {
+                length = loaded;
                 // the whole set's total is known only for one file
-                progress(at.saturating_add(loaded), if single { total } else { 0 });
+                progress(done.saturating_add(loaded), if single { total } else { 0 });
             };
             let mut anything = |_: u64| Ok(());
             let got = download::read_url(url, store, None, &mut anything, &mut each, false).await?;
             out.from_store &= got.from_store;
             out.downloaded = out.downloaded.saturating_add(got.downloaded);
             out.persisted = out.persisted.or(got.persisted);
-            done = done.saturating_add(got.downloaded);
+            done = done.saturating_add(length);
         }
         Ok(Some(out))
     }

@@ -348,7 +348,10 @@ impl EngineInfo {
             precision: session.forward().precision_name().to_string(),
             precision_notice: match session.gpu() {
                 Some(gpu) => gpu.precision_notice().map(String::from),
-                None => crate::engine::cpu_precision_notice(session.forward().precision_name())
+                None => session
+                    .forward()
+                    .cpu_precision()
+                    .and_then(|p| p.notice())
                     .map(String::from),
             },
             has_chat_template: session.has_chat_template(),

@@ -32,6 +32,28 @@ fn on_gpu() -> Value {
     json!({ "contextLength": 64, "backend": "gpu" })
 }
 
+/// A name no other store of this page has, starting with `what`.
+fn unique(what: &str) -> String {
+    format!("{what}-{}", (js_sys::Math::random() * 1e12) as u64)
+}
+
+/// A new private file system store's name, starting with `what`, and the options of a WebGPU
+/// load that keeps its downloads there.
+fn in_new_store(what: &str) -> (String, Value) {
+    let store = unique(what);
+    let options =
+        json!({ "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu" });
+    (store, options)
+}
+
+/// The greedy tokens of `bytes` loaded whole on WebGPU (what a load read by range must give).
+async fn whole_tokens(bytes: &[u8]) -> Value {
+    let (whole, _) = open(Uint8Array::from(bytes).into(), &on_gpu())
+        .await
+        .unwrap();
+    generate_greedy(&whole).await["tokens"].clone()
+}
+
 async fn open(source: JsValue, options: &Value) -> Result<(Engine, Value), String> {
     let engine = Engine::open(source, js(options))
         .await
@@ -110,10 +132,7 @@ async fn a_split_set_of_files_reads_by_range_in_any_order() {
         let bytes = common::fetch_bytes(&url).await.unwrap();
         parts.push(JsValue::from(file(&bytes, &name)));
     }
-    let (whole, _) = open(Uint8Array::from(fixture(FIXTURE)).into(), &on_gpu())
-        .await
-        .unwrap();
-    let want = generate_greedy(&whole).await["tokens"].clone();
+    let want = whole_tokens(fixture(FIXTURE)).await;
     let list: Array = parts.into_iter().collect();
     let (engine, info) = open(list.into(), &on_gpu()).await.unwrap();
     assert_eq!(info["weightsReadByRange"], true, "{info}");
@@ -130,14 +149,8 @@ async fn a_download_goes_to_the_store_and_is_read_back_by_range() {
     let Some(url) = common::fixture_url(test, FIXTURE) else {
         return;
     };
-    let (whole, _) = open(Uint8Array::from(fixture(FIXTURE)).into(), &on_gpu())
-        .await
-        .unwrap();
-    let want = generate_greedy(&whole).await["tokens"].clone();
-    let store = format!("ranged-{}", (js_sys::Math::random() * 1e12) as u64);
-    let options = json!({
-        "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu"
-    });
+    let want = whole_tokens(fixture(FIXTURE)).await;
+    let (_, options) = in_new_store("ranged");
     // the first visit: downloaded into the store, then read from there a layer at a time
     let (first, info) = open(url.as_str().into(), &options).await.unwrap();
     assert_eq!(info["storedInCache"], true, "{info}");
@@ -216,17 +229,10 @@ async fn a_first_visit_holds_no_more_than_a_tensor_and_64_mib() {
         web_sys::Blob::new_with_u8_array_sequence(&Array::of1(&Uint8Array::from(bytes.as_slice())))
             .unwrap();
     let url = web_sys::Url::create_object_url_with_blob(&blob).unwrap();
-    let (whole, _) = open(Uint8Array::from(bytes.as_slice()).into(), &on_gpu())
-        .await
-        .unwrap();
+    let want = whole_tokens(&bytes).await;
     drop(bytes);
-    let want = generate_greedy(&whole).await["tokens"].clone();
-    drop(whole);
 
-    let store = format!("deep-{}", (js_sys::Math::random() * 1e12) as u64);
-    let options = json!({
-        "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu"
-    });
+    let (store, options) = in_new_store("deep");
     let before = crate::peak_alloc::reset_live_peak();
     let (engine, info) = open(url.as_str().into(), &options).await.unwrap();
     let held = crate::peak_alloc::live_peak().saturating_sub(before);
@@ -255,12 +261,7 @@ async fn a_first_visit_broken_off_resumes_or_restarts_by_range() {
     let test = "a_first_visit_broken_off_resumes_or_restarts_by_range";
     let size = fixture(FIXTURE).len();
     let (half, cut) = (size / 2, 50_000);
-    let unique = |what: &str| format!("{what}-{}", (js_sys::Math::random() * 1e12) as u64);
-    let (whole, _) = open(Uint8Array::from(fixture(FIXTURE)).into(), &on_gpu())
-        .await
-        .unwrap();
-    let want = generate_greedy(&whole).await["tokens"].clone();
-    let stored = |store: &str| json!({ "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu" });
+    let want = whole_tokens(fixture(FIXTURE)).await;
     for (query, downloaded) in [
         (format!("drop={half}&id={}", unique("r-resume")), size),
         (
@@ -271,7 +272,7 @@ async fn a_first_visit_broken_off_resumes_or_restarts_by_range() {
         let Some(url) = common::fixture_url(test, FIXTURE).map(|u| format!("{u}?{query}")) else {
             return;
         };
-        let (engine, info) = open(url.as_str().into(), &stored(&unique("r-broken")))
+        let (engine, info) = open(url.as_str().into(), &in_new_store("r-broken").1)
             .await
             .unwrap_or_else(|e| panic!("{query}: {e}"));
         assert_eq!(info["weightsReadByRange"], true, "{query}: {info}");
@@ -284,7 +285,7 @@ async fn a_first_visit_broken_off_resumes_or_restarts_by_range() {
     let Some(url) = common::fixture_url(test, FIXTURE).map(|u| format!("{u}?{query}")) else {
         return;
     };
-    let options = stored(&unique("r-visit"));
+    let (_, options) = in_new_store("r-visit");
     let e = open(url.as_str().into(), &options)
         .await
         .err()
@@ -310,10 +311,7 @@ async fn a_first_visit_past_the_quota_is_refused_before_writing() {
     let Some(url) = common::fixture_url(test, FIXTURE) else {
         return;
     };
-    let store = format!("quota-{}", (js_sys::Math::random() * 1e12) as u64);
-    let options = json!({
-        "cache": store, "storage": "opfs", "contextLength": 64, "backend": "gpu"
-    });
+    let (store, options) = in_new_store("quota");
     let storage = Reflect::get(&js_sys::global(), &"navigator".into())
         .and_then(|n| Reflect::get(&n, &"storage".into()))
         .unwrap();
