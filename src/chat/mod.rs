@@ -15,6 +15,8 @@
 mod functions;
 mod nesting;
 mod tojson;
+pub mod tool_calls;
+pub mod tools;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
@@ -30,6 +32,7 @@ pub use nesting::{MAX_BLOCKS, MAX_BRACKETS, MAX_OPERATORS};
 use functions::{format_filter, python_method, raise_exception, strftime_now, Raised};
 use nesting::check_nesting;
 use tojson::tojson;
+pub use tools::{AssistantCall, ToolFormat, ToolRequest};
 
 /// Name under which the template is stored in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -61,6 +64,12 @@ pub struct ChatMessage {
     pub role: String,
     /// What they say.
     pub content: String,
+    /// The calls an assistant turn made (OpenAI's `tool_calls`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<AssistantCall>,
+    /// The call a `tool` turn answers (`tool_call_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -69,7 +78,25 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+
+    /// The message as a template reads it: `role` and `content`, and `tool_calls` (OpenAI's
+    /// shape, arguments as an object) and `tool_call_id` where the message has them.
+    fn to_template(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("role".into(), self.role.clone().into());
+        m.insert("content".into(), self.content.clone().into());
+        if !self.tool_calls.is_empty() {
+            let calls = self.tool_calls.iter().map(AssistantCall::to_template);
+            m.insert("tool_calls".into(), calls.collect());
+        }
+        if let Some(id) = &self.tool_call_id {
+            m.insert("tool_call_id".into(), id.clone().into());
+        }
+        serde_json::Value::Object(m)
     }
 }
 
@@ -81,6 +108,8 @@ pub struct ChatTemplate {
     eos_token: String,
     /// Longest output of one render, in bytes.
     output_limit: usize,
+    /// How the template takes tools.
+    tool_format: ToolFormat,
 }
 
 /// How a [`ChatTemplate`] renders.
@@ -121,6 +150,7 @@ impl ChatTemplate {
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             output_limit: MAX_RENDER_BYTES,
+            tool_format: ToolFormat::of_template(source),
         })
     }
 
@@ -225,12 +255,39 @@ impl ChatTemplate {
             bos_token: String::new(),
             eos_token: String::new(),
             output_limit: MAX_RENDER_BYTES,
+            tool_format: ToolFormat::GENERIC,
         }
+    }
+
+    /// How this template takes tools: natively (it reads `tools`, in a syntax we know) or in
+    /// the generic system-prompt form.
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
     }
 
     /// Renders `messages` to prompt text. With `add_generation_prompt`, the text ends where the
     /// assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// As [`Self::render`], with the tools the model may call: a template that takes tools
+    /// natively reads them as `tools`; any other gets them in the generic form
+    /// ([`ToolRequest::messages_for`]).
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&ToolRequest>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let converted;
+        let messages = match tools {
+            Some(t) => {
+                converted = t.messages_for(self.tool_format, messages);
+                converted.as_slice()
+            }
+            None => messages,
+        };
         let env = match &self.kind {
             Kind::Jinja(env) => env,
             Kind::Plain => return Ok(render_plain(messages, add_generation_prompt)),
@@ -238,11 +295,21 @@ impl ChatTemplate {
         let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| Error::Template(e.to_string()))?;
-        let context = minijinja::context! {
-            messages => Value::from(Serde(messages)),
+        let listed: Vec<serde_json::Value> =
+            messages.iter().map(ChatMessage::to_template).collect();
+        let tools = tools
+            .filter(|_| self.tool_format.native)
+            .map(|t| Value::from(Serde(t.template_tools())));
+        let base = minijinja::context! {
+            messages => Value::from(Serde(listed)),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+        };
+        // `tools` stays undefined without tools, as templates expect.
+        let context = match tools {
+            Some(tools) => minijinja::context! { tools => tools, ..base },
+            None => base,
         };
         let mut out = CappedOutput {
             text: Vec::new(),

@@ -9,7 +9,9 @@
 //! `top_p`, `max_tokens` (chat also `max_completion_tokens`), `stop`, `seed`, `n`,
 //! `response_format`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `logprobs`,
 //! `top_logprobs` (up to 20 alternatives per token; for completions `logprobs: n`), `user`,
-//! and for completions `echo`. Defaults are OpenAI's
+//! for chat `tools`, `tool_choice` and `parallel_tool_calls` (assistant messages with
+//! `tool_calls` and `tool` messages with `tool_call_id` in the history), and for completions
+//! `echo`. Defaults are OpenAI's
 //! (temperature 1, top-p 1; `max_tokens` 16 for completions), except that `max_tokens` of a
 //! chat defaults to 256 rather than to the whole context.
 
@@ -20,10 +22,11 @@ pub mod embeddings;
 pub mod http_head;
 pub mod response;
 mod run;
+mod tool_reply;
 
 use serde_json::{Map, Value};
 
-use crate::chat::ChatMessage;
+use crate::chat::{AssistantCall, ChatMessage, ToolRequest};
 use crate::constrain::ResponseFormat;
 use crate::sampling::MAX_TOP_LOGPROBS;
 use crate::session::{GenerateOptions, Prompt};
@@ -118,6 +121,7 @@ fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>> {
     if list.is_empty() {
         return Err(bad("`messages` must hold at least one message"));
     }
+    const KNOWN: [&str; 5] = ["role", "content", "name", "tool_calls", "tool_call_id"];
     let mut out = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
         let map = m.as_object().ok_or_else(|| {
@@ -125,12 +129,10 @@ fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>> {
                 "messages[{i}] must be an object {{ role, content }}"
             ))
         })?;
-        if let Some(k) = map
-            .keys()
-            .find(|k| !["role", "content", "name"].contains(&k.as_str()))
-        {
+        if let Some(k) = map.keys().find(|k| !KNOWN.contains(&k.as_str())) {
             return Err(bad(format!(
-                "messages[{i}]: unknown field `{k}` (known: role, content, name)"
+                "messages[{i}]: unknown field `{k}` (known: {})",
+                KNOWN.join(", ")
             )));
         }
         let role = map
@@ -142,7 +144,35 @@ fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>> {
             r => r,
         };
         let content = content_text(map.get("content").unwrap_or(&Value::Null), i)?;
-        out.push(ChatMessage::new(role, content));
+        let mut message = ChatMessage::new(role, content);
+        match map.get("tool_calls") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(calls)) if role == "assistant" => {
+                for (k, c) in calls.iter().enumerate() {
+                    message.tool_calls.push(AssistantCall::from_value(c, i, k)?);
+                }
+            }
+            Some(Value::Array(_)) => {
+                return Err(bad(format!(
+                    "messages[{i}]: only assistant messages carry `tool_calls`"
+                )))
+            }
+            Some(v) => {
+                return Err(bad(format!(
+                    "messages[{i}].tool_calls must be an array, got {v}"
+                )))
+            }
+        }
+        match map.get("tool_call_id") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(id)) => message.tool_call_id = Some(id.clone()),
+            Some(v) => {
+                return Err(bad(format!(
+                    "messages[{i}].tool_call_id must be a string, got {v}"
+                )))
+            }
+        }
+        out.push(message);
     }
     Ok(out)
 }
@@ -169,7 +199,14 @@ const COMMON_FIELDS: &[&str] = &[
 /// The fields only one endpoint knows.
 fn own_fields(kind: CompletionKind) -> &'static [&'static str] {
     match kind {
-        CompletionKind::Chat => &["messages", "max_completion_tokens", "top_logprobs"],
+        CompletionKind::Chat => &[
+            "messages",
+            "max_completion_tokens",
+            "top_logprobs",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+        ],
         CompletionKind::Text => &["prompt", "echo"],
     }
 }
@@ -317,6 +354,13 @@ impl Request {
         options.top_logprobs = top as usize;
         if let Some(format) = map.get("response_format").filter(|v| !v.is_null()) {
             options.response_format = ResponseFormat::from_value(format)?;
+        }
+        if kind == CompletionKind::Chat {
+            options.tools = ToolRequest::from_openai(
+                map.get("tools"),
+                map.get("tool_choice"),
+                map.get("parallel_tool_calls"),
+            )?;
         }
         Ok(Self {
             kind,

@@ -259,6 +259,20 @@ impl ChunkWriter {
         Some(self.chunk(vec![choice]))
     }
 
+    /// A chat chunk whose delta is `delta` for choice `i` (with `role` when the choice had no
+    /// chunk yet).
+    pub fn delta(&mut self, i: usize, mut delta: Value) -> Value {
+        if self.started.len() <= i {
+            self.started.resize(i + 1, false);
+        }
+        if !self.started[i] {
+            delta["role"] = json!("assistant");
+            self.started[i] = true;
+        }
+        let choice = json!({ "index": i, "delta": delta, "logprobs": null, "finish_reason": null });
+        self.chunk(vec![choice])
+    }
+
     /// The closing chunks: one per choice with its `finish_reason` (and the generation's
     /// `warnings`), then, with `include_usage`, one with empty `choices` and the `usage`.
     pub fn finish(&mut self, g: &Generation, include_usage: bool) -> Vec<Value> {

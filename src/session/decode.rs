@@ -209,7 +209,8 @@ impl Session {
         warnings: &mut Vec<String>,
     ) -> Result<(Vec<u32>, usize, Vec<u32>)> {
         let params = &options.sampling;
-        let mut tokens = self.tokenize_prompt(prompt, options.special)?;
+        let mut tokens =
+            self.tokenize_prompt_with(prompt, options.special, options.tools.as_ref())?;
         if tokens.is_empty() {
             return Err(Error::invalid(
                 "prompt",

@@ -50,10 +50,10 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
-use crate::chat::{ChatMessage, ChatTemplate};
+use crate::chat::{tool_calls, ChatMessage, ChatTemplate, ToolFormat, ToolRequest};
 use crate::config::ModelConfig;
 use crate::config::{auto_context, default_context, ContextChoice};
-use crate::constrain::{Constraint, Grammars};
+use crate::constrain::{Constraint, Grammars, ResponseFormat};
 use crate::error::{Error, Result};
 use crate::forward::cpu::CpuPrecision;
 use crate::forward::{Backend, Readback};
@@ -95,6 +95,24 @@ impl AbortHandle {
     fn clear(&self) {
         self.0.store(false, Ordering::SeqCst);
     }
+}
+
+/// The error for tools whose grammar does not compile: the first function whose parameters do
+/// not compile alone, named; else the grammar's own error.
+fn tool_error(grammars: &Grammars, tools: &ToolRequest, e: Error) -> Error {
+    for (i, def) in tools.tools.iter().enumerate() {
+        let alone = ResponseFormat::JsonSchema {
+            schema: def.parameters.clone(),
+            strict: def.strict,
+        };
+        if let Err(own) = grammars.compile(&alone) {
+            return Error::invalid(
+                "tools",
+                format!("tools[{i}] (`{}`): its parameters are not a schema calls can be held to: {own}", def.name),
+            );
+        }
+    }
+    e
 }
 
 /// Strings that chat templates use to end a turn; those the template emits become stop ids.
@@ -478,10 +496,21 @@ impl Session {
     /// The prompt as token ids: text tokenized (special tokens recognised when `special`),
     /// a conversation rendered with the chat template, ids checked against the vocabulary.
     pub fn tokenize_prompt(&self, prompt: &Prompt, special: bool) -> Result<Vec<u32>> {
+        self.tokenize_prompt_with(prompt, special, None)
+    }
+
+    /// As [`Self::tokenize_prompt`], a conversation rendered with the `tools` the model may
+    /// call (ignored for text and ids).
+    pub fn tokenize_prompt_with(
+        &self,
+        prompt: &Prompt,
+        special: bool,
+        tools: Option<&ToolRequest>,
+    ) -> Result<Vec<u32>> {
         let ids = match prompt {
             Prompt::Text(text) => self.tokenizer.encode(text, special, None)?,
             Prompt::Chat(messages) => {
-                let text = self.template.render(messages, true)?;
+                let text = self.template.render_with_tools(messages, tools, true)?;
                 // A template that writes BOS itself must not get a second one.
                 let bos_written = self
                     .tokenizer
@@ -499,7 +528,15 @@ impl Session {
 
     /// `options`' response format compiled for this model (`None`: free text).
     pub(super) fn constraint(&mut self, options: &GenerateOptions) -> Result<Option<Constraint>> {
-        let format = &options.response_format;
+        let syntax = self.template.tool_format().syntax;
+        let calls = options
+            .tools
+            .as_ref()
+            .and_then(|t| Some((t, tool_calls::grammar(t, syntax)?)));
+        let format = match &calls {
+            Some((_, lark)) => &ResponseFormat::Lark(lark.clone()),
+            None => &options.response_format,
+        };
         if !format.is_constrained() {
             return Ok(None);
         }
@@ -512,7 +549,15 @@ impl Session {
                 g
             }
         };
-        grammars.compile(format)
+        match (grammars.compile(format), calls) {
+            (Err(e), Some((tools, _))) => Err(tool_error(&grammars, tools, e)),
+            (result, _) => result,
+        }
+    }
+
+    /// How this model's chat template takes tools (`info().toolFormat`).
+    pub fn tool_format(&self) -> ToolFormat {
+        self.template.tool_format()
     }
 
     /// Ids the sampler may choose: the model's and the tokenizer's vocabularies overlap.

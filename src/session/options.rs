@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::ChatMessage;
+use crate::chat::{ChatMessage, ToolRequest};
 use crate::constrain::ResponseFormat;
 use crate::error::{Error, Result};
 use crate::sampling::{Checked, SamplingParams, TopLogprob, MAX_TOP_LOGPROBS};
@@ -58,6 +58,11 @@ pub struct GenerateOptions {
     /// (JSON `top_logprobs` / `topLogprobs`), `0..=20`. Default 0. Sampling and greedy
     /// decoding only (also batched and with `num_return_sequences`).
     pub top_logprobs: usize,
+    /// Functions the model may call (OpenAI's `tools`, `tool_choice`,
+    /// `parallel_tool_calls`): a conversation prompt shows them to the model through its chat
+    /// template, and calls are held to the template's call syntax with arguments valid against
+    /// each function's schema. Not with a constraining `response_format`.
+    pub tools: Option<ToolRequest>,
 }
 
 impl GenerateOptions {
@@ -67,6 +72,14 @@ impl GenerateOptions {
     pub fn validate(&self) -> Result<()> {
         let params = &self.sampling;
         params.validate()?;
+        if let Some(tools) = &self.tools {
+            if !tools.callable().is_empty() && self.response_format.is_constrained() {
+                return Err(Error::invalid(
+                    "response_format",
+                    "cannot be combined with tools the model may call (give `tool_choice: \"none\"` to hold the answer to the format)",
+                ));
+            }
+        }
         if self.top_logprobs > MAX_TOP_LOGPROBS {
             return Err(Error::invalid(
                 "top_logprobs",

@@ -129,6 +129,7 @@ impl SamplingArgs {
             speculative: self.spec.options()?,
             response_format: format,
             top_logprobs: 0,
+            tools: None,
         })
     }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
+use emberlm::chat::tools::ToolSyntax;
 use emberlm::engine::Engine;
 use emberlm::openai::Responder;
 use emberlm::session::{BatchItem, Generation, ItemFeed, TokenEvent};
@@ -42,6 +43,8 @@ pub struct JobFeed<'a> {
     queue: &'a mpsc::Receiver<Job>,
     shared: &'a Shared,
     tokenizer: Arc<Tokenizer>,
+    /// The call syntax of the model's chat template.
+    syntax: ToolSyntax,
     active: HashMap<u64, Active>,
     next_ticket: u64,
     /// An embeddings request taken from the queue: no request joins until it has run.
@@ -49,16 +52,19 @@ pub struct JobFeed<'a> {
 }
 
 impl<'a> JobFeed<'a> {
-    /// The feed of `queue` for requests on a model whose tokenizer is `tokenizer`.
+    /// The feed of `queue` for requests on a model whose tokenizer is `tokenizer` and whose
+    /// template writes calls in `syntax`.
     pub fn new(
         queue: &'a mpsc::Receiver<Job>,
         shared: &'a Shared,
         tokenizer: Arc<Tokenizer>,
+        syntax: ToolSyntax,
     ) -> Self {
         Self {
             queue,
             shared,
             tokenizer,
+            syntax,
             active: HashMap::new(),
             next_ticket: 0,
             pending: None,
@@ -153,8 +159,12 @@ impl ItemFeed for JobFeed<'_> {
                     continue;
                 }
             };
-            let responder =
-                Responder::new(&parsed, &self.shared.model, Arc::clone(&self.tokenizer));
+            let responder = Responder::new(
+                &parsed,
+                &self.shared.model,
+                Arc::clone(&self.tokenizer),
+                self.syntax,
+            );
             let reply = match parsed.stream {
                 true => match request.event_stream() {
                     Some(events) => Reply::Stream(events),
@@ -204,13 +214,12 @@ impl ItemFeed for JobFeed<'_> {
         let Some(a) = self.active.get_mut(&ticket) else {
             return;
         };
-        let Some(chunk) = a.responder.on_token(event) else {
-            return;
-        };
-        if let Reply::Stream(events) = &mut a.reply {
-            if !a.gone && !events.send(&format!("data: {chunk}\n\n")) {
-                // the client went away: its request ends at the next step
-                a.gone = true;
+        for chunk in a.responder.on_token(event) {
+            if let Reply::Stream(events) = &mut a.reply {
+                if !a.gone && !events.send(&format!("data: {chunk}\n\n")) {
+                    // the client went away: its request ends at the next step
+                    a.gone = true;
+                }
             }
         }
     }
@@ -241,7 +250,8 @@ impl ItemFeed for JobFeed<'_> {
 /// closes. A device error fails the requests in flight; the engine then starts again on a new
 /// device (an engine that cannot start answers each request with why).
 pub fn serve_batched(engine: &Engine, queue: &mpsc::Receiver<Job>, shared: &Shared, slots: usize) {
-    let tokenizer = match pollster::block_on(engine.with_session(|s| Ok(s.shared_tokenizer()))) {
+    let model = engine.with_session(|s| Ok((s.shared_tokenizer(), s.tool_format().syntax)));
+    let (tokenizer, syntax) = match pollster::block_on(model) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("emberlm: serve-api: {e}");
@@ -249,7 +259,7 @@ pub fn serve_batched(engine: &Engine, queue: &mpsc::Receiver<Job>, shared: &Shar
             return;
         }
     };
-    let mut feed = JobFeed::new(queue, shared, tokenizer);
+    let mut feed = JobFeed::new(queue, shared, tokenizer, syntax);
     loop {
         let before = feed.next_ticket;
         match pollster::block_on(engine.serve(&mut feed, slots)) {

@@ -11,3 +11,4 @@ mod refused;
 mod schemas;
 mod speculative;
 mod support;
+mod tools;

@@ -1,0 +1,386 @@
+//! Calls in the model's text: the grammar (llguidance's Lark dialect) that holds an answer to
+//! a [`ToolSyntax`] with each call's arguments valid against its function's schema
+//! ([`grammar`]), reading the calls back out of a finished answer ([`read_calls`]), and
+//! splitting a streamed answer into content and calls as it comes ([`CallStream`]).
+//!
+//! Under `tool_choice: auto` the answer is either text that never writes the call marker, or
+//! text followed by calls (Hermes), or one call as the whole answer (Llama 3). Under
+//! `required` it is calls from the first token; a named function is called exactly once.
+//! Without `parallel_tool_calls` an answer holds one call at most.
+
+use serde_json::{json, Value};
+
+use super::tools::{ToolChoice, ToolDef, ToolRequest, ToolSyntax};
+
+/// What opens a Hermes call.
+pub const HERMES_OPEN: &str = "<tool_call>";
+/// What closes a Hermes call.
+pub const HERMES_CLOSE: &str = "</tool_call>";
+
+/// A call read from the model's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedCall {
+    /// The function's name.
+    pub name: String,
+    /// The arguments object as compact JSON text.
+    pub arguments: String,
+}
+
+/// The arguments key of a call object in `syntax`.
+fn arguments_key(syntax: ToolSyntax) -> &'static str {
+    match syntax {
+        ToolSyntax::Hermes => "arguments",
+        ToolSyntax::Llama3 => "parameters",
+    }
+}
+
+/// The JSON schema of one call object to `def` in `syntax`: `{"name": <const>, <arguments
+/// key>: <parameters>}` in that order, with the layout every generated JSON gets.
+pub fn call_schema(def: &ToolDef, syntax: ToolSyntax) -> Value {
+    let key = arguments_key(syntax);
+    json!({
+        "type": "object",
+        "properties": {
+            "name": { "const": def.name },
+            key: def.parameters,
+        },
+        "required": ["name", key],
+        "additionalProperties": false,
+        "x-guidance": {
+            "item_separator": ", ",
+            "key_separator": ": ",
+            "whitespace_flexible": false,
+            "lenient": !def.strict,
+        },
+    })
+}
+
+/// The Lark grammar holding an answer to `request`'s choice in `syntax`, or `None` when the
+/// answer is free text (`tool_choice: none`).
+pub fn grammar(request: &ToolRequest, syntax: ToolSyntax) -> Option<String> {
+    let callable = request.callable();
+    if callable.is_empty() {
+        return None;
+    }
+    let mut lark = String::new();
+    let names: Vec<String> = (0..callable.len()).map(|i| format!("fn_{i}")).collect();
+    lark.push_str(&format!("fns: {}\n", names.join(" | ")));
+    for (name, def) in names.iter().zip(&callable) {
+        lark.push_str(&format!("{name}: %json {}\n", call_schema(def, syntax)));
+    }
+    let several = request.parallel && !matches!(request.choice, ToolChoice::Named(_));
+    let more = if several { " more*" } else { "" };
+    match syntax {
+        ToolSyntax::Hermes => {
+            lark.push_str("call: \"<tool_call>\\n\" fns \"\\n</tool_call>\"\n");
+            lark.push_str("more: \"\\n\" call\n");
+            match request.choice {
+                ToolChoice::Auto => {
+                    // text that never writes the marker, or text up to the first marker
+                    // (lazy: it ends at the marker) and the calls
+                    lark.push_str(&format!(
+                        "start: TEXT | lead \"\\n\" fns \"\\n</tool_call>\"{more}\n"
+                    ));
+                    lark.push_str("TEXT: /(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/\n");
+                    lark.push_str("lead[lazy]: /(.|\\n)*<tool_call>/\n");
+                }
+                _ => lark.push_str(&format!("start: call{more}\n")),
+            }
+        }
+        ToolSyntax::Llama3 => match request.choice {
+            // a call is the whole answer; text never starts with `{`
+            ToolChoice::Auto => {
+                lark.push_str("start: TEXT | fns\nTEXT: /([^{](.|\\n)*)?/\n");
+            }
+            _ => lark.push_str("start: fns\n"),
+        },
+    }
+    Some(lark)
+}
+
+/// One call object's JSON text read as a call in `syntax` (`None` when it is not one).
+fn call_object(text: &str, syntax: ToolSyntax) -> Option<ParsedCall> {
+    let value: Value = serde_json::from_str(text.trim()).ok()?;
+    let name = value.get("name")?.as_str()?.to_string();
+    let args = value
+        .get(arguments_key(syntax))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if !args.is_object() {
+        return None;
+    }
+    Some(ParsedCall {
+        name,
+        arguments: args.to_string(),
+    })
+}
+
+/// A finished answer split into its text and its calls.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ReadCalls {
+    /// The text before the first call (trailing white space removed when calls follow).
+    pub content: String,
+    /// The calls, in order.
+    pub calls: Vec<ParsedCall>,
+}
+
+/// Reads `text` (a whole answer) in `syntax`: the content and every complete call. An answer
+/// cut off inside a call keeps the calls before it and nothing of the cut one.
+pub fn read_calls(text: &str, syntax: ToolSyntax) -> ReadCalls {
+    match syntax {
+        ToolSyntax::Hermes => {
+            let Some(start) = text.find(HERMES_OPEN) else {
+                return ReadCalls {
+                    content: text.to_string(),
+                    calls: Vec::new(),
+                };
+            };
+            let mut calls = Vec::new();
+            let mut rest = &text[start..];
+            while let Some(open) = rest.find(HERMES_OPEN) {
+                let body = &rest[open + HERMES_OPEN.len()..];
+                let Some(close) = body.find(HERMES_CLOSE) else {
+                    break;
+                };
+                if let Some(call) = call_object(&body[..close], syntax) {
+                    calls.push(call);
+                }
+                rest = &body[close + HERMES_CLOSE.len()..];
+            }
+            ReadCalls {
+                content: text[..start].trim_end().to_string(),
+                calls,
+            }
+        }
+        ToolSyntax::Llama3 => {
+            let trimmed = text.trim_start();
+            match trimmed.starts_with('{') {
+                true => match call_object(trimmed, syntax) {
+                    Some(call) => ReadCalls {
+                        content: String::new(),
+                        calls: vec![call],
+                    },
+                    None => ReadCalls {
+                        content: text.to_string(),
+                        calls: Vec::new(),
+                    },
+                },
+                false => ReadCalls {
+                    content: text.to_string(),
+                    calls: Vec::new(),
+                },
+            }
+        }
+    }
+}
+
+/// Splits a streamed answer into content and calls as its text comes: content is passed on
+/// except for an end that may be the start of a call (held until the next text tells), and
+/// each call is handed over once its text is complete.
+#[derive(Clone, Debug)]
+pub struct CallStream {
+    syntax: ToolSyntax,
+    /// Text not yet handed over: a held end of content, or the calls' text.
+    pending: String,
+    /// The answer has started its calls.
+    in_calls: bool,
+    /// Nothing but white space has come yet.
+    at_start: bool,
+}
+
+/// What one piece of streamed text gives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamPiece {
+    /// Content to send now.
+    pub content: String,
+    /// Calls whose text completed.
+    pub calls: Vec<ParsedCall>,
+}
+
+impl CallStream {
+    /// A splitter for answers in `syntax`.
+    pub fn new(syntax: ToolSyntax) -> Self {
+        Self {
+            syntax,
+            pending: String::new(),
+            in_calls: false,
+            at_start: true,
+        }
+    }
+
+    /// Whether the answer has started its calls.
+    pub fn in_calls(&self) -> bool {
+        self.in_calls
+    }
+
+    /// Takes the next piece of text.
+    pub fn push(&mut self, text: &str) -> StreamPiece {
+        self.pending.push_str(text);
+        let mut out = StreamPiece::default();
+        match self.syntax {
+            ToolSyntax::Hermes => {
+                if !self.in_calls {
+                    match self.pending.find(HERMES_OPEN) {
+                        Some(at) => {
+                            out.content = self.pending[..at].trim_end().to_string();
+                            self.pending.drain(..at);
+                            self.in_calls = true;
+                        }
+                        None => {
+                            let keep = held_end(&self.pending);
+                            let send = self.pending.len() - keep;
+                            out.content = self.pending[..send].to_string();
+                            self.pending.drain(..send);
+                        }
+                    }
+                }
+                if self.in_calls {
+                    while let Some(open) = self.pending.find(HERMES_OPEN) {
+                        let body_at = open + HERMES_OPEN.len();
+                        let Some(close) = self.pending[body_at..].find(HERMES_CLOSE) else {
+                            break;
+                        };
+                        let end = body_at + close;
+                        if let Some(call) = call_object(&self.pending[body_at..end], self.syntax) {
+                            out.calls.push(call);
+                        }
+                        self.pending.drain(..end + HERMES_CLOSE.len());
+                    }
+                }
+            }
+            ToolSyntax::Llama3 => {
+                if self.at_start {
+                    let trimmed = self.pending.trim_start();
+                    if trimmed.is_empty() {
+                        return out;
+                    }
+                    self.at_start = false;
+                    self.in_calls = trimmed.starts_with('{');
+                }
+                if !self.in_calls {
+                    out.content = std::mem::take(&mut self.pending);
+                }
+            }
+        }
+        out
+    }
+
+    /// The end of the answer: held content, and a call whose text ends with the answer.
+    pub fn finish(&mut self) -> StreamPiece {
+        let rest = std::mem::take(&mut self.pending);
+        let mut out = StreamPiece::default();
+        match (self.in_calls, self.syntax) {
+            (false, _) => out.content = rest,
+            (true, ToolSyntax::Llama3) => match call_object(&rest, self.syntax) {
+                Some(call) => out.calls.push(call),
+                None => out.content = rest,
+            },
+            (true, ToolSyntax::Hermes) => {}
+        }
+        out
+    }
+}
+
+/// How many bytes at the end of `text` to hold back: white space and a start of the call
+/// marker, which the next text may complete.
+fn held_end(text: &str) -> usize {
+    let marker = (1..HERMES_OPEN.len())
+        .rev()
+        .find(|&n| text.ends_with(&HERMES_OPEN[..n]))
+        .unwrap_or(0);
+    let before = &text[..text.len() - marker];
+    let space = before.len() - before.trim_end().len();
+    marker + space
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(choice: ToolChoice, parallel: bool) -> ToolRequest {
+        let tools = json!([
+            {"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+            {"type": "function", "function": {"name": "now"}},
+        ]);
+        let choice = match choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::Named(n) => json!({"type": "function", "function": {"name": n}}),
+        };
+        ToolRequest::from_openai(Some(&tools), Some(&choice), Some(&json!(parallel)))
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn hermes_answers_read_back_as_content_and_calls() {
+        let text = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+        let read = read_calls(text, ToolSyntax::Hermes);
+        assert_eq!(read.content, "Let me look.");
+        assert_eq!(read.calls.len(), 2);
+        assert_eq!(read.calls[0].arguments, "{\"city\":\"Oslo\"}");
+        // cut inside the second call: the first is kept
+        let cut = &text[..text.len() - 20];
+        assert_eq!(read_calls(cut, ToolSyntax::Hermes).calls.len(), 1);
+        assert_eq!(read_calls("plain", ToolSyntax::Hermes).content, "plain");
+    }
+
+    #[test]
+    fn llama3_answers_are_one_object_or_text() {
+        let call = " {\"name\": \"now\", \"parameters\": {}}";
+        let read = read_calls(call, ToolSyntax::Llama3);
+        assert_eq!(read.calls[0].name, "now");
+        assert_eq!(read.calls[0].arguments, "{}");
+        assert_eq!(read_calls("It is noon.", ToolSyntax::Llama3).calls, vec![]);
+    }
+
+    #[test]
+    fn a_stream_split_anywhere_gives_the_whole_answers_parts() {
+        let text = "Sure <b>.\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"<tool\"}}\n</tool_call>";
+        let whole = read_calls(text, ToolSyntax::Hermes);
+        for step in 1..8 {
+            let mut s = CallStream::new(ToolSyntax::Hermes);
+            let mut content = String::new();
+            let mut calls = Vec::new();
+            let chars: Vec<char> = text.chars().collect();
+            for piece in chars.chunks(step) {
+                let p = s.push(&piece.iter().collect::<String>());
+                content.push_str(&p.content);
+                calls.extend(p.calls);
+            }
+            let p = s.finish();
+            content.push_str(&p.content);
+            calls.extend(p.calls);
+            assert_eq!(content, whole.content, "pieces of {step}");
+            assert_eq!(calls, whole.calls, "pieces of {step}");
+        }
+        // content that only looks like a marker's start is all sent
+        let mut s = CallStream::new(ToolSyntax::Hermes);
+        let mut content = s.push("a <tool").content;
+        content.push_str(&s.push("box> b ").content);
+        content.push_str(&s.finish().content);
+        assert_eq!(content, "a <toolbox> b ");
+    }
+
+    #[test]
+    fn grammars_follow_the_choice() {
+        let auto = grammar(&request(ToolChoice::Auto, true), ToolSyntax::Hermes).unwrap();
+        assert!(auto.contains("start: TEXT | lead") && auto.contains("more*"));
+        let single = grammar(&request(ToolChoice::Required, false), ToolSyntax::Hermes).unwrap();
+        assert!(single.contains("start: call\n"));
+        let named = grammar(
+            &request(ToolChoice::Named("now".into()), true),
+            ToolSyntax::Hermes,
+        )
+        .unwrap();
+        assert!(named.contains("fns: fn_0\n") && !named.contains("get_weather"));
+        assert_eq!(
+            grammar(&request(ToolChoice::None, true), ToolSyntax::Hermes),
+            None
+        );
+        let llama = grammar(&request(ToolChoice::Auto, true), ToolSyntax::Llama3).unwrap();
+        assert!(llama.contains("\"parameters\"") && llama.contains("start: TEXT | fns"));
+    }
+}
