@@ -677,11 +677,11 @@ cmd_bench() {
 
 # Fuzz targets (fuzz/fuzz_targets/) and the longest input each may receive.
 FUZZ_TARGETS=(gguf_header gguf_model gguf_split safetensors_hf tokenizer_json tokenizer_gguf chat_template
-  sampling_params response_format openai_request load_options stored_download http_head tune_record block_decode grammar_compile saved_state)
+  sampling_params response_format openai_request tool_calls load_options stored_download http_head tune_record block_decode grammar_compile saved_state)
 fuzz_max_len() {
   case "$1" in
     gguf_header | gguf_model | gguf_split) echo 1048576 ;;
-    chat_template | sampling_params | response_format | openai_request | load_options | stored_download | http_head | tune_record | grammar_compile) echo 16384 ;;
+    chat_template | sampling_params | response_format | openai_request | tool_calls | load_options | stored_download | http_head | tune_record | grammar_compile) echo 16384 ;;
     block_decode) echo 4096 ;;
     saved_state) echo 65536 ;;
     *) echo 262144 ;;

@@ -516,6 +516,47 @@ def saved_state(k_kind="f32", v_kind="f32", kv_dim=8, layer_rows=(6, 6), pos=3, 
 SEEDS = {}
 
 
+# ---------------------------------------------------------------------------------------------
+# Tool calling (src/chat/tools.rs, src/chat/tool_calls.rs): byte 0 even = a request's tools,
+# odd = a model's answer.
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather {in} a \"city\"",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                   "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}}
+ADD = {"type": "function", "function": {"name": "add", "strict": True, "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
+    "required": ["a", "b"], "additionalProperties": False}}}
+NOW = {"type": "function", "function": {"name": "now"}}
+
+
+def tool_call_seeds():
+    """The tool_calls target's seeds."""
+    for name, body in [
+        ("auto", {"tools": [WEATHER, ADD, NOW], "tool_choice": "auto"}),
+        ("required-single", {"tools": [WEATHER, ADD], "tool_choice": "required",
+                             "parallel_tool_calls": False}),
+        ("named", {"tools": [WEATHER, NOW], "tool_choice": {"type": "function",
+                                                            "function": {"name": "now"}}}),
+        ("none", {"tools": [ADD], "tool_choice": "none"}),
+        ("duplicate", {"tools": [ADD, ADD]}),
+        ("bad-name", {"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+        ("bad-ref", {"tools": [{"type": "function", "function": {"name": "r", "parameters": {
+            "type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}}}]}),
+    ]:
+        save("tool_calls", "tools-" + name, b"\0" + json.dumps(body).encode())
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    for name, text in [
+        ("hermes-two", "Let me look. \n" + call + "\n" + call.replace("Oslo", "Bergen")),
+        ("hermes-cut", call + "\n<tool_call>\n{\"name\": \"now\", \"argu"),
+        ("hermes-nested", "a <tool b <tool_call> x <tool_call>{}</tool_call></tool_call>"),
+        ("hermes-not-json", "<tool_call>\n[1, 2]\n</tool_call> é <tool_call>{\"name\": 1}</tool_call>"),
+        ("llama3-call", '  {"name": "add", "parameters": {"a": 1, "b": 2.5}}'),
+        ("llama3-text", "It is {not} a call."),
+    ]:
+        save("tool_calls", "answer-" + name, b"\x01" + text.encode())
+
+
 def save(target, name, data):
     """Queues a seed; `main` writes them into each target's archive at the end."""
     if isinstance(data, str):
@@ -545,6 +586,8 @@ def main():
     chat_tok = set_key(chat_tok, "tokenizer.ggml.token_type", ARRAY, (I32, types[1] + [3, 3]))
     untyped = [m for m in spm_tok if m[0] != "tokenizer.ggml.token_type"]
     llama3_pre = set_key(gpt2_tok, "tokenizer.ggml.pre", STRING, "llama-bpe")
+
+    tool_call_seeds()
 
     # Saved conversations: kinds, a wrapped ring, a note, an empty one.
     for name, data in [

@@ -328,3 +328,101 @@ pub fn grammar_compile(data: &[u8]) {
         }
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tool calling
+
+/// Tool calling on arbitrary text, three ways (the first byte picks): the text as a request's
+/// `{ tools, tool_choice, parallel_tool_calls }` (refused with a message, or read into unique,
+/// valid names whose call grammar compiles for a real vocabulary in both syntaxes or is
+/// refused naming the tools or the format); the text as a model's answer read back in both
+/// syntaxes (every call's arguments a JSON object, the Hermes content a prefix of the text),
+/// and streamed in pieces cut where the other bytes say, which must give exactly what the
+/// whole answer gives.
+pub fn tool_calls(data: &[u8]) {
+    use emberlm::chat::tool_calls::{grammar, read_calls, CallStream};
+    use emberlm::chat::tools::{ToolSyntax, MAX_NAME};
+    use emberlm::chat::ToolRequest;
+
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let syntaxes = [ToolSyntax::Hermes, ToolSyntax::Llama3];
+    if pick % 2 == 0 {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+            return;
+        };
+        let request = match ToolRequest::from_openai(
+            value.get("tools"),
+            value.get("tool_choice"),
+            value.get("parallel_tool_calls"),
+        ) {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                return;
+            }
+        };
+        let mut names: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        assert!(
+            names.iter().all(|n| (1..=MAX_NAME).contains(&n.len())),
+            "{text}"
+        );
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), request.tools.len(), "{text}");
+        let _ = request.template_tools();
+        GRAMMARS.with(|grammars| {
+            let grammars = grammars.as_ref().expect("the fixture's grammar compiler");
+            for syntax in syntaxes {
+                let Some(lark) = grammar(&request, syntax) else {
+                    assert!(request.callable().is_empty());
+                    continue;
+                };
+                let format = emberlm::constrain::ResponseFormat::Lark(lark);
+                if let Err(e) = grammars.compile(&format) {
+                    let message = e.to_string();
+                    assert!(message.contains("response_format"), "{message}");
+                    assert_no_state_dump(&message);
+                }
+            }
+        });
+        return;
+    }
+    for syntax in syntaxes {
+        let whole = read_calls(text, syntax);
+        for call in &whole.calls {
+            let args: serde_json::Value =
+                serde_json::from_str(&call.arguments).expect("arguments are JSON");
+            assert!(args.is_object(), "{text}");
+        }
+        if syntax == ToolSyntax::Hermes {
+            assert!(text.starts_with(&whole.content), "{text}");
+        }
+        // streamed in pieces: cut after each char whose byte in `rest` (wrapping) is odd
+        let mut stream = CallStream::new(syntax);
+        let (mut content, mut calls) = (String::new(), Vec::new());
+        let mut piece = String::new();
+        for (i, c) in text.chars().enumerate() {
+            piece.push(c);
+            if rest[i % rest.len()] & 1 == 1 {
+                let p = stream.push(&piece);
+                content.push_str(&p.content);
+                calls.extend(p.calls);
+                piece.clear();
+            }
+        }
+        let p = stream.push(&piece);
+        content.push_str(&p.content);
+        calls.extend(p.calls);
+        let p = stream.finish();
+        content.push_str(&p.content);
+        calls.extend(p.calls);
+        assert_eq!(content, whole.content, "{syntax:?} {text:?}");
+        assert_eq!(calls, whole.calls, "{syntax:?} {text:?}");
+    }
+}

@@ -35,14 +35,27 @@ fn arguments_key(syntax: ToolSyntax) -> &'static str {
 }
 
 /// The JSON schema of one call object to `def` in `syntax`: `{"name": <const>, <arguments
-/// key>: <parameters>}` in that order, with the layout every generated JSON gets.
+/// key>: <parameters>}` in that order, with the layout every generated JSON gets. Parameters
+/// that do not say whether other properties are allowed are taken as closed (the properties
+/// they list, as OpenAI's strict mode does): a model then cannot invent arguments.
 pub fn call_schema(def: &ToolDef, syntax: ToolSyntax) -> Value {
     let key = arguments_key(syntax);
+    let mut parameters = def.parameters.clone();
+    if let Some(map) = parameters.as_object_mut() {
+        let open = [
+            "additionalProperties",
+            "patternProperties",
+            "unevaluatedProperties",
+        ];
+        if map.contains_key("properties") && !open.iter().any(|k| map.contains_key(*k)) {
+            map.insert("additionalProperties".into(), false.into());
+        }
+    }
     json!({
         "type": "object",
         "properties": {
             "name": { "const": def.name },
-            key: def.parameters,
+            key: parameters,
         },
         "required": ["name", key],
         "additionalProperties": false,

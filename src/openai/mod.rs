@@ -121,7 +121,15 @@ fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>> {
     if list.is_empty() {
         return Err(bad("`messages` must hold at least one message"));
     }
-    const KNOWN: [&str; 5] = ["role", "content", "name", "tool_calls", "tool_call_id"];
+    // `refusal` comes back in an assistant message a client returns as it got it
+    const KNOWN: [&str; 6] = [
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "refusal",
+    ];
     let mut out = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
         let map = m.as_object().ok_or_else(|| {
@@ -144,6 +152,14 @@ fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>> {
             r => r,
         };
         let content = content_text(map.get("content").unwrap_or(&Value::Null), i)?;
+        match map.get("refusal") {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(v) => {
+                return Err(bad(format!(
+                    "messages[{i}].refusal must be a string or null, got {v}"
+                )))
+            }
+        }
         let mut message = ChatMessage::new(role, content);
         match map.get("tool_calls") {
             None | Some(Value::Null) => {}

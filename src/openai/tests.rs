@@ -66,8 +66,8 @@ fn bad_requests_name_the_field() {
         ),
         (json!({"messages": []}), "at least one message"),
         (
-            json!({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}),
-            "unknown field `tool_calls`",
+            json!({"messages": [{"role": "user", "content": "x", "audio": []}]}),
+            "unknown field `audio`",
         ),
         (
             json!({"messages": [{"role": "user", "content": "x"}], "n": 0}),
@@ -208,4 +208,106 @@ fn chunks_start_with_the_role_and_end_with_reasons_and_usage() {
     assert_eq!(end[1]["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(end[2]["choices"], json!([]));
     assert_eq!(end[2]["usage"]["total_tokens"], 7);
+}
+
+#[test]
+fn tools_and_their_history_are_read() {
+    let r = chat(json!({
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": "{\"city\": \"Oslo\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+        ],
+        "tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}],
+        "tool_choice": "required",
+        "parallel_tool_calls": false
+    }))
+    .expect("valid request");
+    let tools = r.options.tools.as_ref().expect("tools");
+    assert_eq!(tools.choice, crate::chat::tools::ToolChoice::Required);
+    assert!(!tools.parallel);
+    let Prompt::Chat(messages) = &r.prompt else {
+        panic!("{:?}", r.prompt)
+    };
+    assert_eq!(messages[1].content, "");
+    assert_eq!(messages[1].tool_calls[0].name, "w");
+    assert_eq!(messages[1].tool_calls[0].arguments, "{\"city\": \"Oslo\"}");
+    assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_1"));
+
+    let refused = |body: serde_json::Value| chat(body).unwrap_err().to_string();
+    let user_calls = refused(json!({"messages": [
+        {"role": "user", "content": "x", "tool_calls": []}
+    ]}));
+    assert!(
+        user_calls.contains("only assistant messages"),
+        "{user_calls}"
+    );
+    let bad_call = refused(json!({"messages": [
+        {"role": "assistant", "content": "x", "tool_calls": [{"id": "1", "function": {"arguments": "{}"}}]}
+    ]}));
+    assert!(
+        bad_call.contains("messages[0].tool_calls[0]: function.name"),
+        "{bad_call}"
+    );
+    let no_tools =
+        refused(json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}));
+    assert!(no_tools.contains("tool_choice"), "{no_tools}");
+    // completions have no tools
+    let text = Request::from_value(CompletionKind::Text, &json!({"prompt": "x", "tools": []}))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("unknown field `tools`"), "{text}");
+}
+
+#[test]
+fn calls_become_tool_calls_whole_and_streamed() {
+    use super::tool_reply::ToolReply;
+    use crate::chat::tools::ToolSyntax;
+
+    let text = "Checking.\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"t\", \"arguments\": {}}\n</tool_call>";
+    let mut g = generation();
+    g.sequences[0].text = text.into();
+    g.sequences[1].text = "<tool_call>\n{\"name\": \"w\", \"argu".into();
+    let reply = ToolReply::new(ToolSyntax::Hermes, "chatcmpl-00ab", 2);
+    let mut whole = response::response(CompletionKind::Chat, "chatcmpl-00ab", "m", &g, None);
+    reply.rewrite(&mut whole, &g);
+    let first = &whole["choices"][0];
+    assert_eq!(first["finish_reason"], "tool_calls");
+    assert_eq!(first["message"]["content"], "Checking.");
+    assert_eq!(
+        first["message"]["tool_calls"],
+        json!([
+            {"id": "call_00ab_0_0", "type": "function", "function": {"name": "w", "arguments": "{\"city\":\"Oslo\"}"}},
+            {"id": "call_00ab_0_1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+        ])
+    );
+    // cut off inside its only call: text, and the limit as the reason
+    let second = &whole["choices"][1];
+    assert_eq!(second["finish_reason"], "length");
+    assert!(second["message"].get("tool_calls").is_none());
+
+    // streamed a few bytes at a time: the same content and calls, with the same ids
+    let mut reply = ToolReply::new(ToolSyntax::Hermes, "chatcmpl-00ab", 2);
+    let mut content = String::new();
+    let mut items = Vec::new();
+    let bytes: Vec<char> = text.chars().collect();
+    for piece in bytes.chunks(3) {
+        let (c, i) = reply.push(0, &piece.iter().collect::<String>());
+        content.push_str(&c);
+        items.extend(i);
+    }
+    let (c, i) = reply.finish(0);
+    content.push_str(&c);
+    items.extend(i);
+    assert_eq!(content, "Checking.");
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[1]["index"], 1);
+    assert_eq!(items[1]["id"], first["message"]["tool_calls"][1]["id"]);
+    assert_eq!(
+        items[0]["function"],
+        first["message"]["tool_calls"][0]["function"]
+    );
+    assert!(reply.called(0) && !reply.called(1));
 }

@@ -220,6 +220,11 @@ pub(crate) struct EngineInfo {
     /// 4096, the device's largest storage buffer, or (the CPU backend in WebAssembly) what
     /// fits the 4 GiB address space beside the weights; in words, with the numbers.
     context_reason: String,
+    /// How `chat.completions`' `tools` reach the model: `hermes` or `llama3` (the chat
+    /// template reads `tools` and the model writes calls in that syntax), or `generic` (the
+    /// template does not read them: they are described in the system message and calls are
+    /// written as `<tool_call>` blocks).
+    tool_format: &'static str,
     /// How the KV cache stores K and V (`q8_0`, or `k q8_0 / v f16`).
     kv_cache: String,
     /// Bytes of K and V one more position of context costs: every layer's, or only the
@@ -337,6 +342,7 @@ impl EngineInfo {
             },
             context_length: session.context(),
             context_reason: session.context_choice().reason.clone(),
+            tool_format: session.tool_format().name(),
             kv_cache: session.forward().kv_kinds().to_string(),
             kv_bytes_per_token: session.forward().memory().kv_bytes_per_token,
             max_batch: session.batch_limit(usize::MAX),

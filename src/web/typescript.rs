@@ -193,9 +193,53 @@ export interface CompletionRequestBase {
   user?: string;
 }
 
+/** A function the model may call (`tools` of a chat request). */
+export interface ChatTool {
+  type: 'function';
+  function: {
+    /** 1 to 64 letters, digits, `_` or `-`; unique among the tools. */
+    name: string;
+    description?: string;
+    /** JSON schema of the arguments object; without `additionalProperties` it is taken as closed. */
+    parameters?: Record<string, unknown>;
+    /** Refuse schema keywords the grammar engine cannot enforce instead of ignoring them. */
+    strict?: boolean;
+  };
+}
+
+/** A call the model made (`message.tool_calls`), or one sent back in the history. */
+export interface ChatToolCall {
+  id: string;
+  type: 'function';
+  /** `arguments` is JSON text, valid against the function's parameters. */
+  function: { name: string; arguments: string };
+}
+
+/** One message of a chat request. */
+export interface ChatCompletionMessage {
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool' | string;
+  content: string | null | { type: 'text'; text: string }[];
+  name?: string;
+  /** The calls an assistant turn made. */
+  tool_calls?: ChatToolCall[];
+  /** The call a `tool` message answers. */
+  tool_call_id?: string;
+  refusal?: string | null;
+}
+
 /** A `chat.completions.create` request. */
 export interface ChatCompletionRequest extends CompletionRequestBase {
-  messages: { role: 'system' | 'developer' | 'user' | 'assistant' | string; content: string | { type: 'text'; text: string }[]; name?: string }[];
+  messages: ChatCompletionMessage[];
+  /**
+   * Functions the model may call. They reach the model through its chat template (or, for a
+   * template that does not read `tools`, a system message: `engine.info().toolFormat`), and
+   * every call is held to the template's call syntax with arguments valid against the schema.
+   */
+  tools?: ChatTool[];
+  /** `'auto'` (default), `'none'`, `'required'` (a call from the first token), or one function. */
+  tool_choice?: 'auto' | 'none' | 'required' | { type: 'function'; function: { name: string } };
+  /** Several calls in one answer (default true). */
+  parallel_tool_calls?: boolean;
   max_completion_tokens?: number;
   /** Report each generated token's log-probability. */
   logprobs?: boolean;
@@ -237,9 +281,10 @@ export interface ChatCompletion {
   system_fingerprint: null;
   choices: {
     index: number;
-    message: { role: 'assistant'; content: string; refusal: null };
+    /** `content` is null when the answer is only calls. */
+    message: { role: 'assistant'; content: string | null; refusal: null; tool_calls?: ChatToolCall[] };
     logprobs: { content: TokenLogprobInfo[]; refusal: null } | null;
-    finish_reason: 'stop' | 'length' | 'abort';
+    finish_reason: 'stop' | 'length' | 'abort' | 'tool_calls';
   }[];
   usage: CompletionUsage;
   /** Present when the generation had something to report (an unfinished response format, a cut prompt). */
@@ -255,9 +300,10 @@ export interface ChatCompletionChunk {
   system_fingerprint: null;
   choices: {
     index: number;
-    delta: { role?: 'assistant'; content?: string };
+    /** A call comes whole in one chunk, as soon as its text is complete. */
+    delta: { role?: 'assistant'; content?: string; tool_calls?: (ChatToolCall & { index: number })[] };
     logprobs: { content: TokenLogprobInfo[]; refusal: null } | null;
-    finish_reason: 'stop' | 'length' | 'abort' | null;
+    finish_reason: 'stop' | 'length' | 'abort' | 'tool_calls' | null;
   }[];
   /** On the last chunk with `stream_options.include_usage`. */
   usage?: CompletionUsage;

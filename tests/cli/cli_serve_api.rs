@@ -179,3 +179,191 @@ fn bad_requests_get_errors_that_name_the_problem() {
         assert!(message.contains(want), "{method} {path}: {message}");
     }
 }
+
+/// The tool definitions of the tool-calling tests: a city's weather and a sum.
+fn two_tools() -> Value {
+    json!([
+        {"type": "function", "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 16},
+                "unit": {"enum": ["celsius", "fahrenheit"]}
+            }, "required": ["city", "unit"], "additionalProperties": false}
+        }},
+        {"type": "function", "function": {
+            "name": "add",
+            "parameters": {"type": "object", "properties": {
+                "a": {"type": "integer", "minimum": -99, "maximum": 99},
+                "b": {"type": "integer", "minimum": -99, "maximum": 99}
+            }, "required": ["a", "b"], "additionalProperties": false}
+        }}
+    ])
+}
+
+/// `arguments` (JSON text) satisfies the parameters of `name` in [`two_tools`].
+fn assert_arguments(name: &str, arguments: &str) {
+    let tools = two_tools();
+    let schema = tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["function"]["name"] == name)
+        .map(|t| t["function"]["parameters"].clone())
+        .unwrap_or_else(|| panic!("a call to an unknown tool `{name}`"));
+    let value = json_body(arguments);
+    let validator = jsonschema::validator_for(&schema).expect("a schema");
+    assert!(validator.is_valid(&value), "{name}({arguments})");
+}
+
+/// A Hermes-style template that reads `tools` (short enough for the tiny model's context).
+const TOOLS_TEMPLATE: &str = "{% if tools %}Tools:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}</tool_call>{% endfor %}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+
+/// A call, its results and the final answer, whole and streamed, batched (the default) and
+/// one request at a time: the calls are OpenAI-shaped, their arguments satisfy their
+/// schemas, and the stream gives the calls the whole answer gives. On the tiny model with a
+/// template that reads the tools, and on SmolLM2, whose template does not (the generic form).
+#[test]
+fn tool_calls_round_trip_whole_and_streamed() {
+    let template = std::env::temp_dir().join(format!("emberlm-tools-{}.jinja", std::process::id()));
+    std::fs::write(&template, TOOLS_TEMPLATE).expect("a temporary file");
+    let template = template.to_string_lossy().to_string();
+    for extra in [&[][..], &["--parallel", "1"][..]] {
+        let mut args = vec!["--chat-template", template.as_str()];
+        args.extend(extra);
+        round_trip(&start(&args), 80);
+    }
+    if let Some(model) = crate::common::require::smollm2() {
+        round_trip(
+            &serve::start_model(model.to_str().unwrap_or_default(), &[]),
+            200,
+        );
+    }
+}
+
+/// Asks for calls (`required`, then a named function), streamed and whole, and sends results
+/// back; each answer at most `max_tokens`.
+fn round_trip(server: &serve::Server, max_tokens: u32) {
+    let mut messages = vec![json!({"role": "user", "content": "Weather in Oslo, and 2+3?"})];
+    let request = json!({
+        "messages": messages, "tools": two_tools(), "tool_choice": "required",
+        "seed": 11, "max_tokens": max_tokens
+    });
+    let (status, body) = http(server, "POST", "/v1/chat/completions", &request.to_string());
+    assert_eq!(status, 200, "{body}");
+    let r = json_body(&body);
+    let choice = &r["choices"][0];
+    let calls = choice["message"]["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!calls.is_empty(), "{body}");
+    if choice["finish_reason"] != "length" {
+        assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+    }
+    for call in &calls {
+        assert_eq!(call["type"], "function");
+        assert!(call["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")));
+        let f = &call["function"];
+        assert_arguments(
+            f["name"].as_str().unwrap_or(""),
+            f["arguments"].as_str().unwrap_or(""),
+        );
+    }
+
+    // the same request streamed: the same calls, as delta.tool_calls items
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    let (status, body) = http(
+        server,
+        "POST",
+        "/v1/chat/completions",
+        &streamed.to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let chunks: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .filter(|f| *f != "[DONE]")
+        .map(json_body)
+        .collect();
+    let items: Vec<Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(items.len(), calls.len(), "{body}");
+    for (k, (item, call)) in items.iter().zip(&calls).enumerate() {
+        assert_eq!(item["index"], k);
+        assert_eq!(item["function"], call["function"]);
+    }
+    let last = chunks
+        .iter()
+        .rev()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+    assert_eq!(last, choice["finish_reason"].as_str(), "{body}");
+
+    // the results go back and the model answers in text
+    messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+    for call in &calls {
+        messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": "42"}));
+    }
+    let request = json!({
+        "messages": messages, "tools": two_tools(), "tool_choice": "none",
+        "seed": 11, "max_tokens": 8
+    });
+    let (status, body) = http(server, "POST", "/v1/chat/completions", &request.to_string());
+    assert_eq!(status, 200, "{body}");
+    let answer = &json_body(&body)["choices"][0];
+    assert!(answer["message"]["content"].is_string(), "{body}");
+    assert!(answer["message"].get("tool_calls").is_none(), "{body}");
+
+    // a named function is called once
+    let request = json!({
+        "messages": [{"role": "user", "content": "Sum"}], "tools": two_tools(),
+        "tool_choice": {"type": "function", "function": {"name": "add"}},
+        "max_tokens": max_tokens, "temperature": 0
+    });
+    let (status, body) = http(server, "POST", "/v1/chat/completions", &request.to_string());
+    assert_eq!(status, 200, "{body}");
+    let calls = &json_body(&body)["choices"][0]["message"]["tool_calls"];
+    assert_eq!(calls.as_array().map(Vec::len), Some(1), "{body}");
+    assert_eq!(calls[0]["function"]["name"], "add");
+}
+
+#[test]
+fn bad_tool_definitions_get_400_naming_the_tool() {
+    let server = start(&[]);
+    let tool = |name: &str, parameters: Value| json!({"type": "function", "function": {"name": name, "parameters": parameters}});
+    let object = json!({"type": "object"});
+    let broken = json!({"type": "object", "properties": {"x": {"$ref": "#/missing"}}});
+    let cases = [
+        (
+            json!([tool("f", object.clone()), tool("f", object.clone())]),
+            "`f`",
+        ),
+        (
+            json!([tool("ok", object.clone()), tool("broken", broken)]),
+            "tools[1] (`broken`)",
+        ),
+        (json!([tool("f g", object)]), "`f g`"),
+    ];
+    for (tools, want) in cases {
+        let request = json!({"messages": [{"role": "user", "content": "x"}], "tools": tools, "max_tokens": 4});
+        let (status, body) = http(
+            &server,
+            "POST",
+            "/v1/chat/completions",
+            &request.to_string(),
+        );
+        assert_eq!(status, 400, "{body}");
+        let message = json_body(&body)["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(message.contains(want), "{want}: {body}");
+    }
+}

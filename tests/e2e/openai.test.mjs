@@ -6,8 +6,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import Ajv from 'ajv';
 import OpenAI from 'openai';
 
 const MODEL = resolve('tests/fixtures/tiny-llama-f32.gguf');
@@ -28,6 +30,105 @@ function checkRecord(text) {
   assert.deepEqual(Object.keys(value).sort(), ['n', 'name'], text);
   assert.match(value.name, /^[a-z]{1,8}$/, text);
   assert.ok(Number.isInteger(value.n) && value.n >= 0 && value.n <= 99, text);
+}
+
+// A chat template that reads `tools` and writes Hermes-style calls (short enough for the tiny
+// model's 128 positions), and the tools of the tool-calling checks.
+const TOOLS_TEMPLATE =
+  '{% if tools %}Tools:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}' +
+  '{% for m in messages %}{{ m.role }}: {{ m.content }}' +
+  '{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}</tool_call>{% endfor %}\n{% endfor %}' +
+  '{% if add_generation_prompt %}assistant:{% endif %}';
+const TEMPLATE_FILE = join(tmpdir(), `emberlm-tools-${process.pid}.jinja`);
+writeFileSync(TEMPLATE_FILE, TOOLS_TEMPLATE);
+
+const TOOLS = [
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'Current weather in a city',
+      parameters: {
+        type: 'object',
+        properties: { city: { type: 'string', maxLength: 16 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+        required: ['city', 'unit'],
+      },
+    },
+  },
+  {
+    type: 'function',
+    function: {
+      name: 'add',
+      parameters: {
+        type: 'object',
+        properties: { a: { type: 'integer', minimum: -99, maximum: 99 }, b: { type: 'integer', minimum: -99, maximum: 99 } },
+        required: ['a', 'b'],
+        additionalProperties: false,
+      },
+    },
+  },
+];
+
+const ajv = new Ajv({ allErrors: true });
+const validators = Object.fromEntries(TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+
+function checkCall(call) {
+  assert.equal(call.type, 'function');
+  assert.match(call.id, /^call_/);
+  const validate = validators[call.function.name];
+  assert.ok(validate, `a call to an unknown tool: ${JSON.stringify(call)}`);
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(validate(args), `${call.function.arguments}: ${ajv.errorsText(validate.errors)}`);
+  // parameters without additionalProperties are held closed
+  for (const key of Object.keys(args)) {
+    const schema = TOOLS.find((t) => t.function.name === call.function.name).function.parameters;
+    assert.ok(key in schema.properties, `${key} in ${call.function.arguments}`);
+  }
+}
+
+// Tool calling for any client whose model has TOOLS_TEMPLATE: calls greedy and in 20 seeded
+// samples, the stream giving the calls the whole answer gives, the results sent back, the
+// choices, and bad definitions refused naming the tool.
+async function exerciseTools(client) {
+  const messages = [{ role: 'user', content: 'Weather in Oslo, and 2+3?' }];
+  const ask = (extra) => client.chat.completions.create({ model: 'tiny', messages, tools: TOOLS, max_tokens: 80, ...extra });
+  for (let seed = 0; seed < 21; seed += 1) {
+    // seed 20 stands for greedy
+    const sampling = seed < 20 ? { seed } : { temperature: 0 };
+    const answer = await ask({ tool_choice: 'required', ...sampling });
+    const choice = answer.choices[0];
+    assert.ok(choice.message.tool_calls?.length > 0, JSON.stringify(answer));
+    if (choice.finish_reason !== 'length') assert.equal(choice.finish_reason, 'tool_calls');
+    choice.message.tool_calls.forEach(checkCall);
+  }
+  const whole = await ask({ tool_choice: 'required', seed: 3 });
+  const stream = await ask({ tool_choice: 'required', seed: 3, stream: true });
+  const items = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    items.push(...(chunk.choices[0]?.delta?.tool_calls ?? []));
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  const calls = whole.choices[0].message.tool_calls;
+  assert.deepEqual(items.map((i) => i.index), calls.map((_, k) => k));
+  assert.deepEqual(items.map((i) => i.function), calls.map((c) => c.function));
+  assert.equal(finish, whole.choices[0].finish_reason);
+
+  // the results go back (the assistant message as the client got it) and the answer is text
+  const history = [...messages, whole.choices[0].message, ...calls.map((c) => ({ role: 'tool', tool_call_id: c.id, content: '21' }))];
+  const final = await client.chat.completions.create({ messages: history, tools: TOOLS, tool_choice: 'none', max_tokens: 6, seed: 1 });
+  assert.equal(typeof final.choices[0].message.content, 'string');
+  assert.equal(final.choices[0].message.tool_calls, undefined);
+
+  const named = await ask({ tool_choice: { type: 'function', function: { name: 'add' } }, temperature: 0 });
+  assert.equal(named.choices[0].message.tool_calls.length, 1);
+  assert.equal(named.choices[0].message.tool_calls[0].function.name, 'add');
+  checkCall(named.choices[0].message.tool_calls[0]);
+
+  await assert.rejects(
+    ask({ tools: [TOOLS[1], TOOLS[1]] }),
+    (error) => error instanceof OpenAI.BadRequestError && /`add`/.test(error.message),
+  );
 }
 
 // The same checks for any client: a schema-constrained chat (n = 2), a stream, a plain
@@ -111,7 +212,7 @@ async function exercise(client) {
 
 test('the openai client talks to emberlm serve-api', async (t) => {
   assert.ok(existsSync(BINARY), `${BINARY} is missing: cargo build --bin emberlm`);
-  const server = spawn(BINARY, ['serve-api', '--device', 'cpu', '--port', '0', '--model', MODEL], {
+  const server = spawn(BINARY, ['serve-api', '--device', 'cpu', '--port', '0', '--model', MODEL, '--chat-template', TEMPLATE_FILE], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   t.after(() => server.kill());
@@ -124,14 +225,17 @@ test('the openai client talks to emberlm serve-api', async (t) => {
     });
     server.on('exit', (code) => reject(new Error(`serve-api exited (${code}): ${out}`)));
   });
-  await exercise(new OpenAI({ apiKey: 'unused', baseURL: url, maxRetries: 0 }));
+  const client = new OpenAI({ apiKey: 'unused', baseURL: url, maxRetries: 0 });
+  await exercise(client);
+  await exerciseTools(client);
 });
 
 test('the openai client talks to the page engine through openaiFetch', async () => {
   const { default: init, Engine } = await import(resolve('www/pkg/emberlm.js'));
   const { openaiFetch } = await import(resolve('www/openai_fetch.js'));
   await init({ module_or_path: readFileSync(resolve('www/pkg/emberlm_bg.wasm')) });
-  const engine = await Engine.load(readFileSync(MODEL), { backend: 'cpu', name: 'tiny' });
+  const engine = await Engine.load(readFileSync(MODEL), { backend: 'cpu', name: 'tiny', chatTemplate: TOOLS_TEMPLATE });
+  assert.equal(engine.info().toolFormat, 'hermes');
   const client = new OpenAI({
     apiKey: 'unused',
     baseURL: 'https://emberlm.local/v1',
@@ -139,6 +243,7 @@ test('the openai client talks to the page engine through openaiFetch', async () 
     maxRetries: 0,
   });
   await exercise(client);
+  await exerciseTools(client);
 });
 
 test('EngineClient (the engine in a worker) answers chat.completions in the browser', async (t) => {
@@ -152,10 +257,10 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
   const page = await browser.newPage();
   await page.goto(`${url}token_stream.js`);
   const model = [...readFileSync(MODEL)];
-  const out = await page.evaluate(async ({ model, schema }) => {
+  const out = await page.evaluate(async ({ model, schema, template, tools }) => {
     const { EngineClient } = await import('/client.js');
     const client = new EngineClient();
-    await client.load(new Uint8Array(model), { backend: 'cpu', name: 'tiny' });
+    await client.load(new Uint8Array(model), { backend: 'cpu', name: 'tiny', chatTemplate: template });
     const request = {
       messages: [{ role: 'user', content: 'A record' }],
       seed: 2,
@@ -170,6 +275,12 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
       streamed += chunk.choices[0]?.delta?.content ?? '';
     }
     const text = await client.completions.create({ prompt: 'Once', max_tokens: 3, temperature: 0 });
+    const toolRequest = { messages: [{ role: 'user', content: 'Sum' }], tools, tool_choice: 'required', seed: 4, max_tokens: 80 };
+    const called = await client.chat.completions.create(toolRequest);
+    const callChunks = [];
+    for await (const chunk of await client.chat.completions.create({ ...toolRequest, stream: true })) {
+      callChunks.push(...(chunk.choices[0]?.delta?.tool_calls ?? []));
+    }
     const vectors = await client.embed(['Once', 'upon a time'], { pooling: 'last' });
     const shaped = await client.embeddings.create({ input: 'Once', encoding_format: 'float', pooling: 'last' });
     client.terminate();
@@ -179,8 +290,12 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
       first: Array.from(vectors[0]),
       shaped: shaped.data[0].embedding,
     };
-    return { whole, streamed, chunks, text, embedded };
-  }, { model, schema: SCHEMA });
+    return { whole, streamed, chunks, text, embedded, called, callChunks };
+  }, { model, schema: SCHEMA, template: TOOLS_TEMPLATE, tools: TOOLS });
+  const calls = out.called.choices[0].message.tool_calls;
+  assert.ok(calls.length > 0, JSON.stringify(out.called));
+  calls.forEach(checkCall);
+  assert.deepEqual(out.callChunks.map((c) => c.function), calls.map((c) => c.function));
   assert.equal(out.whole.object, 'chat.completion');
   checkRecord(out.whole.choices[0].message.content);
   assert.equal(out.streamed, out.whole.choices[0].message.content);

@@ -154,6 +154,11 @@ fn openai_request() {
 }
 
 #[test]
+fn tool_calls() {
+    replay("tool_calls", fuzz_common::tool_calls);
+}
+
+#[test]
 fn http_head() {
     replay("http_head", fuzz_common::http_head);
 }

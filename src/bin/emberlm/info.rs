@@ -73,7 +73,12 @@ pub fn info(
     let tally = weights.tally();
     let (largest, splits) = binding_splits(&weights, WEBGPU_DEFAULT_BINDING);
     let tokenizer = files.tokenizer()?;
-    let has_template = files.chat_template(&tokenizer)?.is_some();
+    let template = files.chat_template(&tokenizer)?;
+    let has_template = template.is_some();
+    let tool_format = template
+        .as_ref()
+        .map_or(emberlm::chat::ToolFormat::GENERIC, |t| t.tool_format())
+        .name();
     if json {
         let types: serde_json::Map<String, serde_json::Value> = tally
             .iter()
@@ -101,6 +106,7 @@ pub fn info(
                 "add_bos": tokenizer.add_bos_default(),
             },
             "chat_template": has_template,
+            "tool_format": tool_format,
             // the GPU's: a CPU backend has no bindings and no decode plan
             "bindings": (!on_cpu).then(|| serde_json::json!({
                 "limit": WEBGPU_DEFAULT_BINDING,
@@ -152,7 +158,7 @@ pub fn info(
     );
     println!("bos / eos:    {:?} / {:?}", c.bos_id, c.eos_ids);
     println!(
-        "tokenizer:    {} tokens, bos {:?} (added: {}), eos {:?}; chat template: {}",
+        "tokenizer:    {} tokens, bos {:?} (added: {}), eos {:?}; chat template: {}; tools: {tool_format}",
         tokenizer.vocab_size(),
         tokenizer.bos_id(),
         tokenizer.add_bos_default(),
