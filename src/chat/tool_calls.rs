@@ -128,6 +128,44 @@ fn call_object(text: &str, syntax: ToolSyntax) -> Option<ParsedCall> {
     })
 }
 
+/// What the text after a `<tool_call>` holds.
+enum Block {
+    /// A complete block: its call (`None` when it is not one) and the bytes it took, through
+    /// `</tool_call>`.
+    Done(Option<ParsedCall>, usize),
+    /// The block's text has not all come.
+    Incomplete,
+}
+
+/// Reads the body of a Hermes block: one JSON value, white space and `</tool_call>` (a
+/// `</tool_call>` inside the value's strings does not end it). Text that is not a JSON value
+/// followed by the tag ends at the first tag.
+fn hermes_body(body: &str) -> Block {
+    let lead = body.len() - body.trim_start().len();
+    let mut values = serde_json::Deserializer::from_str(&body[lead..]).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(_)) => {
+            let end = lead + values.byte_offset();
+            let after = &body[end..];
+            let tail = after.trim_start();
+            if tail.starts_with(HERMES_CLOSE) {
+                let used = body.len() - tail.len() + HERMES_CLOSE.len();
+                return Block::Done(call_object(&body[..end], ToolSyntax::Hermes), used);
+            }
+            if HERMES_CLOSE.starts_with(tail) {
+                return Block::Incomplete;
+            }
+        }
+        Some(Err(e)) if e.is_eof() => return Block::Incomplete,
+        None => return Block::Incomplete,
+        Some(Err(_)) => {}
+    }
+    match body.find(HERMES_CLOSE) {
+        Some(close) => Block::Done(None, close + HERMES_CLOSE.len()),
+        None => Block::Incomplete,
+    }
+}
+
 /// A finished answer split into its text and its calls.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ReadCalls {
@@ -152,38 +190,36 @@ pub fn read_calls(text: &str, syntax: ToolSyntax) -> ReadCalls {
             let mut rest = &text[start..];
             while let Some(open) = rest.find(HERMES_OPEN) {
                 let body = &rest[open + HERMES_OPEN.len()..];
-                let Some(close) = body.find(HERMES_CLOSE) else {
-                    break;
+                let (call, used) = match hermes_body(body) {
+                    Block::Done(call, used) => (call, used),
+                    Block::Incomplete => break,
                 };
-                if let Some(call) = call_object(&body[..close], syntax) {
-                    calls.push(call);
-                }
-                rest = &body[close + HERMES_CLOSE.len()..];
+                calls.extend(call);
+                rest = &body[used..];
             }
             ReadCalls {
                 content: text[..start].trim_end().to_string(),
                 calls,
             }
         }
-        ToolSyntax::Llama3 => {
-            let trimmed = text.trim_start();
-            match trimmed.starts_with('{') {
-                true => match call_object(trimmed, syntax) {
-                    Some(call) => ReadCalls {
-                        content: String::new(),
-                        calls: vec![call],
-                    },
-                    None => ReadCalls {
-                        content: text.to_string(),
-                        calls: Vec::new(),
-                    },
+        // a call is the whole answer, from its first byte (the grammar's text never starts
+        // with `{`)
+        ToolSyntax::Llama3 => match text.starts_with('{') {
+            true => match call_object(text, syntax) {
+                Some(call) => ReadCalls {
+                    content: String::new(),
+                    calls: vec![call],
                 },
-                false => ReadCalls {
+                None => ReadCalls {
                     content: text.to_string(),
                     calls: Vec::new(),
                 },
-            }
-        }
+            },
+            false => ReadCalls {
+                content: text.to_string(),
+                calls: Vec::new(),
+            },
+        },
     }
 }
 
@@ -197,7 +233,7 @@ pub struct CallStream {
     pending: String,
     /// The answer has started its calls.
     in_calls: bool,
-    /// Nothing but white space has come yet.
+    /// No text has come yet.
     at_start: bool,
 }
 
@@ -250,25 +286,21 @@ impl CallStream {
                 if self.in_calls {
                     while let Some(open) = self.pending.find(HERMES_OPEN) {
                         let body_at = open + HERMES_OPEN.len();
-                        let Some(close) = self.pending[body_at..].find(HERMES_CLOSE) else {
+                        let Block::Done(call, used) = hermes_body(&self.pending[body_at..]) else {
                             break;
                         };
-                        let end = body_at + close;
-                        if let Some(call) = call_object(&self.pending[body_at..end], self.syntax) {
-                            out.calls.push(call);
-                        }
-                        self.pending.drain(..end + HERMES_CLOSE.len());
+                        out.calls.extend(call);
+                        self.pending.drain(..body_at + used);
                     }
                 }
             }
             ToolSyntax::Llama3 => {
                 if self.at_start {
-                    let trimmed = self.pending.trim_start();
-                    if trimmed.is_empty() {
+                    if self.pending.is_empty() {
                         return out;
                     }
                     self.at_start = false;
-                    self.in_calls = trimmed.starts_with('{');
+                    self.in_calls = self.pending.starts_with('{');
                 }
                 if !self.in_calls {
                     out.content = std::mem::take(&mut self.pending);
@@ -338,20 +370,30 @@ mod tests {
         let cut = &text[..text.len() - 20];
         assert_eq!(read_calls(cut, ToolSyntax::Hermes).calls.len(), 1);
         assert_eq!(read_calls("plain", ToolSyntax::Hermes).content, "plain");
+        // a closing tag inside an argument's string does not end the call
+        let inside = "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"q\": \"a</tool_call>b\"}}\n</tool_call>";
+        let read = read_calls(inside, ToolSyntax::Hermes);
+        assert_eq!(read.calls.len(), 1);
+        assert_eq!(read.calls[0].arguments, "{\"q\":\"a</tool_call>b\"}");
     }
 
     #[test]
     fn llama3_answers_are_one_object_or_text() {
-        let call = " {\"name\": \"now\", \"parameters\": {}}";
+        let call = "{\"name\": \"now\", \"parameters\": {}}";
         let read = read_calls(call, ToolSyntax::Llama3);
         assert_eq!(read.calls[0].name, "now");
         assert_eq!(read.calls[0].arguments, "{}");
+        // text the grammar allows is text, whatever follows its first byte
+        assert_eq!(
+            read_calls(&format!(" {call}"), ToolSyntax::Llama3).calls,
+            vec![]
+        );
         assert_eq!(read_calls("It is noon.", ToolSyntax::Llama3).calls, vec![]);
     }
 
     #[test]
     fn a_stream_split_anywhere_gives_the_whole_answers_parts() {
-        let text = "Sure <b>.\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"<tool\"}}\n</tool_call>";
+        let text = "Sure <b>.\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"</tool_call>\"}}\n</tool_call>";
         let whole = read_calls(text, ToolSyntax::Hermes);
         for step in 1..8 {
             let mut s = CallStream::new(ToolSyntax::Hermes);

@@ -216,7 +216,7 @@ fn assert_arguments(name: &str, arguments: &str) {
     assert!(validator.is_valid(&value), "{name}({arguments})");
 }
 
-/// A Hermes-style template that reads `tools` (short enough for the tiny model's context).
+/// A Hermes-style template that reads `tools` (short enough for a tiny model's context).
 const TOOLS_TEMPLATE: &str = "{% if tools %}Tools:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}</tool_call>{% endfor %}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
 
 /// A call, its results and the final answer, whole and streamed, batched (the default) and
@@ -228,10 +228,15 @@ fn tool_calls_round_trip_whole_and_streamed() {
     let template = std::env::temp_dir().join(format!("emberlm-tools-{}.jinja", std::process::id()));
     std::fs::write(&template, TOOLS_TEMPLATE).expect("a temporary file");
     let template = template.to_string_lossy().to_string();
+    // the tiny Qwen 2: 256 positions, room for calls and their answer
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-qwen2-f32.gguf"
+    );
     for extra in [&[][..], &["--parallel", "1"][..]] {
         let mut args = vec!["--chat-template", template.as_str()];
         args.extend(extra);
-        round_trip(&start(&args), 80);
+        round_trip(&serve::start_model(model, &args), 180);
     }
     if let Some(model) = crate::common::require::smollm2() {
         round_trip(

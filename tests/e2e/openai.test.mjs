@@ -13,6 +13,8 @@ import Ajv from 'ajv';
 import OpenAI from 'openai';
 
 const MODEL = resolve('tests/fixtures/tiny-llama-f32.gguf');
+// the tool-calling checks: the same size with 256 positions, room for a call and its answer
+const TOOL_MODEL = resolve('tests/fixtures/tiny-qwen2-f32.gguf');
 const BINARY = resolve(process.env.EMBERLM_BIN ?? 'target/debug/emberlm');
 
 const SCHEMA = {
@@ -50,7 +52,7 @@ const TOOLS = [
       description: 'Current weather in a city',
       parameters: {
         type: 'object',
-        properties: { city: { type: 'string', maxLength: 16 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+        properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['celsius', 'fahrenheit'] } },
         required: ['city', 'unit'],
       },
     },
@@ -91,7 +93,7 @@ function checkCall(call) {
 // choices, and bad definitions refused naming the tool.
 async function exerciseTools(client) {
   const messages = [{ role: 'user', content: 'Weather in Oslo, and 2+3?' }];
-  const ask = (extra) => client.chat.completions.create({ model: 'tiny', messages, tools: TOOLS, max_tokens: 80, ...extra });
+  const ask = (extra) => client.chat.completions.create({ model: 'tiny', messages, tools: TOOLS, max_tokens: 180, ...extra });
   for (let seed = 0; seed < 21; seed += 1) {
     // seed 20 stands for greedy
     const sampling = seed < 20 ? { seed } : { temperature: 0 };
@@ -210,13 +212,15 @@ async function exercise(client) {
   );
 }
 
-test('the openai client talks to emberlm serve-api', async (t) => {
+// `emberlm serve-api` on `model` (more arguments in `extra`): its base URL, the server killed
+// when the test ends.
+async function serveApi(t, model, extra = []) {
   assert.ok(existsSync(BINARY), `${BINARY} is missing: cargo build --bin emberlm`);
-  const server = spawn(BINARY, ['serve-api', '--device', 'cpu', '--port', '0', '--model', MODEL, '--chat-template', TEMPLATE_FILE], {
+  const server = spawn(BINARY, ['serve-api', '--device', 'cpu', '--port', '0', '--model', model, ...extra], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   t.after(() => server.kill());
-  const url = await new Promise((resolveUrl, reject) => {
+  return new Promise((resolveUrl, reject) => {
     let out = '';
     server.stdout.on('data', (data) => {
       out += data;
@@ -225,25 +229,31 @@ test('the openai client talks to emberlm serve-api', async (t) => {
     });
     server.on('exit', (code) => reject(new Error(`serve-api exited (${code}): ${out}`)));
   });
-  const client = new OpenAI({ apiKey: 'unused', baseURL: url, maxRetries: 0 });
-  await exercise(client);
-  await exerciseTools(client);
+}
+
+test('the openai client talks to emberlm serve-api', async (t) => {
+  const url = await serveApi(t, MODEL);
+  await exercise(new OpenAI({ apiKey: 'unused', baseURL: url, maxRetries: 0 }));
+  const tools = await serveApi(t, TOOL_MODEL, ['--chat-template', TEMPLATE_FILE]);
+  await exerciseTools(new OpenAI({ apiKey: 'unused', baseURL: tools, maxRetries: 0 }));
 });
 
 test('the openai client talks to the page engine through openaiFetch', async () => {
   const { default: init, Engine } = await import(resolve('www/pkg/emberlm.js'));
   const { openaiFetch } = await import(resolve('www/openai_fetch.js'));
   await init({ module_or_path: readFileSync(resolve('www/pkg/emberlm_bg.wasm')) });
-  const engine = await Engine.load(readFileSync(MODEL), { backend: 'cpu', name: 'tiny', chatTemplate: TOOLS_TEMPLATE });
-  assert.equal(engine.info().toolFormat, 'hermes');
-  const client = new OpenAI({
+  const engine = await Engine.load(readFileSync(MODEL), { backend: 'cpu', name: 'tiny' });
+  assert.equal(engine.info().toolFormat, 'generic');
+  const client = (e) => new OpenAI({
     apiKey: 'unused',
     baseURL: 'https://emberlm.local/v1',
-    fetch: openaiFetch(engine, { model: 'tiny' }),
+    fetch: openaiFetch(e, { model: 'tiny' }),
     maxRetries: 0,
   });
-  await exercise(client);
-  await exerciseTools(client);
+  await exercise(client(engine));
+  const tooled = await Engine.load(readFileSync(TOOL_MODEL), { backend: 'cpu', name: 'tiny', chatTemplate: TOOLS_TEMPLATE });
+  assert.equal(tooled.info().toolFormat, 'hermes');
+  await exerciseTools(client(tooled));
 });
 
 test('EngineClient (the engine in a worker) answers chat.completions in the browser', async (t) => {
@@ -257,10 +267,10 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
   const page = await browser.newPage();
   await page.goto(`${url}token_stream.js`);
   const model = [...readFileSync(MODEL)];
-  const out = await page.evaluate(async ({ model, schema, template, tools }) => {
+  const out = await page.evaluate(async ({ model, toolModel, schema, template, tools }) => {
     const { EngineClient } = await import('/client.js');
     const client = new EngineClient();
-    await client.load(new Uint8Array(model), { backend: 'cpu', name: 'tiny', chatTemplate: template });
+    await client.load(new Uint8Array(model), { backend: 'cpu', name: 'tiny' });
     const request = {
       messages: [{ role: 'user', content: 'A record' }],
       seed: 2,
@@ -275,12 +285,15 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
       streamed += chunk.choices[0]?.delta?.content ?? '';
     }
     const text = await client.completions.create({ prompt: 'Once', max_tokens: 3, temperature: 0 });
-    const toolRequest = { messages: [{ role: 'user', content: 'Sum' }], tools, tool_choice: 'required', seed: 4, max_tokens: 80 };
-    const called = await client.chat.completions.create(toolRequest);
+    const toolClient = new EngineClient();
+    await toolClient.load(new Uint8Array(toolModel), { backend: 'cpu', name: 'tiny', chatTemplate: template });
+    const toolRequest = { messages: [{ role: 'user', content: 'Sum' }], tools, tool_choice: 'required', seed: 4, max_tokens: 180 };
+    const called = await toolClient.chat.completions.create(toolRequest);
     const callChunks = [];
-    for await (const chunk of await client.chat.completions.create({ ...toolRequest, stream: true })) {
+    for await (const chunk of await toolClient.chat.completions.create({ ...toolRequest, stream: true })) {
       callChunks.push(...(chunk.choices[0]?.delta?.tool_calls ?? []));
     }
+    toolClient.terminate();
     const vectors = await client.embed(['Once', 'upon a time'], { pooling: 'last' });
     const shaped = await client.embeddings.create({ input: 'Once', encoding_format: 'float', pooling: 'last' });
     client.terminate();
@@ -291,7 +304,7 @@ test('EngineClient (the engine in a worker) answers chat.completions in the brow
       shaped: shaped.data[0].embedding,
     };
     return { whole, streamed, chunks, text, embedded, called, callChunks };
-  }, { model, schema: SCHEMA, template: TOOLS_TEMPLATE, tools: TOOLS });
+  }, { model, toolModel: [...readFileSync(TOOL_MODEL)], schema: SCHEMA, template: TOOLS_TEMPLATE, tools: TOOLS });
   const calls = out.called.choices[0].message.tool_calls;
   assert.ok(calls.length > 0, JSON.stringify(out.called));
   calls.forEach(checkCall);
