@@ -28,7 +28,9 @@ WASM_PACK_VERSION=0.15.1
 # pinned, so that the build is the same wherever it runs.
 THREADS_NIGHTLY=nightly-2026-05-20
 # Debian's binaryen (108) emits modules Chromium rejects, so wasm-opt comes from npm (package.json).
-APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers)
+APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers firefox-esr)
+# geckodriver (crates.io) drives firefox-esr for the Firefox smoke test (tests/e2e/firefox.test.mjs).
+GECKODRIVER_VERSION=0.37.1
 CHROMEDRIVER_PATH=/usr/bin/chromedriver
 
 log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
@@ -199,6 +201,10 @@ setup_wasm_tools() {
   if ! have wasm-pack; then
     log "installing wasm-pack $WASM_PACK_VERSION"
     cargo install wasm-pack --version "$WASM_PACK_VERSION"
+  fi
+  if [ "$(geckodriver --version 2>/dev/null | awk 'NR == 1 {print $2}')" != "$GECKODRIVER_VERSION" ]; then
+    log "installing geckodriver $GECKODRIVER_VERSION (the Firefox smoke test)"
+    cargo install geckodriver --version "$GECKODRIVER_VERSION"
   fi
 }
 
@@ -563,7 +569,7 @@ cmd_test() {
   stage "page tests"
   log "demo page test (release build, Playwright driving headless Chromium)"
   node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs \
-    tests/e2e/openai.test.mjs tests/e2e/schemas.test.mjs
+    tests/e2e/openai.test.mjs tests/e2e/schemas.test.mjs tests/e2e/firefox.test.mjs
   stage "dist + npm"
   log "offline demo, npm package and examples (dist/)"
   dist_only
