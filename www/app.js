@@ -202,7 +202,10 @@ async function load() {
   }
   const stored = picked.cache ? await storedCopy(picked.source) : null;
   const fromCache = stored?.complete === true;
-  const persisted = picked.cache ? await askPersist() : null;
+  // Asked without waiting for the answer: Firefox asks the user in a prompt, which may never
+  // be answered (and never is in a headless browser); the load goes on meanwhile.
+  let persisted = null;
+  if (picked.cache) askPersist().then((answer) => { persisted = answer; });
   setStatus('loading', `Loading ${picked.label}…`);
   const note = $('cache-note');
   note.textContent = '';
