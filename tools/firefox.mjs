@@ -115,6 +115,13 @@ export class Firefox {
     });
   }
 
+  /** Gives the file input matching `selector` the local file at `path` (an absolute path). */
+  async setInputFile(selector, path) {
+    const found = await this.#send('POST', `/session/${this.#session}/element`, { using: 'css selector', value: selector });
+    const element = Object.values(found)[0];
+    await this.#send('POST', `/session/${this.#session}/element/${element}/value`, { text: path });
+  }
+
   /** Polls `fn` in the page every 250 ms until it returns something truthy (returned). */
   async waitFor(fn, { timeout = 60_000, what = 'a condition' } = {}, ...args) {
     const deadline = Date.now() + timeout;

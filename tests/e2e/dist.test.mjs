@@ -1,6 +1,7 @@
 // The single-file demo, built by `./build.sh dist`, opened from file:// in headless Chromium with
 // WebGPU: a model picked with the file input loads, a greedy reply streams in and equals the
-// native CLI's, and nothing is requested from the network.
+// native CLI's, and nothing is requested from the network. Then the same demo in Firefox ESR
+// (through geckodriver), on the CPU backend: the reply equals the native CLI's on the CPU.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -11,6 +12,7 @@ import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { chromium } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from '../../tools/chromium.mjs';
+import { Firefox, FIREFOX } from '../../tools/firefox.mjs';
 
 const DEMO = 'dist/emberlm-demo.html';
 const MODEL = 'tests/fixtures/tiny-llama-q4_1.gguf';
@@ -18,12 +20,13 @@ const PROMPT = 'Permission is hereby granted';
 const MAX_TOKENS = 16;
 const CLI = process.env.EMBERLM_CLI ?? 'target/debug/emberlm';
 
-/** The native CLI's greedy reply to PROMPT as a one-message chat, as the page sends it. */
-async function nativeReply() {
+/** The native CLI's greedy reply to PROMPT as a one-message chat, as the page sends it, on the
+ * backend `device` names. */
+async function nativeReply(device = 'gpu') {
   const xdg = mkdtempSync(join(tmpdir(), 'emberlm-xdg-'));
   const { stdout } = await promisify(execFile)(CLI, [
     'generate', '--model', MODEL, '--chat', '--prompt', PROMPT,
-    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json', '--device', 'gpu',
+    '--temperature', '0', '--max-new-tokens', String(MAX_TOKENS), '--json', '--device', device,
   ], { env: { ...process.env, XDG_RUNTIME_DIR: xdg }, maxBuffer: 1 << 20 });
   return JSON.parse(stdout).sequences[0];
 }
@@ -100,4 +103,49 @@ test('single-file demo from file://: pick a model, greedy reply equal to the CLI
   const remote = requests.filter((url) => !/^(file|blob|data):/.test(url));
   assert.deepEqual(remote, [], 'no request left the page');
   assert.deepEqual(problems, [], 'no console errors');
+});
+
+test('single-file demo from file:// in Firefox: the CPU backend, greedy reply equal to the CLI on the CPU', async (t) => {
+  assert.ok(existsSync(DEMO), `${DEMO} is missing: run ./build.sh dist`);
+  assert.ok(existsSync(FIREFOX), `${FIREFOX} is missing: run ./build.sh setup`);
+  const expected = nativeReply('cpu');
+  expected.catch(() => {});
+  const ff = await Firefox.launch();
+  t.after(() => ff.close());
+  const state = (wanted) => ff.waitFor((w) => {
+    const s = document.getElementById('status').dataset.state;
+    return w.includes(s) || s === 'error' ? s : null;
+  }, { timeout: 120_000, what: `the demo to be ${wanted.join(' or ')}` }, wanted);
+  const failure = () => ff.evaluate(() => `${document.getElementById('status').textContent} ${document.getElementById('error-text').textContent}`);
+  await ff.goto(pathToFileURL(resolve(DEMO)).href);
+  assert.equal(await state(['idle']), 'idle', await failure());
+  await ff.evaluate(() => {
+    const el = document.getElementById('context');
+    el.value = '128'; // the tiny model's whole context
+    el.dispatchEvent(new Event('change', { bubbles: true }));
+  });
+  await ff.setInputFile('#model-file', resolve(MODEL));
+  assert.equal(await state(['ready']), 'ready', await failure());
+  await ff.evaluate((prompt, maxTokens) => {
+    const set = (id, value) => {
+      const el = document.getElementById(id);
+      el.value = value;
+      el.dispatchEvent(new Event('input', { bubbles: true }));
+      el.dispatchEvent(new Event('change', { bubbles: true }));
+    };
+    set('temperature', '0');
+    set('max-tokens', String(maxTokens));
+    set('prompt', prompt);
+    document.getElementById('send').click();
+  }, PROMPT, MAX_TOKENS);
+  await ff.waitFor(() => document.querySelector('#messages .message.assistant[data-state="done"]')
+    || !document.getElementById('error').hidden, { timeout: 120_000, what: 'the reply' });
+  const reply = await ff.evaluate(() => {
+    const last = document.querySelector('#messages .message.assistant:last-child');
+    return { text: last.querySelector('.content').textContent, finish: last.dataset.finish };
+  });
+  const native = await expected;
+  console.log(`Firefox ${ff.capabilities.browserVersion}: ${JSON.stringify(reply.text)} (${reply.finish}); native CLI on the CPU: ${JSON.stringify(native.text)}`);
+  assert.equal(reply.text, native.text, 'the demo in Firefox replies as the native CLI on the CPU does');
+  assert.equal(reply.finish, native.finish_reason);
 });
