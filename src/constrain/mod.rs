@@ -208,6 +208,13 @@ impl Constraint {
     pub fn kind(&self) -> &'static str {
         self.kind
     }
+
+    /// The same constraint under another name in messages (`tool call` for the grammar of
+    /// a request's tools, which is a Lark grammar the caller never wrote).
+    pub fn named(mut self, kind: &'static str) -> Self {
+        self.kind = kind;
+        self
+    }
 }
 
 impl GrammarState {

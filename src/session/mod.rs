@@ -106,9 +106,16 @@ fn tool_error(grammars: &Grammars, tools: &ToolRequest, e: Error) -> Error {
             strict: def.strict,
         };
         if let Err(own) = grammars.compile(&alone) {
+            let why = match own {
+                Error::InvalidArgument { message, .. } => message,
+                other => other.to_string(),
+            };
             return Error::invalid(
                 "tools",
-                format!("tools[{i}] (`{}`): its parameters are not a schema calls can be held to: {own}", def.name),
+                format!(
+                    "tools[{i}] (`{}`): its parameters are not a schema calls can be held to: {why}",
+                    def.name
+                ),
             );
         }
     }
@@ -551,7 +558,8 @@ impl Session {
         };
         match (grammars.compile(format), calls) {
             (Err(e), Some((tools, _))) => Err(tool_error(&grammars, tools, e)),
-            (result, _) => result,
+            (Ok(c), Some(_)) => Ok(c.map(|c| c.named("tool call"))),
+            (result, None) => result,
         }
     }
 
