@@ -223,6 +223,31 @@ setup_node() {
   npm install --no-save --no-audit --no-fund --loglevel=error
 }
 
+# The official `openai` Python client for tests/e2e/openai_python.py: its wheels (and their
+# dependencies, for this Python) unpacked into .cache/pyclient, put on PYTHONPATH by the test
+# run. No venv and no pip install: a fresh Debian has neither python3-venv nor a writable
+# system site-packages.
+OPENAI_PY_VERSION=3.63.0
+PYCLIENT_DIR=.cache/pyclient
+setup_pyclient() {
+  if PYTHONPATH=$PYCLIENT_DIR python3 -c "import sys, openai; sys.exit(openai.__version__ != '$OPENAI_PY_VERSION')" 2>/dev/null; then
+    return
+  fi
+  log "fetching the openai Python client $OPENAI_PY_VERSION into $PYCLIENT_DIR"
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --only-binary=:all: "openai==$OPENAI_PY_VERSION" -d "$tmp" ||
+    { rm -rf "$tmp"; die "pip download openai==$OPENAI_PY_VERSION failed"; }
+  rm -rf "$PYCLIENT_DIR"
+  mkdir -p "$PYCLIENT_DIR"
+  python3 - "$PYCLIENT_DIR" "$tmp"/*.whl <<'PY'
+import sys, zipfile
+for wheel in sys.argv[2:]:
+    zipfile.ZipFile(wheel).extractall(sys.argv[1])
+PY
+  rm -rf "$tmp"
+}
+
 model_ok() {
   local f="$MODEL_DIR/$MODEL_FILE"
   [ -f "$f" ] && [ "$(stat -c %s "$f")" = "$MODEL_SIZE" ] &&
@@ -299,6 +324,7 @@ cmd_setup() {
   setup_rust
   setup_wasm_tools
   setup_node
+  setup_pyclient
   setup_model
   setup_gemma
 }
@@ -570,6 +596,8 @@ cmd_test() {
   log "demo page test (release build, Playwright driving headless Chromium)"
   node --test tests/e2e/page.test.mjs tests/e2e/types.test.mjs tests/e2e/token_stream.test.mjs \
     tests/e2e/openai.test.mjs tests/e2e/schemas.test.mjs tests/e2e/firefox.test.mjs
+  log "the openai Python client against serve-api (tool calling)"
+  PYTHONPATH=$PYCLIENT_DIR python3 tests/e2e/openai_python.py
   stage "dist + npm"
   log "offline demo, npm package and examples (dist/)"
   dist_only

@@ -8,6 +8,8 @@
 //! `required` it is calls from the first token; a named function is called exactly once.
 //! Without `parallel_tool_calls` an answer holds one call at most.
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::tools::{ToolChoice, ToolDef, ToolRequest, ToolSyntax};
@@ -111,21 +113,43 @@ pub fn grammar(request: &ToolRequest, syntax: ToolSyntax) -> Option<String> {
     Some(lark)
 }
 
-/// One call object's JSON text read as a call in `syntax` (`None` when it is not one).
+/// A Hermes call object: the name, and the arguments as the model wrote them.
+#[derive(Deserialize)]
+struct HermesCall<'a> {
+    name: String,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// A Llama 3 call object: the name, and the arguments as the model wrote them.
+#[derive(Deserialize)]
+struct Llama3Call<'a> {
+    name: String,
+    #[serde(borrow)]
+    parameters: Option<&'a RawValue>,
+}
+
+/// One call object's JSON text read as a call in `syntax` (`None` when it is not one). The
+/// arguments keep the model's own text: numbers as written (`-0`, `1e3`, integers past 2^53
+/// read back exactly), not a re-serialisation.
 fn call_object(text: &str, syntax: ToolSyntax) -> Option<ParsedCall> {
-    let value: Value = serde_json::from_str(text.trim()).ok()?;
-    let name = value.get("name")?.as_str()?.to_string();
-    let args = value
-        .get(arguments_key(syntax))
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    if !args.is_object() {
-        return None;
-    }
-    Some(ParsedCall {
-        name,
-        arguments: args.to_string(),
-    })
+    let text = text.trim();
+    let (name, args) = match syntax {
+        ToolSyntax::Hermes => {
+            let c: HermesCall = serde_json::from_str(text).ok()?;
+            (c.name, c.arguments)
+        }
+        ToolSyntax::Llama3 => {
+            let c: Llama3Call = serde_json::from_str(text).ok()?;
+            (c.name, c.parameters)
+        }
+    };
+    let arguments = match args {
+        Some(raw) if raw.get().starts_with('{') => raw.get().to_string(),
+        Some(_) => return None,
+        None => "{}".to_string(),
+    };
+    Some(ParsedCall { name, arguments })
 }
 
 /// What the text after a `<tool_call>` holds.
@@ -365,7 +389,7 @@ mod tests {
         let read = read_calls(text, ToolSyntax::Hermes);
         assert_eq!(read.content, "Let me look.");
         assert_eq!(read.calls.len(), 2);
-        assert_eq!(read.calls[0].arguments, "{\"city\":\"Oslo\"}");
+        assert_eq!(read.calls[0].arguments, "{\"city\": \"Oslo\"}");
         // cut inside the second call: the first is kept
         let cut = &text[..text.len() - 20];
         assert_eq!(read_calls(cut, ToolSyntax::Hermes).calls.len(), 1);
@@ -374,7 +398,13 @@ mod tests {
         let inside = "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"q\": \"a</tool_call>b\"}}\n</tool_call>";
         let read = read_calls(inside, ToolSyntax::Hermes);
         assert_eq!(read.calls.len(), 1);
-        assert_eq!(read.calls[0].arguments, "{\"q\":\"a</tool_call>b\"}");
+        assert_eq!(read.calls[0].arguments, "{\"q\": \"a</tool_call>b\"}");
+        // numbers as written
+        let exact = "<tool_call>{\"name\": \"n\", \"arguments\": {\"a\": -0, \"b\": 123456789012345678901}}</tool_call>";
+        assert_eq!(
+            read_calls(exact, ToolSyntax::Hermes).calls[0].arguments,
+            "{\"a\": -0, \"b\": 123456789012345678901}"
+        );
     }
 
     #[test]

@@ -279,7 +279,7 @@ fn calls_become_tool_calls_whole_and_streamed() {
     assert_eq!(
         first["message"]["tool_calls"],
         json!([
-            {"id": "call_00ab_0_0", "type": "function", "function": {"name": "w", "arguments": "{\"city\":\"Oslo\"}"}},
+            {"id": "call_00ab_0_0", "type": "function", "function": {"name": "w", "arguments": "{\"city\": \"Oslo\"}"}},
             {"id": "call_00ab_0_1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
         ])
     );
