@@ -115,6 +115,19 @@ export class Firefox {
     });
   }
 
+  /** Sets each form field named by id in `values` (id -> value) as typing would: the value,
+   * then `input` and `change` events. */
+  fill(values) {
+    return this.evaluate((entries) => {
+      for (const [id, value] of entries) {
+        const el = document.getElementById(id);
+        el.value = value;
+        el.dispatchEvent(new Event('input', { bubbles: true }));
+        el.dispatchEvent(new Event('change', { bubbles: true }));
+      }
+    }, Object.entries(values));
+  }
+
   /** Gives the file input matching `selector` the local file at `path` (an absolute path). */
   async setInputFile(selector, path) {
     const found = await this.#send('POST', `/session/${this.#session}/element`, { using: 'css selector', value: selector });

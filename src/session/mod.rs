@@ -30,6 +30,7 @@ mod batch_json;
 mod batched;
 mod beam;
 pub mod cache_plan;
+mod constraint;
 mod context;
 mod decode;
 mod draft;
@@ -50,10 +51,10 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
-use crate::chat::{tool_calls, ChatMessage, ChatTemplate, ToolFormat, ToolRequest};
+use crate::chat::{ChatMessage, ChatTemplate, ToolRequest};
 use crate::config::ModelConfig;
 use crate::config::{auto_context, default_context, ContextChoice};
-use crate::constrain::{Constraint, Grammars, ResponseFormat};
+use crate::constrain::{Constraint, Grammars};
 use crate::error::{Error, Result};
 use crate::forward::cpu::CpuPrecision;
 use crate::forward::{Backend, Readback};
@@ -95,31 +96,6 @@ impl AbortHandle {
     fn clear(&self) {
         self.0.store(false, Ordering::SeqCst);
     }
-}
-
-/// The error for tools whose grammar does not compile: the first function whose parameters do
-/// not compile alone, named; else the grammar's own error.
-fn tool_error(grammars: &Grammars, tools: &ToolRequest, e: Error) -> Error {
-    for (i, def) in tools.tools.iter().enumerate() {
-        let alone = ResponseFormat::JsonSchema {
-            schema: def.parameters.clone(),
-            strict: def.strict,
-        };
-        if let Err(own) = grammars.compile(&alone) {
-            let why = match own {
-                Error::InvalidArgument { message, .. } => message,
-                other => other.to_string(),
-            };
-            return Error::invalid(
-                "tools",
-                format!(
-                    "tools[{i}] (`{}`): its parameters are not a schema calls can be held to: {why}",
-                    def.name
-                ),
-            );
-        }
-    }
-    e
 }
 
 /// Strings that chat templates use to end a turn; those the template emits become stop ids.
@@ -531,41 +507,6 @@ impl Session {
         };
         check_token_ids("prompt", &ids, self.vocab())?;
         Ok(ids)
-    }
-
-    /// `options`' response format compiled for this model (`None`: free text).
-    pub(super) fn constraint(&mut self, options: &GenerateOptions) -> Result<Option<Constraint>> {
-        let syntax = self.template.tool_format().syntax;
-        let calls = options
-            .tools
-            .as_ref()
-            .and_then(|t| Some((t, tool_calls::grammar(t, syntax)?)));
-        let format = match &calls {
-            Some((_, lark)) => &ResponseFormat::Lark(lark.clone()),
-            None => &options.response_format,
-        };
-        if !format.is_constrained() {
-            return Ok(None);
-        }
-        let grammars = match &self.grammars {
-            Some(g) => Arc::clone(g),
-            None => {
-                let eos = self.eos.first().copied().unwrap_or(0);
-                let g = Arc::new(Grammars::new(&self.tokenizer, self.vocab(), eos)?);
-                self.grammars = Some(Arc::clone(&g));
-                g
-            }
-        };
-        match (grammars.compile(format), calls) {
-            (Err(e), Some((tools, _))) => Err(tool_error(&grammars, tools, e)),
-            (Ok(c), Some(_)) => Ok(c.map(|c| c.named("tool call"))),
-            (result, None) => result,
-        }
-    }
-
-    /// How this model's chat template takes tools (`info().toolFormat`).
-    pub fn tool_format(&self) -> ToolFormat {
-        self.template.tool_format()
     }
 
     /// Ids the sampler may choose: the model's and the tokenizer's vocabularies overlap.

@@ -119,25 +119,11 @@ test('single-file demo from file:// in Firefox: the CPU backend, greedy reply eq
   const failure = () => ff.evaluate(() => `${document.getElementById('status').textContent} ${document.getElementById('error-text').textContent}`);
   await ff.goto(pathToFileURL(resolve(DEMO)).href);
   assert.equal(await state(['idle']), 'idle', await failure());
-  await ff.evaluate(() => {
-    const el = document.getElementById('context');
-    el.value = '128'; // the tiny model's whole context
-    el.dispatchEvent(new Event('change', { bubbles: true }));
-  });
+  await ff.fill({ context: '128' }); // the tiny model's whole context
   await ff.setInputFile('#model-file', resolve(MODEL));
   assert.equal(await state(['ready']), 'ready', await failure());
-  await ff.evaluate((prompt, maxTokens) => {
-    const set = (id, value) => {
-      const el = document.getElementById(id);
-      el.value = value;
-      el.dispatchEvent(new Event('input', { bubbles: true }));
-      el.dispatchEvent(new Event('change', { bubbles: true }));
-    };
-    set('temperature', '0');
-    set('max-tokens', String(maxTokens));
-    set('prompt', prompt);
-    document.getElementById('send').click();
-  }, PROMPT, MAX_TOKENS);
+  await ff.fill({ temperature: '0', 'max-tokens': String(MAX_TOKENS), prompt: PROMPT });
+  await ff.evaluate(() => document.getElementById('send').click());
   await ff.waitFor(() => document.querySelector('#messages .message.assistant[data-state="done"]')
     || !document.getElementById('error').hidden, { timeout: 120_000, what: 'the reply' });
   const reply = await ff.evaluate(() => {

@@ -50,18 +50,8 @@ const adapterRows = (ff) => ff.evaluate(() => Object.fromEntries([...document.qu
 
 /** Sends PROMPT greedily and returns the reply's text and finish reason. */
 async function greedyReply(ff) {
-  await ff.evaluate((prompt, maxTokens) => {
-    const set = (id, value) => {
-      const el = document.getElementById(id);
-      el.value = value;
-      el.dispatchEvent(new Event('input', { bubbles: true }));
-      el.dispatchEvent(new Event('change', { bubbles: true }));
-    };
-    set('temperature', '0');
-    set('max-tokens', String(maxTokens));
-    set('prompt', prompt);
-    document.getElementById('send').click();
-  }, PROMPT, MAX_TOKENS);
+  await ff.fill({ temperature: '0', 'max-tokens': String(MAX_TOKENS), prompt: PROMPT });
+  await ff.evaluate(() => document.getElementById('send').click());
   await ff.waitFor(() => document.getElementById('status').dataset.state === 'generating'
     || document.querySelector('#messages .message.assistant:last-child')?.dataset.finish, { timeout: 10_000, what: 'generation to start' });
   await waitReady(ff, 600_000);
