@@ -7,24 +7,25 @@
 //!   (storage types, dequantization), [`config`] (the model
 //!   description), [`candidates`] (the selection kernel's wire format), [`tune`];
 //! - [`model`]: host tensors and weights, and the CPU reference forward pass;
-//! - [`gpu`] (device, buffers, kernels), [`cpu`] (the CPU backend's kernels), [`format`] (GGUF, safetensors), [`sampling`], [`store`] (downloads kept in
-//!   the page's storage);
-//! - [`tokenizer`], then [`chat`];
-//! - [`loader`] (files → weights, tokenizer, template) and [`forward`] (the GPU graph);
+//! - [`format`] (GGUF, safetensors), [`sampling`], [`store`] (downloads kept in the page's
+//!   storage);
+//! - [`tokenizer`], and [`backend`]: the [`backend::Backend`] trait a session runs a model
+//!   through, and its two implementations, [`backend::gpu`] (device, buffers, kernels, the
+//!   forward pass on them) and [`backend::cpu`] (SIMD kernels, the thread team, the forward pass
+//!   on them);
+//! - [`chat`], then [`loader`] (files → weights, tokenizer, template);
 //! - the session, the engine, and `web` (wasm32 only), which converts between JavaScript and
 //!   Rust and holds no logic of its own.
 
+pub mod backend;
 pub mod candidates;
 pub mod chat;
 pub mod config;
 pub mod constrain;
-pub mod cpu;
 pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod format;
-pub mod forward;
-pub mod gpu;
 pub mod loader;
 pub mod math;
 pub mod model;
@@ -39,5 +40,5 @@ pub mod tune;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
 
+pub use backend::gpu::{AdapterReport, GpuContext, GpuOptions};
 pub use error::{Error, Result};
-pub use gpu::{AdapterReport, GpuContext, GpuOptions};

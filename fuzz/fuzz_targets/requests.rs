@@ -159,7 +159,7 @@ fn tune_key() -> emberlm::tune::TuneKey {
 /// load reads them: trusted or refused, never a panic; a trusted value written back is
 /// trusted again.
 pub fn tune_record(data: &[u8]) {
-    use emberlm::gpu::{KernelOverrides, KernelPlan, Variant};
+    use emberlm::backend::gpu::{KernelOverrides, KernelPlan, Variant};
     use emberlm::tune::{parse_record, record_text, Lookup};
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -215,7 +215,7 @@ pub fn block_decode(data: &[u8]) {
     let mut want = vec![0.0f32; cols];
     emberlm::dtype::dequantize_into(dtype, bytes, &mut want, "fuzz")
         .expect("whole blocks dequantize");
-    let mut row = emberlm::cpu::quant::UnpackedRow::with_cols(cols);
+    let mut row = emberlm::backend::cpu::quant::UnpackedRow::with_cols(cols);
     row.unpack(dtype, bytes);
     for (i, &w) in want.iter().enumerate() {
         let got = f32::from(row.w[i]) * row.scale[i / 16] + row.offset[i / 32];

@@ -12,10 +12,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use crate::backend::cpu::CpuPrecision;
+use crate::backend::gpu::{AdapterReport, GpuContext, Precision};
 use crate::dtype::kv::KvKinds;
 use crate::error::Result;
-use crate::forward::cpu::CpuPrecision;
-use crate::gpu::{AdapterReport, GpuContext, Precision};
 use crate::loader::ModelFiles;
 use crate::model::weights::ModelWeights;
 use crate::session::Session;
@@ -77,7 +77,7 @@ impl BackendChoice {
             self.adapter,
             self.gpu_ms,
             self.cpu_ms,
-            crate::cpu::dot::instruction_set(),
+            crate::backend::cpu::dot::instruction_set(),
             match self.backend {
                 Chosen::Gpu => "adapter",
                 Chosen::Cpu => "CPU",
@@ -108,7 +108,7 @@ fn choice_key(
     options: &super::EngineOptions,
     kinds: KvKinds,
 ) -> TuneKey {
-    let (dims, types) = crate::forward::model_shape(weights);
+    let (dims, types) = crate::backend::gpu::model_shape(weights);
     let mut shape = format!(
         "{dims} types={types} context={} kv={}/{} cpu={}x{}",
         options
@@ -116,8 +116,8 @@ fn choice_key(
             .map_or("default".to_string(), |n| n.to_string()),
         kinds.k,
         kinds.v,
-        crate::cpu::dot::instruction_set(),
-        crate::cpu::threads(),
+        crate::backend::cpu::dot::instruction_set(),
+        crate::backend::cpu::threads(),
     );
     if options.cpu_precision != CpuPrecision::Int8 {
         shape.push_str(&format!(
@@ -167,7 +167,7 @@ impl Engine {
                 adapter: report.name.clone(),
                 gpu_ms: m.gpu_ms,
                 cpu_ms: m.cpu_ms,
-                threads: crate::cpu::threads(),
+                threads: crate::backend::cpu::threads(),
                 measured_now: false,
                 stored_at,
             };
@@ -221,7 +221,7 @@ impl Engine {
             adapter: report.name.clone(),
             gpu_ms,
             cpu_ms,
-            threads: crate::cpu::threads(),
+            threads: crate::backend::cpu::threads(),
             measured_now: true,
             stored_at: stored_at.filter(|_| kept),
         };

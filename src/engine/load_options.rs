@@ -11,12 +11,12 @@ use serde_json::Value;
 
 use super::load_keys::{self, Key, Kind, Scope};
 use super::EngineOptions;
-use crate::dtype::kv::{KvKind, KvKinds};
-use crate::error::{Error, Result};
-use crate::forward::cpu::CpuPrecision;
-use crate::gpu::{
+use crate::backend::cpu::CpuPrecision;
+use crate::backend::gpu::{
     DecodePlan, DecodePlanMode, DeviceChoice, GpuOptions, KernelOverrides, Precision,
 };
+use crate::dtype::kv::{KvKind, KvKinds};
+use crate::error::{Error, Result};
 use crate::session::CachePlanOptions;
 
 /// Where options come from: it decides which keys apply and how a key is named in messages.

@@ -239,7 +239,7 @@ fn print_load_options_typescript() {
 
 #[test]
 fn f32_by_name_is_exact_on_the_cpu_and_nothing_else_is() {
-    use crate::forward::cpu::CpuPrecision;
+    use crate::backend::cpu::CpuPrecision;
     for (v, want) in [
         (json!({}), CpuPrecision::Int8),
         (json!({ "precision": "auto" }), CpuPrecision::Int8),

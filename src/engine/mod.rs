@@ -29,8 +29,8 @@ mod recovery;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use crate::backend::gpu::{DeviceChoice, GpuContext, GpuOptions};
 use crate::error::{Error, Result};
-use crate::gpu::{DeviceChoice, GpuContext, GpuOptions};
 use crate::loader::ModelFiles;
 use crate::session::{GenerateOptions, Generation, Prompt, Score, Session, TokenEvent};
 use queue::{Queue, Turn};
@@ -57,7 +57,7 @@ pub struct EngineOptions {
     pub kv_budget_mb: Option<f64>,
     /// What the CPU backend multiplies quantized matrices with: 8-bit activations (default),
     /// or f32 where `precision: 'f32'` was asked for by name.
-    pub cpu_precision: crate::forward::cpu::CpuPrecision,
+    pub cpu_precision: crate::backend::cpu::CpuPrecision,
 }
 
 /// Called with the new session after every rebuild on a new device.
@@ -464,7 +464,7 @@ impl Engine {
         &self,
         decode_pos: u32,
         prompt_tokens: u32,
-    ) -> Result<crate::forward::Profile> {
+    ) -> Result<crate::backend::gpu::Profile> {
         let (_running, mut session) = self.begin(None).await?;
         let result = session.profile(decode_pos, prompt_tokens).await;
         self.end(session, result)
@@ -546,7 +546,7 @@ impl Engine {
     /// A handle that destroys the current GPU device when fired, from anywhere (a token
     /// callback during a call included), to test device loss in the middle of a step; `None`
     /// on the CPU backend or while a call holds the session.
-    pub fn loss_trigger_for_test(&self) -> Option<crate::gpu::device::LossTrigger> {
+    pub fn loss_trigger_for_test(&self) -> Option<crate::backend::gpu::device::LossTrigger> {
         self.inspect(|s| s.gpu().map(GpuContext::loss_trigger_for_test))
             .flatten()
     }

@@ -2,8 +2,8 @@
 //! kept, and the conversation's tokens replayed into the new KV cache.
 
 use super::Engine;
+use crate::backend::gpu::GpuContext;
 use crate::error::{Error, Result};
-use crate::gpu::GpuContext;
 use crate::session::Session;
 
 impl Engine {

@@ -19,9 +19,9 @@ use super::{
     elapsed_ms, Ctx, FinishReason, GenerateOptions, Generation, Prompt, Sequence, Session, Stats,
     TokenEvent,
 };
+use crate::backend::{BatchToken, Output, Readback, Rows, StepLogits};
 use crate::constrain::Constraint;
 use crate::error::{Error, Result};
-use crate::forward::{BatchToken, Output, Readback, StepLogits};
 use crate::sampling::{Sampler, SelectRequest};
 
 /// One prompt of a batch with its own options.
@@ -282,7 +282,14 @@ impl Session {
         let first = group.first().map(|g| g.1).ok_or_else(gone)?;
         let out = self
             .forward
-            .run_in_slot(first, 0, &item.tokens, Readback::LastRow)
+            .run(
+                Rows::InSlot {
+                    slot: first,
+                    pos: 0,
+                    tokens: &item.tokens,
+                },
+                Readback::LastRow,
+            )
             .await?;
         let Output::Logits(row) = out else {
             return Err(Error::invalid("prompt", "the prefill returned no logits"));

@@ -3,9 +3,9 @@
 
 use web_time::Instant;
 
+use crate::backend::{BatchToken, Output, Readback, Rows, StepLogits};
 use crate::constrain::{Constraint, GrammarState};
 use crate::error::{Error, Result};
-use crate::forward::{BatchToken, Output, Readback, StepLogits};
 use crate::sampling::{log_softmax, Checked, Sampler, StopMatcher};
 
 use super::{
@@ -121,7 +121,14 @@ impl Session {
         }
         let first = match self
             .forward
-            .run_in_slot(0, 0, c.prompt, Readback::LastRow)
+            .run(
+                Rows::InSlot {
+                    slot: 0,
+                    pos: 0,
+                    tokens: c.prompt,
+                },
+                Readback::LastRow,
+            )
             .await?
         {
             Output::Logits(row) => row,

@@ -20,16 +20,16 @@
 //!    `cache_plan_probe_interval_sec` with `cache_plan_probe` on.
 //!
 //! When no kind passes, f32 is used if it fits the budget; otherwise loading fails naming the
-//! budget. Every candidate runs through [`Forward::set_kv`](crate::forward::Forward::set_kv)
+//! budget. Every candidate runs through [`Forward::set_kv`](crate::backend::gpu::Forward::set_kv)
 //! on the model already on the device: nothing is uploaded twice.
 
 use serde::{Deserialize, Serialize};
 use web_time::{Instant, SystemTime, UNIX_EPOCH};
 
 use super::Session;
+use crate::backend::{Readback, Rows};
 use crate::dtype::kv::{KvKind, KvKinds};
 use crate::error::{Error, Result};
-use crate::forward::Readback;
 use crate::sampling::divergence::{mean_kl, mean_nll};
 use crate::tune::{Store, TuneKey};
 
@@ -527,14 +527,18 @@ impl Session {
             .map(|i| (bos + i) % self.config().vocab_size as u32)
             .collect();
         let prompt = prompt.min(len.saturating_sub(steps + 1)).max(1);
-        self.forward.run(&tokens[..prompt], Readback::None).await?;
         self.forward
-            .run(&tokens[prompt..prompt + 1], Readback::LastRow)
+            .run(Rows::Next(&tokens[..prompt]), Readback::None)
+            .await?;
+        self.forward
+            .run(Rows::Next(&tokens[prompt..prompt + 1]), Readback::LastRow)
             .await?;
         let start = Instant::now();
         let mut ran = 0usize;
         for &t in &tokens[prompt + 1..] {
-            self.forward.run(&[t], Readback::LastRow).await?;
+            self.forward
+                .run(Rows::Next(&[t]), Readback::LastRow)
+                .await?;
             ran += 1;
         }
         let secs = start.elapsed().as_secs_f64().max(1e-9);

@@ -1,8 +1,8 @@
 //! The context window: how many tokens sliding keeps, cutting a prompt that does not fit,
 //! reusing the cached common prefix, and sliding when generation reaches the end.
 
+use crate::backend::{Output, Readback, Rows, StepLogits};
 use crate::error::{Error, Result};
-use crate::forward::{Output, Readback, StepLogits};
 
 use super::{GenerateOptions, Session};
 
@@ -111,7 +111,7 @@ impl Session {
             all_rows: all_logits,
             on_step: &mut on_step,
         };
-        match self.forward.run(tokens, readback).await? {
+        match self.forward.run(Rows::Next(tokens), readback).await? {
             Output::Stepped { ran } => Ok(ran == tokens.len()),
             _ => Ok(true),
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
+use crate::backend::{Output, Readback, Rows, StepLogits};
 use crate::error::{Error, Result};
-use crate::forward::{Output, Readback, StepLogits};
 use crate::sampling::{Sampled, Sampler, SelectRequest};
 
 use super::context::common_prefix;
@@ -248,7 +248,11 @@ impl Session {
             all.push(token);
             self.forward.truncate(0)?;
             self.cached.clear();
-            let row = match self.forward.run(&all, Readback::LastRow).await? {
+            let row = match self
+                .forward
+                .run(Rows::Next(&all), Readback::LastRow)
+                .await?
+            {
                 Output::Logits(row) => row,
                 _ => return Err(Error::invalid("use_cache", "the step returned no logits")),
             };

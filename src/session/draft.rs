@@ -2,9 +2,9 @@
 //! vocabulary on the same device, with its own KV cache; and how drafts are proposed (by it,
 //! or by prompt lookup).
 
+use crate::backend::{Backend, Output, Readback, Rows};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::forward::{Backend, Output, Readback};
 use crate::loader::ModelFiles;
 use crate::sampling::speculative::lookup_draft;
 use crate::sampling::{Sampler, TokenMask};
@@ -87,7 +87,7 @@ pub fn check_same_vocabulary(
 
 /// A loaded draft model and the tokens its KV cache holds.
 pub(super) struct Draft {
-    pub forward: Backend,
+    pub forward: Box<dyn Backend>,
     pub cached: Vec<u32>,
     pub name: String,
 }
@@ -134,8 +134,10 @@ impl Session {
     }
 
     /// The loaded draft model's name and its forward pass (`None`: no draft).
-    pub fn draft(&self) -> Option<(&str, &Backend)> {
-        self.draft.as_ref().map(|d| (d.name.as_str(), &d.forward))
+    pub fn draft(&self) -> Option<(&str, &dyn Backend)> {
+        self.draft
+            .as_ref()
+            .map(|d| (d.name.as_str(), d.forward.as_ref()))
     }
 
     /// Where drafts come from for a call asking for `source`: the draft model needs one
@@ -221,7 +223,7 @@ impl Session {
                 Some(r) => Readback::Candidates(r),
                 None => Readback::LastRow,
             };
-            let out_step = draft.forward.run(&run, readback).await?;
+            let out_step = draft.forward.run(Rows::Next(&run), readback).await?;
             draft.cached.extend_from_slice(&run);
             let from_candidates = match (&out_step, &request) {
                 (Output::Candidates(cand), Some(r)) => {

@@ -6,8 +6,8 @@
 use serde_json::Value;
 
 use super::Session;
+use crate::backend::{Output, Readback, Rows};
 use crate::error::{Error, Result};
-use crate::forward::{Output, Readback};
 
 /// How a text's token states become one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -222,7 +222,11 @@ impl Session {
         let mut vectors = Vec::with_capacity(ids.len());
         for tokens in ids {
             self.reset();
-            let states = match self.forward.run(tokens, Readback::Hidden).await? {
+            let states = match self
+                .forward
+                .run(Rows::Next(tokens), Readback::Hidden)
+                .await?
+            {
                 Output::Hidden(states) if states.len() == tokens.len() * d => states,
                 other => {
                     return Err(Error::invalid(

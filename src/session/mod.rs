@@ -51,14 +51,14 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
+use crate::backend::cpu::{CpuForward, CpuPrecision};
+use crate::backend::gpu::{GpuContext, GpuModel};
+use crate::backend::{Backend, Readback, Rows, DEFAULT_CHUNK};
 use crate::chat::{ChatMessage, ChatTemplate, ToolRequest};
 use crate::config::ModelConfig;
 use crate::config::{auto_context, default_context, ContextChoice};
 use crate::constrain::{Constraint, Grammars};
 use crate::error::{Error, Result};
-use crate::forward::cpu::CpuPrecision;
-use crate::forward::{Backend, Readback};
-use crate::gpu::GpuContext;
 use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
 
@@ -112,7 +112,7 @@ const END_OF_TURN: &[&str] = &[
 /// A model loaded on the GPU or the CPU with its tokenizer and chat template, and the state
 /// of one conversation (the tokens its KV cache holds).
 pub struct Session {
-    forward: Backend,
+    forward: Box<dyn Backend>,
     tokenizer: Arc<Tokenizer>,
     template: ChatTemplate,
     has_template: bool,
@@ -216,18 +216,18 @@ impl Session {
             let layout = ranged.layout();
             let choice = gpu_context(&ctx, &layout.config);
             let forward =
-                Backend::gpu_read(ctx, layout, ranged.as_ref(), choice.context, progress).await?;
-            return Self::with_backend(files, forward, choice, ranged.fingerprint()?);
+                GpuModel::load_read(ctx, layout, ranged.as_ref(), choice.context, progress).await?;
+            return Self::with_backend(files, Box::new(forward), choice, ranged.fingerprint()?);
         }
         let weights = files.weights()?;
         let choice = gpu_context(&ctx, &weights.config);
-        let forward = Backend::gpu(ctx, &weights, choice.context, progress).await?;
-        Self::with_backend(files, forward, choice, weights.fingerprint())
+        let forward = GpuModel::load(ctx, &weights, choice.context, progress).await?;
+        Self::with_backend(files, Box::new(forward), choice, weights.fingerprint())
     }
 
     /// Loads `files` for the CPU backend with a KV cache of `context` positions (default: the
     /// model's context, at most 4096, and in WebAssembly at most what fits the address space
-    /// beside the model: [`crate::forward::cpu::context_for`]).
+    /// beside the model: [`crate::backend::cpu::context_for`]).
     pub fn new_cpu(files: &ModelFiles, context: Option<usize>) -> Result<Self> {
         Self::new_cpu_with(files, context, CpuPrecision::Int8)
     }
@@ -245,21 +245,22 @@ impl Session {
                 context: n,
                 reason: "asked for".into(),
             },
-            None => crate::forward::cpu::context_for(
+            None => crate::backend::cpu::context_for(
                 &weights,
                 default_context(&weights.config),
                 cfg!(target_arch = "wasm32")
                     .then_some(crate::model::file_bytes::WASM32_ADDRESS_SPACE),
             ),
         };
-        let forward = Backend::cpu_with(&weights, choice.context, precision)?;
-        Self::with_backend(files, forward, choice, weights.fingerprint())
+        let forward =
+            CpuForward::with_precision(&weights, choice.context, DEFAULT_CHUNK, precision)?;
+        Self::with_backend(files, Box::new(forward), choice, weights.fingerprint())
     }
 
     /// The session over a loaded model.
     fn with_backend(
         files: &ModelFiles,
-        forward: Backend,
+        forward: Box<dyn Backend>,
         choice: ContextChoice,
         model_id: String,
     ) -> Result<Self> {
@@ -322,12 +323,12 @@ impl Session {
 
     /// The GPU context (`None` on the CPU backend).
     pub fn gpu(&self) -> Option<&GpuContext> {
-        self.forward.gpu_context()
+        self.forward.gpu()
     }
 
     /// The loaded model's forward pass (backend, KV cache, memory).
-    pub fn forward(&self) -> &Backend {
-        &self.forward
+    pub fn forward(&self) -> &dyn Backend {
+        self.forward.as_ref()
     }
 
     /// Milliseconds one decode step takes on this session's backend: the fastest of `steps`
@@ -337,11 +338,15 @@ impl Session {
         self.forward.truncate(0)?;
         self.cached.clear();
         let token = [self.eos.first().copied().unwrap_or(0)];
-        self.forward.run(&token, Readback::LastRow).await?;
+        self.forward
+            .run(Rows::Next(&token), Readback::LastRow)
+            .await?;
         let mut best = f64::INFINITY;
         for _ in 0..steps.max(1) {
             let t = Instant::now();
-            self.forward.run(&token, Readback::LastRow).await?;
+            self.forward
+                .run(Rows::Next(&token), Readback::LastRow)
+                .await?;
             best = best.min(elapsed_ms(t));
         }
         self.forward.truncate(0)?;
@@ -408,7 +413,7 @@ impl Session {
         &mut self,
         decode_pos: u32,
         prompt_tokens: u32,
-    ) -> Result<crate::forward::Profile> {
+    ) -> Result<crate::backend::gpu::Profile> {
         self.cached.clear();
         let result = self.forward.profile(decode_pos, prompt_tokens).await;
         self.reset();
@@ -468,7 +473,7 @@ impl Session {
         if tokens.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.forward.run(tokens, Readback::None).await {
+        if let Err(e) = self.forward.run(Rows::Next(tokens), Readback::None).await {
             self.reset();
             return Err(e);
         }

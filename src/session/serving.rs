@@ -22,8 +22,8 @@ use super::batched::{
     finish_item, gone, lane_ctx, runs_alone, start_lanes, BatchItem, FirstRow, Item, Lane,
 };
 use super::{FinishReason, Generation, Session, TokenEvent};
+use crate::backend::gpu::GpuContext;
 use crate::error::{Error, Result};
-use crate::gpu::GpuContext;
 
 /// Where the requests of [`Session::serve`] come from and where their answers go. The feed
 /// names each request with a ticket of its own choosing.

@@ -5,9 +5,9 @@
 //! cannot serve, a forced full readback). A row whose candidates do not decide its
 //! distribution is read on its own afterwards, as a plain decode step reads its row.
 
+use crate::backend::{Output, Readback};
 use crate::candidates::{Candidates, SelectRequest};
 use crate::error::{Error, Result};
-use crate::forward::{Output, Readback};
 use crate::sampling::speculative::raw_logprob;
 use crate::sampling::{Sampled, Sampler};
 
@@ -91,7 +91,11 @@ impl Session {
             true => Readback::AllRows,
             false => Readback::RowCandidates(&requests),
         };
-        match self.forward.run(fed, readback).await? {
+        match self
+            .forward
+            .run(crate::backend::Rows::Next(fed), readback)
+            .await?
+        {
             Output::RowCandidates(rows) if rows.len() == fed.len() => {
                 Ok(Rows::Candidates { rows, requests })
             }

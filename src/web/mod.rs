@@ -37,7 +37,7 @@ use std::rc::Rc;
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 
-use crate::gpu::{GpuContext, GpuOptions};
+use crate::backend::gpu::{GpuContext, GpuOptions};
 use crate::Error;
 
 pub use handle::Engine;
@@ -259,5 +259,5 @@ pub fn version() -> String {
 /// memory). `engine.info().threadsNotice` repeats it while the backend has one thread.
 #[wasm_bindgen(js_name = noteOneThread)]
 pub fn note_one_thread(reason: &str) {
-    crate::cpu::note_one_thread(reason);
+    crate::backend::cpu::note_one_thread(reason);
 }

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use tsify::Tsify;
 
-use crate::gpu::Counters;
+use crate::backend::gpu::Counters;
 use crate::session::{Generation, Sequence, Session, Stats};
 
 /// One generated sequence.
@@ -273,7 +273,7 @@ pub(crate) struct EngineInfo {
     weights_read_by_range: bool,
     /// The kernel plan of this device and model (`null` on the CPU backend).
     #[tsify(type = "KernelPlanInfo | null")]
-    kernel_plan: Option<crate::gpu::KernelPlan>,
+    kernel_plan: Option<crate::backend::gpu::KernelPlan>,
     /// What runs the model: `gpu` (WebGPU) or `cpu` (WebAssembly).
     runs_on: &'static str,
     /// Threads the CPU backend computes on (1 without cross-origin isolation); 0 on the GPU.
@@ -372,12 +372,12 @@ impl EngineInfo {
             runs_on: session.forward().kind().name(),
             threads: match session.gpu() {
                 Some(_) => 0,
-                None => crate::cpu::threads(),
+                None => crate::backend::cpu::threads(),
             },
-            cpu_instructions: crate::cpu::dot::instruction_set(),
+            cpu_instructions: crate::backend::cpu::dot::instruction_set(),
             threads_notice: match session.gpu() {
                 Some(_) => None,
-                None => crate::cpu::threads_notice().map(String::from),
+                None => crate::backend::cpu::threads_notice().map(String::from),
             },
             backend_notice: None,
             backend_choice: None,
@@ -544,11 +544,11 @@ impl EngineCounters {
 }
 
 /// What `engine.info()` reports as the adapter of the CPU backend.
-fn cpu_adapter_report() -> crate::gpu::AdapterReport {
-    crate::gpu::AdapterReport {
+fn cpu_adapter_report() -> crate::backend::gpu::AdapterReport {
+    crate::backend::gpu::AdapterReport {
         name: "CPU (WebAssembly)".into(),
         backend: "cpu".into(),
         device_type: "Cpu".into(),
-        ..crate::gpu::AdapterReport::default()
+        ..crate::backend::gpu::AdapterReport::default()
     }
 }

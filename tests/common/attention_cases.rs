@@ -4,13 +4,13 @@
 //! smaller case list). Rows the step does not cover must come back unchanged, as in
 //! `ops_cases`; each check returns the worst `|gpu − reference| / tolerance`.
 
-use emberlm::config::RopeLayout;
-use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
-use emberlm::gpu::ops::{AttentionBinding, AttentionKeys, KeySplit};
-use emberlm::gpu::DecodePlan;
-use emberlm::gpu::{
+use emberlm::backend::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
+use emberlm::backend::gpu::ops::{AttentionBinding, AttentionKeys, KeySplit};
+use emberlm::backend::gpu::DecodePlan;
+use emberlm::backend::gpu::{
     Attention, GpuContext, Heads, KernelCache, Qkv, Reduction, RopeKvWrite, StepParams, Variant,
 };
+use emberlm::config::RopeLayout;
 use emberlm::model::reference;
 use rand_chacha::ChaCha8Rng;
 

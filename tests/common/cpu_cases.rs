@@ -3,8 +3,8 @@
 //! in one chunk and in small ones, decode one token at a time through the KV cache, and
 //! greedy decoding. Returns the largest |logit − f64| seen, or a message naming what failed.
 
-use emberlm::forward::cpu::{CpuForward, CpuPrecision};
-use emberlm::forward::Readback;
+use emberlm::backend::cpu::{CpuForward, CpuPrecision};
+use emberlm::backend::Readback;
 use emberlm::model::weights::ModelWeights;
 
 use super::forward_cases::argmax;
@@ -17,7 +17,7 @@ fn logits(fwd: &mut CpuForward, tokens: &[u32], all: bool) -> Result<Vec<f32>, S
         Readback::LastRow
     };
     match fwd.run(tokens, readback).map_err(|e| e.to_string())? {
-        emberlm::forward::Output::Logits(l) => Ok(l),
+        emberlm::backend::Output::Logits(l) => Ok(l),
         other => Err(format!("expected logits, got {other:?}")),
     }
 }

@@ -7,10 +7,10 @@
 //! dequantized 8-bit activations, and against the f64 product with the f32 activations
 //! within the bound the activation rounding allows (`Σ_half-blocks d/2 · Σ|w|`).
 
-use emberlm::cpu::kv::KvRows;
-use emberlm::cpu::ops::{self, AttnShape, KeyRange};
-use emberlm::cpu::quant::{Q8Rows, QA};
-use emberlm::cpu::QMatrix;
+use emberlm::backend::cpu::kv::KvRows;
+use emberlm::backend::cpu::ops::{self, AttnShape, KeyRange};
+use emberlm::backend::cpu::quant::{Q8Rows, QA};
+use emberlm::backend::cpu::QMatrix;
 use emberlm::dtype::kv::KvKind;
 use emberlm::dtype::{dequantize, DType};
 use rand::Rng;
@@ -65,7 +65,7 @@ fn check_one(
     let bias: Option<Vec<f32>> = (tokens != 3).then(|| random_acts(rng, rows));
     let mut y = vec![f32::NAN; tokens * rows];
     // On the CPU backend's threads where there are several, as in a forward step.
-    emberlm::cpu::run(|| m.matmul(&x, bias.as_deref(), &mut y));
+    emberlm::backend::cpu::run(|| m.matmul(&x, bias.as_deref(), &mut y));
     // The activations the product saw.
     let seen: Vec<f32> = if m.quantizes_activations() {
         let mut q8 = Q8Rows::default();
@@ -214,7 +214,9 @@ fn check_attention_case(
             q_stride,
             score_scale: 1.0,
         };
-        emberlm::cpu::run(|| ops::attention(&q, &k_cache, &v_cache, &keys, shape, &mut out));
+        emberlm::backend::cpu::run(|| {
+            ops::attention(&q, &k_cache, &v_cache, &keys, shape, &mut out)
+        });
         let group = n_heads / n_kv_heads;
         for (t, kr) in keys.iter().enumerate() {
             for h in 0..n_heads {
@@ -315,7 +317,7 @@ pub fn check_dot_order(rng: &mut ChaCha8Rng) -> Result<(), String> {
             acc[h % 4] += s as f32 * (scale[h] * d[h]);
         }
         let want = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        let got = emberlm::cpu::dot::scaled_dot(&w, &q, &scale, &d);
+        let got = emberlm::backend::cpu::dot::scaled_dot(&w, &q, &scale, &d);
         if got.to_bits() != want.to_bits() {
             return Err(format!(
                 "{halves} half-blocks: {got:e} vs the definition's {want:e}"

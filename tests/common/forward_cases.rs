@@ -4,8 +4,8 @@
 //! decoding. Every check returns the largest |logit − f64| it saw, or a message naming what
 //! failed.
 
-use emberlm::forward::Forward;
-use emberlm::gpu::{GpuContext, KernelCache};
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{GpuContext, KernelCache};
 use emberlm::model::weights::ModelWeights;
 
 use super::golden::{Golden, GoldenResult};

@@ -1,9 +1,9 @@
 //! Cases shared by the kernel tests, run natively on lavapipe and in the browser on WebGPU:
 //! the reductions a device offers, and the determinism of the reducing kernels.
 
+use emberlm::backend::gpu::ops::{Linear, LinearKernel};
+use emberlm::backend::gpu::{GpuContext, KernelCache, Reduction, StepParams};
 use emberlm::dtype::DType;
-use emberlm::gpu::ops::{Linear, LinearKernel};
-use emberlm::gpu::{GpuContext, KernelCache, Reduction, StepParams};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 

@@ -11,13 +11,13 @@
 //! - rotation, the store and attention through a sequence of steps, the caches read back
 //!   after each.
 
-use emberlm::config::RopeLayout;
-use emberlm::dtype::kv::{KvKind, KvKinds, KV_BLOCK};
-use emberlm::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
-use emberlm::gpu::ops::{AttentionKeys, KvSource, KvStore};
-use emberlm::gpu::{
+use emberlm::backend::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
+use emberlm::backend::gpu::ops::{AttentionKeys, KvSource, KvStore};
+use emberlm::backend::gpu::{
     Attention, GpuContext, Heads, KernelCache, Reduction, RopeKvWrite, StepParams, Variant,
 };
+use emberlm::config::RopeLayout;
+use emberlm::dtype::kv::{KvKind, KvKinds, KV_BLOCK};
 use emberlm::model::reference;
 use rand_chacha::ChaCha8Rng;
 
@@ -225,7 +225,7 @@ pub async fn check_attention_kinds(
                     .map_err(&e)?;
                 let step = step_buffer(ctx, c.pos0, c.n_tokens);
                 let keys = c.pos0 + c.n_tokens;
-                let split = emberlm::gpu::KeySplit {
+                let split = emberlm::backend::gpu::KeySplit {
                     keys_per_split: (keys / 3).max(1) + 1,
                     min_keys: 1,
                     max_tokens: c.max_tokens,

@@ -8,11 +8,11 @@
 
 use std::borrow::Cow;
 
-use emberlm::dtype::{dequantize, DType};
-use emberlm::gpu::ops::{EmbedSource, Embedding, Linear, LinearKernel, LinearOptions};
-use emberlm::gpu::{
+use emberlm::backend::gpu::ops::{EmbedSource, Embedding, Linear, LinearKernel, LinearOptions};
+use emberlm::backend::gpu::{
     GpuContext, GpuTensor, KernelCache, MatmulPrecision, Reduction, StepParams, Variant,
 };
+use emberlm::dtype::{dequantize, DType};
 use emberlm::model::reference;
 use emberlm::model::weights::Tensor;
 use rand::Rng;

@@ -3,12 +3,12 @@
 //! last-row only, and the stacked Q/K/V projection writing the KV cache (with RoPE). The
 //! tolerances are those of `linear_cases`, plus what the fusions add.
 
-use emberlm::config::{RopeFreqs, RopeLayout, RopeScaling};
-use emberlm::dtype::DType;
-use emberlm::gpu::ops::{
+use emberlm::backend::gpu::ops::{
     Epilogue, InputNorm, KvWriteBinding, LinearKernel, LinearOptions, NormBinding,
 };
-use emberlm::gpu::{GpuContext, KernelCache, Reduction, StepParams};
+use emberlm::backend::gpu::{GpuContext, KernelCache, Reduction, StepParams};
+use emberlm::config::{RopeFreqs, RopeLayout, RopeScaling};
+use emberlm::dtype::DType;
 use emberlm::model::reference;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

@@ -7,11 +7,13 @@
 //! tokens, prefill steps of one to more than a tile of tokens, every kind (mixed too), with
 //! and without a local layer's ring.
 
+use emberlm::backend::gpu::ops::{
+    InputNorm, KvWriteBinding, LinearKernel, LinearOptions, NormBinding,
+};
+use emberlm::backend::gpu::{GpuContext, KernelCache, Reduction, StepParams};
 use emberlm::config::{RopeFreqs, RopeLayout, RopeScaling};
 use emberlm::dtype::kv::{KvKind, KvKinds};
 use emberlm::dtype::DType;
-use emberlm::gpu::ops::{InputNorm, KvWriteBinding, LinearKernel, LinearOptions, NormBinding};
-use emberlm::gpu::{GpuContext, KernelCache, Reduction, StepParams};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 

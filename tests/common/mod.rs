@@ -107,13 +107,13 @@ pub fn shared_native_gpu(
     options: emberlm::GpuOptions,
 ) -> Option<(
     &'static emberlm::GpuContext,
-    &'static emberlm::gpu::KernelCache,
+    &'static emberlm::backend::gpu::KernelCache,
 )> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock, PoisonError};
     type Shared = (
         &'static emberlm::GpuContext,
-        &'static emberlm::gpu::KernelCache,
+        &'static emberlm::backend::gpu::KernelCache,
     );
     static SHARED: OnceLock<Mutex<HashMap<String, Shared>>> = OnceLock::new();
     // GpuOptions' fields are plain values: their Debug form tells two option sets apart
@@ -126,8 +126,8 @@ pub fn shared_native_gpu(
         return Some(found);
     }
     let ctx: &'static emberlm::GpuContext = Box::leak(Box::new(native_gpu(options)?));
-    let cache: &'static emberlm::gpu::KernelCache =
-        Box::leak(Box::new(emberlm::gpu::KernelCache::new()));
+    let cache: &'static emberlm::backend::gpu::KernelCache =
+        Box::leak(Box::new(emberlm::backend::gpu::KernelCache::new()));
     shared.insert(key, (ctx, cache));
     Some((ctx, cache))
 }
@@ -155,11 +155,11 @@ pub async fn browser_gpu() -> emberlm::GpuContext {
 #[cfg(target_arch = "wasm32")]
 pub async fn shared_browser_gpu() -> (
     &'static emberlm::GpuContext,
-    &'static emberlm::gpu::KernelCache,
+    &'static emberlm::backend::gpu::KernelCache,
 ) {
     type Shared = (
         &'static emberlm::GpuContext,
-        &'static emberlm::gpu::KernelCache,
+        &'static emberlm::backend::gpu::KernelCache,
     );
     thread_local! {
         static SHARED: std::cell::Cell<Option<Shared>> = const { std::cell::Cell::new(None) };
@@ -168,8 +168,8 @@ pub async fn shared_browser_gpu() -> (
         return shared;
     }
     let ctx: &'static emberlm::GpuContext = Box::leak(Box::new(browser_gpu().await));
-    let cache: &'static emberlm::gpu::KernelCache =
-        Box::leak(Box::new(emberlm::gpu::KernelCache::new()));
+    let cache: &'static emberlm::backend::gpu::KernelCache =
+        Box::leak(Box::new(emberlm::backend::gpu::KernelCache::new()));
     SHARED.with(|s| s.set(Some((ctx, cache))));
     (ctx, cache)
 }

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::KernelCache;
+use emberlm::backend::DEFAULT_CHUNK;
 use emberlm::config::Architecture;
 use emberlm::format::gguf::GgufValue;
 use emberlm::format::safetensors::gguf_name;
-use emberlm::forward::{Forward, DEFAULT_CHUNK};
-use emberlm::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
 use emberlm::model::reference::ReferenceModel;
 use emberlm::GpuOptions;

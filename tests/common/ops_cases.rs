@@ -11,10 +11,10 @@
 //! Each check returns the worst `|gpu − reference| / tolerance` seen (≤ 1 when it passes), so
 //! the margins can be logged.
 
-use emberlm::config::{RopeFreqs, RopeLayout, RopeScaling};
-use emberlm::gpu::{
+use emberlm::backend::gpu::{
     GpuContext, Heads, KernelBinding, KernelCache, Qkv, RopeKvWrite, StepParams, SwiGlu,
 };
+use emberlm::config::{RopeFreqs, RopeLayout, RopeScaling};
 use emberlm::model::reference;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

@@ -6,7 +6,8 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use emberlm::forward::{Backend, BatchToken, Output, Readback, StepLogits};
+use emberlm::backend::cpu::CpuForward;
+use emberlm::backend::{BatchToken, Output, Readback, Rows, StepLogits};
 use emberlm::loader::ModelFiles;
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -46,7 +47,7 @@ fn batch_is_alone_bit_for_bit(model: &str, n: usize) {
     let files = ModelFiles::open(&fixture(model)).unwrap();
     let weights = files.weights().unwrap();
     let vocab = weights.config.vocab_size as u32;
-    let mut backend = Backend::cpu(&weights, 32).unwrap();
+    let mut backend = CpuForward::backend(&weights, 32).unwrap();
     let mut rng = Lcg(n as u64 * 977 + model.len() as u64);
     let cases: Vec<Case> = (0..n)
         .map(|i| {
@@ -71,8 +72,15 @@ fn batch_is_alone_bit_for_bit(model: &str, n: usize) {
     // Slots out of order, so that a sequence's slot is not its index.
     let slot = |i: usize| (i * 5 + 3) % n;
     for (i, c) in cases.iter().enumerate() {
-        let out = pollster::block_on(backend.run_in_slot(slot(i), 0, &c.prompt, Readback::LastRow))
-            .unwrap();
+        let out = pollster::block_on(backend.run(
+            Rows::InSlot {
+                slot: slot(i),
+                pos: 0,
+                tokens: &c.prompt,
+            },
+            Readback::LastRow,
+        ))
+        .unwrap();
         let Output::Logits(row) = out else {
             panic!("no logits")
         };

@@ -10,7 +10,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::golden::{Golden, TINY_MODELS};
-use emberlm::forward::cpu::CpuPrecision;
+use emberlm::backend::cpu::CpuPrecision;
 use emberlm::loader::ModelFiles;
 
 fn root() -> PathBuf {

@@ -1,6 +1,6 @@
 //! No circles inside a module either. Within each folder of `src/` that is a top-level module
 //! (`gpu/`, `web/`, ...) and within the binary's folder (`src/bin/emberlm/`), the files and
-//! subfolders form a graph by the paths between them (`crate::gpu::ops::…`, `super::ops::…`,
+//! subfolders form a graph by the paths between them (`crate::backend::gpu::…`, `super::ops::…`,
 //! each item of a group); this test fails on every strongly connected part of it with more
 //! than one member, naming the members and the paths that join them. The folder's own file
 //! (`gpu/mod.rs`, `forward.rs`, `main.rs`), which declares the rest, is not a member.

@@ -213,8 +213,11 @@ fn tune_record() {
         "fuzz driver".into(),
         "fuzz shape".into(),
     );
-    let overrides = emberlm::gpu::KernelOverrides::default();
-    assert!(emberlm::gpu::KernelPlan::from_record(&seed("plan.json"), &key, &overrides).is_some());
+    let overrides = emberlm::backend::gpu::KernelOverrides::default();
+    assert!(
+        emberlm::backend::gpu::KernelPlan::from_record(&seed("plan.json"), &key, &overrides)
+            .is_some()
+    );
     let decision = emberlm::tune::parse_record::<emberlm::session::CacheDecision>(
         &seed("decision.json"),
         &key,

@@ -12,10 +12,10 @@
 //! | 0 | `error`, `math`, `option_keys` | the crate's error type; transcendental functions with the same bits on every target; the spellings of option keys |
 //! | 1 | `dtype`, `config`, `candidates`, `tune` | leaves: storage types and dequantization, model configuration, the selection wire format, per-device choices |
 //! | 2 | `model` | host tensors and weights, the architectures and their graph, the CPU reference |
-//! | 3 | `gpu`, `cpu`, `format`, `sampling`, `store` | device and kernels; the CPU backend's kernels; file formats; CPU sampling; downloads kept in the page's storage |
-//! | 4 | `tokenizer` | text ↔ ids |
+//! | 3 | `format`, `sampling`, `store` | file formats; CPU sampling; downloads kept in the page's storage |
+//! | 4 | `tokenizer`, `backend` | text ↔ ids; the `Backend` trait and its GPU and CPU implementations (device, kernels, the forward pass over the model's graph) |
 //! | 5 | `chat`, `constrain` | chat templates; response formats and the token mask of each step |
-//! | 6 | `loader`, `forward` | a model opened from files; the forward pass over the model's graph |
+//! | 6 | `loader` | a model opened from files |
 //! | 7 | `session` | one conversation: options, context, decode, beam search |
 //! | 8 | `engine` | queue, cancellation, device-loss recovery |
 //! | 9 | `openai` | OpenAI-style requests and responses over the engine |
@@ -34,16 +34,14 @@ const LAYERS: &[(&str, u32)] = &[
     ("candidates", 1),
     ("tune", 1),
     ("model", 2),
-    ("gpu", 3),
-    ("cpu", 3),
     ("format", 3),
     ("sampling", 3),
     ("store", 3),
     ("tokenizer", 4),
+    ("backend", 4),
     ("chat", 5),
     ("constrain", 5),
     ("loader", 6),
-    ("forward", 6),
     ("session", 7),
     ("engine", 8),
     ("openai", 9),
@@ -290,8 +288,8 @@ fn the_checker_sees_paths_and_skips_comments() {
     };
     assert_eq!(reached("use super::super::engine::Engine;"), vec!["engine"]);
     assert_eq!(
-        reached("use super::super::{web::X, gpu};"),
-        vec!["web", "gpu"]
+        reached("use super::super::{web::X, backend};"),
+        vec!["web", "backend"]
     );
     assert!(reached("use super::decode::Running; use super::*;").is_empty());
     assert_eq!(code_of("    /// see [`crate::session::Session`]"), "");

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::peak_alloc::with_peak;
-use emberlm::forward::Backend;
+use emberlm::backend::cpu::CpuForward;
 use emberlm::loader::ModelFiles;
 use emberlm::session::Session;
 
@@ -58,7 +58,7 @@ fn a_cpu_session_loads_without_copying_the_file() {
         .map(|t| t.data.len())
         .max()
         .unwrap();
-    let (backend, largest) = with_peak(|| Backend::cpu(&weights, 64).unwrap());
+    let (backend, largest) = with_peak(|| CpuForward::backend(&weights, 64).unwrap());
     drop(backend);
     assert!(
         largest < largest_tensor,

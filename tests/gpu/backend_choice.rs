@@ -13,9 +13,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use emberlm::backend::gpu::DeviceChoice;
 use emberlm::dtype::kv::{KvKind, KvKinds};
 use emberlm::engine::{BackendChoice, Chosen, Engine, EngineOptions};
-use emberlm::gpu::DeviceChoice;
 use emberlm::loader::ModelFiles;
 use emberlm::session::{GenerateOptions, Prompt};
 use emberlm::GpuOptions;

@@ -9,8 +9,9 @@ use crate::common;
 
 use std::path::Path;
 
-use emberlm::forward::{Forward, StepLogits};
-use emberlm::gpu::{Counters, KernelCache};
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{Counters, KernelCache};
+use emberlm::backend::StepLogits;
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::{Sampler, SamplingParams};
 use emberlm::session::{FinishReason, GenerateOptions, Prompt, Session};

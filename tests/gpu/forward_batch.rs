@@ -7,9 +7,10 @@
 
 use crate::common;
 
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{KernelCache, KernelOverrides, Variant};
+use emberlm::backend::{BatchToken, Readback, StepLogits};
 use emberlm::dtype::kv::{KvKind, KvKinds};
-use emberlm::forward::{BatchToken, Forward, Readback, StepLogits};
-use emberlm::gpu::{KernelCache, KernelOverrides, Variant};
 use emberlm::loader::ModelFiles;
 use emberlm::GpuOptions;
 use rand::Rng;
@@ -160,7 +161,7 @@ fn batch_matches_alone(path: &std::path::Path, options: GpuOptions, what: &str, 
         let out =
             pollster::block_on(fwd.run_in_slot(&ctx, slot(i), 0, &c.prompt, Readback::LastRow))
                 .unwrap();
-        let emberlm::forward::Output::Logits(row) = out else {
+        let emberlm::backend::Output::Logits(row) = out else {
             panic!("no logits")
         };
         check(&row, i, 0, &format!("prompt {i} in slot {}", slot(i)));

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::forward_cases::{self, Decode};
 use common::golden::{Golden, TINY_MODELS};
-use emberlm::gpu::{KernelCache, KernelOverrides, SplitOverride, Variant};
+use emberlm::backend::gpu::{KernelCache, KernelOverrides, SplitOverride, Variant};
 use emberlm::loader::ModelFiles;
 use emberlm::{GpuContext, GpuOptions};
 

@@ -5,8 +5,8 @@
 
 use crate::common;
 
-use emberlm::forward::Forward;
-use emberlm::gpu::KernelCache;
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
 use emberlm::GpuOptions;
 use rand::Rng;
@@ -94,7 +94,7 @@ fn truncate_reuses_a_cached_prefix() {
 /// merges), so the splits did run. A local window on a model trained without one is refused.
 #[test]
 fn decode_plans_agree_to_rounding() {
-    use emberlm::gpu::{DecodePlan, DecodePlanMode};
+    use emberlm::backend::gpu::{DecodePlan, DecodePlanMode};
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/tiny-llama-q4_1.gguf"

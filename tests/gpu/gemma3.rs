@@ -16,9 +16,9 @@ use common::gguf_meta::{self, Metadata};
 use common::model_forms::{
     as_f32, max_diff, tiny_llama_tensors, write_folder, write_gguf_with, Tensors,
 };
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{KernelCache, KernelOverrides, Variant};
 use emberlm::format::gguf::GgufValue;
-use emberlm::forward::Forward;
-use emberlm::gpu::{KernelCache, KernelOverrides, Variant};
 use emberlm::loader::ModelFiles;
 use emberlm::model::reference::ReferenceModel;
 use emberlm::GpuOptions;

@@ -22,8 +22,8 @@ use std::time::Instant;
 
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
-use emberlm::forward::Forward;
-use emberlm::gpu::KernelCache;
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
 use emberlm::model::reference::ReferenceModel;
 use emberlm::model::weights::ModelWeights;
@@ -191,7 +191,7 @@ fn a_stored_plan_with_a_shape_the_heads_cannot_run_is_measured_again() {
     let weights = files.weights().unwrap();
     // a chunk of 24 and a context of 48: a key no other test uses
     let (context, chunk) = (48, 24);
-    let key = emberlm::forward::plan_key(&ctx, &weights, chunk);
+    let key = emberlm::backend::gpu::plan_key(&ctx, &weights, chunk);
     let store = emberlm::tune::Store::platform();
     let bad = serde_json::json!({
         "choices": {"linear_decode": "rows", "linear_prefill": "rows", "attention": "rows"},
@@ -203,8 +203,8 @@ fn a_stored_plan_with_a_shape_the_heads_cannot_run_is_measured_again() {
         .expect("the model loads");
     let plan = fwd.plan();
     assert_eq!(
-        plan.variant(emberlm::gpu::plan::Family::Attention),
-        emberlm::gpu::Variant::Workgroup,
+        plan.variant(emberlm::backend::gpu::plan::Family::Attention),
+        emberlm::backend::gpu::Variant::Workgroup,
         "{plan:?}"
     );
     let stored: serde_json::Value = pollster::block_on(store.load(&key)).expect("a record");

@@ -9,9 +9,9 @@
 use crate::common;
 
 use common::kernel_cases::{self, reductions};
+use emberlm::backend::gpu::ops::Linear;
+use emberlm::backend::gpu::{kernels::ShaderFile, Defines, KernelCache, Reduction};
 use emberlm::dtype::DType;
-use emberlm::gpu::ops::Linear;
-use emberlm::gpu::{kernels::ShaderFile, Defines, KernelCache, Reduction};
 use emberlm::{Error, GpuOptions};
 
 fn log(msg: &str) {

@@ -12,9 +12,9 @@ use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
 use common::linear_fused_cases;
 use common::linear_kv_block_cases;
+use emberlm::backend::gpu::ops::EmbedSource;
+use emberlm::backend::gpu::KernelCache;
 use emberlm::dtype::DType;
-use emberlm::gpu::ops::EmbedSource;
-use emberlm::gpu::KernelCache;
 use emberlm::GpuOptions;
 
 fn log(msg: &str) {
@@ -187,7 +187,7 @@ fn qkv_linear_encodes_block_kinds_itself() {
 /// two f16 values in f32). Without the feature `f16` is an error naming it.
 #[test]
 fn linear_in_f16_precision_matches_reference() {
-    use emberlm::gpu::{MatmulPrecision, Precision};
+    use emberlm::backend::gpu::{MatmulPrecision, Precision};
     let Some(probe) = common::native_gpu(GpuOptions::default()) else {
         return;
     };

@@ -12,10 +12,10 @@ use crate::common;
 
 use common::kernel_cases::reductions;
 use common::{attention_cases, ops_cases};
-use emberlm::config::RopeLayout;
-use emberlm::gpu::{
+use emberlm::backend::gpu::{
     Attention, Heads, KernelCache, KeySplit, Qkv, Reduction, RopeKvWrite, StepParams, SwiGlu,
 };
+use emberlm::config::RopeLayout;
 use emberlm::GpuOptions;
 
 fn log(msg: &str) {

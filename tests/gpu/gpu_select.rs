@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::select_ref;
-use emberlm::gpu::{GpuContext, KernelCache, Select};
+use emberlm::backend::gpu::{GpuContext, KernelCache, Select};
 use emberlm::sampling::candidates::{
     Candidates, LogitAdjustment, OpenAiPenalty, SelectRequest, MAX_ADJUSTMENTS, MAX_RESULT_BYTES,
 };

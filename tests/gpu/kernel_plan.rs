@@ -9,9 +9,9 @@ use crate::common;
 
 use std::path::PathBuf;
 
-use emberlm::forward::{plan_key, Forward};
-use emberlm::gpu::plan::{Family, Source};
-use emberlm::gpu::{KernelCache, KernelOverrides, KernelPlan, Variant};
+use emberlm::backend::gpu::plan::{Family, Source};
+use emberlm::backend::gpu::{plan_key, Forward};
+use emberlm::backend::gpu::{KernelCache, KernelOverrides, KernelPlan, Variant};
 use emberlm::loader::ModelFiles;
 use emberlm::tune::Store;
 use emberlm::{GpuContext, GpuOptions};

@@ -17,9 +17,9 @@ use common::forward_cases::argmax;
 use common::golden::Golden;
 use common::kernel_cases::reductions;
 use common::kv_kind_cases;
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{KernelCache, KernelOverrides};
 use emberlm::dtype::kv::{KvKind, KvKinds};
-use emberlm::forward::Forward;
-use emberlm::gpu::{KernelCache, KernelOverrides};
 use emberlm::loader::ModelFiles;
 use emberlm::GpuOptions;
 
@@ -75,7 +75,7 @@ fn attention_reads_every_kind_over_long_contexts() {
     };
     let cache = KernelCache::new();
     let mut rng = common::rng("attention kinds long", &log);
-    let reduction = emberlm::gpu::Reduction::best(&ctx);
+    let reduction = emberlm::backend::gpu::Reduction::best(&ctx);
     let r = pollster::block_on(kv_kind_cases::check_attention_kinds(
         &ctx,
         &cache,
@@ -387,8 +387,8 @@ fn sessions_beams_reuse_and_sliding_work_with_every_kind() {
 /// No adapter needed.
 #[test]
 fn the_cpu_backend_stores_every_kind() {
+    use emberlm::backend::cpu::CpuForward;
     use emberlm::engine::{Engine, EngineOptions};
-    use emberlm::forward::Backend;
 
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     for &(model, golden_file) in MODELS {
@@ -399,7 +399,7 @@ fn the_cpu_backend_stores_every_kind() {
         let c = &weights.config;
         let (vocab, context) = (c.vocab_size, c.context_length.min(256));
         let run = |kinds: KvKinds| {
-            let mut fwd = Backend::cpu(&weights, context).unwrap();
+            let mut fwd = CpuForward::backend(&weights, context).unwrap();
             pollster::block_on(fwd.set_kv(kinds, context)).unwrap();
             assert_eq!(fwd.kv_kinds(), kinds, "{model}");
             let row = kinds.k.row_bytes(c.kv_dim()) + kinds.v.row_bytes(c.kv_dim());

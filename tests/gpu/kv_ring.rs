@@ -13,9 +13,10 @@ use crate::common;
 use std::path::Path;
 use std::rc::Rc;
 
-use emberlm::forward::cpu::CpuForward;
-use emberlm::forward::{Backend, BatchToken, Forward, GpuModel, Output, Readback, StepLogits};
-use emberlm::gpu::KernelCache;
+use emberlm::backend::cpu::CpuForward;
+use emberlm::backend::gpu::KernelCache;
+use emberlm::backend::gpu::{Forward, GpuModel};
+use emberlm::backend::{Backend, BatchToken, Output, Readback, Rows, StepLogits};
 use emberlm::loader::ModelFiles;
 use emberlm::model::reference::ReferenceModel;
 use emberlm::GpuOptions;
@@ -68,7 +69,7 @@ fn full(l: StepLogits) -> Vec<f32> {
 }
 
 /// Every check, on one backend.
-fn check(mut model: Backend, what: &str) {
+fn check(mut model: Box<dyn Backend>, what: &str) {
     let files = ModelFiles::open(Path::new(FIXTURE)).unwrap();
     let config = files.weights().unwrap().config.clone();
     let vocab = config.vocab_size;
@@ -87,7 +88,9 @@ fn check(mut model: Backend, what: &str) {
     // prefill over many wraps, and decode one token at a time
     let seq = tokens(45, 1, vocab);
     let want = reference(&seq);
-    let run = |m: &mut Backend, t: &[u32], r| pollster::block_on(m.run(t, r)).unwrap();
+    let run = |m: &mut Box<dyn Backend>, t: &[u32], r| {
+        pollster::block_on(m.run(Rows::Next(t), r)).unwrap()
+    };
     let all = logits(run(&mut model, &seq, Readback::AllRows));
     for (t, w) in want.iter().enumerate() {
         assert_close(
@@ -134,8 +137,17 @@ fn check(mut model: Backend, what: &str) {
         .collect();
     pollster::block_on(model.set_batch(4)).unwrap();
     for (slot, p) in prompts.iter().enumerate() {
-        let row =
-            logits(pollster::block_on(model.run_in_slot(slot, 0, p, Readback::LastRow)).unwrap());
+        let row = logits(
+            pollster::block_on(model.run(
+                Rows::InSlot {
+                    slot,
+                    pos: 0,
+                    tokens: p,
+                },
+                Readback::LastRow,
+            ))
+            .unwrap(),
+        );
         assert_close(
             &row,
             &wants[slot].1[p.len() - 1],
@@ -183,11 +195,11 @@ fn local_layers_keep_rings_on_the_gpu() {
     }
     assert_eq!(forward.kv().layout().ring(5), None);
     let ctx = Rc::new(ctx);
-    let model = Backend::Gpu(Box::new(GpuModel {
+    let model: Box<dyn Backend> = Box::new(GpuModel {
         ctx: Rc::clone(&ctx),
         forward,
         kernels,
-    }));
+    });
     check(model, "gpu");
     ctx.check().expect("no GPU error along the way");
 }
@@ -196,7 +208,7 @@ fn local_layers_keep_rings_on_the_gpu() {
 fn local_layers_keep_rings_on_the_cpu() {
     let files = ModelFiles::open(Path::new(FIXTURE)).unwrap();
     let weights = files.weights().unwrap();
-    let model = Backend::Cpu(Box::new(CpuForward::new(&weights, CONTEXT, CHUNK).unwrap()));
+    let model: Box<dyn Backend> = Box::new(CpuForward::new(&weights, CONTEXT, CHUNK).unwrap());
     check(model, "cpu");
 }
 
@@ -279,8 +291,8 @@ fn gpu_prefill(options: GpuOptions, n: usize, salt: u32) -> Option<GpuRun> {
 /// seen, 0.1 allowed; a row written outside the ring costs several units).
 #[test]
 fn an_encoded_cache_wraps_its_rings_too() {
+    use emberlm::backend::gpu::{KernelOverrides, Variant};
     use emberlm::dtype::kv::{KvKind, KvKinds};
-    use emberlm::gpu::{KernelOverrides, Variant};
     for variant in Variant::ALL {
         let options = GpuOptions {
             kv_cache: KvKinds {
@@ -312,7 +324,7 @@ fn an_encoded_cache_wraps_its_rings_too() {
 /// reference's, and later ones are not (the window took effect).
 #[test]
 fn a_fixed_local_window_sizes_the_rings() {
-    use emberlm::gpu::{DecodePlan, DecodePlanMode};
+    use emberlm::backend::gpu::{DecodePlan, DecodePlanMode};
     let options = GpuOptions {
         decode_plan: DecodePlan {
             mode: DecodePlanMode::Fixed,

@@ -13,9 +13,9 @@ use crate::common;
 
 use std::path::PathBuf;
 
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{KernelCache, KernelOverrides};
 use emberlm::dtype::kv::{KvKind, KvKinds};
-use emberlm::forward::Forward;
-use emberlm::gpu::{KernelCache, KernelOverrides};
 use emberlm::loader::ModelFiles;
 use emberlm::GpuOptions;
 
@@ -26,7 +26,7 @@ use emberlm::GpuOptions;
 fn cached_words(
     path: &std::path::Path,
     kinds: KvKinds,
-    variant: emberlm::gpu::Variant,
+    variant: emberlm::backend::gpu::Variant,
 ) -> Option<(usize, Vec<Vec<u32>>)> {
     let files = ModelFiles::open(path).unwrap();
     let weights = files.weights().unwrap();
@@ -65,7 +65,7 @@ fn cached_words(
 /// word the first layer caches (whose inputs the cache kind cannot change) is the CPU
 /// encoder's encoding of what the f32 cache holds there.
 fn check_first_layer_encoding(path: &std::path::Path, kinds_list: &[KvKinds], extra_nodes: usize) {
-    use emberlm::gpu::Variant;
+    use emberlm::backend::gpu::Variant;
     let files = ModelFiles::open(path).unwrap();
     let config = files.weights().unwrap().config;
     let (layers, kv_dim) = (config.n_layers, config.kv_dim());

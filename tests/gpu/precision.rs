@@ -8,8 +8,8 @@
 
 use crate::common;
 
-use emberlm::forward::Forward;
-use emberlm::gpu::{KernelCache, MatmulPrecision, Precision};
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{KernelCache, MatmulPrecision, Precision};
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::agreement;
 use emberlm::GpuOptions;
@@ -35,7 +35,7 @@ fn logits(path: &str, precision: Precision, tokens: &[u32]) -> Option<(Vec<f32>,
     for &t in tokens {
         decode.extend(pollster::block_on(fwd.forward(&ctx, &[t], false)).unwrap());
     }
-    let key = emberlm::forward::plan_key(&ctx, &weights, 16);
+    let key = emberlm::backend::gpu::plan_key(&ctx, &weights, 16);
     assert_eq!(
         key.shape.contains("precision=f16"),
         precision == Precision::F16,
@@ -130,10 +130,12 @@ fn is_f16_of(got: f32, want: f32) -> bool {
 #[test]
 fn f16_activations_hold_the_f32_values_rounded() {
     use common::linear_cases::{every_variant, upload_matrix, with_variants, LINEAR_RUNS};
+    use emberlm::backend::gpu::ops::LinearOptions;
+    use emberlm::backend::gpu::{
+        Attention, Heads, KeySplit, Reduction, StepParams, SwiGlu, Variant,
+    };
     use emberlm::dtype::kv::KvKinds;
     use emberlm::dtype::DType;
-    use emberlm::gpu::ops::LinearOptions;
-    use emberlm::gpu::{Attention, Heads, KeySplit, Reduction, StepParams, SwiGlu, Variant};
 
     let Some(ctx) = f16_gpu() else {
         return;
@@ -341,8 +343,8 @@ fn f16_activations_hold_the_f32_values_rounded() {
 /// activation buffers are smaller by half of theirs, and f32 rejects the f16 options by name.
 #[test]
 fn precision_f16_halves_the_product_inputs() {
-    use emberlm::gpu::ops::LinearOptions;
-    use emberlm::gpu::Reduction;
+    use emberlm::backend::gpu::ops::LinearOptions;
+    use emberlm::backend::gpu::Reduction;
     let path = format!(
         "{}/tests/fixtures/tiny-llama-q4_1.gguf",
         env!("CARGO_MANIFEST_DIR")
@@ -356,10 +358,10 @@ fn precision_f16_halves_the_product_inputs() {
         fwd.memory().activations
     };
     // one fixed plan for both, so that only the precision changes the buffers
-    let mut kernels =
-        emberlm::gpu::KernelOverrides::default().with_split(emberlm::gpu::SplitOverride::Keys(32));
-    for family in emberlm::gpu::Family::ALL {
-        kernels = kernels.with(family, emberlm::gpu::Variant::Rows);
+    let mut kernels = emberlm::backend::gpu::KernelOverrides::default()
+        .with_split(emberlm::backend::gpu::SplitOverride::Keys(32));
+    for family in emberlm::backend::gpu::Family::ALL {
+        kernels = kernels.with(family, emberlm::backend::gpu::Variant::Rows);
     }
     let gpu_options = |precision| GpuOptions {
         precision,
@@ -374,7 +376,7 @@ fn precision_f16_halves_the_product_inputs() {
         y_f16: true,
         ..LinearOptions::default()
     };
-    let err = pollster::block_on(emberlm::gpu::ops::Linear::with_options(
+    let err = pollster::block_on(emberlm::backend::gpu::ops::Linear::with_options(
         &f32_ctx,
         &cache,
         emberlm::dtype::DType::Q4_1,

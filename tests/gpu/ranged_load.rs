@@ -14,8 +14,9 @@ use std::ops::Range;
 use std::path::Path;
 use std::rc::Rc;
 
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::DEFAULT_CHUNK;
 use emberlm::format::gguf_ranged::RangedGguf;
-use emberlm::forward::{Forward, DEFAULT_CHUNK};
 use emberlm::loader::ModelFiles;
 use emberlm::model::byte_source::{ByteSource, LocalFuture};
 use emberlm::{Error, GpuOptions, Result};

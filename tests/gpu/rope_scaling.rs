@@ -72,7 +72,7 @@ fn scaled_rope_runs_as_the_reference_and_changes_long_positions() {
         let (gpu, reference) = logits(&dir, &tokens).unwrap();
         // the CPU backend too (f32 weights: no 8-bit activations, the GPU's tolerance)
         let weights = files.weights().unwrap();
-        let mut cpu = emberlm::forward::Backend::cpu(&weights, tokens.len()).unwrap();
+        let mut cpu = emberlm::backend::cpu::CpuForward::backend(&weights, tokens.len()).unwrap();
         let cpu = pollster::block_on(cpu.forward(&tokens, true)).unwrap();
         let mut worst = 0.0f32;
         let mut changed = 0.0f32;

@@ -11,7 +11,7 @@ use common::browser_log as log;
 
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
-use emberlm::forward::Forward;
+use emberlm::backend::gpu::Forward;
 use emberlm::loader::ModelFiles;
 use wasm_bindgen_test::wasm_bindgen_test;
 

@@ -16,7 +16,7 @@ use crate::common;
 use common::browser_log as log;
 use common::forward_cases::{self, Decode};
 use common::golden::Golden;
-use emberlm::gpu::KernelCache;
+use emberlm::backend::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
 use emberlm::{GpuContext, GpuOptions};
 use wasm_bindgen_test::wasm_bindgen_test;

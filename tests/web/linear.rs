@@ -11,9 +11,9 @@ use common::kernel_cases::reductions;
 use common::linear_cases::{self, BIAS_ACCUMULATE, LINEAR_RUNS};
 use common::linear_fused_cases;
 use common::linear_kv_block_cases;
+use emberlm::backend::gpu::ops::EmbedSource;
+use emberlm::backend::gpu::KernelCache;
 use emberlm::dtype::DType;
-use emberlm::gpu::ops::EmbedSource;
-use emberlm::gpu::KernelCache;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 /// Every type × reduction on two small shapes, decode and prefill at 1, 2, 5 and 17 tokens,

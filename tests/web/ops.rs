@@ -10,8 +10,8 @@ use common::browser_log as log;
 
 use common::kernel_cases::reductions;
 use common::{attention_cases, kv_kind_cases, ops_cases};
+use emberlm::backend::gpu::Reduction;
 use emberlm::config::RopeLayout;
-use emberlm::gpu::Reduction;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn ok(what: &str, result: Result<f32, String>) {

@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use emberlm::forward::Forward;
-use emberlm::gpu::ops::copy_bandwidth;
-use emberlm::gpu::{Counters, CountersPer, KernelCache};
+use emberlm::backend::gpu::ops::copy_bandwidth;
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{Counters, CountersPer, KernelCache};
 use emberlm::loader::ModelFiles;
 use emberlm::session::{Prompt, Session};
 use emberlm::GpuContext;
@@ -62,7 +62,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
     if args.batch_only {
         return crate::bench_batch::only(&model, args.quick);
     }
-    if crate::cli::gpu_options().device == emberlm::gpu::DeviceChoice::Cpu {
+    if crate::cli::gpu_options().device == emberlm::backend::gpu::DeviceChoice::Cpu {
         if args.kv_kinds_only {
             return Err(Failure::usage(
                 "--kv-kinds-only measures the GPU's KV-cache kinds; on the CPU backend the \

@@ -3,9 +3,11 @@
 //! slot, with the greedy candidate selection of every row read back as real decoding does. On
 //! the GPU (the full bench and `--batch-only`) or the CPU backend (`--batch-only --device cpu`).
 
+use emberlm::backend::cpu::CpuForward;
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{DeviceChoice, KernelCache};
+use emberlm::backend::{Backend, BatchToken, DEFAULT_CHUNK};
 use emberlm::candidates::SelectRequest;
-use emberlm::forward::{Backend, BatchToken, Forward};
-use emberlm::gpu::{DeviceChoice, KernelCache};
 use emberlm::model::weights::ModelWeights;
 use emberlm::sampling::{Sampler, SamplingParams};
 use emberlm::GpuContext;
@@ -30,7 +32,12 @@ pub fn only(model: &std::path::Path, quick: bool) -> CliResult<()> {
     let (json, lines) = if options.device == DeviceChoice::Cpu {
         eprintln!("bench: {} on the CPU backend", model.display());
         let context = bench.context(&weights);
-        let mut backend = Backend::cpu_with(&weights, context, crate::cli::cpu_precision())?;
+        let mut backend: Box<dyn Backend> = Box::new(CpuForward::with_precision(
+            &weights,
+            context,
+            DEFAULT_CHUNK,
+            crate::cli::cpu_precision(),
+        )?);
         bench.measure(&mut backend, context, &weights)?
     } else {
         let ctx = pollster::block_on(GpuContext::new(options))?;
@@ -86,12 +93,12 @@ impl BatchStep for OnGpu<'_> {
     }
 }
 
-impl BatchStep for Backend {
+impl BatchStep for Box<dyn Backend> {
     fn max_batch(&self) -> usize {
-        Backend::max_batch(self)
+        self.as_ref().max_batch()
     }
     fn set_batch(&mut self, slots: usize) -> CliResult<()> {
-        Ok(pollster::block_on(Backend::set_batch(self, slots))?)
+        Ok(pollster::block_on(self.as_mut().set_batch(slots))?)
     }
     fn step(
         &mut self,

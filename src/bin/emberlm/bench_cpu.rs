@@ -43,8 +43,8 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         .max(args.prefill[0] + args.decode)
         .max(saved_tokens + 16)
         + 8;
-    let threads = emberlm::cpu::threads();
-    let isa = emberlm::cpu::dot::instruction_set();
+    let threads = emberlm::backend::cpu::threads();
+    let isa = emberlm::backend::cpu::dot::instruction_set();
     let cpu = cpu_name();
     let precision = crate::cli::cpu_precision();
     eprintln!(
@@ -223,9 +223,9 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
             chrono::Local::now().format("%Y-%m-%d"),
             sanitize(&cpu),
             match precision {
-                emberlm::forward::cpu::CpuPrecision::Int8 => "",
+                emberlm::backend::cpu::CpuPrecision::Int8 => "",
                 // exact products: a file of their own beside the default's
-                emberlm::forward::cpu::CpuPrecision::F32 => "-f32",
+                emberlm::backend::cpu::CpuPrecision::F32 => "-f32",
             },
             sanitize(
                 &model

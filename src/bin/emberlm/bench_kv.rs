@@ -4,10 +4,11 @@
 //! marked cached without being computed: a step's cost depends on how many keys it reads, not
 //! on their values).
 
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::KernelCache;
+use emberlm::backend::Readback;
 use emberlm::config::KvLayout;
 use emberlm::dtype::kv::{KvKind, KvKinds};
-use emberlm::forward::{Forward, Readback};
-use emberlm::gpu::KernelCache;
 use emberlm::GpuContext;
 use serde_json::{json, Value};
 use web_time::Instant;

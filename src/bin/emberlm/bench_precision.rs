@@ -3,8 +3,9 @@
 //! and the prefill and decode speed of each. Skipped, and said so, where the adapter has no
 //! `shader-f16`.
 
-use emberlm::forward::{Forward, Readback};
-use emberlm::gpu::{KernelCache, Precision};
+use emberlm::backend::gpu::Forward;
+use emberlm::backend::gpu::{KernelCache, Precision};
+use emberlm::backend::Readback;
 use emberlm::model::weights::ModelWeights;
 use emberlm::sampling::agreement;
 use emberlm::{GpuContext, GpuOptions};
@@ -38,7 +39,7 @@ impl PrecisionBench<'_> {
             &cache,
             weights,
             context,
-            emberlm::forward::DEFAULT_CHUNK,
+            emberlm::backend::DEFAULT_CHUNK,
         ))?;
         // one untimed pass builds every pipeline
         pollster::block_on(fwd.forward(&ctx, self.tokens, false))?;

@@ -53,11 +53,7 @@ fn timed(
     // the first call builds the pipelines and fills the cache's prompt; the second is timed
     // from the same cached prompt
     pollster::block_on(s.generate(prompt, &options, &mut |_| {}))?;
-    let read = |s: &Session| {
-        s.forward()
-            .gpu_context()
-            .map(|c| c.counters().readback_bytes)
-    };
+    let read = |s: &Session| s.forward().gpu().map(|c| c.counters().readback_bytes);
     let before = read(s);
     let start = Instant::now();
     let g = pollster::block_on(s.generate(prompt, &options, &mut |_| {}))?;

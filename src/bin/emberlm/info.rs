@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
+use emberlm::backend::gpu::tensor::rows_per_part;
+use emberlm::backend::gpu::DeviceChoice;
 use emberlm::config::default_context;
 use emberlm::dtype::kv::KvKinds;
-use emberlm::gpu::tensor::rows_per_part;
-use emberlm::gpu::DeviceChoice;
 use emberlm::loader::ModelFiles;
 use emberlm::model::weights::ModelWeights;
 use emberlm::session::Session;
@@ -62,7 +62,7 @@ pub fn info(
             .max(kinds.v.row_bytes(c.kv_dim())),
     );
     let batch_fits =
-        (WEBGPU_DEFAULT_BINDING / slot_layer.max(1)).min(emberlm::gpu::STEP_ROWS as u64);
+        (WEBGPU_DEFAULT_BINDING / slot_layer.max(1)).min(emberlm::backend::gpu::STEP_ROWS as u64);
     let decode_plan = gpu_options().decode_plan;
     let on_cpu = gpu_options().device == DeviceChoice::Cpu;
     if on_cpu {

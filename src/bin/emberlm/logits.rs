@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
+use emberlm::backend::gpu::{MatmulPrecision, Precision};
 use emberlm::engine::Engine;
-use emberlm::gpu::{MatmulPrecision, Precision};
 
 use crate::cli::{load_engine_with, model_path};
 use crate::{CliResult, Failure};

@@ -258,7 +258,7 @@ mod cli {
     }
 
     /// What the CPU backend multiplies quantized matrices with (`--precision f32`: exact).
-    pub fn cpu_precision() -> emberlm::forward::cpu::CpuPrecision {
+    pub fn cpu_precision() -> emberlm::backend::cpu::CpuPrecision {
         load_options().cpu_precision
     }
 

@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use emberlm::backend::gpu::KernelCache;
+use emberlm::backend::gpu::{Forward, StepProfile};
+use emberlm::backend::DEFAULT_CHUNK;
 use emberlm::config::default_context;
-use emberlm::forward::{Forward, StepProfile, DEFAULT_CHUNK};
-use emberlm::gpu::KernelCache;
 use emberlm::loader::ModelFiles;
 use emberlm::GpuContext;
 

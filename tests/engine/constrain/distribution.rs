@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use emberlm::backend::cpu::CpuForward;
 use emberlm::constrain::{Grammars, ResponseFormat};
-use emberlm::forward::Backend;
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::{Sampler, SamplingParams};
 
@@ -45,7 +45,7 @@ fn constrained_draws_follow_the_renormalised_distribution() {
         let files = ModelFiles::open(&fixture(model)).unwrap();
         let tokenizer = Arc::new(files.tokenizer().unwrap());
         let weights = files.weights().unwrap();
-        let mut forward = Backend::cpu(&weights, 64).unwrap();
+        let mut forward = CpuForward::backend(&weights, 64).unwrap();
         let prompt = tokenizer.encode("the letters", false, None).unwrap();
         let logits = pollster::block_on(forward.forward(&prompt, false)).unwrap();
         let vocab = weights.config.vocab_size.min(tokenizer.vocab_size());

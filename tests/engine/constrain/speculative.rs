@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use emberlm::backend::cpu::CpuForward;
+use emberlm::backend::Backend;
 use emberlm::constrain::{Constraint, Grammars, ResponseFormat};
-use emberlm::forward::Backend;
 use emberlm::loader::ModelFiles;
 use emberlm::sampling::{Sampler, SamplingParams};
 use emberlm::session::{
@@ -110,7 +111,7 @@ fn greedy_speculation_under_a_format_matches_plain_constrained_decoding() {
 struct Exact {
     constraint: Constraint,
     eos: u32,
-    forward: Backend,
+    forward: Box<dyn Backend>,
     vocab: usize,
 }
 
@@ -125,7 +126,7 @@ impl Exact {
         Self {
             constraint: grammars.compile(format).unwrap().unwrap(),
             eos,
-            forward: Backend::cpu(&weights, 64).unwrap(),
+            forward: CpuForward::backend(&weights, 64).unwrap(),
             vocab,
         }
     }

@@ -459,8 +459,8 @@ fn prompt_lookup_on_smollm2_is_exact_and_accepts_quoted_text() {
 }
 
 /// The engine counters of `s`'s device so far.
-fn counters(s: &Session) -> emberlm::gpu::Counters {
-    s.forward().gpu_context().expect("a GPU session").counters()
+fn counters(s: &Session) -> emberlm::backend::gpu::Counters {
+    s.forward().gpu().expect("a GPU session").counters()
 }
 
 /// Verification reads each row's candidates, all rows in one small readback, wherever the

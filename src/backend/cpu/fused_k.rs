@@ -1,0 +1,574 @@
+//! The fused row dot of the K-quants (Q4_K, Q5_K, Q6_K: 256-value super-blocks with a scale
+//! per 32 or 16 values) with 8-bit activations: each super-block's values made in AVX2
+//! registers straight from its bytes, as [`super::fused`] does for the 32-value types, instead
+//! of unpacking the row into a copy first. A decode step of a Q4_K_M model (Q4_K and Q6_K
+//! matrices) reads each row once, not three times.
+//!
+//! The bits are those of unpacking ([`super::quant::UnpackedRow`]) and the common dot: the
+//! same values, the same half-block scales (`d·sc` in f32), the same exact integer sums per
+//! half-block, the same f32 products and additions in the same order, and the same offsets'
+//! part. Only x86_64 with AVX2 has this path; elsewhere [`available`] is false and the caller
+//! unpacks.
+
+use super::quant::{f16_at, Q8Rows};
+use crate::dtype::DType;
+
+/// Values per super-block.
+const QK_K: usize = 256;
+
+/// A super-block's bytes.
+fn block_size(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::Q4_K => Some(144),
+        DType::Q5_K => Some(176),
+        DType::Q6_K => Some(210),
+        _ => None,
+    }
+}
+
+/// Whether [`row_dot`] computes rows of `dtype` on this machine.
+pub fn available(dtype: DType) -> bool {
+    block_size(dtype).is_some() && simd_available()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn simd_available() -> bool {
+    super::dot::has_avx2()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn simd_available() -> bool {
+    false
+}
+
+/// One token's activations: values, half-block scales, block sums.
+type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+
+/// `Σ x·a` of the weight row `bytes` (whole super-blocks of `dtype`) with one token's
+/// activations, as the unpacked row's `dot` gives it; `offsets` is room for one value per 32.
+/// `None` when [`available`] is false. The one-token reference of the tests.
+#[cfg(test)]
+pub fn row_dot(
+    dtype: DType,
+    bytes: &[u8],
+    q: &[i8],
+    d: &[f32],
+    s: &[f32],
+    offsets: &mut Vec<f32>,
+) -> Option<f32> {
+    if !available(dtype) {
+        return None;
+    }
+    fill_offsets(dtype, bytes, offsets);
+    // no exact sums: the AVX2 path, the reference the VNNI one is held to
+    Some(dots::<1>(dtype, bytes, [(q, d, s)], None, offsets)[0])
+}
+
+/// [`row_dot`] of one weight row with every token of `q8` (`out[t]` for `t < out.len()`), each
+/// super-block's values made once for up to four tokens; the bits of `row_dot` for each.
+/// `false` (and `out` untouched) when [`available`] is false.
+pub fn row_dot_tokens(
+    dtype: DType,
+    bytes: &[u8],
+    q8: &Q8Rows,
+    out: &mut [f32],
+    offsets: &mut Vec<f32>,
+) -> bool {
+    if !available(dtype) {
+        return false;
+    }
+    fill_offsets(dtype, bytes, offsets);
+    for (g, out) in out.chunks_mut(4).enumerate() {
+        let t = |k: usize| 4 * g + k.min(out.len() - 1);
+        let (row, sum) = (|k: usize| q8.row(t(k)), |k: usize| q8.isums(t(k)));
+        match out.len() {
+            1 => out.copy_from_slice(&dots::<1>(dtype, bytes, [row(0)], Some([sum(0)]), offsets)),
+            2 => out.copy_from_slice(&dots::<2>(
+                dtype,
+                bytes,
+                [row(0), row(1)],
+                Some([sum(0), sum(1)]),
+                offsets,
+            )),
+            3 => out.copy_from_slice(&dots::<3>(
+                dtype,
+                bytes,
+                [row(0), row(1), row(2)],
+                Some([sum(0), sum(1), sum(2)]),
+                offsets,
+            )),
+            _ => out.copy_from_slice(&dots::<4>(
+                dtype,
+                bytes,
+                [row(0), row(1), row(2), row(3)],
+                Some([sum(0), sum(1), sum(2), sum(3)]),
+                offsets,
+            )),
+        }
+    }
+    true
+}
+
+/// The row's offsets (`−dmin·m` per 32 values; Q4_K and Q5_K only, none for Q6_K), made once
+/// per row whatever the number of tokens.
+fn fill_offsets(dtype: DType, bytes: &[u8], offsets: &mut Vec<f32>) {
+    offsets.clear();
+    let Some(size) = block_size(dtype).filter(|_| dtype != DType::Q6_K) else {
+        return;
+    };
+    for b in bytes.chunks_exact(size) {
+        let dmin = f16_at(b, 2);
+        let (_, mins) = k_scales_and_mins(&b[4..16]);
+        offsets.extend(mins.iter().map(|&m| -(dmin * f32::from(m))));
+    }
+}
+
+/// Each token's dot product: the accumulators, summed as the common dot sums them, plus the
+/// offsets' part (Q4_K and Q5_K; `offsets` from [`fill_offsets`]).
+fn dots<const N: usize>(
+    dtype: DType,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    isums: Option<[&[i32]; N]>,
+    offsets: &[f32],
+) -> [f32; N] {
+    let size = block_size(dtype).unwrap_or(usize::MAX);
+    let blocks = bytes.len() / size;
+    let cols = blocks * QK_K;
+    for (q, d, s) in &rows {
+        assert!(q.len() >= cols && d.len() >= cols / 16 && s.len() >= cols / 32);
+    }
+    for isum in isums.iter().flatten() {
+        assert!(isum.len() >= cols / 16);
+    }
+    let accs = accumulate(dtype, size, &bytes[..blocks * size], rows, isums);
+    let has_offset = matches!(dtype, DType::Q4_K | DType::Q5_K);
+    std::array::from_fn(|t| {
+        let acc = accs[t];
+        let dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        match has_offset {
+            true => dot + super::dot::dot_f32(offsets, &rows[t].2[..cols / 32]),
+            false => dot,
+        }
+    })
+}
+
+/// The eight 6-bit scales and mins of a Q4_K/Q5_K super-block (its 12 scale bytes), as the
+/// unpacked row reads them, four at a time in 32-bit words: scales and mins 0–3 are the low 6
+/// bits of bytes 0–3 and 4–7; 4–7 take their low 4 bits from bytes 8–11 (low and high
+/// nibbles) and their top 2 from the top bits of bytes 0–3 and 4–7.
+pub(super) fn k_scales_and_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a, b, c) = (word(0), word(1), word(2));
+    let high = |w: u32| ((w >> 6) & LOW2) << 4;
+    let bytes = |lo: u32, hi: u32| {
+        let (lo, hi) = (lo.to_le_bytes(), hi.to_le_bytes());
+        [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+    };
+    (
+        bytes(a & LOW6, (c & LOW4) | high(a)),
+        bytes(b & LOW6, ((c >> 4) & LOW4) | high(b)),
+    )
+}
+
+/// The scale of each of a super-block's 16 half-blocks (`d·sc` in f32, as unpacked).
+#[cfg(target_arch = "x86_64")]
+fn half_block_scales(dtype: DType, b: &[u8]) -> [f32; 16] {
+    let mut out = [0.0f32; 16];
+    match dtype {
+        DType::Q6_K => {
+            let d = f16_at(b, 208);
+            for (o, &sc) in out.iter_mut().zip(&b[192..208]) {
+                *o = d * f32::from(sc as i8);
+            }
+        }
+        _ => {
+            let d = f16_at(b, 0);
+            let (sc, _) = k_scales_and_mins(&b[4..16]);
+            for (j, &sc) in sc.iter().enumerate() {
+                let scale = d * f32::from(sc);
+                out[2 * j] = scale;
+                out[2 * j + 1] = scale;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn accumulate<const N: usize>(
+    _: DType,
+    _: usize,
+    _: &[u8],
+    _: [Row<'_>; N],
+    _: Option<[&[i32]; N]>,
+) -> [[f32; 4]; N] {
+    // never called: `available` is false here
+    [[0.0; 4]; N]
+}
+
+/// The four accumulators of each token after every super-block: with AVX-512 VNNI for two
+/// tokens or more where the CPU has it and the exact half-block sums are given, else with AVX2 (checked by the callers
+/// through [`available`]); the same bits either way.
+#[cfg(target_arch = "x86_64")]
+fn accumulate<const N: usize>(
+    dtype: DType,
+    size: usize,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    isums: Option<[&[i32]; N]>,
+) -> [[f32; 4]; N] {
+    assert!(bytes.len().is_multiple_of(size));
+    match isums {
+        // SAFETY: `has_vnni` checked the CPU; `dots` checked that the activations and their
+        // sums cover the row.
+        // one token (a decode step) measured slower on VNNI for these types (zmm work per
+        // super-block that only one token shares): AVX2 there
+        Some(isums) if N > 1 && super::dot::has_vnni() => unsafe {
+            accumulate_vnni(dtype, size, bytes, rows, isums)
+        },
+        // SAFETY: `available` checked AVX2; `dots` checked that the activations cover the row.
+        _ => unsafe { accumulate_avx2(dtype, size, bytes, rows) },
+    }
+}
+
+/// [`half_block_scales`] as one register: `d · sc` of each half-block, the same f32 products.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn half_block_scales_512(dtype: DType, b: &[u8]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+
+    let (d, sc) = match dtype {
+        DType::Q6_K => {
+            let mut sc = [0u8; 16];
+            sc.copy_from_slice(&b[192..208]);
+            // SAFETY: a 16-byte load of a 16-byte array.
+            let v = unsafe { _mm_loadu_si128(sc.as_ptr().cast()) };
+            (f16_at(b, 208), _mm512_cvtepi8_epi32(v))
+        }
+        _ => {
+            let (sc, _) = k_scales_and_mins(&b[4..16]);
+            let v = _mm_cvtsi64_si128(i64::from_le_bytes(sc));
+            // each scale twice, one per half-block
+            (f16_at(b, 0), _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v)))
+        }
+    };
+    _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sc))
+}
+
+/// [`accumulate_avx2`] on AVX-512 VNNI: a super-block's four pairs as 64 unsigned bytes each
+/// (Q6_K's values plus 32, the sums then less `32·Σ q`), one `vpdpbusd` per pair and token,
+/// the sixteen half-block sums scaled and added pair by pair as AVX2 adds them.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI, AVX2 and F16C; the activations and sums cover the row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn accumulate_vnni<const N: usize>(
+    dtype: DType,
+    size: usize,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+    isums: [&[i32]; N],
+) -> [[f32; 4]; N] {
+    use std::arch::x86_64::*;
+
+    let signed = dtype == DType::Q6_K;
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm_setzero_ps(); N];
+    for (i, b) in bytes.chunks_exact(size).enumerate() {
+        // the half-block scales made in a register (a 64-byte load of scales just stored one
+        // by one would wait for the stores)
+        let sc = half_block_scales_512(dtype, b);
+        // SAFETY: every load reads 32 bytes inside the super-block `b` (of `size` bytes).
+        let pairs = unsafe { pair_values(dtype, b) };
+        let w: [__m512i; 4] = std::array::from_fn(|k| {
+            let (w01, w23) = pairs[k];
+            let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w01), w23);
+            match signed {
+                true => _mm512_add_epi8(both, _mm512_set1_epi8(32)),
+                false => both,
+            }
+        });
+        let h0 = 16 * i;
+        for (acc, ((q, d, _), isum)) in acc.iter_mut().zip(rows.iter().zip(&isums)) {
+            // SAFETY: 64-byte loads of the super-block's activations (256 values from 256·i),
+            // their 16 scales and 16 sums, inside `q`, `d` and `isum` (checked by `dots`).
+            let (dots, dv, iv) = unsafe {
+                let qp = q.as_ptr().add(256 * i);
+                (
+                    std::array::from_fn(|k| {
+                        _mm512_dpbusd_epi32(zero, w[k], _mm512_loadu_si512(qp.add(64 * k).cast()))
+                    }),
+                    _mm512_loadu_ps(d.as_ptr().add(h0)),
+                    _mm512_loadu_si512(isum.as_ptr().add(h0).cast()),
+                )
+            };
+            let sums = super::fused_vnni::half_block_sums(dots);
+            let sums = match signed {
+                true => _mm512_sub_epi32(sums, _mm512_slli_epi32::<5>(iv)),
+                false => sums,
+            };
+            *acc = super::fused_vnni::add_scaled(*acc, sums, _mm512_mul_ps(sc, dv));
+        }
+    }
+    let mut out = [[0.0f32; 4]; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: a 16-byte store into a 16-byte array.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn accumulate_avx2<const N: usize>(
+    dtype: DType,
+    size: usize,
+    bytes: &[u8],
+    rows: [Row<'_>; N],
+) -> [[f32; 4]; N] {
+    use std::arch::x86_64::*;
+
+    let signed = dtype == DType::Q6_K;
+    let mut acc = [_mm_setzero_ps(); N];
+    for (i, b) in bytes.chunks_exact(size).enumerate() {
+        let scales = half_block_scales(dtype, b);
+        // SAFETY: every load reads 32 bytes inside the super-block `b` (of `size` bytes).
+        let pairs = unsafe { pair_values(dtype, b) };
+        for (k, (w01, w23)) in pairs.into_iter().enumerate() {
+            let (a01, a23) = match signed {
+                true => (_mm256_abs_epi8(w01), _mm256_abs_epi8(w23)),
+                false => (w01, w23),
+            };
+            // the pair's 64 values start at value 64·p, its half-blocks at 4·p
+            let p = 4 * i + k;
+            let h = 4 * p;
+            let sc = &scales[4 * k..][..4];
+            for (acc, (q, d, _)) in acc.iter_mut().zip(&rows) {
+                // SAFETY: 32-byte loads of the pair's activations, inside `q` (checked).
+                let (q01, q23) = unsafe {
+                    (
+                        _mm256_loadu_si256(q.as_ptr().add(64 * p).cast()),
+                        _mm256_loadu_si256(q.as_ptr().add(64 * p + 32).cast()),
+                    )
+                };
+                let sums = match signed {
+                    true => super::dot::half_block_sums_abs_avx2(a01, w01, q01, a23, w23, q23),
+                    false => super::dot::half_block_sums_unsigned_avx2(w01, q01, w23, q23),
+                };
+                let c = _mm_setr_ps(
+                    sc[0] * d[h],
+                    sc[1] * d[h + 1],
+                    sc[2] * d[h + 2],
+                    sc[3] * d[h + 3],
+                );
+                *acc = _mm_add_ps(*acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
+            }
+        }
+    }
+    let mut out = [[0.0f32; 4]; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: a 16-byte store into a 16-byte array.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
+}
+
+/// A super-block's 256 values as four pairs of registers of 32 (values 64·k to 64·k + 63),
+/// in the unpacked row's order.
+///
+/// # Safety
+/// The CPU has AVX2 and `b` holds one whole super-block of `dtype`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn pair_values(
+    dtype: DType,
+    b: &[u8],
+) -> [(std::arch::x86_64::__m256i, std::arch::x86_64::__m256i); 4] {
+    use std::arch::x86_64::*;
+
+    let load = |at: usize| {
+        assert!(at + 32 <= b.len());
+        // SAFETY: 32 bytes inside `b` (asserted).
+        unsafe { _mm256_loadu_si256(b.as_ptr().add(at).cast()) }
+    };
+    let m4 = _mm256_set1_epi8(0x0F);
+    let lo = |v: __m256i| _mm256_and_si256(v, m4);
+    let hi = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    match dtype {
+        DType::Q6_K => {
+            let m2 = _mm256_set1_epi8(3);
+            let c32 = _mm256_set1_epi8(32);
+            // two high bits at bit `shift` of each qh byte, moved to bits 4 and 5
+            let high = |qh: __m256i, shift: i32| {
+                let bits = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), m2);
+                _mm256_slli_epi16(bits, 4)
+            };
+            let value =
+                |nibbles: __m256i, h: __m256i| _mm256_sub_epi8(_mm256_or_si256(nibbles, h), c32);
+            let half = |n: usize| {
+                let (ql_a, ql_b, qh) = (load(64 * n), load(64 * n + 32), load(128 + 32 * n));
+                [
+                    (value(lo(ql_a), high(qh, 0)), value(lo(ql_b), high(qh, 2))),
+                    (value(hi(ql_a), high(qh, 4)), value(hi(ql_b), high(qh, 6))),
+                ]
+            };
+            let ([p0, p1], [p2, p3]) = (half(0), half(1));
+            [p0, p1, p2, p3]
+        }
+        DType::Q5_K => {
+            let one = _mm256_set1_epi8(1);
+            let qh = load(16);
+            let bit = |shift: i32| {
+                let b = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), one);
+                _mm256_slli_epi16(b, 4)
+            };
+            std::array::from_fn(|k| {
+                let v = load(48 + 32 * k);
+                let s = 2 * k as i32;
+                (
+                    _mm256_or_si256(lo(v), bit(s)),
+                    _mm256_or_si256(hi(v), bit(s + 1)),
+                )
+            })
+        }
+        _ => std::array::from_fn(|k| {
+            let v = load(16 + 32 * k);
+            (lo(v), hi(v))
+        }),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::backend::cpu::quant::{Q8Rows, UnpackedRow};
+    use crate::backend::cpu::test_rng::Lcg;
+
+    /// The word-at-a-time scales and mins equal the byte-by-byte definition (GGML's
+    /// `get_scale_min_k4`) on random scale bytes.
+    #[test]
+    fn scales_and_mins_by_words_match_the_definition() {
+        let mut rng = Lcg(0x6b5c);
+        for _ in 0..20_000 {
+            let s: Vec<u8> = (0..12).map(|_| rng.next() as u8).collect();
+            let mut want = ([0u8; 8], [0u8; 8]);
+            for j in 0..8 {
+                (want.0[j], want.1[j]) = if j < 4 {
+                    (s[j] & 63, s[j + 4] & 63)
+                } else {
+                    (
+                        (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
+                        (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                    )
+                };
+            }
+            assert_eq!(k_scales_and_mins(&s), want, "{s:?}");
+        }
+    }
+
+    fn f16_bytes(x: f32) -> [u8; 2] {
+        half::f16::from_f32(x).to_le_bytes()
+    }
+
+    /// Random super-blocks of `dtype` (every scale, min and value byte random) with finite f16
+    /// super-scales of either sign.
+    pub(crate) fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> {
+        let size = block_size(dtype).unwrap();
+        let mut out = Vec::with_capacity(blocks * size);
+        for _ in 0..blocks {
+            let mut b: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
+            match dtype {
+                DType::Q6_K => b[208..210].copy_from_slice(&f16_bytes(rng.f32() * 0.01)),
+                _ => {
+                    b[0..2].copy_from_slice(&f16_bytes(rng.f32() * 0.01));
+                    b[2..4].copy_from_slice(&f16_bytes(rng.f32() * 0.02));
+                }
+            }
+            out.extend(b);
+        }
+        out
+    }
+
+    const K_TYPES: [DType; 3] = [DType::Q4_K, DType::Q5_K, DType::Q6_K];
+
+    /// The fused dot equals unpacking and the common dot bit for bit, for every K-quant and
+    /// rows of one to five super-blocks.
+    #[test]
+    fn k_rows_match_the_unpacked_path_bit_for_bit() {
+        let mut rng = Lcg(0x6b5eed);
+        for dtype in K_TYPES {
+            if !available(dtype) {
+                eprintln!("no fused path for {} on this CPU", dtype.name());
+                continue;
+            }
+            for blocks in [1usize, 2, 3, 5] {
+                for _ in 0..4 {
+                    let cols = blocks * QK_K;
+                    let row = random_row(&mut rng, dtype, blocks);
+                    let x: Vec<f32> = (0..cols).map(|_| rng.f32() * 3.0).collect();
+                    let mut q8 = Q8Rows::default();
+                    q8.quantize(&x, cols);
+                    let (q, d, s) = q8.row(0);
+                    let mut unpacked = UnpackedRow::with_cols(cols);
+                    unpacked.unpack(dtype, &row);
+                    let want = unpacked.dot(q, d, s);
+                    let got = row_dot(dtype, &row, q, d, s, &mut Vec::new()).unwrap();
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{} × {blocks} super-blocks: {got} vs {want}",
+                        dtype.name()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Several tokens through one pass give each token's one-token bits.
+    #[test]
+    fn k_rows_for_several_tokens_match_one_token_at_a_time() {
+        let mut rng = Lcg(0x6b7c4);
+        for dtype in K_TYPES {
+            if !available(dtype) {
+                continue;
+            }
+            for blocks in [1usize, 3] {
+                let cols = blocks * QK_K;
+                let row = random_row(&mut rng, dtype, blocks);
+                for tokens in [1usize, 2, 3, 4, 5, 9] {
+                    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
+                    let mut q8 = Q8Rows::default();
+                    q8.quantize(&x, cols);
+                    let mut got = vec![f32::NAN; tokens];
+                    assert!(row_dot_tokens(dtype, &row, &q8, &mut got, &mut Vec::new()));
+                    for (t, got) in got.iter().enumerate() {
+                        let (q, d, s) = q8.row(t);
+                        let mut unpacked = UnpackedRow::with_cols(cols);
+                        unpacked.unpack(dtype, &row);
+                        let want = unpacked.dot(q, d, s);
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{} × {blocks}, token {t} of {tokens}: {got} vs {want}",
+                            dtype.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The 32-value types and floats are not this path's.
+    #[test]
+    fn other_types_decline() {
+        for dtype in [DType::Q4_0, DType::Q8_0, DType::Q5_1, DType::F32] {
+            assert!(!available(dtype));
+            assert_eq!(row_dot(dtype, &[], &[], &[], &[], &mut Vec::new()), None);
+        }
+    }
+}

@@ -1,0 +1,579 @@
+//! The forward pass on the GPU: weights uploaded once in their stored format, activations and
+//! the KV cache preallocated, and every step (a prefill chunk or one decode token) recorded as
+//! one compute pass in one command buffer with one submit and one readback of the logits.
+//!
+//! Each architecture's file ([`crate::model::arch`]) builds its [`graph::Graph`] over typed
+//! layer weights; the graph is compiled into bound kernels once at load, and [`Forward::run`] only
+//! writes the step parameters and the token ids, records them and reads back what was asked.
+
+use std::collections::HashMap;
+
+use crate::backend::gpu::{
+    AliveBuffers, GpuContext, GpuTensor, KernelCache, KernelPlan, KvCache, MatmulPrecision,
+    StepParams, StepRow,
+};
+use crate::candidates::{Candidates, SelectRequest, MAX_RESULT_BYTES};
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::model::weights::ModelWeights;
+use crate::model::{arch, fuse, graph};
+
+mod batch;
+mod compile;
+mod final_norm;
+mod kv;
+mod measure;
+mod model;
+mod profile;
+mod upload;
+
+use super::ops::{LinearBinding, Select};
+use crate::backend::readback::{Collect, Head};
+pub use crate::backend::readback::{MemoryReport, Output, Readback, StepLogits};
+use compile::{attention_keys, heads_of, Activations, Compiler, Node};
+use final_norm::FinalNorm;
+pub(crate) use measure::model_shape;
+pub use measure::plan_key;
+pub use model::GpuModel;
+pub use profile::{Profile, ProfileRow, StepProfile};
+use upload::f32_bytes;
+
+/// A model ready to run on the GPU.
+#[derive(Debug)]
+pub struct Forward {
+    config: ModelConfig,
+    chunk: usize,
+    _weights: HashMap<String, GpuTensor>,
+    kv: KvCache,
+    step: wgpu::Buffer,
+    act: Activations,
+    staging: wgpu::Buffer,
+    nodes: Vec<Node>,
+    /// The final norm and LM head for the last token only (row 0 of the logits) and for
+    /// every token of the step.
+    head_last: LinearBinding,
+    head_all: LinearBinding,
+    memory: MemoryReport,
+    _alive: AliveBuffers,
+    /// Candidate selection over row 0 of the logits, recorded after the graph by
+    /// [`Forward::decode_select`]; `None` on devices it cannot run on.
+    select: Option<Select>,
+    /// Readback of the selection result, `MAX_RESULT_BYTES`.
+    select_staging: wgpu::Buffer,
+    /// Which variant each kernel family runs, and why.
+    plan: KernelPlan,
+    /// The pass as data, kept to rebind it to another KV cache ([`Forward::set_kv`]).
+    graph: graph::Graph,
+    /// The norm before the head, on the host, for [`Readback::Hidden`].
+    final_norm: Option<FinalNorm>,
+    /// What batched steps need beyond a single sequence's ([`Forward::set_batch`]).
+    batch: batch::BatchBuffers,
+}
+
+/// Which sequence a step runs: the main one (slot 0, whose fill mark the cache keeps) or
+/// the one in a KV slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seq {
+    Main,
+    Slot(usize),
+}
+
+/// What one step read back.
+enum StepRead {
+    Nothing,
+    Logits(Vec<f32>),
+    /// One per selected row.
+    Candidates(Vec<Candidates>),
+}
+
+impl Forward {
+    /// Uploads the weights, allocates the KV cache for `context` positions and the activations
+    /// for `chunk`-token steps, and builds the graph.
+    pub async fn new(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+    ) -> Result<Self> {
+        Self::new_with_progress(ctx, cache, weights, context, chunk, &mut |_, _| {}).await
+    }
+
+    /// [`Forward::new`], calling `progress(uploaded, total)` (weight bytes as stored) after
+    /// each tensor is handed to the GPU queue.
+    pub async fn new_with_progress(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        crate::backend::step::check_context(&weights.config, context)?;
+        if chunk == 0 {
+            return Err(Error::invalid("chunk", "must be at least 1"));
+        }
+        Self::check_fits(ctx, weights, context, chunk)?;
+        let fusion = fuse::plan(weights);
+        let gpu = Self::upload(ctx, weights, &fusion, progress)?;
+        Self::assemble(ctx, cache, weights, weights, &fusion, gpu, context, chunk).await
+    }
+
+    /// [`Forward::new_with_progress`] for a model described by `layout` (every tensor's shape
+    /// and type, without bytes) whose tensors `reader` reads a group at a time as they go to
+    /// the GPU: the host holds one group's bytes at a time, never the files.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn new_read(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        layout: &ModelWeights<'_>,
+        reader: &dyn crate::model::byte_source::TensorReader,
+        context: usize,
+        chunk: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        crate::backend::step::check_context(&layout.config, context)?;
+        if chunk == 0 {
+            return Err(Error::invalid("chunk", "must be at least 1"));
+        }
+        Self::check_fits(ctx, layout, context, chunk)?;
+        let fusion = fuse::plan(layout);
+        let (gpu, kept) = Self::upload_read(ctx, layout, reader, &fusion, progress).await?;
+        Self::assemble(ctx, cache, layout, &kept, &fusion, gpu, context, chunk).await
+    }
+
+    /// The rest of a load once the weights are on the GPU: the graph, the KV cache, the
+    /// activations, the kernel plan and the compiled steps. `weights` describes every tensor;
+    /// `host` holds the bytes of those the host keeps (the final norm's).
+    #[allow(clippy::too_many_arguments)]
+    async fn assemble(
+        ctx: &GpuContext,
+        cache: &KernelCache,
+        weights: &ModelWeights<'_>,
+        host: &ModelWeights<'_>,
+        fusion: &fuse::FusionPlan,
+        gpu: HashMap<String, GpuTensor>,
+        context: usize,
+        chunk: usize,
+    ) -> Result<Self> {
+        let config = weights.config.clone();
+        let graph = arch::build(&config, &gpu, &weights.file)?;
+        let final_norm = FinalNorm::of(&graph, &config, host)?;
+        let layout = kv::layout(&config, &ctx.options().decode_plan, context, chunk)?;
+        let kv = KvCache::with_layout(ctx, &config, layout, ctx.options().kv_cache, 1)?;
+        let c = chunk as u64;
+        let (d, q, kv_dim, ff, vocab) = (
+            config.hidden_size as u64,
+            config.q_dim() as u64,
+            config.kv_dim() as u64,
+            config.ffn_size as u64,
+            config.vocab_size as u64,
+        );
+        let (plan, key) = measure::model_plan(ctx, weights, chunk).await?;
+        let positions = kv.context() as u32;
+        let keys = attention_keys(&plan, &ctx.options().decode_plan, &config, positions, None)?;
+        let split_len = keys
+            .limited_for_any_shape(config.head_dim as u32, chunk as u32)
+            .scratch_len(heads_of(&config), positions)
+            .max(1);
+        let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
+        // under precision f16 the inputs that only a product reads are stored as f16
+        let f16 = ctx.precision() == MatmulPrecision::F16;
+        let act_buf = |name: &str, elems: u64| match f16 {
+            true => buf(name, elems.div_ceil(2)),
+            false => buf(name, elems),
+        };
+        let (sep_qkv, sep_ffn) = (
+            u64::from(fusion.any_separate_qkv()),
+            u64::from(fusion.any_separate_gate_up()),
+        );
+        let act = Activations {
+            ids: buf("ids", c)?,
+            x: buf("x", c * d)?,
+            q: buf("q", c * (q + 2 * kv_dim))?,
+            k: buf("k", (c * kv_dim * sep_qkv).max(1))?,
+            v: buf("v", (c * kv_dim * sep_qkv).max(1))?,
+            attn: act_buf("attn", c * q)?,
+            attn_split: buf("attention split partials", split_len)?,
+            gate: buf("gate", (c * ff * sep_ffn).max(1))?,
+            up: buf("up", (c * ff * sep_ffn).max(1))?,
+            hidden: act_buf("hidden", c * ff)?,
+            logits: buf("logits", c * vocab)?,
+            branch: buf("branch", if graph.uses_branch() { c * d } else { 1 })?,
+            f16,
+        };
+        let step = StepParams::create_buffer(ctx, "step params");
+        // logits rows, or hidden rows (Readback::Hidden) should a model be wider than its vocabulary
+        let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab.max(d)));
+        let weight_bytes: u64 = gpu.values().map(GpuTensor::buffer_bytes).sum();
+        let act_buffers: Vec<&wgpu::Buffer> =
+            act.all().into_iter().chain([&step, &staging]).collect();
+        let activation_bytes: u64 = act_buffers.iter().map(|b| b.size()).sum();
+        let alive = AliveBuffers::new(
+            ctx.counter_cells(),
+            gpu.values()
+                .map(GpuTensor::buffer_bytes)
+                .chain(act_buffers.iter().map(|b| b.size())),
+        );
+        let memory = MemoryReport {
+            weights: weight_bytes,
+            kv_cache: kv.bytes(),
+            activations: activation_bytes,
+            kv_bytes_per_token: kv
+                .layout()
+                .position_bytes(kv.kinds().row_bytes(config.kv_dim())),
+            batch: 0,
+        };
+        // what compiling creates (parameter uniforms, the selection's buffers) is counted
+        // below; the buffers above are already in `activation_bytes`
+        let before = ctx.counters();
+        let compiled = Compiler {
+            ctx,
+            cache,
+            config: &config,
+            chunk,
+            kv: &kv,
+            step: &step,
+            act: &act,
+            w: &gpu,
+            plan: &plan,
+        }
+        .compile(&graph)
+        .await?;
+        let select = match Select::new(ctx, cache, &act.logits, vocab as u32).await {
+            Ok(select) => Some(select),
+            // Decode steps then read the whole row.
+            Err(Error::Limit { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        let select_staging = ctx.staging_buffer("select readback", MAX_RESULT_BYTES as u64);
+        let mut alive = alive;
+        alive.extend([select_staging.size()]);
+        let mut memory = memory;
+        // The kernels' parameter uniforms are part of the activations' footprint.
+        memory.activations += ctx.counters().since(&before).buffer_bytes_created;
+        let mut forward = Self {
+            memory,
+            _alive: alive,
+            config,
+            chunk,
+            _weights: gpu,
+            kv,
+            step,
+            act,
+            staging,
+            nodes: compiled.nodes,
+            head_last: compiled.head_last,
+            head_all: compiled.head_all,
+            select,
+            select_staging,
+            plan,
+            graph,
+            final_norm,
+            batch: batch::BatchBuffers::default(),
+        };
+        forward.finish_plan(ctx, &key).await?;
+        Ok(forward)
+    }
+
+    /// The kernel plan this model runs with.
+    pub fn plan(&self) -> &KernelPlan {
+        &self.plan
+    }
+
+    /// Dispatches of a step that computes logits: the graph's nodes and the LM head (a
+    /// prefill chunk whose logits nobody reads skips the head: one fewer).
+    pub fn node_count(&self) -> usize {
+        self.nodes.len() + 1
+    }
+
+    /// GPU memory allocated at load.
+    pub fn memory(&self) -> MemoryReport {
+        self.memory
+    }
+
+    /// Tokens per prefill step.
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The KV cache, to restore a saved conversation into.
+    pub fn kv_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
+    /// The KV cache (its position is the next token's position).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Forgets cached positions from `pos` on (0 starts a new sequence).
+    pub fn truncate(&mut self, pos: usize) -> Result<()> {
+        if pos > self.kv.pos() {
+            return Err(Error::invalid(
+                "pos",
+                format!("{pos} is past the cached {} positions", self.kv.pos()),
+            ));
+        }
+        self.kv.set_pos(pos)
+    }
+
+    /// Runs `tokens` from the cache's position on, cut into chunks of [`Self::chunk`] tokens
+    /// here and nowhere else: one compute pass, one submit and at most one readback per chunk.
+    /// `readback` says what comes back; only the last chunk reads anything unless it is
+    /// [`Readback::AllRows`]. [`Readback::Candidates`] on a device that cannot run the
+    /// selection reads the last row instead ([`Output::Logits`]).
+    pub async fn run(
+        &mut self,
+        ctx: &GpuContext,
+        tokens: &[u32],
+        readback: Readback<'_>,
+    ) -> Result<Output> {
+        let pos = self.kv.pos();
+        self.run_seq(ctx, Seq::Main, pos, tokens, readback).await
+    }
+
+    /// [`Self::run`] for the sequence in KV slot `slot` (see [`Self::set_batch`]), whose
+    /// positions before `pos` are cached: `tokens` go to positions `pos..`. The main
+    /// sequence's fill mark ([`KvCache::pos`]) is left alone, even for slot 0.
+    pub async fn run_in_slot(
+        &mut self,
+        ctx: &GpuContext,
+        slot: usize,
+        pos: usize,
+        tokens: &[u32],
+        readback: Readback<'_>,
+    ) -> Result<Output> {
+        if slot >= self.kv.slots() {
+            return Err(Error::invalid(
+                "slot",
+                format!("{slot} is not one of the cache's {} slots", self.kv.slots()),
+            ));
+        }
+        self.run_seq(ctx, Seq::Slot(slot), pos, tokens, readback)
+            .await
+    }
+
+    async fn run_seq(
+        &mut self,
+        ctx: &GpuContext,
+        seq: Seq,
+        pos: usize,
+        tokens: &[u32],
+        readback: Readback<'_>,
+    ) -> Result<Output> {
+        if tokens.is_empty() {
+            return Err(Error::invalid("tokens", "at least one token is needed"));
+        }
+        self.check_ids(tokens)?;
+        let end = pos + tokens.len();
+        if end > self.kv.context() {
+            return Err(Error::invalid(
+                "tokens",
+                format!(
+                    "{} tokens after {} cached ones exceed the context of {}",
+                    tokens.len(),
+                    pos,
+                    self.kv.context()
+                ),
+            ));
+        }
+        // selections for one step's rows: the last row (Head::Last writes it to row 0), or
+        // every row of a run that is one step
+        let rows = match (&self.select, tokens.len() <= self.chunk) {
+            (None, _) => 0,
+            (Some(_), true) => self.batch_rows(),
+            (Some(_), false) => 1,
+        };
+        let (mut collect, requests) = Collect::new(readback, tokens.len(), rows)?;
+        let n_chunks = tokens.len().div_ceil(self.chunk);
+        let mut ran = 0;
+        for (i, chunk) in tokens.chunks(self.chunk).enumerate() {
+            let last = i + 1 == n_chunks;
+            let head = collect.head(last);
+            let slot = match seq {
+                Seq::Main => 0,
+                Seq::Slot(s) => s,
+            };
+            let requests = if last { requests } else { &[] };
+            if seq == Seq::Main {
+                // before the step: a step that fails late has still written its rows
+                self.kv.note_written(pos + ran + chunk.len());
+            }
+            let read = self
+                .step(ctx, slot, pos + ran, chunk, head, requests)
+                .await?;
+            let first = ran;
+            ran += chunk.len();
+            if seq == Seq::Main {
+                self.kv.set_pos(pos + ran)?;
+            }
+            let rows = match read {
+                StepRead::Nothing => Vec::new(),
+                StepRead::Logits(mut rows) if head == Head::Hidden => {
+                    if let Some(norm) = &self.final_norm {
+                        norm.apply(&mut rows);
+                    }
+                    rows
+                }
+                StepRead::Logits(rows) => rows,
+                StepRead::Candidates(mut c) if head == Head::Last && c.len() == 1 => {
+                    return Ok(Output::Candidates(c.remove(0)))
+                }
+                StepRead::Candidates(c) => return Ok(Output::RowCandidates(c)),
+            };
+            if let Some(out) = collect.step(first, chunk.len(), rows, last, ran)? {
+                return Ok(out);
+            }
+        }
+        Ok(collect.finish(ran))
+    }
+
+    /// Runs `tokens` (see [`Self::run`]) and returns the logits of the last token (`[vocab]`),
+    /// or of every token (`[tokens.len() · vocab]`) when `all_logits`.
+    pub async fn forward(
+        &mut self,
+        ctx: &GpuContext,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Vec<f32>> {
+        let readback = match all_logits {
+            true => Readback::AllRows,
+            false => Readback::LastRow,
+        };
+        match self.run(ctx, tokens, readback).await? {
+            Output::Logits(logits) => Ok(logits),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// One decode step for `token` (see [`Self::run`]): with `request`, the candidate selection
+    /// runs after the graph in the same pass and only its result is read back
+    /// ([`StepLogits::Candidates`]); without one, or when the device cannot run the selection,
+    /// the whole row ([`StepLogits::Full`], `[vocab]`).
+    pub async fn decode_select(
+        &mut self,
+        ctx: &GpuContext,
+        token: u32,
+        request: Option<&SelectRequest>,
+    ) -> Result<StepLogits> {
+        let readback = match request {
+            Some(request) => Readback::Candidates(request),
+            None => Readback::LastRow,
+        };
+        match self.run(ctx, &[token], readback).await? {
+            Output::Candidates(c) => Ok(StepLogits::Candidates(c)),
+            Output::Logits(row) => Ok(StepLogits::Full(row)),
+            _ => Ok(StepLogits::Full(Vec::new())),
+        }
+    }
+
+    /// One step of at most [`Self::chunk`] tokens at positions `pos0..` of the sequence in KV
+    /// slot `slot`: writes the parameters and ids, records every
+    /// node and the head in one compute pass (and a selection after them for each of
+    /// `requests`, over rows `0..`), copies what is read back to a staging buffer, submits
+    /// once, reads back.
+    async fn step(
+        &mut self,
+        ctx: &GpuContext,
+        slot: usize,
+        pos0: usize,
+        tokens: &[u32],
+        head: Head,
+        requests: &[SelectRequest],
+    ) -> Result<StepRead> {
+        let selects = match requests.is_empty() {
+            true => None,
+            false => self.row_selects(requests.iter().collect()),
+        };
+        let n = tokens.len();
+        let params = StepParams::checked(
+            pos0 as u32,
+            n as u32,
+            self.chunk as u32,
+            self.kv.context() as u32,
+        )?;
+        for (select, request) in selects.iter().flatten() {
+            select.write(ctx, request)?;
+        }
+        let base = self.kv.slot_base(slot) as u32;
+        params.write_rows(
+            ctx,
+            &self.step,
+            &[StepRow::new(pos0 as u32, slot as u32, base)],
+        );
+        ctx.queue
+            .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("forward step"),
+            });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("forward step"),
+                timestamp_writes: None,
+            });
+            ctx.counter_cells().compute_pass();
+            for node in &self.nodes {
+                node.record(&mut pass, &params, &self.plan);
+            }
+            // The head runs only for logits someone reads: the last row alone into row 0,
+            // or every row.
+            match head {
+                Head::None | Head::Hidden => {}
+                Head::Last => self
+                    .head_last
+                    .record_planned(&mut pass, n as u32, &self.plan),
+                Head::All => self
+                    .head_all
+                    .record_planned(&mut pass, n as u32, &self.plan),
+            }
+            for (select, _) in selects.iter().flatten() {
+                select.record(&mut pass);
+            }
+        }
+        let row_bytes = f32_bytes(self.config.vocab_size as u64);
+        let (staging, bytes) = match (&selects, head) {
+            (Some(selects), _) => self.copy_selected(&mut encoder, selects),
+            (None, Head::None) => (&self.staging, 0),
+            (None, Head::Last) => {
+                encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, row_bytes);
+                (&self.staging, row_bytes)
+            }
+            (None, Head::All) => {
+                let bytes = n as u64 * row_bytes;
+                encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, bytes);
+                (&self.staging, bytes)
+            }
+            (None, Head::Hidden) => {
+                let bytes = f32_bytes(n as u64 * self.config.hidden_size as u64);
+                encoder.copy_buffer_to_buffer(&self.act.x, 0, &self.staging, 0, bytes);
+                (&self.staging, bytes)
+            }
+        };
+        ctx.counter_cells().submit(1);
+        ctx.counter_cells().forward_step(n as u64);
+        let submission = ctx.queue.submit([encoder.finish()]);
+        if bytes == 0 {
+            ctx.check()?;
+            return Ok(StepRead::Nothing);
+        }
+        let data = ctx.read_staging(staging, bytes, submission).await?;
+        Ok(match &selects {
+            Some(selects) => StepRead::Candidates(batch::parse_selected(&data, selects)?),
+            None => StepRead::Logits(bytemuck::pod_collect_to_vec(&data)),
+        })
+    }
+
+    /// Reads back the logits row of the last one-token step (`[vocab]`, row 0), for a decode
+    /// step whose candidates did not suffice: one more submit and readback, no forward step.
+    pub async fn last_logits(&self, ctx: &GpuContext) -> Result<Vec<f32>> {
+        self.logits_row(ctx, 0).await
+    }
+}

@@ -1,0 +1,67 @@
+//! What one step of either backend runs: its rows (a token at a position of a sequence's KV
+//! slot) and the checks both backends make on them before running anything.
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+
+/// Tokens per prefill step: long prompts are processed in chunks of this many.
+pub const DEFAULT_CHUNK: usize = crate::model::weights::PREFILL_CHUNK;
+
+/// One sequence's token in a batched step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchToken {
+    /// The KV slot holding the sequence (`0..slots`, distinct within a step).
+    pub slot: usize,
+    /// The token's position: the sequence's positions `0..pos` are cached in the slot.
+    pub pos: usize,
+    /// The token id.
+    pub token: u32,
+}
+
+/// The rows of one call of [`super::Backend::run`]: which tokens run, at which positions and
+/// over which sequence's keys. Every kind of step the session makes is one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows<'a> {
+    /// `tokens` for the main sequence, from its cached position on (a prompt, cut into
+    /// chunks by the backend; one decode token; a speculative step's drafted tokens). The
+    /// main sequence's fill mark moves past them.
+    Next(&'a [u32]),
+    /// `tokens` for the sequence in KV slot `slot`, whose positions before `pos` are cached;
+    /// the main sequence's fill mark is left alone, even for slot 0.
+    InSlot {
+        /// The KV slot (`0..slots`).
+        slot: usize,
+        /// The first token's position.
+        pos: usize,
+        /// The tokens, at `pos..`.
+        tokens: &'a [u32],
+    },
+    /// One token for each of several sequences (batched decoding, beam search), each at its
+    /// own position in its own slot, in one step.
+    Batch(&'a [BatchToken]),
+}
+
+/// Fails unless every id of `tokens` is inside a vocabulary of `vocab` (both backends).
+pub fn check_ids(tokens: &[u32], vocab: usize) -> Result<()> {
+    match tokens.iter().find(|&&t| t as usize >= vocab) {
+        Some(bad) => Err(Error::invalid(
+            "tokens",
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Fails unless a KV cache of `context` positions is within the model's trained context.
+pub fn check_context(config: &ModelConfig, context: usize) -> Result<()> {
+    if context == 0 || context > config.context_length {
+        return Err(Error::invalid(
+            "context",
+            format!(
+                "must be in 1..={} (the model's context)",
+                config.context_length
+            ),
+        ));
+    }
+    Ok(())
+}
