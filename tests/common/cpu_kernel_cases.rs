@@ -292,7 +292,7 @@ pub fn check_norms(rng: &mut ChaCha8Rng) -> Result<(), String> {
     Ok(())
 }
 
-/// The integer dot product gives the bits of its definition (`src/cpu/dot.rs`) on this
+/// The integer dot product gives the bits of its definition (`src/backend/cpu/dot.rs`) on this
 /// target, whichever SIMD path it takes, so native and browser models agree bit for bit.
 pub fn check_dot_order(rng: &mut ChaCha8Rng) -> Result<(), String> {
     for halves in [2usize, 4, 6, 16, 18, 40] {

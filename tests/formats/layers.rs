@@ -60,7 +60,7 @@ pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file of `src/` belongs to (`src/gpu/ops/linear.rs` → `gpu`), or
+/// The top-level module a file of `src/` belongs to (`src/backend/gpu/ops/linear.rs` → `backend`), or
 /// `None` for the crate root and the binaries.
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
@@ -142,8 +142,8 @@ fn crate_paths(code: &str) -> Vec<String> {
     crate_paths_at(code).into_iter().map(|(_, n)| n).collect()
 }
 
-/// The module path of a file of `src/` (`src/gpu/ops/linear.rs` → `gpu::ops::linear`,
-/// `src/gpu/mod.rs` → `gpu`).
+/// The module path of a file of `src/` (`src/backend/gpu/ops/linear.rs` → `backend::gpu::ops::linear`,
+/// `src/backend/mod.rs` → `backend`).
 pub(crate) fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap_or(file);
     let mut parts: Vec<String> = rel

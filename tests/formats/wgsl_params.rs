@@ -133,77 +133,77 @@ fn uniform_structs_match_their_rust_types() {
     // (Rust file, Rust type, WGSL file, WGSL struct, the WGSL struct continues after it)
     let pairs = [
         (
-            "src/gpu/ops/embed.rs",
+            "src/backend/gpu/ops/embed.rs",
             "EmbedParams",
             "shaders/embed.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/linear.rs",
+            "src/backend/gpu/ops/linear.rs",
             "LinearParams",
             "shaders/lib/linear_io.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/select.rs",
+            "src/backend/gpu/ops/select.rs",
             "SelectParams",
             "shaders/select.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/select.rs",
+            "src/backend/gpu/ops/select.rs",
             "RequestUniform",
             "shaders/select.wgsl",
             "Request",
             false,
         ),
         (
-            "src/gpu/ops/select.rs",
+            "src/backend/gpu/ops/select.rs",
             "GpuAdjust",
             "shaders/select.wgsl",
             "Adjust",
             false,
         ),
         (
-            "src/gpu/ops/kv_store.rs",
+            "src/backend/gpu/ops/kv_store.rs",
             "KvStoreParams",
             "shaders/kv_store.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/attention.rs",
+            "src/backend/gpu/ops/attention.rs",
             "AttentionParams",
             "shaders/lib/attention_common.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/elementwise.rs",
+            "src/backend/gpu/ops/elementwise.rs",
             "ElementwiseParams",
             "shaders/elementwise.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/rope.rs",
+            "src/backend/gpu/ops/rope.rs",
             "RopeParams",
             "shaders/rope.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/row_norm.rs",
+            "src/backend/gpu/ops/row_norm.rs",
             "RowNormParams",
             "shaders/row_norm.wgsl",
             "Params",
             false,
         ),
         (
-            "src/gpu/ops/copy.rs",
+            "src/backend/gpu/ops/copy.rs",
             "CopyParams",
             "shaders/copy.wgsl",
             "Params",
@@ -211,7 +211,7 @@ fn uniform_structs_match_their_rust_types() {
         ),
         // the step's head; its rows follow as `array<vec4<u32>, STEP_ROWS>`
         (
-            "src/gpu/ops.rs",
+            "src/backend/gpu/ops.rs",
             "StepParams",
             "shaders/lib/step.wgsl",
             "Step",
@@ -230,13 +230,13 @@ fn uniform_structs_match_their_rust_types() {
     }
     // one row of the step: (position, first cache row, slot, 0) as a vec4<u32>
     let row = words(
-        &fields(&read("src/gpu/ops.rs"), "StepRow", "src/gpu/ops.rs"),
+        &fields(&read("src/backend/gpu/ops.rs"), "StepRow", "src/backend/gpu/ops.rs"),
         "ops.rs",
     );
     let types: Vec<&str> = row.iter().map(|w| w.ty.as_str()).collect();
     if types != ["u32"; 4] {
         wrong.push(format!(
-            "src/gpu/ops.rs `StepRow` is not four u32 (a vec4<u32>): {types:?}"
+            "src/backend/gpu/ops.rs `StepRow` is not four u32 (a vec4<u32>): {types:?}"
         ));
     }
     assert!(

@@ -78,6 +78,39 @@ enum Seq {
     Slot(usize),
 }
 
+/// One step as [`Forward::record`] runs it.
+struct Step<'a> {
+    /// The command encoder's and the pass's label.
+    label: &'static str,
+    /// The step's parameters (positions, tokens, slots).
+    params: &'a StepParams,
+    /// Each sequence's first position, slot and slot base.
+    rows: &'a [StepRow],
+    /// The token ids, `[tokens]`.
+    ids: &'a [u32],
+    /// Which rows the head computes, and in which shape.
+    head: StepHead,
+}
+
+/// How a step's head runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepHead {
+    /// The rows a run asks for, in the kernel the plan chose for that many tokens.
+    Planned(Head),
+    /// Every row of a batched step (one token per sequence), in the plan's decode shape.
+    Batched,
+}
+
+impl StepHead {
+    /// The rows it computes.
+    fn rows(self) -> Head {
+        match self {
+            StepHead::Planned(head) => head,
+            StepHead::Batched => Head::All,
+        }
+    }
+}
+
 /// What one step read back.
 enum StepRead {
     Nothing,
@@ -474,10 +507,8 @@ impl Forward {
     }
 
     /// One step of at most [`Self::chunk`] tokens at positions `pos0..` of the sequence in KV
-    /// slot `slot`: writes the parameters and ids, records every
-    /// node and the head in one compute pass (and a selection after them for each of
-    /// `requests`, over rows `0..`), copies what is read back to a staging buffer, submits
-    /// once, reads back.
+    /// slot `slot`, with a selection after the head for each of `requests` (over rows `0..`):
+    /// see [`Self::record`].
     async fn step(
         &mut self,
         ctx: &GpuContext,
@@ -491,55 +522,79 @@ impl Forward {
             true => None,
             false => self.row_selects(requests.iter().collect()),
         };
-        let n = tokens.len();
         let params = StepParams::checked(
             pos0 as u32,
-            n as u32,
+            tokens.len() as u32,
             self.chunk as u32,
             self.kv.context() as u32,
         )?;
-        for (select, request) in selects.iter().flatten() {
+        let rows = [StepRow::new(
+            pos0 as u32,
+            slot as u32,
+            self.kv.slot_base(slot) as u32,
+        )];
+        let step = Step {
+            label: "forward step",
+            params: &params,
+            rows: &rows,
+            ids: tokens,
+            head: StepHead::Planned(head),
+        };
+        self.record(ctx, step, selects.as_deref()).await
+    }
+
+    /// Runs one step, of one sequence or of several ([`Self::decode_batch`]), the one way
+    /// every step runs: writes the selections' requests, the step's rows and ids, records
+    /// every node, the head and the selections in one compute pass, copies what is read back
+    /// (the selections' results, or the rows `head` computes) to a staging buffer, submits
+    /// once and reads back.
+    async fn record(
+        &self,
+        ctx: &GpuContext,
+        step: Step<'_>,
+        selects: Option<&[(&Select, &SelectRequest)]>,
+    ) -> Result<StepRead> {
+        let n = step.ids.len();
+        for (select, request) in selects.into_iter().flatten() {
             select.write(ctx, request)?;
         }
-        let base = self.kv.slot_base(slot) as u32;
-        params.write_rows(
-            ctx,
-            &self.step,
-            &[StepRow::new(pos0 as u32, slot as u32, base)],
-        );
+        step.params.write_rows(ctx, &self.step, step.rows);
         ctx.queue
-            .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(tokens));
+            .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(step.ids));
         let mut encoder = ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("forward step"),
+                label: Some(step.label),
             });
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("forward step"),
+                label: Some(step.label),
                 timestamp_writes: None,
             });
             ctx.counter_cells().compute_pass();
             for node in &self.nodes {
-                node.record(&mut pass, &params, &self.plan);
+                node.record(&mut pass, step.params, &self.plan);
             }
             // The head runs only for logits someone reads: the last row alone into row 0,
             // or every row.
-            match head {
-                Head::None | Head::Hidden => {}
-                Head::Last => self
+            match step.head {
+                StepHead::Planned(Head::None | Head::Hidden) => {}
+                StepHead::Planned(Head::Last) => self
                     .head_last
                     .record_planned(&mut pass, n as u32, &self.plan),
-                Head::All => self
+                StepHead::Planned(Head::All) => self
                     .head_all
                     .record_planned(&mut pass, n as u32, &self.plan),
+                StepHead::Batched => self
+                    .head_all
+                    .record_batched(&mut pass, n as u32, &self.plan),
             }
-            for (select, _) in selects.iter().flatten() {
+            for (select, _) in selects.into_iter().flatten() {
                 select.record(&mut pass);
             }
         }
         let row_bytes = f32_bytes(self.config.vocab_size as u64);
-        let (staging, bytes) = match (&selects, head) {
+        let (staging, bytes) = match (selects, step.head.rows()) {
             (Some(selects), _) => self.copy_selected(&mut encoder, selects),
             (None, Head::None) => (&self.staging, 0),
             (None, Head::Last) => {
@@ -565,7 +620,7 @@ impl Forward {
             return Ok(StepRead::Nothing);
         }
         let data = ctx.read_staging(staging, bytes, submission).await?;
-        Ok(match &selects {
+        Ok(match selects {
             Some(selects) => StepRead::Candidates(batch::parse_selected(&data, selects)?),
             None => StepRead::Logits(bytemuck::pod_collect_to_vec(&data)),
         })

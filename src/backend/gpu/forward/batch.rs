@@ -5,7 +5,7 @@
 //! candidate selection (or, without one, every row of logits).
 
 use super::upload::f32_bytes;
-use super::{Forward, StepLogits};
+use super::{Forward, Step, StepHead, StepLogits, StepRead};
 use crate::backend::gpu::ops::Select;
 use crate::backend::gpu::{GpuContext, KernelCache, KvCache, StepParams, StepRow, STEP_ROWS};
 use crate::backend::BatchToken;
@@ -223,60 +223,22 @@ impl Forward {
             .copied()
             .collect::<Option<Vec<&SelectRequest>>>()
             .and_then(|requests| self.row_selects(requests));
-        if let Some(selects) = &selects {
-            for (select, request) in selects {
-                select.write(ctx, request)?;
-            }
-        }
-        params.write_rows(ctx, &self.step, &rows);
-        ctx.queue
-            .write_buffer(&self.act.ids, 0, bytemuck::cast_slice(&ids));
-        let mut encoder = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("batched decode step"),
-            });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("batched decode step"),
-                timestamp_writes: None,
-            });
-            ctx.counter_cells().compute_pass();
-            for node in &self.nodes {
-                node.record(&mut pass, &params, &self.plan);
-            }
-            self.head_all
-                .record_batched(&mut pass, n as u32, &self.plan);
-            for (select, _) in selects.iter().flatten() {
-                select.record(&mut pass);
-            }
-        }
-        let row_bytes = f32_bytes(self.config.vocab_size as u64);
-        let (staging, bytes) = match &selects {
-            Some(selects) => self.copy_selected(&mut encoder, selects),
-            None => {
-                let bytes = n as u64 * row_bytes;
-                encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.staging, 0, bytes);
-                (&self.staging, bytes)
-            }
+        let step = Step {
+            label: "batched decode step",
+            params: &params,
+            rows: &rows,
+            ids: &ids,
+            head: StepHead::Batched,
         };
-        ctx.counter_cells().submit(1);
-        ctx.counter_cells().forward_step(n as u64);
-        let submission = ctx.queue.submit([encoder.finish()]);
-        let data = ctx.read_staging(staging, bytes, submission).await?;
-        match &selects {
-            Some(selects) => Ok(parse_selected(&data, selects)?
-                .into_iter()
-                .map(StepLogits::Candidates)
-                .collect()),
-            None => {
-                let all: Vec<f32> = bytemuck::pod_collect_to_vec(&data);
-                let vocab = self.config.vocab_size;
-                Ok(all
-                    .chunks(vocab)
-                    .map(|row| StepLogits::Full(row.to_vec()))
-                    .collect())
+        match self.record(ctx, step, selects.as_deref()).await? {
+            StepRead::Candidates(rows) => {
+                Ok(rows.into_iter().map(StepLogits::Candidates).collect())
             }
+            StepRead::Logits(all) => Ok(all
+                .chunks(self.config.vocab_size)
+                .map(|row| StepLogits::Full(row.to_vec()))
+                .collect()),
+            StepRead::Nothing => Err(Error::invalid("readback", "a batched step read nothing")),
         }
     }
 
