@@ -230,7 +230,11 @@ fn uniform_structs_match_their_rust_types() {
     }
     // one row of the step: (position, first cache row, slot, 0) as a vec4<u32>
     let row = words(
-        &fields(&read("src/backend/gpu/ops.rs"), "StepRow", "src/backend/gpu/ops.rs"),
+        &fields(
+            &read("src/backend/gpu/ops.rs"),
+            "StepRow",
+            "src/backend/gpu/ops.rs",
+        ),
         "ops.rs",
     );
     let types: Vec<&str> = row.iter().map(|w| w.ty.as_str()).collect();

@@ -1,4 +1,4 @@
-//! The dot product of one stored weight row of a 32-value type (Q8_0, Q4_0, Q4_1; the
+//! The dot product of one stored weight row of a 32-value type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; the
 //! K-quants' are in [`super::fused_k`]) with one token's 8-bit activations, reading the row's blocks straight into SIMD registers: no
 //! unpacked copy of the row is written and read back, which is most of a decode step's
 //! matrix × vector work when each row meets one token. [`row_dot_tokens`] does the same for
@@ -10,8 +10,8 @@
 //! products and the same order of additions (see `dot.rs`), so the fused and unpacked paths
 //! (and the native and browser builds) agree exactly. Where the target has no such path (no
 //! AVX2, WebAssembly without SIMD) [`row_dot`] and [`row_dot_tokens`] decline and the caller
-//! unpacks. The integer sums may be made differently (Q4_1's nibbles, never negative, skip the
-//! sign trick): they are exact either way, so the bits do not change.
+//! unpacks. The integer sums may be made differently (Q4_1's and Q5_1's values, never negative,
+//! skip the sign trick): they are exact either way, so the bits do not change.
 
 use super::quant::{f16_at, layout, Layout, Q8Rows, Row, QK};
 use crate::dtype::DType;
@@ -173,9 +173,11 @@ fn block_values(l: Layout, b: &[u8]) -> [i8; 32] {
             }
         }
         Some(bias) => {
+            let qh = l.high_word(b, 0);
+            let fifth = |j: usize| (((qh >> j) & 1) as u8) << 4;
             for j in 0..16 {
-                w[j] = (v[j] & 0x0F) as i8 + bias;
-                w[j + 16] = (v[j] >> 4) as i8 + bias;
+                w[j] = ((v[j] & 0x0F) | fifth(j)) as i8 + bias;
+                w[j + 16] = ((v[j] >> 4) | fifth(j + 16)) as i8 + bias;
             }
         }
     }
@@ -305,7 +307,7 @@ unsafe fn pairs_tokens_avx2<const N: usize>(
 ) -> [std::arch::x86_64::__m128; N] {
     use std::arch::x86_64::*;
 
-    // Q4_1's values are the nibbles themselves, never negative.
+    // Q4_1's and Q5_1's values are never negative.
     let unsigned = l.nibble_bias == Some(0);
     for p in pairs {
         let (b0, b1) = (2 * p, 2 * p + 1);
@@ -345,8 +347,8 @@ unsafe fn pairs_tokens_avx2<const N: usize>(
     acc
 }
 
-/// Block `b`'s 32 values in a register: first the 16 low nibbles, then the 16 high ones (or
-/// the 32 bytes).
+/// Block `b`'s 32 values in a register: first the 16 low nibbles, then the 16 high ones, each
+/// with its fifth bit where the type has them (or the 32 bytes).
 ///
 /// # Safety
 /// The CPU has AVX2 and block `b` lies inside `bytes`.
@@ -363,12 +365,37 @@ unsafe fn block_register(l: Layout, bytes: &[u8], b: usize) -> std::arch::x86_64
         Some(bias) => {
             let v = unsafe { _mm_loadu_si128(p.cast()) };
             let mask = _mm_set1_epi8(0x0F);
-            let bias = _mm_set1_epi8(bias);
-            let lo = _mm_add_epi8(_mm_and_si128(v, mask), bias);
-            let hi = _mm_add_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), bias);
-            _mm256_set_m128i(hi, lo)
+            let lo = _mm_and_si128(v, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+            let mut w = _mm256_set_m128i(hi, lo);
+            if l.high_bits.is_some() {
+                w = _mm256_or_si256(w, fifth_bits_avx2(l.high_word(bytes, b)));
+            }
+            _mm256_add_epi8(w, _mm256_set1_epi8(bias))
         }
     }
+}
+
+/// `0x10` in byte `j` where bit `j` of `qh` is set, else 0.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn fifth_bits_avx2(qh: u32) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+
+    // byte j gets byte j / 8 of the word (each 128-bit lane holds the whole word)
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_setr_epi64x(
+            0x0000_0000_0000_0000,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    // every bit but bit j % 8 set: all ones exactly where bit j was
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
 /// [`simd_pairs`] for `N` tokens, one after the other (WebAssembly; other targets never call
@@ -390,7 +417,7 @@ unsafe fn pairs_avx2(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize)
 
     // SAFETY: the CPU has AVX2 and the blocks lie inside `bytes` (both checked by the caller).
     let values = |b: usize| unsafe { block_register(l, bytes, b) };
-    // Q4_1's values are the nibbles themselves, never negative.
+    // Q4_1's and Q5_1's values are never negative.
     let unsigned = l.nibble_bias == Some(0);
     let mut acc = _mm_setzero_ps();
     for p in 0..pairs {
@@ -443,10 +470,13 @@ fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f3
                     let v = v128_load(p.cast());
                     let mask = u8x16_splat(0x0F);
                     let bias = i8x16_splat(bias);
-                    (
-                        i8x16_add(v128_and(v, mask), bias),
-                        i8x16_add(u8x16_shr(v, 4), bias),
-                    )
+                    let (mut lo, mut hi) = (v128_and(v, mask), u8x16_shr(v, 4));
+                    if l.high_bits.is_some() {
+                        let qh = l.high_word(bytes, b);
+                        lo = v128_or(lo, fifth_bits_simd128(qh as u16));
+                        hi = v128_or(hi, fifth_bits_simd128((qh >> 16) as u16));
+                    }
+                    (i8x16_add(lo, bias), i8x16_add(hi, bias))
                 }
             }
         };
@@ -478,6 +508,20 @@ fn simd_pairs(l: Layout, bytes: &[u8], q: &[i8], d: &[f32], pairs: usize) -> [f3
             f32x4_extract_lane::<3>(acc),
         ]
     }
+}
+
+/// `0x10` in byte `j` where bit `j` of `bits` is set, else 0 (16 bytes).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn fifth_bits_simd128(bits: u16) -> std::arch::wasm32::v128 {
+    use std::arch::wasm32::*;
+
+    let [b0, b1] = bits.to_le_bytes();
+    let spread = u8x16(
+        b0, b0, b0, b0, b0, b0, b0, b0, b1, b1, b1, b1, b1, b1, b1, b1,
+    );
+    let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let set = u8x16_eq(v128_and(spread, bit), bit);
+    v128_and(set, u8x16_splat(0x10))
 }
 
 #[cfg(test)]

@@ -24,7 +24,13 @@ pub(crate) fn random_row(rng: &mut Lcg, dtype: DType, blocks: usize) -> Vec<u8> 
 #[test]
 fn fused_rows_match_the_unpacked_path_bit_for_bit() {
     let mut rng = Lcg(0x5eed);
-    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
         if !available(dtype) {
             eprintln!("no fused path for {} on this CPU", dtype.name());
             continue;
@@ -57,7 +63,13 @@ fn fused_rows_match_the_unpacked_path_bit_for_bit() {
 #[test]
 fn rows_for_several_tokens_match_one_token_at_a_time() {
     let mut rng = Lcg(0xba7c4);
-    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
         if !available(dtype) {
             continue;
         }
@@ -91,7 +103,7 @@ fn rows_for_several_tokens_match_one_token_at_a_time() {
 #[test]
 fn other_types_decline() {
     let mut offsets = Vec::new();
-    for dtype in [DType::Q5_0, DType::Q5_1, DType::F32] {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
         assert!(!available(dtype));
         assert_eq!(row_dot(dtype, &[], &[], &[], &[], &mut offsets), None);
         let q8 = Q8Rows::default();

@@ -5,8 +5,8 @@
 //!
 //! The bits are those of the AVX2 path. `vpdpbusd` multiplies unsigned bytes by signed ones,
 //! so the weights go in as unsigned values and the exact integer sum is recovered per
-//! half-block: Q4_1's nibbles as they are; Q4_0's nibbles `u` with `Σ (u − 8)·q = Σ u·q −
-//! 8·Σ q`; Q8_0's `w` as `w + 128` with `Σ w·q = Σ (w + 128)·q − 128·Σ q`, `Σ q` being
+//! half-block: Q4_1's nibbles and Q5_1's five bits as they are; Q4_0's nibbles `u` with
+//! `Σ (u − 8)·q = Σ u·q − 8·Σ q`, Q5_0's five bits with `− 16·Σ q`; Q8_0's `w` as `w + 128` with `Σ w·q = Σ (w + 128)·q − 128·Σ q`, `Σ q` being
 //! [`Q8Rows::isums`](super::quant::Q8Rows::isums), exact. The sixteen sums are then scaled and
 //! added to the four accumulators pair by pair, in the order the AVX2 path adds them (the same
 //! f32 products, the same additions), so nothing downstream can tell the paths apart.
@@ -40,11 +40,12 @@ pub(super) unsafe fn steps<const N: usize>(
     mut acc: [__m128; N],
 ) -> [__m128; N] {
     let zero = _mm512_setzero_si512();
-    // Q4_0's nibbles are 8 over their values, Q8_0's bytes 128 (after flipping the sign bit);
-    // Q4_1's nibbles are its values
+    // Q4_0's nibbles are 8 over their values, Q5_0's five bits 16, Q8_0's bytes 128 (after
+    // flipping the sign bit); Q4_1's and Q5_1's are their values
     let shift = match l.nibble_bias {
         None => 7,
         Some(0) => 0,
+        Some(-16) => 4,
         Some(_) => 3,
     };
     for step in 0..steps {
@@ -83,6 +84,7 @@ pub(super) unsafe fn steps<const N: usize>(
             let sums = match shift {
                 0 => sums,
                 3 => _mm512_sub_epi32(sums, _mm512_slli_epi32::<3>(iv)),
+                4 => _mm512_sub_epi32(sums, _mm512_slli_epi32::<4>(iv)),
                 _ => _mm512_sub_epi32(sums, _mm512_slli_epi32::<7>(iv)),
             };
             // `scale_h · d_h` in f32, as the AVX2 path makes it
@@ -159,7 +161,16 @@ unsafe fn pair_values(l: Layout, bytes: &[u8], b: usize) -> __m512i {
                 let counts = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
                 let v = _mm512_and_si512(_mm512_srlv_epi16(twice, counts), _mm512_set1_epi8(0x0F));
                 // [b lo, b+1 lo, b hi, b+1 hi] → [b lo, b hi, b+1 lo, b+1 hi]
-                _mm512_shuffle_i64x2::<0b11_01_10_00>(v, v)
+                let v = _mm512_shuffle_i64x2::<0b11_01_10_00>(v, v);
+                match l.high_bits {
+                    // value j of the pair (block b's 32, then block b + 1's) gets its fifth bit
+                    Some(_) => {
+                        let bits = u64::from(l.high_word(bytes, b))
+                            | (u64::from(l.high_word(bytes, b + 1)) << 32);
+                        _mm512_or_si512(v, _mm512_maskz_set1_epi8(bits, 0x10))
+                    }
+                    None => v,
+                }
             }
         }
     }

@@ -319,18 +319,23 @@ pub(super) struct Layout {
     pub(super) size: usize,
     /// Where its values start.
     pub(super) values: usize,
-    /// Nibbles plus this bias (Q4_0: −8, Q4_1: 0); `None`: one i8 per value (Q8_0).
+    /// Nibbles (with the fifth bits, when `high_bits`) plus this bias (Q4_0: −8, Q5_0: −16,
+    /// Q4_1 and Q5_1: 0); `None`: one i8 per value (Q8_0).
     pub(super) nibble_bias: Option<i8>,
     /// Whether the block has an offset (`x = d·w + m`, `m` the f16 after `d`).
     pub(super) offset: bool,
+    /// Where the 32-bit word of fifth bits starts (Q5_0, Q5_1: bit `j` is value `j`'s).
+    pub(super) high_bits: Option<usize>,
 }
 
 /// The layout of `dtype`'s blocks, for the 32-value types the fused rows read.
 pub(super) fn layout(dtype: DType) -> Option<Layout> {
-    let (size, values, nibble_bias, offset) = match dtype {
-        DType::Q8_0 => (34, 2, None, false),
-        DType::Q4_0 => (18, 2, Some(-8), false),
-        DType::Q4_1 => (20, 4, Some(0), true),
+    let (size, values, nibble_bias, offset, high_bits) = match dtype {
+        DType::Q8_0 => (34, 2, None, false, None),
+        DType::Q4_0 => (18, 2, Some(-8), false, None),
+        DType::Q4_1 => (20, 4, Some(0), true, None),
+        DType::Q5_0 => (22, 6, Some(-16), false, Some(2)),
+        DType::Q5_1 => (24, 8, Some(0), true, Some(4)),
         _ => return None,
     };
     Some(Layout {
@@ -338,7 +343,22 @@ pub(super) fn layout(dtype: DType) -> Option<Layout> {
         values,
         nibble_bias,
         offset,
+        high_bits,
     })
+}
+
+impl Layout {
+    /// Block `b`'s word of fifth bits (0 for the types without them).
+    #[inline(always)]
+    pub(super) fn high_word(&self, bytes: &[u8], b: usize) -> u32 {
+        match self.high_bits {
+            Some(at) => {
+                let at = b * self.size + at;
+                u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+            }
+            None => 0,
+        }
+    }
 }
 
 /// Rows per tile: one 32-bit lane each of a 512-bit register.
