@@ -33,6 +33,8 @@ TYPES = {
     1: ("F16", 1, 2),
     2: ("Q4_0", 32, 18),
     3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
     8: ("Q8_0", 32, 34),
     12: ("Q4_K", 256, 144),
     14: ("Q6_K", 256, 210),
@@ -149,6 +151,16 @@ def random_tensor(rng, name, dims, tt):
         # Q6_K: d (bytes 208-209) in [2^-14, 2^-13); the 16 signed scales and the 6-bit values
         # (minus 32) are symmetric already
         buf[209::size] = bytes(0x04 | (b & 0x03) for b in buf[209::size])
+    elif tt == 6:
+        # Q5_0: the values (-16..15) lean negative by half a step; d of either sign in
+        # [0.00195, 0.0039) makes every matrix's lean cancel over its blocks
+        buf[1::size] = bytes(0x18 | (b & 0x83) for b in buf[1::size])
+    elif tt == 7:
+        # Q5_1: d in [0.00195, 0.0039) and the minimum m = -16 d (exponent + 4, negative), so
+        # that d·q + m (q in 0..31) is about as often negative as positive
+        buf[1::size] = bytes(0x18 | (b & 0x03) for b in buf[1::size])
+        buf[2::size] = buf[0::size]
+        buf[3::size] = bytes(0xA8 | (b & 0x03) for b in buf[1::size])
     else:
         # values symmetric about 0 (a uniform byte is not: -8..7 and -128..127 both lean
         # negative, and a common lean in every matrix makes every position's output the same):
