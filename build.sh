@@ -570,8 +570,10 @@ cmd_test() {
   # wasm-bindgen's test runner (headless Chromium) as `wasm-pack test --headless --chrome` does,
   # but builds only that binary: wasm-pack's `cargo build --tests` first builds every test
   # target for wasm32, the library's unit tests (the whole crate again) and the native test
-  # binaries (empty there) included.
-  EMBERLM_TEST_MODEL_URL="$model_url" \
+  # binaries (empty there) included. Built with SIMD128, as the page's builds that every current
+  # browser loads, so that the CPU backend's SIMD128 kernels are the ones tested.
+  RUSTFLAGS="-C target-feature=+simd128" \
+    EMBERLM_TEST_MODEL_URL="$model_url" \
     EMBERLM_TEST_SERVER_URL="$server_url" \
     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$(command -v wasm-bindgen-test-runner)" \
     WASM_BINDGEN_TEST_ONLY_WEB=1 CHROMEDRIVER=$CHROMEDRIVER_PATH \
