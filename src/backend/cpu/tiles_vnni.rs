@@ -1,4 +1,4 @@
-//! The 32-value types' matrix product (Q8_0, Q4_0, Q4_1) on AVX-512 VNNI, in tiles of 16
+//! The 32-value types' matrix product (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) on AVX-512 VNNI, in tiles of 16
 //! weight rows × up to 4 tokens: a decode step's one token, a prompt chunk, a batched or
 //! speculative step.
 //!
@@ -13,9 +13,9 @@
 //! token's bytes are read once for 16 rows.
 //!
 //! The bits are those of the row path: the same exact integer sums per half-block (the
-//! unsigned-weights correction `− 8·Σq` or `− 128·Σq` starts the sum), the same f32 products
+//! unsigned-weights correction `− 8·Σq`, `− 16·Σq` or `− 128·Σq` starts the sum), the same f32 products
 //! `f32(Σ) · (scale · d)`, added to four accumulators by half-block index modulo four in the
-//! order of the half-blocks, summed as `(a0 + a1) + (a2 + a3)`; Q4_1's offsets as
+//! order of the half-blocks, summed as `(a0 + a1) + (a2 + a3)`; Q4_1's and Q5_1's offsets as
 //! [`super::dot::dot_f32`] adds them (eight lanes by block, then the rest). The tests hold
 //! the tiles to the row path bit for bit.
 
@@ -44,6 +44,8 @@ enum Kind {
     Q8_0,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
 }
 
 impl Kind {
@@ -52,6 +54,8 @@ impl Kind {
             DType::Q8_0 => Some(Kind::Q8_0),
             DType::Q4_0 => Some(Kind::Q4_0),
             DType::Q4_1 => Some(Kind::Q4_1),
+            DType::Q5_0 => Some(Kind::Q5_0),
+            DType::Q5_1 => Some(Kind::Q5_1),
             _ => None,
         }
     }
@@ -62,10 +66,13 @@ impl Kind {
             Kind::Q8_0 => DType::Q8_0,
             Kind::Q4_0 => DType::Q4_0,
             Kind::Q4_1 => DType::Q4_1,
+            Kind::Q5_0 => DType::Q5_0,
+            Kind::Q5_1 => DType::Q5_1,
         }
     }
 
-    /// 4-byte words of values per stored block (one register of them per tile).
+    /// 4-byte words of values per stored block (one register of them per tile): the bytes,
+    /// or the nibbles (the Q5 types' fifth bits are kept apart).
     fn words(self) -> usize {
         match self {
             Kind::Q8_0 => 8,
@@ -78,8 +85,19 @@ impl Kind {
         match self {
             Kind::Q8_0 => 128,
             Kind::Q4_0 => 8,
-            Kind::Q4_1 => 0,
+            Kind::Q5_0 => 16,
+            Kind::Q4_1 | Kind::Q5_1 => 0,
         }
+    }
+
+    /// Whether blocks have an offset (`x = d·w + m`).
+    fn offset(self) -> bool {
+        matches!(self, Kind::Q4_1 | Kind::Q5_1)
+    }
+
+    /// Whether values have a fifth bit, kept in a word per block and row.
+    fn fifth_bits(self) -> bool {
+        matches!(self, Kind::Q5_0 | Kind::Q5_1)
     }
 }
 
@@ -87,13 +105,15 @@ impl Kind {
 const Q8_0: u8 = 0;
 const Q4_0: u8 = 1;
 const Q4_1: u8 = 2;
+const Q5_0: u8 = 3;
+const Q5_1: u8 = 4;
 
 /// What starts each half-block's integer sum for the unsigned weights of `dtype`: `−c · Σq`
-/// per token and half-block (`c` 128 for Q8_0, 8 for Q4_0), `[tokens, cols / 16]`; empty
-/// for Q4_1, whose nibbles are its values.
+/// per token and half-block (`c` 128 for Q8_0, 8 for Q4_0, 16 for Q5_0), `[tokens, cols /
+/// 16]`; empty for Q4_1 and Q5_1, whose stored values are their values.
 pub(super) fn corrections(dtype: DType, q8: &Q8Rows) -> Vec<i32> {
     match Kind::of(dtype) {
-        Some(k) if k != Kind::Q4_1 => q8.isum.iter().map(|&s| -k.correction() * s).collect(),
+        Some(k) if k.correction() != 0 => q8.isum.iter().map(|&s| -k.correction() * s).collect(),
         _ => Vec::new(),
     }
 }
@@ -104,8 +124,9 @@ pub(super) fn available(dtype: DType) -> bool {
 }
 
 /// Sixteen weight rows repacked for the tiles: for each block, its words of values with
-/// lane `j` of each 64-byte register row `j`'s (Q8_0's bytes as `w + 128`, unsigned), and
-/// each row's scale (and Q4_1's offset) as the f16 stored; as many bytes as the rows'.
+/// lane `j` of each 64-byte register row `j`'s (Q8_0's bytes as `w + 128`, unsigned), each
+/// row's scale (and Q4_1's and Q5_1's offset) as the f16 stored, and the Q5 types' words of
+/// fifth bits as stored; as many bytes as the rows'.
 #[derive(Debug, Clone)]
 pub(super) struct Tile {
     kind: Kind,
@@ -116,8 +137,10 @@ pub(super) struct Tile {
     values: Vec<u8>,
     /// `[blocks, 16 rows]`, f16 as stored.
     scales: Vec<u16>,
-    /// `[blocks, 16 rows]`, f16 as stored (Q4_1 only).
+    /// `[blocks, 16 rows]`, f16 as stored (Q4_1 and Q5_1 only).
     offsets: Vec<u16>,
+    /// `[blocks, 16 rows]`: bit `v` is value `v`'s fifth bit, as stored (Q5_0 and Q5_1 only).
+    high: Vec<u32>,
 }
 
 impl Tile {
@@ -130,6 +153,7 @@ impl Tile {
             values: Vec::new(),
             scales: Vec::new(),
             offsets: Vec::new(),
+            high: Vec::new(),
         })
     }
 
@@ -142,8 +166,11 @@ impl Tile {
         self.blocks = blocks;
         self.values.resize(blocks * stride, 0);
         self.scales.resize(blocks * ROWS, 0);
-        if k == Kind::Q4_1 {
+        if k.offset() {
             self.offsets.resize(blocks * ROWS, 0);
+        }
+        if k.fifth_bits() {
+            self.high.resize(blocks * ROWS, 0);
         }
         assert!(data.len() >= ROWS * row_bytes && blocks * size == row_bytes);
         // SAFETY: the CPU has AVX-512 (a tile is made only where it does); `data` holds the
@@ -202,8 +229,11 @@ impl Tile {
                 for j in 0..ROWS {
                     let p = block(j);
                     self.scales[b16 + j] = u16::from_le_bytes([*p, *p.add(1)]);
-                    if k == Kind::Q4_1 {
+                    if k.offset() {
                         self.offsets[b16 + j] = u16::from_le_bytes([*p.add(2), *p.add(3)]);
+                    }
+                    if let Some(at) = self.layout.high_bits {
+                        self.high[b16 + j] = p.add(at).cast::<u32>().read_unaligned();
                     }
                 }
             }
@@ -212,7 +242,7 @@ impl Tile {
 
     /// Bytes the tile holds (those of its 16 rows as stored).
     pub(super) fn bytes(&self) -> usize {
-        self.values.len() + 2 * (self.scales.len() + self.offsets.len())
+        self.values.len() + 2 * (self.scales.len() + self.offsets.len()) + 4 * self.high.len()
     }
 
     /// Row `j` dequantized into `out` (`[blocks · 32]`): each block's stored bytes put back
@@ -224,8 +254,11 @@ impl Tile {
         let mut stored = [0u8; 64];
         for (b, out) in out.chunks_exact_mut(QK).take(self.blocks).enumerate() {
             stored[..2].copy_from_slice(&self.scales[b * ROWS + j].to_le_bytes());
-            if k == Kind::Q4_1 {
+            if k.offset() {
                 stored[2..4].copy_from_slice(&self.offsets[b * ROWS + j].to_le_bytes());
+            }
+            if let Some(at) = l.high_bits {
+                stored[at..at + 4].copy_from_slice(&self.high[b * ROWS + j].to_le_bytes());
             }
             let block = &self.values[b * stride..][..stride];
             for w in 0..k.words() {
@@ -247,8 +280,9 @@ impl Tile {
         assert!(out.len() >= ROWS * tokens && q8.cols == self.blocks * QK);
         assert!(self.values.len() >= self.blocks * self.kind.words() * 64);
         assert!(self.scales.len() >= self.blocks * ROWS);
-        assert!(self.kind != Kind::Q4_1 || self.offsets.len() >= self.blocks * ROWS);
-        assert!(self.kind == Kind::Q4_1 || corrections.len() >= tokens * halves);
+        assert!(!self.kind.offset() || self.offsets.len() >= self.blocks * ROWS);
+        assert!(!self.kind.fifth_bits() || self.high.len() >= self.blocks * ROWS);
+        assert!(self.kind.correction() == 0 || corrections.len() >= tokens * halves);
         assert!(q8.d.len() >= tokens * halves && q8.s.len() >= tokens * self.blocks);
         let mut first = 0;
         while first < tokens {
@@ -270,6 +304,14 @@ impl Tile {
                     (Kind::Q4_1, 2) => widen(self.tokens::<Q4_1, 2>(q8, corr, first)),
                     (Kind::Q4_1, 3) => widen(self.tokens::<Q4_1, 3>(q8, corr, first)),
                     (Kind::Q4_1, _) => self.tokens::<Q4_1, TOKENS>(q8, corr, first),
+                    (Kind::Q5_0, 1) => widen(self.tokens::<Q5_0, 1>(q8, corr, first)),
+                    (Kind::Q5_0, 2) => widen(self.tokens::<Q5_0, 2>(q8, corr, first)),
+                    (Kind::Q5_0, 3) => widen(self.tokens::<Q5_0, 3>(q8, corr, first)),
+                    (Kind::Q5_0, _) => self.tokens::<Q5_0, TOKENS>(q8, corr, first),
+                    (Kind::Q5_1, 1) => widen(self.tokens::<Q5_1, 1>(q8, corr, first)),
+                    (Kind::Q5_1, 2) => widen(self.tokens::<Q5_1, 2>(q8, corr, first)),
+                    (Kind::Q5_1, 3) => widen(self.tokens::<Q5_1, 3>(q8, corr, first)),
+                    (Kind::Q5_1, _) => self.tokens::<Q5_1, TOKENS>(q8, corr, first),
                 }
             };
             for (k, row_sums) in sums.iter().take(n).enumerate() {
@@ -286,7 +328,7 @@ impl Tile {
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VNNI; `q8`'s rows are `blocks` blocks wide and hold the
-    /// tokens asked for, and `corr` theirs (unless `K` is Q4_1); the tile is filled.
+    /// tokens asked for, and `corr` theirs (unless `K` has no correction); the tile is filled.
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
     unsafe fn tokens<const K: u8, const N: usize>(
         &self,
@@ -329,7 +371,7 @@ impl Tile {
         for (t, (o, acc)) in out.iter_mut().zip(&acc).enumerate() {
             let mut dot =
                 _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-            if K == Q4_1 {
+            if K == Q4_1 || K == Q5_1 {
                 let (_, _, s) = q8.row(first + t);
                 // SAFETY: the offsets and the block sums cover `blocks` blocks.
                 dot = _mm512_add_ps(dot, unsafe { self.offset_dot(s) });
@@ -369,6 +411,12 @@ impl Tile {
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH * stride + l * 64).cast());
             }
             let mask = _mm512_set1_epi8(0x0F);
+            let fifth = K == Q5_0 || K == Q5_1;
+            // the 16 rows' words of fifth bits (lane j: row j's)
+            let high = match fifth {
+                true => _mm512_loadu_si512(self.high.as_ptr().add(b * ROWS).cast()),
+                false => _mm512_setzero_si512(),
+            };
             for half in 0..2 {
                 let w: [__m512i; 4] = std::array::from_fn(|i| {
                     if K == Q8_0 {
@@ -380,12 +428,16 @@ impl Tile {
                         } else {
                             _mm512_srli_epi16::<4>(v)
                         };
-                        _mm512_and_si512(v, mask)
+                        let v = _mm512_and_si512(v, mask);
+                        match fifth {
+                            true => _mm512_or_si512(v, fifth_bits(high, 16 * half + 4 * i)),
+                            false => v,
+                        }
                     }
                 });
                 for (t, acc) in acc.iter_mut().enumerate() {
                     let hh = t * at.halves + h + half;
-                    let mut sum = if K == Q4_1 {
+                    let mut sum = if K == Q4_1 || K == Q5_1 {
                         _mm512_setzero_si512()
                     } else {
                         _mm512_set1_epi32(*at.c.add(hh))
@@ -403,7 +455,7 @@ impl Tile {
         }
     }
 
-    /// Q4_1's `Σ_blocks offset · s` for the 16 rows with one token's block sums `s`, added as
+    /// Q4_1's and Q5_1's `Σ_blocks offset · s` for the 16 rows with one token's block sums `s`, added as
     /// `dot_f32` adds them: eight lanes by block index, summed in order, then the blocks past
     /// the last eight.
     ///
@@ -447,94 +499,29 @@ struct At {
     halves: usize,
 }
 
+/// For each row (lane), the fifth bits of its values `first..first + 4` (bits `first..` of its
+/// word in `high`) as `0x10` in the four bytes that hold those values' nibbles, else 0.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn fifth_bits(high: __m512i, first: usize) -> __m512i {
+    let four = _mm512_and_si512(
+        _mm512_srl_epi32(high, _mm_cvtsi32_si128(first as i32)),
+        _mm512_set1_epi32(0xF),
+    );
+    // bit b moves to bit 8b (the four shifted copies, 7 bits apart, never carry into
+    // each other), then to bit 4 of byte b
+    let spread = _mm512_and_si512(
+        _mm512_mullo_epi32(four, _mm512_set1_epi32(0x0020_4081)),
+        _mm512_set1_epi32(0x0101_0101),
+    );
+    _mm512_slli_epi32::<4>(spread)
+}
+
 /// `N` tokens' sums in the first `N` of four slots.
 fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
     std::array::from_fn(|k| a.get(k).copied().unwrap_or([0.0; ROWS]))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::cpu::fused::tests::random_row;
-    use crate::backend::cpu::test_rng::Lcg;
-
-    /// `rows` random rows of `dtype` (the fused rows' tests' generator).
-    fn random_rows(rng: &mut Lcg, dtype: DType, rows: usize, blocks: usize) -> Vec<u8> {
-        let mut out = Vec::new();
-        for _ in 0..rows {
-            out.extend(random_row(rng, dtype, blocks));
-        }
-        out
-    }
-
-    /// The tiles give the row path's bits for every covered type, at block counts that are
-    /// odd, even and past a multiple of eight and token counts that leave partial tiles: a
-    /// matrix kept in tiles (every count from one token), and one kept as rows and repacked as
-    /// its product goes (from [`MIN_TOKENS`]; rows past whole tiles by rows), each against the
-    /// row path one token at a time. A row read back from the tiles is the stored one.
-    #[test]
-    fn tiles_match_the_row_path_bit_for_bit() {
-        let mut rng = Lcg(0x7113);
-        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
-            if !available(dtype) {
-                eprintln!("no VNNI tiles for {} on this CPU", dtype.name());
-                continue;
-            }
-            for (rows, blocks, tokens) in [
-                (16, 1, 1),
-                (32, 3, 2),
-                (48, 8, 3),
-                (32, 13, 5),
-                (35, 13, 15),
-                (16, 18, 17),
-                (64, 9, 33),
-                (16, 64, 5),
-                (32, 256, 2),
-            ] {
-                let cols = blocks * QK;
-                let data = random_rows(&mut rng, dtype, rows, blocks);
-                let tiled = crate::backend::cpu::QMatrix::new(dtype, rows, cols, data.clone(), "w")
-                    .unwrap();
-                let by_rows =
-                    crate::backend::cpu::QMatrix::stored(dtype, rows, cols, data, "w").unwrap();
-                assert_eq!(tiled.is_tiled(), rows % ROWS == 0, "{rows} rows");
-                assert!(!by_rows.is_tiled());
-                let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
-                let mut want = vec![0.0f32; tokens * rows];
-                for (x, y) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {
-                    by_rows.matmul(x, None, y);
-                }
-                let mut kept = vec![0.0f32; tokens * rows];
-                tiled.matmul(&x, None, &mut kept);
-                let mut repacked = vec![0.0f32; tokens * rows];
-                by_rows.matmul(&x, None, &mut repacked);
-                for (i, ((a, b), w)) in kept.iter().zip(&repacked).zip(&want).enumerate() {
-                    let case = format!(
-                        "{} rows {rows} blocks {blocks} tokens {tokens}: value {i}",
-                        dtype.name()
-                    );
-                    assert_eq!(
-                        a.to_bits(),
-                        w.to_bits(),
-                        "kept in tiles, {case}: {a} vs {w}"
-                    );
-                    assert_eq!(b.to_bits(), w.to_bits(), "repacked, {case}: {b} vs {w}");
-                }
-                let (mut a, mut b) = (vec![0.0f32; cols], vec![0.0f32; cols]);
-                for r in [0, rows / 2, rows - 1] {
-                    tiled.row_f32(r, &mut a).unwrap();
-                    by_rows.row_f32(r, &mut b).unwrap();
-                    assert!(
-                        a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "row {r}"
-                    );
-                }
-                assert_eq!(
-                    tiled.bytes(),
-                    by_rows.bytes(),
-                    "as many bytes in tiles as in rows"
-                );
-            }
-        }
-    }
-}
+#[path = "tiles_vnni_tests.rs"]
+mod tests;

@@ -1,0 +1,91 @@
+//! The VNNI tiles against the row path.
+
+use super::*;
+use crate::backend::cpu::fused::tests::random_row;
+use crate::backend::cpu::test_rng::Lcg;
+
+/// `rows` random rows of `dtype` (the fused rows' tests' generator).
+fn random_rows(rng: &mut Lcg, dtype: DType, rows: usize, blocks: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..rows {
+        out.extend(random_row(rng, dtype, blocks));
+    }
+    out
+}
+
+/// The tiles give the row path's bits for every covered type, at block counts that are
+/// odd, even and past a multiple of eight and token counts that leave partial tiles: a
+/// matrix kept in tiles (every count from one token), and one kept as rows and repacked as
+/// its product goes (from [`MIN_TOKENS`]; rows past whole tiles by rows), each against the
+/// row path one token at a time. A row read back from the tiles is the stored one.
+#[test]
+fn tiles_match_the_row_path_bit_for_bit() {
+    let mut rng = Lcg(0x7113);
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
+        if !available(dtype) {
+            eprintln!("no VNNI tiles for {} on this CPU", dtype.name());
+            continue;
+        }
+        for (rows, blocks, tokens) in [
+            (16, 1, 1),
+            (32, 3, 2),
+            (48, 8, 3),
+            (32, 13, 5),
+            (35, 13, 15),
+            (16, 18, 17),
+            (64, 9, 33),
+            (16, 64, 5),
+            (32, 256, 2),
+        ] {
+            let cols = blocks * QK;
+            let data = random_rows(&mut rng, dtype, rows, blocks);
+            let tiled =
+                crate::backend::cpu::QMatrix::new(dtype, rows, cols, data.clone(), "w").unwrap();
+            let by_rows =
+                crate::backend::cpu::QMatrix::stored(dtype, rows, cols, data, "w").unwrap();
+            assert_eq!(tiled.is_tiled(), rows % ROWS == 0, "{rows} rows");
+            assert!(!by_rows.is_tiled());
+            let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
+            let mut want = vec![0.0f32; tokens * rows];
+            for (x, y) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {
+                by_rows.matmul(x, None, y);
+            }
+            let mut kept = vec![0.0f32; tokens * rows];
+            tiled.matmul(&x, None, &mut kept);
+            let mut repacked = vec![0.0f32; tokens * rows];
+            by_rows.matmul(&x, None, &mut repacked);
+            for (i, ((a, b), w)) in kept.iter().zip(&repacked).zip(&want).enumerate() {
+                let case = format!(
+                    "{} rows {rows} blocks {blocks} tokens {tokens}: value {i}",
+                    dtype.name()
+                );
+                assert_eq!(
+                    a.to_bits(),
+                    w.to_bits(),
+                    "kept in tiles, {case}: {a} vs {w}"
+                );
+                assert_eq!(b.to_bits(), w.to_bits(), "repacked, {case}: {b} vs {w}");
+            }
+            let (mut a, mut b) = (vec![0.0f32; cols], vec![0.0f32; cols]);
+            for r in [0, rows / 2, rows - 1] {
+                tiled.row_f32(r, &mut a).unwrap();
+                by_rows.row_f32(r, &mut b).unwrap();
+                assert!(
+                    a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "row {r}"
+                );
+            }
+            assert_eq!(
+                tiled.bytes(),
+                by_rows.bytes(),
+                "as many bytes in tiles as in rows"
+            );
+        }
+    }
+}
