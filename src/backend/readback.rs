@@ -46,6 +46,20 @@ pub enum Readback<'r> {
     },
 }
 
+impl<'r> Readback<'r> {
+    /// The per-sequence requests of a batched step ([`Readback::Sequences`]); any other
+    /// readback is an error naming it (a batched step reads one row per sequence).
+    pub(crate) fn sequences(self) -> Result<&'r [Option<&'r SelectRequest>]> {
+        match self {
+            Readback::Sequences(requests) => Ok(requests),
+            other => Err(crate::error::Error::invalid(
+                "readback",
+                format!("a batched step reads per-sequence rows, not {other:?}"),
+            )),
+        }
+    }
+}
+
 impl std::fmt::Debug for Readback<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -42,11 +42,11 @@ pub(super) unsafe fn steps<const N: usize>(
     let zero = _mm512_setzero_si512();
     // Q4_0's nibbles are 8 over their values, Q5_0's five bits 16, Q8_0's bytes 128 (after
     // flipping the sign bit); Q4_1's and Q5_1's are their values
+    // `Σ q` times the bias (a power of two), as a shift: none for the unbiased types
     let shift = match l.nibble_bias {
-        None => 7,
-        Some(0) => 0,
-        Some(-16) => 4,
-        Some(_) => 3,
+        None => Some(7),
+        Some(0) => None,
+        Some(bias) => Some(bias.unsigned_abs().trailing_zeros() as i32),
     };
     for step in 0..steps {
         let b0 = step * 2 * PAIRS_PER_STEP;
@@ -82,10 +82,8 @@ pub(super) unsafe fn steps<const N: usize>(
             };
             let sums = half_block_sums(dots);
             let sums = match shift {
-                0 => sums,
-                3 => _mm512_sub_epi32(sums, _mm512_slli_epi32::<3>(iv)),
-                4 => _mm512_sub_epi32(sums, _mm512_slli_epi32::<4>(iv)),
-                _ => _mm512_sub_epi32(sums, _mm512_slli_epi32::<7>(iv)),
+                None => sums,
+                Some(s) => _mm512_sub_epi32(sums, _mm512_sll_epi32(iv, _mm_cvtsi32_si128(s))),
             };
             // `scale_h · d_h` in f32, as the AVX2 path makes it
             *acc = add_scaled(*acc, sums, _mm512_mul_ps(scales, dv));

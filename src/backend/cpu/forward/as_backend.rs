@@ -7,7 +7,7 @@ use crate::backend::{
 };
 use crate::config::{FillMark, KvLayout, ModelConfig};
 use crate::dtype::kv::KvKinds;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::weights::ModelWeights;
 
 /// A call's result as a [`Pending`] that is ready.
@@ -26,15 +26,9 @@ impl CpuForward {
         match rows {
             Rows::Next(tokens) => self.run(tokens, readback),
             Rows::InSlot { slot, pos, tokens } => self.run_in_slot(slot, pos, tokens, readback),
-            Rows::Batch(tokens) => match readback {
-                Readback::Sequences(requests) => {
-                    Ok(Output::Sequences(self.decode_batch(tokens, requests)?))
-                }
-                other => Err(Error::invalid(
-                    "readback",
-                    format!("a batched step reads per-sequence rows, not {other:?}"),
-                )),
-            },
+            Rows::Batch(tokens) => Ok(Output::Sequences(
+                self.decode_batch(tokens, readback.sequences()?)?,
+            )),
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::backend::gpu::{GpuContext, KernelCache, KernelPlan};
 use crate::backend::{Backend, BackendKind, MemoryReport, Pending, Rows, DEFAULT_CHUNK};
 use crate::config::{FillMark, KvLayout, ModelConfig};
 use crate::dtype::kv::KvKinds;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::weights::ModelWeights;
 
 /// A model on the GPU: its device, its forward pass and the pipelines it was built with.
@@ -84,15 +84,11 @@ impl GpuModel {
             Rows::InSlot { slot, pos, tokens } => {
                 forward.run_in_slot(ctx, slot, pos, tokens, readback).await
             }
-            Rows::Batch(tokens) => match readback {
-                Readback::Sequences(requests) => Ok(Output::Sequences(
-                    forward.decode_batch(ctx, tokens, requests).await?,
-                )),
-                other => Err(Error::invalid(
-                    "readback",
-                    format!("a batched step reads per-sequence rows, not {other:?}"),
-                )),
-            },
+            Rows::Batch(tokens) => Ok(Output::Sequences(
+                forward
+                    .decode_batch(ctx, tokens, readback.sequences()?)
+                    .await?,
+            )),
         }
     }
 }
