@@ -141,21 +141,27 @@ impl RangedGguf {
         })
     }
 
-    async fn read_one(&self, name: &str) -> Result<Tensor<'static>> {
+    /// Where tensor `name`'s bytes lie: the source's file and the byte range in it.
+    fn locate(&self, name: &str) -> Result<(usize, std::ops::Range<u64>)> {
         let missing = || Error::format(self.layout.files(), format!("missing tensor `{name}`"));
-        let described = self.layout.tensors.get(name).ok_or_else(missing)?;
+        self.layout.tensors.get(name).ok_or_else(missing)?;
         let part = self.model.part_of(name).ok_or_else(missing)?;
         let info = self.model.tensor(name).ok_or_else(missing)?;
         let header = &self.model.parts()[part].header;
-        let range = header.tensor_range(info);
-        let want = range.end.saturating_sub(range.start);
-        let bytes = self.source.read(self.file_of_part[part], range).await?;
-        if bytes.len() as u64 != want || want != described.stored_len() {
+        Ok((self.file_of_part[part], header.tensor_range(info)))
+    }
+
+    /// Tensor `name` from the bytes read for it, checked against its description.
+    fn tensor_from(&self, name: &str, bytes: Vec<u8>) -> Result<Tensor<'static>> {
+        let missing = || Error::format(self.layout.files(), format!("missing tensor `{name}`"));
+        let described = self.layout.tensors.get(name).ok_or_else(missing)?;
+        if bytes.len() as u64 != described.stored_len() {
             return Err(Error::format(
                 self.layout.file_of(name),
                 format!(
-                    "tensor `{name}`: {} bytes read where it holds {want}",
-                    bytes.len()
+                    "tensor `{name}`: {} bytes read where it holds {}",
+                    bytes.len(),
+                    described.stored_len()
                 ),
             ));
         }
@@ -170,21 +176,131 @@ impl RangedGguf {
     }
 }
 
+/// The most bytes between two tensors that a merged read also reads (GGUF pads each tensor to
+/// its alignment, 32 bytes by default; files may use more).
+const MERGE_GAP: u64 = 64 * 1024;
+
+/// One read that serves several tensors: file `file`, bytes `range`, and each tensor's name and
+/// range (inside `range`).
+#[derive(Debug, PartialEq)]
+struct Run {
+    file: usize,
+    range: std::ops::Range<u64>,
+    tensors: Vec<(String, std::ops::Range<u64>)>,
+}
+
+/// `wanted` (name, file, range) grouped into reads: neighbours in one file, at most
+/// [`MERGE_GAP`] apart, together while a read stays within `merge_up_to` bytes (a tensor larger
+/// than that is read alone). In file order.
+fn plan_runs(mut wanted: Vec<(String, usize, std::ops::Range<u64>)>, merge_up_to: u64) -> Vec<Run> {
+    wanted.sort_by_key(|(_, file, range)| (*file, range.start));
+    let mut runs: Vec<Run> = Vec::new();
+    for (name, file, range) in wanted {
+        if let Some(run) = runs.last_mut() {
+            let joins = run.file == file
+                && range.start >= run.range.end
+                && range.start - run.range.end <= MERGE_GAP
+                && range.end.saturating_sub(run.range.start) <= merge_up_to;
+            if joins {
+                run.range.end = range.end;
+                run.tensors.push((name, range));
+                continue;
+            }
+        }
+        runs.push(Run {
+            file,
+            range: range.clone(),
+            tensors: vec![(name, range)],
+        });
+    }
+    runs
+}
+
 impl TensorReader for RangedGguf {
     fn read_tensors<'a>(
         &'a self,
         names: &'a [String],
     ) -> LocalFuture<'a, Result<BTreeMap<String, Tensor<'static>>>> {
         Box::pin(async move {
+            let wanted = names
+                .iter()
+                .map(|n| self.locate(n).map(|(file, range)| (n.clone(), file, range)))
+                .collect::<Result<Vec<_>>>()?;
             let mut out = BTreeMap::new();
             let mut bytes = 0u64;
-            for name in names {
-                let t = self.read_one(name).await?;
-                bytes = bytes.saturating_add(t.data.len() as u64);
-                out.insert(name.clone(), t);
+            for run in plan_runs(wanted, self.source.merge_up_to()) {
+                let want = run.range.end.saturating_sub(run.range.start);
+                let read = self.source.read(run.file, run.range.clone()).await?;
+                if read.len() as u64 != want {
+                    let (name, _) = &run.tensors[0];
+                    return Err(Error::format(
+                        self.layout.file_of(name),
+                        format!(
+                            "bytes {:?} (tensor `{name}` on) were asked for and {} came",
+                            run.range,
+                            read.len()
+                        ),
+                    ));
+                }
+                if let [(name, _)] = run.tensors.as_slice() {
+                    bytes = bytes.saturating_add(read.len() as u64);
+                    out.insert(name.clone(), self.tensor_from(name, read)?);
+                    continue;
+                }
+                for (name, range) in &run.tensors {
+                    let at = (range.start - run.range.start) as usize;
+                    let end = (range.end - run.range.start) as usize;
+                    let slice = read.get(at..end).unwrap_or_default().to_vec();
+                    bytes = bytes.saturating_add(slice.len() as u64);
+                    out.insert(name.clone(), self.tensor_from(name, slice)?);
+                }
             }
             self.largest_read.set(self.largest_read.get().max(bytes));
             Ok(out)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(list: &[(&str, usize, u64, u64)]) -> Vec<(String, usize, std::ops::Range<u64>)> {
+        list.iter()
+            .map(|&(n, f, a, b)| (n.to_string(), f, a..b))
+            .collect()
+    }
+
+    #[test]
+    fn neighbours_in_one_file_are_read_together_within_the_limit() {
+        // out of order, two files, one gap too wide, one tensor past the limit
+        let w = wanted(&[
+            ("c", 0, 200, 300),
+            ("a", 0, 0, 100),
+            ("b", 0, 132, 200),
+            ("far", 0, 300 + MERGE_GAP + 1, 400 + MERGE_GAP),
+            ("other", 1, 300, 400),
+            ("big", 1, 400, 2_000),
+        ]);
+        let runs = plan_runs(w, 1_000);
+        let shape: Vec<(usize, std::ops::Range<u64>, Vec<&str>)> = runs
+            .iter()
+            .map(|r| {
+                let names = r.tensors.iter().map(|(n, _)| n.as_str()).collect();
+                (r.file, r.range.clone(), names)
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (0, 0..300, vec!["a", "b", "c"]),
+                (0, 300 + MERGE_GAP + 1..400 + MERGE_GAP, vec!["far"]),
+                (1, 300..400, vec!["other"]),
+                (1, 400..2_000, vec!["big"]),
+            ]
+        );
+        // a limit of 0 reads every tensor alone
+        let alone = plan_runs(wanted(&[("a", 0, 0, 100), ("b", 0, 100, 200)]), 0);
+        assert_eq!(alone.len(), 2);
     }
 }

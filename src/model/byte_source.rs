@@ -17,6 +17,14 @@ pub trait ByteSource {
     /// Bytes `range` of file `file` (an index into the files the source was opened with);
     /// exactly `range.end - range.start` of them, or an error naming the file.
     fn read(&self, file: usize, range: std::ops::Range<u64>) -> LocalFuture<'_, Result<Vec<u8>>>;
+
+    /// The most bytes worth reading in one call to save calls: a reader asks for neighbouring
+    /// ranges of one file together (and for the small gaps between them) up to this many
+    /// bytes. 0 (the default) reads each range on its own, for sources where a call costs
+    /// little (a `File`); a source where each call is a round trip (HTTP) says more.
+    fn merge_up_to(&self) -> u64 {
+        0
+    }
 }
 
 /// The tensors of a model read on demand: a backend that uploads a group at a time asks for

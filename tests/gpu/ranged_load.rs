@@ -27,14 +27,17 @@ struct Files {
     reads: Cell<usize>,
     /// Ranges asked for, per file.
     asked: RefCell<Vec<(usize, Range<u64>)>>,
+    /// What [`ByteSource::merge_up_to`] says.
+    merge: u64,
 }
 
 impl Files {
-    fn new(files: Vec<Vec<u8>>) -> Rc<Self> {
+    fn new(files: Vec<Vec<u8>>, merge: u64) -> Rc<Self> {
         Rc::new(Self {
             files,
             reads: Cell::new(0),
             asked: RefCell::new(Vec::new()),
+            merge,
         })
     }
 }
@@ -52,6 +55,10 @@ impl ByteSource for Files {
             });
         Box::pin(async move { got })
     }
+
+    fn merge_up_to(&self) -> u64 {
+        self.merge
+    }
 }
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -62,7 +69,12 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 fn open(files: &[(&str, Vec<u8>)]) -> (Rc<Files>, Result<RangedGguf>) {
-    let source = Files::new(files.iter().map(|(_, b)| b.clone()).collect());
+    open_merging(files, 0)
+}
+
+/// [`open`] from a source that asks for neighbouring tensors together up to `merge` bytes.
+fn open_merging(files: &[(&str, Vec<u8>)], merge: u64) -> (Rc<Files>, Result<RangedGguf>) {
+    let source = Files::new(files.iter().map(|(_, b)| b.clone()).collect(), merge);
     let names: Vec<(String, u64)> = files
         .iter()
         .map(|(n, b)| (n.to_string(), b.len() as u64))
@@ -75,9 +87,13 @@ fn open(files: &[(&str, Vec<u8>)]) -> (Rc<Files>, Result<RangedGguf>) {
 /// Every position's logits of `tokens` from the whole files and from the ranged read, which
 /// must be the same bits; also the host's largest read against the largest layer.
 fn same_logits(files: &[(&str, Vec<u8>)]) {
-    let Some((ctx, cache)) = common::shared_native_gpu(GpuOptions::default()) else {
-        return;
-    };
+    same_logits_merging(files, 0);
+}
+
+/// [`same_logits`] from a source that reads neighbouring tensors together up to `merge` bytes;
+/// how many reads the tensors took (`None` without a GPU).
+fn same_logits_merging(files: &[(&str, Vec<u8>)], merge: u64) -> Option<usize> {
+    let (ctx, cache) = common::shared_native_gpu(GpuOptions::default())?;
     let whole = ModelFiles::from_parts(
         files
             .iter()
@@ -91,7 +107,7 @@ fn same_logits(files: &[(&str, Vec<u8>)]) {
         .unwrap_or_else(|e| panic!("{}: {e}", files[0].0));
     let want = pollster::block_on(want.forward(ctx, &tokens, true)).unwrap();
 
-    let (source, ranged) = open(files);
+    let (source, ranged) = open_merging(files, merge);
     let ranged = ranged.unwrap_or_else(|e| panic!("{}: {e}", files[0].0));
     assert_eq!(ranged.layout().config, weights.config, "{}", files[0].0);
     assert_eq!(ranged.layout().weight_bytes(), weights.weight_bytes());
@@ -170,6 +186,65 @@ fn same_logits(files: &[(&str, Vec<u8>)]) {
         "{tensor_reads} bytes read for {} of tensors",
         weights.weight_bytes()
     );
+    let reads = source
+        .asked
+        .borrow()
+        .iter()
+        .filter(|(_, r)| r.start > 0)
+        .count();
+    Some(reads)
+}
+
+/// A source where each read is a round trip (HTTP ranges) gets a layer's neighbouring tensors
+/// in one read, within its limit, with the same bits.
+#[test]
+fn neighbouring_tensors_are_read_together_where_the_source_asks() {
+    let name = "tiny-llama-q4_1.gguf";
+    let files = [(name, fixture(name))];
+    let Some(alone) = same_logits_merging(&files, 0) else {
+        return;
+    };
+    let together = same_logits_merging(&files, 1 << 20).unwrap();
+    let weights = ModelFiles::from_parts(vec![(fixture(name), name.to_string())])
+        .unwrap()
+        .weights()
+        .unwrap()
+        .tensors
+        .len();
+    assert_eq!(alone, weights, "one read per tensor without merging");
+    assert!(
+        together * 4 <= alone,
+        "{together} reads merged against {alone} alone"
+    );
+    // a limit smaller than a layer splits it, and never reads past the limit but for one tensor
+    let (source, ranged) = open_merging(&files, 4096);
+    let ranged = ranged.unwrap();
+    let Some((ctx, cache)) = common::shared_native_gpu(GpuOptions::default()) else {
+        return;
+    };
+    pollster::block_on(Forward::new_read(
+        ctx,
+        cache,
+        ranged.layout(),
+        &ranged,
+        64,
+        DEFAULT_CHUNK,
+        &mut |_, _| {},
+    ))
+    .unwrap();
+    let sizes: Vec<u64> = ranged
+        .layout()
+        .tensors
+        .values()
+        .map(|t| t.stored_len())
+        .collect();
+    for (_, r) in source.asked.borrow().iter().filter(|(_, r)| r.start > 0) {
+        let n = r.end - r.start;
+        assert!(
+            n <= 4096 || sizes.contains(&n),
+            "a read of {n} bytes: more than the limit and not one tensor"
+        );
+    }
 }
 
 #[test]
@@ -259,7 +334,7 @@ fn bad_sources_are_refused_by_name() {
     };
     let mut short = bytes.clone();
     short.truncate(bytes.len() - 100);
-    let source = Files::new(vec![short]);
+    let source = Files::new(vec![short], 0);
     let dyn_source: Rc<dyn ByteSource> = source.clone();
     let names = [("cut.gguf".to_string(), bytes.len() as u64)];
     let ranged = pollster::block_on(RangedGguf::open(dyn_source, &names)).unwrap();
