@@ -8,7 +8,11 @@
 // resumed download reads are exposed across origins. For the download tests, a file's query may
 // ask for faults: `?drop=N&id=X&times=K` breaks the connection once byte N of the file is sent,
 // on the first K responses whose span holds byte N (at once when it starts there) among requests carrying `id=X` (K = 1 when
-// absent); `norange=1` answers every request with the whole file (a server without ranges).
+// absent), among responses to whole-file or `bytes=N-` requests (downloads; closed spans
+// `bytes=A-B` too with `spans=1`); `norange=1` answers every request with the whole file (a
+// server without ranges).
+// Requests carrying `id=X` are counted: `GET /__served?id=X` answers
+// `{ requests, bytes }` (responses started, body bytes they were to send).
 import { createServer } from 'node:http';
 import { createReadStream } from 'node:fs';
 import { Transform } from 'node:stream';
@@ -35,6 +39,9 @@ const TYPES = {
  */
 /** Faults already served, per `id`. */
 const dropped = new Map();
+
+/** Responses started and body bytes they were to send, per `id`. */
+const served = new Map();
 
 /** The span `Range: bytes=A-B` asks of a file of `size` bytes, or null to send it whole. */
 function askedSpan(header, size) {
@@ -80,6 +87,12 @@ export function startServer(root, port = 0, { isolated = false } = {}) {
     try {
       const requested = new URL(req.url, 'http://x');
       const path = decodeURIComponent(requested.pathname);
+      if (path === '/__served') {
+        const counts = served.get(requested.searchParams.get('id') ?? '') ?? { requests: 0, bytes: 0 };
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
+        res.end(JSON.stringify(counts));
+        return;
+      }
       let file = normalize(join(base, path));
       if (file !== base && !file.startsWith(base + sep)) {
         res.writeHead(403).end('forbidden');
@@ -118,17 +131,27 @@ export function startServer(root, port = 0, { isolated = false } = {}) {
           'Content-Length': info.size,
         });
       }
+      const id = q.get('id') ?? '';
+      if (id !== '') {
+        const counts = served.get(id) ?? { requests: 0, bytes: 0 };
+        counts.requests += 1;
+        if (req.method !== 'HEAD') counts.bytes += span.last - span.first + 1;
+        served.set(id, counts);
+      }
       if (req.method === 'HEAD') {
         res.end();
         return;
       }
       const body = createReadStream(file, { start: span.first, end: span.last });
       const drop = q.has('drop') ? Number(q.get('drop')) : NaN;
-      const id = q.get('id') ?? '';
       const times = q.has('times') ? Number(q.get('times')) : 1;
-      const served = dropped.get(id) ?? 0;
-      if (drop >= span.first && drop <= span.last && served < times) {
-        dropped.set(id, served + 1);
+      const faults = dropped.get(id) ?? 0;
+      // faults break downloads (the whole file, or its rest from a byte on: `bytes=N-`); a
+      // closed span (`bytes=A-B`, a header or tensors read by range) breaks only with `spans=1`
+      const closed = /^bytes=\d+-\d+$/.test(req.headers.range ?? '');
+      const breaks = !closed || q.get('spans') === '1';
+      if (breaks && drop >= span.first && drop <= span.last && faults < times) {
+        dropped.set(id, faults + 1);
         if (drop === span.first) {
           // broken before the first byte of the body
           res.flushHeaders();

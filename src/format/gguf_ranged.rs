@@ -199,7 +199,7 @@ fn plan_runs(mut wanted: Vec<(String, usize, std::ops::Range<u64>)>, merge_up_to
         if let Some(run) = runs.last_mut() {
             let joins = run.file == file
                 && range.start >= run.range.end
-                && range.start - run.range.end <= MERGE_GAP
+                && range.start.saturating_sub(run.range.end) <= MERGE_GAP
                 && range.end.saturating_sub(run.range.start) <= merge_up_to;
             if joins {
                 run.range.end = range.end;
@@ -248,9 +248,13 @@ impl TensorReader for RangedGguf {
                     continue;
                 }
                 for (name, range) in &run.tensors {
-                    let at = (range.start - run.range.start) as usize;
-                    let end = (range.end - run.range.start) as usize;
-                    let slice = read.get(at..end).unwrap_or_default().to_vec();
+                    let index = |at: u64| {
+                        usize::try_from(at.saturating_sub(run.range.start)).unwrap_or(usize::MAX)
+                    };
+                    let slice = read
+                        .get(index(range.start)..index(range.end))
+                        .unwrap_or_default()
+                        .to_vec();
                     bytes = bytes.saturating_add(slice.len() as u64);
                     out.insert(name.clone(), self.tensor_from(name, slice)?);
                 }

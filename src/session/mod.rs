@@ -35,6 +35,7 @@ mod context;
 mod decode;
 mod draft;
 pub mod embed;
+mod fit;
 pub mod generate_keys;
 pub mod options;
 pub mod options_parse;
@@ -55,8 +56,8 @@ use crate::backend::cpu::{CpuForward, CpuPrecision};
 use crate::backend::gpu::{GpuContext, GpuModel};
 use crate::backend::{Backend, Readback, Rows, DEFAULT_CHUNK};
 use crate::chat::{ChatMessage, ChatTemplate, ToolRequest};
+use crate::config::ContextChoice;
 use crate::config::ModelConfig;
-use crate::config::{auto_context, default_context, ContextChoice};
 use crate::constrain::{Constraint, Grammars};
 use crate::error::{Error, Result};
 use crate::loader::ModelFiles;
@@ -196,22 +197,8 @@ impl Session {
         context: Option<usize>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        let gpu_context = |ctx: &GpuContext, config: &ModelConfig| match context {
-            Some(n) => ContextChoice {
-                context: n,
-                reason: "asked for".into(),
-            },
-            None => {
-                let limits = ctx.limits();
-                let (kinds, kv_dim) = (ctx.options().kv_cache, config.kv_dim());
-                auto_context(
-                    config,
-                    kinds.k.row_bytes(kv_dim).max(kinds.v.row_bytes(kv_dim)),
-                    limits.max_storage_buffer_binding_size,
-                    limits.max_buffer_size,
-                )
-            }
-        };
+        let gpu_context =
+            |ctx: &GpuContext, config: &ModelConfig| fit::gpu_context(ctx, config, context);
         if let ModelFiles::Ranged(ranged) = files {
             let layout = ranged.layout();
             let choice = gpu_context(&ctx, &layout.config);
@@ -240,18 +227,7 @@ impl Session {
         precision: CpuPrecision,
     ) -> Result<Self> {
         let weights = files.weights()?;
-        let choice = match context {
-            Some(n) => ContextChoice {
-                context: n,
-                reason: "asked for".into(),
-            },
-            None => crate::backend::cpu::context_for(
-                &weights,
-                default_context(&weights.config),
-                cfg!(target_arch = "wasm32")
-                    .then_some(crate::model::file_bytes::WASM32_ADDRESS_SPACE),
-            ),
-        };
+        let choice = fit::cpu_context(&weights, context);
         let forward =
             CpuForward::with_precision(&weights, choice.context, DEFAULT_CHUNK, precision)?;
         Self::with_backend(files, Box::new(forward), choice, weights.fingerprint())

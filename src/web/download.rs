@@ -27,7 +27,8 @@ extern "C" {
 /// yet received), waiting 0.25 s, 0.5 s, 1 s between.
 const RETRIES: u32 = 3;
 
-fn header(response: &Response, name: &str) -> Option<String> {
+/// The response's header `name`, where present and readable.
+pub(super) fn header(response: &Response, name: &str) -> Option<String> {
     response.headers().get(name).ok().flatten()
 }
 
@@ -38,7 +39,8 @@ pub(crate) fn content_length(response: &Response) -> u64 {
         .unwrap_or(0)
 }
 
-async fn sleep(ms: u32) {
+/// Waits `ms` milliseconds (the page's or the worker's `setTimeout`).
+pub(super) async fn sleep(ms: u32) {
     let promise = Promise::new(&mut |resolve, _| {
         let set = Reflect::get(&js_sys::global(), &JsValue::from_str("setTimeout"));
         if let Ok(f) = set.and_then(|f| f.dyn_into::<js_sys::Function>()) {
@@ -52,13 +54,27 @@ async fn sleep(ms: u32) {
 
 /// `fetch(url)`, with `Range: bytes=FROM-` when `from > 0`.
 async fn fetch(url: &str, from: u64) -> std::result::Result<Response, String> {
+    fetch_range(url, from, None).await
+}
+
+/// `fetch(url)` for bytes `from..=last` (`Range: bytes=FROM-LAST`), or from `from` to the end
+/// (`Range: bytes=FROM-`, none when `from` is 0 too).
+pub(super) async fn fetch_range(
+    url: &str,
+    from: u64,
+    last: Option<u64>,
+) -> std::result::Result<Response, String> {
     let init = Object::new();
-    if from > 0 {
+    if from > 0 || last.is_some() {
         let headers = Object::new();
+        let span = match last {
+            Some(last) => format!("bytes={from}-{last}"),
+            None => format!("bytes={from}-"),
+        };
         let _ = Reflect::set(
             &headers,
             &JsValue::from_str("Range"),
-            &JsValue::from_str(&format!("bytes={from}-")),
+            &JsValue::from_str(&span),
         );
         let _ = Reflect::set(&init, &JsValue::from_str("headers"), &headers);
     }

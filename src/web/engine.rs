@@ -8,9 +8,11 @@ use std::rc::Rc;
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
+use super::before_download::{self, RunsOn};
 use super::blob_source::BlobSource;
 use super::calls::{emitter, generation_js, on_token_function, parse_call, present};
 use super::handle::Engine;
+use super::http_source::HttpSource;
 use super::source::{self, Source};
 use super::stream;
 use super::types::{EngineCounters, EngineInfo, SourceNote};
@@ -79,54 +81,83 @@ impl Engine {
             gpu_options.device == DeviceChoice::Gpu
                 || engine::Engine::runs_on_the_adapter(g, &options)
         });
+        // Files the store holds whole (or the page's own Files) are read from there a range at
+        // a time.
+        let mut blobs = match straight_to_gpu {
+            true => source
+                .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
+                .await
+                .map_err(|e| js_error(&e))?,
+            false => None,
+        };
+        // Files still on a server: their headers first, by range, so that a model that cannot
+        // run here is refused before its bytes are downloaded.
+        let on_server = match (&blobs, source.urls()) {
+            (None, Some(urls)) => {
+                let urls = HttpSource::named(&urls, name.as_deref());
+                let runs_on = match (&gpu, straight_to_gpu) {
+                    (Some(g), true) => RunsOn::Gpu(g),
+                    (None, _) => RunsOn::Cpu,
+                    (Some(_), false) => RunsOn::Either,
+                };
+                before_download::read_headers(&urls, runs_on, &options)
+                    .await
+                    .map_err(|e| js_error(&e))?
+            }
+            _ => None,
+        };
         // A URL's first visit goes into the private file system store first, the page holding
         // one part at a time, and is read back from there.
         let mut stored_first = None;
-        let blobs = match straight_to_gpu {
-            true => {
-                let mut blobs = source
+        if straight_to_gpu && blobs.is_none() {
+            stored_first = source
+                .store_first(store.as_ref(), digests.as_deref(), &mut |l, t| {
+                    report("download", l, t)
+                })
+                .await
+                .map_err(|e| js_error(&e))?;
+            if stored_first.is_some() {
+                blobs = source
                     .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
                     .await
                     .map_err(|e| js_error(&e))?;
-                if blobs.is_none() {
-                    stored_first = source
-                        .store_first(store.as_ref(), digests.as_deref(), &mut |l, t| {
-                            report("download", l, t)
-                        })
-                        .await
-                        .map_err(|e| js_error(&e))?;
-                    if stored_first.is_some() {
-                        blobs = source
-                            .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
-                            .await
-                            .map_err(|e| js_error(&e))?;
-                    }
-                }
-                blobs
             }
-            false => None,
+        }
+        // Without a store (and without digests to check over the whole file), a WebGPU load
+        // reads the server's files a few layers at a time.
+        let from_server = match on_server {
+            Some(found)
+                if straight_to_gpu && blobs.is_none() && store.is_none() && digests.is_none() =>
+            {
+                Some(found)
+            }
+            _ => None,
         };
-        let ranged = match blobs {
-            Some(blobs) => {
+        let ranged = match (blobs, from_server) {
+            (Some(blobs), _) => {
                 report("parse", 0, 1);
                 let blobs = BlobSource::new(blobs);
                 let names = blobs.names();
                 match RangedGguf::open(Rc::new(blobs), &names).await {
-                    Ok(r) => Some(r),
+                    Ok(r) => Some((r, None)),
                     // a file the loader must split as a whole: read whole below
                     Err(Error::Unsupported { .. }) => None,
                     Err(e) => return Err(js_error(&e)),
                 }
             }
-            None => None,
+            (None, Some((http, ranged))) => Some((ranged, Some(http))),
+            (None, None) => None,
         };
-        let (files, model_name, note) = match ranged {
-            Some(r) => {
+        let mut from_http = None;
+        let (files, model_name, mut note) = match ranged {
+            Some((r, http)) => {
                 let files = ModelFiles::Ranged(Box::new(r));
                 report("parse", 1, 1);
                 let fetched = stored_first.as_ref();
                 let note = SourceNote {
-                    loaded_from_cache: source.is_url() && fetched.is_none_or(|f| f.from_store),
+                    loaded_from_cache: source.is_url()
+                        && http.is_none()
+                        && fetched.is_none_or(|f| f.from_store),
                     stored_in_cache: fetched.is_some_and(|f| !f.from_store),
                     storage: store.as_ref().map(|s| s.medium().js_name().to_string()),
                     bytes_downloaded: fetched.map_or(0, |f| f.downloaded),
@@ -134,6 +165,7 @@ impl Engine {
                     storage_notice: None,
                     read_by_range: true,
                 };
+                from_http = http;
                 let model_name = name.unwrap_or_else(|| files.name().to_string());
                 (files, model_name, note)
             }
@@ -185,6 +217,10 @@ impl Engine {
             None => engine::Engine::new_cpu(files, options, notice).await,
         }
         .map_err(|e| js_error(&e))?;
+        if let Some(http) = from_http {
+            // the headers' and the tensors' reads from the server
+            note.bytes_downloaded = http.received();
+        }
         let info = inner
             .inspect(|s| {
                 EngineInfo::new(s, &model_name, weight_bytes, note)

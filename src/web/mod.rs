@@ -11,6 +11,7 @@
 //! moment of the panic, whichever JavaScript task the trap then unwinds through.
 
 mod batch;
+mod before_download;
 mod blob_source;
 mod calls;
 mod download;
@@ -18,6 +19,7 @@ mod draft;
 mod embed;
 mod engine;
 mod handle;
+mod http_source;
 mod load;
 mod openai;
 mod opfs;

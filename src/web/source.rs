@@ -290,18 +290,7 @@ impl Source {
         digests: Option<&[[u8; 32]]>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Option<StoredFirst>> {
-        let urls: Vec<&str> = match self {
-            Source::Parts(parts) => parts
-                .iter()
-                .map(|p| match p {
-                    Source::Url(u) => Some(u.as_str()),
-                    _ => None,
-                })
-                .collect::<Option<_>>()
-                .unwrap_or_default(),
-            Source::Url(u) => vec![u.as_str()],
-            _ => Vec::new(),
-        };
+        let urls = self.urls().unwrap_or_default();
         if urls.is_empty() || digests.is_some() || !matches!(store, Some(Store::Opfs(..))) {
             return Ok(None);
         }
@@ -321,7 +310,8 @@ impl Source {
                 progress(done.saturating_add(loaded), if single { total } else { 0 });
             };
             let mut anything = |_: u64| Ok(());
-            let got = download::read_url(url, store, None, &mut anything, &mut each, false).await?;
+            let got =
+                download::read_url(&url, store, None, &mut anything, &mut each, false).await?;
             out.from_store &= got.from_store;
             out.downloaded = out.downloaded.saturating_add(got.downloaded);
             out.persisted = out.persisted.or(got.persisted);
@@ -372,6 +362,21 @@ impl Source {
             }
         }
         Ok(Some(out))
+    }
+
+    /// The files' URLs, in order, where every file is a URL; `None` otherwise.
+    pub fn urls(&self) -> Option<Vec<String>> {
+        match self {
+            Source::Url(u) => Some(vec![u.clone()]),
+            Source::Parts(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    Source::Url(u) => Some(u.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        }
     }
 
     /// Whether the files are URLs (read from the store when [`Source::as_blobs`] finds them).

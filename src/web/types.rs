@@ -267,9 +267,10 @@ pub(crate) struct EngineInfo {
     /// Why the download could not be kept in the store (the model loaded without it), when it
     /// could not: a quota reached while writing, a storage error.
     storage_notice: Option<String>,
-    /// Whether the weights went to the GPU a layer at a time, read by range from the File or
-    /// the stored download, so that the page never held the files (a GPU load from a `File` or
-    /// from an Origin Private File System store); false when the files were read whole.
+    /// Whether the weights went to the GPU a layer at a time, read by range from the File, the
+    /// stored download or the server, so that the page never held the files (a GPU load from a
+    /// `File`, from an Origin Private File System store, or from a URL without a store whose
+    /// server answers ranges); false when the files were read whole.
     weights_read_by_range: bool,
     /// The kernel plan of this device and model (`null` on the CPU backend).
     #[tsify(type = "KernelPlanInfo | null")]

@@ -416,3 +416,52 @@ fn a_lost_device_reads_the_model_again_by_range() {
         "the rebuild read the tensors again"
     );
 }
+
+/// What a load from a URL asks once the header is read: a model described by its header alone
+/// (no tensor read) is refused with the numbers where it could not load (a context past the
+/// model's; a row past a binding), and accepted with the context a load would take.
+#[test]
+fn a_model_is_checked_from_its_header_before_any_tensor_is_read() {
+    use emberlm::session::Session;
+    let name = "tiny-llama-q4_1.gguf";
+    let (source, ranged) = open(&[(name, fixture(name))]);
+    let ranged = ranged.unwrap();
+    let layout = ranged.layout();
+    let header_reads = source.reads.get();
+
+    // the CPU backend: the model's context by default, a longer one refused by name
+    let choice = Session::check_cpu_fit(layout, None).unwrap();
+    assert_eq!(choice.context, layout.config.context_length);
+    let e = Session::check_cpu_fit(layout, Some(100_000)).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument { name, .. } if *name == "context"),
+        "{e}"
+    );
+
+    if let Some((ctx, _)) = common::shared_native_gpu(GpuOptions::default()) {
+        let choice = Session::check_gpu_fit(ctx, layout, Some(64)).unwrap();
+        assert_eq!(choice.context, 64);
+        assert!(Session::check_gpu_fit(ctx, layout, Some(100_000)).is_err());
+    }
+    // a device whose bindings hold less than one row of a matrix
+    let capped = GpuOptions {
+        binding_cap: Some(16),
+        ..GpuOptions::default()
+    };
+    if let Some((ctx, _)) = common::shared_native_gpu(capped) {
+        match Session::check_gpu_fit(ctx, layout, None) {
+            Err(Error::Limit {
+                limit,
+                needed,
+                allowed,
+                ..
+            }) => {
+                assert_eq!(limit, "maxStorageBufferBindingSize");
+                assert_eq!(allowed, 16);
+                assert!(needed > 16);
+            }
+            other => panic!("a row past the binding: {other:?}"),
+        }
+    }
+    assert_eq!(source.reads.get(), header_reads, "no tensor was read");
+}

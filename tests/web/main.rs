@@ -24,6 +24,7 @@ mod embed;
 mod endurance;
 mod engine;
 mod forward;
+mod from_server;
 mod gemma3;
 mod kernels;
 mod linear;

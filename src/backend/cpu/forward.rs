@@ -22,8 +22,7 @@ mod address_space;
 mod as_backend;
 mod step;
 
-use address_space::check_address_space;
-pub use address_space::{context_for, longest_context_within};
+pub use address_space::{check_address_space, context_for, longest_context_within};
 
 /// The most sequences one batched step holds (as on the GPU).
 const MAX_BATCH: usize = 64;

@@ -31,7 +31,7 @@ mod tiles_k;
 mod tiles_q6k;
 mod tiles_vnni;
 
-pub use forward::{context_for, longest_context_within, CpuForward};
+pub use forward::{check_address_space, context_for, longest_context_within, CpuForward};
 pub use matmul::{CpuPrecision, QMatrix};
 
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]

@@ -100,7 +100,7 @@ pub fn context_for(weights: &ModelWeights<'_>, wanted: usize, space: Option<u64>
 /// Refuses, with the numbers, a model whose files, weights as held here and KV cache would not
 /// fit the address space of a wasm32 module together (the files stay in memory: the engine
 /// keeps them to load the model again). Natively there is no such limit.
-pub(super) fn check_address_space(weights: &ModelWeights<'_>, context: usize) -> Result<()> {
+pub fn check_address_space(weights: &ModelWeights<'_>, context: usize) -> Result<()> {
     let needed = address_space_needed(weights, context);
     if cfg!(target_arch = "wasm32") && needed > WASM32_ADDRESS_SPACE {
         return Err(Error::Limit {

@@ -23,6 +23,15 @@ pub struct GpuModel {
 }
 
 impl GpuModel {
+    /// Refuses, with the numbers, a model described by `layout` (shapes and types; no bytes
+    /// needed) that could not load on `ctx` with a KV cache of `context` positions: a context
+    /// outside the model's, or a buffer past the device's limits. What a load checks before it
+    /// allocates, asked before the weights are downloaded.
+    pub fn check_fits(ctx: &GpuContext, layout: &ModelWeights<'_>, context: usize) -> Result<()> {
+        crate::backend::step::check_context(&layout.config, context)?;
+        Forward::check_fits(ctx, layout, context, DEFAULT_CHUNK)
+    }
+
     /// Loads `weights` onto the GPU of `ctx` with a KV cache of `context` positions, calling
     /// `progress(uploaded, total)` as tensors go to the queue.
     pub async fn load(
