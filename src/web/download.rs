@@ -10,7 +10,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, Response};
 
 use super::opfs::{self, js_text, OpfsStore};
-use super::pump::{io, read_stored, Download, Sink, UrlFile};
+use super::pump::{hash_stored, io, read_stored, Download, Sink, UrlFile};
 use super::stored::Store;
 use crate::error::{Error, Result};
 use crate::store::range::{self, Resume};
@@ -57,14 +57,24 @@ async fn fetch(url: &str, from: u64) -> std::result::Result<Response, String> {
     fetch_range(url, from, None).await
 }
 
-/// `fetch(url)` for bytes `from..=last` (`Range: bytes=FROM-LAST`), or from `from` to the end
-/// (`Range: bytes=FROM-`, none when `from` is 0 too).
+/// `fetch(url)` for bytes `from..=last` (`Range: bytes=FROM-LAST`) or from `from` to the end
+/// (`Range: bytes=FROM-`, none when `from` is 0 too). A request for a range goes past the
+/// browser's HTTP cache (`cache: 'no-store'`): a model read by range would otherwise fill that
+/// cache with its gigabytes, and the cache answers a range from what it kept of an earlier,
+/// broken response (asking the server for another span than the one asked for here).
 pub(super) async fn fetch_range(
     url: &str,
     from: u64,
     last: Option<u64>,
 ) -> std::result::Result<Response, String> {
     let init = Object::new();
+    if from > 0 || last.is_some() {
+        let _ = Reflect::set(
+            &init,
+            &JsValue::from_str("cache"),
+            &JsValue::from_str("no-store"),
+        );
+    }
     if from > 0 || last.is_some() {
         let headers = Object::new();
         let span = match last {
@@ -148,9 +158,11 @@ async fn move_from_cache_api(
 /// its body is read (to refuse a file the page cannot hold). `progress(loaded, total)` reports
 /// the bytes read so far (total 0 while unknown).
 ///
-/// With `keep` false the file goes to the store only (the Origin Private File System, without
-/// a digest to check): memory holds one part at a time, the returned bytes are empty, and a
-/// store that cannot keep the file is an error rather than a notice.
+/// With `keep` false the file goes to the store only (the Origin Private File System): memory
+/// holds one part at a time, the returned bytes are empty, and a store that cannot keep the
+/// file is an error rather than a notice. A digest is then checked over the bytes as they
+/// arrive and over what the store held before (a stored copy, or the parts of a download cut
+/// off), read back a slice at a time.
 pub(crate) async fn read_url(
     url: &str,
     store: Option<&Store>,
@@ -159,10 +171,10 @@ pub(crate) async fn read_url(
     progress: &mut dyn FnMut(u64, u64),
     keep: bool,
 ) -> Result<UrlFile> {
-    if !keep && (digest.is_some() || !matches!(store, Some(Store::Opfs(..)))) {
+    if !keep && !matches!(store, Some(Store::Opfs(..))) {
         return Err(Error::invalid(
             "storage",
-            "a download kept only in the store needs the private file system and no sha256",
+            "a download kept only in the store needs the private file system",
         ));
     }
     let mut d = Download {
@@ -201,8 +213,20 @@ pub(crate) async fn read_url(
             }
             if let Some(entry) = entry {
                 let record = entry.record.clone();
-                if entry.is_complete() && !keep {
-                    // read from the store a range at a time, later: nothing to read now
+                if let (true, false, Some(r)) = (entry.is_complete(), keep, &record) {
+                    // read from the store a range at a time, later: nothing to read now but
+                    // the digest, over the stored copy
+                    if digest.is_none() {
+                        return Ok(d.into_stored_file(true));
+                    }
+                    if hash_stored(&mut d, &entry.blob()?, r.bytes, r.bytes).await
+                        && matches(d.sink.digest())
+                    {
+                        return Ok(d.into_stored_file(true));
+                    }
+                    // unreadable, or not the file the caller named: fetched again
+                    d.forget_stored(s, digest).await;
+                } else if entry.is_complete() && !keep {
                     return Ok(d.into_stored_file(true));
                 }
                 if let (true, Some(r)) = (entry.is_complete(), &record) {
@@ -222,11 +246,21 @@ pub(crate) async fn read_url(
                 }) {
                     // a download cut off on an earlier visit: its parts, then the rest
                     fits(r.bytes)?;
-                    if !keep {
-                        // the parts stay in the store; the rest is written after them
+                    // the parts stay in the store, their bytes hashed where a digest is to be
+                    // checked; the rest is written after them
+                    let hashed = match (keep, digest) {
+                        (false, Some(_)) => {
+                            hash_stored(&mut d, &entry.blob()?, entry.stored, r.bytes).await
+                        }
+                        _ => true,
+                    };
+                    if !keep && hashed {
                         d.sink.base = entry.stored;
                         expected = r.bytes;
                         d.writer = Some(s.resume(r, entry.parts.len(), entry.stored).await?);
+                    } else if !keep {
+                        s.remove(url).await;
+                        d.restart(0, None, None).await;
                     } else if read_stored(&mut d, &entry.blob()?, r.bytes).await {
                         expected = r.bytes;
                         d.writer = Some(s.resume(r, entry.parts.len(), entry.stored).await?);

@@ -117,8 +117,9 @@ impl Engine {
                 .await
                 .map_err(|e| js_error(&e))?;
             if stored_first.is_some() {
+                // every file's digest was checked as it was stored (or read back)
                 blobs = source
-                    .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
+                    .as_blobs(name.as_deref(), store.as_ref(), None)
                     .await
                     .map_err(|e| js_error(&e))?;
             }

@@ -323,3 +323,39 @@ pub(super) async fn read_stored(d: &mut Download<'_>, blob: &Blob, total: u64) -
     d.writer = writer;
     ok
 }
+
+/// Bytes hashed per slice of a stored copy.
+const HASH_SLICE: u64 = 16 << 20;
+
+/// Feeds the first `upto` bytes of `blob` (a stored copy, or the parts of one kept so far) to
+/// the sink's digest without keeping them, a slice at a time, reporting progress; `false` when
+/// the blob could not be read or is shorter.
+pub(super) async fn hash_stored(d: &mut Download<'_>, blob: &Blob, upto: u64, total: u64) -> bool {
+    if (blob.size() as u64) < upto {
+        return false;
+    }
+    let mut at = 0u64;
+    let mut buf = Vec::new();
+    while at < upto {
+        let end = at.saturating_add(HASH_SLICE).min(upto);
+        let Ok(slice) = blob.slice_with_f64_and_f64(at as f64, end as f64) else {
+            return false;
+        };
+        let Ok(buffer) = JsFuture::from(slice.array_buffer()).await else {
+            return false;
+        };
+        let array = Uint8Array::new(&buffer);
+        let n = array.length() as usize;
+        if n as u64 != end - at {
+            return false;
+        }
+        buf.resize(n, 0);
+        array.copy_to(&mut buf);
+        if let Some(h) = &mut d.sink.hasher {
+            h.update(&buf);
+        }
+        at = end;
+        (d.progress)(at, total.max(at));
+    }
+    true
+}

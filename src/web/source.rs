@@ -282,8 +282,9 @@ impl Source {
     /// (one part in memory at a time: [`download::read_url`] with `keep` false), so that
     /// [`Source::as_blobs`] then finds each whole and the load reads it back a range at a time,
     /// past what wasm32 memory could hold. Files the store holds whole already are not fetched.
-    /// `None` (nothing done) where that cannot be: a file that is not a URL, a store other than
-    /// the private file system, or digests to check over the whole read.
+    /// `digests` (one per file, in order) are checked over every file's bytes, those that arrive
+    /// and those the store held. `None` (nothing done) where that cannot be: a file that is not
+    /// a URL, or a store other than the private file system.
     pub async fn store_first(
         &self,
         store: Option<&Store>,
@@ -291,8 +292,18 @@ impl Source {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Option<StoredFirst>> {
         let urls = self.urls().unwrap_or_default();
-        if urls.is_empty() || digests.is_some() || !matches!(store, Some(Store::Opfs(..))) {
+        if urls.is_empty() || !matches!(store, Some(Store::Opfs(..))) {
             return Ok(None);
+        }
+        if let Some(d) = digests.filter(|d| d.len() != urls.len()) {
+            return Err(Error::invalid(
+                "sha256",
+                format!(
+                    "{} digest(s) for {} file(s): give one per file, in part order",
+                    d.len(),
+                    urls.len()
+                ),
+            ));
         }
         let mut out = StoredFirst {
             from_store: true,
@@ -300,7 +311,8 @@ impl Source {
             persisted: None,
         };
         let (mut done, single) = (0u64, urls.len() == 1);
-        for url in urls {
+        for (i, url) in urls.iter().enumerate() {
+            let digest = digests.and_then(|d| d.get(i));
             // the file's length as its progress last said (a resumed file's counts what the
             // store held before)
             let mut length = 0u64;
@@ -311,7 +323,7 @@ impl Source {
             };
             let mut anything = |_: u64| Ok(());
             let got =
-                download::read_url(&url, store, None, &mut anything, &mut each, false).await?;
+                download::read_url(url, store, digest, &mut anything, &mut each, false).await?;
             out.from_store &= got.from_store;
             out.downloaded = out.downloaded.saturating_add(got.downloaded);
             out.persisted = out.persisted.or(got.persisted);

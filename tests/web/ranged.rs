@@ -54,6 +54,15 @@ async fn whole_tokens(bytes: &[u8]) -> Value {
     generate_greedy(&whole).await["tokens"].clone()
 }
 
+/// The SHA-256 of `bytes` in hex, as the `sha256` option takes it.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 async fn open(source: JsValue, options: &Value) -> Result<(Engine, Value), String> {
     let engine = Engine::open(source, js(options))
         .await
@@ -164,19 +173,39 @@ async fn a_download_goes_to_the_store_and_is_read_back_by_range() {
     assert_eq!(info["weightsReadByRange"], true, "{info}");
     assert_eq!(info["model"]["name"], FIXTURE, "{info}");
     assert_eq!(generate_greedy(&next).await["tokens"], want);
-    // with a sha256 to check, the stored copy is read whole (the digest covers every byte)
+    // with a sha256 to check, the stored copy is checked, then read by range
     let mut checked = options.clone();
-    let digest: String = {
-        use sha2::{Digest, Sha256};
-        Sha256::digest(fixture(FIXTURE))
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
+    let digest = sha256_hex(fixture(FIXTURE));
     checked["sha256"] = json!(digest);
     let (_, info) = open(url.as_str().into(), &checked).await.unwrap();
-    assert_eq!(info["weightsReadByRange"], false, "{info}");
+    assert_eq!(info["weightsReadByRange"], true, "{info}");
     assert_eq!(info["loadedFromCache"], true, "{info}");
+    assert_eq!(info["bytesDownloaded"], 0, "{info}");
+
+    // a stored copy that no longer matches is fetched again, checked as it arrives
+    let store = checked["cache"].as_str().unwrap().to_string();
+    crate::storage::overwrite_first_part(&store, &url, b"not the model").await;
+    let (again, info) = open(url.as_str().into(), &checked).await.unwrap();
+    assert_eq!(info["weightsReadByRange"], true, "{info}");
+    assert_eq!(info["bytesDownloaded"], fixture(FIXTURE).len(), "{info}");
+    assert_eq!(generate_greedy(&again).await["tokens"], want);
+
+    // a digest the file does not have: refused naming both digests, nothing kept
+    let mut wrong = checked.clone();
+    let (_, fresh) = in_new_store("ranged-wrong");
+    wrong["cache"] = fresh["cache"].clone();
+    wrong["sha256"] = json!("0".repeat(64));
+    let e = open(url.as_str().into(), &wrong)
+        .await
+        .err()
+        .expect("a wrong digest is refused");
+    assert!(e.starts_with("Format") && e.contains(&digest), "{e}");
+    let listed = wasm_bindgen_futures::JsFuture::from(Engine::list_stored(
+        fresh["cache"].as_str().unwrap().to_string(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(Array::from(&listed).length(), 0, "nothing kept");
 }
 
 /// Layers of [`deep_model`]: 40 of the 256-wide tiny Llama's 2.4 MB, a 95 MB file whose
@@ -285,7 +314,9 @@ async fn a_first_visit_broken_off_resumes_or_restarts_by_range() {
     let Some(url) = common::fixture_url(test, FIXTURE).map(|u| format!("{u}?{query}")) else {
         return;
     };
-    let (_, options) = in_new_store("r-visit");
+    // with a digest to check, over the parts kept and the rest
+    let (_, mut options) = in_new_store("r-visit");
+    options["sha256"] = json!(sha256_hex(fixture(FIXTURE)));
     let e = open(url.as_str().into(), &options)
         .await
         .err()

@@ -75,7 +75,7 @@ async fn folder(parent: &FileSystemDirectoryHandle, name: &str) -> FileSystemDir
 }
 
 /// Replaces part 0 of `url`'s entry in the store `store_name` with `bytes`.
-async fn overwrite_first_part(store_name: &str, url: &str, bytes: &[u8]) {
+pub(crate) async fn overwrite_first_part(store_name: &str, url: &str, bytes: &[u8]) {
     let manager: web_sys::StorageManager = Reflect::get(
         &Reflect::get(&js_sys::global(), &"navigator".into()).unwrap(),
         &"storage".into(),

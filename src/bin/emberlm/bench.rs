@@ -52,6 +52,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
         args.kv_tokens.get_or_insert_with(|| vec![4, 8]);
         args.kv_positions = vec![64, 128];
         args.kv_steps = 2;
+        args.kv_lengths = vec![16, 32];
     }
     if args.prefill.is_empty() || args.prefill.contains(&0) || args.decode < 2 || args.runs == 0 {
         return Err(Failure::usage(
@@ -61,6 +62,14 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
     let model = crate::cli::model_path(args.model.clone()).map_err(Failure::usage)?;
     if args.batch_only {
         return crate::bench_batch::only(&model, args.quick);
+    }
+    if args.kv_compare {
+        let bench = crate::bench_kv_length::KvLengthBench {
+            lengths: &args.kv_lengths,
+            steps: args.kv_steps.max(1),
+            runs: args.runs,
+        };
+        return crate::bench_kv_length::only(&model, &bench, args.out.clone());
     }
     if crate::cli::gpu_options().device == emberlm::backend::gpu::DeviceChoice::Cpu {
         if args.kv_kinds_only {

@@ -44,6 +44,14 @@ pub struct BenchArgs {
     /// tok/s per kind at `--kv-positions`).
     #[arg(long)]
     pub kv_kinds_only: bool,
+    /// Run only the KV cache's worth at length: the next token's time with the cache (one
+    /// decode step) and without it (the prefix computed again) at `--kv-lengths`, on the
+    /// backend `--device` picks.
+    #[arg(long)]
+    pub kv_compare: bool,
+    /// Lengths at which `--kv-compare` times the next token.
+    #[arg(long, value_delimiter = ',', default_value = "100,512,1024,2048,4096")]
+    pub kv_lengths: Vec<usize>,
     /// MiB copied by the bandwidth kernel.
     #[arg(long, default_value_t = 64)]
     pub copy_mib: u64,

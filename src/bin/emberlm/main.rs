@@ -15,6 +15,8 @@ mod bench_embed;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_kv;
 #[cfg(not(target_arch = "wasm32"))]
+mod bench_kv_length;
+#[cfg(not(target_arch = "wasm32"))]
 mod bench_precision;
 #[cfg(not(target_arch = "wasm32"))]
 mod bench_saved;
