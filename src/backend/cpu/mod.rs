@@ -9,6 +9,7 @@
 //! worker starts it ([`start_threads`]); the other builds have no threads and every kernel runs
 //! on the calling thread.
 
+mod attention;
 pub mod dot;
 mod forward;
 mod fused;

@@ -1,8 +1,6 @@
 //! The CPU backend's element-wise and attention kernels, in f32 (RoPE angles in f64).
 
-use super::dot::dot_f32;
 pub use super::kv::KeyRange;
-use super::kv::KvRows;
 use crate::config::{NormKind, RopeLayout};
 
 /// `out[r] = x[r] / rms(x[r]) · w` for the rows of `x: [n, d]`.
@@ -76,47 +74,7 @@ pub struct AttnShape {
     pub score_scale: f32,
 }
 
-/// Causal attention: for token `t`, query heads `q[t·q_stride ..][..n_heads·head_dim]` over
-/// the cache rows `keys[t]` (`k`, `v`: rows of `kv_dim` in any cache kind, decoded a head at a
-/// time as they are read), scaled by `score_scale/√head_dim`, into
-/// `out: [tokens, n_heads·head_dim]`. Heads and tokens are spread over the thread pool.
-pub fn attention(
-    q: &[f32],
-    k: &KvRows,
-    v: &KvRows,
-    keys: &[KeyRange],
-    s: AttnShape,
-    out: &mut [f32],
-) {
-    let hd = s.head_dim;
-    let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
-    let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
-    super::for_each_chunk(out, hd, |i, o| {
-        let (t, h) = (i / s.n_heads, i % s.n_heads);
-        let qh = &q[t * s.q_stride + h * hd..][..hd];
-        let off = (h / group) * hd;
-        let range = keys[t];
-        let mut buf = vec![0.0f32; hd];
-        let mut scores: Vec<f32> = (range.first..range.end)
-            .map(|p| dot_f32(qh, k.span(range.row(p), off, &mut buf)) * scale)
-            .collect();
-        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-        let mut sum = 0.0f32;
-        for x in scores.iter_mut() {
-            *x = crate::math::exp_f32(*x - max);
-            sum += *x;
-        }
-        o.fill(0.0);
-        for (pos, &p) in (range.first..range.end).zip(&scores) {
-            let vr = v.span(range.row(pos), off, &mut buf);
-            for (a, &b) in o.iter_mut().zip(vr) {
-                *a += p * b;
-            }
-        }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-        o.iter_mut().for_each(|a| *a *= inv);
-    });
-}
+pub use super::attention::attention;
 
 /// SiLU, `x · sigmoid(x)`.
 #[inline]

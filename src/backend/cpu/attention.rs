@@ -1,0 +1,215 @@
+//! Causal attention on the CPU, a tile of query tokens and heads at a time.
+//!
+//! A job takes the tokens of a prefill chunk that share a cache (up to [`TILE`] of them) and a
+//! key/value head's query heads, and reads each key and value row once for all of them, where
+//! a job per token and head read every row again for each: at 4,096 positions the rows of a
+//! layer no longer fit the cache, and the step was bound by reading them. Where there are
+//! fewer such jobs than threads (a decode step of a model with few key/value heads on many
+//! threads), a job is one token's one head.
+//!
+//! Every score, softmax and weighted sum is computed in the order and with the operations of
+//! one token's one head over the positions in order (eight-lane dot products, `libm`'s `expf`,
+//! products added one position after another), so the result has the same bits whatever the
+//! tiling, natively and in WebAssembly. On x86-64 with AVX2 the same code is compiled for
+//! 256-bit registers (without FMA, which would round differently), picked at run time.
+
+use std::ops::Range;
+
+use super::dot::dot_f32;
+use super::kv::{KeyRange, KvRows};
+use super::ops::AttnShape;
+
+/// Query tokens that share each key and value row a job reads.
+const TILE: usize = 16;
+
+/// What one job attends: `tokens` (consecutive, sharing one cache's rows) and the query
+/// `heads` (consecutive, of one key/value head).
+struct Job {
+    tokens: Range<usize>,
+    heads: Range<usize>,
+}
+
+/// Runs of at most [`TILE`] consecutive tokens whose keys lie in the same cache rows (the same
+/// slot and ring): a prefill chunk's tokens, or each sequence's token of a batched step.
+fn token_tiles(keys: &[KeyRange]) -> Vec<Range<usize>> {
+    let mut tiles: Vec<Range<usize>> = Vec::new();
+    for (t, r) in keys.iter().enumerate() {
+        match tiles.last_mut() {
+            Some(last)
+                if last.len() < TILE
+                    && (keys[last.start].base, keys[last.start].ring) == (r.base, r.ring) =>
+            {
+                last.end = t + 1
+            }
+            _ => tiles.push(t..t + 1),
+        }
+    }
+    tiles
+}
+
+/// Causal attention: for token `t`, query heads `q[t·q_stride ..][..n_heads·head_dim]` over
+/// the cache rows `keys[t]` (`k`, `v`: rows of `kv_dim` in any cache kind, decoded a head at a
+/// time as they are read), scaled by `score_scale/√head_dim`, into
+/// `out: [tokens, n_heads·head_dim]`. Jobs (see the [module docs](self)) are spread over the
+/// thread team.
+pub fn attention(
+    q: &[f32],
+    k: &KvRows,
+    v: &KvRows,
+    keys: &[KeyRange],
+    s: AttnShape,
+    out: &mut [f32],
+) {
+    let hd = s.head_dim;
+    let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
+    let tiles = token_tiles(keys);
+    // a key/value head's whole group where that leaves every thread a job (its rows are then
+    // read once, not once per head: a decode step at length is bound by reading them), else
+    // one head a job
+    let per_job = match tiles.len() * (s.n_heads / group) >= super::threads() {
+        true => group,
+        false => 1,
+    };
+    let blocks = s.n_heads / per_job;
+    let widest = tiles.iter().map(Range::len).max().unwrap_or(0);
+    let job_len = widest * per_job * hd;
+    if job_len == 0 {
+        return;
+    }
+    let mut scratch = vec![0.0f32; tiles.len() * blocks * job_len];
+    super::for_each_chunk(&mut scratch, job_len, |i, o| {
+        let block = i % blocks;
+        let job = Job {
+            tokens: tiles[i / blocks].clone(),
+            heads: block * per_job..(block + 1) * per_job,
+        };
+        attend(q, k, v, keys, &s, &job, o);
+    });
+    // each job's rows, token by token and head by head, to their places in `out`
+    for (ti, tile) in tiles.iter().enumerate() {
+        for (j, t) in tile.clone().enumerate() {
+            for block in 0..blocks {
+                let from = (ti * blocks + block) * job_len + j * per_job * hd;
+                let to = t * s.n_heads * hd + block * per_job * hd;
+                let n = per_job * hd;
+                out[to..to + n].copy_from_slice(&scratch[from..from + n]);
+            }
+        }
+    }
+}
+
+/// One job, on the widest registers this CPU has.
+fn attend(
+    q: &[f32],
+    k: &KvRows,
+    v: &KvRows,
+    keys: &[KeyRange],
+    s: &AttnShape,
+    job: &Job,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked above).
+        unsafe { attend_avx2(q, k, v, keys, s, job, out) };
+        return;
+    }
+    attend_with(q, k, v, keys, s, job, out);
+}
+
+/// [`attend_with`] compiled for AVX2 (its loops in 256-bit registers; no FMA).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn attend_avx2(
+    q: &[f32],
+    k: &KvRows,
+    v: &KvRows,
+    keys: &[KeyRange],
+    s: &AttnShape,
+    job: &Job,
+    out: &mut [f32],
+) {
+    attend_with(q, k, v, keys, s, job, out)
+}
+
+/// One job: the scores of every (token, head) of `job` against each key row read once, the
+/// softmax of each, then the value rows read once into the weighted sums. `out` holds the
+/// job's rows, token by token and, within a token, head by head (`[tokens, heads, head_dim]`).
+#[inline(always)]
+fn attend_with(
+    q: &[f32],
+    k: &KvRows,
+    v: &KvRows,
+    keys: &[KeyRange],
+    s: &AttnShape,
+    job: &Job,
+    out: &mut [f32],
+) {
+    let hd = s.head_dim;
+    let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
+    let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
+    let off = (job.heads.start / group) * hd;
+    let ranges: Vec<&KeyRange> = job.tokens.clone().map(|t| &keys[t]).collect();
+    let Some(first) = ranges.first().copied() else {
+        return;
+    };
+    let lo = ranges.iter().map(|r| r.first).min().unwrap_or(0);
+    let hi = ranges.iter().map(|r| r.end).max().unwrap_or(0);
+    let span = hi.saturating_sub(lo);
+    let heads = job.heads.len();
+    // scores[(j·heads + h)·span + (p − lo)]: token j's head h at position p
+    let mut scores = vec![0.0f32; ranges.len() * heads * span];
+    let mut buf = vec![0.0f32; hd];
+    for p in lo..hi {
+        let kr = k.span(first.row(p), off, &mut buf);
+        for (j, r) in ranges.iter().enumerate() {
+            if p < r.first || p >= r.end {
+                continue;
+            }
+            let t = job.tokens.start + j;
+            for (hi_, h) in job.heads.clone().enumerate() {
+                let qh = &q[t * s.q_stride + h * hd..][..hd];
+                scores[(j * heads + hi_) * span + (p - lo)] = dot_f32(qh, kr) * scale;
+            }
+        }
+    }
+    // each (token, head)'s softmax over its own positions, in position order
+    let mut sums = vec![0.0f32; ranges.len() * heads];
+    for (j, r) in ranges.iter().enumerate() {
+        for h in 0..heads {
+            let row = &mut scores[(j * heads + h) * span..][..span];
+            let own = &mut row[r.first - lo..r.end - lo];
+            let max = own.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let mut sum = 0.0f32;
+            for x in own.iter_mut() {
+                *x = crate::math::exp_f32(*x - max);
+                sum += *x;
+            }
+            sums[j * heads + h] = sum;
+        }
+    }
+    out.fill(0.0);
+    for p in lo..hi {
+        let vr = v.span(first.row(p), off, &mut buf);
+        for (j, r) in ranges.iter().enumerate() {
+            if p < r.first || p >= r.end {
+                continue;
+            }
+            for h in 0..heads {
+                let w = scores[(j * heads + h) * span + (p - lo)];
+                let o = &mut out[(j * heads + h) * hd..][..hd];
+                for (a, &b) in o.iter_mut().zip(vr) {
+                    *a += w * b;
+                }
+            }
+        }
+    }
+    for (i, &sum) in sums.iter().enumerate() {
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        out[i * hd..][..hd].iter_mut().for_each(|a| *a *= inv);
+    }
+}
+
+#[cfg(test)]
+#[path = "attention_tests.rs"]
+mod tests;
