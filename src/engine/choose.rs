@@ -174,7 +174,12 @@ impl Engine {
             let session = match m.backend {
                 Chosen::Cpu => {
                     drop(gpu);
-                    Session::new_cpu_with(&files, options.context, options.cpu_precision)?
+                    Session::new_cpu_in(
+                        &files,
+                        options.context,
+                        options.cpu_precision,
+                        options.starting_kinds(),
+                    )?
                 }
                 Chosen::Gpu => {
                     Session::new_with_progress(gpu, &files, options.context, progress).await?
@@ -183,10 +188,7 @@ impl Engine {
             return Self::chosen(session, files, options, choice).await;
         }
         // both are timed with the KV cache kinds asked for (their decode speeds differ by kind)
-        let mut cpu = Session::new_cpu_with(&files, options.context, options.cpu_precision)?;
-        if cpu.forward().kv_kinds() != kinds {
-            cpu.set_kv_kinds(kinds).await?;
-        }
+        let mut cpu = Session::new_cpu_in(&files, options.context, options.cpu_precision, kinds)?;
         let cpu_ms = cpu.time_decode_step(CPU_STEPS).await?;
         let mut on_gpu =
             match Session::new_with_progress(gpu, &files, options.context, progress).await {

@@ -60,6 +60,17 @@ pub struct EngineOptions {
     pub cpu_precision: crate::backend::cpu::CpuPrecision,
 }
 
+impl EngineOptions {
+    /// The KV-cache kinds a session starts in: those asked for, or f32 where the automatic
+    /// plan chooses them once the model is loaded.
+    pub fn starting_kinds(&self) -> crate::dtype::kv::KvKinds {
+        match self.cache_plan {
+            Some(_) => crate::dtype::kv::KvKinds::default(),
+            None => self.gpu.kv_cache,
+        }
+    }
+}
+
 /// Called with the new session after every rebuild on a new device.
 type RebuildHook = Box<dyn FnMut(&Session)>;
 
@@ -187,7 +198,12 @@ impl Engine {
         options: EngineOptions,
         notice: Option<String>,
     ) -> Result<Self> {
-        let session = Session::new_cpu_with(&files, options.context, options.cpu_precision)?;
+        let session = Session::new_cpu_in(
+            &files,
+            options.context,
+            options.cpu_precision,
+            options.starting_kinds(),
+        )?;
         Self::from_session(session, files, options, notice).await
     }
 

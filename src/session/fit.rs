@@ -6,6 +6,7 @@ use crate::backend::cpu::check_address_space;
 use crate::backend::gpu::{GpuContext, GpuModel};
 use crate::backend::step::check_context;
 use crate::config::{auto_context, default_context, ContextChoice, ModelConfig};
+use crate::dtype::kv::KvKinds;
 use crate::error::Result;
 use crate::model::weights::ModelWeights;
 
@@ -36,10 +37,14 @@ pub(super) fn gpu_context(
     }
 }
 
-/// The context a CPU load takes: `context` where asked for, else the model's (at most 4096), in
-/// WebAssembly at most what fits the address space beside the model
+/// The context a CPU load with a KV cache in `kinds` takes: `context` where asked for, else the
+/// model's (at most 4096), in WebAssembly at most what fits the address space beside the model
 /// ([`crate::backend::cpu::context_for`]).
-pub(super) fn cpu_context(weights: &ModelWeights<'_>, context: Option<usize>) -> ContextChoice {
+pub(super) fn cpu_context(
+    weights: &ModelWeights<'_>,
+    context: Option<usize>,
+    kinds: KvKinds,
+) -> ContextChoice {
     match context {
         Some(n) => ContextChoice {
             context: n,
@@ -49,6 +54,7 @@ pub(super) fn cpu_context(weights: &ModelWeights<'_>, context: Option<usize>) ->
             weights,
             default_context(&weights.config),
             cfg!(target_arch = "wasm32").then_some(crate::model::file_bytes::WASM32_ADDRESS_SPACE),
+            kinds,
         ),
     }
 }
@@ -67,18 +73,20 @@ impl Session {
         Ok(choice)
     }
 
-    /// Refuses, with the numbers, a model described by `layout` that [`Session::new_cpu`]
-    /// could not hold with `context` (chosen as it chooses where none is given): a context
+    /// Refuses, with the numbers, a model described by `layout` that [`Session::new_cpu_in`]
+    /// could not hold with `context` and a KV cache in `kinds` (the context chosen as it
+    /// chooses where none is given): a context
     /// outside the model's, or (in WebAssembly) the files, the weights and the KV cache past
     /// the 4 GiB address space. A lower bound of what the load needs (the matrices it makes
     /// on load are known only then), asked before downloading.
     pub fn check_cpu_fit(
         layout: &ModelWeights<'_>,
         context: Option<usize>,
+        kinds: KvKinds,
     ) -> Result<ContextChoice> {
-        let choice = cpu_context(layout, context);
+        let choice = cpu_context(layout, context, kinds);
         check_context(&layout.config, choice.context)?;
-        check_address_space(layout, choice.context)?;
+        check_address_space(layout, choice.context, kinds)?;
         Ok(choice)
     }
 }

@@ -59,6 +59,7 @@ use crate::chat::{ChatMessage, ChatTemplate, ToolRequest};
 use crate::config::ContextChoice;
 use crate::config::ModelConfig;
 use crate::constrain::{Constraint, Grammars};
+use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::loader::ModelFiles;
 use crate::tokenizer::Tokenizer;
@@ -226,10 +227,22 @@ impl Session {
         context: Option<usize>,
         precision: CpuPrecision,
     ) -> Result<Self> {
+        Self::new_cpu_in(files, context, precision, KvKinds::default())
+    }
+
+    /// [`Session::new_cpu_with`] with the KV cache in `kinds` from the start, the default
+    /// context sized for them (a q8_0 cache leaves room for 3.8 times the positions of an f32
+    /// one in WebAssembly's address space).
+    pub fn new_cpu_in(
+        files: &ModelFiles,
+        context: Option<usize>,
+        precision: CpuPrecision,
+        kinds: KvKinds,
+    ) -> Result<Self> {
         let weights = files.weights()?;
-        let choice = fit::cpu_context(&weights, context);
+        let choice = fit::cpu_context(&weights, context, kinds);
         let forward =
-            CpuForward::with_precision(&weights, choice.context, DEFAULT_CHUNK, precision)?;
+            CpuForward::with_kinds(&weights, choice.context, DEFAULT_CHUNK, precision, kinds)?;
         Self::with_backend(files, Box::new(forward), choice, weights.fingerprint())
     }
 

@@ -47,7 +47,7 @@ pub(super) async fn read_headers(
             Session::check_gpu_fit(gpu, layout, options.context)?;
         }
         RunsOn::Cpu => {
-            Session::check_cpu_fit(layout, options.context)?;
+            Session::check_cpu_fit(layout, options.context, options.starting_kinds())?;
         }
         RunsOn::Gpu(_) | RunsOn::Either => {
             if let Some(n) = options.context {

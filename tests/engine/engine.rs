@@ -158,3 +158,46 @@ fn the_cpu_backend_measures_the_automatic_kv_plan() {
     assert_eq!(d.source, "reused", "{d:#?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fixed KV-cache kind on the CPU backend is the cache's kind from the start: the session
+/// reports it and the memory of its cache, and `info` sizes the cache in it.
+#[test]
+fn the_cpu_backend_starts_in_the_kind_asked_for() {
+    use emberlm::engine::{LoadOptions, Surface};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny-llama-q4_1.gguf"
+    );
+    // K and V rows of 32 values: q8_0 one block (a word of scales, 32 bytes), f32 128 bytes
+    for (kind, row_bytes) in [("q8", 2 * 36), ("f32", 2 * 32 * 4)] {
+        let options = LoadOptions::from_json(
+            &serde_json::json!({ "backend": "cpu", "contextLength": 100, "cache_kind": kind }),
+            Surface::File,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        let files = ModelFiles::open(Path::new(path)).unwrap();
+        let engine = pollster::block_on(Engine::load(files, options)).unwrap();
+        let (kinds, memory, layers, kv_dim) = engine
+            .inspect(|s| {
+                let c = s.config();
+                (
+                    s.forward().kv_kinds(),
+                    s.forward().memory(),
+                    c.n_layers,
+                    c.kv_dim(),
+                )
+            })
+            .unwrap();
+        assert_eq!(kv_dim, 32, "the fixture's shape");
+        let want = if kind == "q8" { "q8_0" } else { "f32" };
+        assert_eq!(kinds.to_string(), want);
+        assert_eq!(
+            memory.kv_bytes_per_token,
+            (row_bytes * layers) as u64,
+            "{kind}"
+        );
+        assert_eq!(memory.kv_cache, memory.kv_bytes_per_token * 100, "{kind}");
+    }
+}

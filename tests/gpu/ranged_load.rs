@@ -430,9 +430,9 @@ fn a_model_is_checked_from_its_header_before_any_tensor_is_read() {
     let header_reads = source.reads.get();
 
     // the CPU backend: the model's context by default, a longer one refused by name
-    let choice = Session::check_cpu_fit(layout, None).unwrap();
+    let choice = Session::check_cpu_fit(layout, None, Default::default()).unwrap();
     assert_eq!(choice.context, layout.config.context_length);
-    let e = Session::check_cpu_fit(layout, Some(100_000)).unwrap_err();
+    let e = Session::check_cpu_fit(layout, Some(100_000), Default::default()).unwrap_err();
     assert!(
         matches!(&e, Error::InvalidArgument { name, .. } if *name == "context"),
         "{e}"

@@ -106,8 +106,8 @@ pub struct CpuForward {
 
 impl CpuForward {
     /// Keeps the matrices in their stored format where the file holds them (shared, not copied:
-    /// [`ModelWeights::keep`]), the vectors as f32; allocates an f32
-    /// KV cache of `context` positions, builds the graph.
+    /// [`ModelWeights::keep`]), the vectors as f32; allocates an f32 KV cache of `context`
+    /// positions, builds the graph.
     pub fn new(weights: &ModelWeights<'_>, context: usize, chunk: usize) -> Result<Self> {
         Self::with_precision(weights, context, chunk, CpuPrecision::Int8)
     }
@@ -119,6 +119,18 @@ impl CpuForward {
         chunk: usize,
         precision: CpuPrecision,
     ) -> Result<Self> {
+        Self::with_kinds(weights, context, chunk, precision, KvKinds::default())
+    }
+
+    /// [`Self::with_precision`] with the KV cache stored in `kinds` from the start (never an
+    /// f32 cache first: in WebAssembly memory grown for one is never given back).
+    pub fn with_kinds(
+        weights: &ModelWeights<'_>,
+        context: usize,
+        chunk: usize,
+        precision: CpuPrecision,
+        kinds: KvKinds,
+    ) -> Result<Self> {
         let config = weights.config.clone();
         crate::model::arch::validate(&config, &weights.file)?;
         weights.check_shapes()?;
@@ -126,7 +138,7 @@ impl CpuForward {
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
-        check_address_space(weights, context)?;
+        check_address_space(weights, context, kinds)?;
         let mut held = CpuWeights {
             mats: HashMap::new(),
             vecs: HashMap::new(),
@@ -158,7 +170,7 @@ impl CpuForward {
             .collect();
         let kv = CpuKv::new(
             &config,
-            KvKinds::default(),
+            kinds,
             KvLayout::trained(&config, context, chunk),
             1,
         )?;
@@ -168,9 +180,7 @@ impl CpuForward {
             weights: weight_bytes,
             kv_cache: kv.bytes(),
             activations: 0,
-            kv_bytes_per_token: kv
-                .layout
-                .position_bytes(KvKinds::default().row_bytes(config.kv_dim())),
+            kv_bytes_per_token: kv.layout.position_bytes(kinds.row_bytes(config.kv_dim())),
             batch: 0,
         };
         Ok(Self {
