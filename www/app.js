@@ -126,6 +126,7 @@ function row(label, value) {
 
 /** The loaded model's facts; `templateName`: the chat template file picked for it, if any. */
 function showInfo(info, templateName) {
+  keepPresets(info);
   const m = info.model;
   $('model-info').tBodies[0].replaceChildren(
     row('Model', m.name),
@@ -450,12 +451,15 @@ function options() {
   return o;
 }
 
-/** The presets' temperature, top-k and top-p (the engine's `preset` values). */
-const PRESETS = {
-  conservative: { temperature: 0.3, 'top-k': 20, 'top-p': 1 },
-  balanced: { temperature: 0.8, 'top-k': 50, 'top-p': 0.9 },
-  creative: { temperature: 1.3, 'top-k': 100, 'top-p': 0.95 },
-};
+/** The presets' temperature, top-k and top-p, from the engine's own table (`info.presets`). */
+let PRESETS = {};
+
+/** Keeps the loaded engine's presets for the preset menu. */
+function keepPresets(info) {
+  PRESETS = Object.fromEntries((info.presets ?? []).map((p) => [
+    p.name, { temperature: p.temperature, 'top-k': p.topK, 'top-p': p.topP },
+  ]));
+}
 
 $('preset').addEventListener('change', () => {
   const preset = PRESETS[$('preset').value];

@@ -6,6 +6,7 @@ use serde::Serialize;
 use tsify::Tsify;
 
 use crate::backend::gpu::Counters;
+use crate::sampling::Preset;
 use crate::session::{Generation, Sequence, Session, Stats};
 
 /// One generated sequence.
@@ -294,6 +295,9 @@ pub(crate) struct EngineInfo {
     backend_choice: Option<BackendChoiceInfo>,
     /// The draft model of speculative decoding (`loadDraft`, `draft` load option), if any.
     draft: Option<String>,
+    /// The sampling presets (`preset`), each with what it sets: what a page's preset menu
+    /// fills in, from the engine's own table.
+    presets: Vec<PresetInfo>,
 }
 
 impl EngineInfo {
@@ -383,6 +387,7 @@ impl EngineInfo {
             backend_notice: None,
             backend_choice: None,
             draft: session.draft().map(|(name, _)| name.to_string()),
+            presets: Preset::ALL.into_iter().map(PresetInfo::of).collect(),
         }
     }
 
@@ -428,6 +433,35 @@ impl EngineInfo {
         info.backend_notice = self.backend_notice.clone();
         info.backend_choice = self.backend_choice.clone();
         info
+    }
+}
+
+/// A sampling preset and what it sets (top-p 1: off).
+#[derive(Serialize, Tsify, Clone)]
+#[serde(rename_all = "camelCase")]
+struct PresetInfo {
+    /// The name `preset` takes.
+    #[tsify(type = "'conservative' | 'balanced' | 'creative'")]
+    name: &'static str,
+    temperature: f64,
+    top_k: usize,
+    top_p: f64,
+}
+
+/// `x` as the f64 its shortest decimal form names (0.3, not 0.30000001192092896).
+fn as_written(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
+}
+
+impl PresetInfo {
+    fn of(preset: Preset) -> Self {
+        let (temperature, top_k, top_p) = preset.values();
+        Self {
+            name: preset.name(),
+            temperature: as_written(temperature),
+            top_k,
+            top_p: as_written(top_p),
+        }
     }
 }
 

@@ -109,6 +109,14 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   console.log(`adapter: ${rows.Adapter} | backend: ${rows.Backend}`);
   assert.match(rows.Backend, /^webgpu/);
 
+  // A preset fills temperature, top-k and top-p with the engine's own values (info.presets).
+  await page.selectOption('#preset', 'creative');
+  assert.deepEqual(
+    [await page.inputValue('#temperature'), await page.inputValue('#top-k'), await page.inputValue('#top-p')],
+    ['1.3', '100', '0.95'],
+  );
+  await page.selectOption('#preset', 'balanced');
+
   // A greedy reply, streamed: record every state of the reply's text as it grows.
   await page.fill('#temperature', '0');
   await page.fill('#max-tokens', String(MAX_TOKENS));

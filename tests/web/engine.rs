@@ -102,6 +102,16 @@ async fn load_reports_progress_and_info() {
     assert_eq!(info["backend"], "webgpu");
     assert_eq!(info["contextLength"], 64);
     assert_eq!(info["contextReason"], "asked for", "{info}");
+    // the presets a page's menu fills in, from the engine's table (numbers as written)
+    assert_eq!(
+        info["presets"],
+        json!([
+            { "name": "conservative", "temperature": 0.3, "topK": 20, "topP": 1.0 },
+            { "name": "balanced", "temperature": 0.8, "topK": 50, "topP": 0.9 },
+            { "name": "creative", "temperature": 1.3, "topK": 100, "topP": 0.95 },
+        ]),
+        "{info}"
+    );
     assert_eq!(info["model"]["arch"], "llama");
     assert_eq!(info["model"]["layers"], 2);
     assert_eq!(info["model"]["vocab"], 512);
