@@ -331,6 +331,16 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
 /// The tensor in which llama.cpp stores Llama 3.1's RoPE scaling: `[head_dim / 2]` divisors.
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
+/// How [`Error::Unsupported`] starts for a file that can be loaded, but only whole (not read a
+/// tensor at a time): see [`must_read_whole`].
+const READ_WHOLE: &str = "reading this file a tensor at a time";
+
+/// Whether `e`, from describing a file's tensors without their bytes, means only that the file
+/// must be read whole to load (its stacked matrices are split on load), not that it cannot load.
+pub fn must_read_whole(e: &Error) -> bool {
+    matches!(e, Error::Unsupported { what, .. } if what.starts_with(READ_WHOLE))
+}
+
 /// The configuration and every tensor of the files of one model in part order (`h` is the
 /// first one's header), borrowing their bytes.
 fn weights_from_parts<'a>(
@@ -402,9 +412,10 @@ fn build_weights<'p, 'w>(
         if described_only && crate::model::unfuse::stacks_any(&config, &tensors) {
             return Err(Error::Unsupported {
                 file: h.file().to_string(),
-                what: "reading this file a tensor at a time: it stacks matrices (`attn_qkv`, or \
-                       `ffn_up` with the gate) that are split as the whole file is loaded"
-                    .into(),
+                what: format!(
+                    "{READ_WHOLE}: it stacks matrices (`attn_qkv`, or `ffn_up` with the gate) \
+                     that are split as the whole file is loaded"
+                ),
             });
         }
         crate::model::unfuse::split_fused(&config, &mut tensors)?;

@@ -21,7 +21,8 @@ pub trait ByteSource {
     /// The most bytes worth reading in one call to save calls: a reader asks for neighbouring
     /// ranges of one file together (and for the small gaps between them) up to this many
     /// bytes. 0 (the default) reads each range on its own, for sources where a call costs
-    /// little (a `File`); a source where each call is a round trip (HTTP) says more.
+    /// little (a `File`); a source where each call is a round trip (HTTP) says more. A merged
+    /// read is held while its tensors are copied out of it: up to this many bytes beside them.
     fn merge_up_to(&self) -> u64 {
         0
     }

@@ -9,6 +9,7 @@ use super::http_source::HttpSource;
 use crate::backend::gpu::GpuContext;
 use crate::engine::EngineOptions;
 use crate::error::{Error, Result};
+use crate::format::gguf_model::must_read_whole;
 use crate::format::gguf_ranged::RangedGguf;
 use crate::session::Session;
 
@@ -23,9 +24,10 @@ pub(super) enum RunsOn<'a> {
 }
 
 /// Opens `urls` (each with its name) by range and reads their headers; refuses a model that
-/// cannot run where `runs_on` says under `options`. `None` where a server does not answer
-/// ranges, or the files must be read whole (a matrix split as the whole file loads): the load
-/// then reads them as before and checks after.
+/// cannot run where `runs_on` says under `options` (a malformed header or an unsupported model
+/// is refused here too). `None` where a server does not answer ranges (or fails while its
+/// headers are read), or the files must be read whole (a matrix split as the whole file
+/// loads): the load then reads them as before and checks after.
 pub(super) async fn read_headers(
     urls: &[(String, String)],
     runs_on: RunsOn<'_>,
@@ -37,7 +39,9 @@ pub(super) async fn read_headers(
     let http = Rc::new(http);
     let ranged = match RangedGguf::open(http.clone(), &http.names()).await {
         Ok(ranged) => ranged,
-        Err(Error::Unsupported { .. }) => return Ok(None),
+        Err(e) if must_read_whole(&e) => return Ok(None),
+        // the server failed now; the download may still succeed, and says why where not
+        Err(Error::Io { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
     let layout = ranged.layout();

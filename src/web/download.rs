@@ -226,10 +226,7 @@ pub(crate) async fn read_url(
                     }
                     // unreadable, or not the file the caller named: fetched again
                     d.forget_stored(s, digest).await;
-                } else if entry.is_complete() && !keep {
-                    return Ok(d.into_stored_file(true));
-                }
-                if let (true, Some(r)) = (entry.is_complete(), &record) {
+                } else if let (true, Some(r)) = (entry.is_complete(), &record) {
                     fits(r.bytes)?;
                     if read_stored(&mut d, &entry.blob()?, r.bytes).await
                         && matches(d.sink.digest())

@@ -19,6 +19,7 @@ use super::types::{EngineCounters, EngineInfo, SourceNote};
 use super::{check_alive, install_panic_hook, js_error, js_message, spawn_promise, to_js};
 use crate::backend::gpu::{DeviceChoice, GpuContext};
 use crate::engine;
+use crate::format::gguf_model::must_read_whole;
 use crate::format::gguf_ranged::RangedGguf;
 use crate::loader::ModelFiles;
 use crate::session::Prompt;
@@ -91,9 +92,18 @@ impl Engine {
             false => None,
         };
         // Files still on a server: their headers first, by range, so that a model that cannot
-        // run here is refused before its bytes are downloaded.
-        let on_server = match (&blobs, source.urls()) {
-            (None, Some(urls)) => {
+        // run here is refused before its bytes are downloaded (files the store holds whole are
+        // read from there, and checked as they load).
+        let stored_whole = match &blobs {
+            Some(_) => true,
+            None => source
+                .as_blobs(name.as_deref(), store.as_ref(), None)
+                .await
+                .map_err(|e| js_error(&e))?
+                .is_some(),
+        };
+        let on_server = match (stored_whole, source.urls()) {
+            (false, Some(urls)) => {
                 let urls = HttpSource::named(&urls, name.as_deref());
                 let runs_on = match (&gpu, straight_to_gpu) {
                     (Some(g), true) => RunsOn::Gpu(g),
@@ -142,7 +152,7 @@ impl Engine {
                 match RangedGguf::open(Rc::new(blobs), &names).await {
                     Ok(r) => Some((r, None)),
                     // a file the loader must split as a whole: read whole below
-                    Err(Error::Unsupported { .. }) => None,
+                    Err(e) if must_read_whole(&e) => None,
                     Err(e) => return Err(js_error(&e)),
                 }
             }

@@ -132,7 +132,7 @@ impl HttpSource {
     }
 
     /// Bytes `range` of `f`, one request (asked again, for the same span, where the connection
-    /// breaks).
+    /// breaks or the server answers 429 or 5xx).
     async fn read_span(&self, f: &HttpFile, range: std::ops::Range<u64>) -> Result<Vec<u8>> {
         let want = range.end.saturating_sub(range.start);
         if want == 0 {
@@ -152,6 +152,11 @@ impl HttpSource {
         loop {
             let response = fetch_range(&f.url, range.start, Some(range.end - 1)).await;
             let broke = match response {
+                // the server is busy or failed for now: asked again like a broken connection
+                Ok(response) if response.status() == 429 || response.status() >= 500 => {
+                    cancel(&response);
+                    format!("HTTP {} {}", response.status(), response.status_text())
+                }
                 Ok(response) => match self.check(f, &range, &response) {
                     Ok(()) => match body_bytes(&response).await {
                         Ok(bytes) if bytes.len() as u64 == want => {
@@ -194,13 +199,13 @@ impl HttpSource {
         }
         let sent = header(response, "content-range");
         if let Some(r) = sent.as_deref().and_then(parse_content_range) {
-            if r.first != range.start || r.last + 1 != range.end {
+            let end = r.last.saturating_add(1);
+            if r.first != range.start || end != range.end {
                 return Err(io(
                     &f.name,
                     format!(
-                        "bytes {range:?} were asked for and bytes {}..{} came",
-                        r.first,
-                        r.last + 1
+                        "bytes {range:?} were asked for and bytes {}..{end} came",
+                        r.first
                     ),
                 ));
             }

@@ -29,14 +29,17 @@ struct Job {
     heads: Range<usize>,
 }
 
-/// Runs of at most [`TILE`] consecutive tokens whose keys lie in the same cache rows (the same
+/// The most scores one job holds (4 MiB of f32): a tile's tokens × heads × key positions.
+const MAX_SCORES: usize = 1 << 20;
+
+/// Runs of at most `tile` consecutive tokens whose keys lie in the same cache rows (the same
 /// slot and ring): a prefill chunk's tokens, or each sequence's token of a batched step.
-fn token_tiles(keys: &[KeyRange]) -> Vec<Range<usize>> {
+fn token_tiles(keys: &[KeyRange], tile: usize) -> Vec<Range<usize>> {
     let mut tiles: Vec<Range<usize>> = Vec::new();
     for (t, r) in keys.iter().enumerate() {
         match tiles.last_mut() {
             Some(last)
-                if last.len() < TILE
+                if last.len() < tile
                     && (keys[last.start].base, keys[last.start].ring) == (r.base, r.ring) =>
             {
                 last.end = t + 1
@@ -62,7 +65,15 @@ pub fn attention(
 ) {
     let hd = s.head_dim;
     let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
-    let tiles = token_tiles(keys);
+    // fewer tokens a tile where the keys are many, so that a job's scores stay bounded (each
+    // thread holds one job's)
+    let longest = keys
+        .iter()
+        .map(|r| r.end.saturating_sub(r.first))
+        .max()
+        .unwrap_or(0);
+    let tile = (MAX_SCORES / (group * longest).max(1)).clamp(1, TILE);
+    let tiles = token_tiles(keys, tile);
     // a key/value head's whole group where that leaves every thread a job (its rows are then
     // read once, not once per head: a decode step at length is bound by reading them), else
     // one head a job

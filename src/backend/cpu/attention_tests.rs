@@ -135,6 +135,22 @@ fn tiles_give_the_bits_of_one_head_at_a_time() {
     }
 }
 
+/// At a length where a tile of 16 would hold more than [`MAX_SCORES`] scores, tiles shrink and
+/// the bits stay.
+#[test]
+fn long_ranges_take_smaller_tiles_with_the_same_bits() {
+    let case = Case {
+        n_heads: 8,
+        n_kv_heads: 1,
+        head_dim: 8,
+        keys: chunk(20_000, 20, None, 0, 0),
+        rows: 20_020,
+        kind: KvKind::F32,
+        stacked: false,
+    };
+    check(&case, 80);
+}
+
 #[test]
 fn windows_rings_and_batched_slots_keep_the_bits() {
     // a local layer: a window of 24 over a ring of 40 rows, a chunk past the ring's length
@@ -187,6 +203,7 @@ fn windows_rings_and_batched_slots_keep_the_bits() {
 fn tokens_split_into_tiles_of_one_cache() {
     let mut keys = chunk(0, 35, None, 0, 0);
     keys.extend(chunk(0, 2, None, 64, 0));
-    let tiles = token_tiles(&keys);
+    let tiles = token_tiles(&keys, TILE);
     assert_eq!(tiles, vec![0..16, 16..32, 32..35, 35..37]);
+    assert_eq!(token_tiles(&keys, 10)[..2], [0..10, 10..20]);
 }
