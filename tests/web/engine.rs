@@ -106,7 +106,7 @@ async fn load_reports_progress_and_info() {
     assert_eq!(
         info["presets"],
         json!([
-            { "name": "conservative", "temperature": 0.3, "topK": 20, "topP": 1.0 },
+            { "name": "conservative", "temperature": 0.3, "topK": 20, "topP": 1 },
             { "name": "balanced", "temperature": 0.8, "topK": 50, "topP": 0.9 },
             { "name": "creative", "temperature": 1.3, "topK": 100, "topP": 0.95 },
         ]),
