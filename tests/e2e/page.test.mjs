@@ -110,12 +110,15 @@ test('chat page: load, greedy reply equal to the CLI, stop, reload from the cach
   assert.match(rows.Backend, /^webgpu/);
 
   // A preset fills temperature, top-k and top-p with the engine's own values (info.presets).
-  await page.selectOption('#preset', 'creative');
-  assert.deepEqual(
-    [await page.inputValue('#temperature'), await page.inputValue('#top-k'), await page.inputValue('#top-p')],
-    ['1.3', '100', '0.95'],
-  );
-  await page.selectOption('#preset', 'balanced');
+  // (The menu is in the closed "Advanced sampling" panel: chosen as a script would.)
+  const choose = (name) => page.evaluate((value) => {
+    const menu = document.getElementById('preset');
+    menu.value = value;
+    menu.dispatchEvent(new Event('change'));
+    return ['temperature', 'top-k', 'top-p'].map((id) => document.getElementById(id).value);
+  }, name);
+  assert.deepEqual(await choose('creative'), ['1.3', '100', '0.95']);
+  await choose('balanced');
 
   // A greedy reply, streamed: record every state of the reply's text as it grows.
   await page.fill('#temperature', '0');
