@@ -83,25 +83,15 @@ impl Engine {
                 || engine::Engine::runs_on_the_adapter(g, &options)
         });
         // Files the store holds whole (or the page's own Files) are read from there a range at
-        // a time.
-        let mut blobs = match straight_to_gpu {
-            true => source
-                .as_blobs(name.as_deref(), store.as_ref(), digests.as_deref())
-                .await
-                .map_err(|e| js_error(&e))?,
-            false => None,
-        };
-        // Files still on a server: their headers first, by range, so that a model that cannot
-        // run here is refused before its bytes are downloaded (files the store holds whole are
-        // read from there, and checked as they load).
-        let stored_whole = match &blobs {
-            Some(_) => true,
-            None => source
-                .as_blobs(name.as_deref(), store.as_ref(), None)
-                .await
-                .map_err(|e| js_error(&e))?
-                .is_some(),
-        };
+        // a time on the GPU (where a digest is to be checked, once the store has checked it);
+        // files still on a server have their headers read first, by range, so that a model
+        // that cannot run here is refused before its bytes are downloaded.
+        let held = source
+            .as_blobs(name.as_deref(), store.as_ref())
+            .await
+            .map_err(|e| js_error(&e))?;
+        let stored_whole = held.is_some();
+        let mut blobs = held.filter(|_| straight_to_gpu && digests.is_none());
         let on_server = match (stored_whole, source.urls()) {
             (false, Some(urls)) => {
                 let urls = HttpSource::named(&urls, name.as_deref());
@@ -129,7 +119,7 @@ impl Engine {
             if stored_first.is_some() {
                 // every file's digest was checked as it was stored (or read back)
                 blobs = source
-                    .as_blobs(name.as_deref(), store.as_ref(), None)
+                    .as_blobs(name.as_deref(), store.as_ref())
                     .await
                     .map_err(|e| js_error(&e))?;
             }

@@ -171,16 +171,7 @@ impl Source {
             Source::Parts(parts) => parts,
             one => vec![one],
         };
-        if let Some(d) = digests.filter(|d| d.len() != sources.len()) {
-            return Err(Error::invalid(
-                "sha256",
-                format!(
-                    "{} digest(s) for {} file(s): give one per file, in part order",
-                    d.len(),
-                    sources.len()
-                ),
-            ));
-        }
+        check_digest_count(digests, sources.len())?;
         let single = sources.len() == 1;
         let known: RefCell<Vec<Option<u64>>> =
             RefCell::new(sources.iter().map(Source::size_now).collect());
@@ -295,16 +286,7 @@ impl Source {
         if urls.is_empty() || !matches!(store, Some(Store::Opfs(..))) {
             return Ok(None);
         }
-        if let Some(d) = digests.filter(|d| d.len() != urls.len()) {
-            return Err(Error::invalid(
-                "sha256",
-                format!(
-                    "{} digest(s) for {} file(s): give one per file, in part order",
-                    d.len(),
-                    urls.len()
-                ),
-            ));
-        }
+        check_digest_count(digests, urls.len())?;
         let mut out = StoredFirst {
             from_store: true,
             downloaded: 0,
@@ -334,17 +316,14 @@ impl Source {
 
     /// The files as Blobs to read a range at a time, each with its name, where every one is a
     /// File or Blob, or a URL whose download `store` holds whole in the Origin Private File
-    /// System; `None` otherwise (bytes, a URL to fetch, the Cache API), and where `digests`
-    /// are given (they are checked over the whole read). `name` names a single file.
+    /// System; `None` otherwise (bytes, a URL to fetch, the Cache API). `name` names a single
+    /// file. A `sha256` is not checked here: the caller decides whether these may be read by
+    /// range unchecked.
     pub async fn as_blobs(
         &self,
         name: Option<&str>,
         store: Option<&Store>,
-        digests: Option<&[[u8; 32]]>,
     ) -> Result<Option<Vec<(Blob, String)>>> {
-        if digests.is_some() {
-            return Ok(None);
-        }
         let sources: Vec<&Source> = match self {
             Source::Parts(parts) => parts.iter().collect(),
             one => vec![one],
@@ -474,4 +453,18 @@ pub(crate) async fn put_in_cache(to_cache: Vec<ToCache>, files: &ModelFiles) -> 
         }
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// Refuses `sha256` digests that are not one per file (`files` of them).
+fn check_digest_count(digests: Option<&[[u8; 32]]>, files: usize) -> Result<()> {
+    match digests.filter(|d| d.len() != files) {
+        Some(d) => Err(Error::invalid(
+            "sha256",
+            format!(
+                "{} digest(s) for {files} file(s): give one per file, in part order",
+                d.len()
+            ),
+        )),
+        None => Ok(()),
+    }
 }

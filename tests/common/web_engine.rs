@@ -124,3 +124,18 @@ pub async fn generate_greedy(engine: &Engine) -> Value {
     .await
     .unwrap()
 }
+
+/// A name no earlier run used: the stores, fault ids and served counts of one test run are its
+/// own.
+pub fn unique(what: &str) -> String {
+    format!("{what}-{}", (js_sys::Math::random() * 1e12) as u64)
+}
+
+/// `Engine.load(source, options)` with its `info()`, or the error's message.
+pub async fn open_info(source: JsValue, options: &Value) -> Result<(Engine, Value), String> {
+    let engine = Engine::open(source, js(options))
+        .await
+        .map_err(|e| message(&e))?;
+    let info = rust(&engine.info().map_err(|e| message(&e))?);
+    Ok((engine, info))
+}

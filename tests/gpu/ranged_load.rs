@@ -62,6 +62,23 @@ impl ByteSource for Files {
     }
 }
 
+/// The model `ranged` describes, loaded a group of tensors at a time (64 positions).
+fn load_read(
+    ctx: &emberlm::GpuContext,
+    cache: &emberlm::backend::gpu::KernelCache,
+    ranged: &RangedGguf,
+) -> Result<Forward> {
+    pollster::block_on(Forward::new_read(
+        ctx,
+        cache,
+        ranged.layout(),
+        ranged,
+        64,
+        DEFAULT_CHUNK,
+        &mut |_, _| {},
+    ))
+}
+
 fn fixture(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -223,16 +240,7 @@ fn neighbouring_tensors_are_read_together_where_the_source_asks() {
     let Some((ctx, cache)) = common::shared_native_gpu(GpuOptions::default()) else {
         return;
     };
-    pollster::block_on(Forward::new_read(
-        ctx,
-        cache,
-        ranged.layout(),
-        &ranged,
-        64,
-        DEFAULT_CHUNK,
-        &mut |_, _| {},
-    ))
-    .unwrap();
+    load_read(ctx, cache, &ranged).unwrap();
     let sizes: Vec<u64> = ranged
         .layout()
         .tensors
@@ -339,16 +347,7 @@ fn bad_sources_are_refused_by_name() {
     let dyn_source: Rc<dyn ByteSource> = source.clone();
     let names = [("cut.gguf".to_string(), bytes.len() as u64)];
     let ranged = pollster::block_on(RangedGguf::open(dyn_source, &names)).unwrap();
-    let err = pollster::block_on(Forward::new_read(
-        ctx,
-        cache,
-        ranged.layout(),
-        &ranged,
-        64,
-        DEFAULT_CHUNK,
-        &mut |_, _| {},
-    ))
-    .expect_err("a short file");
+    let err = load_read(ctx, cache, &ranged).expect_err("a short file");
     assert!(err.to_string().contains("past its end"), "{err}");
 
     // not GGUF, and a truncated header

@@ -12,7 +12,6 @@ use crate::common;
 
 use common::browser_log as log;
 use emberlm::web::Engine;
-use js_sys::Uint8Array;
 use serde_json::{json, Value};
 use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -21,19 +20,6 @@ use common::web_engine::*;
 const FIXTURE: &str = "tiny-llama-q4_1.gguf";
 /// A fixture many times larger than the first header read (64 KiB).
 const LARGER: &str = "tiny-llama-256-q4_k_m.gguf";
-
-/// A name no earlier run used: the server's counts and stores of one run are its own.
-fn unique(what: &str) -> String {
-    format!("{what}-{}", (js_sys::Math::random() * 1e12) as u64)
-}
-
-async fn open(url: &str, options: &Value) -> Result<(Engine, Value), String> {
-    let engine = Engine::open(url.into(), js(options))
-        .await
-        .map_err(|e| message(&e))?;
-    let info = rust(&engine.info().map_err(|e| message(&e))?);
-    Ok((engine, info))
-}
 
 /// What the test server sent for requests carrying `id`: (responses, body bytes).
 async fn served(fixture_url: &str, id: &str) -> (u64, u64) {
@@ -51,17 +37,6 @@ async fn served(fixture_url: &str, id: &str) -> (u64, u64) {
     )
 }
 
-/// The greedy tokens of `name` loaded from its bytes on WebGPU.
-async fn tokens_of_bytes(name: &str) -> Value {
-    let engine = Engine::open(
-        Uint8Array::from(fixture(name)).into(),
-        js(&json!({ "contextLength": 64, "backend": "gpu" })),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{}", message(&e)));
-    generate_greedy(&engine).await["tokens"].clone()
-}
-
 #[wasm_bindgen_test]
 async fn a_url_without_a_store_goes_to_the_gpu_by_range() {
     let test = "a_url_without_a_store_goes_to_the_gpu_by_range";
@@ -69,12 +44,15 @@ async fn a_url_without_a_store_goes_to_the_gpu_by_range() {
         return;
     };
     let size = fixture(FIXTURE).len() as u64;
-    let want = tokens_of_bytes(FIXTURE).await;
+    let want = crate::ranged::whole_tokens(fixture(FIXTURE)).await;
     let id = unique("by-range");
     let url = format!("{base}?id={id}");
-    let (engine, info) = open(&url, &json!({ "contextLength": 64, "backend": "gpu" }))
-        .await
-        .unwrap();
+    let (engine, info) = open_info(
+        url.as_str().into(),
+        &json!({ "contextLength": 64, "backend": "gpu" }),
+    )
+    .await
+    .unwrap();
     assert_eq!(info["weightsReadByRange"], true, "{info}");
     assert_eq!(info["loadedFromCache"], false, "{info}");
     assert_eq!(info["storedInCache"], false, "{info}");
@@ -107,12 +85,15 @@ async fn a_server_without_ranges_is_read_whole() {
     let Some(base) = common::fixture_url(test, FIXTURE) else {
         return;
     };
-    let want = tokens_of_bytes(FIXTURE).await;
+    let want = crate::ranged::whole_tokens(fixture(FIXTURE)).await;
     for backend in ["gpu", "cpu"] {
         let url = format!("{base}?norange=1&id={}", unique("whole"));
-        let (engine, info) = open(&url, &json!({ "contextLength": 64, "backend": backend }))
-            .await
-            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let (engine, info) = open_info(
+            url.as_str().into(),
+            &json!({ "contextLength": 64, "backend": backend }),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(info["weightsReadByRange"], false, "{backend}: {info}");
         assert_eq!(
             info["bytesDownloaded"],
@@ -133,13 +114,16 @@ async fn a_broken_range_read_is_asked_again() {
     let Some(base) = common::fixture_url(test, FIXTURE) else {
         return;
     };
-    let want = tokens_of_bytes(FIXTURE).await;
+    let want = crate::ranged::whole_tokens(fixture(FIXTURE)).await;
     let half = fixture(FIXTURE).len() * 3 / 4;
     let id = unique("broken-span");
     let url = format!("{base}?drop={half}&spans=1&times=2&id={id}");
-    let (engine, info) = open(&url, &json!({ "contextLength": 64, "backend": "gpu" }))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (engine, info) = open_info(
+        url.as_str().into(),
+        &json!({ "contextLength": 64, "backend": "gpu" }),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(info["weightsReadByRange"], true, "{info}");
     assert_eq!(generate_greedy(&engine).await["tokens"], want);
     let (requests, _) = served(&base, &id).await;
@@ -153,10 +137,13 @@ async fn a_broken_range_read_is_asked_again() {
         "{base}?drop={half}&spans=1&times=10&id={}",
         unique("broken")
     );
-    let e = open(&url, &json!({ "contextLength": 64, "backend": "gpu" }))
-        .await
-        .err()
-        .expect("every read broke");
+    let e = open_info(
+        url.as_str().into(),
+        &json!({ "contextLength": 64, "backend": "gpu" }),
+    )
+    .await
+    .err()
+    .expect("every read broke");
     assert!(
         e.starts_with("Io") && e.contains(FIXTURE) && e.contains("failed 4 times"),
         "{e}"
@@ -181,7 +168,7 @@ async fn a_model_that_cannot_run_here_is_refused_before_its_download() {
     ] {
         let id = unique("refused");
         let url = format!("{base}?id={id}");
-        let e = open(&url, &options)
+        let e = open_info(url.as_str().into(), &options)
             .await
             .err()
             .unwrap_or_else(|| panic!("{options}: a context of 100000 loaded"));

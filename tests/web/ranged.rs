@@ -19,6 +19,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::wasm_bindgen_test;
 use web_sys::File;
 
+use common::web_engine::open_info as open;
 use common::web_engine::*;
 
 const FIXTURE: &str = "tiny-llama-q4_1.gguf";
@@ -32,11 +33,6 @@ fn on_gpu() -> Value {
     json!({ "contextLength": 64, "backend": "gpu" })
 }
 
-/// A name no other store of this page has, starting with `what`.
-fn unique(what: &str) -> String {
-    format!("{what}-{}", (js_sys::Math::random() * 1e12) as u64)
-}
-
 /// A new private file system store's name, starting with `what`, and the options of a WebGPU
 /// load that keeps its downloads there.
 fn in_new_store(what: &str) -> (String, Value) {
@@ -47,7 +43,7 @@ fn in_new_store(what: &str) -> (String, Value) {
 }
 
 /// The greedy tokens of `bytes` loaded whole on WebGPU (what a load read by range must give).
-async fn whole_tokens(bytes: &[u8]) -> Value {
+pub(crate) async fn whole_tokens(bytes: &[u8]) -> Value {
     let (whole, _) = open(Uint8Array::from(bytes).into(), &on_gpu())
         .await
         .unwrap();
@@ -61,14 +57,6 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-async fn open(source: JsValue, options: &Value) -> Result<(Engine, Value), String> {
-    let engine = Engine::open(source, js(options))
-        .await
-        .map_err(|e| message(&e))?;
-    let info = rust(&engine.info().map_err(|e| message(&e))?);
-    Ok((engine, info))
 }
 
 #[wasm_bindgen_test]

@@ -28,22 +28,13 @@ use common::web_engine::*;
 
 const FIXTURE: &str = "tiny-llama-q4_1.gguf";
 
-/// A name no earlier run used: stores and fault ids of one test run are its own.
-fn unique(what: &str) -> String {
-    format!("{what}-{}", (js_sys::Math::random() * 1e12) as u64)
-}
-
 /// The fixture's URL on the test server with `query` appended.
 fn url_with(test: &str, query: &str) -> Option<String> {
     common::fixture_url(test, FIXTURE).map(|u| format!("{u}?{query}"))
 }
 
 async fn load(url: &str, options: Value) -> Result<(Engine, Value), String> {
-    let engine = Engine::open(url.into(), js(&options))
-        .await
-        .map_err(|e| message(&e))?;
-    let info = rust(&engine.info().map_err(|e| message(&e))?);
-    Ok((engine, info))
+    open_info(url.into(), &options).await
 }
 
 /// The greedy tokens of the fixture loaded from its bytes (what every load must give).

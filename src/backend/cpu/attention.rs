@@ -22,6 +22,15 @@ use super::ops::AttnShape;
 /// Query tokens that share each key and value row a job reads.
 const TILE: usize = 16;
 
+/// What every job of one call reads: the queries, the caches, each token's keys and the shapes.
+struct Inputs<'a> {
+    q: &'a [f32],
+    k: &'a KvRows,
+    v: &'a KvRows,
+    keys: &'a [KeyRange],
+    s: AttnShape,
+}
+
 /// What one job attends: `tokens` (consecutive, sharing one cache's rows) and the query
 /// `heads` (consecutive, of one key/value head).
 struct Job {
@@ -87,15 +96,22 @@ pub fn attention(
     if job_len == 0 {
         return;
     }
-    let mut scratch = vec![0.0f32; tiles.len() * blocks * job_len];
-    super::for_each_chunk(&mut scratch, job_len, |i, o| {
+    let inputs = Inputs { q, k, v, keys, s };
+    let run = |i: usize, o: &mut [f32]| {
         let block = i % blocks;
         let job = Job {
             tokens: tiles[i / blocks].clone(),
             heads: block * per_job..(block + 1) * per_job,
         };
-        attend(q, k, v, keys, &s, &job, o);
-    });
+        attend(&inputs, &job, o);
+    };
+    if widest == 1 {
+        // a token a tile (a decode step): each job's rows are its own stretch of `out`
+        super::for_each_chunk(out, job_len, run);
+        return;
+    }
+    let mut scratch = vec![0.0f32; tiles.len() * blocks * job_len];
+    super::for_each_chunk(&mut scratch, job_len, run);
     // each job's rows, token by token and head by head, to their places in `out`
     for (ti, tile) in tiles.iter().enumerate() {
         for (j, t) in tile.clone().enumerate() {
@@ -110,52 +126,29 @@ pub fn attention(
 }
 
 /// One job, on the widest registers this CPU has.
-fn attend(
-    q: &[f32],
-    k: &KvRows,
-    v: &KvRows,
-    keys: &[KeyRange],
-    s: &AttnShape,
-    job: &Job,
-    out: &mut [f32],
-) {
+fn attend(inputs: &Inputs<'_>, job: &Job, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if super::dot::has_avx2() {
         // SAFETY: the CPU has AVX2 (checked above).
-        unsafe { attend_avx2(q, k, v, keys, s, job, out) };
+        unsafe { attend_avx2(inputs, job, out) };
         return;
     }
-    attend_with(q, k, v, keys, s, job, out);
+    attend_with(inputs, job, out);
 }
 
 /// [`attend_with`] compiled for AVX2 (its loops in 256-bit registers; no FMA).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn attend_avx2(
-    q: &[f32],
-    k: &KvRows,
-    v: &KvRows,
-    keys: &[KeyRange],
-    s: &AttnShape,
-    job: &Job,
-    out: &mut [f32],
-) {
-    attend_with(q, k, v, keys, s, job, out)
+unsafe fn attend_avx2(inputs: &Inputs<'_>, job: &Job, out: &mut [f32]) {
+    attend_with(inputs, job, out)
 }
 
 /// One job: the scores of every (token, head) of `job` against each key row read once, the
 /// softmax of each, then the value rows read once into the weighted sums. `out` holds the
 /// job's rows, token by token and, within a token, head by head (`[tokens, heads, head_dim]`).
 #[inline(always)]
-fn attend_with(
-    q: &[f32],
-    k: &KvRows,
-    v: &KvRows,
-    keys: &[KeyRange],
-    s: &AttnShape,
-    job: &Job,
-    out: &mut [f32],
-) {
+fn attend_with(inputs: &Inputs<'_>, job: &Job, out: &mut [f32]) {
+    let Inputs { q, k, v, keys, s } = inputs;
     let hd = s.head_dim;
     let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
     let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
