@@ -579,6 +579,7 @@ cmd_test() {
     WASM_BINDGEN_TEST_ONLY_WEB=1 CHROMEDRIVER=$CHROMEDRIVER_PATH \
     WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-3600} \
     cargo test --target wasm32-unknown-unknown --test "$WEB_TEST" -- --nocapture "${filter[@]}"
+  [ -n "$quick" ] || firefox_wasm_tests
   stop_model_server
   if [ -n "$quick" ]; then
     stage ""
@@ -606,6 +607,28 @@ cmd_test() {
   node --test --test-concurrency=1 tests/e2e/dist.test.mjs tests/e2e/npm.test.mjs
   stage ""
   log "all tests passed"
+}
+
+# The browser suite's smoke part in Firefox (firefox-esr through geckodriver), as
+# `wasm-pack test --headless --firefox` runs it: the same wasm test binary as Chromium's, for the
+# modules that need no WebGPU (Firefox offers none here): the CPU backend's kernels, goldens and
+# agreement with the native CLI, the private file system store (downloads kept, broken off,
+# resumed, checked) and saved conversations. The runner takes one filter, so one run per module.
+FIREFOX_WASM_TESTS=(cpu:: storage:: conversation:: embed::the_conversation_survives)
+firefox_wasm_tests() {
+  local caps="${CARGO_TARGET_DIR:-target}/firefox-webdriver.json" wasm t
+  wasm=$(ls -t "${CARGO_TARGET_DIR:-target}"/wasm32-unknown-unknown/debug/deps/"$WEB_TEST"-*.wasm 2>/dev/null | head -n 1)
+  [ -n "$wasm" ] || die "the browser tests' wasm binary was not found for the Firefox run"
+  # Debian names the binary firefox-esr, which geckodriver does not look for; no update or
+  # telemetry traffic from the test profile
+  printf '{"moz:firefoxOptions": {"binary": "%s", "prefs": {"app.update.enabled": false, "toolkit.telemetry.enabled": false, "datareporting.policy.dataSubmissionEnabled": false}}}\n' \
+    "${FIREFOX:-/usr/bin/firefox-esr}" >"$caps"
+  for t in "${FIREFOX_WASM_TESTS[@]}"; do
+    log "browser tests in Firefox: $t"
+    WASM_BINDGEN_TEST_WEBDRIVER_JSON="$caps" WASM_BINDGEN_TEST_ONLY_WEB=1 \
+      GECKODRIVER="$(command -v geckodriver)" WASM_BINDGEN_TEST_TIMEOUT=600 \
+      wasm-bindgen-test-runner "$wasm" --nocapture "$t"
+  done
 }
 
 # dist/emberlm-demo.html and dist/npm/ from www/ and www/pkg/ (tools/dist.mjs), then the npm
@@ -651,7 +674,18 @@ setup_bench_llama_cpp() {
   log "building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION from source (CPU only; ~10+ minutes on 2 cores)"
   mkdir -p "$BENCH_CACHE"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" \
+  # GGML_NATIVE turns on AMX where the CPU reports it, and eval then crashes where the OS does
+  # not enable AMX tiles (seen in sandboxes): there, the CPU's other features are named instead.
+  local isa="-DGGML_NATIVE=ON"
+  if grep -qw 'amx_tile' /proc/cpuinfo 2>/dev/null; then
+    isa="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+    local flag
+    for flag in avx_vnni:AVX_VNNI avx512f:AVX512 avx512_vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+      grep -qw "${flag%%:*}" /proc/cpuinfo && isa+=" -DGGML_${flag#*:}=ON"
+    done
+    log "this CPU reports AMX: llama.cpp built without GGML_NATIVE and without AMX ($isa)"
+  fi
+  CMAKE_ARGS="$isa -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" \
     CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
     nice "$venv/bin/python" -m pip install --no-binary llama-cpp-python --no-cache-dir \
     "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"

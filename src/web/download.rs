@@ -290,6 +290,8 @@ pub(crate) async fn read_url(
     let mut fitted = expected > 0;
     let mut failures = 0u32;
     let mut asked_room = d.writer.is_some();
+    // navigator.storage.persist(), asked when the download starts going to the store
+    let mut asked_persist: Option<js_sys::Promise> = None;
     loop {
         let from = d.sink.len();
         let response = match fetch(url, from).await {
@@ -299,6 +301,9 @@ pub(crate) async fn read_url(
                 sleep(125 << failures).await;
                 continue;
             }
+            // A resumed request that fails before its response (as Firefox reports a
+            // connection broken early) is the same break as one cut mid-body.
+            Err(e) if from > 0 => return Err(broke_off(url, &d, expected, &e)),
             Err(e) => return Err(io(url, format!("the download failed: {e}"))),
         };
         let status = response.status();
@@ -376,7 +381,7 @@ pub(crate) async fn read_url(
                     return Err(e);
                 }
             }
-            out.persisted = opfs::persist().await;
+            asked_persist = opfs::ask_persist();
             let record = StoredRecord::started(url, expected, etag.clone(), modified.clone());
             match s.begin(record).await {
                 Ok(w) => d.writer = Some(w),
@@ -406,21 +411,7 @@ pub(crate) async fn read_url(
                 d.write_tail().await;
                 failures += 1;
                 if failures > RETRIES {
-                    let kept = match &d.writer {
-                        Some(w) => format!(
-                            "; {} bytes are kept in the store and the next load asks for the rest",
-                            w.committed()
-                        ),
-                        None => String::new(),
-                    };
-                    return Err(io(
-                        url,
-                        format!(
-                            "the download broke off at {} of {} bytes after {RETRIES} retries: {e}{kept}",
-                            d.sink.len(),
-                            expected
-                        ),
-                    ));
+                    return Err(broke_off(url, &d, expected, &e));
                 }
                 sleep(125 << failures).await;
             }
@@ -460,7 +451,28 @@ pub(crate) async fn read_url(
         out.cache_after = Some(cache.clone());
     }
     out.bytes = d.sink.bytes;
+    out.persisted = opfs::persist_answer(asked_persist).await;
     Ok(out)
+}
+
+/// The error of a download that broke off with `why` after every retry: where, and what the
+/// store keeps of it for the next load.
+fn broke_off(url: &str, d: &Download, expected: u64, why: &str) -> Error {
+    let kept = match &d.writer {
+        Some(w) => format!(
+            "; {} bytes are kept in the store and the next load asks for the rest",
+            w.committed()
+        ),
+        None => String::new(),
+    };
+    io(
+        url,
+        format!(
+            "the download broke off at {} of {} bytes after {RETRIES} retries: {why}{kept}",
+            d.sink.len(),
+            expected
+        ),
+    )
 }
 
 /// Removes what the private file system store holds of `url`.

@@ -54,8 +54,10 @@ pub(crate) async fn estimate() -> Option<(u64, u64)> {
 }
 
 /// Asks the browser to keep this origin's storage under pressure
-/// (`navigator.storage.persist()`; windows only). `None` where it cannot be asked (a worker).
-pub(crate) async fn persist() -> Option<bool> {
+/// (`navigator.storage.persist()`; windows only) without waiting for the answer: Firefox asks
+/// the user, and an unanswered prompt (or a headless browser) never settles the promise. The
+/// question, for [`persist_answer`]; `None` where it cannot be asked (a worker).
+pub(crate) fn ask_persist() -> Option<Promise> {
     let manager = storage_manager()?;
     let has = Reflect::get(&manager, &JsValue::from_str("persist"))
         .ok()
@@ -63,7 +65,27 @@ pub(crate) async fn persist() -> Option<bool> {
     if !has {
         return None;
     }
-    wait(manager.persist().ok()?).await.ok()?.as_bool()
+    manager.persist().ok()
+}
+
+/// The answer to [`ask_persist`]'s question if it came, else whether the storage is kept
+/// under pressure now (`navigator.storage.persisted()`, which never asks the user); `None`
+/// where nothing was asked.
+pub(crate) async fn persist_answer(asked: Option<Promise>) -> Option<bool> {
+    let asked = asked?;
+    // A promise already settled wins a race against one resolved now; a pending one loses.
+    let pending = JsValue::from_str("pending");
+    let race = Promise::race(&Array::of2(&asked, &Promise::resolve(&pending)));
+    match wait(race).await {
+        Ok(answer) => {
+            if let Some(answer) = answer.as_bool() {
+                return Some(answer);
+            }
+        }
+        Err(_) => return None,
+    }
+    let manager = storage_manager()?;
+    wait(manager.persisted().ok()?).await.ok()?.as_bool()
 }
 
 fn io(path: &str, e: &JsValue) -> Error {

@@ -191,7 +191,8 @@ pub(crate) struct SourceNote {
     pub storage: Option<String>,
     /// Bytes received from the network.
     pub bytes_downloaded: u64,
-    /// `navigator.storage.persist()`'s answer, when this load asked.
+    /// `navigator.storage.persist()`'s answer if it came during the load, else
+    /// `navigator.storage.persisted()` at its end; `None` when not asked (a worker).
     pub persisted: Option<bool>,
     /// Why the download could not be kept in the store, when it could not.
     pub storage_notice: Option<String>,
@@ -262,8 +263,9 @@ pub(crate) struct EngineInfo {
     /// only the rest).
     bytes_downloaded: u64,
     /// Whether the browser agreed to keep the store under storage pressure
-    /// (`navigator.storage.persist()`, asked when a download is stored); `null` when not asked
-    /// (a worker cannot ask: call it from the page).
+    /// (`navigator.storage.persist()`, asked when a download is stored but never waited for:
+    /// its answer if it came during the load, else `navigator.storage.persisted()` at the end);
+    /// `null` when not asked (a worker cannot ask: call it from the page).
     persisted: Option<bool>,
     /// Why the download could not be kept in the store (the model loaded without it), when it
     /// could not: a quota reached while writing, a storage error.

@@ -1,7 +1,9 @@
 // The npm package built by `./build.sh dist` (dist/npm/, packed to dist/emberlm-VERSION.tgz):
 // the tarball holds only the package files; installed into a scratch project, its entry points
 // import in Node with the expected names and its types check with tsc; the Vite example builds
-// with the worker and the wasm emitted.
+// with the worker and the wasm emitted, and the built example runs in Firefox (Debian's
+// firefox-esr, where the engine's worker runs the CPU backend): a model picked in its file input
+// loads, and a reply streams in.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -9,6 +11,8 @@ import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { Firefox, FIREFOX } from '../../tools/firefox.mjs';
+import { startServer } from '../../tools/serve.mjs';
 
 const run = promisify(execFile);
 const ROOT = resolve('.');
@@ -105,4 +109,34 @@ test('the Vite example builds with the worker and the wasm emitted', async () =>
   const worker = assets.find((f) => /^worker.*\.js$/.test(f));
   assert.ok(worker, 'the worker chunk');
   assert.match(readFileSync(join(dir, 'dist/assets', worker), 'utf8'), /\.wasm/, 'the worker refers to the wasm');
+});
+
+test('the built Vite example runs in Firefox: a picked model loads in the worker and a reply streams', async (t) => {
+  const dist = 'examples/vite/dist';
+  const model = resolve('models/SmolLM2-135M-Instruct.Q4_1.gguf');
+  assert.ok(existsSync(join(dist, 'index.html')), `${dist} is missing: the Vite build test above makes it`);
+  assert.ok(existsSync(model), `${model} is missing: run ./build.sh setup`);
+  assert.ok(existsSync(FIREFOX), `${FIREFOX} is missing: run ./build.sh setup`);
+  const { server, url } = await startServer(dist);
+  t.after(() => server.close());
+  const ff = await Firefox.launch();
+  t.after(() => ff.close());
+  const text = (id) => ff.evaluate((i) => document.getElementById(i).textContent, id);
+  await ff.goto(url);
+  await ff.setInputFile('#model', model);
+  // the status names the model and where it runs once loaded (a load that fails leaves it on
+  // its progress, or the page's error on the console: the wait times out with the status shown)
+  const loaded = await ff.waitFor(() => !document.getElementById('send').disabled
+    && document.getElementById('status').textContent, { timeout: 180_000, what: 'the model to load' })
+    .catch(async (e) => assert.fail(`${e.message}; status: ${await text('status')}`));
+  assert.match(loaded, /^SmolLM2-135M-Instruct\.Q4_1\.gguf on CPU \(WebAssembly/, 'loaded on the CPU backend in the worker');
+  await ff.evaluate(() => document.getElementById('send').click());
+  const done = await ff.waitFor(() => {
+    const status = document.getElementById('status').textContent;
+    return /tok\/s$/.test(status) ? status : null;
+  }, { timeout: 300_000, what: 'the reply to finish' }).catch(async (e) => assert.fail(`${e.message}; status: ${await text('status')}`));
+  const streamed = await text('output');
+  console.log(`Firefox ${ff.capabilities.browserVersion}, the Vite example: ${loaded}; ${done}; ${JSON.stringify(streamed.slice(0, 80))}`);
+  assert.match(done, /^(stop|length), \d+(\.\d)? tok\/s$/);
+  assert.ok(streamed.trim().length > 0, 'the reply streamed into the page');
 });

@@ -14,7 +14,10 @@ $('model').addEventListener('change', async () => {
 
 $('send').addEventListener('click', async () => {
   $('output').textContent = '';
-  const result = await client.generate($('prompt').value, { maxNewTokens: 128 }, (event) => {
+  // An instruct model answers a chat turn (its template added); a bare string is continued as
+  // plain text, which such a model may end at once.
+  const messages = [{ role: 'user', content: $('prompt').value }];
+  const result = await client.generate(messages, { maxNewTokens: 128 }, (event) => {
     $('output').textContent += event.text;
   });
   $('status').textContent = `${result.finishReason}, ${result.stats.decodeTokPerS.toFixed(1)} tok/s`;
