@@ -1,27 +1,120 @@
-//! The filters after top-k: typical, top-p and min-p, each over the surviving candidates.
+//! The filters after temperature (top-k, typical, top-p, min-p) as one pipeline, built once
+//! from the parameters: the order they run in, what each does to the surviving candidates, and
+//! what the candidate path needs to stand in for the whole row when a filter runs first.
 
 use crate::sampling::SamplingParams;
 
 use super::logits::{id_of, ix, key, max_f64, weight};
 
-/// The filters after top-k, on the survivors `cand` (keys) of `logits`: typical, top-p and
-/// min-p, each when asked for. Reads nothing outside `cand`.
-pub(super) fn filter_candidates(
-    logits: &mut [f32],
-    cand: &mut Vec<u64>,
-    p: &SamplingParams,
-    use_typical: bool,
-    use_top_p: bool,
-    use_min_p: bool,
-) {
-    if use_typical {
-        typical(logits, cand, f64::from(p.typical_p));
+/// One filter with its setting. The pipeline runs them in this order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Filter {
+    /// Keeps the `k` largest logits (ties to the lower id), then puts the survivors in logit
+    /// order, so that the sums after it do not depend on how the selection left them.
+    TopK(usize),
+    /// Locally typical sampling keeping this much probability.
+    Typical(f64),
+    /// Nucleus sampling keeping this much probability.
+    TopP(f64),
+    /// Keeps the tokens at least this fraction as probable as the most probable one.
+    MinP(f64),
+}
+
+/// What the GPU's top candidates must show for a filter that runs first, so that they decide
+/// the same kept set as the whole row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Need {
+    /// The order of the `k` largest processed logits.
+    Largest(usize),
+    /// That the nucleus ends inside the candidates for every total mass the row can have.
+    Nucleus,
+    /// Every token's value: only the whole row decides.
+    Row,
+}
+
+impl Filter {
+    /// Filters the survivors `cand` (keys) of `logits`, setting removed tokens to `-inf`.
+    /// Reads nothing outside `cand`.
+    fn run(self, logits: &mut [f32], cand: &mut Vec<u64>) {
+        match self {
+            Filter::TopK(k) => {
+                if k == 0 || k >= cand.len() {
+                    return;
+                }
+                cand.select_nth_unstable(k - 1);
+                filter_out(logits, &cand[k..]);
+                cand.truncate(k);
+                cand.sort_unstable();
+            }
+            Filter::Typical(mass) => typical(logits, cand, mass),
+            Filter::TopP(mass) => top_p(logits, cand, mass),
+            Filter::MinP(ratio) => min_p(logits, cand, ratio),
+        }
     }
-    if use_top_p {
-        top_p(logits, cand, f64::from(p.top_p));
+
+    /// What the candidates must show when this filter runs first.
+    pub(super) fn need(self) -> Need {
+        match self {
+            Filter::TopK(k) => Need::Largest(k),
+            Filter::TopP(_) => Need::Nucleus,
+            Filter::Typical(_) | Filter::MinP(_) => Need::Row,
+        }
     }
-    if use_min_p {
-        min_p(logits, cand, f64::from(p.min_p));
+}
+
+/// The filters a sampler's parameters turn on, in the order they run; each filter at its
+/// neutral value (`top_k` 0 or the whole vocabulary, `typical_p` 1, `top_p` 1, `min_p` 0) is
+/// left out, and a greedy sampler has none (only the argmax is kept).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Pipeline {
+    filters: Vec<Filter>,
+}
+
+impl Pipeline {
+    /// The pipeline of `p` for a vocabulary of `vocab` tokens.
+    pub(super) fn of(p: &SamplingParams, vocab: usize) -> Self {
+        if p.is_greedy() {
+            return Self::default();
+        }
+        let mut filters = Vec::new();
+        if p.top_k > 0 && p.top_k < vocab {
+            filters.push(Filter::TopK(p.top_k));
+        }
+        if p.typical_p < 1.0 {
+            filters.push(Filter::Typical(f64::from(p.typical_p)));
+        }
+        if p.top_p < 1.0 {
+            filters.push(Filter::TopP(f64::from(p.top_p)));
+        }
+        if p.min_p > 0.0 {
+            filters.push(Filter::MinP(f64::from(p.min_p)));
+        }
+        Self { filters }
+    }
+
+    /// The filters, in the order they run.
+    pub(super) fn filters(&self) -> &[Filter] {
+        &self.filters
+    }
+
+    /// Whether no filter changes anything when `allowed` tokens remain.
+    pub(super) fn idle(&self, allowed: usize) -> bool {
+        self.filters
+            .iter()
+            .all(|f| matches!(*f, Filter::TopK(k) if k >= allowed))
+    }
+
+    /// What the candidates must show for the whole pipeline: the first filter's need, or the
+    /// whole row when no filter keeps the kept set small.
+    pub(super) fn need(&self) -> Need {
+        self.filters.first().map_or(Need::Row, |f| f.need())
+    }
+}
+
+/// Runs `filters` in order on the survivors `cand` (keys) of `logits`.
+pub(super) fn run(filters: &[Filter], logits: &mut [f32], cand: &mut Vec<u64>) {
+    for f in filters {
+        f.run(logits, cand);
     }
 }
 
@@ -133,6 +226,75 @@ fn min_p(logits: &mut [f32], cand: &mut Vec<u64>, min_p: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn params(top_k: usize, typical_p: f32, top_p: f32, min_p: f32) -> SamplingParams {
+        SamplingParams {
+            temperature: 0.8,
+            top_k,
+            typical_p,
+            top_p,
+            min_p,
+            ..SamplingParams::default()
+        }
+    }
+
+    #[test]
+    fn the_pipeline_keeps_the_order_and_leaves_neutral_filters_out() {
+        let all = Pipeline::of(&params(40, 0.9, 0.95, 0.05), 100);
+        assert_eq!(
+            all.filters(),
+            [
+                Filter::TopK(40),
+                Filter::Typical(f64::from(0.9f32)),
+                Filter::TopP(f64::from(0.95f32)),
+                Filter::MinP(f64::from(0.05f32)),
+            ]
+        );
+        // top-k over the whole vocabulary (or 0), typical 1, top-p 1 and min-p 0 do nothing
+        assert_eq!(Pipeline::of(&params(100, 1.0, 1.0, 0.0), 100).filters(), []);
+        assert_eq!(Pipeline::of(&params(0, 1.0, 1.0, 0.0), 100).filters(), []);
+        // greedy keeps the argmax only: no filter runs
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            ..params(40, 0.9, 0.95, 0.05)
+        };
+        assert_eq!(Pipeline::of(&greedy, 100).filters(), []);
+        // top-k alone is idle when no more tokens than k are allowed
+        let top_k = Pipeline::of(&params(40, 1.0, 1.0, 0.0), 100);
+        assert!(top_k.idle(40) && !top_k.idle(41));
+        assert!(!all.idle(10));
+    }
+
+    #[test]
+    fn the_first_filter_says_what_the_candidates_must_show() {
+        let need = |p: SamplingParams| Pipeline::of(&p, 1000).need();
+        assert_eq!(need(params(40, 0.9, 0.95, 0.05)), Need::Largest(40));
+        assert_eq!(need(params(0, 1.0, 0.95, 0.05)), Need::Nucleus);
+        assert_eq!(need(params(0, 0.9, 0.95, 0.0)), Need::Row);
+        assert_eq!(need(params(0, 1.0, 1.0, 0.05)), Need::Row);
+        // nothing filters: every token keeps some probability
+        assert_eq!(need(params(0, 1.0, 1.0, 0.0)), Need::Row);
+    }
+
+    #[test]
+    fn filters_run_in_order_on_the_survivors() {
+        // logits 0..8 as ids 0..8: top-k 5 keeps 3..8, then min-p 0.1 keeps those within
+        // -ln(0.1) = 2.30 of the largest (5, 6 and 7)
+        let mut logits: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        let mut cand: Vec<u64> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| key(x, i as u32))
+            .collect();
+        run(
+            &[Filter::TopK(5), Filter::MinP(0.1)],
+            &mut logits,
+            &mut cand,
+        );
+        let kept: Vec<usize> = (0..8).filter(|&i| logits[i].is_finite()).collect();
+        assert_eq!(kept, [5, 6, 7]);
+        assert_eq!(cand.len(), 3);
+    }
 
     #[test]
     fn shortest_prefix_grows_until_the_target_is_reached() {

@@ -7,7 +7,7 @@ use crate::candidates::saturate;
 use crate::candidates::{Candidates, SelectRequest, MAX_ADJUSTMENTS, MAX_CANDIDATES};
 use crate::Result;
 
-use super::filters::filter_candidates;
+use super::filters::{self, Filter, Need};
 use super::logits::{argmax, draw, ix, key, log_sum_exp, max_f64, uniform, weight};
 use super::sampler::top_logprobs;
 use super::{Sampled, Sampler, TopLogprob};
@@ -65,15 +65,12 @@ impl Sampler {
             n
         } else if p.is_greedy() {
             1 + CANDIDATE_MARGIN
-        } else if p.top_k > 0 && p.top_k < n {
-            if p.top_k > MAX_CANDIDATES {
-                return Ok(None);
-            }
-            p.top_k + CANDIDATE_MARGIN
-        } else if p.top_p < 1.0 && p.typical_p >= 1.0 {
-            MAX_CANDIDATES
         } else {
-            return Ok(None);
+            match self.pipeline.need() {
+                Need::Largest(k) if k <= MAX_CANDIDATES => k + CANDIDATE_MARGIN,
+                Need::Nucleus => MAX_CANDIDATES,
+                Need::Largest(_) | Need::Row => return Ok(None),
+            }
         };
         Ok(Some(SelectRequest {
             n: n as u32,
@@ -279,27 +276,25 @@ impl Sampler {
             .take_while(|e| e.3 > s_bound || (e.3 == s_bound && !below_reaches && e.1 <= bound_id))
             .count();
 
-        let use_top_k = p.top_k > 0 && p.top_k < n;
-        let use_typical = p.typical_p < 1.0;
-        let use_top_p = p.top_p < 1.0;
-        let use_min_p = p.min_p > 0.0;
-        let (kept, filters) = if use_top_k {
-            // under a mask, fewer tokens than top_k may be allowed: top-k keeps them all
-            let top_k = self
-                .mask
-                .as_ref()
-                .map_or(p.top_k, |m| p.top_k.min(m.count()));
-            if certain < top_k {
-                return Ok(None);
-            }
-            (top_k, (use_typical, use_top_p, use_min_p))
-        } else if use_top_p && !use_typical {
-            let Some(keep) = self.nucleus(c, &order[..certain], &pool, bound, n) else {
-                return Ok(None);
-            };
-            (keep, (false, false, use_min_p))
-        } else {
+        // The first filter decides what the candidates must show; the ones after it run on
+        // the kept tokens as they do on the row's survivors.
+        let Some((&first, after)) = self.pipeline.filters().split_first() else {
             return Ok(None);
+        };
+        let kept = match first {
+            Filter::TopK(top_k) => {
+                // under a mask, fewer tokens than top_k may be allowed: top-k keeps them all
+                let top_k = self.mask.as_ref().map_or(top_k, |m| top_k.min(m.count()));
+                if certain < top_k {
+                    return Ok(None);
+                }
+                top_k
+            }
+            Filter::TopP(_) => match self.nucleus(c, &order[..certain], &pool, bound, n) {
+                Some(keep) => keep,
+                None => return Ok(None),
+            },
+            Filter::Typical(_) | Filter::MinP(_) => return Ok(None),
         };
 
         // The kept tokens in id order, indexed 0.. in that order: keys over these indices sort
@@ -316,8 +311,7 @@ impl Sampler {
             .map(|(i, &x)| key(x, i as u32))
             .collect();
         cand.sort_unstable();
-        let (typical_on, top_p_on, min_p_on) = filters;
-        filter_candidates(&mut values, &mut cand, p, typical_on, top_p_on, min_p_on);
+        filters::run(after, &mut values, &mut cand);
         Ok(Some(Kept {
             tokens: kept.iter().map(|&(id, raw, _)| (id, raw)).collect(),
             values,

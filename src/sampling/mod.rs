@@ -24,6 +24,9 @@
 //! forbidden token's logit becomes `f32::NEG_INFINITY` and every step leaves it there, so a
 //! constrained draw is an unconstrained draw from the allowed tokens, renormalised.
 //!
+//! Steps 5-8 are one pipeline of filters, built once when the sampler is made (the neutral
+//! ones left out); the full row and the candidate path below run the same pipeline.
+//!
 //! Probabilities in steps 6-8 are the softmax over the tokens that survived the previous steps.
 //! The penalty window is the last `penalty_last_n` tokens of `prompt ++ generated` (all of them
 //! when `penalty_last_n` is 0). A filtered token's logit becomes `f32::NEG_INFINITY`; every
@@ -50,7 +53,10 @@
 //! A decode step can read back only the GPU's top candidates ([`candidates`]):
 //! [`Sampler::select_request`] says what to select (or that the row is needed), and
 //! [`Sampler::sample_candidates`] returns exactly the token [`Sampler::sample`] would draw
-//! from the full row, with the same use of the random generator, or declines. Greedy and
+//! from the full row, with the same use of the random generator, or declines. The pipeline's
+//! first filter says what the candidates must show (the order of the largest, a nucleus that
+//! ends inside them, or nothing short of the row); the filters after it run on the kept
+//! tokens as on the row's survivors. Greedy and
 //! `top_k <= 256` are served whenever the selection proves the order of the kept tokens; top-p
 //! without top-k when the nucleus provably ends inside the candidates; min-p or typical without
 //! top-k never. On that path the log-probability comes from the GPU's f32 max and sum of the

@@ -11,7 +11,7 @@ use crate::sampling::params::draw_seed;
 use crate::sampling::{Checked, SamplingParams, TokenMask};
 use crate::{Error, Result};
 
-use super::filters::{filter_candidates, filter_out};
+use super::filters::{self, Pipeline};
 pub use super::logits::log_softmax;
 use super::logits::{argmax, check_logits, draw, ix, key, log_sum_exp, max_f64, uniform, weight};
 
@@ -73,6 +73,8 @@ pub(super) fn top_logprobs(logits: &[f32], lse: f64, n: usize) -> Vec<TopLogprob
 #[derive(Clone, Debug)]
 pub struct Sampler {
     pub(super) params: SamplingParams,
+    /// The filters after temperature, built once from `params`.
+    pub(super) pipeline: Pipeline,
     pub(super) rng: ChaCha20Rng,
     seed: u64,
     pub(super) vocab_size: usize,
@@ -97,6 +99,7 @@ impl Sampler {
         };
         Ok(Sampler {
             params: SamplingParams::clone(params),
+            pipeline: Pipeline::of(params, params.vocab_size()),
             rng: ChaCha20Rng::seed_from_u64(seed),
             seed,
             vocab_size: params.vocab_size(),
@@ -132,6 +135,7 @@ impl Sampler {
         rng.set_stream(sequence as u64);
         Self {
             params: self.params.clone(),
+            pipeline: self.pipeline.clone(),
             rng,
             seed: self.seed,
             vocab_size: self.vocab_size,
@@ -272,11 +276,7 @@ impl Sampler {
             Some(mask) => mask.count(),
             None => logits.len(),
         };
-        let use_top_k = p.top_k > 0 && p.top_k < allowed;
-        let use_typical = p.typical_p < 1.0;
-        let use_top_p = p.top_p < 1.0;
-        let use_min_p = p.min_p > 0.0;
-        if !(use_top_k || use_typical || use_top_p || use_min_p) {
+        if self.pipeline.idle(allowed) {
             return Ok(());
         }
 
@@ -288,15 +288,7 @@ impl Sampler {
             .filter(|(_, &x)| x != f32::NEG_INFINITY)
             .map(|(i, &x)| key(x, i as u32))
             .collect();
-        if use_top_k {
-            cand.select_nth_unstable(p.top_k - 1);
-            filter_out(logits, &cand[p.top_k..]);
-            cand.truncate(p.top_k);
-            // In logit order, so that the sums below do not depend on how the selection left
-            // them (and a kept set read from elsewhere gives the same bits).
-            cand.sort_unstable();
-        }
-        filter_candidates(logits, &mut cand, p, use_typical, use_top_p, use_min_p);
+        filters::run(self.pipeline.filters(), logits, &mut cand);
         Ok(())
     }
 
