@@ -9,6 +9,7 @@ pub mod counters;
 pub mod decode_plan;
 pub mod device;
 mod forward;
+pub mod host_struct;
 pub mod kernels;
 pub mod key_split;
 pub mod kv_cache;

@@ -36,6 +36,7 @@ pub(crate) use checks::{
     optional_input, positive,
 };
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -116,43 +117,47 @@ pub(crate) fn dispatch_grid(ctx: &GpuContext, what: &str, groups: u32) -> Result
 /// the step uniform per token.
 pub const STEP_ROWS: usize = 64;
 
-/// Values that change with every forward step, written once per step into one uniform buffer
-/// that every token-dependent kernel binds at `@binding(1)`, followed by [`STEP_ROWS`]
-/// [`StepRow`]s.
-///
-/// A step is either one run of one sequence (`batched == 0`: token `t` at position
-/// `pos0 + t`, its sequence's cache rows starting at row 0's `base`), or one token of each of
-/// several sequences (`batched == 1`: token `t` at row `t`'s position and base).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
-pub struct StepParams {
-    /// Position of the step's first token in the sequence (unbatched steps).
-    pub pos0: u32,
-    /// Tokens in this step (1 for decode, the chunk length for prefill, the sequences of a
-    /// batched step).
-    pub n_tokens: u32,
-    /// Cached positions attention reads after this step's keys are written: `pos0 + n_tokens`,
-    /// the most of any sequence for a batched step.
-    pub kv_len: u32,
-    /// 1 when every token has its own [`StepRow`].
-    pub batched: u32,
+host_struct! {
+    /// Values that change with every forward step, written once per step into one uniform buffer
+    /// that every token-dependent kernel binds at `@binding(1)`, followed by [`STEP_ROWS`]
+    /// [`StepRow`]s.
+    ///
+    /// A step is either one run of one sequence (`batched == 0`: token `t` at position
+    /// `pos0 + t`, its sequence's cache rows starting at row 0's `base`), or one token of each of
+    /// several sequences (`batched == 1`: token `t` at row `t`'s position and base).
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
+    pub struct StepParams {
+        /// Position of the step's first token in the sequence (unbatched steps).
+        pub pos0: u32,
+        /// Tokens in this step (1 for decode, the chunk length for prefill, the sequences of a
+        /// batched step).
+        pub n_tokens: u32,
+        /// Cached positions attention reads after this step's keys are written: `pos0 + n_tokens`,
+        /// the most of any sequence for a batched step.
+        pub kv_len: u32,
+        /// 1 when every token has its own [`StepRow`].
+        pub batched: u32,
+    }
 }
 
-/// Where one token of a step lives: its position in its sequence, the sequence's KV slot, and
-/// the first row of that slot in the caches of layers that keep every position (there,
-/// position `p` is cache row `base + p`; in a local layer's ring of `ring` rows it is row
-/// `slot · ring + p mod ring`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
-pub struct StepRow {
-    /// Position in the sequence.
-    pub pos: u32,
-    /// The sequence's first cache row in layers that keep every position.
-    pub base: u32,
-    /// The sequence's KV slot.
-    pub slot: u32,
-    /// Padding to 16 bytes.
-    pub _pad: u32,
+host_struct! {
+    /// Where one token of a step lives: its position in its sequence, the sequence's KV slot, and
+    /// the first row of that slot in the caches of layers that keep every position (there,
+    /// position `p` is cache row `base + p`; in a local layer's ring of `ring` rows it is row
+    /// `slot · ring + p mod ring`).
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
+    pub struct StepRow {
+        /// Position in the sequence.
+        pub pos: u32,
+        /// The sequence's first cache row in layers that keep every position.
+        pub base: u32,
+        /// The sequence's KV slot.
+        pub slot: u32,
+        /// Padding to 16 bytes.
+        pub _pad: u32,
+    }
 }
 
 impl StepRow {

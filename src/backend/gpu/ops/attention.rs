@@ -13,6 +13,7 @@
 //! dispatch. Short contexts run whole in one dispatch, since in the browser a dispatch costs
 //! about as much as a layer's attention over a few hundred keys.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -40,20 +41,22 @@ const ROWS_WG: u32 = 4;
 /// shader compilers to unroll them (see `attention_rows.wgsl`).
 pub const ROWS_MAX_HEAD_DIM: u32 = 128;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct AttentionParams {
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    q_stride: u32,
-    max_positions: u32,
-    scale: f32,
-    keys_per_split: u32,
-    max_splits: u32,
-    window: u32,
-    ring: u32,
-    _pad: [u32; 2],
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct AttentionParams {
+        n_heads: u32,
+        n_kv_heads: u32,
+        head_dim: u32,
+        q_stride: u32,
+        max_positions: u32,
+        scale: f32,
+        keys_per_split: u32,
+        max_splits: u32,
+        window: u32,
+        ring: u32,
+        _pad: [u32; 2],
+    }
 }
 
 /// Invocations per workgroup of the merge (one per output value, no barriers).

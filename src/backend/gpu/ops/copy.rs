@@ -1,6 +1,7 @@
 //! A buffer copy kernel (`shaders/copy.wgsl`) that measures the adapter's memory bandwidth:
 //! decode is memory-bound, so its speed is reported as a fraction of this figure.
 
+use crate::backend::gpu::host_struct::host_struct;
 use bytemuck::{Pod, Zeroable};
 
 use super::{dispatch_grid, load, wg_size, Grid, KernelBinding};
@@ -8,12 +9,14 @@ use crate::backend::gpu::device::GpuContext;
 use crate::backend::gpu::kernels::{self, Defines, KernelCache};
 use crate::error::Result;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct CopyParams {
-    n: u32,
-    row: u32,
-    _pad: [u32; 2],
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct CopyParams {
+        n: u32,
+        row: u32,
+        _pad: [u32; 2],
+    }
 }
 
 /// One bandwidth measurement.

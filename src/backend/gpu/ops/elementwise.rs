@@ -1,6 +1,7 @@
 //! The elementwise SwiGLU gate over the step's tokens (`shaders/elementwise.wgsl`), for layers
 //! whose gate and up projections are not fused into one linear. One invocation per value.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -13,13 +14,15 @@ use crate::backend::gpu::device::GpuContext;
 use crate::backend::gpu::kernels::{self, Defines, KernelCache};
 use crate::error::{Error, Result};
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct ElementwiseParams {
-    n: u32,
-    in_stride: u32,
-    in_off0: u32,
-    in_off1: u32,
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct ElementwiseParams {
+        n: u32,
+        in_stride: u32,
+        in_off0: u32,
+        in_off1: u32,
+    }
 }
 
 /// One elementwise entry point of `elementwise.wgsl`.

@@ -1,6 +1,7 @@
 //! Embedding lookups with tables in their stored type (`shaders/embed.wgsl`, decoding from
 //! `shaders/lib/quant.wgsl`): a dequantizing row gather, bit-exact with the CPU dequantization.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -18,21 +19,23 @@ use crate::error::{Error, Result};
 /// writes one part of 8 values.
 const EMBED_WG: u32 = 64;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct EmbedParams {
-    rows: u32,
-    dim: u32,
-    max_tokens: u32,
-    /// Always 0: an operand the shader compiler cannot fold (see `put` in the shader).
-    zero: u32,
-    /// The first table row this binding's buffer holds (a split table's part).
-    first_row: u32,
-    /// Rows this binding's buffer holds.
-    part_rows: u32,
-    /// Every gathered value is multiplied by it (1: the row as stored).
-    scale: f32,
-    _pad: u32,
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct EmbedParams {
+        rows: u32,
+        dim: u32,
+        max_tokens: u32,
+        /// Always 0: an operand the shader compiler cannot fold (see `put` in the shader).
+        zero: u32,
+        /// The first table row this binding's buffer holds (a split table's part).
+        first_row: u32,
+        /// Rows this binding's buffer holds.
+        part_rows: u32,
+        /// Every gathered value is multiplied by it (1: the row as stored).
+        scale: f32,
+        _pad: u32,
+    }
 }
 
 /// Where the row of each token comes from.

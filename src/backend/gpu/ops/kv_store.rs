@@ -11,6 +11,7 @@
 //! the RoPE kernel) and row counts that split blocks take this dispatch, one small one per
 //! layer. Both encoders share `shaders/lib/kv_encode.wgsl`.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -24,17 +25,19 @@ use crate::backend::gpu::kernels::{self, Defines, KernelCache};
 use crate::dtype::kv::{KvKinds, KV_BLOCK};
 use crate::error::{Error, Result};
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct KvStoreParams {
-    kv_dim: u32,
-    max_positions: u32,
-    k_off: u32,
-    k_stride: u32,
-    v_off: u32,
-    v_stride: u32,
-    ring: u32,
-    _pad: u32,
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct KvStoreParams {
+        kv_dim: u32,
+        max_positions: u32,
+        k_off: u32,
+        k_stride: u32,
+        v_off: u32,
+        v_stride: u32,
+        ring: u32,
+        _pad: u32,
+    }
 }
 
 /// Where the step's K and V rows are read: token `t`'s value `c` of K is

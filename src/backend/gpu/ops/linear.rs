@@ -9,6 +9,7 @@
 //! prefill 4 tokens; no barriers). A layer is built with the variants the plan asks for and
 //! records the one the plan chose.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -54,24 +55,26 @@ const DECODE_WG: u32 = 64;
 /// count even though prefill does not use them.
 const PREFILL_SHARED_BYTES: u32 = 8192 + 4096 + 1024 + 256 + 16 * DECODE_WG;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct LinearParams {
-    rows: u32,
-    cols: u32,
-    max_tokens: u32,
-    eps: f32,
-    q_rows: u32,
-    kv_rows: u32,
-    head_dim: u32,
-    max_positions: u32,
-    /// Floats between two tokens' rows of `y` (the whole matrix's output rows).
-    y_stride: u32,
-    /// The output row this binding's first weight row writes (a split matrix's part).
-    y_offset: u32,
-    /// Rows per sequence of a local layer's ring (0: none).
-    ring: u32,
-    _pad: u32,
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct LinearParams {
+        rows: u32,
+        cols: u32,
+        max_tokens: u32,
+        eps: f32,
+        q_rows: u32,
+        kv_rows: u32,
+        head_dim: u32,
+        max_positions: u32,
+        /// Floats between two tokens' rows of `y` (the whole matrix's output rows).
+        y_stride: u32,
+        /// The output row this binding's first weight row writes (a split matrix's part).
+        y_offset: u32,
+        /// Rows per sequence of a local layer's ring (0: none).
+        ring: u32,
+        _pad: u32,
+    }
 }
 
 /// `y[t, r] (+)= Σ_c W[r, c]·x[t, c] (+ bias[r])` for `t < n_tokens`, with `W: [rows, cols]`

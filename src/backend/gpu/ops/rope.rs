@@ -9,6 +9,7 @@
 //! exactly in integer arithmetic and evaluates sin/cos with its own polynomial. The angle is
 //! within about 1e-7 rad of the f64 one at every position, on every GPU.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::f64::consts::TAU;
 use std::sync::Arc;
 
@@ -24,23 +25,25 @@ use crate::config::{RopeFreqs, RopeLayout};
 use crate::error::{Error, Result};
 
 /// `vec4<u32>`s in the frequency table: two (hi, lo) pairs each, one pair per rotated pair.
-const FREQ_VEC4S: usize = MAX_HEAD_DIM as usize / 4;
+pub(crate) const FREQ_VEC4S: usize = MAX_HEAD_DIM as usize / 4;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct RopeParams {
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    max_positions: u32,
-    q_stride: u32,
-    k_off: u32,
-    k_stride: u32,
-    v_off: u32,
-    v_stride: u32,
-    ring: u32,
-    _pad: [u32; 2],
-    freqs: [[u32; 4]; FREQ_VEC4S],
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct RopeParams {
+        n_heads: u32,
+        n_kv_heads: u32,
+        head_dim: u32,
+        max_positions: u32,
+        q_stride: u32,
+        k_off: u32,
+        k_stride: u32,
+        v_off: u32,
+        v_stride: u32,
+        ring: u32,
+        _pad: [u32; 2],
+        freqs: [[u32; 4]; FREQ_VEC4S],
+    }
 }
 
 /// Each rotated pair's frequency (`theta^(−2i/head_dim)`, scaled as `rope` says) as turns

@@ -2,6 +2,7 @@
 //! norm of each query and key head (QK-norm, in place) and the norm of a sub-layer's output
 //! added into the residual stream. One invocation per row.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -17,13 +18,15 @@ use crate::error::{Error, Result};
 /// Invocations per workgroup: small, since decode has a handful of rows per token.
 const ROW_NORM_WG: u32 = 8;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct RowNormParams {
-    width: u32,
-    rows: u32,
-    stride: u32,
-    eps: f32,
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct RowNormParams {
+        width: u32,
+        rows: u32,
+        stride: u32,
+        eps: f32,
+    }
 }
 
 /// Which row norm a [`RowNorm`] computes.

@@ -3,6 +3,7 @@
 //! their ids and raw values, the raw max and `Σ exp`, and the tail sums: a result of at most
 //! [`MAX_RESULT_BYTES`] that a decode step reads back instead of the row.
 
+use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -19,38 +20,44 @@ use crate::error::{Error, Result};
 /// Invocations of the selection workgroup (one histogram bin and one sort slot each).
 const SELECT_WG: u32 = 256;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct SelectParams {
-    capacity: u32,
-    offset: u32,
-    _pad: [u32; 2],
+host_struct! {
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Pod, Zeroable)]
+    pub(crate) struct SelectParams {
+        capacity: u32,
+        offset: u32,
+        _pad: [u32; 2],
+    }
 }
 
-/// The per-step uniform (`Request` in the shader).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, Pod, Zeroable)]
-struct RequestUniform {
-    n: u32,
-    k: u32,
-    n_adjust: u32,
-    inv_temp: f32,
-    /// 1: `allow` holds the constraint's bitset.
-    masked: u32,
-    _pad: [u32; 3],
+host_struct! {
+    /// The per-step uniform (`Request` in the shader).
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, Pod, Zeroable)]
+    pub(crate) struct RequestUniform {
+        n: u32,
+        k: u32,
+        n_adjust: u32,
+        inv_temp: f32,
+        /// 1: `allow` holds the constraint's bitset.
+        masked: u32,
+        _pad: [u32; 3],
+    }
 }
 
-/// One adjustment as the kernel applies it, in f32: `x + bias`, then `x · pos_scale` when
-/// positive else `x · neg_scale`, then `x − delta`, saturating after each step.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, Pod, Zeroable)]
-struct GpuAdjust {
-    id: u32,
-    bias: f32,
-    pos_scale: f32,
-    neg_scale: f32,
-    delta: f32,
-    _pad: [u32; 3],
+host_struct! {
+    /// One adjustment as the kernel applies it, in f32: `x + bias`, then `x · pos_scale` when
+    /// positive else `x · neg_scale`, then `x − delta`, saturating after each step.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, Default, Pod, Zeroable)]
+    pub(crate) struct GpuAdjust {
+        id: u32,
+        bias: f32,
+        pos_scale: f32,
+        neg_scale: f32,
+        delta: f32,
+        _pad: [u32; 3],
+    }
 }
 
 impl From<&LogitAdjustment> for GpuAdjust {
