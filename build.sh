@@ -617,8 +617,11 @@ cmd_test() {
 FIREFOX_WASM_TESTS=(cpu:: storage:: conversation:: embed::the_conversation_survives)
 firefox_wasm_tests() {
   local caps="${CARGO_TARGET_DIR:-target}/firefox-webdriver.json" wasm t
-  wasm=$(ls -t "${CARGO_TARGET_DIR:-target}"/wasm32-unknown-unknown/debug/deps/"$WEB_TEST"-*.wasm 2>/dev/null | head -n 1)
+  wasm=$(ls -t "${CARGO_TARGET_DIR:-target}"/wasm32-unknown-unknown/debug/deps/"$WEB_TEST"-*.wasm 2>/dev/null | head -n 1 || true)
   [ -n "$wasm" ] || die "the browser tests' wasm binary was not found for the Firefox run"
+  local gecko
+  gecko=$(command -v geckodriver || true)
+  [ -n "$gecko" ] || die "geckodriver is not installed (./build.sh setup installs it)"
   # Debian names the binary firefox-esr, which geckodriver does not look for; no update or
   # telemetry traffic from the test profile
   printf '{"moz:firefoxOptions": {"binary": "%s", "prefs": {"app.update.enabled": false, "toolkit.telemetry.enabled": false, "datareporting.policy.dataSubmissionEnabled": false}}}\n' \
@@ -626,7 +629,7 @@ firefox_wasm_tests() {
   for t in "${FIREFOX_WASM_TESTS[@]}"; do
     log "browser tests in Firefox: $t"
     WASM_BINDGEN_TEST_WEBDRIVER_JSON="$caps" WASM_BINDGEN_TEST_ONLY_WEB=1 \
-      GECKODRIVER="$(command -v geckodriver)" WASM_BINDGEN_TEST_TIMEOUT=600 \
+      GECKODRIVER="$gecko" WASM_BINDGEN_TEST_TIMEOUT=600 \
       wasm-bindgen-test-runner "$wasm" --nocapture "$t"
   done
 }
@@ -668,12 +671,6 @@ setup_bench_wllama() {
 # llama.cpp through llama-cpp-python, built from source for the CPU once into a private venv.
 setup_bench_llama_cpp() {
   local venv=$BENCH_CACHE/venv
-  if "$venv/bin/python" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_PYTHON_VERSION')" 2>/dev/null; then
-    return 0
-  fi
-  log "building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION from source (CPU only; ~10+ minutes on 2 cores)"
-  mkdir -p "$BENCH_CACHE"
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   # GGML_NATIVE turns on AMX where the CPU reports it, and eval then crashes where the OS does
   # not enable AMX tiles (seen in sandboxes): there, the CPU's other features are named instead.
   local isa="-DGGML_NATIVE=ON"
@@ -683,12 +680,22 @@ setup_bench_llama_cpp() {
     for flag in avx_vnni:AVX_VNNI avx512f:AVX512 avx512_vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
       grep -qw "${flag%%:*}" /proc/cpuinfo && isa+=" -DGGML_${flag#*:}=ON"
     done
-    log "this CPU reports AMX: llama.cpp built without GGML_NATIVE and without AMX ($isa)"
   fi
+  # the build's instruction-set flags are kept beside it: a copy built with others (one with
+  # AMX on a machine that cannot run it) is built again
+  local stamp=$venv/emberlm-llama-isa.txt
+  if "$venv/bin/python" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_PYTHON_VERSION')" 2>/dev/null \
+    && [ "$(cat "$stamp" 2>/dev/null)" = "$isa" ]; then
+    return 0
+  fi
+  log "building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION from source (CPU only; ~10+ minutes on 2 cores; $isa)"
+  mkdir -p "$BENCH_CACHE"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   CMAKE_ARGS="$isa -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" \
     CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
-    nice "$venv/bin/python" -m pip install --no-binary llama-cpp-python --no-cache-dir \
+    nice "$venv/bin/python" -m pip install --force-reinstall --no-binary llama-cpp-python --no-cache-dir \
     "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  echo "$isa" >"$stamp"
 }
 
 cmd_bench() {

@@ -281,10 +281,16 @@ impl Sampler {
         let Some((&first, after)) = self.pipeline.filters().split_first() else {
             return Ok(None);
         };
+        // Whether the survivors reach the filters after the first in logit order (top-k puts
+        // them so when it removes any) or in id order (the row's order when it removes none),
+        // as on the full row: their sums add in that order.
+        let mut in_logit_order = true;
         let kept = match first {
             Filter::TopK(top_k) => {
                 // under a mask, fewer tokens than top_k may be allowed: top-k keeps them all
-                let top_k = self.mask.as_ref().map_or(top_k, |m| top_k.min(m.count()));
+                let allowed = self.mask.as_ref().map_or(n, |m| m.count());
+                in_logit_order = top_k < allowed;
+                let top_k = top_k.min(allowed);
                 if certain < top_k {
                     return Ok(None);
                 }
@@ -310,7 +316,9 @@ impl Sampler {
             .enumerate()
             .map(|(i, &x)| key(x, i as u32))
             .collect();
-        cand.sort_unstable();
+        if in_logit_order {
+            cand.sort_unstable();
+        }
         filters::run(after, &mut values, &mut cand);
         Ok(Some(Kept {
             tokens: kept.iter().map(|&(id, raw, _)| (id, raw)).collect(),

@@ -296,6 +296,16 @@ pub(crate) async fn read_url(
         let from = d.sink.len();
         let response = match fetch(url, from).await {
             Ok(r) => r,
+            // A store that failed on the last break ends a load that must keep its download,
+            // as a body break does
+            Err(e) if from > 0 && !keep && d.store_failed.is_some() => {
+                remove_stored(store, url).await;
+                let why = d.store_failed.take().unwrap_or_default();
+                return Err(io(
+                    url,
+                    format!("the store could not keep the download ({why}), and the connection broke: {e}"),
+                ));
+            }
             Err(_) if from > 0 && failures < RETRIES => {
                 failures += 1;
                 sleep(125 << failures).await;

@@ -124,16 +124,17 @@ test('the built Vite example runs in Firefox: a picked model loads in the worker
   const text = (id) => ff.evaluate((i) => document.getElementById(i).textContent, id);
   await ff.goto(url);
   await ff.setInputFile('#model', model);
-  // the status names the model and where it runs once loaded (a load that fails leaves it on
-  // its progress, or the page's error on the console: the wait times out with the status shown)
-  const loaded = await ff.waitFor(() => !document.getElementById('send').disabled
-    && document.getElementById('status').textContent, { timeout: 180_000, what: 'the model to load' })
+  // the status names the model and where it runs once loaded, or the error
+  const loaded = await ff.waitFor(() => {
+    const status = document.getElementById('status').textContent;
+    return !document.getElementById('send').disabled || status.startsWith('Error') ? status : null;
+  }, { timeout: 180_000, what: 'the model to load' })
     .catch(async (e) => assert.fail(`${e.message}; status: ${await text('status')}`));
   assert.match(loaded, /^SmolLM2-135M-Instruct\.Q4_1\.gguf on CPU \(WebAssembly/, 'loaded on the CPU backend in the worker');
   await ff.evaluate(() => document.getElementById('send').click());
   const done = await ff.waitFor(() => {
     const status = document.getElementById('status').textContent;
-    return /tok\/s$/.test(status) ? status : null;
+    return /tok\/s$/.test(status) || status.startsWith('Error') ? status : null;
   }, { timeout: 300_000, what: 'the reply to finish' }).catch(async (e) => assert.fail(`${e.message}; status: ${await text('status')}`));
   const streamed = await text('output');
   console.log(`Firefox ${ff.capabilities.browserVersion}, the Vite example: ${loaded}; ${done}; ${JSON.stringify(streamed.slice(0, 80))}`);

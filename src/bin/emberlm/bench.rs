@@ -68,6 +68,7 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
             lengths: &args.kv_lengths,
             steps: args.kv_steps.max(1),
             runs: args.runs,
+            llama_cpp_python: args.llama_cpp_python.as_deref(),
         };
         return crate::bench_kv_length::only(&model, &bench, args.out.clone());
     }

@@ -10,6 +10,9 @@
 //! the decode steps then read), so each length costs one prefill and a few steps per run.
 //! Token ids are synthetic (a fixed stride through the vocabulary): a step's cost depends on
 //! how many positions it reads, not on which tokens they are.
+//!
+//! With `--llama-cpp-python`, llama.cpp times the same two ways on the same file, token ids and
+//! number of threads (`tools/bench_llama_cpp_kv.py`), each of its runs right after ours.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,7 +24,7 @@ use emberlm::loader::ModelFiles;
 use emberlm::GpuContext;
 use serde_json::{json, Value};
 
-use crate::bench_common::{fail, sanitize, Spread};
+use crate::bench_common::{fail, python_request, sanitize, Spread};
 use crate::CliResult;
 
 /// What the section measures.
@@ -32,6 +35,44 @@ pub struct KvLengthBench<'a> {
     pub steps: usize,
     /// Runs per length (medians, min and max).
     pub runs: usize,
+    /// llama-cpp-python's interpreter, to time llama.cpp beside each run.
+    pub llama_cpp_python: Option<&'a Path>,
+}
+
+/// llama.cpp's side of one length: the runs so far, or why there are none.
+#[derive(Default)]
+struct Peer {
+    off: Vec<f64>,
+    on: Vec<f64>,
+    version: Option<String>,
+    error: Option<String>,
+}
+
+impl Peer {
+    /// One run at `tokens` on `model`, added to the others (the first failure ends the peer's
+    /// runs and is reported).
+    fn time(&mut self, python: &Path, model: &Path, tokens: &[u32], steps: usize) {
+        if self.error.is_some() {
+            return;
+        }
+        let request = json!({
+            "model": model,
+            "ids": tokens,
+            "steps": steps,
+            "threads": emberlm::backend::cpu::threads(),
+        });
+        match python_request(python, "tools/bench_llama_cpp_kv.py", &request) {
+            Ok(v) => match (v["kv_off_ms"].as_f64(), v["kv_on_ms"].as_f64()) {
+                (Some(off), Some(on)) => {
+                    self.off.push(off);
+                    self.on.push(on);
+                    self.version = v["version"].as_str().map(str::to_string);
+                }
+                _ => self.error = Some(format!("llama.cpp output without timings: {v}")),
+            },
+            Err(e) => self.error = Some(e),
+        }
+    }
 }
 
 /// `n` synthetic token ids within `vocab`.
@@ -43,9 +84,14 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
 }
 
 impl KvLengthBench<'_> {
-    /// Times every length on `backend` (its cache is reset at each) and returns the JSON rows,
-    /// the text lines and notes for lengths skipped.
-    pub fn run(&self, backend: &mut dyn Backend) -> CliResult<(Value, Vec<String>, Vec<String>)> {
+    /// Times every length on `backend` (its cache is reset at each), and llama.cpp on `model`
+    /// beside it when asked, and returns the JSON rows, the text lines and notes for lengths
+    /// skipped or a peer that failed.
+    pub fn run(
+        &self,
+        backend: &mut dyn Backend,
+        model: &Path,
+    ) -> CliResult<(Value, Vec<String>, Vec<String>)> {
         let vocab = backend.config().vocab_size;
         let (mut rows, mut lines, mut notes) = (Vec::new(), Vec::new(), Vec::new());
         for &n in self.lengths {
@@ -58,7 +104,7 @@ impl KvLengthBench<'_> {
                 continue;
             }
             let tokens = ids(n, vocab);
-            let (mut off, mut on) = (Vec::new(), Vec::new());
+            let (mut off, mut on, mut peer) = (Vec::new(), Vec::new(), Peer::default());
             for run in 0..self.runs {
                 eprintln!("bench: KV at length {n}, run {} of {}", run + 1, self.runs);
                 backend.truncate(0)?;
@@ -71,6 +117,9 @@ impl KvLengthBench<'_> {
                     pollster::block_on(backend.forward(&[1], false))?;
                 }
                 on.push(start.elapsed().as_secs_f64() * 1000.0 / self.steps.max(1) as f64);
+                if let Some(python) = self.llama_cpp_python {
+                    peer.time(python, model, &tokens, self.steps);
+                }
             }
             let (off, on) = (Spread::of(&off), Spread::of(&on));
             let speedup = off.median / on.median.max(1e-9);
@@ -79,11 +128,42 @@ impl KvLengthBench<'_> {
                  (recomputing {n}) → {speedup:.1}×",
                 on.median, off.median
             ));
+            let llama = match (self.llama_cpp_python, &peer.error) {
+                (None, _) => json!({ "available": false, "reason": "not asked for" }),
+                (Some(_), Some(e)) if peer.on.is_empty() => {
+                    notes.push(format!("llama.cpp at length {n}: {e}"));
+                    json!({ "available": false, "reason": e })
+                }
+                (Some(_), error) => {
+                    let (t_off, t_on) = (Spread::of(&peer.off), Spread::of(&peer.on));
+                    let theirs = t_off.median / t_on.median.max(1e-9);
+                    // speed ratios: their time over ours (above 1: ours is faster)
+                    lines.push(format!(
+                        "      llama.cpp: next token {:>9.2} ms with the cache, {:>10.1} ms \
+                         without → {theirs:.1}×; ours / theirs: {:.2}× with, {:.2}× without",
+                        t_on.median,
+                        t_off.median,
+                        t_on.median / on.median.max(1e-9),
+                        t_off.median / off.median.max(1e-9),
+                    ));
+                    json!({
+                        "available": true,
+                        "version": peer.version,
+                        "kv_on_ms_per_token": t_on,
+                        "kv_off_ms_per_token": t_off,
+                        "speedup": theirs,
+                        "ours_over_theirs_with_cache": t_on.median / on.median.max(1e-9),
+                        "ours_over_theirs_without_cache": t_off.median / off.median.max(1e-9),
+                        "error_after_some_runs": error,
+                    })
+                }
+            };
             rows.push(json!({
                 "tokens": n,
                 "kv_on_ms_per_token": on,
                 "kv_off_ms_per_token": off,
                 "speedup": speedup,
+                "llama_cpp": llama,
             }));
         }
         Ok((Value::Array(rows), lines, notes))
@@ -120,7 +200,7 @@ pub fn only(model: &Path, bench: &KvLengthBench<'_>, out: Option<PathBuf>) -> Cl
         }
     };
     eprintln!("bench: KV at length on {} ({device})", model.display());
-    let (rows, lines, notes) = bench.run(backend.as_mut())?;
+    let (rows, lines, notes) = bench.run(backend.as_mut(), model)?;
     println!(
         "emberlm bench --kv-compare — {} — {device}",
         model.display()
@@ -133,7 +213,13 @@ pub fn only(model: &Path, bench: &KvLengthBench<'_>, out: Option<PathBuf>) -> Cl
         "device": device,
         "model": model.display().to_string(),
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
-        "settings": { "lengths": bench.lengths, "steps": bench.steps, "runs": bench.runs },
+        "settings": {
+            "lengths": bench.lengths,
+            "steps": bench.steps,
+            "runs": bench.runs,
+            // the CPU backend's threads, and llama.cpp's beside either backend
+            "cpu_threads": emberlm::backend::cpu::threads(),
+        },
         "kv_at_length": rows,
         "notes": notes,
     });
