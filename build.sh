@@ -28,7 +28,8 @@ WASM_PACK_VERSION=0.15.1
 # pinned, so that the build is the same wherever it runs.
 THREADS_NIGHTLY=nightly-2026-05-20
 # Debian's binaryen (108) emits modules Chromium rejects, so wasm-opt comes from npm (package.json).
-APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers firefox-esr)
+APT_PACKAGES=(chromium chromium-driver mesa-vulkan-drivers firefox-esr
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 # geckodriver (crates.io) drives firefox-esr for the Firefox smoke test (tests/e2e/firefox.test.mjs).
 GECKODRIVER_VERSION=0.37.1
 CHROMEDRIVER_PATH=/usr/bin/chromedriver
@@ -171,10 +172,13 @@ setup_nginx() {
 }
 
 setup_rust() {
-  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
-    log "adding the wasm32-unknown-unknown target"
-    rustup target add wasm32-unknown-unknown
-  fi
+  local t
+  for t in wasm32-unknown-unknown "$ARM_TARGET"; do
+    if ! rustup target list --installed | grep -qx "$t"; then
+      log "adding the $t target"
+      rustup target add "$t"
+    fi
+  done
   local c
   for c in rustfmt clippy; do
     rustup component list --installed | grep -q "^$c" || rustup component add "$c"
@@ -544,6 +548,7 @@ cmd_test() {
   log "native tests (GPU tests require an adapter: EMBERLM_REQUIRE_GPU=1)"
   "${CARGO_TARGET_DIR:-target}/debug/emberlm" adapter
   EMBERLM_REQUIRE_GPU=1 cargo test -- --nocapture
+  [ -n "$quick" ] || arm_tests
   local release_log="${CARGO_TARGET_DIR:-target}/release-build.log"
   if [ -z "$quick" ]; then
     # The release modules build beside the browser tests, which keep about one of two cores
@@ -607,6 +612,26 @@ cmd_test() {
   node --test --test-concurrency=1 tests/e2e/dist.test.mjs tests/e2e/npm.test.mjs
   stage ""
   log "all tests passed"
+}
+
+# The CPU backend's NEON code (aarch64: ARM servers, a Mac's CLI on the CPU) has no machine
+# here: the library's unit tests are cross-built for aarch64 Linux and its CPU kernels' tests
+# (every SIMD path held to the scalar definition bit for bit) run under qemu's user mode.
+ARM_TARGET=aarch64-unknown-linux-gnu
+arm_tests() {
+  stage "aarch64 (NEON, qemu)"
+  log "CPU kernels on aarch64 (NEON): cross-built unit tests under qemu-aarch64"
+  local bin
+  bin=$(CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+    cargo test --target "$ARM_TARGET" --lib --no-run --message-format=json-render-diagnostics |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])') || true
+  [ -n "$bin" ] || die "the aarch64 unit tests did not build (run: cargo test --target $ARM_TARGET --lib --no-run)"
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "$bin" backend::cpu::
 }
 
 # The browser suite's smoke part in Firefox (firefox-esr through geckodriver), as

@@ -43,6 +43,7 @@ pub fn scaled_dot(w: &[i8], q: &[i8], scale: &[f32], d: &[f32]) -> f32 {
 /// `scale_h · d_h` of the four half-blocks from `h` on (one f32 product each).
 #[cfg(any(
     target_arch = "x86_64",
+    target_arch = "aarch64",
     all(target_arch = "wasm32", target_feature = "simd128")
 ))]
 #[inline(always)]
@@ -63,6 +64,7 @@ fn int_dot16(w: &[i8], q: &[i8]) -> i32 {
 /// The accumulators after the first `groups` half-blocks (a multiple of 4), scalar.
 #[cfg(not(any(
     target_arch = "x86_64",
+    target_arch = "aarch64",
     all(target_arch = "wasm32", target_feature = "simd128")
 )))]
 #[inline]
@@ -75,8 +77,8 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
     acc
 }
 
-/// The instruction set the integer dot product runs on here: `avx2`, `sse2`, `simd128` or
-/// `scalar` (part of what a measured backend choice depends on).
+/// The instruction set the integer dot product runs on here: `avx512vnni`, `avx2`, `sse2`,
+/// `neon`, `simd128` or `scalar` (part of what a measured backend choice depends on).
 pub fn instruction_set() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
@@ -88,12 +90,17 @@ pub fn instruction_set() -> &'static str {
             "sse2"
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "neon"
+    }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
         "simd128"
     }
     #[cfg(not(any(
         target_arch = "x86_64",
+        target_arch = "aarch64",
         all(target_arch = "wasm32", target_feature = "simd128")
     )))]
     {
@@ -373,6 +380,96 @@ pub(crate) fn lane_sums_simd128(
         i64x2_shuffle::<0, 2>(s01, s23),
         i64x2_shuffle::<1, 3>(s01, s23),
     )
+}
+
+/// The accumulators after the first `groups` half-blocks (a multiple of 4), four at a time
+/// with NEON (the aarch64 baseline): `smull` of the bytes' low and high halves into i16, their
+/// pairs added into i32 (`saddlp`, `sadalp`), the four groups' lanes summed by pairwise adds.
+#[cfg(target_arch = "aarch64")]
+#[inline]
+fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [f32; 4] {
+    use std::arch::aarch64::*;
+
+    assert!(w.len() >= groups * H && q.len() >= groups * H);
+    assert!(scale.len() >= groups && d.len() >= groups);
+    // SAFETY: NEON is part of the aarch64 baseline; every load reads 16 bytes inside `w` or
+    // `q`, whose lengths were checked above.
+    unsafe {
+        let group = |h: usize| {
+            half_block_dot_neon(
+                vld1q_s8(w.as_ptr().add(h * H)),
+                vld1q_s8(q.as_ptr().add(h * H)),
+            )
+        };
+        let mut acc = vdupq_n_f32(0.0);
+        let mut h = 0;
+        while h < groups {
+            let sums = lane_sums_neon(group(h), group(h + 1), group(h + 2), group(h + 3));
+            acc = scaled_add_neon(acc, sums, group_scales(scale, d, h));
+            h += 4;
+        }
+        lanes_neon(acc)
+    }
+}
+
+/// `acc + f32(sums) · c`, lane by lane: a product, then a sum (no fused multiply-add), as every
+/// other path adds.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn scaled_add_neon(
+    acc: std::arch::aarch64::float32x4_t,
+    sums: std::arch::aarch64::int32x4_t,
+    c: [f32; 4],
+) -> std::arch::aarch64::float32x4_t {
+    use std::arch::aarch64::*;
+
+    // SAFETY: a 16-byte load from a 16-byte array.
+    let c = unsafe { vld1q_f32(c.as_ptr()) };
+    vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(sums), c))
+}
+
+/// The four lanes of `v`.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn lanes_neon(v: std::arch::aarch64::float32x4_t) -> [f32; 4] {
+    let mut out = [0.0f32; 4];
+    // SAFETY: a 16-byte store into a 16-byte array.
+    unsafe { std::arch::aarch64::vst1q_f32(out.as_mut_ptr(), v) };
+    out
+}
+
+/// One half-block's `Σ w·q` (16 values of `wv` and `qv`) as four partial i32 sums: products
+/// in i16 (at most 128·128, which fits), added in pairs into i32.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn half_block_dot_neon(
+    wv: std::arch::aarch64::int8x16_t,
+    qv: std::arch::aarch64::int8x16_t,
+) -> std::arch::aarch64::int32x4_t {
+    use std::arch::aarch64::*;
+
+    let low = vmull_s8(vget_low_s8(wv), vget_low_s8(qv));
+    let high = vmull_high_s8(wv, qv);
+    vpadalq_s16(vpaddlq_s16(low), high)
+}
+
+/// The four half-blocks' sums from their partial sums ([`half_block_dot_neon`]): lane `k` is
+/// the sum of `vk`'s lanes (two rounds of pairwise adds).
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn lane_sums_neon(
+    v0: std::arch::aarch64::int32x4_t,
+    v1: std::arch::aarch64::int32x4_t,
+    v2: std::arch::aarch64::int32x4_t,
+    v3: std::arch::aarch64::int32x4_t,
+) -> std::arch::aarch64::int32x4_t {
+    use std::arch::aarch64::*;
+
+    vpaddq_s32(vpaddq_s32(v0, v1), vpaddq_s32(v2, v3))
 }
 
 #[cfg(test)]
