@@ -616,7 +616,8 @@ cmd_test() {
 
 # The CPU backend's NEON code (aarch64: ARM servers, a Mac's CLI on the CPU) has no machine
 # here: the library's unit tests are cross-built for aarch64 Linux and its CPU kernels' tests
-# (every SIMD path held to the scalar definition bit for bit) run under qemu's user mode.
+# (every SIMD path held to the scalar definition bit for bit) and the math functions' (the
+# softmax's eˣ, vectorized by the compiler) run under qemu's user mode.
 ARM_TARGET=aarch64-unknown-linux-gnu
 arm_tests() {
   stage "aarch64 (NEON, qemu)"
@@ -631,7 +632,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["executable"])') || true
   [ -n "$bin" ] || die "the aarch64 unit tests did not build (run: cargo test --target $ARM_TARGET --lib --no-run)"
-  qemu-aarch64 -L /usr/aarch64-linux-gnu "$bin" backend::cpu::
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "$bin" backend::cpu:: math::
 }
 
 # The browser suite's smoke part in Firefox (firefox-esr through geckodriver), as

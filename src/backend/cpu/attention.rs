@@ -8,9 +8,9 @@
 //! threads), a job is one token's one head.
 //!
 //! Every score, softmax and weighted sum is computed in the order and with the operations of
-//! one token's one head over the positions in order (eight-lane dot products, `libm`'s `expf`,
-//! products added one position after another), so the result has the same bits whatever the
-//! tiling, natively and in WebAssembly. On x86-64 with AVX2 the same code is compiled for
+//! one token's one head over the positions in order (eight-lane dot products,
+//! [`crate::math::softmax_exp`], products added one position after another), so the result
+//! has the same bits whatever the tiling, natively and in WebAssembly. On x86-64 with AVX2 the same code is compiled for
 //! 256-bit registers (without FMA, which would round differently), picked at run time.
 
 use std::ops::Range;
@@ -184,12 +184,11 @@ fn attend_with(inputs: &Inputs<'_>, job: &Job, out: &mut [f32]) {
             let row = &mut scores[(j * heads + h) * span..][..span];
             let own = &mut row[r.first - lo..r.end - lo];
             let max = own.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0.0f32;
+            // the exponentials a loop of SIMD lanes, then their sum in position order
             for x in own.iter_mut() {
-                *x = crate::math::exp_f32(*x - max);
-                sum += *x;
+                *x = crate::math::softmax_exp(*x - max);
             }
-            sums[j * heads + h] = sum;
+            sums[j * heads + h] = own.iter().fold(0.0f32, |sum, &x| sum + x);
         }
     }
     out.fill(0.0);

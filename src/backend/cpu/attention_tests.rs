@@ -25,7 +25,7 @@ fn reference(q: &[f32], k: &KvRows, v: &KvRows, keys: &[KeyRange], s: AttnShape)
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let mut sum = 0.0f32;
         for x in scores.iter_mut() {
-            *x = crate::math::exp_f32(*x - max);
+            *x = crate::math::softmax_exp(*x - max);
             sum += *x;
         }
         for (pos, &p) in (range.first..range.end).zip(&scores) {

@@ -178,20 +178,24 @@ impl KTile {
                 };
                 let d = f16s(&self.d);
                 for pair in 0..4 {
-                    let words: [__m512i; 8] = std::array::from_fn(|w| {
-                        _mm512_loadu_si512(p.add((8 * pair + w) * 64).cast())
-                    });
+                    // sub-blocks 2·pair and 2·pair + 1: `d · sc` once each for the 16 rows
+                    let scales = [
+                        _mm512_mul_ps(d, scale_of(2 * pair)),
+                        _mm512_mul_ps(d, scale_of(2 * pair + 1)),
+                    ];
                     // half-blocks 4·pair + 0..4: the low nibbles of words 0–3 and 4–7, then
-                    // the high nibbles of the same (sub-blocks 2·pair and 2·pair + 1)
+                    // the high nibbles of the same (sub-blocks 2·pair and 2·pair + 1); each
+                    // word is loaded again for its high nibbles rather than kept (registers
+                    // go to the tokens' accumulators)
                     for k in 0..4 {
-                        let (high, from) = (k >= 2, 4 * (k % 2));
+                        let (high, from) = (k >= 2, 8 * pair + 4 * (k % 2));
                         let w: [__m512i; 4] = std::array::from_fn(|i| {
-                            let v = words[from + i];
+                            let v = _mm512_loadu_si512(p.add((from + i) * 64).cast());
                             let v = if high { _mm512_srli_epi16::<4>(v) } else { v };
                             _mm512_and_si512(v, mask)
                         });
                         let hb = 4 * pair + k;
-                        let scale = _mm512_mul_ps(d, scale_of(hb / 2));
+                        let scale = scales[k / 2];
                         for (t, acc) in acc.iter_mut().enumerate() {
                             let h = (first + t) * halves + b * 16 + hb;
                             let qp = q8.q.as_ptr().add((first + t) * cols + b * QK_K + 16 * hb);
@@ -209,47 +213,51 @@ impl KTile {
                 }
             }
         }
+        // SAFETY: the tokens' block sums cover the row (the caller's promise).
+        let mins = unsafe { self.mins_parts::<N>(q8, first) };
         let mut out = [[0.0f32; ROWS]; N];
-        for (t, (o, acc)) in out.iter_mut().zip(&acc).enumerate() {
+        for ((o, acc), mins) in out.iter_mut().zip(&acc).zip(mins) {
             let dot = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-            // SAFETY: the token's block sums cover the row (the caller's promise).
-            let mins = unsafe { self.mins_part(q8, first + t) };
             // SAFETY: a 64-byte store into 16 f32.
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_add_ps(dot, mins)) };
         }
         out
     }
 
-    /// The mins' part of the 16 rows' products with token `t`: `Σ −(dmin · m) · s` over the
-    /// sub-blocks, as `dot_f32` adds it (eight lanes by sub-block, each super-block's in
-    /// order, then the lanes summed from −0).
+    /// The mins' part of the 16 rows' products with tokens `first..first + N`: for each token
+    /// `Σ −(dmin · m) · s` over the sub-blocks, as `dot_f32` adds it (eight lanes by sub-block,
+    /// each super-block's in order, then the lanes summed from −0). Lane by lane, so that each
+    /// `−(dmin · m)` is made once for all the tokens.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F and F16C; `q8` holds token `t` at the tile's width.
+    /// The CPU has AVX-512 F and F16C; `q8` holds the tokens at the tile's width.
     #[target_feature(enable = "avx2,f16c,avx512f")]
-    unsafe fn mins_part(&self, q8: &Q8Rows, t: usize) -> __m512 {
+    unsafe fn mins_parts<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [__m512; N] {
         let subs = self.blocks * 8;
         let sign = _mm512_set1_ps(-0.0);
-        let mut lanes = [_mm512_setzero_ps(); 8];
-        for b in 0..self.blocks {
-            // SAFETY: super-block `b`'s `dmin`s and mins lie in the tile, its sub-blocks'
-            // sums in token `t`'s (the caller's promise).
-            unsafe {
-                let dmin =
-                    _mm512_cvtph_ps(_mm256_loadu_si256(self.dmin.as_ptr().add(b * ROWS).cast()));
-                for (s, lane) in lanes.iter_mut().enumerate() {
+        let mut total = [sign; N];
+        for s in 0..8 {
+            let mut lane = [_mm512_setzero_ps(); N];
+            for b in 0..self.blocks {
+                // SAFETY: super-block `b`'s `dmin`s and mins lie in the tile, its sub-blocks'
+                // sums in each token's (the caller's promise).
+                unsafe {
+                    let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(
+                        self.dmin.as_ptr().add(b * ROWS).cast(),
+                    ));
                     let m = _mm_loadu_si128(self.mins.as_ptr().add((b * 8 + s) * ROWS).cast());
                     let m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m));
                     // −(dmin · m): the row path's offset, its sign flipped exactly
                     let offset = _mm512_xor_ps(_mm512_mul_ps(dmin, m), sign);
-                    let sb = *q8.s.as_ptr().add(t * subs + b * 8 + s);
-                    *lane = _mm512_add_ps(*lane, _mm512_mul_ps(offset, _mm512_set1_ps(sb)));
+                    for (t, lane) in lane.iter_mut().enumerate() {
+                        let sb = *q8.s.as_ptr().add((first + t) * subs + b * 8 + s);
+                        *lane = _mm512_add_ps(*lane, _mm512_mul_ps(offset, _mm512_set1_ps(sb)));
+                    }
                 }
             }
-        }
-        let mut total = sign;
-        for lane in lanes {
-            total = _mm512_add_ps(total, lane);
+            for (total, lane) in total.iter_mut().zip(lane) {
+                *total = _mm512_add_ps(*total, lane);
+            }
         }
         total
     }
