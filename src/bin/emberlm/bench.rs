@@ -4,7 +4,7 @@
 //! Prints a table and writes JSON (bench/NOTES.md says what each figure means and records
 //! the runs).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use emberlm::backend::gpu::ops::copy_bandwidth;
@@ -423,8 +423,8 @@ pub fn bench(mut args: BenchArgs) -> CliResult<()> {
 
     let out = match args.out {
         Some(p) => p,
-        None => PathBuf::from("bench/results").join(format!(
-            "{}-{}.json",
+        None => crate::bench_common::fresh_result_path(&format!(
+            "{}-{}",
             chrono::Local::now().format("%Y-%m-%d"),
             sanitize(&adapter.name)
         )),

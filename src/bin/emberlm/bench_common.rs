@@ -76,7 +76,8 @@ pub struct BenchArgs {
     /// embedding mode (0: not measured).
     #[arg(long, default_value_t = 64)]
     pub embed_texts: usize,
-    /// Where the JSON goes (default: bench/results/<date>-<adapter>.json).
+    /// Where the JSON goes (default: bench/results/<date>-<adapter>.json, or -2, -3, … when
+    /// that file exists: a result is never written over).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -217,4 +218,19 @@ pub(crate) fn sanitize(name: &str) -> String {
         .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join("-")
+}
+
+/// `bench/results/<stem>.json`, or `<stem>-2.json`, `-3`, … where that is taken: a default
+/// result name carries only the date, and a second run the same day (another machine's, a
+/// profiling run) must not write over a result kept in the repository.
+pub(crate) fn fresh_result_path(stem: &str) -> PathBuf {
+    let dir = PathBuf::from("bench/results");
+    let first = dir.join(format!("{stem}.json"));
+    if !first.exists() {
+        return first;
+    }
+    (2..)
+        .map(|n| dir.join(format!("{stem}-{n}.json")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
 }

@@ -5,7 +5,7 @@
 //! KV on/off, kinds, precision, speculative) measure the GPU and are not run; `--batch-only
 //! --device cpu` measures batched decoding on the CPU.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use emberlm::loader::ModelFiles;
@@ -218,8 +218,8 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     }
     let out = match &args.out {
         Some(p) => p.clone(),
-        None => PathBuf::from("bench/results").join(format!(
-            "{}-cpu-{}-{threads}t{}-{}.json",
+        None => crate::bench_common::fresh_result_path(&format!(
+            "{}-cpu-{}-{threads}t{}-{}",
             chrono::Local::now().format("%Y-%m-%d"),
             sanitize(&cpu),
             match precision {

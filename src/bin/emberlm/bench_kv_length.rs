@@ -171,7 +171,7 @@ impl KvLengthBench<'_> {
 }
 
 /// `emberlm bench --kv-compare`: the section alone on `model`, printed and written as JSON
-/// (`out`, or `bench/results/<date>-kv-length-<backend>-<model>.json`).
+/// (`out`, or `bench/results/<date>-kv-length-<backend>-<model>.json`, numbered where taken).
 pub fn only(model: &Path, bench: &KvLengthBench<'_>, out: Option<PathBuf>) -> CliResult<()> {
     let files = ModelFiles::open(model)?;
     let weights = files.weights()?;
@@ -232,8 +232,8 @@ pub fn only(model: &Path, bench: &KvLengthBench<'_>, out: Option<PathBuf>) -> Cl
             Some(_) => "gpu",
             None => "cpu",
         };
-        PathBuf::from("bench/results").join(format!(
-            "{}-kv-length-{backend}-{}.json",
+        crate::bench_common::fresh_result_path(&format!(
+            "{}-kv-length-{backend}-{}",
             chrono::Local::now().format("%Y-%m-%d"),
             sanitize(&stem)
         ))
