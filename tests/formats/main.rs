@@ -23,4 +23,3 @@ mod hf_load;
 mod layers;
 mod shared_weights;
 mod tokenizer;
-mod wgsl_params;
