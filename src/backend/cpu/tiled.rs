@@ -26,9 +26,9 @@ enum Tiles {
     /// Q8_0, Q4_0, Q4_1 ([`super::tiles_vnni`]).
     Blocks(Vec<super::tiles_vnni::Tile>),
     /// Q4_K ([`super::tiles_k`]).
-    K(Vec<super::tiles_k::KTile>),
+    K(super::tiles_k::KTiles),
     /// Q6_K ([`super::tiles_q6k`]).
-    Q6k(Vec<super::tiles_q6k::Q6kTile>),
+    Q6k(super::tiles_q6k::Q6kTiles),
 }
 
 /// Fills `tiles` from 16-row runs of `data` on the thread team (the file's pages are read in
@@ -61,15 +61,19 @@ impl Packed {
                 return None;
             }
             if super::tiles_k::available(dtype) {
-                let mut tiles = vec![super::tiles_k::KTile::default(); rows / ROWS];
-                fill_all(&mut tiles, data, row_bytes, |t, d| t.fill(d, row_bytes));
+                let mut tiles = super::tiles_k::KTiles::new(rows / ROWS, row_bytes);
+                fill_all(&mut tiles.tiles_mut(), data, row_bytes, |t, d| {
+                    super::tiles_k::KTiles::fill_tile(t, d, row_bytes)
+                });
                 return Some(Self {
                     tiles: Tiles::K(tiles),
                 });
             }
             if super::tiles_q6k::available(dtype) {
-                let mut tiles = vec![super::tiles_q6k::Q6kTile::default(); rows / ROWS];
-                fill_all(&mut tiles, data, row_bytes, |t, d| t.fill(d, row_bytes));
+                let mut tiles = super::tiles_q6k::Q6kTiles::new(rows / ROWS, row_bytes);
+                fill_all(&mut tiles.tiles_mut(), data, row_bytes, |t, d| {
+                    super::tiles_q6k::Q6kTiles::fill_tile(t, d, row_bytes)
+                });
                 return Some(Self {
                     tiles: Tiles::Q6k(tiles),
                 });
@@ -95,8 +99,8 @@ impl Packed {
         #[cfg(target_arch = "x86_64")]
         return match &self.tiles {
             Tiles::Blocks(t) => t.iter().map(|t| t.bytes()).sum(),
-            Tiles::K(t) => t.iter().map(|t| t.bytes()).sum(),
-            Tiles::Q6k(t) => t.iter().map(|t| t.bytes()).sum(),
+            Tiles::K(t) => t.bytes(),
+            Tiles::Q6k(t) => t.bytes(),
         };
         #[cfg(not(target_arch = "x86_64"))]
         0
@@ -107,8 +111,8 @@ impl Packed {
         #[cfg(target_arch = "x86_64")]
         return match &self.tiles {
             Tiles::Blocks(t) => t[r / ROWS].row_f32(r % ROWS, out),
-            Tiles::K(t) => t[r / ROWS].row_f32(r % ROWS, out),
-            Tiles::Q6k(t) => t[r / ROWS].row_f32(r % ROWS, out),
+            Tiles::K(t) => t.row_f32(r, out),
+            Tiles::Q6k(t) => t.row_f32(r, out),
         };
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -131,8 +135,8 @@ impl Packed {
             for (g, out) in out.chunks_exact_mut(ROWS * tokens.max(1)).enumerate() {
                 match &self.tiles {
                     Tiles::Blocks(t) => t[first / ROWS + g].product(q8, corrections, out),
-                    Tiles::K(t) => t[first / ROWS + g].product(q8, out),
-                    Tiles::Q6k(t) => t[first / ROWS + g].product(q8, out),
+                    Tiles::K(t) => t.product(first / ROWS + g, q8, out),
+                    Tiles::Q6k(t) => t.product(first / ROWS + g, q8, out),
                 }
             }
         }

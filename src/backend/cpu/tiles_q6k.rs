@@ -19,7 +19,7 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Q8Rows, TILE_ROWS as ROWS};
-use super::tiles_k::{in_fours, Pass};
+use super::tiles_k::{in_fours, Pass, TileLines};
 use crate::dtype::DType;
 
 /// Values per super-block.
@@ -30,28 +30,28 @@ const BLOCK: usize = 210;
 const QL_WORDS: usize = 32;
 /// 4-byte words of high bit pairs per super-block.
 const QH_WORDS: usize = 16;
-/// Tile bytes of values per super-block.
-const STRIDE: usize = (QL_WORDS + QH_WORDS) * 64;
-/// Super-blocks ahead of the one multiplied whose values are prefetched.
-const PREFETCH: usize = 2;
+/// Cache lines of values per super-block of a tile.
+const VALUE_LINES: usize = QL_WORDS + QH_WORDS;
+/// The first of the four lines of scales (`[16 half-blocks, 16 rows]`, signed).
+const SCALES_LINE: usize = VALUE_LINES;
+/// The line of the 16 rows' `d`.
+const D_LINE: usize = VALUE_LINES + 4;
+/// Cache lines of one super-block of a tile.
+const LINES: usize = D_LINE + 1;
+/// Super-blocks ahead of the one multiplied whose lines are prefetched (into L2), as
+/// [`super::tiles_k`]'s.
+const PREFETCH: usize = 8;
 
-/// Whether [`Q6kTile`] computes products of `dtype` on this CPU.
+/// Whether [`Q6kTiles`] computes products of `dtype` on this CPU.
 pub(super) fn available(dtype: DType) -> bool {
     dtype == DType::Q6_K && super::dot::has_vnni()
 }
 
-/// Sixteen Q6_K rows repacked: for each super-block its 32 `ql` and 16 `qh` words with lane
-/// `j` of each 64-byte register row `j`'s, its 16 scales per row, its `d` as the f16 stored.
+/// A Q6_K matrix's rows repacked in tiles of 16 ([`TileLines`]). A super-block of a tile is
+/// [`LINES`] cache lines: its 32 `ql` and 16 `qh` words with lane `j` of each line row `j`'s,
+/// its 16 scales per row, the 16 rows' `d` as the f16 stored.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Q6kTile {
-    blocks: usize,
-    /// `[blocks, 48 words (ql then qh), 16 rows, 4 bytes]`.
-    values: Vec<u8>,
-    /// `[blocks, 16 half-blocks, 16 rows]`, signed.
-    scales: Vec<i8>,
-    /// `[blocks, 16 rows]`, f16 as stored.
-    d: Vec<u16>,
-}
+pub(super) struct Q6kTiles(TileLines);
 
 /// Where half-block `hb`'s four words lie in a super-block: its first `ql` word, whether it
 /// takes their high nibbles, its first `qh` word and the shift of its bit pair. Values
@@ -67,89 +67,116 @@ fn place(hb: usize) -> (usize, bool, usize, i32) {
     )
 }
 
-impl Q6kTile {
-    /// Repacks the 16 rows `data` (`16 × row_bytes`, whole super-blocks) into the tile.
-    pub(super) fn fill(&mut self, data: &[u8], row_bytes: usize) {
+impl Q6kTiles {
+    /// Room for `tiles` tiles of rows of `row_bytes` (whole super-blocks), filled by
+    /// [`Self::fill_tile`] on each of [`Self::tiles_mut`].
+    pub(super) fn new(tiles: usize, row_bytes: usize) -> Self {
         let blocks = row_bytes / BLOCK;
-        assert!(data.len() >= ROWS * row_bytes && blocks * BLOCK == row_bytes);
-        self.blocks = blocks;
-        self.values.resize(blocks * STRIDE, 0);
-        self.scales.resize(blocks * 16 * ROWS, 0);
-        self.d.resize(blocks * ROWS, 0);
+        assert_eq!(
+            blocks * BLOCK,
+            row_bytes,
+            "Q6_K rows are whole super-blocks"
+        );
+        Self(TileLines::new(tiles, blocks, LINES))
+    }
+
+    /// The rows of `data` (a multiple of 16 rows of `row_bytes`) repacked, one tile after
+    /// the other on this thread (the tests').
+    #[cfg(test)]
+    pub(super) fn fill(&mut self, data: &[u8], row_bytes: usize) {
+        *self = Self::new(data.len() / (ROWS * row_bytes), row_bytes);
+        for (t, tile) in self.tiles_mut().into_iter().enumerate() {
+            Self::fill_tile(tile, &data[t * ROWS * row_bytes..], row_bytes);
+        }
+    }
+
+    /// Each tile's bytes, to be filled apart.
+    pub(super) fn tiles_mut(&mut self) -> Vec<&mut [u8]> {
+        self.0.tiles_mut()
+    }
+
+    /// Repacks the 16 rows at the start of `data` (`16 × row_bytes`) into one tile's bytes.
+    pub(super) fn fill_tile(tile: &mut [u8], data: &[u8], row_bytes: usize) {
+        let blocks = row_bytes / BLOCK;
+        assert!(data.len() >= ROWS * row_bytes && tile.len() == blocks * LINES * 64);
         for j in 0..ROWS {
             let row = &data[j * row_bytes..][..row_bytes];
             for (b, block) in row.chunks_exact(BLOCK).enumerate() {
-                let dst = &mut self.values[b * STRIDE..][..STRIDE];
+                let dst = &mut tile[b * LINES * 64..][..LINES * 64];
                 for (w, word) in block[..192].chunks_exact(4).enumerate() {
                     dst[w * 64 + j * 4..][..4].copy_from_slice(word);
                 }
                 for (h, &s) in block[192..208].iter().enumerate() {
-                    self.scales[(b * 16 + h) * ROWS + j] = s as i8;
+                    dst[SCALES_LINE * 64 + h * ROWS + j] = s;
                 }
-                self.d[b * ROWS + j] = u16::from_le_bytes([block[208], block[209]]);
+                dst[D_LINE * 64 + 2 * j..][..2].copy_from_slice(&block[208..210]);
             }
         }
     }
 
-    /// Bytes the tile holds (its 16 rows').
+    /// Bytes held (the rows' and 32 more per super-block and tile).
     pub(super) fn bytes(&self) -> usize {
-        self.values.len() + self.scales.len() + 2 * self.d.len()
+        self.0.bytes()
     }
 
-    /// Row `j` dequantized into `out` (`[blocks · 256]`): each super-block's stored bytes put
+    /// Row `r` dequantized into `out` (`[blocks · 256]`): each super-block's stored bytes put
     /// back together (on the stack) and dequantized as the stored row would be.
-    pub(super) fn row_f32(&self, j: usize, out: &mut [f32]) -> crate::error::Result<()> {
+    pub(super) fn row_f32(&self, r: usize, out: &mut [f32]) -> crate::error::Result<()> {
+        let (tile, j) = (self.0.tile(r / ROWS), r % ROWS);
         let mut stored = [0u8; BLOCK];
-        for (b, out) in out.chunks_exact_mut(QK_K).take(self.blocks).enumerate() {
-            let block = &self.values[b * STRIDE..][..STRIDE];
-            for w in 0..QL_WORDS + QH_WORDS {
-                stored[4 * w..][..4].copy_from_slice(&block[w * 64 + j * 4..][..4]);
+        for (b, out) in out.chunks_exact_mut(QK_K).take(self.0.blocks()).enumerate() {
+            let src = &tile[b * LINES * 64..][..LINES * 64];
+            for w in 0..VALUE_LINES {
+                stored[4 * w..][..4].copy_from_slice(&src[w * 64 + j * 4..][..4]);
             }
             for h in 0..16 {
-                stored[192 + h] = self.scales[(b * 16 + h) * ROWS + j] as u8;
+                stored[192 + h] = src[SCALES_LINE * 64 + h * ROWS + j];
             }
-            stored[208..].copy_from_slice(&self.d[b * ROWS + j].to_le_bytes());
+            stored[208..].copy_from_slice(&src[D_LINE * 64 + 2 * j..][..2]);
             crate::dtype::dequantize_into(DType::Q6_K, &stored, out, "row")?;
         }
         Ok(())
     }
 
-    /// `out[r · tokens + t]` (`r` < 16) for every token `t` of `q8`, whose rows have the
-    /// tile's width.
-    pub(super) fn product(&self, q8: &Q8Rows, out: &mut [f32]) {
+    /// `out[r · tokens + t]` (`r` < 16) for row `16·g + r` and every token `t` of `q8`, whose
+    /// rows have the tiles' width.
+    pub(super) fn product(&self, g: usize, q8: &Q8Rows, out: &mut [f32]) {
         let tokens = q8.q.len() / q8.cols.max(1);
-        let cols = self.blocks * QK_K;
+        let cols = self.0.blocks() * QK_K;
         assert!(out.len() >= ROWS * tokens && q8.cols == cols);
-        assert!(self.values.len() >= self.blocks * STRIDE);
-        assert!(self.scales.len() >= self.blocks * 16 * ROWS && self.d.len() >= self.blocks * ROWS);
+        assert_eq!(self.0.tile(g).len(), self.0.blocks() * LINES * 64);
         assert!(q8.d.len() >= tokens * cols / 16 && q8.isum.len() >= tokens * cols / 16);
-        // SAFETY: a tile is made only where the CPU has VNNI (`available`); the lengths were
+        // SAFETY: tiles are made only where the CPU has VNNI (`available`); the lengths were
         // checked above.
-        unsafe { in_fours(self, q8, tokens, out) };
+        unsafe { in_fours(self, g, q8, tokens, out) };
     }
 
-    /// The 16 rows' products with tokens `first..first + N` of `q8`.
+    /// Tile `g`'s 16 rows' products with tokens `first..first + N` of `q8`.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW and VNNI and F16C; `q8`'s rows are the tile's width and hold
-    /// the tokens asked for; the tile is filled.
+    /// The CPU has AVX-512 F, BW and VNNI and F16C; `q8`'s rows are the tiles' width and hold
+    /// the tokens asked for; tile `g` exists.
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
-    unsafe fn pass<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
-        let cols = self.blocks * QK_K;
+    unsafe fn pass<const N: usize>(&self, g: usize, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
+        let blocks = self.0.blocks();
+        let cols = blocks * QK_K;
         let halves = cols / 16;
+        let tile = self.0.tile(g).as_ptr();
         let mut acc = [[_mm512_setzero_ps(); 4]; N];
         let (low4, low2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
-        for b in 0..self.blocks {
-            // SAFETY (every access of this block): super-block `b` lies inside the tile's
-            // vectors and each token's values, scales and sums (the caller's promise, the
+        for b in 0..blocks {
+            // SAFETY (every access of this block): super-block `b` of tile `g` lies inside
+            // the lines and each token's values, scales and sums (the caller's promise, the
             // lengths asserted by `product`).
             unsafe {
-                let p = self.values.as_ptr().add(b * STRIDE);
-                for l in 0..STRIDE / 64 {
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH * STRIDE + l * 64).cast());
+                let p = tile.add(b * LINES * 64);
+                // PREFETCH super-blocks on (into the next tiles at a tile's end)
+                let ahead = p.wrapping_add(PREFETCH * LINES * 64);
+                for l in 0..LINES {
+                    _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(l * 64).cast());
                 }
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(self.d.as_ptr().add(b * ROWS).cast()));
-                let word = |w: usize| _mm512_loadu_si512(p.add(w * 64).cast());
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(D_LINE * 64).cast()));
+                let word = |w: usize| _mm512_load_si512(p.add(w * 64).cast());
                 for hb in 0..16 {
                     let (ql, high, qh, shift) = place(hb);
                     let shift = _mm_cvtsi32_si128(shift);
@@ -170,7 +197,7 @@ impl Q6kTile {
                             _mm512_slli_epi16::<4>(bits),
                         )
                     });
-                    let sc = _mm_loadu_si128(self.scales.as_ptr().add((b * 16 + hb) * ROWS).cast());
+                    let sc = _mm_loadu_si128(p.add(SCALES_LINE * 64 + hb * ROWS).cast());
                     let scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
                     for (t, acc) in acc.iter_mut().enumerate() {
                         let h = (first + t) * halves + b * 16 + hb;
@@ -198,10 +225,15 @@ impl Q6kTile {
     }
 }
 
-impl Pass for Q6kTile {
-    unsafe fn tokens<const N: usize>(&self, q8: &Q8Rows, first: usize) -> [[f32; ROWS]; N] {
+impl Pass for Q6kTiles {
+    unsafe fn tokens<const N: usize>(
+        &self,
+        g: usize,
+        q8: &Q8Rows,
+        first: usize,
+    ) -> [[f32; ROWS]; N] {
         // SAFETY: the caller's promise.
-        unsafe { self.pass::<N>(q8, first) }
+        unsafe { self.pass::<N>(g, q8, first) }
     }
 }
 
@@ -218,9 +250,9 @@ mod tests {
         super::super::tiles_k::tests::check_tiles(
             DType::Q6_K,
             BLOCK,
-            Q6kTile::fill,
-            Q6kTile::product,
-            Q6kTile::row_f32,
+            Q6kTiles::fill,
+            |t, q8, out| t.product(0, q8, out),
+            Q6kTiles::row_f32,
         );
     }
 }
