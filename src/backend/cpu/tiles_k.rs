@@ -22,6 +22,7 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Q8Rows, TILE_ROWS as ROWS};
+use super::tiled::TileLines;
 use crate::dtype::DType;
 
 /// Values per super-block.
@@ -46,61 +47,6 @@ pub(super) const TOKENS: usize = 4;
 /// ahead; in [`TileLines`]' one stream the CPU's own prefetch does most of it, and 4, 8 or
 /// 16 ahead, into L1 or L2, were within the 2-core AMD EPYC's noise of each other).
 const PREFETCH: usize = 8;
-
-/// One cache line, the unit the tiles are kept and prefetched in.
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(64))]
-pub(super) struct Line([u8; 64]);
-
-/// A matrix's tiles in one buffer of cache lines, `[tiles, blocks, lines per super-block]`:
-/// a product walks its tiles front to back in one stream, which the CPU's own prefetch
-/// follows (one thread streaming the 2048-wide Q4_K tiles of the Llama-3.2-1B shape on the
-/// 2-core AMD EPYC: 356 ns per super-block and tile with each tile in five arrays of its
-/// own, 145–210 ns here).
-#[derive(Debug, Clone, Default)]
-pub(super) struct TileLines {
-    /// Super-blocks per row.
-    blocks: usize,
-    /// Lines per super-block of a tile.
-    per_block: usize,
-    lines: Vec<Line>,
-}
-
-impl TileLines {
-    /// `tiles` tiles of `blocks` super-blocks of `per_block` lines, zeroed.
-    pub(super) fn new(tiles: usize, blocks: usize, per_block: usize) -> Self {
-        Self {
-            blocks,
-            per_block,
-            lines: vec![Line([0; 64]); tiles * blocks * per_block],
-        }
-    }
-
-    /// Super-blocks per row.
-    pub(super) fn blocks(&self) -> usize {
-        self.blocks
-    }
-
-    /// Each tile's bytes, to be filled apart.
-    pub(super) fn tiles_mut(&mut self) -> Vec<&mut [u8]> {
-        let per = (self.blocks * self.per_block).max(1);
-        self.lines
-            .chunks_exact_mut(per)
-            .map(bytemuck::cast_slice_mut)
-            .collect()
-    }
-
-    /// Tile `g`'s bytes (`[blocks, lines per super-block, 64]`).
-    pub(super) fn tile(&self, g: usize) -> &[u8] {
-        let per = self.blocks * self.per_block;
-        bytemuck::cast_slice(&self.lines[g * per..][..per])
-    }
-
-    /// Bytes held.
-    pub(super) fn bytes(&self) -> usize {
-        self.lines.len() * 64
-    }
-}
 
 /// Whether [`KTiles`] computes products of `dtype` on this CPU.
 pub(super) fn available(dtype: DType) -> bool {

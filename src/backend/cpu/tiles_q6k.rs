@@ -19,7 +19,8 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Q8Rows, TILE_ROWS as ROWS};
-use super::tiles_k::{in_fours, Pass, TileLines};
+use super::tiled::TileLines;
+use super::tiles_k::{in_fours, Pass};
 use crate::dtype::DType;
 
 /// Values per super-block.
