@@ -45,11 +45,17 @@ pub(super) struct TileLines {
 impl TileLines {
     /// `tiles` tiles of `blocks` records of `per_block` lines, zeroed.
     pub(super) fn new(tiles: usize, blocks: usize, per_block: usize) -> Self {
-        Self {
-            blocks,
-            per_block,
-            lines: vec![Line([0; 64]); tiles * blocks * per_block],
-        }
+        let mut t = Self::default();
+        t.reshape(tiles, blocks, per_block);
+        t
+    }
+
+    /// Sized for `tiles` tiles of `blocks` records of `per_block` lines (the buffer kept
+    /// where it is large enough; lines kept hold what they held).
+    pub(super) fn reshape(&mut self, tiles: usize, blocks: usize, per_block: usize) {
+        self.blocks = blocks;
+        self.per_block = per_block;
+        self.lines.resize(tiles * blocks * per_block, Line([0; 64]));
     }
 
     /// Records per tile.
@@ -83,7 +89,7 @@ impl TileLines {
 #[derive(Debug, Clone)]
 enum Tiles {
     /// Q8_0, Q4_0, Q4_1 ([`super::tiles_vnni`]).
-    Blocks(Vec<super::tiles_vnni::Tile>),
+    Blocks(super::tiles_vnni::Tile),
     /// Q4_K ([`super::tiles_k`]).
     K(super::tiles_k::KTiles),
     /// Q6_K ([`super::tiles_q6k`]).
@@ -140,8 +146,11 @@ impl Packed {
             if !super::tiles_vnni::available(dtype) {
                 return None;
             }
-            let mut tiles = vec![super::tiles_vnni::Tile::new(dtype)?; rows / ROWS];
-            fill_all(&mut tiles, data, row_bytes, |t, d| t.fill(d, row_bytes));
+            let mut tiles = super::tiles_vnni::Tile::with_tiles(dtype, rows / ROWS, row_bytes)?;
+            let filler = tiles.filler(row_bytes);
+            fill_all(&mut tiles.tiles_mut(), data, row_bytes, |t, d| {
+                filler.fill(t, d)
+            });
             Some(Self {
                 tiles: Tiles::Blocks(tiles),
             })
@@ -157,7 +166,7 @@ impl Packed {
     pub(super) fn bytes(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
         return match &self.tiles {
-            Tiles::Blocks(t) => t.iter().map(|t| t.bytes()).sum(),
+            Tiles::Blocks(t) => t.bytes(),
             Tiles::K(t) => t.bytes(),
             Tiles::Q6k(t) => t.bytes(),
         };
@@ -169,7 +178,7 @@ impl Packed {
     pub(super) fn row_f32(&self, r: usize, out: &mut [f32]) -> crate::error::Result<()> {
         #[cfg(target_arch = "x86_64")]
         return match &self.tiles {
-            Tiles::Blocks(t) => t[r / ROWS].row_f32(r % ROWS, out),
+            Tiles::Blocks(t) => t.row_f32(r, out),
             Tiles::K(t) => t.row_f32(r, out),
             Tiles::Q6k(t) => t.row_f32(r, out),
         };
@@ -193,7 +202,7 @@ impl Packed {
             let tokens = q8.q.len() / q8.cols.max(1);
             for (g, out) in out.chunks_exact_mut(ROWS * tokens.max(1)).enumerate() {
                 match &self.tiles {
-                    Tiles::Blocks(t) => t[first / ROWS + g].product(q8, corrections, out),
+                    Tiles::Blocks(t) => t.product(first / ROWS + g, q8, corrections, out),
                     Tiles::K(t) => t.product(first / ROWS + g, q8, out),
                     Tiles::Q6k(t) => t.product(first / ROWS + g, q8, out),
                 }
@@ -248,7 +257,7 @@ pub(super) fn rows(
         for (g, out) in out.chunks_exact_mut(ROWS * tokens).take(groups).enumerate() {
             let rows = &data[(first + g * ROWS) * row_bytes..][..ROWS * row_bytes];
             tile.fill(rows, row_bytes);
-            tile.product(q8, corrections, out);
+            tile.product(0, q8, corrections, out);
         }
         groups * ROWS
     }

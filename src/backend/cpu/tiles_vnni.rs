@@ -24,16 +24,16 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Layout, Q8Rows, QK, TILE_ROWS as ROWS};
+use super::tiled::TileLines;
 use crate::dtype::DType;
 
 /// Tokens per tile (their accumulators, four each, stay in registers beside a half-block's
 /// four registers of values).
 const TOKENS: usize = 4;
 
-/// Blocks ahead of the one multiplied whose values are prefetched (one decode step of the
-/// Llama-3.2-1B shape on the 2-core AMD EPYC: 36–37 tok/s without, 39–40 at 2 and 4 blocks,
-/// 42–45 at 8, 44–46 at 16).
-const PREFETCH: usize = 16;
+/// Pairs of blocks ahead of the pair multiplied whose lines are prefetched into L2 (4.5–8.5
+/// KiB ahead; the CPU's own prefetch follows the tiles' one stream, [`TileLines`]).
+const PREFETCH: usize = 8;
 
 /// Tokens a product needs before repacking its rows pays (fewer: the row path).
 pub(super) const MIN_TOKENS: usize = 4;
@@ -95,9 +95,47 @@ impl Kind {
         matches!(self, Kind::Q4_1 | Kind::Q5_1)
     }
 
-    /// Whether values have a fifth bit, kept in a word per block and row.
-    fn fifth_bits(self) -> bool {
-        matches!(self, Kind::Q5_0 | Kind::Q5_1)
+    /// The kernels' const parameter.
+    fn code(self) -> u8 {
+        match self {
+            Kind::Q8_0 => Q8_0,
+            Kind::Q4_0 => Q4_0,
+            Kind::Q4_1 => Q4_1,
+            Kind::Q5_0 => Q5_0,
+            Kind::Q5_1 => Q5_1,
+        }
+    }
+}
+
+/// Where a block's parts lie in its pair's record (bytes from the record's start): a pair of
+/// blocks is their words of values (block 2p's, then 2p + 1's), a line of the 16 rows'
+/// scales (32 bytes each), one of offsets where the type has them, then one line of fifth
+/// bits per block where it has them: as many bytes as the 16 rows' two blocks as stored.
+#[derive(Clone, Copy)]
+struct Place {
+    values: usize,
+    scales: usize,
+    offsets: usize,
+    high: usize,
+}
+
+/// Cache lines of a pair of blocks of type `k` (a [`Kind::code`]).
+const fn pair_lines(k: u8) -> usize {
+    let words = if k == Q8_0 { 8 } else { 4 };
+    let offset = (k == Q4_1 || k == Q5_1) as usize;
+    let fifth = (k == Q5_0 || k == Q5_1) as usize;
+    2 * words + 1 + offset + 2 * fifth
+}
+
+/// Where block `2p + odd`'s parts lie in pair `p`'s record, for type `k`.
+const fn place(k: u8, odd: usize) -> Place {
+    let words = if k == Q8_0 { 8 } else { 4 };
+    let offset = (k == Q4_1 || k == Q5_1) as usize;
+    Place {
+        values: odd * words * 64,
+        scales: 2 * words * 64 + odd * 32,
+        offsets: (2 * words + 1) * 64 + odd * 32,
+        high: (2 * words + 1 + offset + odd) * 64,
     }
 }
 
@@ -123,24 +161,30 @@ pub(super) fn available(dtype: DType) -> bool {
     Kind::of(dtype).is_some() && super::dot::has_vnni()
 }
 
-/// Sixteen weight rows repacked for the tiles: for each block, its words of values with
-/// lane `j` of each 64-byte register row `j`'s (Q8_0's bytes as `w + 128`, unsigned), each
-/// row's scale (and Q4_1's and Q5_1's offset) as the f16 stored, and the Q5 types' words of
-/// fifth bits as stored; as many bytes as the rows'.
+/// Weight rows repacked for the tiles, 16 to a tile, every tile in one buffer of cache lines
+/// ([`TileLines`]) as a record per pair of blocks ([`Place`]): each block's words of values
+/// with lane `j` of each line row `j`'s (Q8_0's bytes as `w + 128`, unsigned), each row's
+/// scale (and Q4_1's and Q5_1's offset) as the f16 stored, and the Q5 types' words of fifth
+/// bits as stored; as many bytes as the rows' (a tile of an odd number of blocks: one block
+/// more).
 #[derive(Debug, Clone)]
 pub(super) struct Tile {
     kind: Kind,
     /// The stored blocks' layout (size, where the values start).
     layout: Layout,
+    /// Blocks per row.
     blocks: usize,
-    /// `[blocks, words, 16 rows, 4 bytes]`.
-    values: Vec<u8>,
-    /// `[blocks, 16 rows]`, f16 as stored.
-    scales: Vec<u16>,
-    /// `[blocks, 16 rows]`, f16 as stored (Q4_1 and Q5_1 only).
-    offsets: Vec<u16>,
-    /// `[blocks, 16 rows]`: bit `v` is value `v`'s fifth bit, as stored (Q5_0 and Q5_1 only).
-    high: Vec<u32>,
+    /// `[tiles, ⌈blocks / 2⌉ pairs, pair_lines]`.
+    lines: TileLines,
+}
+
+/// What repacks 16 rows of one type and width into a tile's bytes ([`Tile::filler`]).
+#[derive(Clone, Copy)]
+pub(super) struct Filler {
+    kind: Kind,
+    layout: Layout,
+    blocks: usize,
+    row_bytes: usize,
 }
 
 impl Tile {
@@ -150,32 +194,63 @@ impl Tile {
             kind: Kind::of(dtype)?,
             layout: super::quant::layout(dtype)?,
             blocks: 0,
-            values: Vec::new(),
-            scales: Vec::new(),
-            offsets: Vec::new(),
-            high: Vec::new(),
+            lines: TileLines::default(),
         })
     }
 
-    /// Repacks the 16 rows `data` (`16 × row_bytes`, whole blocks) into the tile.
-    pub(super) fn fill(&mut self, data: &[u8], row_bytes: usize) {
-        let k = self.kind;
-        let size = self.layout.size;
-        let blocks = row_bytes / size;
-        let stride = k.words() * 64;
+    /// Room for `tiles` tiles of `dtype` rows of `row_bytes` (whole blocks), to be filled by
+    /// [`Self::filler`] on each of [`Self::tiles_mut`]; `None` for types the tiles do not
+    /// cover.
+    pub(super) fn with_tiles(dtype: DType, tiles: usize, row_bytes: usize) -> Option<Self> {
+        let mut t = Self::new(dtype)?;
+        t.shape(tiles, row_bytes);
+        Some(t)
+    }
+
+    /// Sized for `tiles` tiles of rows of `row_bytes` (the buffer kept where it is already).
+    fn shape(&mut self, tiles: usize, row_bytes: usize) {
+        let blocks = row_bytes / self.layout.size;
+        assert_eq!(blocks * self.layout.size, row_bytes, "rows of whole blocks");
         self.blocks = blocks;
-        self.values.resize(blocks * stride, 0);
-        self.scales.resize(blocks * ROWS, 0);
-        if k.offset() {
-            self.offsets.resize(blocks * ROWS, 0);
+        self.lines
+            .reshape(tiles, blocks.div_ceil(2), pair_lines(self.kind.code()));
+    }
+
+    /// Each tile's bytes, to be filled apart.
+    pub(super) fn tiles_mut(&mut self) -> Vec<&mut [u8]> {
+        self.lines.tiles_mut()
+    }
+
+    /// What fills a tile of this matrix from 16 stored rows of `row_bytes`.
+    pub(super) fn filler(&self, row_bytes: usize) -> Filler {
+        Filler {
+            kind: self.kind,
+            layout: self.layout,
+            blocks: self.blocks,
+            row_bytes,
         }
-        if k.fifth_bits() {
-            self.high.resize(blocks * ROWS, 0);
+    }
+
+    /// Repacks the 16 rows `data` (`16 × row_bytes`, whole blocks) into a tile of its own,
+    /// the one this holds from then on.
+    pub(super) fn fill(&mut self, data: &[u8], row_bytes: usize) {
+        self.shape(1, row_bytes);
+        let filler = self.filler(row_bytes);
+        for tile in self.tiles_mut() {
+            filler.fill(tile, data);
         }
-        assert!(data.len() >= ROWS * row_bytes && blocks * size == row_bytes);
+    }
+}
+
+impl Filler {
+    /// Repacks the 16 rows at the start of `data` into `tile` (a tile's bytes).
+    pub(super) fn fill(&self, tile: &mut [u8], data: &[u8]) {
+        let pair = pair_lines(self.kind.code()) * 64;
+        assert!(data.len() >= ROWS * self.row_bytes);
+        assert_eq!(tile.len(), self.blocks.div_ceil(2) * pair);
         // SAFETY: the CPU has AVX-512 (a tile is made only where it does); `data` holds the
-        // 16 rows and the tile was sized for them above.
-        unsafe { self.transpose(data, row_bytes) };
+        // 16 rows and `tile` was sized for them (asserted above).
+        unsafe { self.transpose(tile, data) };
     }
 
     /// [`Self::fill`]'s repacking: for each block, the 16 rows' 16-byte runs of values
@@ -184,11 +259,12 @@ impl Tile {
     ///
     /// # Safety
     /// The CPU has AVX-512 F and F16C; `data` holds 16 rows of `row_bytes` (whole blocks)
-    /// and the tile is sized for them.
+    /// and `tile` is sized for them.
     #[target_feature(enable = "avx2,f16c,avx512f")]
-    unsafe fn transpose(&mut self, data: &[u8], row_bytes: usize) {
-        let k = self.kind;
-        let (size, stride, at) = (self.layout.size, k.words() * 64, self.layout.values);
+    unsafe fn transpose(&self, tile: &mut [u8], data: &[u8]) {
+        let (k, row_bytes) = (self.kind, self.row_bytes);
+        let (size, at) = (self.layout.size, self.layout.values);
+        let pair = pair_lines(k.code()) * 64;
         let flip = _mm512_set1_epi32(if k == Kind::Q8_0 {
             0x8080_8080u32 as i32
         } else {
@@ -198,11 +274,13 @@ impl Tile {
         let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
         let base = data.as_ptr();
         for b in 0..self.blocks {
+            let place = place(k.code(), b % 2);
             // SAFETY: every read lies in block `b` of one of the 16 rows of `data`, every
-            // write in block `b`'s part of the tile (the caller's promise).
+            // write in block `b`'s part of its pair's record (the caller's promise).
             unsafe {
                 let block = |j: usize| base.add(j * row_bytes + b * size);
-                let dst = self.values.as_mut_ptr().add(b * stride);
+                let rec = tile.as_mut_ptr().add(b / 2 * pair);
+                let dst = rec.add(place.values);
                 for run in 0..k.words() / 4 {
                     let x = |j: usize| _mm_loadu_si128(block(j).add(at + 16 * run).cast());
                     let z: [__m512i; 4] = std::array::from_fn(|i| {
@@ -225,44 +303,49 @@ impl Tile {
                         _mm512_storeu_si512(dst.add((4 * run + w) * 64).cast(), v);
                     }
                 }
-                let b16 = b * ROWS;
                 for j in 0..ROWS {
                     let p = block(j);
-                    self.scales[b16 + j] = u16::from_le_bytes([*p, *p.add(1)]);
+                    std::ptr::copy_nonoverlapping(p, rec.add(place.scales + 2 * j), 2);
                     if k.offset() {
-                        self.offsets[b16 + j] = u16::from_le_bytes([*p.add(2), *p.add(3)]);
+                        std::ptr::copy_nonoverlapping(p.add(2), rec.add(place.offsets + 2 * j), 2);
                     }
                     if let Some(at) = self.layout.high_bits {
-                        self.high[b16 + j] = p.add(at).cast::<u32>().read_unaligned();
+                        std::ptr::copy_nonoverlapping(p.add(at), rec.add(place.high + 4 * j), 4);
                     }
                 }
             }
         }
     }
+}
 
-    /// Bytes the tile holds (those of its 16 rows as stored).
+impl Tile {
+    /// Bytes the tiles hold (those of their rows as stored, one block more per tile where a
+    /// row's blocks are odd).
     pub(super) fn bytes(&self) -> usize {
-        self.values.len() + 2 * (self.scales.len() + self.offsets.len()) + 4 * self.high.len()
+        self.lines.bytes()
     }
 
-    /// Row `j` dequantized into `out` (`[blocks · 32]`): each block's stored bytes put back
-    /// together from the tile (on the stack) and dequantized as the stored row would be, for
+    /// Row `r` dequantized into `out` (`[blocks · 32]`): each block's stored bytes put back
+    /// together from its tile (on the stack) and dequantized as the stored row would be, for
     /// what reads a row by itself (an embedding lookup).
-    pub(super) fn row_f32(&self, j: usize, out: &mut [f32]) -> crate::error::Result<()> {
+    pub(super) fn row_f32(&self, r: usize, out: &mut [f32]) -> crate::error::Result<()> {
         let (k, l) = (self.kind, self.layout);
-        let (stride, flip) = (k.words() * 64, if k == Kind::Q8_0 { 0x80 } else { 0 });
+        let (tile, j) = (self.lines.tile(r / ROWS), r % ROWS);
+        let pair = pair_lines(k.code()) * 64;
+        let flip = if k == Kind::Q8_0 { 0x80 } else { 0 };
         let mut stored = [0u8; 64];
         for (b, out) in out.chunks_exact_mut(QK).take(self.blocks).enumerate() {
-            stored[..2].copy_from_slice(&self.scales[b * ROWS + j].to_le_bytes());
+            let place = place(k.code(), b % 2);
+            let rec = &tile[b / 2 * pair..][..pair];
+            stored[..2].copy_from_slice(&rec[place.scales + 2 * j..][..2]);
             if k.offset() {
-                stored[2..4].copy_from_slice(&self.offsets[b * ROWS + j].to_le_bytes());
+                stored[2..4].copy_from_slice(&rec[place.offsets + 2 * j..][..2]);
             }
             if let Some(at) = l.high_bits {
-                stored[at..at + 4].copy_from_slice(&self.high[b * ROWS + j].to_le_bytes());
+                stored[at..at + 4].copy_from_slice(&rec[place.high + 4 * j..][..4]);
             }
-            let block = &self.values[b * stride..][..stride];
             for w in 0..k.words() {
-                let word = &block[w * 64 + j * 4..][..4];
+                let word = &rec[place.values + w * 64 + j * 4..][..4];
                 for (s, &v) in stored[l.values + 4 * w..][..4].iter_mut().zip(word) {
                     *s = v ^ flip;
                 }
@@ -272,18 +355,18 @@ impl Tile {
         Ok(())
     }
 
-    /// `out[r · tokens + t]` (`r` < 16) for every token `t` of `q8`, whose rows have the
-    /// tile's width; `corrections` is [`corrections`]' for `q8` and this tile's type.
-    pub(super) fn product(&self, q8: &Q8Rows, corrections: &[i32], out: &mut [f32]) {
+    /// `out[r · tokens + t]` (`r` < 16) for row `16·g + r` and every token `t` of `q8`, whose
+    /// rows have the tiles' width; `corrections` is [`corrections`]' for `q8` and this type.
+    pub(super) fn product(&self, g: usize, q8: &Q8Rows, corrections: &[i32], out: &mut [f32]) {
         let tokens = q8.q.len() / q8.cols.max(1);
         let halves = self.blocks * 2;
         assert!(out.len() >= ROWS * tokens && q8.cols == self.blocks * QK);
-        assert!(self.values.len() >= self.blocks * self.kind.words() * 64);
-        assert!(self.scales.len() >= self.blocks * ROWS);
-        assert!(!self.kind.offset() || self.offsets.len() >= self.blocks * ROWS);
-        assert!(!self.kind.fifth_bits() || self.high.len() >= self.blocks * ROWS);
+        let tile = self.lines.tile(g);
+        let pair = pair_lines(self.kind.code()) * 64;
+        assert_eq!(tile.len(), self.blocks.div_ceil(2) * pair);
         assert!(self.kind.correction() == 0 || corrections.len() >= tokens * halves);
         assert!(q8.d.len() >= tokens * halves && q8.s.len() >= tokens * self.blocks);
+        let tile = tile.as_ptr();
         let mut first = 0;
         while first < tokens {
             let n = (tokens - first).min(TOKENS);
@@ -292,26 +375,26 @@ impl Tile {
             // where the CPU has VNNI); the lengths were checked above.
             let sums = unsafe {
                 match (self.kind, n) {
-                    (Kind::Q8_0, 1) => widen(self.tokens::<Q8_0, 1>(q8, corr, first)),
-                    (Kind::Q8_0, 2) => widen(self.tokens::<Q8_0, 2>(q8, corr, first)),
-                    (Kind::Q8_0, 3) => widen(self.tokens::<Q8_0, 3>(q8, corr, first)),
-                    (Kind::Q8_0, _) => self.tokens::<Q8_0, TOKENS>(q8, corr, first),
-                    (Kind::Q4_0, 1) => widen(self.tokens::<Q4_0, 1>(q8, corr, first)),
-                    (Kind::Q4_0, 2) => widen(self.tokens::<Q4_0, 2>(q8, corr, first)),
-                    (Kind::Q4_0, 3) => widen(self.tokens::<Q4_0, 3>(q8, corr, first)),
-                    (Kind::Q4_0, _) => self.tokens::<Q4_0, TOKENS>(q8, corr, first),
-                    (Kind::Q4_1, 1) => widen(self.tokens::<Q4_1, 1>(q8, corr, first)),
-                    (Kind::Q4_1, 2) => widen(self.tokens::<Q4_1, 2>(q8, corr, first)),
-                    (Kind::Q4_1, 3) => widen(self.tokens::<Q4_1, 3>(q8, corr, first)),
-                    (Kind::Q4_1, _) => self.tokens::<Q4_1, TOKENS>(q8, corr, first),
-                    (Kind::Q5_0, 1) => widen(self.tokens::<Q5_0, 1>(q8, corr, first)),
-                    (Kind::Q5_0, 2) => widen(self.tokens::<Q5_0, 2>(q8, corr, first)),
-                    (Kind::Q5_0, 3) => widen(self.tokens::<Q5_0, 3>(q8, corr, first)),
-                    (Kind::Q5_0, _) => self.tokens::<Q5_0, TOKENS>(q8, corr, first),
-                    (Kind::Q5_1, 1) => widen(self.tokens::<Q5_1, 1>(q8, corr, first)),
-                    (Kind::Q5_1, 2) => widen(self.tokens::<Q5_1, 2>(q8, corr, first)),
-                    (Kind::Q5_1, 3) => widen(self.tokens::<Q5_1, 3>(q8, corr, first)),
-                    (Kind::Q5_1, _) => self.tokens::<Q5_1, TOKENS>(q8, corr, first),
+                    (Kind::Q8_0, 1) => widen(self.tokens::<Q8_0, 1>(tile, q8, corr, first)),
+                    (Kind::Q8_0, 2) => widen(self.tokens::<Q8_0, 2>(tile, q8, corr, first)),
+                    (Kind::Q8_0, 3) => widen(self.tokens::<Q8_0, 3>(tile, q8, corr, first)),
+                    (Kind::Q8_0, _) => self.tokens::<Q8_0, TOKENS>(tile, q8, corr, first),
+                    (Kind::Q4_0, 1) => widen(self.tokens::<Q4_0, 1>(tile, q8, corr, first)),
+                    (Kind::Q4_0, 2) => widen(self.tokens::<Q4_0, 2>(tile, q8, corr, first)),
+                    (Kind::Q4_0, 3) => widen(self.tokens::<Q4_0, 3>(tile, q8, corr, first)),
+                    (Kind::Q4_0, _) => self.tokens::<Q4_0, TOKENS>(tile, q8, corr, first),
+                    (Kind::Q4_1, 1) => widen(self.tokens::<Q4_1, 1>(tile, q8, corr, first)),
+                    (Kind::Q4_1, 2) => widen(self.tokens::<Q4_1, 2>(tile, q8, corr, first)),
+                    (Kind::Q4_1, 3) => widen(self.tokens::<Q4_1, 3>(tile, q8, corr, first)),
+                    (Kind::Q4_1, _) => self.tokens::<Q4_1, TOKENS>(tile, q8, corr, first),
+                    (Kind::Q5_0, 1) => widen(self.tokens::<Q5_0, 1>(tile, q8, corr, first)),
+                    (Kind::Q5_0, 2) => widen(self.tokens::<Q5_0, 2>(tile, q8, corr, first)),
+                    (Kind::Q5_0, 3) => widen(self.tokens::<Q5_0, 3>(tile, q8, corr, first)),
+                    (Kind::Q5_0, _) => self.tokens::<Q5_0, TOKENS>(tile, q8, corr, first),
+                    (Kind::Q5_1, 1) => widen(self.tokens::<Q5_1, 1>(tile, q8, corr, first)),
+                    (Kind::Q5_1, 2) => widen(self.tokens::<Q5_1, 2>(tile, q8, corr, first)),
+                    (Kind::Q5_1, 3) => widen(self.tokens::<Q5_1, 3>(tile, q8, corr, first)),
+                    (Kind::Q5_1, _) => self.tokens::<Q5_1, TOKENS>(tile, q8, corr, first),
                 }
             };
             for (k, row_sums) in sums.iter().take(n).enumerate() {
@@ -324,14 +407,17 @@ impl Tile {
     }
 
     /// The 16 rows' products with tokens `first..first + N` of `q8`, for the type `K`
-    /// (the tile's); `corr` holds the tokens' corrections from `first` on.
+    /// (the tiles'), of the tile at `tile`; `corr` holds the tokens' corrections from `first`
+    /// on.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW and VNNI; `q8`'s rows are `blocks` blocks wide and hold the
-    /// tokens asked for, and `corr` theirs (unless `K` has no correction); the tile is filled.
+    /// The CPU has AVX-512 F, BW and VNNI; `tile` is a filled tile of these lines; `q8`'s rows
+    /// are `blocks` blocks wide and hold the tokens asked for, and `corr` theirs (unless `K`
+    /// has no correction).
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
     unsafe fn tokens<const K: u8, const N: usize>(
         &self,
+        tile: *const u8,
         q8: &Q8Rows,
         corr: &[i32],
         first: usize,
@@ -356,16 +442,26 @@ impl Tile {
             halves,
         };
         let mut acc = [[_mm512_setzero_ps(); 4]; N];
+        let pair = pair_lines(K) * 64;
         for p in 0..self.blocks / 2 {
             // SAFETY: blocks 2p and 2p + 1 lie inside the tile and the tokens' rows.
             unsafe {
-                self.block::<K, N, 0>(at, 2 * p, &mut acc);
-                self.block::<K, N, 2>(at, 2 * p + 1, &mut acc);
+                let rec = tile.add(p * pair);
+                // PREFETCH pairs on (into the next tiles at a tile's end)
+                let ahead = rec.wrapping_add(PREFETCH * pair);
+                for l in 0..pair_lines(K) {
+                    _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(l * 64).cast());
+                }
+                self.block::<K, N, 0>(at, rec, 2 * p, &mut acc);
+                self.block::<K, N, 2>(at, rec, 2 * p + 1, &mut acc);
             }
         }
         if self.blocks % 2 == 1 {
-            // SAFETY: as above, for the last block.
-            unsafe { self.block::<K, N, 0>(at, self.blocks - 1, &mut acc) };
+            // SAFETY: as above, for the last block (the first of the last pair).
+            unsafe {
+                let rec = tile.add(self.blocks / 2 * pair);
+                self.block::<K, N, 0>(at, rec, self.blocks - 1, &mut acc)
+            };
         }
         let mut out = [[0.0f32; ROWS]; N];
         for (t, (o, acc)) in out.iter_mut().zip(&acc).enumerate() {
@@ -374,7 +470,7 @@ impl Tile {
             if K == Q4_1 || K == Q5_1 {
                 let (_, _, s) = q8.row(first + t);
                 // SAFETY: the offsets and the block sums cover `blocks` blocks.
-                dot = _mm512_add_ps(dot, unsafe { self.offset_dot(s) });
+                dot = _mm512_add_ps(dot, unsafe { self.offset_dot::<K>(tile, s) });
             }
             // SAFETY: a 64-byte store into 16 f32.
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), dot) };
@@ -382,39 +478,34 @@ impl Tile {
         out
     }
 
-    /// Block `b` with `N` tokens: each half-block's 16 row sums, scaled, added to the
+    /// Block `b` (the first of its pair's record `rec` where `A` is 0, the second where it
+    /// is 2) with `N` tokens: each half-block's 16 row sums, scaled, added to the
     /// accumulators `A` and `A + 1` (half-block index modulo four: 0 and 1 for even blocks,
     /// 2 and 3 for odd ones).
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW and VNNI; block `b` lies inside the tile and inside each
-    /// token's values, scales and corrections at `at`.
+    /// The CPU has AVX-512 F, BW and VNNI; `rec` is block `b`'s pair's record in a filled
+    /// tile; block `b` lies inside each token's values, scales and corrections at `at`.
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
     #[inline]
     unsafe fn block<const K: u8, const N: usize, const A: usize>(
         &self,
         at: At,
+        rec: *const u8,
         b: usize,
         acc: &mut [[__m512; 4]; N],
     ) {
-        let stride = if K == Q8_0 { 8 * 64 } else { 4 * 64 };
+        let place = const { place(K, A / 2) };
         let h = 2 * b;
         // SAFETY: the caller's promise.
         unsafe {
-            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(
-                self.scales.as_ptr().add(b * ROWS).cast(),
-            ));
-            let p = self.values.as_ptr().add(b * stride);
-            // the block PREFETCH blocks on asked for now: a decode step streams the tiles
-            // from memory, each tile a run of its own that the hardware's prefetch meets late
-            for l in 0..stride / 64 {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH * stride + l * 64).cast());
-            }
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(place.scales).cast()));
+            let p = rec.add(place.values);
             let mask = _mm512_set1_epi8(0x0F);
             let fifth = K == Q5_0 || K == Q5_1;
             // the 16 rows' words of fifth bits (lane j: row j's)
             let high = match fifth {
-                true => _mm512_loadu_si512(self.high.as_ptr().add(b * ROWS).cast()),
+                true => _mm512_loadu_si512(rec.add(place.high).cast()),
                 false => _mm512_setzero_si512(),
             };
             for half in 0..2 {
@@ -455,20 +546,21 @@ impl Tile {
         }
     }
 
-    /// Q4_1's and Q5_1's `Σ_blocks offset · s` for the 16 rows with one token's block sums `s`, added as
-    /// `dot_f32` adds them: eight lanes by block index, summed in order, then the blocks past
-    /// the last eight.
+    /// Q4_1's and Q5_1's `Σ_blocks offset · s` for the 16 rows of the tile at `tile` with one
+    /// token's block sums `s`, added as `dot_f32` adds them: eight lanes by block index,
+    /// summed in order, then the blocks past the last eight.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F; `offsets` and `s` cover `blocks` blocks.
+    /// The CPU has AVX-512 F; `tile` is a filled tile of type `K` (Q4_1 or Q5_1) and `s`
+    /// covers `blocks` blocks.
     #[target_feature(enable = "avx2,f16c,avx512f")]
-    unsafe fn offset_dot(&self, s: &[f32]) -> __m512 {
+    unsafe fn offset_dot<const K: u8>(&self, tile: *const u8, s: &[f32]) -> __m512 {
         let full = self.blocks / 8 * 8;
-        // SAFETY: every load reads 16 offsets of a block inside `offsets`.
+        let pair = pair_lines(K) * 64;
+        // SAFETY: every load reads 16 offsets of a block inside its pair's record.
         let m = |b: usize| unsafe {
-            _mm512_cvtph_ps(_mm256_loadu_si256(
-                self.offsets.as_ptr().add(b * ROWS).cast(),
-            ))
+            let at = b / 2 * pair + place(K, b % 2).offsets;
+            _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(at).cast()))
         };
         let mut lanes = [_mm512_setzero_ps(); 8];
         for c in (0..full).step_by(8) {
