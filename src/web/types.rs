@@ -283,8 +283,9 @@ pub(crate) struct EngineInfo {
     /// Threads the CPU backend computes on (1 without cross-origin isolation); 0 on the GPU.
     threads: usize,
     /// The instructions the CPU backend's dot products run on: `simd128` in the page's
-    /// modules (both are built with WebAssembly SIMD), `scalar` in a build without it.
-    #[tsify(type = "'simd128' | 'scalar' | 'avx2' | 'sse2'")]
+    /// modules (both are built with WebAssembly SIMD), `scalar` in a build without it; a
+    /// native build names its own (`crate::backend::cpu::dot::instruction_set`).
+    #[tsify(type = "'simd128' | 'scalar' | 'avx512vnni' | 'avx2' | 'sse2' | 'neon'")]
     cpu_instructions: &'static str,
     /// Why the CPU backend runs on one thread when the browser could give it more (the page
     /// is not cross-origin isolated, or the worker pool did not start); `null` otherwise.
