@@ -35,6 +35,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from './chromium.mjs';
 import { startServer } from './serve.mjs';
+import { freshResultPath } from './result_path.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const WWW = join(ROOT, 'www');
@@ -447,7 +448,7 @@ async function main() {
     const day = `${date.getFullYear()}-${String(date.getMonth() + 1).padStart(2, '0')}-${String(date.getDate()).padStart(2, '0')}`;
     // The CPU runs name the backend and threads, so that the 1- and 2-thread runs keep a file each.
     const what = o.emberBackend === 'cpu' ? `cpu-${o.emberThreads}t` : slug(adapterName);
-    const out = o.out ?? join('bench/results', `${day}-browser-${what}.json`);
+    const out = o.out ?? freshResultPath('bench/results', `${day}-browser-${what}`);
     mkdirSync(dirname(resolve(out)), { recursive: true });
     writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
     lines.push(`JSON: ${out}`);

@@ -36,6 +36,18 @@ PROMPTS = [
 ]
 
 
+
+def fresh_result_path(directory, stem):
+    """The first of DIR/STEM.json, DIR/STEM-2.json, ... that does not exist yet (a second run
+    on the same day keeps the first one's file, as `emberlm bench` names its results)."""
+    first = os.path.join(directory, f"{stem}.json")
+    if not os.path.exists(first):
+        return first
+    n = 2
+    while os.path.exists(os.path.join(directory, f"{stem}-{n}.json")):
+        n += 1
+    return os.path.join(directory, f"{stem}-{n}.json")
+
 def start_server(binary, model, device, parallel):
     proc = subprocess.Popen(
         [binary, "serve-api", "--device", device, "--port", "0", "--model", model,
@@ -133,7 +145,7 @@ def main():
         print(f"--parallel {n}: {s['tok_per_s_median']:.1f} tok/s ({s['tok_per_s_median'] / base:.2f}x), "
               f"mean answer {s['mean_latency_s_median']:.2f} s")
     print(f"every answer the same text at every setting: {same}")
-    out = a.out or f"bench/results/{datetime.date.today()}-serve.json"
+    out = a.out or fresh_result_path("bench/results", f"{datetime.date.today()}-serve")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({

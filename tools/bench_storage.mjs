@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from './chromium.mjs';
 import { startServer } from './serve.mjs';
+import { freshResultPath } from './result_path.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -164,7 +165,7 @@ async function main() {
   }
   console.log(JSON.stringify(summary, null, 1));
   const day = new Date().toISOString().slice(0, 10);
-  const out = o.out ?? join(ROOT, 'bench/results', `${day}-browser-storage.json`);
+  const out = o.out ?? freshResultPath(join(ROOT, 'bench/results'), `${day}-browser-storage`);
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(out, `${JSON.stringify({
     tool: 'tools/bench_storage.mjs', date: new Date().toISOString(), model: basename(model),
