@@ -1,0 +1,92 @@
+//! Repacking stored rows of the 32-value types into a tile's bytes ([`super::Tile`]'s
+//! records: a pair of blocks' values transposed so that lane `j` of a line is row `j`'s, then
+//! their scales, offsets and fifth bits).
+
+use std::arch::x86_64::*;
+
+use super::{pair_lines, place, Kind, Layout, ROWS};
+
+/// What repacks 16 rows of one type and width into a tile's bytes ([`Tile::filler`]).
+#[derive(Clone, Copy)]
+pub(in crate::backend::cpu) struct Filler {
+    pub(super) kind: Kind,
+    pub(super) layout: Layout,
+    pub(super) blocks: usize,
+    pub(super) row_bytes: usize,
+}
+
+impl Filler {
+    /// Repacks the 16 rows at the start of `data` into `tile` (a tile's bytes).
+    pub(in crate::backend::cpu) fn fill(&self, tile: &mut [u8], data: &[u8]) {
+        let pair = pair_lines(self.kind.code()) * 64;
+        assert!(data.len() >= ROWS * self.row_bytes);
+        assert_eq!(tile.len(), self.blocks.div_ceil(2) * pair);
+        // SAFETY: the CPU has AVX-512 (a tile is made only where it does); `data` holds the
+        // 16 rows and `tile` was sized for them (asserted above).
+        unsafe { self.transpose(tile, data) };
+    }
+
+    /// [`Self::fill`]'s repacking: for each block, the 16 rows' 16-byte runs of values
+    /// loaded four rows to a register and transposed (4 × 4 words inside each 128-bit lane,
+    /// then the lanes put in row order), the f16 scales (and offsets) copied as stored.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and F16C; `data` holds 16 rows of `row_bytes` (whole blocks)
+    /// and `tile` is sized for them.
+    #[target_feature(enable = "avx2,f16c,avx512f")]
+    unsafe fn transpose(&self, tile: &mut [u8], data: &[u8]) {
+        let (k, row_bytes) = (self.kind, self.row_bytes);
+        let (size, at) = (self.layout.size, self.layout.values);
+        let pair = pair_lines(k.code()) * 64;
+        let flip = _mm512_set1_epi32(if k == Kind::Q8_0 {
+            0x8080_8080u32 as i32
+        } else {
+            0
+        });
+        // lane j = 4i + m from lane 4m + i
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        let base = data.as_ptr();
+        for b in 0..self.blocks {
+            let place = place(k.code(), b % 2);
+            // SAFETY: every read lies in block `b` of one of the 16 rows of `data`, every
+            // write in block `b`'s part of its pair's record (the caller's promise).
+            unsafe {
+                let block = |j: usize| base.add(j * row_bytes + b * size);
+                let rec = tile.as_mut_ptr().add(b / 2 * pair);
+                let dst = rec.add(place.values);
+                for run in 0..k.words() / 4 {
+                    let x = |j: usize| _mm_loadu_si128(block(j).add(at + 16 * run).cast());
+                    let z: [__m512i; 4] = std::array::from_fn(|i| {
+                        let lo = _mm256_set_m128i(x(4 * i + 1), x(4 * i));
+                        let hi = _mm256_set_m128i(x(4 * i + 3), x(4 * i + 2));
+                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                    });
+                    let t0 = _mm512_unpacklo_epi32(z[0], z[1]);
+                    let t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+                    let t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+                    let t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+                    let words = [
+                        _mm512_unpacklo_epi64(t0, t2),
+                        _mm512_unpackhi_epi64(t0, t2),
+                        _mm512_unpacklo_epi64(t1, t3),
+                        _mm512_unpackhi_epi64(t1, t3),
+                    ];
+                    for (w, v) in words.into_iter().enumerate() {
+                        let v = _mm512_xor_si512(_mm512_permutexvar_epi32(order, v), flip);
+                        _mm512_storeu_si512(dst.add((4 * run + w) * 64).cast(), v);
+                    }
+                }
+                for j in 0..ROWS {
+                    let p = block(j);
+                    std::ptr::copy_nonoverlapping(p, rec.add(place.scales + 2 * j), 2);
+                    if k.offset() {
+                        std::ptr::copy_nonoverlapping(p.add(2), rec.add(place.offsets + 2 * j), 2);
+                    }
+                    if let Some(at) = self.layout.high_bits {
+                        std::ptr::copy_nonoverlapping(p.add(at), rec.add(place.high + 4 * j), 4);
+                    }
+                }
+            }
+        }
+    }
+}
