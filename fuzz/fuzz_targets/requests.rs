@@ -167,7 +167,7 @@ pub fn tune_record(data: &[u8]) {
     let key = tune_key();
     for overrides in [
         KernelOverrides::default(),
-        KernelOverrides::all(Variant::Rows),
+        KernelOverrides::all(Variant::ROWS),
     ] {
         if let Some(plan) = KernelPlan::from_record(text, &key, &overrides) {
             assert!(!plan.describe().is_empty());

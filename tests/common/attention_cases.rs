@@ -4,7 +4,8 @@
 //! smaller case list). Rows the step does not cover must come back unchanged, as in
 //! `ops_cases`; each check returns the worst `|gpu − reference| / tolerance`.
 
-use emberlm::backend::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
+use emberlm::backend::gpu::ops::attention::variants as attention_variants;
+use emberlm::backend::gpu::ops::AttentionVariant;
 use emberlm::backend::gpu::ops::{AttentionBinding, AttentionKeys, KeySplit};
 use emberlm::backend::gpu::DecodePlan;
 use emberlm::backend::gpu::{
@@ -123,7 +124,8 @@ pub async fn check_attention(
     rng: &mut ChaCha8Rng,
 ) -> Result<f32, String> {
     let mut worst = 0.0f32;
-    for variant in Variant::ALL {
+    for spec in attention_variants::ALL {
+        let variant = spec.spec.variant;
         let w = check_attention_variant(ctx, cache, reduction, variant, cases, rng).await?;
         worst = worst.max(w);
     }
@@ -141,10 +143,12 @@ async fn check_attention_variant(
     let mut worst = 0.0f32;
     for c in cases {
         let built = Attention::with_variant(ctx, cache, reduction, variant, c.head_dim).await;
-        if variant == Variant::Rows && c.head_dim > ROWS_MAX_HEAD_DIM {
+        let spec = AttentionVariant::find(variant).ok_or("no such variant")?;
+        if !spec.applies(c.head_dim) {
             // refused with the reason, never run with a silently short head loop
+            let reason = format!("at most {}", spec.max_head_dim);
             match built {
-                Err(e) if e.to_string().contains("at most 128") => continue,
+                Err(e) if e.to_string().contains(&reason) => continue,
                 other => {
                     return Err(format!(
                         "rows attention, head_dim {}: {other:?}",

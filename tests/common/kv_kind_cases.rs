@@ -11,7 +11,7 @@
 //! - rotation, the store and attention through a sequence of steps, the caches read back
 //!   after each.
 
-use emberlm::backend::gpu::ops::attention::ROWS_MAX_HEAD_DIM;
+use emberlm::backend::gpu::ops::attention::variants as attention_variants;
 use emberlm::backend::gpu::ops::{AttentionKeys, KvSource, KvStore};
 use emberlm::backend::gpu::{
     Attention, GpuContext, Heads, KernelCache, Reduction, RopeKvWrite, StepParams, Variant,
@@ -189,9 +189,10 @@ pub async fn check_attention_kinds(
 ) -> Result<f32, String> {
     let mut worst = 0.0f32;
     for kinds in kind_pairs() {
-        for variant in Variant::ALL {
+        for spec in attention_variants::ALL {
+            let variant = spec.spec.variant;
             for c in cases {
-                if variant == Variant::Rows && c.head_dim > ROWS_MAX_HEAD_DIM {
+                if !spec.applies(c.head_dim) {
                     continue;
                 }
                 let what = format!("attention {kinds} {variant} {reduction:?} {c:?}");
@@ -325,7 +326,7 @@ pub async fn check_step_sequence_kinds(
         .await
         .map_err(&e)?;
     let store = KvStore::new(ctx, cache, kinds).await.map_err(&e)?;
-    let attn = Attention::with_kinds(ctx, cache, reduction, Variant::Workgroup, hd as u32, kinds)
+    let attn = Attention::with_kinds(ctx, cache, reduction, Variant::WORKGROUP, hd as u32, kinds)
         .await
         .map_err(&e)?;
     let rows = max_tokens as usize;

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 
+use emberlm::backend::gpu::ops::linear::variants as linear_variants;
 use emberlm::backend::gpu::ops::{EmbedSource, Embedding, Linear, LinearKernel, LinearOptions};
 use emberlm::backend::gpu::{
     GpuContext, GpuTensor, KernelCache, MatmulPrecision, Reduction, StepParams, Variant,
@@ -133,8 +134,8 @@ pub async fn every_variant(
         dtype,
         reduction,
         options,
-        &Variant::ALL,
-        &Variant::ALL,
+        &variants_of(LinearKernel::Decode),
+        &variants_of(LinearKernel::Prefill),
     )
     .await
     .map_err(|e| format!("{what}: {e}"))
@@ -161,13 +162,21 @@ pub fn linear_shapes(dtype: DType, small: bool) -> Vec<(usize, usize)> {
     shapes.to_vec()
 }
 
-/// Every run in every variant: the rows shape and the workgroup shape must both match.
+/// Every variant the kernel's table declares.
+pub fn variants_of(kernel: LinearKernel) -> Vec<Variant> {
+    let table = match kernel {
+        LinearKernel::Decode => linear_variants::DECODE,
+        LinearKernel::Prefill => linear_variants::PREFILL,
+    };
+    table.iter().map(|v| v.spec.variant).collect()
+}
+
+/// Every run in every variant its kernel's table declares: each must match.
 pub fn with_variants(
     runs: &[(LinearKernel, u32)],
 ) -> impl Iterator<Item = (Variant, &(LinearKernel, u32))> {
-    Variant::ALL
-        .into_iter()
-        .flat_map(move |v| runs.iter().map(move |r| (v, r)))
+    runs.iter()
+        .flat_map(|r| variants_of(r.0).into_iter().map(move |v| (v, r)))
 }
 
 /// The kernel and token count of each run: decode for one token, prefill for 1 to 17.

@@ -106,7 +106,7 @@ fn tiny_models_match_f64_goldens() {
 /// Q/K weights), which the Qwen 2, Qwen 3, Phi-3 and Gemma 3 files run in every shape.
 #[test]
 fn tiny_models_match_f64_goldens_in_every_kernel_variant() {
-    for variant in Variant::ALL {
+    for variant in Variant::EVERY_FAMILY {
         let Some(gpu) = common::shared_native_gpu(forced(variant)) else {
             return;
         };
@@ -154,7 +154,7 @@ fn in_every_variant(model: &str, variant: Variant) -> bool {
     if common::require::quick_tier() {
         return QUICK_EVERY_VARIANT.contains(&model);
     }
-    variant == Variant::Rows
+    variant == Variant::ROWS
         || !matches!(
             model,
             "tiny-llama-256-f32.gguf" | "tiny-llama-256-q6_k.gguf"
@@ -173,8 +173,8 @@ fn smollm2_matches_f64_goldens() {
     // position and the argmax chain run on the tiny models in every shape, and for SmolLM2 in
     // the browser and on the CPU backend.
     for (variant, tail, prompts) in [
-        (Variant::Rows, 8, Prompts::All),
-        (Variant::Workgroup, 4, Prompts::Longest),
+        (Variant::ROWS, 8, Prompts::All),
+        (Variant::WORKGROUP, 4, Prompts::Longest),
     ] {
         let Some(gpu) = common::shared_native_gpu(forced(variant)) else {
             return;

@@ -204,7 +204,7 @@ fn a_stored_plan_with_a_shape_the_heads_cannot_run_is_measured_again() {
     let plan = fwd.plan();
     assert_eq!(
         plan.variant(emberlm::backend::gpu::plan::Family::Attention),
-        emberlm::backend::gpu::Variant::Workgroup,
+        emberlm::backend::gpu::Variant::WORKGROUP,
         "{plan:?}"
     );
     let stored: serde_json::Value = pollster::block_on(store.load(&key)).expect("a record");

@@ -113,7 +113,7 @@ fn plans_are_measured_stored_reused_and_rebuilt() {
 
     // forcing one family keeps the stored choice for the others; both shapes compute the
     // same greedy tokens
-    for variant in Variant::ALL {
+    for variant in Variant::EVERY_FAMILY {
         let options = GpuOptions {
             kernels: KernelOverrides::none().with(Family::Attention, variant),
             ..GpuOptions::default()
@@ -124,7 +124,7 @@ fn plans_are_measured_stored_reused_and_rebuilt() {
         assert_eq!(plan.choices[&Family::LinearDecode].1, Source::Reused);
         assert_eq!(forced_tokens, tokens, "attention forced to {variant}");
     }
-    for variant in Variant::ALL {
+    for variant in Variant::EVERY_FAMILY {
         let forced_ctx = common::native_gpu(GpuOptions {
             kernels: KernelOverrides::all(variant),
             ..GpuOptions::default()

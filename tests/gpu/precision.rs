@@ -241,7 +241,7 @@ fn f16_activations_hold_the_f32_values_rounded() {
         .storage_zeroed("split", 4 * split.scratch_len(heads, positions))
         .unwrap();
     let len = n as usize * 64;
-    for variant in Variant::ALL {
+    for variant in Variant::EVERY_FAMILY {
         for tokens in [n, 1] {
             for split in [None, Some((split, &scratch))] {
                 let build = |f16| {
@@ -361,7 +361,7 @@ fn precision_f16_halves_the_product_inputs() {
     let mut kernels = emberlm::backend::gpu::KernelOverrides::default()
         .with_split(emberlm::backend::gpu::SplitOverride::Keys(32));
     for family in emberlm::backend::gpu::Family::ALL {
-        kernels = kernels.with(family, emberlm::backend::gpu::Variant::Rows);
+        kernels = kernels.with(family, emberlm::backend::gpu::Variant::ROWS);
     }
     let gpu_options = |precision| GpuOptions {
         precision,

@@ -206,7 +206,10 @@ impl Forward {
         let positions = kv.context() as u32;
         let keys = attention_keys(&plan, &ctx.options().decode_plan, &config, positions, None)?;
         let split_len = keys
-            .limited_for_any_shape(config.head_dim as u32, chunk as u32)
+            .limited(
+                crate::backend::gpu::ops::attention::any_variant_key_limit(config.head_dim as u32),
+                chunk as u32,
+            )
             .scratch_len(heads_of(&config), positions)
             .max(1);
         let buf = |name: &str, elems: u64| ctx.storage_zeroed(name, f32_bytes(elems));
@@ -579,15 +582,18 @@ impl Forward {
             // or every row.
             match step.head {
                 StepHead::Planned(Head::None | Head::Hidden) => {}
-                StepHead::Planned(Head::Last) => self
-                    .head_last
-                    .record_planned(&mut pass, n as u32, &self.plan),
-                StepHead::Planned(Head::All) => self
-                    .head_all
-                    .record_planned(&mut pass, n as u32, &self.plan),
-                StepHead::Batched => self
-                    .head_all
-                    .record_batched(&mut pass, n as u32, &self.plan),
+                StepHead::Planned(Head::Last) => {
+                    self.head_last
+                        .record_planned(&mut pass, n as u32, self.plan.linear())
+                }
+                StepHead::Planned(Head::All) => {
+                    self.head_all
+                        .record_planned(&mut pass, n as u32, self.plan.linear())
+                }
+                StepHead::Batched => {
+                    self.head_all
+                        .record_batched(&mut pass, n as u32, self.plan.linear())
+                }
             }
             for (select, _) in selects.into_iter().flatten() {
                 select.record(&mut pass);

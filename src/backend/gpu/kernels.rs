@@ -46,20 +46,16 @@ macro_rules! lib_file {
 pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
 /// The KV-cache write for caches of kinds other than f32 (encode on the way in).
 pub const KV_STORE: ShaderFile = shader_file!("kv_store.wgsl");
-/// Causal grouped-query attention over the KV cache.
+/// Causal grouped-query attention over the KV cache, in every variant.
 pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
-/// Attention in the rows shape (an invocation per head and token; no barriers).
-pub const ATTENTION_ROWS: ShaderFile = shader_file!("attention_rows.wgsl");
 /// The merge of split attention's partials (flash-decoding).
 pub const ATTENTION_MERGE: ShaderFile = shader_file!("attention_merge.wgsl");
 /// The elementwise SwiGLU gate (separate gate and up projections).
 pub const ELEMENTWISE: ShaderFile = shader_file!("elementwise.wgsl");
 /// RMS norms of whole rows outside a linear (QK-norm, post-norms).
 pub const ROW_NORM: ShaderFile = shader_file!("row_norm.wgsl");
-/// Linear layers with weights in their stored type (decode and prefill).
+/// Linear layers with weights in their stored type (decode and prefill), in every variant.
 pub const LINEAR: ShaderFile = shader_file!("linear.wgsl");
-/// Linear layers in the rows shape (each invocation owns whole rows; no barriers).
-pub const LINEAR_ROWS: ShaderFile = shader_file!("linear_rows.wgsl");
 /// Buffer copy (bandwidth measurement).
 pub const COPY: ShaderFile = shader_file!("copy.wgsl");
 /// Dequantizing embedding lookups.
@@ -125,6 +121,12 @@ impl Defines {
             Some(v) => self.value(name, v),
             None => self,
         }
+    }
+
+    /// These defines with `other`'s added (a name in both takes `other`'s value).
+    pub fn merged(mut self, other: Defines) -> Self {
+        self.0.extend(other.0);
+        self
     }
 
     /// Whether `name` is defined.
@@ -386,7 +388,6 @@ mod tests {
         for file in [
             ROPE,
             ATTENTION,
-            ATTENTION_ROWS,
             ATTENTION_MERGE,
             ELEMENTWISE,
             ROW_NORM,
@@ -410,7 +411,10 @@ mod tests {
                     .value("K_KIND", "2u")
                     .value("V_KIND", "4u"),
             ] {
-                preprocess(&file, &d).unwrap_or_else(|e| panic!("{}: {e}", file.name));
+                // every variant's body (the rows shape is a define)
+                for d in [d.clone(), d.flag("ROWS_SHAPE")] {
+                    preprocess(&file, &d).unwrap_or_else(|e| panic!("{}: {e}", file.name));
+                }
             }
         }
         // The weight kernels, once per stored type: each type brings exactly one decoder.
@@ -427,7 +431,17 @@ mod tests {
             "WEIGHT_Q5_K",
             "WEIGHT_Q6_K",
         ];
-        for file in [LINEAR, LINEAR_ROWS, EMBED] {
+        let shapes = [
+            Defines::new(),
+            Defines::new().flag("ROWS_SHAPE"),
+            Defines::new().flag("PREFILL"),
+            Defines::new().flag("ROWS_SHAPE").flag("PREFILL"),
+        ];
+        for (file, shape) in shapes
+            .iter()
+            .map(|s| (LINEAR, s))
+            .chain([(EMBED, &shapes[0])])
+        {
             for weight in WEIGHTS {
                 for d in [
                     Defines::new().value("WG_SIZE", "64u").flag(weight),
@@ -440,7 +454,7 @@ mod tests {
                         .flag("X_VEC4")
                         .flag("FROM_IDS"),
                 ] {
-                    let out = preprocess(&file, &d).unwrap();
+                    let out = preprocess(&file, &d.merged(shape.clone())).unwrap();
                     let defs = |f: &str| out.lines().filter(|l| l.starts_with(f)).count();
                     assert_eq!(defs("fn q_load("), 1, "{weight}");
                     assert_eq!(defs("fn q_dequant("), 1, "{weight}");

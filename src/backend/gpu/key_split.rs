@@ -1,8 +1,6 @@
 //! Split attention's policy (flash-decoding): when a step's keys are spread over several
 //! workgroups, how many keys each takes, and the scratch its partials need.
 
-use crate::backend::gpu::plan::Variant;
-
 /// Fewest keys per split: below this a split's fixed costs (its query load, its partial write,
 /// a share of the merge) outweigh what it parallelises.
 pub const SPLIT_MIN_KEYS_PER_SPLIT: u32 = 256;
@@ -26,30 +24,6 @@ pub const SPLIT_MAX_TOKENS: u32 = 8;
 /// so that no invocation runs more than this many iterations (with room for the setup
 /// loops), on every adapter: the split is exact, and it costs one merge dispatch.
 pub const SHADER_LOOP_BUDGET: u32 = 60_000;
-
-/// Most keys one invocation of `variant` may walk for heads of `head_dim` with workgroups of
-/// `key_tile` keys (the workgroup shape), counting every loop as not unrolled.
-pub fn invocation_key_limit(variant: Variant, head_dim: u32, key_tile: u32) -> u32 {
-    let hd = head_dim.max(1);
-    let quads = hd.div_ceil(4);
-    // without vec4 reads (a head not a multiple of 4) each quad is an inner loop of 4
-    let per_quad = if hd.is_multiple_of(4) { 1 } else { 5 };
-    let budget = SHADER_LOOP_BUDGET.saturating_sub(2 * hd);
-    let limit = match variant {
-        // per key: the score's and the values' loops over the head, the rescale's, the key
-        // loop itself
-        Variant::Rows => budget / (2 * quads * per_quad + quads + 1),
-        // per tile: the score's loop over the head, the values' loop over the tile's keys of
-        // an invocation's group, the reductions' loops (a tree or the subgroups' slots)
-        Variant::Workgroup => {
-            let tile = key_tile.max(1);
-            let groups = (tile / hd).max(1);
-            let per_tile = quads * per_quad + tile.div_ceil(groups) + 2 * 32 + 1;
-            (budget / per_tile).saturating_mul(tile)
-        }
-    };
-    limit.max(1)
-}
 
 /// How a binding splits a long step's keys over workgroups (flash-decoding). The partials go
 /// to a scratch buffer of [`KeySplit::scratch_len`] f32 given beside it when binding, which
@@ -181,17 +155,6 @@ impl AttentionKeys {
             max_tokens,
         });
         self
-    }
-
-    /// [`AttentionKeys::limited`] with the smallest key limit of every attention shape for
-    /// heads of `head_dim`: what a buffer shared by whichever shape runs must hold.
-    pub fn limited_for_any_shape(self, head_dim: u32, max_tokens: u32) -> Self {
-        let limit = invocation_key_limit(Variant::Rows, head_dim, 1).min(invocation_key_limit(
-            Variant::Workgroup,
-            head_dim,
-            64,
-        ));
-        self.limited(limit, max_tokens)
     }
 
     /// The split of steps no tier takes that are longer than an invocation may walk (set by

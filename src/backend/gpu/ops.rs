@@ -10,22 +10,20 @@ pub mod elementwise;
 pub mod embed;
 pub mod kv_store;
 pub mod linear;
-mod linear_binding;
-mod linear_options;
 pub mod rope;
 pub mod row_norm;
 pub mod select;
 mod weight_checks;
 
 pub use super::key_split::Heads;
-pub use attention::{Attention, AttentionBinding, AttentionKeys, KeySplit, ROWS_MAX_HEAD_DIM};
+pub use attention::{Attention, AttentionBinding, AttentionKeys, AttentionVariant, KeySplit};
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::SwiGlu;
 pub use embed::{EmbedSource, Embedding};
 pub use kv_store::{KvSource, KvStore};
 pub use linear::{
     Epilogue, InputNorm, KvWriteBinding, Linear, LinearBinding, LinearKernel, LinearOptions,
-    NormBinding,
+    LinearVariant, NormBinding,
 };
 pub use rope::{Qkv, RopeKvWrite};
 pub use row_norm::{RowNorm, RowNormKind};
@@ -75,8 +73,14 @@ impl Reduction {
 
 /// The workgroup size kernels use: the largest power of two the device allows, up to 256.
 pub(crate) fn wg_size(ctx: &GpuContext) -> u32 {
+    pow2_invocations(ctx, MAX_WG_SIZE)
+}
+
+/// The largest power of two up to `max` that the device allows as a workgroup's invocations
+/// (along x).
+pub(crate) fn pow2_invocations(ctx: &GpuContext, max: u32) -> u32 {
     let limits = ctx.limits();
-    let cap = MAX_WG_SIZE
+    let cap = max
         .min(limits.max_compute_invocations_per_workgroup)
         .min(limits.max_compute_workgroup_size_x)
         .max(1);

@@ -6,13 +6,12 @@
 //! [`crate::tune`] store, or measured on the device when a model loads (see
 //! [`crate::backend`]).
 //!
-//! The two shapes:
-//! - [`Variant::Workgroup`]: the GPU shape. Many invocations share a row and reduce through
-//!   shared memory (and subgroup operations where the device has them); tiles in shared memory.
-//! - [`Variant::Rows`]: the shape for CPU-like adapters (SwiftShader, lavapipe), which run a
-//!   workgroup's subgroups as fibres or coroutines and switch at every barrier: no barriers,
-//!   no workgroup memory, a workgroup of one or two subgroups, each invocation owning whole
-//!   output rows.
+//! Each family declares its variants as data beside its kernel (see [`super::variant`]):
+//! `ops/linear/variants.rs` for the two linear families, `ops/attention/variants.rs` for
+//! attention. Every family has a `workgroup` shape (the GPU shape: many invocations share a
+//! row and reduce through shared memory) and a `rows` shape (for CPU-like adapters, which run
+//! a workgroup's subgroups as fibres and switch at every barrier: no barriers, each invocation
+//! owning whole output rows); the plan knows no more of them than the tables say.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,49 +24,10 @@ use crate::error::{Error, Result};
 mod overrides;
 pub use overrides::{KernelOverrides, SplitOverride, ATTENTION_SPLIT};
 
-/// The shape a kernel runs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Variant {
-    /// Invocations cooperate on a row through shared memory (the GPU shape).
-    Workgroup,
-    /// Each invocation owns whole rows; no barriers (the CPU-adapter shape).
-    Rows,
-}
-
-impl Variant {
-    /// Every variant.
-    pub const ALL: [Variant; 2] = [Variant::Workgroup, Variant::Rows];
-
-    /// The name used by `--kernels` and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Workgroup => "workgroup",
-            Variant::Rows => "rows",
-        }
-    }
-}
-
-impl fmt::Display for Variant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Variant {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Variant::ALL
-            .into_iter()
-            .find(|v| v.name() == s)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "kernels",
-                    format!("unknown kernel variant `{s}` (known: workgroup, rows)"),
-                )
-            })
-    }
-}
+pub use super::variant::{AdapterKind, Variant, VariantSpec};
+use crate::backend::gpu::ops::attention::variants as attention_variants;
+use crate::backend::gpu::ops::linear::variants as linear_variants;
+use crate::backend::gpu::ops::linear::LinearChoice;
 
 /// A kernel family that has variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -99,14 +59,54 @@ impl Family {
         }
     }
 
-    /// The variant a device gets before (or without) measuring: rows on CPU adapters,
-    /// workgroup elsewhere.
-    pub fn guess(self, cpu_adapter: bool) -> Variant {
-        if cpu_adapter {
-            Variant::Rows
-        } else {
-            Variant::Workgroup
+    /// The family's variants, as its table declares them, the first its default.
+    pub fn variants(self) -> Vec<&'static VariantSpec> {
+        match self {
+            Family::LinearDecode => linear_variants::DECODE.iter().map(|v| &v.spec).collect(),
+            Family::LinearPrefill => linear_variants::PREFILL.iter().map(|v| &v.spec).collect(),
+            Family::Attention => attention_variants::ALL.iter().map(|v| &v.spec).collect(),
         }
+    }
+
+    /// The family's variant called `name`, or an error naming the family's variants.
+    pub fn variant_named(self, name: &str) -> Result<Variant> {
+        let all = self.variants();
+        all.iter()
+            .map(|s| s.variant)
+            .find(|v| v.name() == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = all.iter().map(|s| s.variant.name()).collect();
+                Error::invalid(
+                    "kernels",
+                    format!(
+                        "unknown kernel variant `{name}` for {self} (known: {})",
+                        known.join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// The variant a device gets before (or without) measuring: the first the table guesses
+    /// for the adapter's kind (the rows shape on CPU adapters, the workgroup shape elsewhere).
+    pub fn guess(self, cpu_adapter: bool) -> Variant {
+        let all = self.variants();
+        let kind = AdapterKind::of(cpu_adapter);
+        all.iter()
+            .find(|s| s.guessed_for == kind)
+            .or(all.first())
+            .map_or(Variant::WORKGROUP, |s| s.variant)
+    }
+}
+
+impl<'de> Deserialize<'de> for Variant {
+    /// A variant by its name, which some family's table must declare (a stored plan naming
+    /// a variant this engine no longer has does not parse, and is measured again).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Family::ALL
+            .into_iter()
+            .find_map(|f| f.variant_named(&name).ok())
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown kernel variant `{name}`")))
     }
 }
 
@@ -195,7 +195,11 @@ impl KernelPlan {
         if chosen != variant || source == Source::Forced {
             return;
         }
-        let other = Variant::ALL.into_iter().find(|v| *v != variant);
+        let other = family
+            .variants()
+            .into_iter()
+            .map(|s| s.variant)
+            .find(|v| !self.unavailable.contains(&(family, *v)));
         if let Some(other) = other {
             self.choices.insert(family, (other, Source::Guessed));
         }
@@ -206,7 +210,15 @@ impl KernelPlan {
         self.choices
             .get(&family)
             .map(|c| c.0)
-            .unwrap_or(Variant::Workgroup)
+            .unwrap_or_else(|| family.guess(false))
+    }
+
+    /// The variants the linear layers record in.
+    pub fn linear(&self) -> LinearChoice {
+        LinearChoice {
+            decode: self.variant(Family::LinearDecode),
+            prefill: self.variant(Family::LinearPrefill),
+        }
     }
 
     /// A plan with every family at the adapter-type guess, or forced where `overrides` says.
@@ -237,13 +249,21 @@ impl KernelPlan {
         match self.choices.get(&family) {
             Some((v, Source::Guessed)) => {
                 let mut all = vec![*v];
-                all.extend(Variant::ALL.into_iter().filter(|o| o != v));
+                all.extend(
+                    family
+                        .variants()
+                        .iter()
+                        .map(|s| s.variant)
+                        .filter(|o| o != v),
+                );
                 all.retain(|o| !self.unavailable.contains(&(family, *o)));
                 all
             }
             Some((v, _)) => vec![*v],
-            None => Variant::ALL
-                .into_iter()
+            None => family
+                .variants()
+                .iter()
+                .map(|s| s.variant)
                 .filter(|o| !self.unavailable.contains(&(family, *o)))
                 .collect(),
         }
@@ -343,79 +363,123 @@ mod tests {
         let stored = StoredPlan {
             choices: Family::ALL
                 .into_iter()
-                .map(|f| (f, Variant::Rows))
+                .map(|f| (f, Variant::ROWS))
                 .collect(),
             timings: Vec::new(),
         };
         let mut reused = stored.apply(&KernelOverrides::none()).unwrap();
-        assert_eq!(reused.candidates(Family::Attention), vec![Variant::Rows]);
-        reused.rule_out(Family::Attention, Variant::Rows);
+        assert_eq!(reused.candidates(Family::Attention), vec![Variant::ROWS]);
+        reused.rule_out(Family::Attention, Variant::ROWS);
         assert_eq!(
             reused.choices[&Family::Attention],
-            (Variant::Workgroup, Source::Guessed)
+            (Variant::WORKGROUP, Source::Guessed)
         );
         assert_eq!(
             reused.candidates(Family::Attention),
-            vec![Variant::Workgroup]
+            vec![Variant::WORKGROUP]
         );
-        assert_eq!(reused.candidates(Family::LinearDecode), vec![Variant::Rows]);
+        assert_eq!(reused.candidates(Family::LinearDecode), vec![Variant::ROWS]);
 
         let mut guessed = KernelPlan::guessed(true, &KernelOverrides::none());
-        guessed.rule_out(Family::Attention, Variant::Rows);
+        guessed.rule_out(Family::Attention, Variant::ROWS);
         assert_eq!(
             guessed.candidates(Family::Attention),
-            vec![Variant::Workgroup]
+            vec![Variant::WORKGROUP]
         );
-        assert_eq!(guessed.variant(Family::Attention), Variant::Workgroup);
+        assert_eq!(guessed.variant(Family::Attention), Variant::WORKGROUP);
 
-        let forced = KernelOverrides::none().with(Family::Attention, Variant::Rows);
+        let forced = KernelOverrides::none().with(Family::Attention, Variant::ROWS);
         let mut forced = KernelPlan::guessed(true, &forced);
-        forced.rule_out(Family::Attention, Variant::Rows);
+        forced.rule_out(Family::Attention, Variant::ROWS);
         assert_eq!(
             forced.choices[&Family::Attention],
-            (Variant::Rows, Source::Forced)
+            (Variant::ROWS, Source::Forced)
         );
     }
 
     #[test]
     fn guessed_plans_measure_every_variant_forced_ones_build_one() {
-        let forced = KernelOverrides::none().with(Family::Attention, Variant::Workgroup);
+        let forced = KernelOverrides::none().with(Family::Attention, Variant::WORKGROUP);
         let plan = KernelPlan::guessed(true, &forced);
-        assert_eq!(plan.candidates(Family::Attention), vec![Variant::Workgroup]);
+        assert_eq!(plan.candidates(Family::Attention), vec![Variant::WORKGROUP]);
         assert_eq!(
             plan.candidates(Family::LinearDecode),
-            vec![Variant::Rows, Variant::Workgroup]
+            vec![Variant::ROWS, Variant::WORKGROUP]
         );
-        assert_eq!(plan.variant(Family::LinearDecode), Variant::Rows);
+        assert_eq!(plan.variant(Family::LinearDecode), Variant::ROWS);
         let gpu = KernelPlan::guessed(false, &KernelOverrides::none());
-        assert_eq!(gpu.variant(Family::LinearPrefill), Variant::Workgroup);
+        assert_eq!(gpu.variant(Family::LinearPrefill), Variant::WORKGROUP);
     }
 
     #[test]
     fn stored_plans_missing_a_family_are_stale() {
         let mut choices = BTreeMap::new();
-        choices.insert(Family::LinearDecode, Variant::Rows);
+        choices.insert(Family::LinearDecode, Variant::ROWS);
         let stored = StoredPlan {
             choices: choices.clone(),
             timings: Vec::new(),
         };
         assert!(stored.apply(&KernelOverrides::none()).is_none());
         for f in Family::ALL {
-            choices.insert(f, Variant::Rows);
+            choices.insert(f, Variant::ROWS);
         }
         let stored = StoredPlan {
             choices,
             timings: Vec::new(),
         };
-        let forced = KernelOverrides::none().with(Family::Attention, Variant::Workgroup);
+        let forced = KernelOverrides::none().with(Family::Attention, Variant::WORKGROUP);
         let plan = stored.apply(&forced).unwrap();
         assert_eq!(
             plan.choices[&Family::Attention],
-            (Variant::Workgroup, Source::Forced)
+            (Variant::WORKGROUP, Source::Forced)
         );
         assert_eq!(
             plan.choices[&Family::LinearDecode],
-            (Variant::Rows, Source::Reused)
+            (Variant::ROWS, Source::Reused)
+        );
+    }
+
+    /// Every family's table has the shapes a whole plan is forced to, each name once, and
+    /// each shape's guess is the first the table lists for that adapter kind.
+    #[test]
+    fn every_family_declares_each_shape_once() {
+        for f in Family::ALL {
+            let names: Vec<&str> = f.variants().iter().map(|s| s.variant.name()).collect();
+            for v in Variant::EVERY_FAMILY {
+                assert_eq!(
+                    names.iter().filter(|n| **n == v.name()).count(),
+                    1,
+                    "{f}: {names:?}"
+                );
+            }
+            assert_eq!(f.guess(true), Variant::ROWS, "{f}");
+            assert_eq!(f.guess(false), Variant::WORKGROUP, "{f}");
+            assert!(f.variant_named("nope").is_err());
+        }
+    }
+
+    /// A stored plan names variants by name: one this engine's tables do not declare does
+    /// not parse (the plan is measured again), one they do round-trips.
+    #[test]
+    fn stored_variant_names_must_be_declared() {
+        let stored = StoredPlan {
+            choices: Family::ALL
+                .into_iter()
+                .map(|f| (f, Variant::ROWS))
+                .collect(),
+            timings: vec![Timing {
+                family: Family::Attention,
+                variant: Variant::WORKGROUP,
+                seconds: 1e-3,
+            }],
+        };
+        let text = serde_json::to_string(&stored).unwrap();
+        assert_eq!(serde_json::from_str::<StoredPlan>(&text).unwrap(), stored);
+        let renamed = text.replace("\"rows\"", "\"tiles\"");
+        let err = serde_json::from_str::<StoredPlan>(&renamed).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown kernel variant `tiles`"),
+            "{err}"
         );
     }
 }

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use crate::backend::gpu::decode_plan::DecodePlan;
 use crate::backend::gpu::ops::{
-    Attention, AttentionBinding, AttentionKeys, EmbedSource, Embedding, Epilogue, Heads, InputNorm,
-    KeySplit, KvSource, KvStore, KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding,
-    Qkv, RopeKvWrite, RowNorm, RowNormKind, SwiGlu,
+    Attention, AttentionBinding, AttentionKeys, AttentionVariant, EmbedSource, Embedding, Epilogue,
+    Heads, InputNorm, KeySplit, KvSource, KvStore, KvWriteBinding, Linear, LinearBinding,
+    LinearOptions, NormBinding, Qkv, RopeKvWrite, RowNorm, RowNormKind, SwiGlu,
 };
 use crate::backend::gpu::plan::Family;
 use crate::backend::gpu::{
@@ -45,8 +45,8 @@ impl Node {
         match self {
             Node::Kernel(k) => k.record(pass, n_tokens),
             Node::Parts(parts) => parts.iter().for_each(|k| k.record(pass, n_tokens)),
-            Node::Linear(l) if step.batched != 0 => l.record_batched(pass, n_tokens, plan),
-            Node::Linear(l) => l.record_planned(pass, n_tokens, plan),
+            Node::Linear(l) if step.batched != 0 => l.record_batched(pass, n_tokens, plan.linear()),
+            Node::Linear(l) => l.record_planned(pass, n_tokens, plan.linear()),
             Node::Attention(built) => {
                 if let Some(k) = pick_variant(built, plan.variant(Family::Attention)) {
                     k.record(pass, step);
@@ -381,10 +381,12 @@ impl Compiler<'_> {
                     .await;
                     let attention = match built_kernel {
                         Ok(a) => a,
-                        // heads too large for the rows shape: measure without it (a forced
-                        // rows plan still fails with the reason)
+                        // heads its table says it cannot run: measure without it (a forced
+                        // plan still fails with the reason)
                         Err(Error::InvalidArgument { .. })
-                            if variant == Variant::Rows && candidates.len() > 1 =>
+                            if candidates.len() > 1
+                                && AttentionVariant::find(variant)
+                                    .is_some_and(|v| !v.applies(heads.head_dim)) =>
                         {
                             continue
                         }

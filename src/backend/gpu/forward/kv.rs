@@ -92,7 +92,10 @@ impl Forward {
             None,
         )?;
         let split_len = keys
-            .limited_for_any_shape(config.head_dim as u32, self.chunk as u32)
+            .limited(
+                crate::backend::gpu::ops::attention::any_variant_key_limit(config.head_dim as u32),
+                self.chunk as u32,
+            )
             .scratch_len(heads_of(&config), context as u32)
             .max(1);
         if f32_bytes(split_len) > self.act.attn_split.size() {

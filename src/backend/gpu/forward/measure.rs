@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use web_time::{Duration, Instant};
 
 use super::{Forward, Node};
-use crate::backend::gpu::ops::ROWS_MAX_HEAD_DIM;
+use crate::backend::gpu::ops::attention::variants as attention_variants;
 use crate::backend::gpu::plan::{Family, KernelOverrides, Source, StoredPlan, Timing};
 use crate::backend::gpu::precision::MatmulPrecision;
 use crate::backend::gpu::{GpuContext, KernelPlan, StepParams, Variant};
@@ -109,18 +109,21 @@ pub(super) async fn initial_plan(
     Ok((KernelPlan::guessed(cpu_adapter(ctx), &overrides), key))
 }
 
-/// [`initial_plan`] with the variants this model cannot run ruled out: attention's rows shape
-/// takes heads of at most [`ROWS_MAX_HEAD_DIM`] (Gemma 3's are 256). Without this the rows
-/// shape was "timed" as the workgroup one it falls back to, could win by noise, and the stored
-/// plan then failed every later load of the model.
+/// [`initial_plan`] with the variants this model cannot run ruled out, as their tables say
+/// (attention's rows shape takes heads of at most 128; Gemma 3's are 256). Without this such
+/// a variant was "timed" as the one it falls back to, could win by noise, and the stored plan
+/// then failed every later load of the model.
 pub(super) async fn model_plan(
     ctx: &GpuContext,
     weights: &ModelWeights<'_>,
     chunk: usize,
 ) -> Result<(KernelPlan, TuneKey)> {
     let (mut plan, key) = initial_plan(ctx, weights, chunk).await?;
-    if super::compile::heads_of(&weights.config).head_dim > ROWS_MAX_HEAD_DIM {
-        plan.rule_out(Family::Attention, Variant::Rows);
+    let head_dim = super::compile::heads_of(&weights.config).head_dim;
+    for v in attention_variants::ALL {
+        if !v.applies(head_dim) {
+            plan.rule_out(Family::Attention, v.spec.variant);
+        }
     }
     Ok((plan, key))
 }
@@ -231,7 +234,7 @@ impl Forward {
                     node.record(pass, &params, &plan);
                 }
                 if let Some(h) = head {
-                    h.record_planned(pass, n_tokens, &plan);
+                    h.record_planned(pass, n_tokens, plan.linear());
                 }
             };
             // The first run warms up (a first dispatch may compile the pipeline or fault in

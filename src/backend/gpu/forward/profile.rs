@@ -214,7 +214,7 @@ impl Forward {
                 for node in &self.nodes {
                     node.record(pass, &params, plan);
                 }
-                self.head_last.record_planned(pass, n, plan);
+                self.head_last.record_planned(pass, n, plan.linear());
             })
             .await?;
         Ok(StepProfile {
@@ -231,7 +231,7 @@ impl Forward {
             Timed::Node(node) => node.record(pass, params, &self.plan),
             Timed::Head => self
                 .head_last
-                .record_planned(pass, params.n_tokens, &self.plan),
+                .record_planned(pass, params.n_tokens, self.plan.linear()),
         }
     }
 

@@ -1,9 +1,9 @@
 //! Causal grouped-query attention over the KV cache (`shaders/attention.wgsl`), for decode
 //! (one token) and prefill chunks (after earlier chunks) alike.
 //!
-//! Two shapes ([`Variant`]): the workgroup shape (`attention.wgsl`) runs one workgroup per
-//! (query head, token); the rows shape (`attention_rows.wgsl`) one invocation per (query head,
-//! token), with no barriers, for CPU-like adapters. Keys are walked with an online softmax, so
+//! Its variants are declared as data in [`variants`] (`workgroup`: one workgroup per (query
+//! head, token); `rows`: one invocation per (query head, token), no barriers, for CPU-like
+//! adapters), each a define of the one shader. Keys are walked with an online softmax, so
 //! memory is fixed whatever the context length.
 //!
 //! A step of few tokens over a long context has too few heads to fill a device (SmolLM2
@@ -20,26 +20,22 @@ use bytemuck::{Pod, Zeroable};
 
 use super::{
     check_distinct, check_f16_activations, check_len, check_max_tokens, check_step, dispatch_grid,
-    elements, load, positive, reduce_defines, wg_size, Grid, Heads, KernelBinding, Reduction,
-    StepParams, MAX_HEAD_DIM,
+    elements, load, positive, pow2_invocations, reduce_defines, Grid, Heads, KernelBinding,
+    Reduction, StepParams, MAX_HEAD_DIM,
 };
 use crate::backend::gpu::device::GpuContext;
 use crate::backend::gpu::kernels::{self, Defines, KernelCache};
 pub use crate::backend::gpu::key_split::{
-    invocation_key_limit, AttentionKeys, KeySplit, SHADER_LOOP_BUDGET, SPLIT_MAX_SPLITS,
-    SPLIT_MAX_TOKENS, SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
+    AttentionKeys, KeySplit, SHADER_LOOP_BUDGET, SPLIT_MAX_SPLITS, SPLIT_MAX_TOKENS,
+    SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
 };
-use crate::backend::gpu::plan::Variant;
+use crate::backend::gpu::variant::Variant;
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 
-/// Heads per workgroup of the rows shape: one subgroup on lavapipe, one on SwiftShader (4
-/// lanes); small models have few heads, so a bigger group would leave most invocations idle.
-const ROWS_WG: u32 = 4;
+pub mod variants;
 
-/// Largest head the rows shape is built for: its per-head loops must stay short enough for
-/// shader compilers to unroll them (see `attention_rows.wgsl`).
-pub const ROWS_MAX_HEAD_DIM: u32 = 128;
+pub use variants::{any_variant_key_limit, AttentionVariant, HeadsOf};
 
 host_struct! {
     #[repr(C)]
@@ -111,8 +107,8 @@ pub struct Attention {
     /// Combines the partials.
     merge: Arc<wgpu::ComputePipeline>,
     key_tile: u32,
-    variant: Variant,
-    /// The head size the rows shape was built for (`None`: any).
+    variant: &'static AttentionVariant,
+    /// The head size a variant compiled per head size was built for (`None`: any).
     head_dim: Option<u32>,
     /// The kinds of the caches it reads.
     kinds: KvKinds,
@@ -124,13 +120,13 @@ impl Attention {
     /// Builds (or fetches from `cache`) the kernel for the given reduction (used for the tile
     /// maxima and the softmax denominator), in its vec4 and scalar key forms.
     pub async fn new(ctx: &GpuContext, cache: &KernelCache, reduction: Reduction) -> Result<Self> {
-        Self::with_variant(ctx, cache, reduction, Variant::Workgroup, MAX_HEAD_DIM).await
+        Self::with_variant(ctx, cache, reduction, Variant::WORKGROUP, MAX_HEAD_DIM).await
     }
 
-    /// [`Attention::new`] in `variant`'s shape (`reduction` matters to the workgroup shape
-    /// only). The rows shape is built for one `head_dim` (its loops over a head have a
-    /// constant trip count; see `attention_rows.wgsl`) of at most [`ROWS_MAX_HEAD_DIM`]; the
-    /// workgroup shape serves every head size.
+    /// [`Attention::new`] in `variant`'s shape (`reduction` matters to shapes that reduce
+    /// across their workgroup). A variant compiled per head size (the rows shape: its loops
+    /// over a head have a constant trip count) is built for `head_dim`, which must be within
+    /// its [`AttentionVariant::max_head_dim`]; the others serve every head size.
     pub async fn with_variant(
         ctx: &GpuContext,
         cache: &KernelCache,
@@ -178,46 +174,45 @@ impl Attention {
                     .value("V_KIND", format!("{}u", kinds.v.code()))
             }
         };
-        if variant == Variant::Rows {
+        let Some(spec) = AttentionVariant::find(variant) else {
+            return Err(Error::invalid(
+                "variant",
+                format!("attention has no variant `{variant}`"),
+            ));
+        };
+        if spec.per_head_dim {
             positive("head_dim", head_dim)?;
-            if head_dim > ROWS_MAX_HEAD_DIM {
-                return Err(Error::invalid(
-                    "head_dim",
-                    format!(
-                        "the rows attention shape supports heads of at most {ROWS_MAX_HEAD_DIM}, got {head_dim}"
-                    ),
-                ));
-            }
-            let wg = ROWS_WG
-                .min(ctx.limits().max_compute_workgroup_size_x)
-                .max(1);
-            let defines = kind_defines(Defines::new())
-                .value("RWG_SIZE", format!("{wg}u"))
-                .value("HEAD_QUADS", format!("{}u", head_dim.div_ceil(4)));
-            let file = &kernels::ATTENTION_ROWS;
-            return Ok(Self {
-                whole: Pipelines::load(ctx, cache, file, "attention_rows", defines.clone()).await?,
-                split: Pipelines::load(ctx, cache, file, "attention_rows", defines.flag("SPLIT"))
-                    .await?,
-                merge: Self::merge(ctx, cache, out_f16).await?,
-                key_tile: wg,
-                variant,
-                head_dim: Some(head_dim),
-                kinds,
-                out_f16,
-            });
         }
-        let key_tile = wg_size(ctx);
-        let defines = kind_defines(reduce_defines(ctx, reduction)?)
-            .value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u"));
+        if spec.per_head_dim && !spec.applies(head_dim) {
+            return Err(Error::invalid(
+                "head_dim",
+                format!(
+                    "the {variant} attention shape supports heads of at most {}, got {head_dim}",
+                    spec.max_head_dim
+                ),
+            ));
+        }
+        let key_tile = pow2_invocations(ctx, spec.invocations);
+        let base = match spec.reduces {
+            true => reduce_defines(ctx, reduction)?,
+            false => Defines::new(),
+        };
+        let mut defines = kind_defines(base).value("WG_SIZE", format!("{key_tile}u"));
+        defines = match spec.per_head_dim {
+            true => defines.value("HEAD_QUADS", format!("{}u", head_dim.div_ceil(4))),
+            false => defines.value("MAX_HEAD_DIM", format!("{MAX_HEAD_DIM}u")),
+        };
+        if let Some(flag) = spec.spec.define {
+            defines = defines.flag(flag);
+        }
         let file = &kernels::ATTENTION;
         Ok(Self {
             whole: Pipelines::load(ctx, cache, file, "attention", defines.clone()).await?,
             split: Pipelines::load(ctx, cache, file, "attention", defines.flag("SPLIT")).await?,
             merge: Self::merge(ctx, cache, out_f16).await?,
             key_tile,
-            variant,
-            head_dim: None,
+            variant: spec,
+            head_dim: spec.per_head_dim.then_some(head_dim),
             kinds,
             out_f16,
         })
@@ -246,12 +241,12 @@ impl Attention {
     /// Most keys one invocation walks for heads of `head_dim`; a binding splits longer steps
     /// (see [`SHADER_LOOP_BUDGET`]).
     pub fn key_limit(&self, head_dim: u32) -> u32 {
-        invocation_key_limit(self.variant, head_dim, self.key_tile)
+        (self.variant.key_limit)(head_dim, self.key_tile)
     }
 
     /// The shape this kernel runs in.
     pub fn variant(&self) -> Variant {
-        self.variant
+        self.variant.spec.variant
     }
 
     /// Keys per tile of the online softmax (the workgroup size; heads per workgroup in the
@@ -328,9 +323,9 @@ impl Attention {
         // an invocation owns one output dimension: head_dim ≤ the workgroup, which is 256 on
         // every device wgpu creates (even its downlevel limits), so in practice MAX_HEAD_DIM
         // (the rows shape has no such bound: an invocation owns a whole head)
-        let max_hd = match self.variant {
-            Variant::Workgroup => MAX_HEAD_DIM.min(self.key_tile),
-            Variant::Rows => MAX_HEAD_DIM,
+        let max_hd = match self.variant.heads_of {
+            HeadsOf::Workgroup => self.variant.max_head_dim.min(self.key_tile),
+            HeadsOf::Invocation => self.variant.max_head_dim,
         };
         heads.check(max_hd)?;
         if let Some(hd) = self.head_dim.filter(|&hd| hd != heads.head_dim) {
@@ -390,9 +385,9 @@ impl Attention {
         for (name, other) in [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] {
             check_distinct("out", out, name, other)?;
         }
-        let groups = match self.variant {
-            Variant::Workgroup => heads.n_heads,
-            Variant::Rows => heads.n_heads.div_ceil(self.key_tile),
+        let groups = match self.variant.heads_of {
+            HeadsOf::Workgroup => heads.n_heads,
+            HeadsOf::Invocation => heads.n_heads.div_ceil(self.key_tile),
         };
         let (x, y) = dispatch_grid(ctx, "attention", groups)?;
         if y != 1 {

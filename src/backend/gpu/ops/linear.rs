@@ -3,57 +3,39 @@
 //!
 //! Two kernels: decode (one token: matrix × vector, memory-bound, weights read once) and prefill
 //! (many tokens, weights read once per tile of tokens). [`LinearBinding::record`] picks by the
-//! step's token count. Each comes in the plan's two shapes ([`Variant`]): `linear.wgsl` holds
-//! the workgroup shapes (a shared-memory reduction per row group; 64 × 32 tiles through shared
-//! memory), `linear_rows.wgsl` the rows shapes (each invocation owns 4 whole rows, and for
-//! prefill 4 tokens; no barriers). A layer is built with the variants the plan asks for and
-//! records the one the plan chose.
+//! step's token count. Each comes in the variants its table in [`variants`] declares (the
+//! workgroup shape: a shared-memory reduction per row group, 64 × 32 tiles through shared
+//! memory; the rows shape: each invocation owns 4 whole rows, and for prefill 4 tokens, no
+//! barriers), each a define of the one shader with its geometry as defines. A layer is built
+//! with the variants the plan asks for and records the one the plan chose.
+
+mod binding;
+mod options;
+pub mod variants;
 
 use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-pub use super::linear_binding::{LinearBinding, LinearKernel};
-pub use super::linear_options::{Epilogue, InputNorm, KvWriteBinding, LinearOptions, NormBinding};
 use super::weight_checks::check_kv;
 pub(crate) use super::weight_checks::{check_words, matrix_shape, weight_flag};
 use super::{
     check_f16_activations, check_step, dispatch_grid, load, optional_input, positive,
-    reduce_defines, Grid, KernelBinding, Reduction, WeightRead,
+    pow2_invocations, reduce_defines, Grid, KernelBinding, Reduction, WeightRead,
 };
 use crate::backend::gpu::counters::AliveBuffers;
 use crate::backend::gpu::device::GpuContext;
 use crate::backend::gpu::kernels::{self, Defines, KernelCache};
-use crate::backend::gpu::plan::Variant;
 use crate::backend::gpu::precision::MatmulPrecision;
 use crate::backend::gpu::tensor::GpuTensor;
+use crate::backend::gpu::variant::Variant;
 use crate::dtype::kv::KV_BLOCK;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-
-/// Rows one decode workgroup computes (must match `ROWS` in `shaders/linear.wgsl`).
-pub const LINEAR_DECODE_ROWS: u32 = 4;
-/// Rows of one prefill tile (must match `TILE_R` in `shaders/linear.wgsl`).
-pub const LINEAR_PREFILL_ROWS: u32 = 64;
-/// Tokens of one prefill tile (must match `TILE_T` in `shaders/linear.wgsl`).
-pub const LINEAR_PREFILL_TOKENS: u32 = 32;
-/// Rows one invocation of the rows shapes computes (`RROWS` in `shaders/linear_rows.wgsl`).
-const ROWS_PER_INVOCATION: u32 = 4;
-/// Tokens one invocation of the rows prefill shape computes (`RTOK` there).
-pub const LINEAR_PREFILL_ROWS_TOKENS: u32 = 4;
-/// Invocations of a rows-shape workgroup: one subgroup on lavapipe (8 lanes), two on
-/// SwiftShader (4); the barrier-free shape gains nothing from more.
-const ROWS_WG: u32 = 8;
-/// Invocations of a prefill workgroup (must match `PREFILL_WG` in `shaders/linear.wgsl`).
-const PREFILL_WG: u32 = 256;
-/// Largest decode workgroup. Rows are short in small models (576 columns = 72 parts of 8), so
-/// a bigger workgroup would leave most invocations idle; 64 is two warps, one wave on AMD.
-const DECODE_WG: u32 = 64;
-/// Shared memory of the prefill kernel: the weight and activation tiles (8 KiB + 4 KiB), the
-/// norm statistics (1 KiB + 256 B) plus the reduction snippet's arrays, which the compiler may
-/// count even though prefill does not use them.
-const PREFILL_SHARED_BYTES: u32 = 8192 + 4096 + 1024 + 256 + 16 * DECODE_WG;
+pub use binding::{LinearBinding, LinearChoice, LinearKernel};
+pub use options::{Epilogue, InputNorm, KvWriteBinding, LinearOptions, NormBinding};
+pub use variants::{Invocations, LinearVariant, RowsOf};
 
 host_struct! {
     #[repr(C)]
@@ -77,14 +59,30 @@ host_struct! {
     }
 }
 
+/// One variant of one kernel, built: its row of the table, its workgroup's invocations on this
+/// device, and the pipeline.
+#[derive(Debug, Clone)]
+struct Built {
+    variant: &'static LinearVariant,
+    invocations: u32,
+    pipeline: Arc<wgpu::ComputePipeline>,
+}
+
+impl Built {
+    /// Output rows one workgroup computes.
+    fn rows_per_group(&self) -> u32 {
+        self.variant.rows_per_group(self.invocations)
+    }
+}
+
 /// `y[t, r] (+)= Σ_c W[r, c]·x[t, c] (+ bias[r])` for `t < n_tokens`, with `W: [rows, cols]`
 /// kept in its stored type, `x: [max_tokens, cols]`, `y: [max_tokens, rows]` and
 /// `bias: [rows]` f32. Built for one (dtype, reduction, options) combination, in the decode and
 /// prefill variants asked for.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    decode: Vec<(Variant, Arc<wgpu::ComputePipeline>)>,
-    prefill: Vec<(Variant, Arc<wgpu::ComputePipeline>)>,
+    decode: Vec<Built>,
+    prefill: Vec<Built>,
     dtype: DType,
     options: LinearOptions,
 }
@@ -118,7 +116,7 @@ impl Linear {
         reduction: Reduction,
         options: LinearOptions,
     ) -> Result<Self> {
-        let wg = [Variant::Workgroup];
+        let wg = [Variant::WORKGROUP];
         Self::with_variants(ctx, cache, dtype, reduction, options, &wg, &wg).await
     }
 
@@ -188,58 +186,6 @@ impl Linear {
                 "RoPE is applied with kv_write only",
             ));
         }
-        let limits = ctx.limits();
-        if prefill_variants.contains(&Variant::Workgroup) {
-            for (limit, allowed, needed) in [
-                (
-                    "maxComputeInvocationsPerWorkgroup",
-                    limits.max_compute_invocations_per_workgroup,
-                    PREFILL_WG,
-                ),
-                (
-                    "maxComputeWorkgroupSizeX",
-                    limits.max_compute_workgroup_size_x,
-                    PREFILL_WG,
-                ),
-                (
-                    "maxComputeWorkgroupStorageSize",
-                    limits.max_compute_workgroup_storage_size,
-                    PREFILL_SHARED_BYTES,
-                ),
-            ] {
-                if allowed < needed {
-                    return Err(Error::Limit {
-                        what: "linear_prefill workgroup".into(),
-                        limit,
-                        needed: u64::from(needed),
-                        allowed: u64::from(allowed),
-                    });
-                }
-            }
-        }
-        // The largest power of two up to `max` the device allows (as reduce_defines does up
-        // to 256); the define below replaces reduce_defines' WG_SIZE.
-        let pow2_cap = |max: u32| {
-            let cap = max
-                .min(limits.max_compute_invocations_per_workgroup)
-                .min(limits.max_compute_workgroup_size_x)
-                .max(1);
-            1u32 << (31 - cap.leading_zeros())
-        };
-        let decode_wg = pow2_cap(DECODE_WG);
-        let rows_wg = pow2_cap(ROWS_WG);
-        if options.kv_blocks.is_some()
-            && !(rows_wg * ROWS_PER_INVOCATION).is_multiple_of(KV_BLOCK as u32)
-            && (decode_variants.contains(&Variant::Rows)
-                || prefill_variants.contains(&Variant::Rows))
-        {
-            return Err(Error::Limit {
-                what: "linear rows workgroup spanning a KV block".into(),
-                limit: "maxComputeInvocationsPerWorkgroup",
-                needed: u64::from(KV_BLOCK as u32 / ROWS_PER_INVOCATION),
-                allowed: u64::from(rows_wg),
-            });
-        }
         let common = |d: Defines| {
             d.flag(weight_flag(dtype))
                 .flag_if("X_VEC4", dtype.block_elements() > 1)
@@ -273,37 +219,19 @@ impl Linear {
                 .flag_if("X_F16", options.x_f16)
                 .flag_if("Y_F16", options.y_f16)
         };
-        let rows_defines = || common(Defines::new()).value("RWG_SIZE", format!("{rows_wg}u"));
         let mut decode = Vec::new();
         for &v in decode_variants {
-            let pipeline = match v {
-                Variant::Workgroup => {
-                    let d = common(reduce_defines(ctx, reduction)?)
-                        .value("WG_SIZE", format!("{decode_wg}u"));
-                    load(ctx, cache, &kernels::LINEAR, "linear_decode", d).await?
-                }
-                Variant::Rows => {
-                    let d = rows_defines();
-                    load(ctx, cache, &kernels::LINEAR_ROWS, "linear_decode_rows", d).await?
-                }
-            };
-            decode.push((v, pipeline));
+            let kernel = (variants::DECODE, "linear_decode", Defines::new());
+            decode.push(build(ctx, cache, kernel, v, &options, reduction, &common).await?);
         }
         let mut prefill = Vec::new();
         for &v in prefill_variants {
-            let pipeline = match v {
-                // Prefill does not reduce across the workgroup: one pipeline serves both
-                // reductions.
-                Variant::Workgroup => {
-                    let d = common(Defines::new()).value("WG_SIZE", format!("{decode_wg}u"));
-                    load(ctx, cache, &kernels::LINEAR, "linear_prefill", d).await?
-                }
-                Variant::Rows => {
-                    let d = rows_defines();
-                    load(ctx, cache, &kernels::LINEAR_ROWS, "linear_prefill_rows", d).await?
-                }
-            };
-            prefill.push((v, pipeline));
+            let kernel = (
+                variants::PREFILL,
+                "linear_prefill",
+                Defines::new().flag("PREFILL"),
+            );
+            prefill.push(build(ctx, cache, kernel, v, &options, reduction, &common).await?);
         }
         Ok(Self {
             decode,
@@ -471,10 +399,14 @@ impl Linear {
             storage.push((10, f));
         }
         let max_groups = ctx.limits().max_compute_workgroups_per_dimension;
-        let mut decode: Vec<(Variant, Vec<KernelBinding>)> =
-            self.decode.iter().map(|(v, _)| (*v, Vec::new())).collect();
-        let mut prefill: Vec<(Variant, Vec<KernelBinding>)> =
-            self.prefill.iter().map(|(v, _)| (*v, Vec::new())).collect();
+        let unbound = |built: &[Built]| -> Vec<(Variant, Vec<KernelBinding>)> {
+            built
+                .iter()
+                .map(|b| (b.variant.spec.variant, Vec::new()))
+                .collect()
+        };
+        let mut decode = unbound(&self.decode);
+        let mut prefill = unbound(&self.prefill);
         for &(first_row, part_rows, buffer) in &parts {
             if opts.epilogue.is_glu() && !part_rows.is_multiple_of(2) {
                 return Err(Error::invalid(
@@ -512,32 +444,24 @@ impl Linear {
                 KernelBinding::new_at(ctx, pipeline, &label, &params, Some(step), &bound, grid)
                     .with_weights(weights)
             };
-            let rows_groups = part_rows.div_ceil(ROWS_PER_INVOCATION * ROWS_WG);
-            // encoding KV blocks, the decode workgroups past the query rows compute a whole
-            // block each (q_rows and kv_rows are multiples of the block, checked above)
-            let decode_groups = match opts.kv_blocks {
-                Some(_) => {
-                    let q_rows = kv_params[0];
-                    q_rows / LINEAR_DECODE_ROWS + part_rows.saturating_sub(q_rows) / KV_BLOCK as u32
-                }
-                None => part_rows.div_ceil(LINEAR_DECODE_ROWS),
-            };
-            for ((v, pipeline), (_, out)) in self.decode.iter().zip(decode.iter_mut()) {
-                let groups = match v {
-                    Variant::Workgroup => decode_groups,
-                    Variant::Rows => rows_groups,
+            for (built, (_, out)) in self.decode.iter().zip(decode.iter_mut()) {
+                let groups = match (opts.kv_blocks, built.variant.block_groups) {
+                    // encoding KV blocks, the workgroups past the query rows compute a whole
+                    // block each (q_rows and kv_rows are multiples of the block, checked
+                    // above)
+                    (Some(_), true) => {
+                        let q_rows = kv_params[0];
+                        q_rows / built.rows_per_group()
+                            + part_rows.saturating_sub(q_rows) / KV_BLOCK as u32
+                    }
+                    _ => part_rows.div_ceil(built.rows_per_group()),
                 };
                 let (x, y) = dispatch_grid(ctx, "linear_decode", groups)?;
-                out.push(bind(pipeline, Grid::Fixed(x, y)));
+                out.push(bind(&built.pipeline, Grid::Fixed(x, y)));
             }
-            for ((v, pipeline), (_, out)) in self.prefill.iter().zip(prefill.iter_mut()) {
-                let (row_groups, tile) = match v {
-                    Variant::Workgroup => (
-                        part_rows.div_ceil(LINEAR_PREFILL_ROWS),
-                        LINEAR_PREFILL_TOKENS,
-                    ),
-                    Variant::Rows => (rows_groups, LINEAR_PREFILL_ROWS_TOKENS),
-                };
+            for (built, (_, out)) in self.prefill.iter().zip(prefill.iter_mut()) {
+                let row_groups = part_rows.div_ceil(built.rows_per_group());
+                let tile = built.variant.tokens;
                 for (what, needed) in [
                     ("linear_prefill row groups", row_groups),
                     ("linear_prefill token tiles", max_tokens.div_ceil(tile)),
@@ -555,7 +479,7 @@ impl Linear {
                     x: row_groups,
                     tile,
                 };
-                out.push(bind(pipeline, grid));
+                out.push(bind(&built.pipeline, grid));
             }
         }
         Ok(LinearBinding {
@@ -572,4 +496,79 @@ impl Linear {
             _freqs: freqs,
         })
     }
+}
+
+/// Builds `variant` of a kernel, given as (its family's table, its entry point, its own
+/// defines), with the layer's defines (`common`): the variant's flag and geometry, the
+/// reduction's defines where it reduces. Fails naming the device limit a variant's workgroup
+/// exceeds, or the variant a table lacks.
+async fn build(
+    ctx: &GpuContext,
+    cache: &KernelCache,
+    (table, entry, defines): (&'static [LinearVariant], &'static str, Defines),
+    variant: Variant,
+    options: &LinearOptions,
+    reduction: Reduction,
+    common: &dyn Fn(Defines) -> Defines,
+) -> Result<Built> {
+    let Some(spec) = LinearVariant::find(table, variant) else {
+        return Err(Error::invalid(
+            "variant",
+            format!("{entry} has no variant `{variant}`"),
+        ));
+    };
+    let limits = ctx.limits();
+    let invocations = match spec.invocations {
+        Invocations::UpTo(max) => pow2_invocations(ctx, max),
+        Invocations::Exactly(n) => n,
+    };
+    for (limit, allowed, needed) in [
+        (
+            "maxComputeInvocationsPerWorkgroup",
+            limits.max_compute_invocations_per_workgroup,
+            invocations,
+        ),
+        (
+            "maxComputeWorkgroupSizeX",
+            limits.max_compute_workgroup_size_x,
+            invocations,
+        ),
+        (
+            "maxComputeWorkgroupStorageSize",
+            limits.max_compute_workgroup_storage_size,
+            spec.shared_bytes,
+        ),
+    ] {
+        if allowed < needed {
+            return Err(Error::Limit {
+                what: format!("{entry} {variant} workgroup"),
+                limit,
+                needed: u64::from(needed),
+                allowed: u64::from(allowed),
+            });
+        }
+    }
+    let group_rows = spec.rows_per_group(invocations);
+    if options.kv_blocks.is_some()
+        && !spec.block_groups
+        && !group_rows.is_multiple_of(KV_BLOCK as u32)
+    {
+        return Err(Error::Limit {
+            what: format!("{entry} {variant} workgroup spanning a KV block"),
+            limit: "maxComputeInvocationsPerWorkgroup",
+            needed: u64::from((KV_BLOCK as u32).div_ceil(spec.rows)),
+            allowed: u64::from(invocations),
+        });
+    }
+    let base = match spec.reduces {
+        true => reduce_defines(ctx, reduction)?,
+        false => Defines::new(),
+    };
+    let defines = spec.defines(common(base).merged(defines), invocations);
+    let pipeline = load(ctx, cache, &kernels::LINEAR, entry, defines).await?;
+    Ok(Built {
+        variant: spec,
+        invocations,
+        pipeline,
+    })
 }

@@ -2,7 +2,7 @@
 //! weight type's shader flag, matrix shapes against their buffers, activation sizes and a Q/K/V
 //! layer's KV-cache binding (the step uniform is checked by [`super::check_step`]).
 
-use super::linear_options::{KvWriteBinding, LinearOptions};
+use super::linear::{KvWriteBinding, LinearOptions};
 use super::{optional_input, positive};
 use crate::backend::gpu::device::GpuContext;
 use crate::backend::gpu::tensor::GpuTensor;

@@ -63,10 +63,14 @@ impl KernelOverrides {
         Self::default()
     }
 
-    /// Every family forced to `variant`.
+    /// Every family that has a variant called `variant` forced to it.
     pub fn all(variant: Variant) -> Self {
         Self {
-            variants: Family::ALL.into_iter().map(|f| (f, variant)).collect(),
+            variants: Family::ALL
+                .into_iter()
+                .filter(|f| f.variants().iter().any(|s| s.variant == variant))
+                .map(|f| (f, variant))
+                .collect(),
             split: None,
         }
     }
@@ -131,10 +135,33 @@ impl FromStr for KernelOverrides {
                     out.split = Some(value.trim().parse()?);
                 }
                 Some((family, variant)) => {
+                    let family: Family = family.trim().parse()?;
                     out.variants
-                        .insert(family.trim().parse()?, variant.trim().parse()?);
+                        .insert(family, family.variant_named(variant.trim())?);
                 }
-                None => out = out.merged(&Self::all(item.parse()?)),
+                None => {
+                    let forced = Family::ALL
+                        .into_iter()
+                        .find_map(|f| f.variant_named(item).ok())
+                        .map(Self::all)
+                        .ok_or_else(|| {
+                            let mut known: Vec<&str> = Family::ALL
+                                .into_iter()
+                                .flat_map(|f| f.variants())
+                                .map(|s| s.variant.name())
+                                .collect();
+                            known.sort_unstable();
+                            known.dedup();
+                            Error::invalid(
+                                "kernels",
+                                format!(
+                                    "unknown kernel variant `{item}` (known: {})",
+                                    known.join(", ")
+                                ),
+                            )
+                        })?;
+                    out = out.merged(&forced);
+                }
             }
         }
         Ok(out)
@@ -162,16 +189,16 @@ mod tests {
     #[test]
     fn overrides_parse_pairs_and_blanket_names() {
         let o: KernelOverrides = "linear_decode=rows, attention=workgroup".parse().unwrap();
-        assert_eq!(o.get(Family::LinearDecode), Some(Variant::Rows));
-        assert_eq!(o.get(Family::Attention), Some(Variant::Workgroup));
+        assert_eq!(o.get(Family::LinearDecode), Some(Variant::ROWS));
+        assert_eq!(o.get(Family::Attention), Some(Variant::WORKGROUP));
         assert_eq!(o.get(Family::LinearPrefill), None);
         let all: KernelOverrides = "rows".parse().unwrap();
         assert!(Family::ALL
             .iter()
-            .all(|f| all.get(*f) == Some(Variant::Rows)));
+            .all(|f| all.get(*f) == Some(Variant::ROWS)));
         let mixed: KernelOverrides = "rows,attention=workgroup".parse().unwrap();
-        assert_eq!(mixed.get(Family::Attention), Some(Variant::Workgroup));
-        assert_eq!(mixed.get(Family::LinearDecode), Some(Variant::Rows));
+        assert_eq!(mixed.get(Family::Attention), Some(Variant::WORKGROUP));
+        assert_eq!(mixed.get(Family::LinearDecode), Some(Variant::ROWS));
         assert!("".parse::<KernelOverrides>().unwrap().is_empty());
         assert_eq!(o.to_string().parse::<KernelOverrides>().unwrap(), o);
         let split: KernelOverrides = "rows,attention_split=48".parse().unwrap();

@@ -1,10 +1,11 @@
 //! A bound linear layer ([`LinearBinding`]): the decode and prefill kernels of every variant
 //! built, over one layer's buffers, and which of them a step records.
 
-use super::linear_options::{Epilogue, LinearOptions};
-use super::KernelBinding;
+use super::options::{Epilogue, LinearOptions};
+use super::variants::{LinearVariant, DECODE};
 use crate::backend::gpu::counters::AliveBuffers;
-use crate::backend::gpu::plan::{Family, KernelPlan, Variant};
+use crate::backend::gpu::ops::KernelBinding;
+use crate::backend::gpu::variant::Variant;
 
 /// Which kernel a [`LinearBinding`] records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +25,16 @@ impl LinearKernel {
             LinearKernel::Prefill
         }
     }
+}
+
+/// The variants a step records a linear layer in: the plan's choices for the decode and the
+/// prefill kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearChoice {
+    /// The decode kernel's variant (also what a batched decode step runs in).
+    pub decode: Variant,
+    /// The prefill kernel's variant.
+    pub prefill: Variant,
 }
 
 /// A bound linear layer: both kernels, in every variant built, over the same buffers. Create
@@ -62,41 +73,39 @@ impl LinearBinding {
         self.record_variant(pass, n_tokens, LinearKernel::for_tokens(n_tokens), None);
     }
 
-    /// [`Self::record`] in the variants `plan` chose.
+    /// [`Self::record`] in the variants the plan chose.
     pub fn record_planned(
         &self,
         pass: &mut wgpu::ComputePass<'_>,
         n_tokens: u32,
-        plan: &KernelPlan,
+        chosen: LinearChoice,
     ) {
         let kernel = LinearKernel::for_tokens(n_tokens);
-        let family = match kernel {
-            LinearKernel::Decode => Family::LinearDecode,
-            LinearKernel::Prefill => Family::LinearPrefill,
+        let variant = match kernel {
+            LinearKernel::Decode => chosen.decode,
+            LinearKernel::Prefill => chosen.prefill,
         };
-        self.record_variant(pass, n_tokens, kernel, Some(plan.variant(family)));
+        self.record_variant(pass, n_tokens, kernel, Some(variant));
     }
 
     /// Records the layer for a batched decode step of `n_tokens` sequences (one token each),
-    /// in the shape `plan` chose for decoding. The workgroup shape (GPUs) runs the decode
-    /// kernel, which loads each weight part once per group of 4 tokens and keeps each token's
-    /// one-token summation order, so a sequence's logits have the same bits as decoding it
-    /// alone; the prefill kernel's tiles of 64 rows leave a GPU nearly idle at these token
-    /// counts (a SmolLM2 step of 4 sequences took 14.6 ms against 2.2 ms for one on an H200).
-    /// The rows shape (CPU-like adapters, bound by arithmetic rather than by reading weights)
-    /// runs its multi-token kernel, which decodes each part once per 4 tokens without the
-    /// per-token reductions (lavapipe: the decode kernel gave a batch of 8 no gain over one).
+    /// in the decode variant the plan chose, with the kernel its row of the table names
+    /// ([`LinearVariant::batched`]). The workgroup shape (GPUs) runs the decode kernel, which
+    /// loads each weight part once per group of 4 tokens and keeps each token's one-token
+    /// summation order, so a sequence's logits have the same bits as decoding it alone; the
+    /// prefill kernel's tiles of 64 rows leave a GPU nearly idle at these token counts (a
+    /// SmolLM2 step of 4 sequences took 14.6 ms against 2.2 ms for one on an H200). The rows
+    /// shape (CPU-like adapters, bound by arithmetic rather than by reading weights) runs its
+    /// multi-token kernel in the same variant.
     pub fn record_batched(
         &self,
         pass: &mut wgpu::ComputePass<'_>,
         n_tokens: u32,
-        plan: &KernelPlan,
+        chosen: LinearChoice,
     ) {
-        let variant = plan.variant(Family::LinearDecode);
-        let kernel = match variant {
-            Variant::Workgroup => LinearKernel::Decode,
-            Variant::Rows => LinearKernel::Prefill,
-        };
+        let variant = chosen.decode;
+        let kernel =
+            LinearVariant::find(DECODE, variant).map_or(LinearKernel::Decode, |v| v.batched);
         self.record_variant(pass, n_tokens, kernel, Some(variant));
     }
 
