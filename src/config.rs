@@ -16,29 +16,27 @@ pub use kv_layout::{FillMark, KvLayout};
 pub use local_attention::{LocalAttention, GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN};
 pub use rope_scaling::{yarn_default_attention_factor, RopeFreqs, RopeScaling};
 
-/// The transformer family, which fixes the forward graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Architecture {
-    /// Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral, Qwen2 (with q/k/v biases), Qwen3 (with
-    /// QK-norm): RMSNorm, RoPE, grouped-query attention, SwiGLU feed-forward.
-    Llama,
-    /// GPT-2: LayerNorm with bias, learned position embeddings, fused QKV with bias, GELU.
-    Gpt2,
-    /// Gemma 3: the embedding scaled by √d, RMSNorm before and after attention and the
-    /// feed-forward, RMSNorm of each query and key head (QK-norm), GeGLU, and local
-    /// (sliding-window) layers between global ones ([`LocalAttention`]).
-    Gemma3,
-}
+/// The transformer family, which fixes the forward graph: one file of [`crate::model::arch`]
+/// each (Llama and its kin, GPT-2, Gemma 3), named by its own GGUF name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Architecture(&'static str);
 
 impl Architecture {
-    /// The name used in GGUF's `general.architecture`.
+    /// The architecture called `name`: only the file of [`crate::model::arch`] that declares
+    /// it makes one (its `ARCH`), and the module's registry lists every such file.
+    pub(crate) const fn named(name: &'static str) -> Self {
+        Architecture(name)
+    }
+
+    /// Its own name, as GGUF's `general.architecture` spells it (`llama`, `gpt2`, `gemma3`).
     pub fn name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Gpt2 => "gpt2",
-            Architecture::Gemma3 => "gemma3",
-        }
+        self.0
+    }
+}
+
+impl Serialize for Architecture {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
     }
 }
 
@@ -307,7 +305,7 @@ pub(crate) mod tests {
 
     pub(crate) fn tiny_llama() -> ModelConfig {
         ModelConfig {
-            arch: Architecture::Llama,
+            arch: crate::model::arch::llama::ARCH,
             vocab_size: 512,
             hidden_size: 64,
             n_layers: 2,

@@ -58,7 +58,7 @@ pub fn parse_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Architecture, RopeLayout, RopeScaling};
+    use crate::config::{RopeLayout, RopeScaling};
 
     const LLAMA: &str = r#"{"model_type":"llama","vocab_size":512,"hidden_size":64,
         "intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,
@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn llama_config_is_normalised() {
         let c = parse_config(LLAMA.as_bytes(), None, "config.json").unwrap();
-        assert_eq!(c.arch, Architecture::Llama);
+        assert_eq!(c.arch, crate::model::arch::llama::ARCH);
         assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (4, 2, 16));
         assert_eq!(c.rope_layout, RopeLayout::RotateHalf);
         assert_eq!(c.eos_ids, vec![0, 7]);

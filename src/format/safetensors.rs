@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn names_map_to_gguf() {
-        let l = Architecture::Llama;
+        let l = crate::model::arch::llama::ARCH;
         assert_eq!(
             gguf_name(l, "model.layers.11.self_attn.k_proj.weight").as_deref(),
             Some("blk.11.attn_k.weight")
@@ -285,7 +285,7 @@ mod tests {
             None
         );
         assert_eq!(gguf_name(l, "model.layers.x.mlp.up_proj.weight"), None);
-        let g = Architecture::Gpt2;
+        let g = crate::model::arch::gpt2::ARCH;
         assert_eq!(
             gguf_name(g, "transformer.h.1.mlp.c_fc.bias").as_deref(),
             Some("blk.1.ffn_up.bias")

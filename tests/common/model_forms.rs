@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use emberlm::backend::gpu::Forward;
 use emberlm::backend::gpu::KernelCache;
 use emberlm::backend::DEFAULT_CHUNK;
-use emberlm::config::Architecture;
 use emberlm::format::gguf::GgufValue;
 use emberlm::format::safetensors::gguf_name;
 use emberlm::loader::ModelFiles;
@@ -109,7 +108,7 @@ pub fn write_gguf_with(
     edit(&mut meta);
     let renamed = tensors
         .iter()
-        .filter_map(|(n, t)| Some((gguf_name(Architecture::Llama, n)?, t)));
+        .filter_map(|(n, t)| Some((gguf_name(emberlm::model::arch::llama::ARCH, n)?, t)));
     let out: Vec<super::gguf_meta::TensorBytes> = renamed
         .chain(extra.iter().map(|(n, t)| (n.clone(), t)))
         .map(|(name, (s, v))| {

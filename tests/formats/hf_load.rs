@@ -7,7 +7,7 @@ use crate::peak_alloc;
 
 use std::path::PathBuf;
 
-use emberlm::config::{Architecture, NormKind, RopeLayout};
+use emberlm::config::{NormKind, RopeLayout};
 use emberlm::dtype::DType;
 use emberlm::format::safetensors::HfFolder;
 
@@ -38,7 +38,7 @@ fn tiny_llama_folder_loads() {
     let folder = HfFolder::read(&fixture("tiny-llama")).unwrap();
     let w = folder.load().unwrap();
     let c = &w.config;
-    assert_eq!(c.arch, Architecture::Llama);
+    assert_eq!(c.arch, emberlm::model::arch::llama::ARCH);
     assert_eq!(
         (
             c.vocab_size,
@@ -70,7 +70,7 @@ fn tiny_gpt2_folder_loads_with_conv1d_transposed() {
     let w = HfFolder::read(&fixture("tiny-gpt2")).unwrap();
     let w = w.load().unwrap();
     let c = &w.config;
-    assert_eq!(c.arch, Architecture::Gpt2);
+    assert_eq!(c.arch, emberlm::model::arch::gpt2::ARCH);
     assert_eq!(c.norm, NormKind::LayerNorm);
     assert!(c.tied_embeddings && !w.tensors.contains_key("output.weight"));
     // c_attn is stored [64, 192] ([in, out]); the engine sees [out, in]

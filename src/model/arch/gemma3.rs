@@ -14,9 +14,14 @@ use crate::config::{
 use crate::error::Result;
 use crate::model::graph::{Act, EmbedScale, Graph, LinearOp, Lookup, Matrix, Norm, Op, Rows};
 
+/// Gemma 3: the embedding scaled by √d, RMSNorm before and after attention and the
+/// feed-forward, RMSNorm of each query and key head (QK-norm), GeGLU, and local
+/// (sliding-window) layers between global ones ([`crate::config::LocalAttention`]).
+pub const ARCH: Architecture = Architecture::named("gemma3");
+
 /// Gemma 3.
 pub static SPEC: ArchSpec = ArchSpec {
-    arch: Architecture::Gemma3,
+    arch: ARCH,
     gguf_names: &[GgufName {
         name: "gemma3",
         // rotate-half RoPE, unpermuted
@@ -124,7 +129,7 @@ fn hf_config(raw: &HfConfig, file: &str) -> Result<ModelConfig> {
     };
     let rope_scaling = rope_scaling_of(raw, file)?;
     Ok(ModelConfig {
-        arch: Architecture::Gemma3,
+        arch: ARCH,
         vocab_size: required(raw.vocab_size, "vocab_size", file)?,
         hidden_size: hidden,
         n_layers,

@@ -7,9 +7,12 @@ use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout,
 use crate::error::{Error, Result};
 use crate::model::graph::{Act, EmbedScale, Graph, LinearOp, Lookup, Matrix, Norm, Op, Post, Rows};
 
+/// GPT-2: LayerNorm with bias, learned position embeddings, fused QKV with bias, GELU.
+pub const ARCH: Architecture = Architecture::named("gpt2");
+
 /// GPT-2.
 pub static SPEC: ArchSpec = ArchSpec {
-    arch: Architecture::Gpt2,
+    arch: ARCH,
     gguf_names: &[GgufName {
         name: "gpt2",
         rope_layout: RopeLayout::None,
@@ -69,7 +72,7 @@ fn hf_config(raw: &HfConfig, file: &str) -> Result<ModelConfig> {
         return Err(Error::format(file, "n_head is 0"));
     }
     Ok(ModelConfig {
-        arch: Architecture::Gpt2,
+        arch: ARCH,
         vocab_size: required(raw.vocab_size, "vocab_size", file)?,
         hidden_size: d,
         n_layers: required(raw.n_layer, "n_layer", file)?,

@@ -10,9 +10,13 @@ use crate::model::graph::{
     gate_up_name, qkv_name, Act, EmbedScale, Graph, LinearOp, Lookup, Matrix, Norm, Op, Post, Rows,
 };
 
+/// Llama 2/3, SmolLM/SmolLM2, TinyLlama, Mistral, Qwen2 (with q/k/v biases), Qwen3 (with
+/// QK-norm): RMSNorm, RoPE, grouped-query attention, SwiGLU feed-forward.
+pub const ARCH: Architecture = Architecture::named("llama");
+
 /// The Llama family.
 pub static SPEC: ArchSpec = ArchSpec {
-    arch: Architecture::Llama,
+    arch: ARCH,
     gguf_names: &[
         // llama.cpp's converter permutes llama's Q/K rows for interleaved-pair RoPE ...
         gguf("llama", RopeLayout::Interleaved, false, false),
@@ -75,7 +79,7 @@ fn hf_config(raw: &HfConfig, file: &str) -> Result<ModelConfig> {
         return Err(Error::format(file, "num_attention_heads is 0"));
     }
     Ok(ModelConfig {
-        arch: Architecture::Llama,
+        arch: ARCH,
         vocab_size: required(raw.vocab_size, "vocab_size", file)?,
         hidden_size: hidden,
         n_layers: required(raw.num_hidden_layers, "num_hidden_layers", file)?,

@@ -124,17 +124,13 @@ fn tiny(arch: Architecture) -> ModelConfig {
     c.rope_layout = s.gguf_names[0].rope_layout;
     c.qkv_bias = s.gguf_names[0].qkv_bias;
     c.qk_norm = s.gguf_names[0].qk_norm;
-    if arch == Architecture::Gpt2 {
+    if arch == gpt2::ARCH {
         (c.n_kv_heads, c.head_dim) = (c.n_heads, c.hidden_size / c.n_heads);
     }
     c
 }
 
-const EVERY: [Architecture; 3] = [
-    Architecture::Llama,
-    Architecture::Gpt2,
-    Architecture::Gemma3,
-];
+const EVERY: [Architecture; 3] = [llama::ARCH, gpt2::ARCH, gemma3::ARCH];
 
 #[test]
 fn every_architecture_has_one_spec_in_the_registry() {
@@ -171,13 +167,10 @@ fn names_belong_to_one_architecture_each() {
     }
     assert_eq!(gguf_names(), "llama, qwen2, qwen3, phi3, gpt2, gemma3");
     assert!(by_gguf_name("mamba").is_none());
-    assert_eq!(
-        by_hf_model_type("qwen3").map(|s| s.arch),
-        Some(Architecture::Llama)
-    );
+    assert_eq!(by_hf_model_type("qwen3").map(|s| s.arch), Some(llama::ARCH));
     assert_eq!(
         by_hf_model_type("gemma3_text").map(|s| s.arch),
-        Some(Architecture::Gemma3)
+        Some(gemma3::ARCH)
     );
 }
 
@@ -193,7 +186,7 @@ fn each_architecture_builds_its_graph_over_its_own_expected_tensors() {
             "{arch:?}: a name twice"
         );
         let g = build(&c, &t, "tiny").unwrap_or_else(|e| panic!("{arch:?}: {e}"));
-        assert_eq!(g.uses_branch(), arch == Architecture::Gemma3, "{arch:?}");
+        assert_eq!(g.uses_branch(), arch == gemma3::ARCH, "{arch:?}");
         let Op::Embed { scale, .. } = &g.ops[0] else {
             panic!("{arch:?}: {:?}", g.ops[0]);
         };
@@ -203,18 +196,18 @@ fn each_architecture_builds_its_graph_over_its_own_expected_tensors() {
 
 #[test]
 fn each_architecture_says_which_rule_a_config_breaks() {
-    let mut g = tiny(Architecture::Gpt2);
+    let mut g = tiny(gpt2::ARCH);
     g.n_kv_heads = 1;
     let e = validate(&g, "g.gguf").unwrap_err().to_string();
     assert!(
         e.contains("n_kv_heads = n_heads") && e.starts_with("g.gguf"),
         "{e}"
     );
-    let mut g = tiny(Architecture::Gpt2);
+    let mut g = tiny(gpt2::ARCH);
     g.head_dim = 8;
     let e = validate(&g, "g.gguf").unwrap_err().to_string();
     assert!(e.contains("n_heads · head_dim = hidden_size"), "{e}");
-    let mut m = tiny(Architecture::Gemma3);
+    let mut m = tiny(gemma3::ARCH);
     m.qk_norm = false;
     let e = validate(&m, "m.gguf").unwrap_err().to_string();
     assert!(e.contains("qk_norm must be set"), "{e}");
@@ -224,7 +217,7 @@ fn each_architecture_says_which_rule_a_config_breaks() {
 fn hugging_face_names_map_into_each_architectures_expected_tensors() {
     let cases: [(Architecture, &[&str]); 3] = [
         (
-            Architecture::Llama,
+            llama::ARCH,
             &[
                 "model.embed_tokens.weight",
                 "model.layers.1.self_attn.k_proj.weight",
@@ -234,11 +227,11 @@ fn hugging_face_names_map_into_each_architectures_expected_tensors() {
             ],
         ),
         (
-            Architecture::Gpt2,
+            gpt2::ARCH,
             &["transformer.h.1.mlp.c_fc.bias", "wpe.weight", "ln_f.bias"],
         ),
         (
-            Architecture::Gemma3,
+            gemma3::ARCH,
             &[
                 "model.layers.1.pre_feedforward_layernorm.weight",
                 "model.layers.0.post_feedforward_layernorm.weight",
@@ -255,15 +248,15 @@ fn hugging_face_names_map_into_each_architectures_expected_tensors() {
         }
     }
     assert_eq!(
-        (spec(Architecture::Gpt2).hf_fix)("blk.0.attn_qkv.weight", "h.0.attn.c_attn.weight"),
+        (spec(gpt2::ARCH).hf_fix)("blk.0.attn_qkv.weight", "h.0.attn.c_attn.weight"),
         Some(HfFix::Transpose)
     );
     assert_eq!(
-        (spec(Architecture::Gemma3).hf_fix)("blk.0.ffn_norm.weight", "x"),
+        (spec(gemma3::ARCH).hf_fix)("blk.0.ffn_norm.weight", "x"),
         Some(HfFix::PlusOne)
     );
     assert_eq!(
-        (spec(Architecture::Llama).hf_fix)("blk.0.ffn_norm.weight", "x"),
+        (spec(llama::ARCH).hf_fix)("blk.0.ffn_norm.weight", "x"),
         None
     );
 }
