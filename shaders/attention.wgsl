@@ -8,7 +8,7 @@
 // [max_positions, n_kv_heads*hd], out: [max_tokens, n_heads*hd].
 //
 // Two shapes, each a variant of the plan declared with its geometry in
-// src/backend/gpu/ops/attention/variants.rs: the workgroup shape (GPUs; described first) and,
+// src/backend/gpu/variants/attention.rs: the workgroup shape (GPUs; described first) and,
 // under ROWS_SHAPE, the rows shape (CPU-like adapters). WG_SIZE is the workgroup's
 // invocations in both.
 //

@@ -27,7 +27,7 @@
 //   other rows nobody reads). Decode kernel only.
 //
 // Each kernel comes in two shapes, each a variant of the plan declared with its geometry in
-// src/backend/gpu/ops/linear/variants.rs: the workgroup shape (GPUs; below) and, under
+// src/backend/gpu/variants/linear.rs: the workgroup shape (GPUs; below) and, under
 // ROWS_SHAPE, the rows shape (CPU-like adapters; further below). The geometry the host also
 // computes with arrives as defines: WG_SIZE (invocations), ROWS (rows per workgroup pass, per
 // prefill tile, or per invocation in the rows shape) and TOKENS (tokens per prefill tile or

@@ -305,7 +305,7 @@ pub(crate) mod tests {
 
     pub(crate) fn tiny_llama() -> ModelConfig {
         ModelConfig {
-            arch: crate::model::arch::llama::ARCH,
+            arch: Architecture::named("llama"),
             vocab_size: 512,
             hidden_size: 64,
             n_layers: 2,

@@ -4,9 +4,9 @@
 //! smaller case list). Rows the step does not cover must come back unchanged, as in
 //! `ops_cases`; each check returns the worst `|gpu − reference| / tolerance`.
 
-use emberlm::backend::gpu::ops::attention::variants as attention_variants;
-use emberlm::backend::gpu::ops::AttentionVariant;
 use emberlm::backend::gpu::ops::{AttentionBinding, AttentionKeys, KeySplit};
+use emberlm::backend::gpu::variants::attention as attention_variants;
+use emberlm::backend::gpu::variants::attention::AttentionVariant;
 use emberlm::backend::gpu::DecodePlan;
 use emberlm::backend::gpu::{
     Attention, GpuContext, Heads, KernelCache, Qkv, Reduction, RopeKvWrite, StepParams, Variant,

@@ -11,8 +11,8 @@
 //! - rotation, the store and attention through a sequence of steps, the caches read back
 //!   after each.
 
-use emberlm::backend::gpu::ops::attention::variants as attention_variants;
 use emberlm::backend::gpu::ops::{AttentionKeys, KvSource, KvStore};
+use emberlm::backend::gpu::variants::attention as attention_variants;
 use emberlm::backend::gpu::{
     Attention, GpuContext, Heads, KernelCache, Reduction, RopeKvWrite, StepParams, Variant,
 };

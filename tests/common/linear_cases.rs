@@ -8,8 +8,8 @@
 
 use std::borrow::Cow;
 
-use emberlm::backend::gpu::ops::linear::variants as linear_variants;
 use emberlm::backend::gpu::ops::{EmbedSource, Embedding, Linear, LinearKernel, LinearOptions};
+use emberlm::backend::gpu::variants::linear as linear_variants;
 use emberlm::backend::gpu::{
     GpuContext, GpuTensor, KernelCache, MatmulPrecision, Reduction, StepParams, Variant,
 };

@@ -1,9 +1,10 @@
-//! No circles inside a module either. Within each folder of `src/` that is a top-level module
-//! (`gpu/`, `web/`, ...) and within the binary's folder (`src/bin/emberlm/`), the files and
-//! subfolders form a graph by the paths between them (`crate::backend::gpu::…`, `super::ops::…`,
-//! each item of a group); this test fails on every strongly connected part of it with more
-//! than one member, naming the members and the paths that join them. The folder's own file
-//! (`gpu/mod.rs`, `forward.rs`, `main.rs`), which declares the rest, is not a member.
+//! No circles inside a module either. Within every folder of `src/` at any depth (`backend/`,
+//! `backend/gpu/`, `backend/gpu/ops/linear/`, `web/`, ...) and within the binary's folder
+//! (`src/bin/emberlm/`), the files and subfolders form a graph by the paths between them
+//! (`crate::backend::gpu::…`, `super::ops::…`, each item of a group); this test fails on every
+//! strongly connected part of it with more than one member, naming the members and the paths
+//! that join them. The folder's own file (`gpu/mod.rs`, `forward.rs`, `main.rs`), which
+//! declares the rest, is not a member.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -164,39 +165,45 @@ fn graphs(src: &Path) -> BTreeMap<String, (Graph, Examples)> {
     let mut known: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
         let path = module_path(src, file);
-        // the folder, the path prefix its members are named under, and the file's member
-        let (folder, prefix, member) = match path.as_slice() {
+        // every folder the file lies in (at any depth): the folder, the path prefix its
+        // members are named under, and the file's member; a folder's own file (`gpu/mod.rs`,
+        // `forward.rs` beside `forward/`) is none of its members
+        let mut places: Vec<(String, Vec<String>, String)> = Vec::new();
+        match path.as_slice() {
             [bin, name, member, ..] if bin == "bin" => {
-                (format!("bin/{name}"), Vec::new(), member.clone())
+                places.push((format!("bin/{name}"), Vec::new(), member.clone()))
             }
-            [top, member, ..] if top != "bin" => (top.clone(), vec![top.clone()], member.clone()),
+            [top, ..] if top != "bin" => {
+                for k in 1..path.len() {
+                    places.push((path[..k].join("/"), path[..k].to_vec(), path[k].clone()));
+                }
+            }
             _ => continue,
-        };
-        if member == "main" {
-            continue;
         }
-        let names = known
-            .entry(folder.clone())
-            .or_insert_with(|| members(&src.join(&folder)));
-        let text = std::fs::read_to_string(file).expect("source file");
-        let code = code_without_comments(&text);
-        // a bin file's module path is its own name under the crate root
-        let own: Vec<String> = match prefix.is_empty() {
-            true => vec![member.clone()],
-            false => path.clone(),
-        };
-        let (graph, examples) = out.entry(folder.clone()).or_default();
-        graph.entry(member.clone()).or_default();
-        for p in absolute_paths(&code, &own, prefix.len() + 1) {
-            let Some(rest) = p.strip_prefix(prefix.as_slice()) else {
-                continue;
+        for (folder, prefix, member) in places {
+            let names = known
+                .entry(folder.clone())
+                .or_insert_with(|| members(&src.join(&folder)));
+            let text = std::fs::read_to_string(file).expect("source file");
+            let code = code_without_comments(&text);
+            // a bin file's module path is its own name under the crate root
+            let own: Vec<String> = match prefix.is_empty() {
+                true => vec![member.clone()],
+                false => path.clone(),
             };
-            let [to] = rest else { continue };
-            if *to != member && names.contains(to) {
-                graph.entry(member.clone()).or_default().insert(to.clone());
-                examples
-                    .entry((member.clone(), to.clone()))
-                    .or_insert_with(|| file.display().to_string());
+            let (graph, examples) = out.entry(folder.clone()).or_default();
+            graph.entry(member.clone()).or_default();
+            for p in absolute_paths(&code, &own, prefix.len() + 1) {
+                let Some(rest) = p.strip_prefix(prefix.as_slice()) else {
+                    continue;
+                };
+                let [to] = rest else { continue };
+                if *to != member && names.contains(to) {
+                    graph.entry(member.clone()).or_default().insert(to.clone());
+                    examples
+                        .entry((member.clone(), to.clone()))
+                        .or_insert_with(|| file.display().to_string());
+                }
             }
         }
     }

@@ -17,7 +17,21 @@ use std::ops::Range;
 
 use super::dot::dot_f32;
 use super::kv::{KeyRange, KvRows};
-use super::ops::AttnShape;
+
+/// Shapes of an attention call.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnShape {
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (query head `h` reads `h / (n_heads / n_kv_heads)`).
+    pub n_kv_heads: usize,
+    /// Values per head.
+    pub head_dim: usize,
+    /// Distance between two tokens' queries in `q` (`q_dim`, or `q_dim + 2·kv_dim` stacked).
+    pub q_stride: usize,
+    /// Factor on the scores beyond `1/√head_dim` (YaRN's attention factor squared; 1).
+    pub score_scale: f32,
+}
 
 /// Query tokens that share each key and value row a job reads.
 const TILE: usize = 16;

@@ -27,6 +27,8 @@ pub mod quant;
 mod team;
 #[cfg(test)]
 mod test_rng;
+#[cfg(target_arch = "x86_64")]
+mod tile_lines;
 mod tiled;
 mod tiles_k;
 mod tiles_q6k;

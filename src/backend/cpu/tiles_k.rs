@@ -22,7 +22,7 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Q8Rows, TILE_ROWS as ROWS};
-use super::tiled::TileLines;
+use super::tile_lines::TileLines;
 use crate::dtype::DType;
 
 /// Values per super-block.

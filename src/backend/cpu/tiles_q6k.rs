@@ -19,7 +19,7 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Q8Rows, TILE_ROWS as ROWS};
-use super::tiled::TileLines;
+use super::tile_lines::TileLines;
 use super::tiles_k::{in_fours, Pass};
 use crate::dtype::DType;
 

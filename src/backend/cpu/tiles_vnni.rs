@@ -24,7 +24,7 @@
 use std::arch::x86_64::*;
 
 use super::quant::{Layout, Q8Rows, QK, TILE_ROWS as ROWS};
-use super::tiled::TileLines;
+use super::tile_lines::TileLines;
 use crate::dtype::DType;
 
 /// Tokens per tile (their accumulators, four each, stay in registers beside a half-block's

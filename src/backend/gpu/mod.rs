@@ -17,7 +17,7 @@ pub mod ops;
 pub mod plan;
 pub mod precision;
 pub mod tensor;
-pub mod variant;
+pub mod variants;
 
 pub use counters::{AliveBuffers, Counters, CountersPer};
 pub use decode_plan::{DecodePlan, DecodePlanMode};

@@ -8,6 +8,8 @@ mod checks;
 pub mod copy;
 pub mod elementwise;
 pub mod embed;
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod host_structs;
 pub mod kv_store;
 pub mod linear;
 pub mod rope;
@@ -16,14 +18,14 @@ pub mod select;
 mod weight_checks;
 
 pub use super::key_split::Heads;
-pub use attention::{Attention, AttentionBinding, AttentionKeys, AttentionVariant, KeySplit};
+pub use attention::{Attention, AttentionBinding, AttentionKeys, KeySplit};
 pub use copy::{copy_bandwidth, CopyBandwidth};
 pub use elementwise::SwiGlu;
 pub use embed::{EmbedSource, Embedding};
 pub use kv_store::{KvSource, KvStore};
 pub use linear::{
     Epilogue, InputNorm, KvWriteBinding, Linear, LinearBinding, LinearKernel, LinearOptions,
-    LinearVariant, NormBinding,
+    NormBinding,
 };
 pub use rope::{Qkv, RopeKvWrite};
 pub use row_norm::{RowNorm, RowNormKind};
@@ -47,9 +49,7 @@ use crate::error::{Error, Result};
 /// Largest workgroup the kernels are written for.
 const MAX_WG_SIZE: u32 = 256;
 
-/// Largest head dimension RoPE and attention accept (their per-head tables and shared arrays
-/// are sized for it; real models use 64 to 256).
-pub const MAX_HEAD_DIM: u32 = 256;
+pub use super::variants::attention::MAX_HEAD_DIM;
 
 /// How a kernel reduces across its workgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,9 +6,8 @@
 //! [`crate::tune`] store, or measured on the device when a model loads (see
 //! [`crate::backend`]).
 //!
-//! Each family declares its variants as data beside its kernel (see [`super::variant`]):
-//! `ops/linear/variants.rs` for the two linear families, `ops/attention/variants.rs` for
-//! attention. Every family has a `workgroup` shape (the GPU shape: many invocations share a
+//! Each family declares its variants as data (see [`super::variants`]): `variants/linear.rs`
+//! for the two linear families, `variants/attention.rs` for attention. Every family has a `workgroup` shape (the GPU shape: many invocations share a
 //! row and reduce through shared memory) and a `rows` shape (for CPU-like adapters, which run
 //! a workgroup's subgroups as fibres and switch at every barrier: no barriers, each invocation
 //! owning whole output rows); the plan knows no more of them than the tables say.
@@ -24,10 +23,9 @@ use crate::error::{Error, Result};
 mod overrides;
 pub use overrides::{KernelOverrides, SplitOverride, ATTENTION_SPLIT};
 
-pub use super::variant::{AdapterKind, Variant, VariantSpec};
-use crate::backend::gpu::ops::attention::variants as attention_variants;
-use crate::backend::gpu::ops::linear::variants as linear_variants;
-use crate::backend::gpu::ops::linear::LinearChoice;
+pub use super::variants::{AdapterKind, Variant, VariantSpec};
+use crate::backend::gpu::variants::attention as attention_variants;
+use crate::backend::gpu::variants::linear::{self as linear_variants, LinearChoice};
 
 /// A kernel family that has variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

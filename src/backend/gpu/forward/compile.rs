@@ -6,11 +6,12 @@ use std::collections::HashMap;
 
 use crate::backend::gpu::decode_plan::DecodePlan;
 use crate::backend::gpu::ops::{
-    Attention, AttentionBinding, AttentionKeys, AttentionVariant, EmbedSource, Embedding, Epilogue,
-    Heads, InputNorm, KeySplit, KvSource, KvStore, KvWriteBinding, Linear, LinearBinding,
-    LinearOptions, NormBinding, Qkv, RopeKvWrite, RowNorm, RowNormKind, SwiGlu,
+    Attention, AttentionBinding, AttentionKeys, EmbedSource, Embedding, Epilogue, Heads, InputNorm,
+    KeySplit, KvSource, KvStore, KvWriteBinding, Linear, LinearBinding, LinearOptions, NormBinding,
+    Qkv, RopeKvWrite, RowNorm, RowNormKind, SwiGlu,
 };
 use crate::backend::gpu::plan::Family;
+use crate::backend::gpu::variants::attention::AttentionVariant;
 use crate::backend::gpu::{
     GpuContext, GpuTensor, KernelBinding, KernelCache, KernelPlan, KvCache, Reduction,
     SplitOverride, StepParams, Variant,

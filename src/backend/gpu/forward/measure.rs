@@ -15,9 +15,9 @@ use std::collections::BTreeSet;
 use web_time::{Duration, Instant};
 
 use super::{Forward, Node};
-use crate::backend::gpu::ops::attention::variants as attention_variants;
 use crate::backend::gpu::plan::{Family, KernelOverrides, Source, StoredPlan, Timing};
 use crate::backend::gpu::precision::MatmulPrecision;
+use crate::backend::gpu::variants::attention as attention_variants;
 use crate::backend::gpu::{GpuContext, KernelPlan, StepParams, Variant};
 use crate::error::Result;
 use crate::model::weights::ModelWeights;

@@ -1,7 +1,7 @@
 //! Causal grouped-query attention over the KV cache (`shaders/attention.wgsl`), for decode
 //! (one token) and prefill chunks (after earlier chunks) alike.
 //!
-//! Its variants are declared as data in [`variants`] (`workgroup`: one workgroup per (query
+//! Its variants are declared as data in [`crate::backend::gpu::variants::attention`] (`workgroup`: one workgroup per (query
 //! head, token); `rows`: one invocation per (query head, token), no barriers, for CPU-like
 //! adapters), each a define of the one shader. Keys are walked with an online softmax, so
 //! memory is fixed whatever the context length.
@@ -29,13 +29,13 @@ pub use crate::backend::gpu::key_split::{
     AttentionKeys, KeySplit, SHADER_LOOP_BUDGET, SPLIT_MAX_SPLITS, SPLIT_MAX_TOKENS,
     SPLIT_MIN_KEYS, SPLIT_MIN_KEYS_PER_SPLIT,
 };
-use crate::backend::gpu::variant::Variant;
+use crate::backend::gpu::variants::Variant;
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 
-pub mod variants;
-
-pub use variants::{any_variant_key_limit, AttentionVariant, HeadsOf};
+pub use crate::backend::gpu::variants::attention::{
+    any_variant_key_limit, AttentionVariant, HeadsOf,
+};
 
 host_struct! {
     #[repr(C)]

@@ -3,22 +3,22 @@
 //!
 //! Two kernels: decode (one token: matrix × vector, memory-bound, weights read once) and prefill
 //! (many tokens, weights read once per tile of tokens). [`LinearBinding::record`] picks by the
-//! step's token count. Each comes in the variants its table in [`variants`] declares (the
+//! step's token count. Each comes in the variants its table in
+//! [`crate::backend::gpu::variants::linear`] declares (the
 //! workgroup shape: a shared-memory reduction per row group, 64 × 32 tiles through shared
 //! memory; the rows shape: each invocation owns 4 whole rows, and for prefill 4 tokens, no
 //! barriers), each a define of the one shader with its geometry as defines. A layer is built
 //! with the variants the plan asks for and records the one the plan chose.
 
 mod binding;
+mod kv_checks;
 mod options;
-pub mod variants;
 
 use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::weight_checks::check_kv;
 pub(crate) use super::weight_checks::{check_words, matrix_shape, weight_flag};
 use super::{
     check_f16_activations, check_step, dispatch_grid, load, optional_input, positive,
@@ -29,13 +29,14 @@ use crate::backend::gpu::device::GpuContext;
 use crate::backend::gpu::kernels::{self, Defines, KernelCache};
 use crate::backend::gpu::precision::MatmulPrecision;
 use crate::backend::gpu::tensor::GpuTensor;
-use crate::backend::gpu::variant::Variant;
+use crate::backend::gpu::variants::linear::{self as variants, Invocations, LinearVariant};
+use crate::backend::gpu::variants::Variant;
 use crate::dtype::kv::KV_BLOCK;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 pub use binding::{LinearBinding, LinearChoice, LinearKernel};
+use kv_checks::check_kv;
 pub use options::{Epilogue, InputNorm, KvWriteBinding, LinearOptions, NormBinding};
-pub use variants::{Invocations, LinearVariant, RowsOf};
 
 host_struct! {
     #[repr(C)]
@@ -564,7 +565,15 @@ async fn build(
         true => reduce_defines(ctx, reduction)?,
         false => Defines::new(),
     };
-    let defines = spec.defines(common(base).merged(defines), invocations);
+    // the geometry the host computes with, as the shader's constants, and the variant's flag
+    let mut defines = common(base)
+        .merged(defines)
+        .value("WG_SIZE", format!("{invocations}u"))
+        .value("ROWS", format!("{}u", spec.rows))
+        .value("TOKENS", format!("{}u", spec.tokens));
+    if let Some(flag) = spec.spec.define {
+        defines = defines.flag(flag);
+    }
     let pipeline = load(ctx, cache, &kernels::LINEAR, entry, defines).await?;
     Ok(Built {
         variant: spec,

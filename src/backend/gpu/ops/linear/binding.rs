@@ -2,40 +2,11 @@
 //! built, over one layer's buffers, and which of them a step records.
 
 use super::options::{Epilogue, LinearOptions};
-use super::variants::{LinearVariant, DECODE};
 use crate::backend::gpu::counters::AliveBuffers;
 use crate::backend::gpu::ops::KernelBinding;
-use crate::backend::gpu::variant::Variant;
-
-/// Which kernel a [`LinearBinding`] records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinearKernel {
-    /// Matrix × vector, for one token (correct for more, reading the weights once per token).
-    Decode,
-    /// Tiled matrix × matrix, for several tokens (correct for one).
-    Prefill,
-}
-
-impl LinearKernel {
-    /// The kernel [`LinearBinding::record`] uses for a step of `n_tokens` tokens.
-    pub fn for_tokens(n_tokens: u32) -> Self {
-        if n_tokens <= 1 {
-            LinearKernel::Decode
-        } else {
-            LinearKernel::Prefill
-        }
-    }
-}
-
-/// The variants a step records a linear layer in: the plan's choices for the decode and the
-/// prefill kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinearChoice {
-    /// The decode kernel's variant (also what a batched decode step runs in).
-    pub decode: Variant,
-    /// The prefill kernel's variant.
-    pub prefill: Variant,
-}
+pub use crate::backend::gpu::variants::linear::{LinearChoice, LinearKernel};
+use crate::backend::gpu::variants::linear::{LinearVariant, DECODE};
+use crate::backend::gpu::variants::Variant;
 
 /// A bound linear layer: both kernels, in every variant built, over the same buffers. Create
 /// once, record every step.

@@ -1,13 +1,20 @@
-//! What a kernel variant is, as data: a name, the define that selects its body in its family's
-//! one shader, and the adapters it is the first guess for. Each family declares its variants
-//! in a table beside its kernel (`ops/linear/variants.rs`, `ops/attention/variants.rs`), with
-//! the geometry and the conditions that are its own; the plan ([`super::plan`]) reads the
-//! tables and nothing else, so adding a variant touches its family's table, its shader and
-//! its tests.
+//! The kernel variants, as data. A variant is a name, the define that selects its body in its
+//! family's one shader, and the adapters it is the first guess for; each family with variants
+//! declares them in a table of its own here ([`linear`], [`attention`]), with the geometry and
+//! the conditions that are its own. The kernels (`ops/linear.rs`, `ops/attention.rs`) build and
+//! dispatch from a table's row alone, and the plan ([`super::plan`]) reads the tables and
+//! nothing else, so adding a variant touches its family's table, its shader where its body is
+//! new, and nothing more (the kernel tests run every row).
+//!
+//! The tables depend on nothing of the GPU backend but these types, so that the device's
+//! options, the plan and the kernels can all read them.
 
 use std::fmt;
 
 use serde::{Serialize, Serializer};
+
+pub mod attention;
+pub mod linear;
 
 /// The name of a kernel variant (`workgroup`, `rows`), as `--kernels`, stored plans and
 /// reports spell it. Which names a family has is its table's business (see

@@ -1,12 +1,41 @@
 //! The linear family's variants, as data: for the decode kernel and the prefill kernel, each
 //! shape's name, the define that selects its body in `shaders/linear.wgsl`, its geometry (the
-//! shader reads the same numbers as defines, so host and shader cannot disagree) and how a
-//! batched decode step runs in it. [`super::Linear`] builds and dispatches from these rows
-//! alone; the plan ([`crate::backend::gpu::plan`]) times and chooses among them.
+//! shader reads the same numbers as defines, `WG_SIZE`, `ROWS` and `TOKENS`, so host and
+//! shader cannot disagree) and how a batched decode step runs in it.
+//! [`crate::backend::gpu::ops::Linear`] builds and dispatches from these rows alone; the plan
+//! ([`crate::backend::gpu::plan`]) times and chooses among them.
 
-use super::binding::LinearKernel;
-use crate::backend::gpu::kernels::Defines;
-use crate::backend::gpu::variant::{AdapterKind, Variant, VariantSpec};
+use super::{AdapterKind, Variant, VariantSpec};
+
+/// Which of the two linear kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinearKernel {
+    /// Matrix × vector, for one token (correct for more, reading the weights once per token).
+    Decode,
+    /// Tiled matrix × matrix, for several tokens (correct for one).
+    Prefill,
+}
+
+impl LinearKernel {
+    /// The kernel a step of `n_tokens` tokens records.
+    pub fn for_tokens(n_tokens: u32) -> Self {
+        if n_tokens <= 1 {
+            LinearKernel::Decode
+        } else {
+            LinearKernel::Prefill
+        }
+    }
+}
+
+/// The variants a step records a linear layer in: the plan's choices for the decode and the
+/// prefill kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearChoice {
+    /// The decode kernel's variant (also what a batched decode step runs in).
+    pub decode: Variant,
+    /// The prefill kernel's variant.
+    pub prefill: Variant,
+}
 
 /// How many invocations a workgroup has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +165,7 @@ pub const PREFILL: &[LinearVariant] = &[
 impl LinearVariant {
     /// The row of `variant` in `table`.
     pub fn find(table: &'static [LinearVariant], variant: Variant) -> Option<&'static Self> {
-        crate::backend::gpu::variant::find(table, |v| &v.spec, variant)
+        super::find(table, |v| &v.spec, variant)
     }
 
     /// Output rows one workgroup computes with `invocations` invocations.
@@ -144,18 +173,6 @@ impl LinearVariant {
         match self.rows_of {
             RowsOf::Workgroup => self.rows,
             RowsOf::Invocation => self.rows * invocations,
-        }
-    }
-
-    /// The geometry defines (`WG_SIZE`, `ROWS`, `TOKENS`) and the variant's flag.
-    pub fn defines(&self, d: Defines, invocations: u32) -> Defines {
-        let d = d
-            .value("WG_SIZE", format!("{invocations}u"))
-            .value("ROWS", format!("{}u", self.rows))
-            .value("TOKENS", format!("{}u", self.tokens));
-        match self.spec.define {
-            Some(flag) => d.flag(flag),
-            None => d,
         }
     }
 }

@@ -1,11 +1,14 @@
 //! The attention family's variants, as data: each shape's name, the define that selects its
 //! body in `shaders/attention.wgsl`, its geometry, the heads it can run (when it applies) and
-//! how many keys one invocation may walk. [`super::Attention`] builds and binds from these
+//! how many keys one invocation may walk. [`crate::backend::gpu::ops::Attention`] builds and binds from these
 //! rows alone; the plan ([`crate::backend::gpu::plan`]) times and chooses among them.
 
+use super::{AdapterKind, Variant, VariantSpec};
 use crate::backend::gpu::key_split::SHADER_LOOP_BUDGET;
-use crate::backend::gpu::ops::MAX_HEAD_DIM;
-use crate::backend::gpu::variant::{AdapterKind, Variant, VariantSpec};
+
+/// Largest head dimension RoPE and attention accept (their per-head tables and shared arrays
+/// are sized for it; real models use 64 to 256).
+pub const MAX_HEAD_DIM: u32 = 256;
 
 /// How a workgroup's invocations divide a step's heads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +80,7 @@ pub const ALL: &[AttentionVariant] = &[
 impl AttentionVariant {
     /// The row of `variant`, if attention has it.
     pub fn find(variant: Variant) -> Option<&'static Self> {
-        crate::backend::gpu::variant::find(ALL, |v| &v.spec, variant)
+        super::find(ALL, |v| &v.spec, variant)
     }
 
     /// Whether it runs heads of `head_dim` (before the workgroup's own bound).
