@@ -135,15 +135,8 @@ fn dot8(a: Q8, b: Q8) -> f32 {
 
 // The four rows' products with token t's part p (input normalised with `stats`).
 fn rows4(w0: Q8, w1: Q8, w2: Q8, w3: Q8, t: u32, p: u32, stats: vec2<f32>) -> vec4<f32> {
-    let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
+    let xp = x_part(t, p, stats);
     return vec4<f32>(dot8(w0, xp), dot8(w1, xp), dot8(w2, xp), dot8(w3, xp));
-}
-
-// Squares of token t's raw part p (the RMS statistic, summed with the products).
-fn sq8(t: u32, p: u32) -> f32 {
-    let lo = x4_raw(t, 8u * p);
-    let hi = x4_raw(t, 8u * p + 4u);
-    return dot(lo, lo) + dot(hi, hi);
 }
 
 // The four tokens are spelled out (no per-token array or loop): private arrays indexed in a
@@ -281,11 +274,9 @@ fn decode_rows_token(t: u32, first: u32, row0: u32, live: u32, cols: u32, parts:
     var acc = vec4<f32>(0.0);
     for (var p = 0u; p < parts; p++) {
 #ifdef NORM_RMS
-        let lo = x4_raw(t, 8u * p);
-        let hi = x4_raw(t, 8u * p + 4u);
-        sum_sq += dot(lo, lo) + dot(hi, hi);
+        sum_sq += sq8(t, p);
 #endif
-        let xp = Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
+        let xp = x_part(t, p, stats);
         acc.x += q_dot(q_load(row0, p, cols), xp);
         if live > 1u {
             acc.y += q_dot(q_load(row0 + 1u, p, cols), xp);
@@ -560,11 +551,9 @@ fn linear_decode(
                     }
                     let t = t0 + j;
 #ifdef NORM_RMS
-                    let lo = x4_raw(t, 8u * p);
-                    let hi = x4_raw(t, 8u * p + 4u);
-                    sum_sq[j] += dot(lo, lo) + dot(hi, hi);
+                    sum_sq[j] += sq8(t, p);
 #endif
-                    let xp = Q8(x4(t, 8u * p, stats[j]), x4(t, 8u * p + 4u, stats[j]));
+                    let xp = x_part(t, p, stats[j]);
                     acc[j].x += q_dot(w0, xp);
                     if live > 1u {
                         acc[j].y += q_dot(w1, xp);

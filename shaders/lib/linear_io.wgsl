@@ -1,4 +1,4 @@
-// What every linear kernel shares (included by linear.wgsl and linear_rows.wgsl): the
+// What every linear kernel shares (included by both shapes of linear.wgsl): the
 // parameters, the bindings with their fixed numbers, activation reads (normalised under NORM)
 // and the fused epilogue `store`. See linear.wgsl for the defines.
 #include "quant.wgsl"
@@ -170,6 +170,18 @@ fn x4(t: u32, c0: u32, stats: vec2<f32>) -> vec4<f32> {
 #else
     return v;
 #endif
+}
+
+// Part p (8 values) of token t's input, normalised with `stats` (see x4).
+fn x_part(t: u32, p: u32, stats: vec2<f32>) -> Q8 {
+    return Q8(x4(t, 8u * p, stats), x4(t, 8u * p + 4u, stats));
+}
+
+// Squares of token t's raw part p (the RMS statistic, summed with the products).
+fn sq8(t: u32, p: u32) -> f32 {
+    let lo = x4_raw(t, 8u * p);
+    let hi = x4_raw(t, 8u * p + 4u);
+    return dot(lo, lo) + dot(hi, hi);
 }
 
 // (mean, 1 / sqrt(var + eps)) of token t from per-invocation partial sums over the columns

@@ -4,6 +4,8 @@
 use super::compile::{attention_keys, heads_of, Compiler};
 use super::upload::f32_bytes;
 use super::Forward;
+use crate::backend::gpu::variants::attention::any_variant_key_limit;
+use crate::backend::gpu::KernelPlan;
 use crate::backend::gpu::{DecodePlan, GpuContext, KernelCache, KvCache};
 use crate::config::{KvLayout, ModelConfig};
 use crate::dtype::kv::KvKinds;
@@ -84,20 +86,7 @@ impl Forward {
         // free the old cache first: a placeholder of one position holds its place
         self.kv = KvCache::with_kinds(ctx, &config, 1, kinds)?;
         self.kv = KvCache::with_layout(ctx, &config, layout, kinds, slots)?;
-        let keys = attention_keys(
-            &self.plan,
-            &ctx.options().decode_plan,
-            &config,
-            context as u32,
-            None,
-        )?;
-        let split_len = keys
-            .limited(
-                crate::backend::gpu::ops::attention::any_variant_key_limit(config.head_dim as u32),
-                self.chunk as u32,
-            )
-            .scratch_len(heads_of(&config), context as u32)
-            .max(1);
+        let split_len = split_scratch_len(ctx, &self.plan, &config, context as u32, self.chunk)?;
         if f32_bytes(split_len) > self.act.attn_split.size() {
             self.act.attn_split =
                 ctx.storage_zeroed("attention split partials", f32_bytes(split_len))?;
@@ -123,4 +112,21 @@ impl Forward {
         self.memory.kv_bytes_per_token = self.kv.layout().position_bytes(kinds.row_bytes(kv_dim));
         Ok(())
     }
+}
+
+/// f32 values of the split-attention scratch (at least 1) for a cache of `positions` rows and
+/// steps of up to `chunk` tokens, whichever attention variant runs: every layer's binding
+/// shares it.
+pub(super) fn split_scratch_len(
+    ctx: &GpuContext,
+    plan: &KernelPlan,
+    config: &ModelConfig,
+    positions: u32,
+    chunk: usize,
+) -> Result<u64> {
+    let keys = attention_keys(plan, &ctx.options().decode_plan, config, positions, None)?;
+    Ok(keys
+        .limited(any_variant_key_limit(config.head_dim as u32), chunk as u32)
+        .scratch_len(heads_of(config), positions)
+        .max(1))
 }
