@@ -5,13 +5,16 @@
 //! a job per token and head read every row again for each: at 4,096 positions the rows of a
 //! layer no longer fit the cache, and the step was bound by reading them. Where there are
 //! fewer such jobs than threads (a decode step of a model with few key/value heads on many
-//! threads), a job is one token's one head.
+//! threads), a job is one token's one head. A decode step at length ([`split::FROM`] keys and
+//! more) is split further, over runs of positions and of the head's values ([`split`]).
 //!
 //! Every score, softmax and weighted sum is computed in the order and with the operations of
 //! one token's one head over the positions in order (eight-lane dot products,
 //! [`crate::math::softmax_exp`], products added one position after another), so the result
 //! has the same bits whatever the tiling, natively and in WebAssembly. On x86-64 with AVX2 the same code is compiled for
 //! 256-bit registers (without FMA, which would round differently), picked at run time.
+
+mod split;
 
 use std::ops::Range;
 
@@ -31,6 +34,13 @@ pub struct AttnShape {
     pub q_stride: usize,
     /// Factor on the scores beyond `1/√head_dim` (YaRN's attention factor squared; 1).
     pub score_scale: f32,
+}
+
+impl AttnShape {
+    /// Query heads per key/value head.
+    fn group(&self) -> usize {
+        (self.n_heads / self.n_kv_heads.max(1)).max(1)
+    }
 }
 
 /// Query tokens that share each key and value row a job reads.
@@ -87,7 +97,7 @@ pub fn attention(
     out: &mut [f32],
 ) {
     let hd = s.head_dim;
-    let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
+    let group = s.group();
     // fewer tokens a tile where the keys are many, so that a job's scores stay bounded (each
     // thread holds one job's)
     let longest = keys
@@ -97,6 +107,14 @@ pub fn attention(
         .unwrap_or(0);
     let tile = (MAX_SCORES / (group * longest).max(1)).clamp(1, TILE);
     let tiles = token_tiles(keys, tile);
+    if tiles.len() == keys.len()
+        && longest >= split::FROM
+        && keys.len() * s.n_heads * (longest + 1) <= split::MAX_SCORES
+    {
+        // a token a tile at length (a decode step): split over positions and values
+        split::attention(q, k, v, keys, s, out);
+        return;
+    }
     // a key/value head's whole group where that leaves every thread a job (its rows are then
     // read once, not once per head: a decode step at length is bound by reading them), else
     // one head a job
@@ -164,7 +182,7 @@ unsafe fn attend_avx2(inputs: &Inputs<'_>, job: &Job, out: &mut [f32]) {
 fn attend_with(inputs: &Inputs<'_>, job: &Job, out: &mut [f32]) {
     let Inputs { q, k, v, keys, s } = inputs;
     let hd = s.head_dim;
-    let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
+    let group = s.group();
     let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
     let off = (job.heads.start / group) * hd;
     let ranges: Vec<&KeyRange> = job.tokens.clone().map(|t| &keys[t]).collect();

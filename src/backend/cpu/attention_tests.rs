@@ -10,7 +10,7 @@ use crate::dtype::kv::KvKind;
 /// One token's one head at a time, over the positions in order.
 fn reference(q: &[f32], k: &KvRows, v: &KvRows, keys: &[KeyRange], s: AttnShape) -> Vec<f32> {
     let hd = s.head_dim;
-    let group = (s.n_heads / s.n_kv_heads.max(1)).max(1);
+    let group = s.group();
     let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
     let mut out = vec![0.0f32; keys.len() * s.n_heads * hd];
     for (i, o) in out.chunks_mut(hd).enumerate() {
@@ -82,7 +82,8 @@ fn check(case: &Case, seed: u64) {
     let v = cache(case.kind, kv_dim, case.rows, &mut rng);
     let want = reference(&q, &k, &v, &case.keys, s);
     let mut got = vec![f32::NAN; want.len()];
-    attention(&q, &k, &v, &case.keys, s, &mut got);
+    // on the thread team where there is one, so that its jobs run on several threads
+    crate::backend::cpu::run(|| attention(&q, &k, &v, &case.keys, s, &mut got));
     let differ = got
         .iter()
         .zip(&want)
@@ -206,4 +207,72 @@ fn tokens_split_into_tiles_of_one_cache() {
     let tiles = token_tiles(&keys, TILE);
     assert_eq!(tiles, vec![0..16, 16..32, 32..35, 35..37]);
     assert_eq!(token_tiles(&keys, 10)[..2], [0..10, 10..20]);
+}
+
+/// Decode steps at length take the split path ([`split`]): ranges past its threshold in
+/// several runs of positions, head sizes that are not a multiple of its run of values, groups
+/// of one to seven query heads (its passes take four at a time), batched slots of different
+/// lengths, a window over a ring, and an encoded cache.
+#[test]
+fn decode_steps_at_length_keep_the_bits() {
+    let mut seed = 90;
+    let at = split::FROM;
+    for (n_heads, n_kv_heads, head_dim) in [
+        (9, 3, 64),
+        (8, 8, 13),
+        (12, 2, 80),
+        (14, 2, 24),
+        (5, 1, 40),
+        (4, 1, 16),
+    ] {
+        for (len, kind) in [
+            (at, KvKind::F32),
+            (at + 300, KvKind::Q8_0),
+            (3 * split::POSITIONS + 1, KvKind::F32),
+        ] {
+            let case = Case {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                keys: chunk(len - 1, 1, None, 0, 0),
+                rows: len,
+                kind,
+                stacked: seed % 2 == 0,
+            };
+            check(&case, seed);
+            seed += 1;
+        }
+    }
+    // three slots of a batched step, one short of the threshold, one at it, one past
+    let keys = [at - 1, at, 2 * at + 7]
+        .iter()
+        .enumerate()
+        .map(|(slot, &n)| KeyRange {
+            first: 0,
+            end: n,
+            base: slot * 2000,
+            ring: 0,
+        })
+        .collect();
+    let case = Case {
+        n_heads: 6,
+        n_kv_heads: 2,
+        head_dim: 24,
+        keys,
+        rows: 6000,
+        kind: KvKind::F32,
+        stacked: false,
+    };
+    check(&case, seed);
+    // a local layer's window over a ring, at a position past the ring's length
+    let case = Case {
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        keys: chunk(3000, 1, Some(at + 40), 0, at + 60),
+        rows: at + 60,
+        kind: KvKind::F32,
+        stacked: false,
+    };
+    check(&case, seed + 1);
 }

@@ -172,6 +172,32 @@ impl KvRows {
         }
     }
 
+    /// Asks the CPU to start loading values `off..off + len` of row `row` of an f32 cache (a
+    /// row not in the cache, or another kind: nothing), so that a walk over rows a head's
+    /// stretch at a time (strided, which the CPU's own prefetch follows poorly) finds them
+    /// loaded. A hint only: no value changes.
+    #[inline(always)]
+    pub fn prefetch(&self, row: usize, off: usize, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let KvRows::F32 { kv_dim, values } = self {
+            let start = row * kv_dim + off;
+            if start + len <= values.len() {
+                let p = values[start..].as_ptr().cast::<i8>();
+                for line in (0..len * 4).step_by(64) {
+                    // SAFETY: a prefetch of an address within `values` (checked above); SSE
+                    // is part of x86-64.
+                    unsafe {
+                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                            p.wrapping_add(line),
+                        )
+                    };
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (row, off, len);
+    }
+
     /// Values `off..off + len` of row `row`: the f32 rows themselves, or decoded into `buf`
     /// (`[len]`).
     pub fn span<'a>(&'a self, row: usize, off: usize, buf: &'a mut [f32]) -> &'a [f32] {
