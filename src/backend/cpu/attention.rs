@@ -41,6 +41,11 @@ impl AttnShape {
     fn group(&self) -> usize {
         (self.n_heads / self.n_kv_heads.max(1)).max(1)
     }
+
+    /// The factor on a query's dot product with a key: `score_scale / √head_dim`.
+    fn scale(&self) -> f32 {
+        (f64::from(self.score_scale) / (self.head_dim as f64).sqrt()) as f32
+    }
 }
 
 /// Query tokens that share each key and value row a job reads.
@@ -100,11 +105,7 @@ pub fn attention(
     let group = s.group();
     // fewer tokens a tile where the keys are many, so that a job's scores stay bounded (each
     // thread holds one job's)
-    let longest = keys
-        .iter()
-        .map(|r| r.end.saturating_sub(r.first))
-        .max()
-        .unwrap_or(0);
+    let longest = keys.iter().map(KeyRange::len).max().unwrap_or(0);
     let tile = (MAX_SCORES / (group * longest).max(1)).clamp(1, TILE);
     let tiles = token_tiles(keys, tile);
     if tiles.len() == keys.len()
@@ -183,7 +184,7 @@ fn attend_with(inputs: &Inputs<'_>, job: &Job, out: &mut [f32]) {
     let Inputs { q, k, v, keys, s } = inputs;
     let hd = s.head_dim;
     let group = s.group();
-    let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
+    let scale = s.scale();
     let off = (job.heads.start / group) * hd;
     let ranges: Vec<&KeyRange> = job.tokens.clone().map(|t| &keys[t]).collect();
     let Some(first) = ranges.first().copied() else {

@@ -11,7 +11,7 @@ use crate::dtype::kv::KvKind;
 fn reference(q: &[f32], k: &KvRows, v: &KvRows, keys: &[KeyRange], s: AttnShape) -> Vec<f32> {
     let hd = s.head_dim;
     let group = s.group();
-    let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
+    let scale = s.scale();
     let mut out = vec![0.0f32; keys.len() * s.n_heads * hd];
     for (i, o) in out.chunks_mut(hd).enumerate() {
         let (t, h) = (i / s.n_heads, i % s.n_heads);

@@ -31,6 +31,18 @@ impl KeyRange {
         }
     }
 
+    /// Key positions attended (`end − first`; 0 for an empty range).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end.saturating_sub(self.first)
+    }
+
+    /// Whether no key position is attended.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The cache row of key position `p`.
     #[inline]
     pub fn row(&self, p: usize) -> usize {

@@ -72,7 +72,7 @@ pub(super) fn attention(
     let hd = s.head_dim;
     let group = s.group();
     let kv_heads = s.n_heads / group;
-    let longest = keys.iter().map(|r| r.end.saturating_sub(r.first)).max();
+    let longest = keys.iter().map(KeyRange::len).max();
     let stride = longest.unwrap_or(0) + 1;
     let step = Step {
         q,
@@ -101,8 +101,7 @@ pub(super) fn attention(
     }
     // pass 2: each row's softmax in place, its sum in the row's last value
     crate::backend::cpu::for_each_chunk(&mut scores, stride, |i, row| {
-        let r = keys[i / s.n_heads];
-        let n = r.end.saturating_sub(r.first);
+        let n = keys[i / s.n_heads].len();
         let (own, sum) = row.split_at_mut(stride - 1);
         let own = &mut own[..n];
         let max = own.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
@@ -182,12 +181,12 @@ impl Step<'_> {
         let s = self.s;
         let hd = s.head_dim;
         let r = self.keys[t];
-        let n = r.end.saturating_sub(r.first);
+        let n = r.len();
         let (lo, hi) = ((run * POSITIONS).min(n), ((run + 1) * POSITIONS).min(n));
         if lo == hi {
             return;
         }
-        let scale = (f64::from(s.score_scale) / (hd as f64).sqrt()) as f32;
+        let scale = s.scale();
         let off = g * hd;
         let mut buf = vec![0.0f32; hd];
         let heads = g * self.group..(g + 1) * self.group;
@@ -236,7 +235,7 @@ impl Step<'_> {
         let s = self.s;
         let hd = s.head_dim;
         let r = self.keys[t];
-        let n = r.end.saturating_sub(r.first);
+        let n = r.len();
         let (d0, w) = (c * DIMS, (hd - c * DIMS).min(DIMS));
         let mut buf = [0.0f32; DIMS];
         let buf = &mut buf[..w];
@@ -247,46 +246,32 @@ impl Step<'_> {
             let heads = (self.group - j).min(HEADS);
             let first = g * self.group + j;
             let o = &mut out[j * DIMS..(j + heads) * DIMS];
+            let e = |k: usize| row_of(first + k);
             match heads {
-                4 => sum_rows::<4>(
-                    self.v,
-                    r,
-                    n,
-                    off,
-                    buf,
-                    [0, 1, 2, 3].map(|k| row_of(first + k)),
-                    o,
-                ),
-                3 => sum_rows::<3>(
-                    self.v,
-                    r,
-                    n,
-                    off,
-                    buf,
-                    [0, 1, 2].map(|k| row_of(first + k)),
-                    o,
-                ),
-                2 => sum_rows::<2>(self.v, r, n, off, buf, [0, 1].map(|k| row_of(first + k)), o),
-                _ => sum_rows::<1>(self.v, r, n, off, buf, [row_of(first)], o),
+                4 => sum_rows::<4>(self.v, r, off, buf, e, o),
+                3 => sum_rows::<3>(self.v, r, off, buf, e, o),
+                2 => sum_rows::<2>(self.v, r, off, buf, e, o),
+                _ => sum_rows::<1>(self.v, r, off, buf, e, o),
             }
             j += heads;
         }
     }
 }
 
-/// `out[h·DIMS + i] = Σ_p e[h][p] · v[p][off + i]` for `H` heads over the range's positions in
-/// order (`buf.len()` values, at most [`DIMS`]), the sums held in registers.
+/// `out[h·DIMS + i] = Σ_p e(h)[p] · v[p][off + i]` for `H` heads (`e(h)`: head `h`'s
+/// exponentials, one per position of `r`) over the range's positions in order (`buf.len()`
+/// values, at most [`DIMS`]), the sums held in registers.
 #[inline(always)]
-fn sum_rows<const H: usize>(
+fn sum_rows<'a, const H: usize>(
     v: &KvRows,
     r: KeyRange,
-    n: usize,
     off: usize,
     buf: &mut [f32],
-    e: [&[f32]; H],
+    e: impl Fn(usize) -> &'a [f32],
     out: &mut [f32],
 ) {
-    let w = buf.len();
+    let (n, w) = (r.len(), buf.len());
+    let e: [&[f32]; H] = std::array::from_fn(e);
     let mut acc = [[0.0f32; DIMS]; H];
     for p in 0..n {
         if p + AHEAD < n {
