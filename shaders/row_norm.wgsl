@@ -4,6 +4,8 @@
 //       h * width (QK-norm of each query and key head before RoPE).
 //   add_normed (ADD): dst[t, :] += rms(src[t, :]) * w   for the step's tokens (a sub-layer's
 //       output normalised before it joins the residual stream).
+//   layer_norm (LAYER, in place): data[t, :] = (v - mean) / sqrt(var + eps) * w + b, v =
+//       data[t, :] (BERT's post-norms after the residual sum; b: [width] f32).
 // rms(v) = v / sqrt(mean(v^2) + eps); w: [width] f32. Grid: (ceil(rows / WG_SIZE), n_tokens).
 // The sums run in one loop per row in order, as the CPU reference does.
 
@@ -26,6 +28,9 @@ struct Params {
 #else
 @group(0) @binding(3) var<storage, read_write> data: array<f32>;
 #endif
+#ifdef LAYER
+@group(0) @binding(4) var<storage, read> b: array<f32>;
+#endif
 
 fn row_value(i: u32) -> f32 {
 #ifdef ADD
@@ -43,6 +48,22 @@ fn row_norm(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wi
         return;
     }
     let base = t * params.stride + row * params.width;
+#ifdef LAYER
+    var sum = 0.0;
+    for (var c = 0u; c < params.width; c++) {
+        sum += data[base + c];
+    }
+    let mean = sum / f32(params.width);
+    var var_sum = 0.0;
+    for (var c = 0u; c < params.width; c++) {
+        let v = data[base + c] - mean;
+        var_sum += v * v;
+    }
+    let inv_sd = inverseSqrt(var_sum / f32(params.width) + params.eps);
+    for (var c = 0u; c < params.width; c++) {
+        data[base + c] = (data[base + c] - mean) * inv_sd * w[c] + b[c];
+    }
+#else
     var sq = 0.0;
     for (var c = 0u; c < params.width; c++) {
         let v = row_value(base + c);
@@ -57,4 +78,5 @@ fn row_norm(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wi
         data[base + c] = v;
 #endif
     }
+#endif
 }

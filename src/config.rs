@@ -11,9 +11,11 @@ use crate::error::{Error, Result};
 
 mod kv_layout;
 mod local_attention;
+mod pooling;
 mod rope_scaling;
 pub use kv_layout::{FillMark, KvLayout};
 pub use local_attention::{LocalAttention, GEMMA3_LOCAL_ROPE_THETA, GEMMA3_PATTERN};
+pub use pooling::Pooling;
 pub use rope_scaling::{yarn_default_attention_factor, RopeFreqs, RopeScaling};
 
 /// The transformer family, which fixes the forward graph: one file of [`crate::model::arch`]
@@ -70,6 +72,8 @@ pub enum Activation {
     SwiGlu,
     /// `down(gelu_tanh(up(x)))`.
     GeluTanh,
+    /// `down(gelu(up(x)))` with the exact GELU, `x · Φ(x)` through `erf` (BERT).
+    GeluErf,
     /// `down(gelu_tanh(gate(x)) · up(x))`.
     GeGlu,
 }
@@ -120,6 +124,12 @@ pub struct ModelConfig {
     pub eos_ids: Vec<u32>,
     /// Local (sliding-window) layers between global ones, for models trained that way.
     pub local_attention: Option<LocalAttention>,
+    /// Every token attends to every position of its text, later ones too (an encoder such
+    /// as BERT, which embeds text and does not generate); `false` for causal decoders.
+    pub bidirectional: bool,
+    /// The pooling the model's embeddings were trained with, where its file names one
+    /// (BERT's `pooling_type`); `None` leaves it to the caller (mean by default).
+    pub pooling: Option<Pooling>,
 }
 
 /// Largest value accepted for any dimension, a guard against absurd metadata.
@@ -326,6 +336,8 @@ pub(crate) mod tests {
             bos_id: Some(0),
             eos_ids: vec![0],
             local_attention: None,
+            bidirectional: false,
+            pooling: None,
         }
     }
 

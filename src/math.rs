@@ -62,6 +62,12 @@ pub fn tanh_f32(x: f32) -> f32 {
     libm::tanhf(x)
 }
 
+/// The error function `erf x` (f32).
+#[inline]
+pub fn erf_f32(x: f32) -> f32 {
+    libm::erff(x)
+}
+
 /// `eˣ` (f64).
 #[inline]
 pub fn exp(x: f64) -> f64 {

@@ -23,8 +23,10 @@ struct Params {
     window: u32,
     // rows per sequence of the layer's ring (0: the cache keeps every position; cache_row)
     ring: u32,
-    _pad1: u32,
-    _pad2: u32,
+    // 1: every token reads every key its sequence holds after the step (an encoder's
+    // bidirectional attention); 0: keys up to its own position (causal)
+    bidirectional: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -33,10 +35,12 @@ struct Params {
 // Finite stand-in for -infinity (WGSL implementations may assume no infinities).
 const NEG_BIG: f32 = -3.4028234e38;
 
-// Keys a token at position p attends to: 0..=p (the end of its range), capped at the cache (positions past it were
-// refused on the host, never read past it).
+// Keys a token at position p attends to: 0..=p (the end of its range), or with bidirectional
+// attention every key of its sequence after the step (kv_len, one sequence per such step),
+// capped at the cache (positions past it were refused on the host, never read past it).
 fn token_keys(t: u32) -> u32 {
-    return min(token_pos(t) + 1u, params.max_positions);
+    let end = select(token_pos(t) + 1u, step_params.kv_len, params.bidirectional != 0u);
+    return min(end, params.max_positions);
 }
 
 // The first key token `t` reads: 0, or with a local window the oldest key inside it.

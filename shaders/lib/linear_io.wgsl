@@ -338,6 +338,9 @@ fn store(t: u32, r: u32, v: f32, u: f32) {
 #ifdef GELU
     out = gelu_tanh(out);
 #endif
+#ifdef GELU_ERF
+    out = gelu_erf(out);
+#endif
     let i = t * params.y_stride + params.y_offset + r;
 #ifdef ACCUMULATE
     out = f32(y[i]) + out;

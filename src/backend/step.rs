@@ -65,3 +65,29 @@ pub fn check_context(config: &ModelConfig, context: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Tokens per step of `config`'s model with a cache of `context` positions: `chunk`, or for a
+/// bidirectional model (an encoder) the whole context, since its tokens read every position of
+/// their text and a text must run in one step.
+pub fn step_tokens(config: &ModelConfig, context: usize, chunk: usize) -> usize {
+    match config.bidirectional {
+        true => chunk.max(context),
+        false => chunk,
+    }
+}
+
+/// Fails unless a bidirectional model's run of `tokens` starts its text (`pos` 0): each of its
+/// tokens reads the whole text, so a text cannot be continued from cached positions.
+pub fn check_whole_text(config: &ModelConfig, pos: usize, tokens: usize) -> Result<()> {
+    if config.bidirectional && pos != 0 {
+        return Err(Error::invalid(
+            "tokens",
+            format!(
+                "this {} model reads each text whole (bidirectional attention): {tokens} \
+                 tokens cannot continue {pos} cached ones",
+                config.arch.name()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::gguf::{GgufHeader, GgufTensorInfo};
 use super::gguf_split::{order_parts, GgufPart};
-use crate::config::{LocalAttention, ModelConfig, RopeLayout, RopeScaling};
+use crate::config::{LocalAttention, ModelConfig, Pooling, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
 use crate::model::arch::{self, Window};
 use crate::model::weights::{ModelWeights, Tensor};
@@ -323,9 +323,35 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
         bos_id,
         eos_ids,
         local_attention,
+        bidirectional: spec.bidirectional,
+        pooling: match optional("pooling_type")? {
+            None => spec.pooling,
+            Some(kind) => pooling_type(kind, file)?,
+        },
     };
     arch::validate(&config, file)?;
     Ok(config)
+}
+
+/// The pooling a GGUF `{arch}.pooling_type` names, as llama.cpp numbers them: 0 none (the
+/// caller's choice), 1 mean, 2 the first token (`[CLS]`), 3 the last; 4 (a reranker's score)
+/// and others are refused naming the value.
+fn pooling_type(kind: usize, file: &str) -> Result<Option<Pooling>> {
+    Ok(match kind {
+        0 => None,
+        1 => Some(Pooling::Mean),
+        2 => Some(Pooling::Cls),
+        3 => Some(Pooling::Last),
+        _ => {
+            return Err(Error::Unsupported {
+                file: file.to_string(),
+                what: format!(
+                    "pooling_type {kind} (embeddings pool by mean (1), first token (2) or last \
+                     token (3); 4 is a reranker's score)"
+                ),
+            })
+        }
+    })
 }
 
 /// The tensor in which llama.cpp stores Llama 3.1's RoPE scaling: `[head_dim / 2]` divisors.

@@ -69,6 +69,8 @@ pub enum Post {
     SwiGlu,
     /// `y = gelu_tanh(W·x + bias)`.
     Gelu,
+    /// `y = gelu(W·x + bias)` with the exact GELU, `x · Φ(x)` (BERT).
+    GeluErf,
     /// As [`Post::SwiGlu`] with `gelu_tanh` for `silu` (Gemma's GeGLU).
     GeGlu,
 }
@@ -133,6 +135,9 @@ pub enum Rows {
     Tokens,
     /// The tokens' positions in the sequence.
     Positions,
+    /// Row 0 for every token (BERT's token-type embedding: every token is of the first
+    /// segment).
+    First,
 }
 
 /// What an embedding's rows are multiplied by.
@@ -167,7 +172,9 @@ pub enum Op {
         /// The layer whose cache is written.
         layer: usize,
     },
-    /// Causal attention of the step's queries over `layer`'s cache into [`Act::Attn`].
+    /// Attention of the step's queries over `layer`'s cache into [`Act::Attn`]: causal, or
+    /// over every position of the text where the model is bidirectional
+    /// ([`ModelConfig::bidirectional`]).
     Attention {
         /// The layer whose cache is read.
         layer: usize,
@@ -192,6 +199,9 @@ pub enum Op {
         /// The gain's tensor, `[d]`.
         weight: String,
     },
+    /// `X = norm(X)` in place, `[tokens, d]`: a norm after the residual joins (BERT's
+    /// post-norms, and its embedding norm).
+    Norm(Norm),
 }
 
 /// A model's forward pass: the per-layer operations, then the head.
@@ -200,11 +210,19 @@ pub struct Graph {
     /// Operations in order, from the embedding to the last layer's residual.
     pub ops: Vec<Op>,
     /// The final norm and LM head, `X → Logits`; the backend runs it for the rows a step
-    /// reads back.
-    pub head: LinearOp,
+    /// reads back. `None` for an encoder (BERT), which has no LM head: its final hidden
+    /// states are [`Act::X`] after the last operation, and it embeds text but cannot
+    /// generate.
+    pub head: Option<LinearOp>,
 }
 
 impl Graph {
+    /// The LM head, or an error saying that this model (an encoder) has none: it embeds text
+    /// but does not generate.
+    pub fn lm_head(&self, config: &ModelConfig) -> Result<&LinearOp> {
+        self.head.as_ref().ok_or_else(|| no_lm_head(config))
+    }
+
     /// Whether some operation reads or writes [`Act::Branch`] (a sub-layer's output kept
     /// apart from the residual), so that a backend allocates it only when it is used.
     pub fn uses_branch(&self) -> bool {
@@ -214,6 +232,18 @@ impl Graph {
             _ => false,
         })
     }
+}
+
+/// The error for a step that asks an encoder's logits: it has no LM head.
+pub fn no_lm_head(config: &ModelConfig) -> Error {
+    Error::invalid(
+        "model",
+        format!(
+            "this {} model is an encoder with no LM head: it embeds text (embed, \
+             /v1/embeddings) but does not generate",
+            config.arch.name()
+        ),
+    )
 }
 
 /// Name of layer `layer`'s stacked `[q | k | v]` matrix (and, with `.bias`, its bias), as
@@ -299,7 +329,7 @@ impl<'w> Lookup<'w> {
 
 /// The final norm and LM head shared by the architectures: `output_norm`, then `output.weight`
 /// (or the token embedding when tied) with `output.bias` when present, `X → Logits`.
-pub fn head(config: &ModelConfig, w: &Lookup<'_>) -> Result<LinearOp> {
+pub fn head(config: &ModelConfig, w: &Lookup<'_>) -> Result<Option<LinearOp>> {
     let (d, vocab) = (config.hidden_size, config.vocab_size);
     let weight = match config.tied_embeddings {
         true => "token_embd.weight",
@@ -308,5 +338,7 @@ pub fn head(config: &ModelConfig, w: &Lookup<'_>) -> Result<LinearOp> {
     // The head's bias, if any, is `output.bias` even when the matrix is tied.
     let matrix = w.matrix_named(weight, "output.bias", vocab, d)?;
     let norm = w.norm(config, "output_norm", d)?;
-    Ok(LinearOp::new(matrix, Act::X, Act::Logits).normed(&norm))
+    Ok(Some(
+        LinearOp::new(matrix, Act::X, Act::Logits).normed(&norm),
+    ))
 }

@@ -4,8 +4,8 @@
 //! Request fields: `input` (a string or an array of up to [`MAX_INPUTS`] strings), `model`,
 //! `encoding_format` (`float`, the default, or `base64`: each vector's little-endian f32 bytes),
 //! `dimensions` (accepted only as the model's width: a model not trained for shorter vectors
-//! loses meaning when cut), `user`, and two of emberlm's: `pooling` (`mean`, the default,
-//! `last` or `cls`) and `normalize` (default true: unit vectors, as OpenAI's are). Anything
+//! loses meaning when cut), `user`, and two of emberlm's: `pooling` (`mean`, `last` or `cls`;
+//! by default the model's own where its file names one, else `mean`) and `normalize` (default true: unit vectors, as OpenAI's are). Anything
 //! else is an error naming the field; so is an array of token ids (send the text).
 
 use serde_json::{json, Map, Value};
@@ -192,7 +192,7 @@ mod tests {
         assert!(r.base64);
         assert_eq!(
             (r.options.pooling, r.options.normalize),
-            (Pooling::Last, false)
+            (Some(Pooling::Last), false)
         );
         assert!(r.check_dimensions(64).is_ok());
         let e = r.check_dimensions(576).unwrap_err().to_string();

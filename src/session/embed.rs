@@ -7,73 +7,15 @@ use serde_json::Value;
 
 use super::Session;
 use crate::backend::{Output, Readback, Rows};
+pub use crate::config::Pooling;
 use crate::error::{Error, Result};
-
-/// How a text's token states become one vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Pooling {
-    /// The mean over every token (special tokens the tokenizer adds included).
-    #[default]
-    Mean,
-    /// The last token's state (what causal embedding models such as Qwen3-Embedding use).
-    Last,
-    /// The first token's state (BERT's `[CLS]`; on a causal model the first token sees
-    /// nothing else).
-    Cls,
-}
-
-impl Pooling {
-    /// Every pooling by name.
-    pub const ALL: [Pooling; 3] = [Pooling::Mean, Pooling::Last, Pooling::Cls];
-
-    /// `mean`, `last` or `cls`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Pooling::Mean => "mean",
-            Pooling::Last => "last",
-            Pooling::Cls => "cls",
-        }
-    }
-
-    /// The pooling called `name` (any case), or an error listing the names.
-    pub fn parse(name: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.name().eq_ignore_ascii_case(name))
-            .ok_or_else(|| {
-                Error::invalid(
-                    "pooling",
-                    format!("`{name}` is not a pooling (mean, last or cls)"),
-                )
-            })
-    }
-
-    /// `states` (`[tokens, d]`, at least one token) pooled into `[d]`.
-    pub fn pool(self, states: &[f32], d: usize) -> Vec<f32> {
-        let tokens = states.len() / d;
-        match self {
-            Pooling::Cls => states[..d].to_vec(),
-            Pooling::Last => states[(tokens - 1) * d..tokens * d].to_vec(),
-            Pooling::Mean => {
-                // summed in f64: a long text's mean keeps its last digits
-                let mut sum = vec![0f64; d];
-                for row in states.chunks_exact(d) {
-                    for (s, &v) in sum.iter_mut().zip(row) {
-                        *s += f64::from(v);
-                    }
-                }
-                sum.iter().map(|s| (s / tokens as f64) as f32).collect()
-            }
-        }
-    }
-}
 
 /// What [`Session::embed`] does with each text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct EmbedOptions {
-    /// How token states are pooled.
-    pub pooling: Pooling,
+    /// How token states are pooled; `None`: the model's own where its file names one (BERT's
+    /// `pooling_type`), else mean.
+    pub pooling: Option<Pooling>,
     /// Scales every vector to unit length (cosine similarity is then a dot product).
     pub normalize: bool,
 }
@@ -81,7 +23,7 @@ pub struct EmbedOptions {
 impl Default for EmbedOptions {
     fn default() -> Self {
         Self {
-            pooling: Pooling::Mean,
+            pooling: None,
             normalize: true,
         }
     }
@@ -109,7 +51,7 @@ impl EmbedOptions {
         for (key, v) in object {
             match (key.as_str(), v) {
                 (_, Value::Null) if KEYS.contains(&key.as_str()) => {}
-                ("pooling", Value::String(s)) => options.pooling = Pooling::parse(s)?,
+                ("pooling", Value::String(s)) => options.pooling = Some(Pooling::parse(s)?),
                 ("normalize", Value::Bool(b)) => options.normalize = *b,
                 ("pooling", _) => {
                     return Err(Error::invalid(
@@ -163,8 +105,16 @@ pub fn normalized(mut v: Vec<f32>) -> Vec<f32> {
 }
 
 impl Session {
-    /// Each of `texts` embedded: tokenized as a plain prompt (the tokenizer's special tokens
-    /// added, none recognised in the text), run from an empty cache with
+    /// The pooling `options` ask for, else the model's own (BERT files name one), else mean.
+    pub fn pooling(&self, options: &EmbedOptions) -> Pooling {
+        options
+            .pooling
+            .or(self.config().pooling)
+            .unwrap_or_default()
+    }
+
+    /// Each of `texts` embedded: tokenized as a whole input (the tokenizer's special tokens
+    /// added, BERT's `[CLS] text [SEP]`, none recognised in the text), run from an empty cache with
     /// [`Readback::Hidden`], pooled and, with `normalize`, scaled to unit length; `[texts][d]`.
     ///
     /// The conversation the cache held is copied out first and written back after, so the
@@ -176,7 +126,7 @@ impl Session {
         }
         let mut ids = Vec::with_capacity(texts.len());
         for (i, text) in texts.iter().enumerate() {
-            let tokens = self.tokenizer.encode(text, false, None)?;
+            let tokens = self.tokenizer.encode_whole(text)?;
             if tokens.is_empty() {
                 return Err(Error::invalid(
                     "input",
@@ -219,6 +169,7 @@ impl Session {
 
     async fn embed_ids(&mut self, ids: &[Vec<u32>], options: &EmbedOptions) -> Result<Embeddings> {
         let d = self.config().hidden_size;
+        let pooling = self.pooling(options);
         let mut vectors = Vec::with_capacity(ids.len());
         for tokens in ids {
             self.reset();
@@ -242,7 +193,7 @@ impl Session {
                     ))
                 }
             };
-            let pooled = options.pooling.pool(&states, d);
+            let pooled = pooling.pool(&states, d);
             vectors.push(match options.normalize {
                 true => normalized(pooled),
                 false => pooled,
@@ -274,7 +225,7 @@ mod tests {
         let o =
             EmbedOptions::from_json(&serde_json::json!({"pooling": "LAST", "normalize": false}))
                 .unwrap();
-        assert_eq!((o.pooling, o.normalize), (Pooling::Last, false));
+        assert_eq!((o.pooling, o.normalize), (Some(Pooling::Last), false));
         assert_eq!(
             EmbedOptions::from_json(&serde_json::json!({"pooling": null})).unwrap(),
             EmbedOptions::default()

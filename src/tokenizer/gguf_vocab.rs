@@ -1,5 +1,5 @@
 //! [`Tokenizer::from_gguf`]: a tokenizer assembled from a GGUF file's `tokenizer.ggml.*`
-//! metadata, byte-level BPE (`gpt2`) or SentencePiece BPE (`llama`).
+//! metadata, byte-level BPE (`gpt2`), SentencePiece BPE (`llama`) or WordPiece (`bert`).
 
 #![deny(clippy::arithmetic_side_effects)]
 
@@ -69,9 +69,9 @@ impl Tokenizer {
     /// Builds a tokenizer from the `tokenizer.ggml.*` metadata of a GGUF file.
     ///
     /// Supports `tokenizer.ggml.model` = `gpt2` (byte-level BPE; `tokenizer.ggml.pre` picks the
-    /// pre-tokenizer: `gpt-2`, `smollm`, `llama-bpe`, `qwen2`, `default` and a few aliases) and
-    /// `llama` (SentencePiece BPE with scores and byte fallback). Anything else is
-    /// [`Error::Unsupported`].
+    /// pre-tokenizer: `gpt-2`, `smollm`, `llama-bpe`, `qwen2`, `default` and a few aliases),
+    /// `llama` (SentencePiece BPE with scores and byte fallback) and `bert` (WordPiece, uncased;
+    /// every text read as `[CLS] text [SEP]`). Anything else is [`Error::Unsupported`].
     pub fn from_gguf(header: &GgufHeader) -> Result<Self> {
         let file = header.file();
         let required = |key: &str| Error::format(file, format!("missing metadata key `{key}`"));
@@ -95,6 +95,9 @@ impl Tokenizer {
             eom: header.get_u32("tokenizer.ggml.eom_token_id")?,
             unk: header.get_u32("tokenizer.ggml.unknown_token_id")?,
             pad: header.get_u32("tokenizer.ggml.padding_token_id")?,
+            cls: header.get_u32("tokenizer.ggml.cls_token_id")?,
+            // llama.cpp's key, spelled as it writes it
+            sep: header.get_u32("tokenizer.ggml.seperator_token_id")?,
             add_bos: header.get_bool("tokenizer.ggml.add_bos_token")?,
             add_space_prefix: header.get_bool("tokenizer.ggml.add_space_prefix")?,
         };
@@ -117,6 +120,8 @@ struct GgufVocab<'a> {
     eom: Option<u32>,
     unk: Option<u32>,
     pad: Option<u32>,
+    cls: Option<u32>,
+    sep: Option<u32>,
     add_bos: Option<bool>,
     add_space_prefix: Option<bool>,
 }
@@ -128,6 +133,8 @@ enum GgufModel {
     Gpt2,
     /// `llama`: SentencePiece BPE.
     Llama,
+    /// `bert`: WordPiece.
+    Bert,
 }
 
 impl GgufVocab<'_> {
@@ -145,6 +152,7 @@ impl GgufVocab<'_> {
         let kind = match self.model {
             "gpt2" => GgufModel::Gpt2,
             "llama" => GgufModel::Llama,
+            "bert" => GgufModel::Bert,
             other => {
                 return Err(Error::Unsupported {
                     file: self.file.to_string(),
@@ -185,9 +193,30 @@ impl GgufVocab<'_> {
         };
         // llama.cpp's defaults for SentencePiece vocabularies that omit the ids.
         let spm_default = |id: u32| (kind == GgufModel::Llama && (id as usize) < n).then_some(id);
+        // BERT's own names where the file gives no id
+        let named = |name: &str| {
+            (kind == GgufModel::Bert)
+                .then(|| self.tokens.iter().position(|t| t == name))
+                .flatten()
+                .and_then(|i| u32::try_from(i).ok())
+        };
         let bos = check_id("bos_token_id", self.bos)?.or_else(|| spm_default(1));
         let eos = check_id("eos_token_id", self.eos)?.or_else(|| spm_default(2));
-        let unk = check_id("unknown_token_id", self.unk)?.or_else(|| spm_default(0));
+        let unk = check_id("unknown_token_id", self.unk)?
+            .or_else(|| spm_default(0))
+            .or_else(|| named("[UNK]"));
+        // a WordPiece text opens with [CLS] and closes with [SEP]
+        let (bos, sep) = match kind {
+            GgufModel::Bert => (
+                check_id("cls_token_id", self.cls)?
+                    .or(bos)
+                    .or_else(|| named("[CLS]")),
+                check_id("seperator_token_id", self.sep)?
+                    .or(eos)
+                    .or_else(|| named("[SEP]")),
+            ),
+            _ => (bos, None),
+        };
         let eot = check_id("eot_token_id", self.eot)?;
         let eom = check_id("eom_token_id", self.eom)?;
         let pad = check_id("padding_token_id", self.pad)?;
@@ -206,6 +235,21 @@ impl GgufVocab<'_> {
                 (inner, Some(splits))
             }
             GgufModel::Llama => (self.build_llama(vocab, unk)?, None),
+            GgufModel::Bert => {
+                let unk = unk.ok_or_else(|| {
+                    self.format("a WordPiece vocabulary needs an unknown token (`[UNK]`)")
+                })?;
+                let special = |i: usize| {
+                    matches!(
+                        self.token_type(i),
+                        token_type::CONTROL | token_type::UNKNOWN
+                    )
+                };
+                (
+                    super::gguf_wordpiece::build(self.tokens, &special, unk, self.file)?,
+                    None,
+                )
+            }
         };
 
         // Control and unknown tokens are special (matched in text only when asked, dropped by
@@ -247,7 +291,7 @@ impl GgufVocab<'_> {
         inner.add_tokens(&special);
 
         let add_bos = self.add_bos.unwrap_or(match kind {
-            GgufModel::Llama => true,
+            GgufModel::Llama | GgufModel::Bert => true,
             GgufModel::Gpt2 => matches!(self.pre, Some("llama-bpe" | "llama3" | "llama-v3")),
         });
         let mut eos_ids: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
@@ -265,6 +309,7 @@ impl GgufVocab<'_> {
                 eos: eos_ids,
                 unk,
                 pad,
+                sep,
                 add_bos,
                 vocab_size: Some(n),
             },
@@ -457,6 +502,8 @@ mod tests {
             eom: None,
             unk: None,
             pad: None,
+            cls: None,
+            sep: None,
             add_bos: None,
             add_space_prefix: None,
         };

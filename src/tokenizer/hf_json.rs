@@ -68,13 +68,24 @@ impl Tokenizer {
         };
 
         // What the post-processor would add around a single sequence tells us the BOS
-        // convention when the config is silent.
+        // convention when the config is silent, and the token that closes an input (BERT's
+        // `[SEP]`): it runs on one stand-in token, which the special tokens surround.
+        let stand_in = tokenizers::Token::new(u32::MAX, String::new(), (0, 0));
         let template = inner
-            .post_process(tokenizers::Encoding::default(), None, true)
+            .post_process(
+                tokenizers::Encoding::from_tokens(vec![stand_in], 0),
+                None,
+                true,
+            )
             .map_err(|e| tk_err("running the post-processor", e))?;
-        let template_bos = template
-            .get_ids()
+        let around = template.get_ids();
+        let at = around.iter().position(|&id| id == u32::MAX);
+        let template_bos = around
             .first()
+            .copied()
+            .filter(|&id| id != u32::MAX && is_special_id(&inner, id));
+        let sep = at
+            .and_then(|at| around.get(at.saturating_add(1)))
             .copied()
             .filter(|&id| is_special_id(&inner, id));
 
@@ -125,6 +136,7 @@ impl Tokenizer {
                 eos,
                 unk,
                 pad,
+                sep,
                 add_bos,
                 vocab_size: None,
             },

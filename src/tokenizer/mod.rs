@@ -13,6 +13,7 @@
 
 mod bytes;
 mod gguf_vocab;
+mod gguf_wordpiece;
 mod hf_json;
 mod regex_split;
 mod stream;
@@ -65,6 +66,8 @@ pub struct Tokenizer {
     unk_id: Option<u32>,
     /// Padding id, when the metadata names one.
     pad_id: Option<u32>,
+    /// The token that closes a whole input to be embedded (BERT's `[SEP]`).
+    sep_id: Option<u32>,
     /// Whether `encode` prepends BOS when the caller does not say.
     add_bos: bool,
     /// Number of ids, added tokens included.
@@ -79,6 +82,7 @@ impl fmt::Debug for Tokenizer {
             .field("eos_ids", &self.eos_ids)
             .field("unk_id", &self.unk_id)
             .field("pad_id", &self.pad_id)
+            .field("sep_id", &self.sep_id)
             .field("add_bos", &self.add_bos)
             .finish_non_exhaustive()
     }
@@ -90,6 +94,8 @@ struct SpecialIds {
     eos: Vec<u32>,
     unk: Option<u32>,
     pad: Option<u32>,
+    /// The token after a whole input (see [`Tokenizer::encode_whole`]).
+    sep: Option<u32>,
     add_bos: bool,
     /// The number of ids when the source numbers its tokens 0..n (GGUF); `None` to find the
     /// largest id in the assembled vocabulary.
@@ -133,6 +139,7 @@ impl Tokenizer {
             eos_ids: eos,
             unk_id: ids.unk,
             pad_id: ids.pad,
+            sep_id: ids.sep,
             add_bos: ids.add_bos && ids.bos.is_some(),
             vocab_size,
         })
@@ -180,6 +187,20 @@ impl Tokenizer {
 
     /// The text of `ids`. With `skip_special`, control tokens (BOS, EOS, `<|im_start|>`, ...)
     /// are left out. An id outside the vocabulary is an error.
+    /// `text` as one whole input to be embedded: [`Tokenizer::encode`] with the tokenizer's
+    /// default BOS and no special tokens recognised in the text, then the token that closes an
+    /// input where the tokenizer has one (BERT's `[SEP]`: `[CLS] text [SEP]`).
+    pub fn encode_whole(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = self.encode(text, false, None)?;
+        ids.extend(self.sep_id);
+        Ok(ids)
+    }
+
+    /// The token that closes a whole input ([`Tokenizer::encode_whole`]), where there is one.
+    pub fn sep_id(&self) -> Option<u32> {
+        self.sep_id
+    }
+
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
             return Err(Error::invalid(

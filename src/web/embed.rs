@@ -48,7 +48,7 @@ fn texts_of(value: &JsValue) -> Result<Vec<String>, JsValue> {
 impl Engine {
     /// Embeds `texts` (a string or an array of strings) in its turn: one `Float32Array` of the
     /// model's width per text, its final hidden states pooled (`options.pooling`: `"mean"`,
-    /// the default, `"last"` or `"cls"`) and scaled to unit length unless
+    /// `"last"` or `"cls"`; by default the model's own where its file names one, else mean) and scaled to unit length unless
     /// `options.normalize` is false. The conversation is kept. Rejects, naming the problem,
     /// on an empty list, a text longer than the context or an unknown option.
     #[wasm_bindgen(unchecked_return_type = "Promise<Float32Array[]>")]

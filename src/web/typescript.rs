@@ -335,7 +335,8 @@ export interface TextCompletion {
 
 /** How `engine.embed` pools and scales each text's final hidden states. */
 export interface EmbedOptions {
-  /** `'mean'` over every token (the default), the `'last'` token's, or the first (`'cls'`). */
+  /** `'mean'` over every token, the `'last'` token's, or the first (`'cls'`); by default the
+   * model's own where its file names one (BERT models), else `'mean'`. */
   pooling?: 'mean' | 'last' | 'cls';
   /** Scale each vector to unit length (default true). */
   normalize?: boolean;

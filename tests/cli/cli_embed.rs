@@ -44,7 +44,7 @@ fn embed_prints_the_librarys_vectors_one_line_per_text() {
     let files = ModelFiles::open(std::path::Path::new(MODEL)).unwrap();
     let mut s = Session::new_cpu(&files, None).unwrap();
     let options = EmbedOptions {
-        pooling: Pooling::Last,
+        pooling: Some(Pooling::Last),
         normalize: false,
     };
     let want = pollster::block_on(s.embed(&texts, &options)).unwrap();

@@ -74,7 +74,7 @@ fn close(got: &[Vec<f32>], want: &[Vec<f32>], label: &str) {
 fn embeddings_are_the_librarys_in_openais_shape() {
     let want = library(EmbedOptions::default());
     let last = library(EmbedOptions {
-        pooling: Pooling::Last,
+        pooling: Some(Pooling::Last),
         normalize: false,
     });
     let server = serve::start_model(MODEL, &["--parallel", "1"]);

@@ -488,6 +488,7 @@ pub async fn check_embedding(
         let id = match source {
             EmbedSource::Tokens => ids[t] as usize,
             EmbedSource::Positions => pos0 as usize + t,
+            EmbedSource::First => 0,
         }
         .min(rows - 1);
         for c in 0..dim {

@@ -159,6 +159,11 @@ pub async fn check_linear_fused(
                             let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
                             (0.5 * v * (1.0 + u.tanh()), m)
                         }
+                        Epilogue::GeluErf => {
+                            let (v, m) = dot(r);
+                            let phi = 0.5 * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2));
+                            (v * phi, m)
+                        }
                         Epilogue::SwiGlu | Epilogue::GeGlu => {
                             let (g, mg) = dot(2 * r);
                             let (u, mu) = dot(2 * r + 1);
@@ -220,6 +225,11 @@ pub fn fused_options() -> Vec<LinearOptions> {
         LinearOptions {
             norm: Some(InputNorm::Layer),
             epilogue: Epilogue::Gelu,
+            has_bias: true,
+            ..base
+        },
+        LinearOptions {
+            epilogue: Epilogue::GeluErf,
             has_bias: true,
             ..base
         },

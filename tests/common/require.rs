@@ -43,6 +43,10 @@ pub const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// Gemma 3 270M Q4_K_M, relative to the crate root (`./build.sh setup` fetches it).
 pub const GEMMA3: &str = "models/gemma-3-270m-q4_k_m.gguf";
 
+/// all-MiniLM-L6-v2's weights in its Hugging Face folder, relative to the crate root
+/// (`./build.sh setup` fetches it).
+pub const MINILM: &str = "models/all-MiniLM-L6-v2/model.safetensors";
+
 /// The path of SmolLM2 ([`SMOLLM2`]) when it is present, or `None` (with the reason printed)
 /// when it is absent. In CI ([`in_ci`]) an absent model fails the test, saying how to fetch it.
 pub fn smollm2() -> Option<std::path::PathBuf> {
@@ -52,6 +56,12 @@ pub fn smollm2() -> Option<std::path::PathBuf> {
 /// The path of Gemma 3 270M ([`GEMMA3`]), as [`smollm2`].
 pub fn gemma3() -> Option<std::path::PathBuf> {
     real_model(GEMMA3)
+}
+
+/// The path of all-MiniLM-L6-v2's weights ([`MINILM`]; the folder holds its config and
+/// tokenizer), as [`smollm2`].
+pub fn minilm() -> Option<std::path::PathBuf> {
+    real_model(MINILM)
 }
 
 /// Whether the quick tier runs (`./build.sh test --quick` sets `EMBERLM_TEST_TIER=quick`): the

@@ -80,7 +80,7 @@ fn every_pooling_matches_the_reference_on_both_backends() {
             for pooling in Pooling::ALL {
                 let label = format!("{name} {backend} {}", pooling.name());
                 let options = EmbedOptions {
-                    pooling,
+                    pooling: Some(pooling),
                     normalize: false,
                 };
                 let got = pollster::block_on(s.embed(&texts(), &options)).unwrap();
@@ -107,7 +107,7 @@ fn every_pooling_matches_the_reference_on_both_backends() {
                 let unit = pollster::block_on(s.embed(
                     &texts()[..1],
                     &EmbedOptions {
-                        pooling,
+                        pooling: Some(pooling),
                         normalize: true,
                     },
                 ))

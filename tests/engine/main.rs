@@ -11,6 +11,7 @@ mod common;
 #[path = "../common/peak_alloc.rs"]
 mod peak_alloc;
 
+mod bert;
 mod chat;
 mod chat_nesting;
 mod constrain;

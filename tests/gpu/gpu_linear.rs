@@ -106,7 +106,11 @@ fn embedding_is_bit_exact() {
     let cache = KernelCache::new();
     let mut rng = common::rng("embedding", &log);
     for dtype in DType::ALL {
-        for source in [EmbedSource::Tokens, EmbedSource::Positions] {
+        for source in [
+            EmbedSource::Tokens,
+            EmbedSource::Positions,
+            EmbedSource::First,
+        ] {
             for accumulate in [false, true] {
                 pollster::block_on(linear_cases::check_embedding(
                     &ctx, &cache, dtype, source, accumulate, &mut rng,

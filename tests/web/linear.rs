@@ -87,7 +87,11 @@ async fn embedding_is_bit_exact() {
     let (ctx, cache) = common::shared_browser_gpu().await;
     let mut rng = common::rng("embedding (browser)", &log);
     for dtype in DType::ALL {
-        for source in [EmbedSource::Tokens, EmbedSource::Positions] {
+        for source in [
+            EmbedSource::Tokens,
+            EmbedSource::Positions,
+            EmbedSource::First,
+        ] {
             for accumulate in [false, true] {
                 linear_cases::check_embedding(ctx, cache, dtype, source, accumulate, &mut rng)
                     .await

@@ -138,6 +138,7 @@ impl CpuForward {
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
+        let chunk = crate::backend::step::step_tokens(&config, context, chunk);
         check_address_space(weights, context, kinds)?;
         let mut held = CpuWeights {
             mats: HashMap::new(),
@@ -394,6 +395,7 @@ impl CpuForward {
             return Err(Error::invalid("tokens", "at least one token is needed"));
         }
         self.check_ids(tokens)?;
+        crate::backend::step::check_whole_text(&self.config, pos, tokens.len())?;
         if pos + tokens.len() > self.kv.context {
             return Err(Error::invalid(
                 "tokens",

@@ -67,6 +67,12 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + crate::math::exp_f32(-x))
 }
 
+/// GELU, exact: `x · Φ(x) = x/2 · (1 + erf(x/√2))` (BERT).
+#[inline]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + crate::math::erf_f32(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
 /// GELU, tanh approximation.
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {

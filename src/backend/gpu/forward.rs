@@ -52,8 +52,9 @@ pub struct Forward {
     nodes: Vec<Node>,
     /// The final norm and LM head for the last token only (row 0 of the logits) and for
     /// every token of the step.
-    head_last: LinearBinding,
-    head_all: LinearBinding,
+    /// The LM head for the last row and for every row (`None` for an encoder).
+    head_last: Option<LinearBinding>,
+    head_all: Option<LinearBinding>,
     memory: MemoryReport,
     _alive: AliveBuffers,
     /// Candidate selection over row 0 of the logits, recorded after the graph by
@@ -147,6 +148,7 @@ impl Forward {
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
+        let chunk = crate::backend::step::step_tokens(&weights.config, context, chunk);
         Self::check_fits(ctx, weights, context, chunk)?;
         let fusion = fuse::plan(weights);
         let gpu = Self::upload(ctx, weights, &fusion, progress)?;
@@ -170,6 +172,7 @@ impl Forward {
         if chunk == 0 {
             return Err(Error::invalid("chunk", "must be at least 1"));
         }
+        let chunk = crate::backend::step::step_tokens(&layout.config, context, chunk);
         Self::check_fits(ctx, layout, context, chunk)?;
         let fusion = fuse::plan(layout);
         let (gpu, kept) = Self::upload_read(ctx, layout, reader, &fusion, progress).await?;
@@ -271,6 +274,7 @@ impl Forward {
             return Err(Error::invalid("tokens", "at least one token is needed"));
         }
         self.check_ids(tokens)?;
+        crate::backend::step::check_whole_text(&self.config, pos, tokens.len())?;
         let end = pos + tokens.len();
         if end > self.kv.context() {
             return Err(Error::invalid(
@@ -422,6 +426,16 @@ impl Forward {
         selects: Option<&[(&Select, &SelectRequest)]>,
     ) -> Result<StepRead> {
         let n = step.ids.len();
+        let head = match step.head.rows() {
+            Head::None | Head::Hidden => None,
+            Head::Last => Some(self.head_last.as_ref()),
+            Head::All => Some(self.head_all.as_ref()),
+        };
+        let head = match head {
+            Some(None) => return Err(crate::model::graph::no_lm_head(&self.config)),
+            Some(Some(h)) => Some(h),
+            None => None,
+        };
         for (select, request) in selects.into_iter().flatten() {
             select.write(ctx, request)?;
         }
@@ -444,19 +458,13 @@ impl Forward {
             }
             // The head runs only for logits someone reads: the last row alone into row 0,
             // or every row.
-            match step.head {
-                StepHead::Planned(Head::None | Head::Hidden) => {}
-                StepHead::Planned(Head::Last) => {
-                    self.head_last
-                        .record_planned(&mut pass, n as u32, self.plan.linear())
+            match (step.head, head) {
+                (_, None) => {}
+                (StepHead::Planned(_), Some(h)) => {
+                    h.record_planned(&mut pass, n as u32, self.plan.linear())
                 }
-                StepHead::Planned(Head::All) => {
-                    self.head_all
-                        .record_planned(&mut pass, n as u32, self.plan.linear())
-                }
-                StepHead::Batched => {
-                    self.head_all
-                        .record_batched(&mut pass, n as u32, self.plan.linear())
+                (StepHead::Batched, Some(h)) => {
+                    h.record_batched(&mut pass, n as u32, self.plan.linear())
                 }
             }
             for (select, _) in selects.into_iter().flatten() {

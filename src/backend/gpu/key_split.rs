@@ -91,6 +91,9 @@ pub struct AttentionKeys {
     /// A factor on the scores `q·k / √head_dim` beyond the usual (YaRN's attention factor,
     /// squared: the rotated queries and keys both carry it); `None`: 1.
     pub score_scale: Option<f32>,
+    /// Every token reads every key its sequence holds after the step, later positions too (an
+    /// encoder's bidirectional attention); `false`: keys up to its own position.
+    pub bidirectional: bool,
     tiers: Vec<KeySplit>,
     /// The split every step longer than an invocation's key limit takes when no tier applies
     /// (see [`AttentionKeys::limited`]).
@@ -110,6 +113,7 @@ impl AttentionKeys {
             window: None,
             ring: None,
             score_scale: None,
+            bidirectional: false,
             tiers,
             bound: None,
         }
@@ -125,6 +129,13 @@ impl AttentionKeys {
     /// The same splits over a local window of `window` keys (`None`: every key).
     pub fn with_window(mut self, window: Option<u32>) -> Self {
         self.window = window;
+        self
+    }
+
+    /// The same keys read by every token whole (`true`: bidirectional attention, every key the
+    /// sequence holds after the step) or up to its own position (`false`).
+    pub fn with_bidirectional(mut self, bidirectional: bool) -> Self {
+        self.bidirectional = bidirectional;
         self
     }
 

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use emberlm::session::{EmbedOptions, Session};
+use emberlm::session::{EmbedOptions, Pooling, Session};
 use serde_json::{json, Value};
 
 use crate::bench_common::{python_request, Spread};
@@ -47,7 +47,11 @@ pub fn embeddings(
     threads: usize,
 ) -> CliResult<Value> {
     let texts: Vec<String> = (0..count).map(text).collect();
-    let options = EmbedOptions::default();
+    // mean pooling on both sides (llama.cpp is asked for it too)
+    let options = EmbedOptions {
+        pooling: Some(Pooling::Mean),
+        ..EmbedOptions::default()
+    };
     let (mut ours, mut theirs, mut llama) = (Vec::new(), Vec::new(), None);
     let mut llama_error = python.is_none().then(|| "not asked for".to_string());
     let mut vectors = Vec::new();

@@ -22,9 +22,10 @@ pub struct EmbedArgs {
     /// A file of texts, one per line (blank lines skipped).
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// How token states are pooled: mean, last or cls.
-    #[arg(long, default_value = "mean")]
-    pub pooling: String,
+    /// How token states are pooled: mean, last or cls (default: the model's own where its
+    /// file names one, else mean).
+    #[arg(long)]
+    pub pooling: Option<String>,
     /// Keep the pooled vectors as they are instead of scaling them to unit length.
     #[arg(long)]
     pub no_normalize: bool,
@@ -36,7 +37,11 @@ pub struct EmbedArgs {
 /// Prints `{"index", "tokens", "embedding"}` for every text of `--text` then `--file`.
 pub fn embed(args: EmbedArgs) -> CliResult<()> {
     let options = EmbedOptions {
-        pooling: Pooling::parse(&args.pooling)
+        pooling: args
+            .pooling
+            .as_deref()
+            .map(Pooling::parse)
+            .transpose()
             .map_err(|e| Failure::usage(format!("--pooling: {e}")))?,
         normalize: !args.no_normalize,
     };

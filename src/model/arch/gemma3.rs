@@ -38,6 +38,8 @@ pub static SPEC: ArchSpec = ArchSpec {
         rope_theta: GEMMA3_LOCAL_ROPE_THETA,
     },
     embedding_scale: EmbedScale::SqrtDim,
+    bidirectional: false,
+    pooling: None,
     // the query and key heads are normalised between the projection and RoPE, so Q, K and V
     // stay separate; gate and up interleave for a GeGLU epilogue
     fusion: Fusion {
@@ -154,6 +156,8 @@ fn hf_config(raw: &HfConfig, file: &str) -> Result<ModelConfig> {
             pattern,
             rope_theta: raw.rope_local_base_freq.unwrap_or(GEMMA3_LOCAL_ROPE_THETA),
         }),
+        bidirectional: false,
+        pooling: None,
     })
 }
 

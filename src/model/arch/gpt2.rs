@@ -24,6 +24,8 @@ pub static SPEC: ArchSpec = ArchSpec {
     activation: Activation::GeluTanh,
     window: Window::CapsContext,
     embedding_scale: EmbedScale::One,
+    bidirectional: false,
+    pooling: None,
     // Q, K and V are stored stacked already, and there is no gate
     fusion: Fusion {
         qkv: false,
@@ -102,6 +104,8 @@ fn hf_config(raw: &HfConfig, file: &str) -> Result<ModelConfig> {
         bos_id: None,
         eos_ids: Vec::new(),
         local_attention: None,
+        bidirectional: false,
+        pooling: None,
     })
 }
 

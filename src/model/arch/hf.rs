@@ -63,6 +63,11 @@ pub struct HfConfig {
     pub(crate) n_positions: Option<usize>,
     pub(crate) layer_norm_epsilon: Option<f32>,
     pub(crate) activation_function: Option<String>,
+    // bert
+    pub(crate) layer_norm_eps: Option<f32>,
+    pub(crate) type_vocab_size: Option<usize>,
+    pub(crate) position_embedding_type: Option<String>,
+    pub(crate) is_decoder: Option<bool>,
     // common
     pub(crate) tie_word_embeddings: Option<bool>,
     pub(crate) bos_token_id: Option<OneOrMany>,

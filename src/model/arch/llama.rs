@@ -32,6 +32,8 @@ pub static SPEC: ArchSpec = ArchSpec {
     activation: Activation::SwiGlu,
     window: Window::CapsContext,
     embedding_scale: EmbedScale::One,
+    bidirectional: false,
+    pooling: None,
     fusion: Fusion {
         qkv: true,
         gate_up: true,
@@ -105,6 +107,8 @@ fn hf_config(raw: &HfConfig, file: &str) -> Result<ModelConfig> {
         bos_id: None,
         eos_ids: Vec::new(),
         local_attention: None,
+        bidirectional: false,
+        pooling: None,
     })
 }
 

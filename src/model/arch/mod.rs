@@ -1,4 +1,4 @@
-//! The architectures, one file each ([`llama`], [`gpt2`], [`gemma3`]). Each declares an
+//! The architectures, one file each ([`llama`], [`gpt2`], [`gemma3`], [`bert`]). Each declares an
 //! [`ArchSpec`]: the names its GGUF and Hugging Face forms go by, the metadata and
 //! `config.json` fields it reads, how its Hugging Face tensor names map to the GGUF ones, the
 //! tensors it must have, what the loader may fuse, and the [`Graph`] it builds. The config
@@ -8,10 +8,11 @@
 //! Adding an architecture is one file here with its `ARCH` and `SPEC`, its `mod` line and its
 //! entry in [`REGISTRY`] (and its case in the registry's tests).
 
-use crate::config::{Activation, Architecture, ModelConfig, NormKind, RopeLayout};
+use crate::config::{Activation, Architecture, ModelConfig, NormKind, Pooling, RopeLayout};
 use crate::error::{Error, Result};
 use crate::model::graph::{EmbedScale, Graph, Lookup, WeightIndex};
 
+pub mod bert;
 pub mod gemma3;
 pub mod gpt2;
 pub mod hf;
@@ -91,6 +92,11 @@ pub struct ArchSpec {
     pub window: Window,
     /// What the embedding rows are multiplied by.
     pub embedding_scale: EmbedScale,
+    /// Attention reads every position of the text, later ones too: an encoder, which embeds
+    /// and does not generate ([`ModelConfig::bidirectional`]).
+    pub bidirectional: bool,
+    /// The pooling of its embeddings where a file names none ([`ModelConfig::pooling`]).
+    pub pooling: Option<Pooling>,
     /// The loader may fuse these (see [`crate::model::fuse`]).
     pub fusion: Fusion,
     /// A file may store Q/K/V or gate/up stacked, to be split on load
@@ -115,7 +121,7 @@ pub struct ArchSpec {
 }
 
 /// Every architecture, in the order errors list them.
-pub static REGISTRY: [&ArchSpec; 3] = [&llama::SPEC, &gpt2::SPEC, &gemma3::SPEC];
+pub static REGISTRY: [&ArchSpec; 4] = [&llama::SPEC, &gpt2::SPEC, &gemma3::SPEC, &bert::SPEC];
 
 /// The spec of `arch`.
 pub fn spec(arch: Architecture) -> &'static ArchSpec {

@@ -32,11 +32,9 @@ fn a_llama_layer_is_projections_attention_and_feed_forward() {
             stacked: false
         }
     ));
-    assert_eq!(g.head.matrix.weight, "output.weight");
-    assert_eq!(
-        g.head.norm.as_ref().map(|n| n.kind),
-        Some(NormKind::RmsNorm)
-    );
+    let head = g.head.as_ref().expect("a Llama has an LM head");
+    assert_eq!(head.matrix.weight, "output.weight");
+    assert_eq!(head.norm.as_ref().map(|n| n.kind), Some(NormKind::RmsNorm));
 }
 
 #[test]

@@ -149,6 +149,16 @@ impl ReferenceModel {
     pub fn new(weights: &ModelWeights<'_>) -> Result<Self> {
         let c = &weights.config;
         arch::validate(c, &weights.file)?;
+        if c.bidirectional {
+            return Err(Error::Unsupported {
+                file: weights.file.clone(),
+                what: format!(
+                    "the reference forward pass of a {} encoder (it runs the causal decoders; \
+                     encoders are held to their float64 goldens)",
+                    c.arch.name()
+                ),
+            });
+        }
         weights.check_shapes()?;
         let load = |name: &str| -> Result<Vec<f32>> {
             let t = weights.tensor(name)?;

@@ -90,6 +90,7 @@ impl CpuForward {
                         let r = match which {
                             Rows::Tokens => ids[i] as usize,
                             Rows::Positions => rows[i].pos,
+                            Rows::First => 0,
                         };
                         m.row_f32(r, &mut row)?;
                         for (x, &e) in x.iter_mut().zip(&row) {
@@ -126,11 +127,18 @@ impl CpuForward {
                     let ring = kv.layout.ring(*layer).unwrap_or(0);
                     let keys: Vec<KeyRange> = rows
                         .iter()
-                        .map(|r| KeyRange {
-                            first: window.map_or(0, |w| (r.pos + 1).saturating_sub(w)),
-                            end: r.pos + 1,
-                            base: kv.layout.row(*layer, r.slot, 0),
-                            ring,
+                        .map(|r| {
+                            let end = match config.bidirectional {
+                                // every position of the text: its sequence's latest in the step
+                                true => last_pos(rows, r.slot) + 1,
+                                false => r.pos + 1,
+                            };
+                            KeyRange {
+                                first: window.map_or(0, |w| end.saturating_sub(w)),
+                                end,
+                                base: kv.layout.row(*layer, r.slot, 0),
+                                ring,
+                            }
                         })
                         .collect();
                     let shape = AttnShape {
@@ -171,6 +179,9 @@ impl CpuForward {
                     let input = x.clone();
                     ops::rms_norm(&input, w, config.norm_eps, x);
                 }
+                Op::Norm(norm) => {
+                    a.x = normed(config, weights, &a.x[..n * config.hidden_size], norm)?;
+                }
                 Op::AddNormed { weight } => {
                     let w = vec_of(weights, weight)?;
                     let mut normed = vec![0.0f32; a.branch.len()];
@@ -183,15 +194,15 @@ impl CpuForward {
         }
         match head {
             Head::None => logits.clear(),
-            Head::All => *logits = linear(config, weights, &mut a, &graph.head, n)?,
+            Head::All => *logits = linear(config, weights, &mut a, graph.lm_head(config)?, n)?,
             Head::Last => {
                 let d = config.hidden_size;
                 a.x.drain(..(n - 1) * d);
-                *logits = linear(config, weights, &mut a, &graph.head, 1)?;
+                *logits = linear(config, weights, &mut a, graph.lm_head(config)?, 1)?;
             }
             Head::Hidden => {
                 let x = &a.x[..n * config.hidden_size];
-                *logits = match &graph.head.norm {
+                *logits = match graph.head.as_ref().and_then(|h| h.norm.as_ref()) {
                     Some(norm) => normed(config, weights, x, norm)?,
                     None => x.to_vec(),
                 };
@@ -243,6 +254,7 @@ fn linear(
     let y = match l.post {
         Post::None => y,
         Post::Gelu => y.into_iter().map(ops::gelu_tanh).collect(),
+        Post::GeluErf => y.into_iter().map(ops::gelu_erf).collect(),
         Post::SwiGlu | Post::GeGlu => {
             let f = match l.post {
                 Post::SwiGlu => ops::silu,
@@ -274,6 +286,16 @@ fn normed(c: &ModelConfig, w: &CpuWeights, x: &[f32], norm: &Norm) -> Result<Vec
 fn rope_token(c: &ModelConfig, freqs: &[f64], pos: usize, q: &mut [f32], k: &mut [f32]) {
     ops::rope(q, c.head_dim, pos, freqs, c.rope_layout);
     ops::rope(k, c.head_dim, pos, freqs, c.rope_layout);
+}
+
+/// The latest position of the step's tokens in KV slot `slot` (a bidirectional model's
+/// tokens read their sequence's keys up to it).
+fn last_pos(rows: &[Row], slot: usize) -> usize {
+    rows.iter()
+        .filter(|r| r.slot == slot)
+        .map(|r| r.pos)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Writes one token's key and value rows into `layer`'s cache.

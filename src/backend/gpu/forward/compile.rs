@@ -182,11 +182,11 @@ pub(super) struct Compiler<'a> {
 }
 
 /// The compiled graph: the per-step nodes, and the head for the last row (into row 0 of the
-/// logits) and for every row.
+/// logits) and for every row (`None` for an encoder, which has no LM head).
 pub(super) struct Compiled {
     pub nodes: Vec<Node>,
-    pub head_last: LinearBinding,
-    pub head_all: LinearBinding,
+    pub head_last: Option<LinearBinding>,
+    pub head_all: Option<LinearBinding>,
 }
 
 impl Compiler<'_> {
@@ -231,8 +231,13 @@ impl Compiler<'_> {
                 nodes.push(store);
             }
         }
-        let head_last = self.linear(&graph.head, red, true).await?;
-        let head_all = self.linear(&graph.head, red, false).await?;
+        let (head_last, head_all) = match &graph.head {
+            Some(head) => (
+                Some(self.linear(head, red, true).await?),
+                Some(self.linear(head, red, false).await?),
+            ),
+            None => (None, None),
+        };
         Ok(Compiled {
             nodes,
             head_last,
@@ -317,6 +322,7 @@ impl Compiler<'_> {
                 let (source, ids) = match rows {
                     Rows::Tokens => (EmbedSource::Tokens, Some(&a.ids)),
                     Rows::Positions => (EmbedSource::Positions, None),
+                    Rows::First => (EmbedSource::First, None),
                 };
                 let e = Embedding::new(ctx, cache, t.dtype, source, *accumulate).await?;
                 let scale = match scale {
@@ -411,7 +417,8 @@ impl Compiler<'_> {
                                 c.layer_window(*layer),
                             )?
                             .with_score_scale(c.layer_score_scale(*layer))
-                            .with_ring(self.ring(*layer)),
+                            .with_ring(self.ring(*layer))
+                            .with_bidirectional(c.bidirectional),
                             Some(&a.attn_split),
                         )?,
                     ));
@@ -446,6 +453,24 @@ impl Compiler<'_> {
                     &a.branch,
                     &a.x,
                     &self.get(weight)?.buffer,
+                    (c.hidden_size as u32, c.norm_eps),
+                    max,
+                )?)
+            }
+            Op::Norm(norm) => {
+                let Some(bias) = &norm.bias else {
+                    return Err(Error::invalid(
+                        "graph",
+                        "a norm of the residual stream runs as a LayerNorm with a bias",
+                    ));
+                };
+                let layer = RowNorm::new(ctx, cache, RowNormKind::Layer).await?;
+                Node::Kernel(layer.bind_layer(
+                    ctx,
+                    self.step,
+                    &a.x,
+                    &self.get(&norm.weight)?.buffer,
+                    &self.get(bias)?.buffer,
                     (c.hidden_size as u32, c.norm_eps),
                     max,
                 )?)
@@ -518,6 +543,7 @@ impl Compiler<'_> {
                 Post::None => Epilogue::None,
                 Post::SwiGlu => Epilogue::SwiGlu,
                 Post::Gelu => Epilogue::Gelu,
+                Post::GeluErf => Epilogue::GeluErf,
                 Post::GeGlu => Epilogue::GeGlu,
             },
             last_row,

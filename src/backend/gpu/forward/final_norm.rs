@@ -26,7 +26,7 @@ impl FinalNorm {
         config: &ModelConfig,
         weights: &ModelWeights<'_>,
     ) -> Result<Option<Self>> {
-        let Some(norm) = &graph.head.norm else {
+        let Some(norm) = graph.head.as_ref().and_then(|h| h.norm.as_ref()) else {
             return Ok(None);
         };
         let vector = |name: &str| -> Result<Vec<f32>> {

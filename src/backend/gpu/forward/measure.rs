@@ -224,7 +224,10 @@ impl Forward {
         plan.choices.insert(family, (variant, Source::Forced));
         let nodes = self.distinct_nodes(family);
         // the LM head is the largest decode linear
-        let head = (family == Family::LinearDecode).then_some(&self.head_last);
+        let head = self
+            .head_last
+            .as_ref()
+            .filter(|_| family == Family::LinearDecode);
         let mut total = 0.0;
         for &(pos0, n_tokens) in steps {
             let params = StepParams::new(pos0, n_tokens);

@@ -12,6 +12,7 @@ use serde::Serialize;
 use web_time::Duration;
 
 use super::{Forward, Node};
+use crate::backend::gpu::ops::LinearBinding;
 use crate::backend::gpu::plan::Family;
 use crate::backend::gpu::{GpuContext, KernelPlan, StepParams, Variant};
 use crate::error::{Error, Result};
@@ -79,7 +80,7 @@ type GroupKey = (String, String, Option<Variant>);
 #[derive(Clone, Copy)]
 enum Timed<'a> {
     Node(&'a Node),
-    Head,
+    Head(&'a LinearBinding),
 }
 
 impl Forward {
@@ -118,6 +119,10 @@ impl Forward {
     }
 
     async fn profile_step(&self, ctx: &GpuContext, pos0: u32, n: u32) -> Result<StepProfile> {
+        let head_last = self
+            .head_last
+            .as_ref()
+            .ok_or_else(|| crate::model::graph::no_lm_head(&self.config))?;
         let params = StepParams::new(pos0, n);
         params.write(ctx, &self.step);
         let c = &self.config;
@@ -178,13 +183,13 @@ impl Forward {
             items.push(item);
         }
         // the LM head runs on the step's last token only
-        let (rows, cols) = self.head_last.shape();
+        let (rows, cols) = head_last.shape();
         items.push(Item {
-            node: Timed::Head,
-            kernel: format!("linear {}", self.head_last.kind()),
+            node: Timed::Head(head_last),
+            kernel: format!("linear {}", head_last.kind()),
             shape: format!("[{rows}, {cols}]"),
             variant: Some(plan.variant(Family::LinearDecode)),
-            bytes: self.head_last.weight_bytes(),
+            bytes: head_last.weight_bytes(),
         });
         let mut groups: BTreeMap<GroupKey, (Timed<'_>, usize, u64)> = BTreeMap::new();
         for item in items {
@@ -214,7 +219,7 @@ impl Forward {
                 for node in &self.nodes {
                     node.record(pass, &params, plan);
                 }
-                self.head_last.record_planned(pass, n, plan.linear());
+                head_last.record_planned(pass, n, plan.linear());
             })
             .await?;
         Ok(StepProfile {
@@ -229,9 +234,7 @@ impl Forward {
     fn record_timed(&self, pass: &mut wgpu::ComputePass<'_>, node: Timed<'_>, params: &StepParams) {
         match node {
             Timed::Node(node) => node.record(pass, params, &self.plan),
-            Timed::Head => self
-                .head_last
-                .record_planned(pass, params.n_tokens, self.plan.linear()),
+            Timed::Head(head) => head.record_planned(pass, params.n_tokens, self.plan.linear()),
         }
     }
 

@@ -51,7 +51,8 @@ host_struct! {
         max_splits: u32,
         window: u32,
         ring: u32,
-        _pad: [u32; 2],
+        bidirectional: u32,
+        _pad: u32,
     }
 }
 
@@ -408,7 +409,8 @@ impl Attention {
             max_splits: 0,
             window: keys.window.unwrap_or(0),
             ring: keys.ring.unwrap_or(0),
-            _pad: [0; 2],
+            bidirectional: u32::from(keys.bidirectional),
+            _pad: 0,
         };
         let label = "attention";
         let whole = KernelBinding::new(

@@ -45,6 +45,8 @@ pub enum EmbedSource {
     Tokens,
     /// `id_t = pos0 + t` (from the step uniform): learned position embeddings (GPT-2).
     Positions,
+    /// `id_t = 0` for every token: BERT's token-type embedding (one segment).
+    First,
 }
 
 /// `out[t, :] (+)= table[id_t, :]` for `t < n_tokens`, with `table: [rows, dim]` kept in its
@@ -70,6 +72,7 @@ impl Embedding {
         let defines = Defines::new()
             .flag(weight_flag(dtype))
             .flag_if("FROM_IDS", source == EmbedSource::Tokens)
+            .flag_if("FIRST_ROW", source == EmbedSource::First)
             .flag_if("ACCUMULATE", accumulate);
         let pipeline = load(ctx, cache, &kernels::EMBED, "embed", defines).await?;
         Ok(Self {
@@ -142,14 +145,14 @@ impl Embedding {
                 )?;
                 storage.push(ids);
             }
-            (EmbedSource::Positions, None) => {}
+            (EmbedSource::Positions | EmbedSource::First, None) => {}
             (EmbedSource::Tokens, None) => {
                 return Err(Error::invalid("ids", "token embeddings need an ids buffer"))
             }
-            (EmbedSource::Positions, Some(_)) => {
+            (EmbedSource::Positions | EmbedSource::First, Some(_)) => {
                 return Err(Error::invalid(
                     "ids",
-                    "position embeddings read pos0 from the step, not an ids buffer",
+                    "position and token-type embeddings read no ids buffer",
                 ))
             }
         }

@@ -202,6 +202,7 @@ impl Linear {
                     "GELU",
                     matches!(options.epilogue, Epilogue::Gelu | Epilogue::GeGlu),
                 )
+                .flag_if("GELU_ERF", options.epilogue == Epilogue::GeluErf)
                 .flag_if("LAST_ROW", options.last_row)
                 .flag_if("KV_WRITE", options.kv_write)
                 .flag_if("ROPE", options.rope)

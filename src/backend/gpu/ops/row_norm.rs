@@ -36,6 +36,8 @@ pub enum RowNormKind {
     Heads,
     /// `dst[t, :] += rms(src[t, :]) · w`.
     AddInto,
+    /// `data[t, :] = layer_norm(data[t, :]) · w + b` in place (BERT's post-norms).
+    Layer,
 }
 
 /// An RMS norm over rows of `width` values with a `[width]` gain, in the kind it was built for.
@@ -50,7 +52,8 @@ impl RowNorm {
     pub async fn new(ctx: &GpuContext, cache: &KernelCache, kind: RowNormKind) -> Result<Self> {
         let defines = Defines::new()
             .value("WG_SIZE", format!("{ROW_NORM_WG}u"))
-            .flag_if("ADD", kind == RowNormKind::AddInto);
+            .flag_if("ADD", kind == RowNormKind::AddInto)
+            .flag_if("LAYER", kind == RowNormKind::Layer);
         let pipeline = load(ctx, cache, &kernels::ROW_NORM, "row_norm", defines).await?;
         Ok(Self { pipeline, kind })
     }
@@ -104,6 +107,7 @@ impl RowNorm {
         let label = match self.kind {
             RowNormKind::Heads => "head_norm",
             RowNormKind::AddInto => "add_normed",
+            RowNormKind::Layer => "layer_norm",
         };
         Ok(KernelBinding::new(
             ctx,
@@ -131,7 +135,7 @@ impl RowNorm {
         max_tokens: u32,
     ) -> Result<KernelBinding> {
         if self.kind != RowNormKind::Heads {
-            return Err(Error::invalid("kind", "built to add into a residual"));
+            return Err(Error::invalid("kind", "not built to normalise heads"));
         }
         let (params, total) = Self::params(
             ctx,
@@ -160,7 +164,7 @@ impl RowNorm {
         max_tokens: u32,
     ) -> Result<KernelBinding> {
         if self.kind != RowNormKind::AddInto {
-            return Err(Error::invalid("kind", "built to normalise heads in place"));
+            return Err(Error::invalid("kind", "not built to add into a residual"));
         }
         let (params, total) = Self::params(ctx, step, weight, (width, 1, width), eps, max_tokens)?;
         check_len("src", src, total)?;
@@ -168,5 +172,29 @@ impl RowNorm {
         check_distinct("dst", dst, "src", src)?;
         check_distinct("dst", dst, "weight", weight)?;
         self.binding(ctx, step, params, &[weight, src, dst])
+    }
+
+    /// Binds the in-place LayerNorm of every token's row of `data: [max_tokens, width]` f32,
+    /// gain `weight` and shift `bias` `[width]` f32. Built as [`RowNormKind::Layer`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_layer(
+        &self,
+        ctx: &GpuContext,
+        step: &wgpu::Buffer,
+        data: &wgpu::Buffer,
+        weight: &wgpu::Buffer,
+        bias: &wgpu::Buffer,
+        (width, eps): (u32, f32),
+        max_tokens: u32,
+    ) -> Result<KernelBinding> {
+        if self.kind != RowNormKind::Layer {
+            return Err(Error::invalid("kind", "not built as a LayerNorm"));
+        }
+        let (params, total) = Self::params(ctx, step, weight, (width, 1, width), eps, max_tokens)?;
+        check_len("data", data, total)?;
+        check_len("bias", bias, u64::from(width))?;
+        check_distinct("data", data, "weight", weight)?;
+        check_distinct("data", data, "bias", bias)?;
+        self.binding(ctx, step, params, &[weight, data, bias])
     }
 }

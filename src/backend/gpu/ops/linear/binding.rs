@@ -147,6 +147,7 @@ impl LinearBinding {
         match o.epilogue {
             Epilogue::SwiGlu => parts.push("swiglu"),
             Epilogue::Gelu => parts.push("gelu"),
+            Epilogue::GeluErf => parts.push("gelu_erf"),
             Epilogue::GeGlu => parts.push("geglu"),
             Epilogue::None => {}
         }

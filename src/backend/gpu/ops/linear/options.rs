@@ -21,6 +21,8 @@ pub enum Epilogue {
     SwiGlu,
     /// `y = gelu_tanh(W·x + bias)`.
     Gelu,
+    /// `y = gelu(W·x + bias)` with the exact GELU, `x · Φ(x)` (BERT).
+    GeluErf,
     /// As [`Epilogue::SwiGlu`] with `gelu_tanh` for `silu`: a GeGLU feed-forward (Gemma).
     GeGlu,
 }
