@@ -49,11 +49,14 @@ fn row_norm(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wi
     }
     let base = t * params.stride + row * params.width;
 #ifdef LAYER
+    // the mean is summed around the row's first value, so a row far from 0 (a residual
+    // stream's offset) loses no digits to the sum's magnitude
+    let shift = data[base];
     var sum = 0.0;
     for (var c = 0u; c < params.width; c++) {
-        sum += data[base + c];
+        sum += data[base + c] - shift;
     }
-    let mean = sum / f32(params.width);
+    let mean = shift + sum / f32(params.width);
     var var_sum = 0.0;
     for (var c = 0u; c < params.width; c++) {
         let v = data[base + c] - mean;

@@ -163,7 +163,7 @@ def write_gguf(t, cfg, tok_json, path, qtype=None, pooling=1):
     w.add_mask_token_id(vocab["[MASK]"])
     w.add_add_bos_token(True)
     w.add_add_eos_token(True)
-    w.add_uint32("bert.token_type_count", cfg.get("type_vocab_size", 2))
+    w.add_token_type_count(cfg.get("type_vocab_size", 2))
     stored = {}
     for hf, a in t.items():
         name = gguf_name(hf)

@@ -100,7 +100,20 @@ mod tests {
             ("{", "invalid JSON"),
             ("[]", "invalid JSON"),
             (r#"{"vocab_size": 1}"#, "`model_type`"),
-            (r#"{"model_type": "bert"}"#, "model_type `bert`"),
+            (r#"{"model_type": "t5"}"#, "model_type `t5`"),
+            (r#"{"model_type": "bert"}"#, "`hidden_size`"),
+            (
+                r#"{"model_type": "bert", "hidden_act": "relu"}"#,
+                "hidden_act `relu`",
+            ),
+            (
+                r#"{"model_type": "bert", "position_embedding_type": "relative_key"}"#,
+                "position_embedding_type `relative_key`",
+            ),
+            (
+                r#"{"model_type": "bert", "type_vocab_size": 1}"#,
+                "type_vocab_size 1",
+            ),
             (r#"{"model_type": "llama"}"#, "`hidden_size`"),
             (r#"{"model_type": "gpt2", "n_embd": 64}"#, "`n_head`"),
             (

@@ -24,7 +24,8 @@ fn run_attention(ctx: &GpuContext, binding: &AttentionBinding, step: &StepParams
 /// How an attention case is bound: whole, split into splits of this many keys from the first
 /// key on (any step), with the engine's policy, in two tiers (the first keys per split from
 /// one key on, the second from `min_keys` on: decode planning), or over a local window of
-/// `window` keys split into splits of `keys` keys, or as the default decode plan says.
+/// `window` keys split into splits of `keys` keys, or as the default decode plan says; or
+/// bidirectionally (an encoder: every token reads every key of the step), whole or split.
 #[derive(Debug, Clone, Copy)]
 enum SplitForm {
     Whole,
@@ -41,6 +42,9 @@ enum SplitForm {
     },
     /// The default decode plan's tiers (`decode_plan: auto`).
     Planned,
+    /// Every token reads every key the sequence holds after the step, whole or in splits of
+    /// this many keys.
+    Bidirectional(Option<u32>),
 }
 
 impl SplitForm {
@@ -70,6 +74,9 @@ impl SplitForm {
             }
             SplitForm::Window { window, keys } => {
                 AttentionKeys::from(Some(from_one(keys))).with_window(Some(window))
+            }
+            SplitForm::Bidirectional(keys) => {
+                AttentionKeys::from(keys.map(from_one)).with_bidirectional(true)
             }
         }
     }
@@ -191,6 +198,8 @@ async fn check_attention_variant(
                 },
             ),
             (false, SplitForm::Window { window: 1, keys: 1 }),
+            (false, SplitForm::Bidirectional(None)),
+            (true, SplitForm::Bidirectional(Some(awkward))),
         ];
         for (fused_stride, form) in forms {
             let q_scale = if fused_stride { 6.0f32 } else { 1.0 };
@@ -263,7 +272,10 @@ async fn check_attention_variant(
             let (nh, nkv) = (c.n_heads as usize, c.n_kv_heads as usize);
             for t in 0..live {
                 let qt = &q[t * stride..][..q_dim];
-                let n_kv = pos0 + t + 1;
+                let n_kv = match form {
+                    SplitForm::Bidirectional(_) => kv_len,
+                    _ => pos0 + t + 1,
+                };
                 // a window reads the latest keys only
                 let lo = n_kv - keys.keys_read(n_kv as u32) as usize;
                 let (kw, vw, aw) = (

@@ -1,4 +1,5 @@
-//! Step-aware op cases (RoPE + KV-cache write, the SwiGLU gate; attention is in
+//! Step-aware op cases (RoPE + KV-cache write, the SwiGLU gate, the in-place LayerNorm;
+//! attention is in
 //! `attention_cases.rs`) against the CPU reference in `emberlm::model::reference`, run
 //! natively on lavapipe (`tests/gpu/gpu_ops.rs`) and in the browser on WebGPU (`tests/web/ops.rs`,
 //! with the smaller case lists).
@@ -11,6 +12,7 @@
 //! Each check returns the worst `|gpu − reference| / tolerance` seen (≤ 1 when it passes), so
 //! the margins can be logged.
 
+use emberlm::backend::gpu::ops::{RowNorm, RowNormKind};
 use emberlm::backend::gpu::{
     GpuContext, Heads, KernelBinding, KernelCache, Qkv, RopeKvWrite, StepParams, SwiGlu,
 };
@@ -329,7 +331,13 @@ fn activation_inputs(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
     x
 }
 
-/// SwiGLU (separate and fused gate/up buffers) against the reference.
+/// LayerNorm tolerance: `|gpu − ref| ≤ 1e-5 · (|g| + |b|) + 1e-6` per value (a normalised
+/// value is O(1); its f32 mean and variance round once per element of the row).
+pub const LAYER_NORM_TOL: f32 = 1e-5;
+
+/// SwiGLU (separate and fused gate/up buffers) and the in-place LayerNorm of each token's row
+/// (BERT's post-norms; rows offset far from 0, where a one-pass variance would cancel) against
+/// the reference.
 pub async fn check_elementwise(
     ctx: &GpuContext,
     cache: &KernelCache,
@@ -337,6 +345,9 @@ pub async fn check_elementwise(
     rng: &mut ChaCha8Rng,
 ) -> Result<f32, String> {
     let swiglu = SwiGlu::new(ctx, cache).await.map_err(err("swiglu"))?;
+    let layer_norm = RowNorm::new(ctx, cache, RowNormKind::Layer)
+        .await
+        .map_err(err("layer_norm"))?;
     let mut worst = 0.0f32;
     for &(n, max_tokens, n_tokens) in cases {
         let what = format!("elementwise n={n} tokens={n_tokens}/{max_tokens}");
@@ -384,6 +395,26 @@ pub async fn check_elementwise(
             )?);
             untouched(&format!("{name} {what}"), &got, &sentinel, live_n..total)?;
         }
+
+        // the LayerNorm, in place over rows of `n` offset by 40
+        let x: Vec<f32> = random_vec(rng, total, 3.0).iter().map(|v| v + 40.0).collect();
+        let (g, b) = (random_vec(rng, len, 2.0), random_vec(rng, len, 1.0));
+        let eps = 1e-12;
+        let xb = ctx.storage_from("x", &x).map_err(&e)?;
+        let gb = ctx.storage_from("gain", &g).map_err(&e)?;
+        let bb = ctx.storage_from("bias", &b).map_err(&e)?;
+        let bound = layer_norm
+            .bind_layer(ctx, &step, &xb, &gb, &bb, (n, eps), max_tokens)
+            .map_err(&e)?;
+        run(ctx, &[&bound], n_tokens);
+        let got = ctx.read_f32(&xb, total).await.map_err(&e)?;
+        let want = reference::layer_norm(&x[..live_n], &g, &b, len, eps);
+        let what = format!("layer_norm {what}");
+        worst = worst.max(close(&what, &got, &want, 0..live_n, |i| {
+            let c = i % len;
+            LAYER_NORM_TOL * (g[c].abs() + b[c].abs()) + 1e-6
+        })?);
+        untouched(&what, &got, &x, live_n..total)?;
     }
     Ok(worst)
 }

@@ -13,8 +13,10 @@ use wasm_bindgen_futures::JsFuture;
 pub const AGREEMENT: &str = include_str!("../fixtures/native_browser_agreement.json");
 
 pub fn fixture(name: &str) -> &'static [u8] {
-    super::web_fixtures::TINY_GGUFS
+    let fixtures = &super::web_fixtures::TINY_GGUFS;
+    fixtures
         .iter()
+        .chain(&super::web_fixtures::ENCODER_GGUFS)
         .find(|(file, _, _)| *file == name)
         .map(|(_, bytes, _)| *bytes)
         .unwrap_or_else(|| panic!("no fixture {name} compiled into the browser test"))

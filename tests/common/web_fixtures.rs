@@ -29,3 +29,11 @@ pub const TINY_GGUFS: [(&str, &[u8], &str); 16] = [
     fixture!("tiny-gemma3-f32"),
     fixture!("tiny-llama3-rope-f32"),
 ];
+
+/// The encoder fixtures (BERT, no LM head: goldens of pooled states, see
+/// `tools/make_bert_fixtures.py`).
+pub const ENCODER_GGUFS: [(&str, &[u8], &str); 1] = [(
+    "tiny-bert-f32.gguf",
+    include_bytes!("../fixtures/tiny-bert-f32.gguf").as_slice(),
+    include_str!("../fixtures/golden/tiny-bert.golden.json"),
+)];

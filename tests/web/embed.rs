@@ -146,3 +146,39 @@ async fn the_conversation_survives_and_bad_input_is_named() {
         assert!(e.contains(says), "{e}");
     }
 }
+
+/// The tiny BERT encoder in the page, on WebGPU and on the CPU backend: its mean-pooled
+/// states (the pooling its file names, the default) against the float64 goldens, and
+/// generation refused naming why.
+#[wasm_bindgen_test]
+async fn a_bert_encoder_embeds_in_the_page_on_webgpu_and_the_cpu() {
+    const BERT: &str = "tiny-bert-f32.gguf";
+    let (_, _, golden) = common::web_fixtures::ENCODER_GGUFS[0];
+    let golden: Value = serde_json::from_str(golden).unwrap();
+    let results = golden["results"].as_array().unwrap();
+    let texts: Vec<&str> = results.iter().map(|r| r["text"].as_str().unwrap()).collect();
+    let want: Vec<Vec<f32>> = results
+        .iter()
+        .map(|r| {
+            r["mean"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    let gpu = load(BERT).await;
+    let cpu = load_cpu(BERT).await;
+    for (label, engine) in [("webgpu", &*gpu), ("cpu", &cpu)] {
+        let got = embed(engine, js(&json!(texts)), json!({ "normalize": false }))
+            .await
+            .unwrap();
+        close(&got, &want, &format!("tiny BERT on {label}"));
+        let events = Events::new();
+        let refused = generate(engine, &json!("permission is"), json!({ "max_tokens": 2 }), &events)
+            .await
+            .unwrap_err();
+        assert!(refused.contains("encoder with no LM head"), "{label}: {refused}");
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::*;
 use crate::config::tests::tiny_llama;
 use crate::config::NormKind;
-use crate::model::graph::{Act, Op, Post};
+use crate::model::graph::{Act, Op, Post, Rows};
 
 impl WeightIndex for HashMap<String, Vec<usize>> {
     fn shape(&self, name: &str) -> Option<&[usize]> {
@@ -122,13 +122,14 @@ fn tiny(arch: Architecture) -> ModelConfig {
     c.rope_layout = s.gguf_names[0].rope_layout;
     c.qkv_bias = s.gguf_names[0].qkv_bias;
     c.qk_norm = s.gguf_names[0].qk_norm;
-    if arch == gpt2::ARCH {
+    if arch == gpt2::ARCH || arch == bert::ARCH {
         (c.n_kv_heads, c.head_dim) = (c.n_heads, c.hidden_size / c.n_heads);
     }
+    (c.bidirectional, c.pooling) = (s.bidirectional, s.pooling);
     c
 }
 
-const EVERY: [Architecture; 3] = [llama::ARCH, gpt2::ARCH, gemma3::ARCH];
+const EVERY: [Architecture; 4] = [llama::ARCH, gpt2::ARCH, gemma3::ARCH, bert::ARCH];
 
 #[test]
 fn every_architecture_has_one_spec_in_the_registry() {
@@ -163,7 +164,7 @@ fn names_belong_to_one_architecture_each() {
         sorted.dedup();
         assert_eq!(sorted.len(), names.len(), "{names:?}");
     }
-    assert_eq!(gguf_names(), "llama, qwen2, qwen3, phi3, gpt2, gemma3");
+    assert_eq!(gguf_names(), "llama, qwen2, qwen3, phi3, gpt2, gemma3, bert");
     assert!(by_gguf_name("mamba").is_none());
     assert_eq!(by_hf_model_type("qwen3").map(|s| s.arch), Some(llama::ARCH));
     assert_eq!(
@@ -213,7 +214,7 @@ fn each_architecture_says_which_rule_a_config_breaks() {
 
 #[test]
 fn hugging_face_names_map_into_each_architectures_expected_tensors() {
-    let cases: [(Architecture, &[&str]); 3] = [
+    let cases: [(Architecture, &[&str]); 4] = [
         (
             llama::ARCH,
             &[
@@ -234,6 +235,19 @@ fn hugging_face_names_map_into_each_architectures_expected_tensors() {
                 "model.layers.1.pre_feedforward_layernorm.weight",
                 "model.layers.0.post_feedforward_layernorm.weight",
                 "model.layers.0.self_attn.q_norm.weight",
+            ],
+        ),
+        (
+            bert::ARCH,
+            &[
+                "bert.embeddings.word_embeddings.weight",
+                "embeddings.token_type_embeddings.weight",
+                "embeddings.LayerNorm.bias",
+                "encoder.layer.1.attention.self.value.bias",
+                "encoder.layer.0.attention.output.LayerNorm.weight",
+                "encoder.layer.1.intermediate.dense.weight",
+                "encoder.layer.0.output.dense.bias",
+                "encoder.layer.1.output.LayerNorm.bias",
             ],
         ),
     ];
@@ -257,4 +271,44 @@ fn hugging_face_names_map_into_each_architectures_expected_tensors() {
         (spec(llama::ARCH).hf_fix)("blk.0.ffn_norm.weight", "x"),
         None
     );
+    // what a BERT checkpoint holds beyond the encoder is not read
+    for unread in [
+        "pooler.dense.weight",
+        "embeddings.position_ids",
+        "cls.predictions.bias",
+        "encoder.layer.0.attention.self.query.scale",
+    ] {
+        assert_eq!((spec(bert::ARCH).hf_tensor)(unread), None, "{unread}");
+    }
+}
+
+#[test]
+fn a_bert_graph_is_bidirectional_post_norm_and_headless() {
+    let c = tiny(bert::ARCH);
+    assert!(c.bidirectional);
+    let g = build(&c, &tensors(&c), "tiny").unwrap();
+    assert!(g.head.is_none());
+    let e = g.lm_head(&c).unwrap_err().to_string();
+    assert!(e.contains("encoder with no LM head"), "{e}");
+    let rows: Vec<Rows> = g
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Embed { rows, .. } => Some(*rows),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rows, [Rows::Tokens, Rows::Positions, Rows::First]);
+    // the embedding norm, then two post-norms per layer
+    let norms = g.ops.iter().filter(|op| matches!(op, Op::Norm(_))).count();
+    assert_eq!(norms, 1 + 2 * c.n_layers);
+    assert!(g
+        .ops
+        .iter()
+        .any(|op| matches!(op, Op::Linear(l) if l.post == Post::GeluErf)));
+    // no linear has a norm folded in: each of BERT's norms follows a residual sum
+    assert!(g
+        .ops
+        .iter()
+        .all(|op| !matches!(op, Op::Linear(l) if l.norm.is_some())));
 }
