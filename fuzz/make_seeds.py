@@ -190,6 +190,28 @@ def gpt2_model(tok, d=8, heads=2, ff=16, layers=1, ctx=16, mat=T_F16):
     return write_gguf(meta, ts)
 
 
+def bert_model(tok, d=8, heads=2, ff=16, layers=1, ctx=16, mat=T_F32, pooling=1):
+    vocab = len(dict((m[0], m[2]) for m in tok)["tokenizer.ggml.tokens"][1])
+    meta = [("general.architecture", STRING, "bert"), ("bert.context_length", U32, ctx),
+            ("bert.embedding_length", U32, d), ("bert.block_count", U32, layers),
+            ("bert.feed_forward_length", U32, ff), ("bert.attention.head_count", U32, heads),
+            ("bert.attention.layer_norm_epsilon", F32, 1e-12),
+            ("bert.attention.causal", BOOL, False), ("bert.pooling_type", U32, pooling)] + tok
+    ts = [tensor("token_embd.weight", [vocab, d], mat),
+          tensor("position_embd.weight", [ctx, d], T_F32),
+          tensor("token_types.weight", [2, d], T_F32),
+          tensor("token_embd_norm.weight", [d], T_F32), tensor("token_embd_norm.bias", [d], T_F32)]
+    for i in range(layers):
+        b = f"blk.{i}."
+        for name, shape in [("attn_q", [d, d]), ("attn_k", [d, d]), ("attn_v", [d, d]),
+                            ("attn_output", [d, d]), ("attn_output_norm", [d]),
+                            ("ffn_up", [ff, d]), ("ffn_down", [d, ff]),
+                            ("layer_output_norm", [d])]:
+            ts.append(tensor(b + name + ".weight", shape, mat if len(shape) == 2 else T_F32))
+            ts.append(tensor(b + name + ".bias", shape[:1], T_F32))
+    return write_gguf(meta, ts)
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face folders
 
@@ -268,6 +290,27 @@ def hf_gemma3(dtype="BF16", d=8, heads=2, kv=1, ff=16, vocab=16, layers=2, hd=4)
                (p + "mlp.up_proj.weight", dtype, [ff, d]),
                (p + "mlp.down_proj.weight", dtype, [d, ff])]
     return json.dumps(config, indent=2).encode() + b"\0" + safetensors(ts)
+
+
+def hf_bert(dtype="F32", d=8, heads=2, vocab=16, ctx=16, pooling=None):
+    """A BERT folder; `pooling` merges sentence-transformers' pooling flags into the config
+    (the fuzz target reads the config as `1_Pooling/config.json` too)."""
+    config = {"model_type": "bert", "vocab_size": vocab, "hidden_size": d,
+              "num_hidden_layers": 1, "num_attention_heads": heads, "intermediate_size": 2 * d,
+              "max_position_embeddings": ctx, "type_vocab_size": 2, "hidden_act": "gelu",
+              "layer_norm_eps": 1e-12, "position_embedding_type": "absolute", **(pooling or {})}
+    p = "encoder.layer.0."
+    ts = [("embeddings.word_embeddings.weight", dtype, [vocab, d]),
+          ("embeddings.position_embeddings.weight", dtype, [ctx, d]),
+          ("embeddings.token_type_embeddings.weight", dtype, [2, d]),
+          ("embeddings.LayerNorm.weight", dtype, [d]), ("embeddings.LayerNorm.bias", dtype, [d]),
+          ("pooler.dense.weight", dtype, [d, d])]
+    for m, shape in [("attention.self.query", [d, d]), ("attention.self.key", [d, d]),
+                     ("attention.self.value", [d, d]), ("attention.output.dense", [d, d]),
+                     ("attention.output.LayerNorm", [d]), ("intermediate.dense", [2 * d, d]),
+                     ("output.dense", [d, 2 * d]), ("output.LayerNorm", [d])]:
+        ts += [(p + m + ".weight", dtype, shape), (p + m + ".bias", dtype, shape[:1])]
+    return json.dumps(config).encode() + b"\0" + safetensors(ts)
 
 
 def hf_gpt2(dtype="F32", d=8, heads=2, vocab=16, ctx=16):
@@ -586,6 +629,7 @@ def main():
     chat_tok = set_key(chat_tok, "tokenizer.ggml.token_type", ARRAY, (I32, types[1] + [3, 3]))
     untyped = [m for m in spm_tok if m[0] != "tokenizer.ggml.token_type"]
     llama3_pre = set_key(gpt2_tok, "tokenizer.ggml.pre", STRING, "llama-bpe")
+    bert_tok = tokenizer_keys(read_metadata(fx("tiny-bert-f32.gguf")))
 
     tool_call_seeds()
 
@@ -604,7 +648,7 @@ def main():
     # Metadata only: the tokenizer targets, and the header parser.
     for name, meta in [("meta-gpt2-tokenizer", gpt2_tok), ("meta-spm-tokenizer", spm_tok),
                        ("meta-chatml-template", chat_tok), ("meta-spm-untyped", untyped),
-                       ("meta-llama3-pre", llama3_pre)]:
+                       ("meta-llama3-pre", llama3_pre), ("meta-bert-wordpiece", bert_tok)]:
         save("tokenizer_gguf", name + ".gguf", write_gguf(meta))
     save("gguf_header", "meta-chatml-template.gguf", write_gguf(chat_tok))
 
@@ -617,6 +661,8 @@ def main():
                                             mat=T_Q4_1, tied=True, bias=True),
         "llama-bf16-2-layers": llama_model(llama3_pre, d=8, layers=2, mat=T_BF16),
         "gpt2-f16": gpt2_model(gpt2_tok),
+        "bert-f32-mean": bert_model(bert_tok),
+        "bert-q8_0-cls": bert_model(bert_tok, d=32, heads=2, ff=32, mat=T_Q8_0, pooling=2),
     }
     for name, data in models.items():
         save("gguf_model", name + ".gguf", data)
@@ -669,6 +715,9 @@ def main():
         "gpt2-f32": hf_gpt2(),
         "gpt2-f16": hf_gpt2(dtype="F16"),
         "gemma3-text-bf16": hf_gemma3(),
+        "bert-f32": hf_bert(),
+        "bert-f16-cls-pooling": hf_bert(dtype="F16", pooling={"pooling_mode_cls_token": True,
+                                                             "pooling_mode_mean_tokens": False}),
         "llama-yarn": hf_llama(rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                              "original_max_position_embeddings": 16,
                                              "beta_fast": 32, "beta_slow": 1}),
@@ -683,6 +732,8 @@ def main():
     # tokenizer.json (+ tokenizer_config.json).
     with open(fx("tiny-llama", "tokenizer.json"), "rb") as f:
         save("tokenizer_json", "fixture-bytelevel-bpe.json", f.read())
+    with open(fx("tiny-bert", "tokenizer.json"), "rb") as f:
+        save("tokenizer_json", "fixture-bert-wordpiece.json", f.read())
     with open(fx("tiny-llama-spm", "tokenizer.json"), "rb") as f:
         spm_json = f.read()
     with open(fx("tiny-llama-spm", "tokenizer_config.json"), "rb") as f:

@@ -12,7 +12,7 @@ use emberlm::chat::{ChatMessage, ChatTemplate};
 use emberlm::config::default_context;
 use emberlm::format::gguf::{GgufHeader, GgufValue};
 use emberlm::format::gguf_stream::GgufStream;
-use emberlm::format::safetensors::HfFolder;
+use emberlm::format::safetensors::{HfFolder, POOLING_FILE};
 use emberlm::loader::ModelFiles;
 use emberlm::model::weights::ModelWeights;
 use emberlm::tokenizer::Tokenizer;
@@ -295,7 +295,12 @@ pub fn gguf_split(data: &[u8]) {
 /// `config.json \0 model.safetensors` as a Hugging Face folder.
 pub fn safetensors_hf(data: &[u8]) {
     let (config, weights) = split_nul(data);
-    let mut files = vec![("config.json".to_string(), config.to_vec())];
+    // the config is also read as sentence-transformers' pooling file (its `pooling_mode_*`
+    // flags, which config.json itself ignores)
+    let mut files = vec![
+        ("config.json".to_string(), config.to_vec()),
+        (POOLING_FILE.to_string(), config.to_vec()),
+    ];
     if let Some(w) = weights {
         files.push(("model.safetensors".to_string(), w.to_vec()));
     }

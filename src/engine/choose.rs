@@ -45,6 +45,14 @@ struct Measured {
     cpu_ms: f64,
 }
 
+/// What [`Session::time_decode_step`] times for the model of `files`, in words.
+fn timed_step(files: &ModelFiles) -> Result<String> {
+    Ok(match files.weights()?.config.bidirectional {
+        true => format!("a {}-token text", crate::session::ENCODER_TIMING_TOKENS),
+        false => "a decode step".into(),
+    })
+}
+
 /// What `auto` decided on a software adapter, and from what.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BackendChoice {
@@ -52,10 +60,13 @@ pub struct BackendChoice {
     pub backend: Chosen,
     /// The software adapter's name.
     pub adapter: String,
-    /// Milliseconds per decode step on the adapter.
+    /// Milliseconds per decode step on the adapter (for an encoder, per text embedded: see
+    /// [`Session::time_decode_step`]).
     pub gpu_ms: f64,
-    /// Milliseconds per decode step on the CPU backend.
+    /// Milliseconds per decode step (or text embedded) on the CPU backend.
     pub cpu_ms: f64,
+    /// The step timed: `"a decode step"`, or an encoder's `"a 32-token text"`.
+    pub step: String,
     /// The CPU backend's threads.
     pub threads: usize,
     /// `true`: timed during this load; `false`: read from the tune store.
@@ -72,9 +83,10 @@ impl BackendChoice {
             n => format!("{n} threads"),
         };
         format!(
-            "`{}` is a software adapter: a decode step takes {:.1} ms on it and {:.1} ms on the \
-             CPU backend ({threads}, {}); running on the {} ({})",
+            "`{}` is a software adapter: {} takes {:.1} ms on it and {:.1} ms on the CPU \
+             backend ({threads}, {}); running on the {} ({})",
             self.adapter,
+            self.step,
             self.gpu_ms,
             self.cpu_ms,
             crate::backend::cpu::dot::instruction_set(),
@@ -157,6 +169,7 @@ impl Engine {
             return Self::new(gpu, files, options, progress).await;
         }
         let report = gpu.report().clone();
+        let step = timed_step(&files)?;
         let kinds = options.gpu.kv_cache;
         let key = choice_key(&report, &files.weights()?, &options, kinds);
         let store = Store::platform();
@@ -167,6 +180,7 @@ impl Engine {
                 adapter: report.name.clone(),
                 gpu_ms: m.gpu_ms,
                 cpu_ms: m.cpu_ms,
+                step: step.clone(),
                 threads: crate::backend::cpu::threads(),
                 measured_now: false,
                 stored_at,
@@ -223,6 +237,7 @@ impl Engine {
             adapter: report.name.clone(),
             gpu_ms,
             cpu_ms,
+            step,
             threads: crate::backend::cpu::threads(),
             measured_now: true,
             stored_at: stored_at.filter(|_| kept),

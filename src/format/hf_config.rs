@@ -1,10 +1,11 @@
 //! Hugging Face `config.json` (and `generation_config.json`) to [`ModelConfig`]: the
 //! architecture its `model_type` names reads the fields ([`crate::model::arch`]); the special
-//! tokens and the checks are common.
+//! tokens and the checks are common. Also the pooling a sentence-transformers folder's
+//! `1_Pooling/config.json` names.
 
 use serde::Deserialize;
 
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, Pooling};
 use crate::error::{Error, Result};
 use crate::model::arch::{self, hf::OneOrMany, HfConfig};
 
@@ -55,6 +56,44 @@ pub fn parse_config(
     Ok(config)
 }
 
+/// The pooling a sentence-transformers `1_Pooling/config.json` names (`pooling_mode_*`
+/// flags): mean, the CLS token or the last token; `None` when it names none. Another mode
+/// (max, mean over √length, weighted mean) is refused naming it, `file` naming the file.
+pub fn sentence_pooling(json: &[u8], file: &str) -> Result<Option<Pooling>> {
+    let raw: serde_json::Value = serde_json::from_slice(json)
+        .map_err(|e| Error::format(file, format!("invalid JSON: {e}")))?;
+    let on = |key: &str| raw.get(key).and_then(serde_json::Value::as_bool) == Some(true);
+    for other in [
+        "pooling_mode_max_tokens",
+        "pooling_mode_mean_sqrt_len_tokens",
+        "pooling_mode_weightedmean_tokens",
+    ] {
+        if on(other) {
+            return Err(Error::Unsupported {
+                file: file.to_string(),
+                what: format!("`{other}` (emberlm pools by mean, the CLS token or the last token)"),
+            });
+        }
+    }
+    let named: Vec<Pooling> = [
+        ("pooling_mode_mean_tokens", Pooling::Mean),
+        ("pooling_mode_cls_token", Pooling::Cls),
+        ("pooling_mode_lasttoken", Pooling::Last),
+    ]
+    .into_iter()
+    .filter(|(key, _)| on(key))
+    .map(|(_, p)| p)
+    .collect();
+    match named[..] {
+        [] => Ok(None),
+        [one] => Ok(Some(one)),
+        _ => Err(Error::Unsupported {
+            file: file.to_string(),
+            what: "several pooling modes at once (their vectors concatenated)".into(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +131,38 @@ mod tests {
     fn qwen2_has_qkv_bias() {
         let json = LLAMA.replace("\"llama\"", "\"qwen2\"");
         assert!(parse_config(json.as_bytes(), None, "c").unwrap().qkv_bias);
+    }
+
+    #[test]
+    fn sentence_transformers_name_their_pooling() {
+        let p = |json: &str| sentence_pooling(json.as_bytes(), "1_Pooling/config.json");
+        assert_eq!(
+            p(r#"{"pooling_mode_mean_tokens": true, "pooling_mode_cls_token": false}"#).unwrap(),
+            Some(Pooling::Mean)
+        );
+        assert_eq!(
+            p(r#"{"pooling_mode_cls_token": true}"#).unwrap(),
+            Some(Pooling::Cls)
+        );
+        assert_eq!(
+            p(r#"{"pooling_mode_lasttoken": true}"#).unwrap(),
+            Some(Pooling::Last)
+        );
+        assert_eq!(p("{}").unwrap(), None);
+        for (json, needle) in [
+            (
+                r#"{"pooling_mode_max_tokens": true}"#,
+                "pooling_mode_max_tokens",
+            ),
+            (
+                r#"{"pooling_mode_mean_tokens": true, "pooling_mode_cls_token": true}"#,
+                "several pooling modes",
+            ),
+            ("[", "invalid JSON"),
+        ] {
+            let e = p(json).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("1_Pooling"), "{json}: {e}");
+        }
     }
 
     #[test]

@@ -21,6 +21,9 @@ use crate::model::weights::{ModelWeights, Tensor};
 pub const SINGLE_FILE: &str = "model.safetensors";
 /// Name of the shard index.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
+/// sentence-transformers' pooling module config (which pooling the embeddings were trained
+/// with).
+pub const POOLING_FILE: &str = "1_Pooling/config.json";
 
 /// The files of a Hugging Face model folder, held in memory.
 #[derive(Debug, Default)]
@@ -35,6 +38,8 @@ pub struct HfFolder {
     pub tokenizer_json: Option<Vec<u8>>,
     /// `tokenizer_config.json`, when present.
     pub tokenizer_config_json: Option<Vec<u8>>,
+    /// `1_Pooling/config.json` ([`POOLING_FILE`]), when present.
+    pub pooling_config_json: Option<Vec<u8>>,
     /// Safetensors files by file name.
     pub shards: BTreeMap<String, Vec<u8>>,
 }
@@ -75,6 +80,7 @@ impl HfFolder {
             generation_config_json: files.remove("generation_config.json"),
             tokenizer_json: files.remove("tokenizer.json"),
             tokenizer_config_json: files.remove("tokenizer_config.json"),
+            pooling_config_json: files.remove(POOLING_FILE),
             shards: BTreeMap::new(),
         };
         for shard in Self::shard_names(name, files.get(INDEX_FILE).map(Vec::as_slice))? {
@@ -107,6 +113,7 @@ impl HfFolder {
             "generation_config.json",
             "tokenizer.json",
             "tokenizer_config.json",
+            POOLING_FILE,
         ] {
             if let Some(bytes) = read(file)? {
                 files.push((file.to_string(), bytes));
@@ -147,11 +154,15 @@ impl HfFolder {
     /// Parses the configuration and every shard into tensors under GGUF names, and checks
     /// that every tensor the forward pass needs is there with the right shape.
     pub fn load(&self) -> Result<ModelWeights<'_>> {
-        let config = hf_config::parse_config(
+        let mut config = hf_config::parse_config(
             &self.config_json,
             self.generation_config_json.as_deref(),
             &format!("{}/config.json", self.name),
         )?;
+        if let Some(json) = &self.pooling_config_json {
+            let file = format!("{}/{POOLING_FILE}", self.name);
+            config.pooling = hf_config::sentence_pooling(json, &file)?.or(config.pooling);
+        }
         let spec = arch::spec(config.arch);
         let mut tensors: BTreeMap<String, Tensor<'_>> = BTreeMap::new();
         for (file, bytes) in &self.shards {

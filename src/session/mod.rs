@@ -183,6 +183,9 @@ fn check_token_ids(name: &'static str, ids: &[u32], vocab: usize) -> Result<()> 
     }
 }
 
+/// Tokens of the text an encoder is timed on ([`Session::time_decode_step`]): a sentence.
+pub const ENCODER_TIMING_TOKENS: usize = 32;
+
 impl Session {
     /// Loads `files` onto the GPU of `ctx` with a KV cache of `context` positions (default: the
     /// model's context, at most 4096).
@@ -322,10 +325,30 @@ impl Session {
 
     /// Milliseconds one decode step takes on this session's backend: the fastest of `steps`
     /// single-token steps (each reading its logits row back) after one untimed step, from an
-    /// empty KV cache. The cache is left empty (the next call runs its prompt again).
+    /// empty KV cache. The cache is left empty (the next call runs its prompt again). An
+    /// encoder, which does not decode, is timed on what it does: a text of
+    /// [`ENCODER_TIMING_TOKENS`] embedded (its hidden states read back).
     pub async fn time_decode_step(&mut self, steps: usize) -> Result<f64> {
         self.forward.truncate(0)?;
         self.cached.clear();
+        if self.config().bidirectional {
+            let first = self.tokenizer.bos_id().unwrap_or(0);
+            let text = vec![first; ENCODER_TIMING_TOKENS.min(self.context())];
+            let mut best = f64::INFINITY;
+            // the first run is not timed
+            for run in 0..=steps.max(1) {
+                self.forward.truncate(0)?;
+                let t = Instant::now();
+                self.forward
+                    .run(Rows::Next(&text), Readback::Hidden)
+                    .await?;
+                if run > 0 {
+                    best = best.min(elapsed_ms(t));
+                }
+            }
+            self.forward.truncate(0)?;
+            return Ok(best);
+        }
         let token = [self.eos.first().copied().unwrap_or(0)];
         self.forward
             .run(Rows::Next(&token), Readback::LastRow)

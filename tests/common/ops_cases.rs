@@ -397,7 +397,10 @@ pub async fn check_elementwise(
         }
 
         // the LayerNorm, in place over rows of `n` offset by 40
-        let x: Vec<f32> = random_vec(rng, total, 3.0).iter().map(|v| v + 40.0).collect();
+        let x: Vec<f32> = random_vec(rng, total, 3.0)
+            .iter()
+            .map(|v| v + 40.0)
+            .collect();
         let (g, b) = (random_vec(rng, len, 2.0), random_vec(rng, len, 1.0));
         let eps = 1e-12;
         let xb = ctx.storage_from("x", &x).map_err(&e)?;

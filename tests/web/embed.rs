@@ -156,7 +156,10 @@ async fn a_bert_encoder_embeds_in_the_page_on_webgpu_and_the_cpu() {
     let (_, _, golden) = common::web_fixtures::ENCODER_GGUFS[0];
     let golden: Value = serde_json::from_str(golden).unwrap();
     let results = golden["results"].as_array().unwrap();
-    let texts: Vec<&str> = results.iter().map(|r| r["text"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = results
+        .iter()
+        .map(|r| r["text"].as_str().unwrap())
+        .collect();
     let want: Vec<Vec<f32>> = results
         .iter()
         .map(|r| {
@@ -176,9 +179,17 @@ async fn a_bert_encoder_embeds_in_the_page_on_webgpu_and_the_cpu() {
             .unwrap();
         close(&got, &want, &format!("tiny BERT on {label}"));
         let events = Events::new();
-        let refused = generate(engine, &json!("permission is"), json!({ "max_tokens": 2 }), &events)
-            .await
-            .unwrap_err();
-        assert!(refused.contains("encoder with no LM head"), "{label}: {refused}");
+        let refused = generate(
+            engine,
+            &json!("permission is"),
+            json!({ "max_tokens": 2 }),
+            &events,
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            refused.contains("encoder with no LM head"),
+            "{label}: {refused}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! weight row is unpacked once per call and multiplied with every token's activations, and the
 //! rows are spread over the thread pool.
 
-use super::dot::dot_f32;
+use super::f32_tiles;
 use super::quant::{Q8Rows, UnpackedRow, QK};
 use super::tiled::{self, Packed};
 use crate::dtype::DType;
@@ -237,7 +237,6 @@ impl QMatrix {
             };
             let out = &mut out[done * tokens..];
             let first = first + done;
-            let n = n - done;
             if quantized {
                 // Each row's blocks made into values in registers, once for up to four tokens
                 // (one in a decode step, more in a batched step or a prompt chunk), where the
@@ -259,14 +258,18 @@ impl QMatrix {
                     }
                 }
             } else {
-                let mut row = vec![0.0f32; self.cols];
-                for r in 0..n {
-                    let bytes = &self.data[(first + r) * self.row_bytes..][..self.row_bytes];
-                    // The length was checked at construction.
-                    let _ = crate::dtype::dequantize_into(self.dtype, bytes, &mut row, "row");
-                    for t in 0..tokens {
-                        out[r * tokens + t] = dot_f32(&row, &x[t * self.cols..][..self.cols]);
+                // rows unpacked to f32 a tile at a time, each tile multiplied with every token
+                let cols = self.cols;
+                let mut rows = vec![0.0f32; f32_tiles::ROWS * cols];
+                for (i, out) in out.chunks_mut(f32_tiles::ROWS * tokens).enumerate() {
+                    let k = out.len() / tokens;
+                    for (j, row) in rows.chunks_exact_mut(cols).take(k).enumerate() {
+                        let r = first + i * f32_tiles::ROWS + j;
+                        let bytes = &self.data[r * self.row_bytes..][..self.row_bytes];
+                        // The length was checked at construction.
+                        let _ = crate::dtype::dequantize_into(self.dtype, bytes, row, "row");
                     }
+                    f32_tiles::rows_times_tokens(&rows[..k * cols], cols, x, out);
                 }
             }
         };

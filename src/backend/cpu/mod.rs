@@ -11,6 +11,7 @@
 
 mod attention;
 pub mod dot;
+mod f32_tiles;
 mod forward;
 mod fused;
 mod fused_k;

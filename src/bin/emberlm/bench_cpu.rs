@@ -1,7 +1,8 @@
 //! `emberlm --device cpu bench`: the CPU backend's load time, prefill and decode speed and time
 //! to first token on a model file, beside llama.cpp (llama-cpp-python) on the same file, the
 //! same token ids and the same number of threads, in alternating runs (ours, theirs, ours, ...).
-//! Prints a table and writes JSON. The GPU bench's other sections (counters, copy bandwidth,
+//! Prints a table and writes JSON. An encoder (BERT), which does not generate, is measured by its
+//! embeddings section alone. The GPU bench's other sections (counters, copy bandwidth,
 //! KV on/off, kinds, precision, speculative) measure the GPU and are not run; `--batch-only
 //! --device cpu` measures batched decoding on the CPU.
 
@@ -28,21 +29,37 @@ fn run_once(session: &mut Session, prompt: &[u32], max_new: usize) -> CliResult<
 pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let longest = args.prefill.iter().copied().max().unwrap_or(1);
     // the saved-conversation section's conversation, and its turn, within the model's context
-    let trained = ModelFiles::open(model)?.weights()?.config.context_length;
+    let config = ModelFiles::open(model)?.weights()?.config;
+    let (trained, encoder) = (config.context_length, config.bidirectional);
     let asked = match args.quick {
         true => args.saved_tokens.min(32),
         false => args.saved_tokens,
     };
-    let saved_tokens = asked.min(trained.saturating_sub(24));
-    if saved_tokens < asked {
+    let saved_tokens = match encoder {
+        true => 0,
+        false => asked.min(trained.saturating_sub(24)),
+    };
+    if saved_tokens < asked && !encoder {
         eprintln!(
             "bench: the saved conversation is {saved_tokens} tokens, not {asked}: the model's context is {trained}"
         );
     }
-    let context = longest
-        .max(args.prefill[0] + args.decode)
-        .max(saved_tokens + 16)
-        + 8;
+    let context = match encoder {
+        // an encoder reads each text whole, up to its trained positions
+        true => trained,
+        false => {
+            longest
+                .max(args.prefill[0] + args.decode)
+                .max(saved_tokens + 16)
+                + 8
+        }
+    };
+    if encoder {
+        eprintln!(
+            "bench: {} is an encoder (no LM head): only its embeddings are measured",
+            model.display()
+        );
+    }
     let threads = emberlm::backend::cpu::threads();
     let isa = emberlm::backend::cpu::dot::instruction_set();
     let cpu = cpu_name();
@@ -64,15 +81,19 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         session = Some(s);
     }
     let mut session = session.ok_or_else(|| fail("no session"))?;
-    let prompts: Vec<Vec<u32>> = args
-        .prefill
+    let prefill_lengths: &[usize] = match encoder {
+        true => &[],
+        false => &args.prefill,
+    };
+    let prompts: Vec<Vec<u32>> = prefill_lengths
         .iter()
         .map(|&n| prompt_tokens(&session, n))
         .collect::<CliResult<_>>()?;
-    let decode_prompt = prompts[0].clone();
+    let decode_prompt = prompts.first().cloned().unwrap_or_default();
 
     let python = args.llama_cpp_python.clone().filter(|p| p.exists());
     let mut llama_error = match (&args.llama_cpp_python, &python) {
+        _ if encoder => Some("an encoder does not generate (see the embeddings section)".into()),
         (None, _) => Some("not asked for (--llama-cpp-python)".to_string()),
         (Some(p), None) => Some(format!("{} does not exist", p.display())),
         _ => None,
@@ -81,6 +102,9 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
     let mut prefill_tps: Vec<Vec<f64>> = vec![Vec::new(); prompts.len()];
     let (mut decode_tps, mut ttft_ms) = (Vec::new(), Vec::new());
     for run in 0..args.runs {
+        if encoder {
+            break;
+        }
         eprintln!("bench: run {} of {}", run + 1, args.runs);
         for (i, p) in prompts.iter().enumerate() {
             let stats = run_once(&mut session, p, 1)?;
@@ -154,11 +178,12 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         "model": model.display().to_string(),
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
         "settings": {
-            "prefill": args.prefill, "decode": args.decode, "runs": args.runs,
+            "prefill": prefill_lengths, "decode": args.decode, "runs": args.runs,
             "context": context, "quick": args.quick,
         },
+        "encoder": encoder,
         "load_s": Spread::of(&load_s),
-        "prefill_tok_s": args.prefill.iter().zip(&prefill)
+        "prefill_tok_s": prefill_lengths.iter().zip(&prefill)
             .map(|(n, s)| json!({ "tokens": n, "tok_s": s })).collect::<Vec<_>>(),
         "decode_tok_s": decode,
         "ttft_ms": Spread::of(&ttft_ms),
@@ -174,21 +199,23 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
         args.runs
     );
     println!("{:<44}{}", "load (s)", Spread::of(&load_s));
-    for (n, s) in args.prefill.iter().zip(&prefill) {
+    for (n, s) in prefill_lengths.iter().zip(&prefill) {
         println!("{:<44}{s}", format!("prefill {n} tokens (tok/s)"));
     }
-    println!(
-        "{:<44}{decode}",
-        format!("decode {} tokens greedy (tok/s)", args.decode)
-    );
-    println!(
-        "{:<44}{}",
-        format!(
-            "time to first token, {}-token prompt (ms)",
-            decode_prompt.len()
-        ),
-        Spread::of(&ttft_ms)
-    );
+    if !encoder {
+        println!(
+            "{:<44}{decode}",
+            format!("decode {} tokens greedy (tok/s)", args.decode)
+        );
+        println!(
+            "{:<44}{}",
+            format!(
+                "time to first token, {}-token prompt (ms)",
+                decode_prompt.len()
+            ),
+            Spread::of(&ttft_ms)
+        );
+    }
     crate::bench_saved::print(&saved);
     crate::bench_embed::print(&embedded);
     if llama["available"] == true {
@@ -198,7 +225,7 @@ pub fn bench(args: &BenchArgs, model: &Path) -> CliResult<()> {
             llama["version"].as_str().unwrap_or("?"),
             llama["threads"]
         );
-        for (i, n) in args.prefill.iter().enumerate() {
+        for (i, n) in prefill_lengths.iter().enumerate() {
             println!(
                 "  prefill {n}: {:.2} tok/s → ours/theirs {:.3}",
                 ratio(&llama["prefill_tok_s"][i]["median"]),

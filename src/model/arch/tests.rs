@@ -164,7 +164,10 @@ fn names_belong_to_one_architecture_each() {
         sorted.dedup();
         assert_eq!(sorted.len(), names.len(), "{names:?}");
     }
-    assert_eq!(gguf_names(), "llama, qwen2, qwen3, phi3, gpt2, gemma3, bert");
+    assert_eq!(
+        gguf_names(),
+        "llama, qwen2, qwen3, phi3, gpt2, gemma3, bert"
+    );
     assert!(by_gguf_name("mamba").is_none());
     assert_eq!(by_hf_model_type("qwen3").map(|s| s.arch), Some(llama::ARCH));
     assert_eq!(
