@@ -86,6 +86,8 @@ const ARCH_FIXTURES: &[(&str, &str)] = &[
     ("tiny-phi3-f32.gguf", "phi3"),
     ("tiny-gemma3-f32.gguf", "gemma3"),
     ("tiny-llama3-rope-f32.gguf", "llama"),
+    ("tiny-bert-f32.gguf", "bert"),
+    ("tiny-bert-q8_0.gguf", "bert"),
 ];
 
 #[test]
@@ -234,7 +236,10 @@ fn fixture_data_matches_file_layout() {
         let end = h.tensors().iter().map(|t| h.tensor_range(t).end).max();
         assert_eq!(end, Some(bytes.len() as u64), "{name}");
         // A tensor's first f32 read through `tensor_data` is the value at its absolute offset.
-        let t = h.tensor("output_norm.weight").unwrap();
+        // a decoder's final norm, or an encoder's embedding norm (it has no final one)
+        let t = (h.tensor("output_norm.weight"))
+            .or_else(|| h.tensor("token_embd_norm.weight"))
+            .unwrap();
         let data = h.tensor_data(&bytes, t).unwrap();
         let at = h.tensor_range(t).start as usize;
         assert_eq!(&data[..4], &bytes[at..at + 4]);

@@ -5,8 +5,8 @@ use emberlm::tokenizer::Tokenizer;
 use emberlm::Error;
 
 use super::support::{
-    fixtures, gemma3, gguf_fixtures, gguf_tokenizer, golden, json_tokenizer, smollm2, Case,
-    JSON_TWINS,
+    fixtures, gemma3, gguf_fixtures, gguf_tokenizer, golden, ids, json_tokenizer, smollm2, Case,
+    EXTRA_TEXTS, JSON_TWINS,
 };
 
 fn check_goldens(name: &str, tok: &Tokenizer, cases: &[Case]) {
@@ -177,4 +177,47 @@ fn tokenizer_and_template_can_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Tokenizer>();
     send_sync::<emberlm::chat::ChatTemplate>();
+}
+
+/// The tiny BERT's uncased WordPiece, from its GGUF twins' metadata (llama.cpp's `▁word` /
+/// `piece` spelling read back) and from its tokenizer.json: the golden ids of every golden text
+/// (`[CLS] text [SEP]`), and the same ids from both on the extra texts.
+#[test]
+fn bert_wordpiece_from_gguf_and_tokenizer_json_agree_with_the_goldens() {
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("golden/tiny-bert.golden.json")).unwrap(),
+    )
+    .unwrap();
+    let json = json_tokenizer("tiny-bert");
+    let forms = [
+        ("tiny-bert/tokenizer.json", json),
+        (
+            "tiny-bert-f32.gguf",
+            gguf_tokenizer(&fixtures().join("tiny-bert-f32.gguf")),
+        ),
+        (
+            "tiny-bert-q8_0.gguf",
+            gguf_tokenizer(&fixtures().join("tiny-bert-q8_0.gguf")),
+        ),
+    ];
+    for r in golden["results"].as_array().unwrap() {
+        let text = r["text"].as_str().unwrap();
+        let want = ids(&r["ids"]);
+        for (name, tok) in &forms {
+            assert_eq!(tok.encode_whole(text).unwrap(), want, "{name}: {text:?}");
+        }
+    }
+    for &text in EXTRA_TEXTS {
+        let want = forms[0].1.encode_whole(text).unwrap();
+        for (name, tok) in &forms[1..] {
+            assert_eq!(tok.encode_whole(text).unwrap(), want, "{name}: {text:?}");
+        }
+        // uncased, accents stripped: decoding gives the normalised words back
+        let body = &want[1..want.len() - 1];
+        let back = forms[1].1.decode(body, true).unwrap();
+        assert!(
+            back.chars().all(|c| !c.is_uppercase()),
+            "{text:?} decoded as {back:?}"
+        );
+    }
 }

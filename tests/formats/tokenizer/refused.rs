@@ -196,10 +196,16 @@ fn bad_gguf_tokenizer_metadata_is_refused() {
     assert_names(&e, &["no-such-pre", "tokenizer.ggml.pre"]);
 
     let e = gguf_error(gpt2, |m| {
-        set(m, "tokenizer.ggml.model", GgufValue::String("bert".into()))
+        set(m, "tokenizer.ggml.model", GgufValue::String("t5".into()))
     });
     assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
-    assert_names(&e, &["bert", "tokenizer.ggml.model"]);
+    assert_names(&e, &["t5", "tokenizer.ggml.model"]);
+
+    // a WordPiece vocabulary with no unknown token to fall back on
+    let e = gguf_error(gpt2, |m| {
+        set(m, "tokenizer.ggml.model", GgufValue::String("bert".into()))
+    });
+    assert_names(&e, &["WordPiece", "[UNK]"]);
 
     let e = gguf_error(gpt2, |m| set(m, "tokenizer.ggml.model", GgufValue::U32(2)));
     assert_names(&e, &["tokenizer.ggml.model"]);
