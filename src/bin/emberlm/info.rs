@@ -147,13 +147,17 @@ pub fn info(
         c.rope_theta,
         c.rope_scaling.describe()
     );
+    let head = match (c.bidirectional, c.tied_embeddings) {
+        (true, _) => format!(
+            "none: an encoder (bidirectional attention) that embeds text and does not generate; \
+             pooling {}",
+            c.pooling.map_or("mean (the default)", |p| p.name())
+        ),
+        (false, true) => "tied to the embedding".into(),
+        (false, false) => "separate".into(),
+    };
     println!(
-        "lm head:      {}{}",
-        if c.tied_embeddings {
-            "tied to the embedding"
-        } else {
-            "separate"
-        },
+        "lm head:      {head}{}",
         if c.qkv_bias { "; q/k/v biases" } else { "" }
     );
     println!("bos / eos:    {:?} / {:?}", c.bos_id, c.eos_ids);
