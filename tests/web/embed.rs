@@ -182,7 +182,7 @@ async fn a_bert_encoder_embeds_in_the_page_on_webgpu_and_the_cpu() {
         let refused = generate(
             engine,
             &json!("permission is"),
-            json!({ "max_tokens": 2 }),
+            json!({ "maxNewTokens": 2 }),
             &events,
         )
         .await
