@@ -47,6 +47,12 @@ pub enum Readback<'r> {
 }
 
 impl<'r> Readback<'r> {
+    /// Whether the step runs the LM head (every readback but [`Readback::None`] and
+    /// [`Readback::Hidden`]): an encoder, which has none, refuses it before anything runs.
+    pub(crate) fn reads_logits(&self) -> bool {
+        !matches!(self, Readback::None | Readback::Hidden)
+    }
+
     /// The per-sequence requests of a batched step ([`Readback::Sequences`]); any other
     /// readback is an error naming it (a batched step reads one row per sequence).
     pub(crate) fn sequences(self) -> Result<&'r [Option<&'r SelectRequest>]> {

@@ -76,16 +76,34 @@ pub fn step_tokens(config: &ModelConfig, context: usize, chunk: usize) -> usize 
     }
 }
 
-/// Fails unless a bidirectional model's run of `tokens` starts its text (`pos` 0): each of its
-/// tokens reads the whole text, so a text cannot be continued from cached positions.
-pub fn check_whole_text(config: &ModelConfig, pos: usize, tokens: usize) -> Result<()> {
-    if config.bidirectional && pos != 0 {
+/// Fails unless a bidirectional model's run of `tokens` starts its text (`pos` 0) and fits
+/// one step of `chunk` tokens: each of its tokens reads the whole text, so a text can neither
+/// continue cached positions nor be cut into steps.
+pub fn check_whole_text(
+    config: &ModelConfig,
+    pos: usize,
+    tokens: usize,
+    chunk: usize,
+) -> Result<()> {
+    if !config.bidirectional {
+        return Ok(());
+    }
+    let name = config.arch.name();
+    if pos != 0 {
         return Err(Error::invalid(
             "tokens",
             format!(
-                "this {} model reads each text whole (bidirectional attention): {tokens} \
-                 tokens cannot continue {pos} cached ones",
-                config.arch.name()
+                "this {name} model reads each text whole (bidirectional attention): {tokens} \
+                 tokens cannot continue {pos} cached ones"
+            ),
+        ));
+    }
+    if tokens > chunk {
+        return Err(Error::invalid(
+            "tokens",
+            format!(
+                "this {name} model reads each text whole (bidirectional attention) in one step \
+                 of at most {chunk} tokens; this text is {tokens}"
             ),
         ));
     }

@@ -326,7 +326,7 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
         bidirectional: spec.bidirectional,
         pooling: match optional("pooling_type")? {
             None => spec.pooling,
-            Some(kind) => pooling_type(kind, file)?,
+            Some(kind) => pooling_type(kind, spec.bidirectional, file)?,
         },
     };
     arch::validate(&config, file)?;
@@ -334,14 +334,17 @@ fn config_from_header<'a>(h: &GgufHeader, tensor: &TensorLookup<'a>) -> Result<M
 }
 
 /// The pooling a GGUF `{arch}.pooling_type` names, as llama.cpp numbers them: 0 none (the
-/// caller's choice), 1 mean, 2 the first token (`[CLS]`), 3 the last; 4 (a reranker's score)
-/// and others are refused naming the value.
-fn pooling_type(kind: usize, file: &str) -> Result<Option<Pooling>> {
+/// caller's choice), 1 mean, 2 the first token (`[CLS]`), 3 the last. Another value (4, a
+/// reranker's score) leaves a decoder's default alone (it still generates; its embeddings
+/// pool as the caller says) and refuses an `encoder`, whose embeddings it would make
+/// meaningless, naming the value.
+fn pooling_type(kind: usize, encoder: bool, file: &str) -> Result<Option<Pooling>> {
     Ok(match kind {
         0 => None,
         1 => Some(Pooling::Mean),
         2 => Some(Pooling::Cls),
         3 => Some(Pooling::Last),
+        _ if !encoder => None,
         _ => {
             return Err(Error::Unsupported {
                 file: file.to_string(),

@@ -238,6 +238,26 @@ impl Session {
         options.validate()?;
         let context = self.context();
         let config = self.config().clone();
+        if config.bidirectional {
+            // an encoder's cache holds only the text being embedded, and the calibration
+            // measures generation, which it does not do: its cache stays as loaded
+            let decision = CacheDecision {
+                kind: self.forward.kv_kinds().k.name().to_string(),
+                source: "not planned".into(),
+                measured_at: now_sec(),
+                budget_mb: options.cache_budget_mb,
+                context,
+                candidates: Vec::new(),
+                notice: Some(format!(
+                    "this {} model is an encoder: its KV cache holds only the text being \
+                     embedded, so there is nothing to plan",
+                    config.arch.name()
+                )),
+                stored_at: None,
+            };
+            self.cache_decision = Some(decision.clone());
+            return Ok(decision);
+        }
         // the GPU adapter, or the CPU backend's instruction set and threads: what the kinds'
         // speeds depend on
         let (device, driver) = self.forward.device_key();

@@ -99,6 +99,7 @@ impl Tokenizer {
             // llama.cpp's key, spelled as it writes it
             sep: header.get_u32("tokenizer.ggml.seperator_token_id")?,
             add_bos: header.get_bool("tokenizer.ggml.add_bos_token")?,
+            add_eos: header.get_bool("tokenizer.ggml.add_eos_token")?,
             add_space_prefix: header.get_bool("tokenizer.ggml.add_space_prefix")?,
         };
         vocab.build()
@@ -123,6 +124,7 @@ struct GgufVocab<'a> {
     cls: Option<u32>,
     sep: Option<u32>,
     add_bos: Option<bool>,
+    add_eos: Option<bool>,
     add_space_prefix: Option<bool>,
 }
 
@@ -205,17 +207,22 @@ impl GgufVocab<'_> {
         let unk = check_id("unknown_token_id", self.unk)?
             .or_else(|| spm_default(0))
             .or_else(|| named("[UNK]"));
-        // a WordPiece text opens with [CLS] and closes with [SEP]
+        // a WordPiece text opens with [CLS] and closes with [SEP] (unless the file says it adds
+        // no closing token); another vocabulary's whole input closes with EOS where the file
+        // says to add one
         let (bos, sep) = match kind {
             GgufModel::Bert => (
                 check_id("cls_token_id", self.cls)?
                     .or(bos)
                     .or_else(|| named("[CLS]")),
-                check_id("seperator_token_id", self.sep)?
-                    .or(eos)
-                    .or_else(|| named("[SEP]")),
+                match self.add_eos {
+                    Some(false) => None,
+                    _ => check_id("seperator_token_id", self.sep)?
+                        .or(eos)
+                        .or_else(|| named("[SEP]")),
+                },
             ),
-            _ => (bos, None),
+            _ => (bos, eos.filter(|_| self.add_eos == Some(true))),
         };
         let eot = check_id("eot_token_id", self.eot)?;
         let eom = check_id("eom_token_id", self.eom)?;
@@ -505,6 +512,7 @@ mod tests {
             cls: None,
             sep: None,
             add_bos: None,
+            add_eos: None,
             add_space_prefix: None,
         };
         let vocab: Vocab = tokens

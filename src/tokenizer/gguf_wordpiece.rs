@@ -40,9 +40,10 @@ pub(super) fn hf_piece(token: &str, phantom: bool, special: bool) -> String {
     }
 }
 
-/// `[CLS]`, `[unused3]`: BERT's bracketed special tokens, which the converter keeps as they are.
+/// `[CLS]`, `[unused3]`: BERT's bracketed special tokens, which the converter keeps as they are
+/// (as it does any token that starts with `[` and ends with `]`, `[]` too).
 fn is_bracketed(token: &str) -> bool {
-    token.len() > 2 && token.starts_with('[') && token.ends_with(']')
+    token.len() >= 2 && token.starts_with('[') && token.ends_with(']')
 }
 
 /// The WordPiece tokenizer of `tokens` (ids are positions; `special[i]` marks control tokens),
@@ -53,7 +54,9 @@ pub(super) fn build(
     unk: u32,
     file: &str,
 ) -> Result<tokenizers::Tokenizer> {
-    let phantom = tokens.iter().any(|t| t.starts_with(WORD_START));
+    // llama.cpp's spelling has word starts marked and no `##`; Hugging Face's the reverse
+    let phantom = tokens.iter().any(|t| t.starts_with(WORD_START))
+        && !tokens.iter().any(|t| t.starts_with(CONTINUES));
     let mut vocab = Vocab::with_capacity(tokens.len());
     let mut unk_piece = None;
     for (i, t) in tokens.iter().enumerate() {
@@ -104,8 +107,9 @@ mod tests {
         assert_eq!(hf_piece("llo", true, false), "##llo");
         assert_eq!(hf_piece("[CLS]", true, true), "[CLS]");
         assert_eq!(hf_piece("[unused7]", true, false), "[unused7]");
-        // a lone bracket is a piece like any other
+        // a lone bracket is a piece like any other; a bracketed pair is kept
         assert_eq!(hf_piece("[", true, false), "##[");
+        assert_eq!(hf_piece("[]", true, false), "[]");
         assert_eq!(hf_piece("##llo", false, false), "##llo");
     }
 

@@ -185,8 +185,6 @@ impl Tokenizer {
         Ok(ids)
     }
 
-    /// The text of `ids`. With `skip_special`, control tokens (BOS, EOS, `<|im_start|>`, ...)
-    /// are left out. An id outside the vocabulary is an error.
     /// `text` as one whole input to be embedded: [`Tokenizer::encode`] with the tokenizer's
     /// default BOS and no special tokens recognised in the text, then the token that closes an
     /// input where the tokenizer has one (BERT's `[SEP]`: `[CLS] text [SEP]`).
@@ -201,6 +199,8 @@ impl Tokenizer {
         self.sep_id
     }
 
+    /// The text of `ids`. With `skip_special`, control tokens (BOS, EOS, `<|im_start|>`, ...)
+    /// are left out. An id outside the vocabulary is an error.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
             return Err(Error::invalid(

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use emberlm::backend::cpu::CpuPrecision;
 use emberlm::loader::ModelFiles;
-use emberlm::session::{EmbedOptions, Pooling, Prompt, Session};
+use emberlm::session::{CachePlanOptions, EmbedOptions, Pooling, Prompt, Session};
 use emberlm::GpuOptions;
 
 fn fixture(name: &str) -> PathBuf {
@@ -224,7 +224,10 @@ fn an_encoder_embeds_but_does_not_generate() {
             err.contains("encoder with no LM head") && err.contains("bert"),
             "{backend}: {err}"
         );
-        // and it still embeds after the refusal
+        // the automatic KV-cache plan has nothing to measure on an encoder
+        let decision = pollster::block_on(s.plan_kv_cache(&CachePlanOptions::default())).unwrap();
+        assert_eq!(decision.source, "not planned", "{backend}");
+        // and it still embeds after both
         let texts = vec!["permission is granted".to_string()];
         let got = pollster::block_on(s.embed(&texts, &EmbedOptions::default())).unwrap();
         assert_eq!(got.vectors.len(), 1, "{backend}");

@@ -367,3 +367,34 @@ fn smollm2_parses() {
             .is_none()
     );
 }
+
+/// `{arch}.pooling_type`: mean, CLS and last name a file's default pooling; a reranker's (4)
+/// or an unknown value leaves a decoder loadable (its pooling the caller's) and refuses an
+/// encoder, naming the value.
+#[test]
+fn pooling_type_names_the_default_pooling_and_a_reranker_is_no_encoder() {
+    use crate::common::gguf_meta;
+    use emberlm::format::gguf_model::config_from_gguf;
+    use emberlm::session::Pooling;
+    let config = |file: &str, key: &str, value: u32| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(file);
+        let mut metadata = gguf_meta::read(&path);
+        gguf_meta::set(&mut metadata, key, GgufValue::U32(value));
+        let bytes = gguf_meta::write_with_tensors(&metadata, &gguf_meta::read_tensors(&path));
+        let header = GgufHeader::parse(&bytes, file).unwrap();
+        config_from_gguf(&header)
+    };
+    let llama = |v| config("tiny-llama-f32.gguf", "llama.pooling_type", v);
+    let bert = |v| config("tiny-bert-f32.gguf", "bert.pooling_type", v);
+    assert_eq!(llama(2).unwrap().pooling, Some(Pooling::Cls));
+    assert_eq!(llama(4).unwrap().pooling, None);
+    assert_eq!(llama(0).unwrap().pooling, None);
+    assert_eq!(bert(3).unwrap().pooling, Some(Pooling::Last));
+    assert_eq!(bert(1).unwrap().pooling, Some(Pooling::Mean));
+    for bad in [4, 99] {
+        let e = bert(bad).unwrap_err().to_string();
+        assert!(e.contains(&format!("pooling_type {bad}")), "{e}");
+    }
+}

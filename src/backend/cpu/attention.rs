@@ -1,4 +1,5 @@
-//! Causal attention on the CPU, a tile of query tokens and heads at a time.
+//! Attention on the CPU (causal, or for an encoder over the whole text: each token's key range
+//! says which), a tile of query tokens and heads at a time.
 //!
 //! A job takes the tokens of a prefill chunk that share a cache (up to [`TILE`] of them) and a
 //! key/value head's query heads, and reads each key and value row once for all of them, where
@@ -88,7 +89,7 @@ fn token_tiles(keys: &[KeyRange], tile: usize) -> Vec<Range<usize>> {
     tiles
 }
 
-/// Causal attention: for token `t`, query heads `q[t·q_stride ..][..n_heads·head_dim]` over
+/// Attention over each token's key range: for token `t`, query heads `q[t·q_stride ..][..n_heads·head_dim]` over
 /// the cache rows `keys[t]` (`k`, `v`: rows of `kv_dim` in any cache kind, decoded a head at a
 /// time as they are read), scaled by `score_scale/√head_dim`, into
 /// `out: [tokens, n_heads·head_dim]`. Jobs (see the [module docs](self)) are spread over the

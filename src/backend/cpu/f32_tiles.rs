@@ -1,4 +1,5 @@
-//! The product of rows kept as floats (F32 and F16 weights, unpacked to f32) with several
+//! The product of weight rows unpacked to f32 (F32, F16 and BF16 weights, and every type
+//! under exact products) with several
 //! tokens, a tile of [`ROWS`] rows × [`TOKENS`] tokens at a time: each step along the row reads
 //! the tile's weights and activations once and updates its twelve sums, where a dot product per
 //! (row, token) would read both for one sum and wait on that sum's additions.

@@ -395,7 +395,7 @@ impl CpuForward {
             return Err(Error::invalid("tokens", "at least one token is needed"));
         }
         self.check_ids(tokens)?;
-        crate::backend::step::check_whole_text(&self.config, pos, tokens.len())?;
+        crate::backend::step::check_whole_text(&self.config, pos, tokens.len(), self.chunk)?;
         if pos + tokens.len() > self.kv.context {
             return Err(Error::invalid(
                 "tokens",

@@ -51,8 +51,7 @@ pub struct Forward {
     staging: wgpu::Buffer,
     nodes: Vec<Node>,
     /// The final norm and LM head for the last token only (row 0 of the logits) and for
-    /// every token of the step.
-    /// The LM head for the last row and for every row (`None` for an encoder).
+    /// every token of the step (`None` for an encoder, which has no LM head).
     head_last: Option<LinearBinding>,
     head_all: Option<LinearBinding>,
     memory: MemoryReport,
@@ -274,7 +273,7 @@ impl Forward {
             return Err(Error::invalid("tokens", "at least one token is needed"));
         }
         self.check_ids(tokens)?;
-        crate::backend::step::check_whole_text(&self.config, pos, tokens.len())?;
+        crate::backend::step::check_whole_text(&self.config, pos, tokens.len(), self.chunk)?;
         let end = pos + tokens.len();
         if end > self.kv.context() {
             return Err(Error::invalid(

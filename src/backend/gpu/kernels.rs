@@ -46,7 +46,7 @@ macro_rules! lib_file {
 pub const ROPE: ShaderFile = shader_file!("rope.wgsl");
 /// The KV-cache write for caches of kinds other than f32 (encode on the way in).
 pub const KV_STORE: ShaderFile = shader_file!("kv_store.wgsl");
-/// Causal grouped-query attention over the KV cache, in every variant.
+/// Grouped-query attention over the KV cache (causal or bidirectional), in every variant.
 pub const ATTENTION: ShaderFile = shader_file!("attention.wgsl");
 /// The merge of split attention's partials (flash-decoding).
 pub const ATTENTION_MERGE: ShaderFile = shader_file!("attention_merge.wgsl");

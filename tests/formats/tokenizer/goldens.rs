@@ -221,3 +221,33 @@ fn bert_wordpiece_from_gguf_and_tokenizer_json_agree_with_the_goldens() {
         );
     }
 }
+
+/// `tokenizer.ggml.add_eos_token`: false leaves BERT's closing `[SEP]` out of a whole input;
+/// true on another vocabulary closes it with EOS (an embedding model's last token).
+#[test]
+fn add_eos_token_says_whether_a_whole_input_is_closed() {
+    use crate::common::gguf_meta;
+    use emberlm::format::gguf::GgufValue;
+    let edited = |file: &str, add: bool| {
+        let mut metadata = gguf_meta::read(&fixtures().join(file));
+        gguf_meta::set(
+            &mut metadata,
+            "tokenizer.ggml.add_eos_token",
+            GgufValue::Bool(add),
+        );
+        Tokenizer::from_gguf(&gguf_meta::header(&metadata, file)).unwrap()
+    };
+    let bert = gguf_tokenizer(&fixtures().join("tiny-bert-f32.gguf"));
+    let open = edited("tiny-bert-f32.gguf", false);
+    let text = "permission is granted";
+    let closed = bert.encode_whole(text).unwrap();
+    assert_eq!(closed.last().copied(), bert.sep_id());
+    assert_eq!(open.encode_whole(text).unwrap(), closed[..closed.len() - 1]);
+    let gpt2 = edited("tiny-gpt2-f32.gguf", true);
+    let ids = gpt2.encode_whole(text).unwrap();
+    assert_eq!(ids.last().copied(), gpt2.eos_ids().first().copied());
+    assert_eq!(
+        ids[..ids.len() - 1],
+        gpt2.encode(text, false, None).unwrap()
+    );
+}

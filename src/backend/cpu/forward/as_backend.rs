@@ -23,6 +23,9 @@ impl CpuForward {
     }
 
     fn run_rows(&mut self, rows: Rows<'_>, readback: Readback<'_>) -> Result<Output> {
+        if self.graph.head.is_none() && readback.reads_logits() {
+            return Err(crate::model::graph::no_lm_head(&self.config));
+        }
         match rows {
             Rows::Next(tokens) => self.run(tokens, readback),
             Rows::InSlot { slot, pos, tokens } => self.run_in_slot(slot, pos, tokens, readback),

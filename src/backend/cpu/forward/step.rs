@@ -125,12 +125,17 @@ impl CpuForward {
                     let (q, kvd) = (config.q_dim(), config.kv_dim());
                     let window = config.layer_window(*layer).map(|w| w as usize);
                     let ring = kv.layout.ring(*layer).unwrap_or(0);
+                    // bidirectional: every position of the text, its sequence's latest in the
+                    // step (one sequence: a text runs whole, from position 0)
+                    let text_end = match config.bidirectional {
+                        true => last_pos(rows) + 1,
+                        false => 0,
+                    };
                     let keys: Vec<KeyRange> = rows
                         .iter()
                         .map(|r| {
                             let end = match config.bidirectional {
-                                // every position of the text: its sequence's latest in the step
-                                true => last_pos(rows, r.slot) + 1,
+                                true => text_end,
                                 false => r.pos + 1,
                             };
                             KeyRange {
@@ -288,14 +293,10 @@ fn rope_token(c: &ModelConfig, freqs: &[f64], pos: usize, q: &mut [f32], k: &mut
     ops::rope(k, c.head_dim, pos, freqs, c.rope_layout);
 }
 
-/// The latest position of the step's tokens in KV slot `slot` (a bidirectional model's
-/// tokens read their sequence's keys up to it).
-fn last_pos(rows: &[Row], slot: usize) -> usize {
-    rows.iter()
-        .filter(|r| r.slot == slot)
-        .map(|r| r.pos)
-        .max()
-        .unwrap_or(0)
+/// The latest position of the step's tokens (a bidirectional model's tokens, one text of one
+/// sequence, read its keys up to it).
+fn last_pos(rows: &[Row]) -> usize {
+    rows.iter().map(|r| r.pos).max().unwrap_or(0)
 }
 
 /// Writes one token's key and value rows into `layer`'s cache.

@@ -26,12 +26,16 @@ impl Forward {
         let layout = kv::layout(&config, &ctx.options().decode_plan, context, chunk)?;
         let kv = KvCache::with_layout(ctx, &config, layout, ctx.options().kv_cache, 1)?;
         let c = chunk as u64;
-        let (d, q, kv_dim, ff, vocab) = (
+        // an encoder has no LM head: no logits to hold, read back or select from
+        let vocab = match graph.head {
+            Some(_) => config.vocab_size as u64,
+            None => 0,
+        };
+        let (d, q, kv_dim, ff) = (
             config.hidden_size as u64,
             config.q_dim() as u64,
             config.kv_dim() as u64,
             config.ffn_size as u64,
-            config.vocab_size as u64,
         );
         let (plan, key) = measure::model_plan(ctx, weights, chunk).await?;
         let positions = kv.context() as u32;
@@ -58,7 +62,7 @@ impl Forward {
             gate: buf("gate", (c * ff * sep_ffn).max(1))?,
             up: buf("up", (c * ff * sep_ffn).max(1))?,
             hidden: act_buf("hidden", c * ff)?,
-            logits: buf("logits", c * vocab)?,
+            logits: buf("logits", (c * vocab).max(1))?,
             branch: buf("branch", if graph.uses_branch() { c * d } else { 1 })?,
             f16,
         };
@@ -100,11 +104,14 @@ impl Forward {
         }
         .compile(&graph)
         .await?;
-        let select = match Select::new(ctx, cache, &act.logits, vocab as u32).await {
-            Ok(select) => Some(select),
-            // Decode steps then read the whole row.
-            Err(Error::Limit { .. }) => None,
-            Err(e) => return Err(e),
+        let select = match vocab {
+            0 => None,
+            _ => match Select::new(ctx, cache, &act.logits, vocab as u32).await {
+                Ok(select) => Some(select),
+                // Decode steps then read the whole row.
+                Err(Error::Limit { .. }) => None,
+                Err(e) => return Err(e),
+            },
         };
         let select_staging = ctx.staging_buffer("select readback", MAX_RESULT_BYTES as u64);
         let mut alive = alive;

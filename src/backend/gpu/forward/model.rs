@@ -80,6 +80,9 @@ impl GpuModel {
 
     async fn run_rows(&mut self, rows: Rows<'_>, readback: Readback<'_>) -> Result<Output> {
         let (ctx, forward) = (&self.ctx, &mut self.forward);
+        if forward.graph.head.is_none() && readback.reads_logits() {
+            return Err(crate::model::graph::no_lm_head(&forward.config));
+        }
         match rows {
             Rows::Next(tokens) => {
                 if let Readback::RowCandidates(requests) = &readback {

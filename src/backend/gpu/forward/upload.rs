@@ -38,6 +38,8 @@ impl Forward {
         chunk: usize,
     ) -> Result<()> {
         let c = &weights.config;
+        // an encoder's steps hold a whole text (see `step_tokens`)
+        let chunk = crate::backend::step::step_tokens(c, context, chunk);
         let limit = ctx.binding_limit();
         for (name, t) in &weights.tensors {
             // a matrix larger than one binding is split by rows: one row must fit
@@ -55,11 +57,16 @@ impl Forward {
             }
         }
         let chunk = chunk as u64;
+        // an encoder (bidirectional) has no LM head, so no logits rows
+        let logits = match c.bidirectional {
+            true => 0,
+            false => c.vocab_size,
+        };
         let widest = [
             c.hidden_size,
             c.q_dim() + 2 * c.kv_dim(),
             c.ffn_size,
-            c.vocab_size,
+            logits,
         ]
         .into_iter()
         .max()

@@ -1,4 +1,5 @@
-//! Causal grouped-query attention over the KV cache (`shaders/attention.wgsl`), for decode
+//! Grouped-query attention over the KV cache (`shaders/attention.wgsl`), causal or (an
+//! encoder's, [`AttentionKeys::bidirectional`]) over the whole text, for decode
 //! (one token) and prefill chunks (after earlier chunks) alike.
 //!
 //! Its variants are declared as data in [`crate::backend::gpu::variants::attention`] (`workgroup`: one workgroup per (query

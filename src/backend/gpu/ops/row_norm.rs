@@ -1,6 +1,7 @@
-//! RMS norms of whole rows outside a linear layer (`shaders/row_norm.wgsl`), for Gemma 3: the
-//! norm of each query and key head (QK-norm, in place) and the norm of a sub-layer's output
-//! added into the residual stream. One invocation per row.
+//! Norms of whole rows outside a linear layer (`shaders/row_norm.wgsl`): for Gemma 3 the RMS
+//! norm of each query and key head (QK-norm, in place) and of a sub-layer's output added into
+//! the residual stream; for BERT the LayerNorm of the residual stream in place (its
+//! post-norms). One invocation per row.
 
 use crate::backend::gpu::host_struct::host_struct;
 use std::sync::Arc;
@@ -40,7 +41,7 @@ pub enum RowNormKind {
     Layer,
 }
 
-/// An RMS norm over rows of `width` values with a `[width]` gain, in the kind it was built for.
+/// A norm over rows of `width` values with a `[width]` gain, in the kind it was built for.
 #[derive(Debug, Clone)]
 pub struct RowNorm {
     pipeline: Arc<wgpu::ComputePipeline>,
