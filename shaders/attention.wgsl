@@ -1,4 +1,5 @@
-// Causal grouped-query attention over the KV cache:
+// Grouped-query attention over the KV cache, causal (or bidirectional for an encoder: every
+// token reads the keys up to the step's last, see token_keys in attention_common.wgsl):
 //   out[t, h*hd .. (h+1)*hd] = softmax_j(q[t, h] . k_cache[j, kvh] * scale) @ v_cache[j, kvh]
 // for the step's tokens t < n_tokens at positions p = token_pos(t) (step.wgsl), over key
 // positions j = 0..=p (with a local window W: j = p + 1 - W ..= p; key_row gives a position's
