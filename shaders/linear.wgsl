@@ -11,8 +11,7 @@
 //   token's statistics itself, which costs a read of x but saves a dispatch and a buffer.
 // - GLU: rows are interleaved pairs (gate 0, up 0, gate 1, up 1, ...) and y[t, r] =
 //   silu(gate_r) * up_r for r < rows / 2: the SwiGLU of a feed-forward layer in its producer.
-// - GELU: y = gelu_tanh(W·x + bias); with GLU, gelu_tanh(gate_r) * up_r (GeGLU).
-// - GELU_ERF: y = gelu_erf(W·x + bias), the exact GELU (BERT).
+// - GELU: y = gelu_tanh(W·x + bias); with GLU, gelu_tanh(gate_r) * up_r (GeGLU). GELU_ERF: gelu_erf.
 // - KV_WRITE: the layer is a stacked Q/K/V projection (rows q | k | v, params.q_rows and
 //   params.kv_rows of them): its k and v rows of token t are also written to k_cache and
 //   v_cache at position p = token_pos(t) (row cache_row(t, p, ring)), and with ROPE the q and k rows are first rotated (pairs

@@ -87,6 +87,18 @@ fn wide(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
 }
 
+/// Every golden text reads as its golden ids (`[CLS] text [SEP]`).
+fn check_tokens(label: &str, s: &Session, golden: &[Golden]) {
+    for g in golden {
+        assert_eq!(
+            s.tokenizer().encode_whole(&g.text).unwrap(),
+            g.ids,
+            "{label}: tokens of {:?}",
+            g.text
+        );
+    }
+}
+
 /// How close a form must come: each value to within `value` of the largest golden value's
 /// magnitude, each vector's direction to within `direction` (1 − cosine), the cosine between
 /// any two texts to within `pair`.
@@ -182,14 +194,7 @@ fn the_tiny_encoder_matches_its_goldens_in_every_form_on_both_backends() {
         );
         for (backend, mut s) in sessions(&fixture(form), true) {
             let label = format!("{form} on the {backend}");
-            for g in &golden {
-                assert_eq!(
-                    s.tokenizer().encode_whole(&g.text).unwrap(),
-                    g.ids,
-                    "{label}: tokens of {:?}",
-                    g.text
-                );
-            }
+            check_tokens(&label, &s, &golden);
             assert_eq!(
                 s.pooling(&EmbedOptions::default()),
                 named,
@@ -243,14 +248,7 @@ fn all_minilm_l6_v2_matches_its_goldens_on_both_backends() {
     let golden = goldens("all-minilm-l6-v2.golden.json", "");
     for (backend, mut s) in sessions(&folder, false) {
         let label = format!("all-MiniLM-L6-v2 on the {backend}");
-        for g in &golden {
-            assert_eq!(
-                s.tokenizer().encode_whole(&g.text).unwrap(),
-                g.ids,
-                "{label}: tokens of {:?}",
-                g.text
-            );
-        }
+        check_tokens(&label, &s, &golden);
         check(
             &format!("{label}, mean pooling"),
             &mut s,
