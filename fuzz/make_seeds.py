@@ -596,6 +596,10 @@ def tool_call_seeds():
         ("hermes-not-json", "<tool_call>\n[1, 2]\n</tool_call> é <tool_call>{\"name\": 1}</tool_call>"),
         ("llama3-call", '  {"name": "add", "parameters": {"a": 1, "b": 2.5}}'),
         ("llama3-text", "It is {not} a call."),
+        ("mistral-list", '[TOOL_CALLS] [{"name": "now", "arguments": {}}, {"name": "add", "arguments": {"a": "]"}}]'),
+        ("mistral-list-cut", '[TOOL_CALLS][{"name": "now", "arguments": {}, "id": "a1b2c3d4e"}, 7, {"na'),
+        ("mistral-args", 'So: [TOOL_CALLS]add[ARGS]{"a": 1}[TOOL_CALLS]now[ARGS]{}[TOOL_CALLS]x[ARGS][1]'),
+        ("mistral-args-cut", "[TOOL_CALLS][TOOL_CALLS]now[ARG"),
     ]:
         save("tool_calls", "answer-" + name, b"\x01" + text.encode())
 

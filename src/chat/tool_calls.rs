@@ -4,15 +4,24 @@
 //! splitting a streamed answer into content and calls as it comes ([`CallStream`]).
 //!
 //! Under `tool_choice: auto` the answer is either text that never writes the call marker, or
-//! text followed by calls (Hermes), or one call as the whole answer (Llama 3). Under
-//! `required` it is calls from the first token; a named function is called exactly once.
-//! Without `parallel_tool_calls` an answer holds one call at most.
+//! text followed by calls (Hermes), or calls as the whole answer (Llama 3: one; Mistral: a
+//! `[TOOL_CALLS]` list, or `[TOOL_CALLS]name[ARGS]{…}` for each). Under `required` it is calls
+//! from the first token; a named function is called exactly once. Without
+//! `parallel_tool_calls` an answer holds one call at most.
+//!
+//! A marker that is one control token of the model's vocabulary (Mistral's `[TOOL_CALLS]` and
+//! `[ARGS]`) is held to that token, and decoding keeps it in the answer's text
+//! ([`crate::tokenizer::KEPT_SPECIAL_TOKENS`]), where the calls are read back from.
+
+mod mistral;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::tools::{ToolChoice, ToolDef, ToolRequest, ToolSyntax};
+
+pub use mistral::{MISTRAL_ARGS, MISTRAL_OPEN};
 
 /// What opens a Hermes call.
 pub const HERMES_OPEN: &str = "<tool_call>";
@@ -28,20 +37,18 @@ pub struct ParsedCall {
     pub arguments: String,
 }
 
-/// The arguments key of a call object in `syntax`.
+/// The arguments key of a call object in `syntax` (`{"name": …, <key>: {…}}`).
 fn arguments_key(syntax: ToolSyntax) -> &'static str {
     match syntax {
-        ToolSyntax::Hermes => "arguments",
         ToolSyntax::Llama3 => "parameters",
+        ToolSyntax::Hermes | ToolSyntax::Mistral | ToolSyntax::MistralArgs => "arguments",
     }
 }
 
-/// The JSON schema of one call object to `def` in `syntax`: `{"name": <const>, <arguments
-/// key>: <parameters>}` in that order, with the layout every generated JSON gets. Parameters
-/// that do not say whether other properties are allowed are taken as closed (the properties
-/// they list, as OpenAI's strict mode does): a model then cannot invent arguments.
-pub fn call_schema(def: &ToolDef, syntax: ToolSyntax) -> Value {
-    let key = arguments_key(syntax);
+/// `def`'s parameters as calls are held to them: parameters that do not say whether other
+/// properties are allowed are taken as closed (the properties they list, as OpenAI's strict
+/// mode does), so that a model cannot invent arguments.
+fn closed_parameters(def: &ToolDef) -> Value {
     let mut parameters = def.parameters.clone();
     if let Some(map) = parameters.as_object_mut() {
         let open = [
@@ -53,29 +60,67 @@ pub fn call_schema(def: &ToolDef, syntax: ToolSyntax) -> Value {
             map.insert("additionalProperties".into(), false.into());
         }
     }
+    parameters
+}
+
+/// The layout every generated JSON gets (llguidance's `x-guidance` options).
+fn json_layout(def: &ToolDef) -> Value {
+    json!({
+        "item_separator": ", ",
+        "key_separator": ": ",
+        "whitespace_flexible": false,
+        "lenient": !def.strict,
+    })
+}
+
+/// The JSON schema of one call object to `def` in `syntax`: `{"name": <const>, <arguments
+/// key>: <parameters>}` in that order, with the layout every generated JSON gets and the
+/// parameters closed ([`closed_parameters`]).
+pub fn call_schema(def: &ToolDef, syntax: ToolSyntax) -> Value {
+    let key = arguments_key(syntax);
     json!({
         "type": "object",
         "properties": {
             "name": { "const": def.name },
-            key: parameters,
+            key: closed_parameters(def),
         },
         "required": ["name", key],
         "additionalProperties": false,
-        "x-guidance": {
-            "item_separator": ", ",
-            "key_separator": ": ",
-            "whitespace_flexible": false,
-            "lenient": !def.strict,
-        },
+        "x-guidance": json_layout(def),
     })
 }
 
+/// The JSON schema of `def`'s arguments object alone (closed, with the generated layout).
+pub fn arguments_schema(def: &ToolDef) -> Value {
+    let mut schema = closed_parameters(def);
+    if let Some(map) = schema.as_object_mut() {
+        map.insert("x-guidance".into(), json_layout(def));
+    }
+    schema
+}
+
+/// Where a syntax's marker is one control token of the vocabulary: its id (a `Fn(marker
+/// text) -> Option<id>`). Markers without one are held to their text.
+pub type MarkerIds<'a> = &'a dyn Fn(&str) -> Option<u32>;
+
+/// A marker in Lark: its control token (`<[id]>`) where the vocabulary has one, else its text.
+fn marker(text: &str, ids: MarkerIds) -> String {
+    match ids(text) {
+        Some(id) => format!("<[{id}]>"),
+        None => serde_json::Value::from(text).to_string(),
+    }
+}
+
 /// The Lark grammar holding an answer to `request`'s choice in `syntax`, or `None` when the
-/// answer is free text (`tool_choice: none`).
-pub fn grammar(request: &ToolRequest, syntax: ToolSyntax) -> Option<String> {
+/// answer is free text (`tool_choice: none`). `ids` says which markers are control tokens.
+pub fn grammar(request: &ToolRequest, syntax: ToolSyntax, ids: MarkerIds) -> Option<String> {
     let callable = request.callable();
     if callable.is_empty() {
         return None;
+    }
+    let several = request.parallel && !matches!(request.choice, ToolChoice::Named(_));
+    if syntax == ToolSyntax::MistralArgs {
+        return Some(mistral::args_grammar(request, &callable, several, ids));
     }
     let mut lark = String::new();
     let names: Vec<String> = (0..callable.len()).map(|i| format!("fn_{i}")).collect();
@@ -83,7 +128,6 @@ pub fn grammar(request: &ToolRequest, syntax: ToolSyntax) -> Option<String> {
     for (name, def) in names.iter().zip(&callable) {
         lark.push_str(&format!("{name}: %json {}\n", call_schema(def, syntax)));
     }
-    let several = request.parallel && !matches!(request.choice, ToolChoice::Named(_));
     let more = if several { " more*" } else { "" };
     match syntax {
         ToolSyntax::Hermes => {
@@ -109,11 +153,13 @@ pub fn grammar(request: &ToolRequest, syntax: ToolSyntax) -> Option<String> {
             }
             _ => lark.push_str("start: fns\n"),
         },
+        ToolSyntax::Mistral => mistral::list_grammar(&mut lark, request, several, ids),
+        ToolSyntax::MistralArgs => {}
     }
     Some(lark)
 }
 
-/// A Hermes call object: the name, and the arguments as the model wrote them.
+/// A Hermes (or Mistral) call object: the name, and the arguments as the model wrote them.
 #[derive(Deserialize)]
 struct HermesCall<'a> {
     name: String,
@@ -135,13 +181,13 @@ struct Llama3Call<'a> {
 fn call_object(text: &str, syntax: ToolSyntax) -> Option<ParsedCall> {
     let text = text.trim();
     let (name, args) = match syntax {
-        ToolSyntax::Hermes => {
-            let c: HermesCall = serde_json::from_str(text).ok()?;
-            (c.name, c.arguments)
-        }
         ToolSyntax::Llama3 => {
             let c: Llama3Call = serde_json::from_str(text).ok()?;
             (c.name, c.parameters)
+        }
+        ToolSyntax::Hermes | ToolSyntax::Mistral | ToolSyntax::MistralArgs => {
+            let c: HermesCall = serde_json::from_str(text).ok()?;
+            (c.name, c.arguments)
         }
     };
     let arguments = match args {
@@ -226,6 +272,16 @@ pub fn read_calls(text: &str, syntax: ToolSyntax) -> ReadCalls {
                 calls,
             }
         }
+        ToolSyntax::Mistral | ToolSyntax::MistralArgs => match text.find(MISTRAL_OPEN) {
+            Some(start) => ReadCalls {
+                content: text[..start].trim_end().to_string(),
+                calls: mistral::read(&text[start..], syntax),
+            },
+            None => ReadCalls {
+                content: text.to_string(),
+                calls: Vec::new(),
+            },
+        },
         // a call is the whole answer, from its first byte (the grammar's text never starts
         // with `{`)
         ToolSyntax::Llama3 => match text.starts_with('{') {
@@ -259,6 +315,8 @@ pub struct CallStream {
     in_calls: bool,
     /// No text has come yet.
     at_start: bool,
+    /// Calls handed over (Mistral's, read again from the calls' whole text each time).
+    sent: usize,
 }
 
 /// What one piece of streamed text gives.
@@ -278,6 +336,7 @@ impl CallStream {
             pending: String::new(),
             in_calls: false,
             at_start: true,
+            sent: 0,
         }
     }
 
@@ -290,24 +349,33 @@ impl CallStream {
     pub fn push(&mut self, text: &str) -> StreamPiece {
         self.pending.push_str(text);
         let mut out = StreamPiece::default();
+        let open = match self.syntax {
+            ToolSyntax::Hermes => HERMES_OPEN,
+            _ => MISTRAL_OPEN,
+        };
         match self.syntax {
-            ToolSyntax::Hermes => {
+            ToolSyntax::Hermes | ToolSyntax::Mistral | ToolSyntax::MistralArgs => {
                 if !self.in_calls {
-                    match self.pending.find(HERMES_OPEN) {
+                    match self.pending.find(open) {
                         Some(at) => {
                             out.content = self.pending[..at].trim_end().to_string();
                             self.pending.drain(..at);
                             self.in_calls = true;
                         }
                         None => {
-                            let keep = held_end(&self.pending);
+                            let keep = held_end(&self.pending, open);
                             let send = self.pending.len() - keep;
                             out.content = self.pending[..send].to_string();
                             self.pending.drain(..send);
                         }
                     }
                 }
-                if self.in_calls {
+                if self.in_calls && self.syntax != ToolSyntax::Hermes {
+                    let calls = mistral::read(&self.pending, self.syntax);
+                    out.calls.extend(calls.into_iter().skip(self.sent));
+                    self.sent += out.calls.len();
+                }
+                if self.in_calls && self.syntax == ToolSyntax::Hermes {
                     while let Some(open) = self.pending.find(HERMES_OPEN) {
                         let body_at = open + HERMES_OPEN.len();
                         let Block::Done(call, used) = hermes_body(&self.pending[body_at..]) else {
@@ -344,18 +412,18 @@ impl CallStream {
                 Some(call) => out.calls.push(call),
                 None => out.content = rest,
             },
-            (true, ToolSyntax::Hermes) => {}
+            (true, ToolSyntax::Hermes | ToolSyntax::Mistral | ToolSyntax::MistralArgs) => {}
         }
         out
     }
 }
 
 /// How many bytes at the end of `text` to hold back: white space and a start of the call
-/// marker, which the next text may complete.
-fn held_end(text: &str) -> usize {
-    let marker = (1..HERMES_OPEN.len())
+/// marker `open`, which the next text may complete.
+fn held_end(text: &str, open: &str) -> usize {
+    let marker = (1..open.len())
         .rev()
-        .find(|&n| text.ends_with(&HERMES_OPEN[..n]))
+        .find(|&n| text.ends_with(&open[..n]))
         .unwrap_or(0);
     let before = &text[..text.len() - marker];
     let space = before.len() - before.trim_end().len();
@@ -451,21 +519,63 @@ mod tests {
 
     #[test]
     fn grammars_follow_the_choice() {
-        let auto = grammar(&request(ToolChoice::Auto, true), ToolSyntax::Hermes).unwrap();
+        let auto = grammar(
+            &request(ToolChoice::Auto, true),
+            ToolSyntax::Hermes,
+            &|_| None,
+        )
+        .unwrap();
         assert!(auto.contains("start: TEXT | lead") && auto.contains("more*"));
-        let single = grammar(&request(ToolChoice::Required, false), ToolSyntax::Hermes).unwrap();
+        let single = grammar(
+            &request(ToolChoice::Required, false),
+            ToolSyntax::Hermes,
+            &|_| None,
+        )
+        .unwrap();
         assert!(single.contains("start: call\n"));
         let named = grammar(
             &request(ToolChoice::Named("now".into()), true),
             ToolSyntax::Hermes,
+            &|_| None,
         )
         .unwrap();
         assert!(named.contains("fns: fn_0\n") && !named.contains("get_weather"));
         assert_eq!(
-            grammar(&request(ToolChoice::None, true), ToolSyntax::Hermes),
+            grammar(
+                &request(ToolChoice::None, true),
+                ToolSyntax::Hermes,
+                &|_| None
+            ),
             None
         );
-        let llama = grammar(&request(ToolChoice::Auto, true), ToolSyntax::Llama3).unwrap();
+        let llama = grammar(
+            &request(ToolChoice::Auto, true),
+            ToolSyntax::Llama3,
+            &|_| None,
+        )
+        .unwrap();
         assert!(llama.contains("\"parameters\"") && llama.contains("start: TEXT | fns"));
+        // Mistral's markers as control tokens where the vocabulary has them, else as text
+        let ids = |m: &str| (m == MISTRAL_OPEN).then_some(5);
+        let list = grammar(&request(ToolChoice::Auto, true), ToolSyntax::Mistral, &ids).unwrap();
+        assert!(
+            list.contains("calls: <[5]> \" \"? \"[\" fns (\", \" fns)* \"]\"\n"),
+            "{list}"
+        );
+        assert!(list.contains("start: TEXT | calls\n"), "{list}");
+        let args = grammar(
+            &request(ToolChoice::Required, false),
+            ToolSyntax::MistralArgs,
+            &ids,
+        )
+        .unwrap();
+        assert!(
+            args.contains("fn_0: <[5]> \"get_weather\" \"[ARGS]\" %json {"),
+            "{args}"
+        );
+        assert!(
+            args.contains("start: fns\n") && !args.contains("TEXT"),
+            "{args}"
+        );
     }
 }

@@ -70,6 +70,12 @@ pub enum ToolSyntax {
     /// One bare JSON object `{"name": …, "parameters": {…}}` as the whole answer (Llama 3.1
     /// to 3.3): one call per turn.
     Llama3,
+    /// `[TOOL_CALLS] [{"name": …, "arguments": {…}}, …]` as the whole answer (Mistral 7B
+    /// v0.3, Nemo, Small 2409 and 2501, Ministral 8B).
+    Mistral,
+    /// `[TOOL_CALLS]name[ARGS]{…}` for each call, as the whole answer (Mistral Small 3.2,
+    /// Magistral, Devstral, Ministral 3).
+    MistralArgs,
 }
 
 /// How a loaded model's template takes tools: the syntax, and whether the template reads the
@@ -90,7 +96,8 @@ impl ToolFormat {
     };
 
     /// What a template's source says about tools: it reads `tools` and writes `<tool_call>`
-    /// blocks (Hermes) or asks for a JSON object with `"parameters"` (Llama 3); anything else
+    /// blocks (Hermes), asks for a JSON object with `"parameters"` (Llama 3), or writes
+    /// `[TOOL_CALLS]` (Mistral: a list of calls, or `[ARGS]` after each name); anything else
     /// gets the generic form.
     pub fn of_template(source: &str) -> Self {
         let reads_tools = source.contains("tools");
@@ -106,15 +113,28 @@ impl ToolFormat {
                 native: true,
             };
         }
+        if reads_tools && source.contains("[TOOL_CALLS]") {
+            let syntax = match source.contains("[ARGS]") {
+                true => ToolSyntax::MistralArgs,
+                false => ToolSyntax::Mistral,
+            };
+            return Self {
+                syntax,
+                native: true,
+            };
+        }
         Self::GENERIC
     }
 
-    /// `hermes`, `llama3`, or `generic` (tools in the system message).
+    /// `hermes`, `llama3`, `mistral`, `mistral-args`, or `generic` (tools in the system
+    /// message).
     pub fn name(self) -> &'static str {
         match (self.native, self.syntax) {
             (false, _) => "generic",
             (true, ToolSyntax::Hermes) => "hermes",
             (true, ToolSyntax::Llama3) => "llama3",
+            (true, ToolSyntax::Mistral) => "mistral",
+            (true, ToolSyntax::MistralArgs) => "mistral-args",
         }
     }
 }

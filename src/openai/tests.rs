@@ -311,3 +311,38 @@ fn calls_become_tool_calls_whole_and_streamed() {
     );
     assert!(reply.called(0) && !reply.called(1));
 }
+
+#[test]
+fn mistral_calls_get_the_nine_character_ids_its_templates_ask_for() {
+    use super::tool_reply::ToolReply;
+    use crate::chat::tools::ToolSyntax;
+
+    let text = "[TOOL_CALLS] [{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"t\", \"arguments\": {}}]";
+    let mut g = generation();
+    g.sequences[0].text = text.into();
+    g.sequences[1].text = "It is noon.".into();
+    for stem in ["chatcmpl-00ab", "chatcmpl-0123456789abcdef"] {
+        let reply = ToolReply::new(ToolSyntax::Mistral, stem, 2);
+        let mut whole = response::response(CompletionKind::Chat, stem, "m", &g, None);
+        reply.rewrite(&mut whole, &g);
+        let calls = whole["choices"][0]["message"]["tool_calls"].clone();
+        assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls");
+        assert!(whole["choices"][0]["message"]["content"].is_null());
+        let ids: Vec<&str> = calls
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[0], ids[1]);
+        for id in &ids {
+            assert!(
+                id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{id}"
+            );
+        }
+        assert_eq!(calls[1]["function"]["name"], "t");
+        assert_eq!(whole["choices"][1]["message"]["content"], "It is noon.");
+    }
+}

@@ -12,7 +12,9 @@ use crate::session::Generation;
 #[derive(Clone, Debug)]
 pub struct ToolReply {
     syntax: ToolSyntax,
-    /// The response id's random part: call ids are `call_<it>_<choice>_<k>`.
+    /// The response id's random part: call ids are `call_<it>_<choice>_<k>`, or for Mistral's
+    /// syntaxes nine letters and digits (its templates refuse any other id in the history):
+    /// five of it, then the choice and the call in two base-36 digits each.
     stem: String,
     streams: Vec<CallStream>,
     /// Calls sent so far, per choice.
@@ -26,6 +28,11 @@ fn call_value(id: &str, call: &ParsedCall) -> Value {
         "type": "function",
         "function": { "name": call.name, "arguments": call.arguments },
     })
+}
+
+/// The base-36 digit of `n` (below 36).
+fn base36(n: usize) -> char {
+    char::from_digit(n as u32 % 36, 36).unwrap_or('0')
 }
 
 impl ToolReply {
@@ -45,7 +52,27 @@ impl ToolReply {
     }
 
     fn id(&self, choice: usize, k: usize) -> String {
-        format!("call_{}_{choice}_{k}", self.stem)
+        match self.syntax {
+            ToolSyntax::Mistral | ToolSyntax::MistralArgs => {
+                let mut id: String = self
+                    .stem
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .take(5)
+                    .collect();
+                while id.len() < 5 {
+                    id.push('0');
+                }
+                for n in [choice, k] {
+                    let n = n % (36 * 36);
+                    id.extend([base36(n / 36), base36(n % 36)]);
+                }
+                id
+            }
+            ToolSyntax::Hermes | ToolSyntax::Llama3 => {
+                format!("call_{}_{choice}_{k}", self.stem)
+            }
+        }
     }
 
     fn stream(&mut self, choice: usize) -> &mut CallStream {

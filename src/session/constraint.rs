@@ -13,10 +13,10 @@ impl Session {
     /// `options`' response format compiled for this model (`None`: free text).
     pub(super) fn constraint(&mut self, options: &GenerateOptions) -> Result<Option<Constraint>> {
         let syntax = self.template.tool_format().syntax;
-        let calls = options
-            .tools
-            .as_ref()
-            .and_then(|t| Some((t, tool_calls::grammar(t, syntax)?)));
+        let calls = options.tools.as_ref().and_then(|t| {
+            let ids = |marker: &str| self.tokenizer.control_token(marker);
+            Some((t, tool_calls::grammar(t, syntax, &ids)?))
+        });
         let format = match &calls {
             Some((_, lark)) => &ResponseFormat::Lark(lark.clone()),
             None => &options.response_format,

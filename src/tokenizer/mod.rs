@@ -43,6 +43,10 @@ const END_OF_TURN_TOKENS: &[&str] = &[
     "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
 ];
 
+/// Control tokens that decoding keeps even when it leaves control tokens out: they mark tool
+/// calls in an answer (Mistral's), whose text the calls are read back from.
+pub const KEPT_SPECIAL_TOKENS: &[&str] = &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"];
+
 fn tk_err(context: &str, e: impl fmt::Display) -> Error {
     Error::Tokenizer(format!("{context}: {e}"))
 }
@@ -72,6 +76,8 @@ pub struct Tokenizer {
     add_bos: bool,
     /// Number of ids, added tokens included.
     vocab_size: usize,
+    /// The control tokens of [`KEPT_SPECIAL_TOKENS`] this vocabulary has.
+    kept_special: Vec<u32>,
 }
 
 impl fmt::Debug for Tokenizer {
@@ -131,7 +137,13 @@ impl Tokenizer {
                 eos.push(id);
             }
         }
+        let kept_special = KEPT_SPECIAL_TOKENS
+            .iter()
+            .filter_map(|t| inner.token_to_id(t))
+            .filter(|&id| is_special_id(&inner, id))
+            .collect();
         Ok(Self {
+            kept_special,
             inner,
             splits,
             plain_added,
@@ -200,7 +212,8 @@ impl Tokenizer {
     }
 
     /// The text of `ids`. With `skip_special`, control tokens (BOS, EOS, `<|im_start|>`, ...)
-    /// are left out. An id outside the vocabulary is an error.
+    /// are left out, except those that mark tool calls ([`KEPT_SPECIAL_TOKENS`]). An id
+    /// outside the vocabulary is an error.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
             return Err(Error::invalid(
@@ -213,6 +226,17 @@ impl Tokenizer {
         }
         if ids.is_empty() {
             return Ok(String::new());
+        }
+        if skip_special && ids.iter().any(|id| self.kept_special.contains(id)) {
+            let shown: Vec<u32> = ids
+                .iter()
+                .copied()
+                .filter(|&id| !self.skipped(id))
+                .collect();
+            return self
+                .inner
+                .decode(&shown, false)
+                .map_err(|e| tk_err("decoding", e));
         }
         self.inner
             .decode(ids, skip_special)
@@ -250,9 +274,23 @@ impl Tokenizer {
         self.add_bos
     }
 
-    /// Whether `id` is a special (control) token, which `skip_special` decoding leaves out.
+    /// Whether `id` is a special (control) token.
     pub fn is_special(&self, id: u32) -> bool {
         is_special_id(&self.inner, id)
+    }
+
+    /// Whether `skip_special` decoding leaves `id` out: a control token other than those of
+    /// [`KEPT_SPECIAL_TOKENS`].
+    pub fn skipped(&self, id: u32) -> bool {
+        !self.kept_special.contains(&id) && self.is_special(id)
+    }
+
+    /// The id of `text` where it is one control token of this vocabulary (a tool-call marker
+    /// a grammar holds to that token).
+    pub fn control_token(&self, text: &str) -> Option<u32> {
+        self.inner
+            .token_to_id(text)
+            .filter(|&id| self.is_special(id))
     }
 
     /// The id of a token given as it is stored in the vocabulary (`<|im_end|>`, `Ġthe`, `▁the`).

@@ -99,7 +99,7 @@ impl StreamDecoder<'_> {
                 .is_some_and(|t| is_byte_token(&t))
             {
                 start = i;
-            } else if !(self.skip_special && self.tokenizer.is_special(id)) {
+            } else if !(self.skip_special && self.tokenizer.skipped(id)) {
                 break;
             }
         }
@@ -144,7 +144,7 @@ impl StreamDecoder<'_> {
                 self.ids.extend(
                     pending
                         .into_iter()
-                        .filter(|&id| !(skip && tokenizer.is_special(id))),
+                        .filter(|&id| !(skip && tokenizer.skipped(id))),
                 );
             } else {
                 self.ids.drain(..self.context);

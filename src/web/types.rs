@@ -222,8 +222,9 @@ pub(crate) struct EngineInfo {
     /// 4096, the device's largest storage buffer, or (the CPU backend in WebAssembly) what
     /// fits the 4 GiB address space beside the weights; in words, with the numbers.
     context_reason: String,
-    /// How `chat.completions`' `tools` reach the model: `hermes` or `llama3` (the chat
-    /// template reads `tools` and the model writes calls in that syntax), or `generic` (the
+    /// How `chat.completions`' `tools` reach the model: `hermes`, `llama3`, `mistral` or
+    /// `mistral-args` (the chat template reads `tools` and the model writes calls in that
+    /// syntax), or `generic` (the
     /// template does not read them: they are described in the system message and calls are
     /// written as `<tool_call>` blocks).
     tool_format: &'static str,

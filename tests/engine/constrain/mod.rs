@@ -12,3 +12,4 @@ mod schemas;
 mod speculative;
 mod support;
 mod tools;
+mod tools_mistral;

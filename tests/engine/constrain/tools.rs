@@ -23,7 +23,7 @@ const HERMES_TEMPLATE: &str = "{% if tools %}<|system|>Functions:\n{% for t in t
 /// A Llama 3 style template that reads `tools` and asks for `"parameters"`.
 const LLAMA3_TEMPLATE: &str = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if tools %}<|ipython|>Answer with {\"name\": function name, \"parameters\": arguments}: {{ tools | tojson }}\n{% endif %}{% if add_generation_prompt %}<|assistant|>{% endif %}";
 
-fn tools() -> Value {
+pub(super) fn tools() -> Value {
     json!([
         {"type": "function", "function": {
             "name": "get_weather",
@@ -51,14 +51,14 @@ fn tools() -> Value {
     ])
 }
 
-fn request(choice: Value, parallel: bool) -> ToolRequest {
+pub(super) fn request(choice: Value, parallel: bool) -> ToolRequest {
     ToolRequest::from_openai(Some(&tools()), Some(&choice), Some(&json!(parallel)))
         .unwrap()
         .unwrap()
 }
 
 /// The schema of `name`'s arguments.
-fn parameters(name: &str) -> Value {
+pub(super) fn parameters(name: &str) -> Value {
     let list = tools();
     let def = list
         .as_array()
@@ -72,7 +72,7 @@ fn parameters(name: &str) -> Value {
 }
 
 /// The tiny model `model` with `template` as its chat template.
-fn with_template(model: &str, template: &str) -> Session {
+pub(super) fn with_template(model: &str, template: &str) -> Session {
     let path = fixture(model);
     let mut meta = gguf_meta::read(&path);
     gguf_meta::set(
@@ -89,7 +89,7 @@ fn plain_session(model: &str) -> Session {
     Session::new_cpu(&ModelFiles::open(&fixture(model)).unwrap(), None).unwrap()
 }
 
-fn chat(
+pub(super) fn chat(
     s: &mut Session,
     tools: &ToolRequest,
     sampling: emberlm::sampling::SamplingParams,
@@ -104,19 +104,20 @@ fn chat(
 }
 
 /// Whether `text` is a whole answer in the grammar of `tools` for `syntax`.
-fn admits(
+pub(super) fn admits(
     grammars: &Grammars,
     tokenizer: &emberlm::tokenizer::Tokenizer,
     tools: &ToolRequest,
     syntax: ToolSyntax,
     text: &str,
 ) -> bool {
-    let lark = grammar(tools, syntax).expect("a grammar");
+    let lark = grammar(tools, syntax, &|m| tokenizer.control_token(m)).expect("a grammar");
     let constraint = grammars
         .compile(&ResponseFormat::Lark(lark))
         .unwrap()
         .unwrap();
-    let ids = tokenizer.encode(text, false, Some(false)).unwrap();
+    // control tokens written in the text become their ids (markers held to their token)
+    let ids = tokenizer.encode(text, true, Some(false)).unwrap();
     let mut state = constraint.start();
     let valid = state.valid_prefix(&ids).unwrap();
     if valid < ids.len() {
