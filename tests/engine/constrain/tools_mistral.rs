@@ -24,7 +24,7 @@ use crate::common::gguf_meta;
 
 /// A template in the style of Mistral 7B v0.3's (written for these tests): tools before the
 /// last user message, calls as one list, results with the call's nine-character id.
-const LIST_TEMPLATE: &str = "{%- for m in messages %}{%- if m.role == 'user' %}{% if loop.last and tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}[INST] {{ m.content }}[/INST]{%- elif m.role == 'assistant' %}{% if m.tool_calls %}[TOOL_CALLS] [{% for c in m.tool_calls %}{{ {'name': c.function.name, 'arguments': c.function.arguments, 'id': c.id} | tojson }}{% if not loop.last %}, {% endif %}{% endfor %}]{% else %} {{ m.content }}{% endif %}</s>{%- elif m.role == 'tool' %}{% if m.tool_call_id | length != 9 %}{{ raise_exception('tool call ids must be nine letters or digits') }}{% endif %}[TOOL_RESULTS] {\"content\": {{ m.content | tojson }}, \"call_id\": \"{{ m.tool_call_id }}\"}[/TOOL_RESULTS]{%- endif %}{%- endfor %}";
+const LIST_TEMPLATE: &str = "{%- for m in messages %}{%- if m.role == 'user' %}{% if loop.last and tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}[INST] {{ m.content }}[/INST]{%- elif m.get('tool_calls') %}[TOOL_CALLS] [{% for c in m.tool_calls %}{% set out = c.function | tojson %}{{ out[:-1] }}{% if c.id | length != 9 %}{{ raise_exception('tool call ids must be nine letters or digits') }}{% endif %}, \"id\": \"{{ c.id[-9:] }}\"}{% if not loop.last %}, {% endif %}{% endfor %}]</s>{%- elif m.role == 'assistant' %} {{ m.content }}</s>{%- elif m.role == 'tool' %}{% if m.tool_call_id | length != 9 %}{{ raise_exception('tool call ids must be nine letters or digits') }}{% endif %}[TOOL_RESULTS] {\"content\": {{ m.content | string }}, \"call_id\": \"{{ m.tool_call_id }}\"}[/TOOL_RESULTS]{%- endif %}{%- endfor %}";
 
 /// A template in the style of Mistral Small 3.2's: a marker, the name and `[ARGS]` per call.
 const ARGS_TEMPLATE: &str = "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}{%- for m in messages %}{%- if m.role == 'user' %}[INST]{{ m.content }}[/INST]{%- elif m.role == 'assistant' %}{{ m.content }}{% for c in m.tool_calls or [] %}[TOOL_CALLS]{{ c.function.name }}[ARGS]{{ c.function.arguments | tojson }}{% endfor %}</s>{%- elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{%- endif %}{%- endfor %}";
@@ -289,6 +289,12 @@ fn a_conversation_with_mistral_calls_renders_and_goes_on() {
             .encode(&rendered, true, Some(false))
             .unwrap();
         assert!(ids.contains(&MARKER_IDS[0]), "{rendered}");
+        if template == LIST_TEMPLATE {
+            assert!(
+                rendered.contains("[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}, \"id\": \"a1b2c3d4e\"}]</s>[TOOL_RESULTS] {\"content\": 12:00, \"call_id\": \"a1b2c3d4e\"}"),
+                "{rendered}"
+            );
+        }
         if template == ARGS_TEMPLATE {
             assert!(ids.contains(&MARKER_IDS[1]), "{rendered}");
         }
