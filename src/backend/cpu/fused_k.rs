@@ -10,7 +10,9 @@
 //! part. Only x86_64 with AVX2 has this path; elsewhere [`available`] is false and the caller
 //! unpacks.
 
-use super::quant::{f16_at, Q8Rows};
+#[cfg(target_arch = "x86_64")]
+use super::quant::f16_at;
+use super::quant::Q8Rows;
 use crate::dtype::DType;
 
 /// Values per super-block.
@@ -59,7 +61,6 @@ pub fn row_dot(
     if !available(dtype) {
         return None;
     }
-    fill_offsets(dtype, bytes, offsets);
     // no exact sums: the AVX2 path, the reference the VNNI one is held to
     Some(dots::<1>(dtype, bytes, [(q, d, s)], None, offsets)[0])
 }
@@ -77,7 +78,6 @@ pub fn row_dot_tokens(
     if !available(dtype) {
         return false;
     }
-    fill_offsets(dtype, bytes, offsets);
     for (g, out) in out.chunks_mut(4).enumerate() {
         let t = |k: usize| 4 * g + k.min(out.len() - 1);
         let (row, sum) = (|k: usize| q8.row(t(k)), |k: usize| q8.isums(t(k)));
@@ -109,28 +109,33 @@ pub fn row_dot_tokens(
     true
 }
 
-/// The row's offsets (`−dmin·m` per 32 values; Q4_K and Q5_K only, none for Q6_K), made once
-/// per row whatever the number of tokens.
+/// The row's offsets (`−dmin·m` per 32 values; Q4_K and Q5_K only, none for Q6_K), for the
+/// AVX-512 path (the AVX2 one makes them as it goes).
+#[cfg(target_arch = "x86_64")]
 fn fill_offsets(dtype: DType, bytes: &[u8], offsets: &mut Vec<f32>) {
     offsets.clear();
     let Some(size) = block_size(dtype).filter(|_| dtype != DType::Q6_K) else {
         return;
     };
-    for b in bytes.chunks_exact(size) {
+    // sized once and written in eights (no per-value push): the same products
+    offsets.resize(bytes.len() / size * 8, 0.0);
+    for (b, out) in bytes.chunks_exact(size).zip(offsets.chunks_exact_mut(8)) {
         let dmin = f16_at(b, 2);
         let (_, mins) = k_scales_and_mins(&b[4..16]);
-        offsets.extend(mins.iter().map(|&m| -(dmin * f32::from(m))));
+        for (o, &m) in out.iter_mut().zip(&mins) {
+            *o = -(dmin * f32::from(m));
+        }
     }
 }
 
 /// Each token's dot product: the accumulators, summed as the common dot sums them, plus the
-/// offsets' part (Q4_K and Q5_K; `offsets` from [`fill_offsets`]).
+/// offsets' part (Q4_K and Q5_K; `offsets` is room for them, which the accumulation fills).
 fn dots<const N: usize>(
     dtype: DType,
     bytes: &[u8],
     rows: [Row<'_>; N],
     isums: Option<[&[i32]; N]>,
-    offsets: &[f32],
+    offsets: &mut Vec<f32>,
 ) -> [f32; N] {
     let size = block_size(dtype).unwrap_or(usize::MAX);
     let blocks = bytes.len() / size;
@@ -141,13 +146,13 @@ fn dots<const N: usize>(
     for isum in isums.iter().flatten() {
         assert!(isum.len() >= cols / 16);
     }
-    let accs = accumulate(dtype, size, &bytes[..blocks * size], rows, isums);
+    let accs = accumulate(dtype, size, &bytes[..blocks * size], rows, isums, offsets);
     let has_offset = matches!(dtype, DType::Q4_K | DType::Q5_K);
     std::array::from_fn(|t| {
         let acc = accs[t];
         let dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);
         match has_offset {
-            true => dot + super::dot::dot_f32(offsets, &rows[t].2[..cols / 32]),
+            true => dot + super::dot::dot_f32(&offsets[..cols / 32], &rows[t].2[..cols / 32]),
             false => dot,
         }
     })
@@ -157,6 +162,7 @@ fn dots<const N: usize>(
 /// unpacked row reads them, four at a time in 32-bit words: scales and mins 0–3 are the low 6
 /// bits of bytes 0–3 and 4–7; 4–7 take their low 4 bits from bytes 8–11 (low and high
 /// nibbles) and their top 2 from the top bits of bytes 0–3 and 4–7.
+#[cfg(any(target_arch = "x86_64", test))]
 pub(super) fn k_scales_and_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
@@ -174,28 +180,54 @@ pub(super) fn k_scales_and_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     )
 }
 
-/// The scale of each of a super-block's 16 half-blocks (`d·sc` in f32, as unpacked).
+/// The scale of each of a super-block's 16 half-blocks (`d·sc` in f32, the products the
+/// unpacked row makes), eight to a register (`[j]` holds half-blocks `8j` to `8j + 7`), and
+/// for Q4_K and Q5_K its eight offsets `−dmin·m` (zero for Q6_K).
 #[cfg(target_arch = "x86_64")]
-fn half_block_scales(dtype: DType, b: &[u8]) -> [f32; 16] {
-    let mut out = [0.0f32; 16];
+#[target_feature(enable = "avx2")]
+#[inline]
+fn block_scales(
+    dtype: DType,
+    b: &[u8],
+) -> ([std::arch::x86_64::__m256; 2], std::arch::x86_64::__m256) {
+    use std::arch::x86_64::*;
+
     match dtype {
         DType::Q6_K => {
-            let d = f16_at(b, 208);
-            for (o, &sc) in out.iter_mut().zip(&b[192..208]) {
-                *o = d * f32::from(sc as i8);
-            }
+            let d = _mm256_set1_ps(f16_at(b, 208));
+            let sc = |at: usize| {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(&b[at..at + 8]);
+                let v = _mm_cvtsi64_si128(i64::from_le_bytes(v));
+                _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)))
+            };
+            ([sc(192), sc(200)], _mm256_setzero_ps())
         }
         _ => {
-            let d = f16_at(b, 0);
-            let (sc, _) = k_scales_and_mins(&b[4..16]);
-            for (j, &sc) in sc.iter().enumerate() {
-                let scale = d * f32::from(sc);
-                out[2 * j] = scale;
-                out[2 * j + 1] = scale;
-            }
+            let (sc, mins) = k_scales_and_mins(&b[4..16]);
+            let wide = |v: [u8; 8]| {
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(
+                    v,
+                ))))
+            };
+            // −(dmin·m): the product's sign flipped, as the scalar negation flips it
+            let offset = _mm256_xor_ps(
+                _mm256_mul_ps(_mm256_set1_ps(f16_at(b, 2)), wide(mins)),
+                _mm256_set1_ps(-0.0),
+            );
+            let v = _mm256_mul_ps(_mm256_set1_ps(f16_at(b, 0)), wide(sc));
+            // each scale twice, one per half-block: [s0 s0 s1 s1 | s4 s4 s5 s5] and
+            // [s2 s2 s3 s3 | s6 s6 s7 s7], then halves 0–3 and 4–7 in order
+            let (a, c) = (_mm256_unpacklo_ps(v, v), _mm256_unpackhi_ps(v, v));
+            (
+                [
+                    _mm256_permute2f128_ps::<0x20>(a, c),
+                    _mm256_permute2f128_ps::<0x31>(a, c),
+                ],
+                offset,
+            )
         }
     }
-    out
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -205,14 +237,16 @@ fn accumulate<const N: usize>(
     _: &[u8],
     _: [Row<'_>; N],
     _: Option<[&[i32]; N]>,
+    _: &mut Vec<f32>,
 ) -> [[f32; 4]; N] {
     // never called: `available` is false here
     [[0.0; 4]; N]
 }
 
-/// The four accumulators of each token after every super-block: with AVX-512 VNNI for two
-/// tokens or more where the CPU has it and the exact half-block sums are given, else with AVX2 (checked by the callers
-/// through [`available`]); the same bits either way.
+/// The four accumulators of each token after every super-block, and the row's offsets in
+/// `offsets` (Q4_K, Q5_K): with AVX-512 VNNI for two tokens or more where the CPU has it and
+/// the exact half-block sums are given, else with AVX2 (checked by the callers through
+/// [`available`]); the same bits either way.
 #[cfg(target_arch = "x86_64")]
 fn accumulate<const N: usize>(
     dtype: DType,
@@ -220,22 +254,31 @@ fn accumulate<const N: usize>(
     bytes: &[u8],
     rows: [Row<'_>; N],
     isums: Option<[&[i32]; N]>,
+    offsets: &mut Vec<f32>,
 ) -> [[f32; 4]; N] {
     assert!(bytes.len().is_multiple_of(size));
     match isums {
-        // SAFETY: `has_vnni` checked the CPU; `dots` checked that the activations and their
-        // sums cover the row.
         // one token (a decode step) measured slower on VNNI for these types (zmm work per
         // super-block that only one token shares): AVX2 there
-        Some(isums) if N > 1 && super::dot::has_vnni() => unsafe {
-            accumulate_vnni(dtype, size, bytes, rows, isums)
-        },
-        // SAFETY: `available` checked AVX2; `dots` checked that the activations cover the row.
-        _ => unsafe { accumulate_avx2(dtype, size, bytes, rows) },
+        Some(isums) if N > 1 && super::dot::has_vnni() => {
+            fill_offsets(dtype, bytes, offsets);
+            // SAFETY: `has_vnni` checked the CPU; `dots` checked that the activations and
+            // their sums cover the row.
+            unsafe { accumulate_vnni(dtype, size, bytes, rows, isums) }
+        }
+        _ => {
+            offsets.clear();
+            if dtype != DType::Q6_K {
+                offsets.resize(bytes.len() / size * 8, 0.0);
+            }
+            // SAFETY: `available` checked AVX2; `dots` checked that the activations cover
+            // the row; `offsets` has 8 values per super-block (Q4_K, Q5_K).
+            unsafe { accumulate_avx2(dtype, size, bytes, rows, offsets) }
+        }
     }
 }
 
-/// [`half_block_scales`] as one register: `d · sc` of each half-block, the same f32 products.
+/// [`block_scales`] as one register: `d · sc` of each half-block, the same f32 products.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn half_block_scales_512(dtype: DType, b: &[u8]) -> std::arch::x86_64::__m512 {
@@ -323,6 +366,15 @@ unsafe fn accumulate_vnni<const N: usize>(
     out
 }
 
+/// The AVX2 accumulation, one pass over the row: each super-block's scales and offsets made
+/// in registers (its offsets stored into `offsets`), then per token two pairs (128 values,
+/// eight half-blocks) at a time — the exact half-block sums by `vpmaddubsw`/`vpmaddwd` and
+/// three `vphaddd`s, put in order by one `vpermd`, converted, scaled and added to the
+/// accumulators pair by pair, the unpacked row's products and additions in its order.
+///
+/// # Safety
+/// The CPU has AVX2; the activations cover the row; `offsets` holds 8 values per super-block
+/// for Q4_K and Q5_K.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn accumulate_avx2<const N: usize>(
@@ -330,43 +382,66 @@ unsafe fn accumulate_avx2<const N: usize>(
     size: usize,
     bytes: &[u8],
     rows: [Row<'_>; N],
+    offsets: &mut [f32],
 ) -> [[f32; 4]; N] {
     use std::arch::x86_64::*;
 
     let signed = dtype == DType::Q6_K;
+    let ones = _mm256_set1_epi16(1);
+    // [h0 h2 h0' h2' | h1 h3 h1' h3'] to [h0 h1 h2 h3 | h0' h1' h2' h3']
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     let mut acc = [_mm_setzero_ps(); N];
     for (i, b) in bytes.chunks_exact(size).enumerate() {
-        let scales = half_block_scales(dtype, b);
+        let (scales, offset) = block_scales(dtype, b);
+        if !signed {
+            assert!(offsets.len() >= 8 * i + 8);
+            // SAFETY: a 32-byte store inside `offsets` (asserted).
+            unsafe { _mm256_storeu_ps(offsets.as_mut_ptr().add(8 * i), offset) };
+        }
         // SAFETY: every load reads 32 bytes inside the super-block `b` (of `size` bytes).
         let pairs = unsafe { pair_values(dtype, b) };
-        for (k, (w01, w23)) in pairs.into_iter().enumerate() {
-            let (a01, a23) = match signed {
-                true => (_mm256_abs_epi8(w01), _mm256_abs_epi8(w23)),
-                false => (w01, w23),
-            };
-            // the pair's 64 values start at value 64·p, its half-blocks at 4·p
-            let p = 4 * i + k;
-            let h = 4 * p;
-            let sc = &scales[4 * k..][..4];
-            for (acc, (q, d, _)) in acc.iter_mut().zip(&rows) {
-                // SAFETY: 32-byte loads of the pair's activations, inside `q` (checked).
-                let (q01, q23) = unsafe {
-                    (
-                        _mm256_loadu_si256(q.as_ptr().add(64 * p).cast()),
-                        _mm256_loadu_si256(q.as_ptr().add(64 * p + 32).cast()),
-                    )
-                };
-                let sums = match signed {
-                    true => super::dot::half_block_sums_abs_avx2(a01, w01, q01, a23, w23, q23),
-                    false => super::dot::half_block_sums_unsigned_avx2(w01, q01, w23, q23),
-                };
-                let c = _mm_setr_ps(
-                    sc[0] * d[h],
-                    sc[1] * d[h + 1],
-                    sc[2] * d[h + 2],
-                    sc[3] * d[h + 3],
-                );
-                *acc = _mm_add_ps(*acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), c));
+        let abs = pairs.map(|(w01, w23)| match signed {
+            true => (_mm256_abs_epi8(w01), _mm256_abs_epi8(w23)),
+            false => (w01, w23),
+        });
+        for (acc, (q, d, _)) in acc.iter_mut().zip(&rows) {
+            // two pairs at a time: 128 values, eight half-blocks
+            for (two, &sc) in scales.iter().enumerate() {
+                // each pair's four sums of four values per half-block, halved by `vphaddd`
+                let t: [__m256i; 2] = std::array::from_fn(|j| {
+                    let k = 2 * two + j;
+                    let ((w01, w23), (a01, a23)) = (pairs[k], abs[k]);
+                    // the pair's 64 values start at value 64·p
+                    let p = 4 * i + k;
+                    // SAFETY: 32-byte loads of the pair's activations, inside `q` (checked).
+                    let (q01, q23) = unsafe {
+                        (
+                            _mm256_loadu_si256(q.as_ptr().add(64 * p).cast()),
+                            _mm256_loadu_si256(q.as_ptr().add(64 * p + 32).cast()),
+                        )
+                    };
+                    let (m01, m23) = match signed {
+                        true => (
+                            _mm256_maddubs_epi16(a01, _mm256_sign_epi8(q01, w01)),
+                            _mm256_maddubs_epi16(a23, _mm256_sign_epi8(q23, w23)),
+                        ),
+                        false => (
+                            _mm256_maddubs_epi16(w01, q01),
+                            _mm256_maddubs_epi16(w23, q23),
+                        ),
+                    };
+                    _mm256_hadd_epi32(_mm256_madd_epi16(m01, ones), _mm256_madd_epi16(m23, ones))
+                });
+                // the eight half-blocks' exact sums, in order
+                let sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(t[0], t[1]), order);
+                // SAFETY: a 32-byte load of the eight half-blocks' activation scales (from
+                // 16·i + 8·two), inside `d` (checked).
+                let dv = unsafe { _mm256_loadu_ps(d.as_ptr().add(16 * i + 8 * two)) };
+                // each half-block's `d·sc` times its activations' scale, times its sum: the
+                // products the unpacked row's dot makes, added pair by pair as it adds them
+                let prod = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(sc, dv));
+                *acc = _mm_add_ps(*acc, _mm256_castps256_ps128(prod));
+                *acc = _mm_add_ps(*acc, _mm256_extractf128_ps::<1>(prod));
             }
         }
     }
@@ -385,6 +460,7 @@ unsafe fn accumulate_avx2<const N: usize>(
 /// The CPU has AVX2 and `b` holds one whole super-block of `dtype`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn pair_values(
     dtype: DType,
     b: &[u8],
