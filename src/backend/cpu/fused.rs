@@ -314,7 +314,53 @@ unsafe fn pairs_tokens_avx2<const N: usize>(
 
     // Q4_1's and Q5_1's values are never negative.
     let unsigned = l.nibble_bias == Some(0);
-    for p in pairs {
+    let ones = _mm256_set1_epi16(1);
+    // [h0 h2 h0' h2' | h1 h3 h1' h3'] to [h0 h1 h2 h3 | h0' h1' h2' h3']
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let mut p = pairs.start;
+    // two pairs at a time for several tokens (a prompt's rows: 12–15 % faster on a Zen 3;
+    // one token's decode step measured 5 % slower so, and keeps one pair at a time): four
+    // blocks, eight half-blocks reduced and scaled together, then added pair by pair as one
+    // pair at a time adds them (the same bits)
+    while N > 1 && p + 2 <= pairs.end {
+        let blocks = [2 * p, 2 * p + 1, 2 * p + 2, 2 * p + 3];
+        // SAFETY: the blocks lie inside `bytes` (checked by the caller).
+        let w = blocks.map(|b| unsafe { block_register(l, bytes, b) });
+        let a = w.map(|w| match unsigned {
+            true => w,
+            false => _mm256_abs_epi8(w),
+        });
+        let ds = blocks.map(|b| f16_at(&bytes[b * l.size..], 0));
+        let scales = _mm256_setr_ps(ds[0], ds[0], ds[1], ds[1], ds[2], ds[2], ds[3], ds[3]);
+        for (acc, (q, d, _)) in acc.iter_mut().zip(&rows) {
+            // each pair's four sums of four values per half-block, halved by `vphaddd`
+            let t: [__m256i; 2] = std::array::from_fn(|j| {
+                let m: [__m256i; 2] = std::array::from_fn(|k| {
+                    let b = blocks[2 * j + k];
+                    // SAFETY: a 32-byte load of block b's activations, inside `q`
+                    // (checked by the caller).
+                    let qv = unsafe { _mm256_loadu_si256(q.as_ptr().add(b * QK).cast()) };
+                    match unsigned {
+                        true => _mm256_maddubs_epi16(w[2 * j + k], qv),
+                        false => {
+                            _mm256_maddubs_epi16(a[2 * j + k], _mm256_sign_epi8(qv, w[2 * j + k]))
+                        }
+                    }
+                });
+                _mm256_hadd_epi32(_mm256_madd_epi16(m[0], ones), _mm256_madd_epi16(m[1], ones))
+            });
+            let sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(t[0], t[1]), order);
+            // SAFETY: a 32-byte load of the eight half-blocks' scales (from 4·p), inside `d`
+            // (checked by the caller).
+            let dv = unsafe { _mm256_loadu_ps(d.as_ptr().add(4 * p)) };
+            // `scale_h · d_h` in f32, as the one-token path's scalar products
+            let prod = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scales, dv));
+            *acc = _mm_add_ps(*acc, _mm256_castps256_ps128(prod));
+            *acc = _mm_add_ps(*acc, _mm256_extractf128_ps::<1>(prod));
+        }
+        p += 2;
+    }
+    for p in p..pairs.end {
         let (b0, b1) = (2 * p, 2 * p + 1);
         // SAFETY: the blocks lie inside `bytes` (checked by the caller).
         let (w01, w23) = unsafe { (block_register(l, bytes, b0), block_register(l, bytes, b1)) };
