@@ -489,23 +489,33 @@ mod tests {
         assert_eq!(read_calls("It is noon.", ToolSyntax::Llama3).calls, vec![]);
     }
 
+    /// `text` streamed in `syntax` in pieces of `step` characters: the content and calls the
+    /// pieces give.
+    pub(super) fn streamed(
+        syntax: ToolSyntax,
+        text: &str,
+        step: usize,
+    ) -> (String, Vec<ParsedCall>) {
+        let mut s = CallStream::new(syntax);
+        let (mut content, mut calls) = (String::new(), Vec::new());
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(step) {
+            let p = s.push(&piece.iter().collect::<String>());
+            content.push_str(&p.content);
+            calls.extend(p.calls);
+        }
+        let p = s.finish();
+        content.push_str(&p.content);
+        calls.extend(p.calls);
+        (content, calls)
+    }
+
     #[test]
     fn a_stream_split_anywhere_gives_the_whole_answers_parts() {
         let text = "Sure <b>.\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"</tool_call>\"}}\n</tool_call>";
         let whole = read_calls(text, ToolSyntax::Hermes);
         for step in 1..8 {
-            let mut s = CallStream::new(ToolSyntax::Hermes);
-            let mut content = String::new();
-            let mut calls = Vec::new();
-            let chars: Vec<char> = text.chars().collect();
-            for piece in chars.chunks(step) {
-                let p = s.push(&piece.iter().collect::<String>());
-                content.push_str(&p.content);
-                calls.extend(p.calls);
-            }
-            let p = s.finish();
-            content.push_str(&p.content);
-            calls.extend(p.calls);
+            let (content, calls) = streamed(ToolSyntax::Hermes, text, step);
             assert_eq!(content, whole.content, "pieces of {step}");
             assert_eq!(calls, whole.calls, "pieces of {step}");
         }

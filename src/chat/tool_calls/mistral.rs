@@ -143,7 +143,8 @@ fn args_call(body: &str, calls: &mut Vec<ParsedCall>) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::tool_calls::{read_calls, CallStream};
+    use crate::chat::tool_calls::read_calls;
+    use crate::chat::tool_calls::tests::streamed;
 
     #[test]
     fn list_answers_read_back_call_by_call() {
@@ -200,17 +201,7 @@ mod tests {
         for (syntax, text) in answers {
             let whole = read_calls(text, syntax);
             for step in 1..9 {
-                let mut s = CallStream::new(syntax);
-                let (mut content, mut calls) = (String::new(), Vec::new());
-                let chars: Vec<char> = text.chars().collect();
-                for piece in chars.chunks(step) {
-                    let p = s.push(&piece.iter().collect::<String>());
-                    content.push_str(&p.content);
-                    calls.extend(p.calls);
-                }
-                let p = s.finish();
-                content.push_str(&p.content);
-                calls.extend(p.calls);
+                let (content, calls) = streamed(syntax, text, step);
                 assert_eq!(content, whole.content, "{text:?} in pieces of {step}");
                 assert_eq!(calls, whole.calls, "{text:?} in pieces of {step}");
             }
