@@ -1,6 +1,6 @@
-//! The 32-value types' matrix product (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) on AVX-512 VNNI, in tiles of 16
-//! weight rows × up to 4 tokens: a decode step's one token, a prompt chunk, a batched or
-//! speculative step.
+//! The 32-value types' matrix product (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) in tiles of 16 weight
+//! rows × up to 4 tokens, on AVX-512 VNNI (here) or AVX2 with F16C ([`avx2`]): a decode step's
+//! one token, a prompt chunk, a batched or speculative step.
 //!
 //! The row-at-a-time path ([`super::fused`]) meets each token with each row alone, so every
 //! 64 values end in a horizontal sum (a transpose of four registers) and a 128-bit chain of
@@ -158,9 +158,29 @@ pub(super) fn corrections(dtype: DType, q8: &Q8Rows) -> Vec<i32> {
     }
 }
 
+/// The instructions a tile's product runs on (the same bits on each).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Isa {
+    /// AVX-512 F, BW and VNNI: 16 rows to a register, `vpdpbusd`.
+    Vnni,
+    /// AVX2 and F16C: 8 rows to a register, `vpmaddubsw` ([`avx2`]).
+    Avx2,
+}
+
+/// The instructions this CPU runs tiles on, if any (asked once).
+pub(super) fn isa() -> Option<Isa> {
+    static AVX2_F16C: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if super::dot::has_vnni() {
+        return Some(Isa::Vnni);
+    }
+    let avx2 = *AVX2_F16C
+        .get_or_init(|| super::dot::has_avx2() && std::arch::is_x86_feature_detected!("f16c"));
+    avx2.then_some(Isa::Avx2)
+}
+
 /// Whether [`Tile`] computes products of `dtype` on this CPU.
 pub(super) fn available(dtype: DType) -> bool {
-    Kind::of(dtype).is_some() && super::dot::has_vnni()
+    Kind::of(dtype).is_some() && isa().is_some()
 }
 
 /// Weight rows repacked for the tiles, 16 to a tile, every tile in one buffer of cache lines
@@ -172,6 +192,8 @@ pub(super) fn available(dtype: DType) -> bool {
 #[derive(Debug, Clone)]
 pub(super) struct Tile {
     kind: Kind,
+    /// What the products run on.
+    isa: Isa,
     /// The stored blocks' layout (size, where the values start).
     layout: Layout,
     /// Blocks per row.
@@ -181,10 +203,17 @@ pub(super) struct Tile {
 }
 
 impl Tile {
-    /// An empty tile for `dtype`; `None` for types the tiles do not cover.
+    /// An empty tile for `dtype`; `None` for types the tiles do not cover or where this CPU
+    /// has no tiles.
     pub(super) fn new(dtype: DType) -> Option<Self> {
+        Self::on(dtype, isa()?)
+    }
+
+    /// [`Self::new`] running on `isa`, which the caller checked this CPU has.
+    pub(super) fn on(dtype: DType, isa: Isa) -> Option<Self> {
         Some(Self {
             kind: Kind::of(dtype)?,
+            isa,
             layout: super::quant::layout(dtype)?,
             blocks: 0,
             lines: TileLines::default(),
@@ -284,6 +313,12 @@ impl Tile {
         assert!(self.kind.correction() == 0 || corrections.len() >= tokens * halves);
         assert!(q8.d.len() >= tokens * halves && q8.s.len() >= tokens * self.blocks);
         let tile = tile.as_ptr();
+        if self.isa == Isa::Avx2 {
+            // SAFETY: the tile is made on AVX2 only where the CPU has it (and F16C); the
+            // lengths were checked above.
+            unsafe { self.product_avx2(tile, q8, corrections, out) };
+            return;
+        }
         let mut first = 0;
         while first < tokens {
             let n = (tokens - first).min(TOKENS);
@@ -530,6 +565,9 @@ fn fifth_bits(high: __m512i, first: usize) -> __m512i {
 fn widen<const N: usize>(a: [[f32; ROWS]; N]) -> [[f32; ROWS]; TOKENS] {
     std::array::from_fn(|k| a.get(k).copied().unwrap_or([0.0; ROWS]))
 }
+
+#[path = "tiles_avx2.rs"]
+mod avx2;
 
 #[path = "tiles_vnni_fill.rs"]
 mod fill;

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{pair_lines, place, Kind, Layout, ROWS};
+use super::{pair_lines, place, Kind, Layout, Place, ROWS};
 
 /// What repacks 16 rows of one type and width into a tile's bytes ([`Tile::filler`]).
 #[derive(Clone, Copy)]
@@ -21,9 +21,85 @@ impl Filler {
         let pair = pair_lines(self.kind.code()) * 64;
         assert!(data.len() >= ROWS * self.row_bytes);
         assert_eq!(tile.len(), self.blocks.div_ceil(2) * pair);
-        // SAFETY: the CPU has AVX-512 (a tile is made only where it does); `data` holds the
-        // 16 rows and `tile` was sized for them (asserted above).
-        unsafe { self.transpose(tile, data) };
+        // SAFETY: `data` holds the 16 rows and `tile` was sized for them (asserted above);
+        // the AVX-512 transpose runs only where the CPU has it (SSE2 is x86_64's baseline).
+        unsafe {
+            match crate::backend::cpu::dot::has_vnni() {
+                true => self.transpose(tile, data),
+                false => self.transpose_sse2(tile, data),
+            }
+        }
+    }
+
+    /// [`Self::transpose`] with SSE2 (a CPU without AVX-512): each run of four words of four
+    /// rows transposed in one register, written as a quarter of four lines. The same bytes.
+    ///
+    /// # Safety
+    /// `data` holds 16 rows of `row_bytes` (whole blocks) and `tile` is sized for them.
+    pub(super) unsafe fn transpose_sse2(&self, tile: &mut [u8], data: &[u8]) {
+        let (k, row_bytes) = (self.kind, self.row_bytes);
+        let (size, at) = (self.layout.size, self.layout.values);
+        let pair = pair_lines(k.code()) * 64;
+        let flip = _mm_set1_epi32(if k == Kind::Q8_0 {
+            0x8080_8080u32 as i32
+        } else {
+            0
+        });
+        let base = data.as_ptr();
+        for b in 0..self.blocks {
+            let place = place(k.code(), b % 2);
+            // SAFETY: every read lies in block `b` of one of the 16 rows of `data`, every
+            // write in block `b`'s part of its pair's record (the caller's promise).
+            unsafe {
+                let block = |j: usize| base.add(j * row_bytes + b * size);
+                let rec = tile.as_mut_ptr().add(b / 2 * pair);
+                let dst = rec.add(place.values);
+                for run in 0..k.words() / 4 {
+                    for i in 0..ROWS / 4 {
+                        let x: [__m128i; 4] = std::array::from_fn(|m| {
+                            _mm_loadu_si128(block(4 * i + m).add(at + 16 * run).cast())
+                        });
+                        let t0 = _mm_unpacklo_epi32(x[0], x[1]);
+                        let t1 = _mm_unpackhi_epi32(x[0], x[1]);
+                        let t2 = _mm_unpacklo_epi32(x[2], x[3]);
+                        let t3 = _mm_unpackhi_epi32(x[2], x[3]);
+                        let words = [
+                            _mm_unpacklo_epi64(t0, t2),
+                            _mm_unpackhi_epi64(t0, t2),
+                            _mm_unpacklo_epi64(t1, t3),
+                            _mm_unpackhi_epi64(t1, t3),
+                        ];
+                        for (w, v) in words.into_iter().enumerate() {
+                            let to = dst.add((4 * run + w) * 64 + 16 * i);
+                            _mm_storeu_si128(to.cast(), _mm_xor_si128(v, flip));
+                        }
+                    }
+                }
+                self.scalars(block, rec, place);
+            }
+        }
+    }
+
+    /// Block `b`'s f16 scales (and offsets) and words of fifth bits of the 16 rows (`block(j)`
+    /// is row `j`'s block) copied as stored into its pair's record `rec`.
+    ///
+    /// # Safety
+    /// `block(j)` points at a whole stored block for each of the 16 rows, and `rec` at a
+    /// record with room for `place`'s parts.
+    unsafe fn scalars(&self, block: impl Fn(usize) -> *const u8, rec: *mut u8, place: Place) {
+        for j in 0..ROWS {
+            let p = block(j);
+            // SAFETY: the caller's promise.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p, rec.add(place.scales + 2 * j), 2);
+                if self.kind.offset() {
+                    std::ptr::copy_nonoverlapping(p.add(2), rec.add(place.offsets + 2 * j), 2);
+                }
+                if let Some(at) = self.layout.high_bits {
+                    std::ptr::copy_nonoverlapping(p.add(at), rec.add(place.high + 4 * j), 4);
+                }
+            }
+        }
     }
 
     /// [`Self::fill`]'s repacking: for each block, the 16 rows' 16-byte runs of values
@@ -76,16 +152,7 @@ impl Filler {
                         _mm512_storeu_si512(dst.add((4 * run + w) * 64).cast(), v);
                     }
                 }
-                for j in 0..ROWS {
-                    let p = block(j);
-                    std::ptr::copy_nonoverlapping(p, rec.add(place.scales + 2 * j), 2);
-                    if k.offset() {
-                        std::ptr::copy_nonoverlapping(p.add(2), rec.add(place.offsets + 2 * j), 2);
-                    }
-                    if let Some(at) = self.layout.high_bits {
-                        std::ptr::copy_nonoverlapping(p.add(at), rec.add(place.high + 4 * j), 4);
-                    }
-                }
+                self.scalars(block, rec, place);
             }
         }
     }

@@ -92,3 +92,76 @@ fn tiles_match_the_row_path_bit_for_bit() {
         }
     }
 }
+
+/// The AVX2 tiles give the row path's bits for every covered type, whatever tiles this CPU's
+/// matrices run on (a CPU with VNNI runs these too): one tile and two, block counts odd,
+/// even and past eight, one to five tokens (a pass's two, and one left over). Where the CPU
+/// has AVX-512, the SSE2 repacking writes the AVX-512 one's bytes.
+#[test]
+fn avx2_tiles_match_the_row_path_bit_for_bit() {
+    if !(crate::backend::cpu::dot::has_avx2() && std::arch::is_x86_feature_detected!("f16c")) {
+        eprintln!("no AVX2 and F16C on this CPU");
+        return;
+    }
+    let mut rng = Lcg(0xa2f1);
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
+        for (rows, blocks, tokens) in [
+            (16, 1, 1),
+            (32, 3, 2),
+            (16, 8, 3),
+            (32, 13, 5),
+            (16, 18, 1),
+            (32, 64, 4),
+            (16, 256, 2),
+        ] {
+            let cols = blocks * QK;
+            let data = random_rows(&mut rng, dtype, rows, blocks);
+            let by_rows =
+                crate::backend::cpu::QMatrix::stored(dtype, rows, cols, data.clone(), "w").unwrap();
+            let row_bytes = data.len() / rows;
+            let x: Vec<f32> = (0..tokens * cols).map(|_| rng.f32() * 3.0).collect();
+            let mut want = vec![0.0f32; tokens * rows];
+            for (x, y) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {
+                by_rows.matmul(x, None, y);
+            }
+            let mut q8 = Q8Rows::default();
+            q8.quantize(&x, cols);
+            let corr = corrections(dtype, &q8);
+            let mut tile = Tile::on(dtype, Isa::Avx2).unwrap();
+            for g in 0..rows / ROWS {
+                let stored = &data[g * ROWS * row_bytes..][..ROWS * row_bytes];
+                tile.fill(stored, row_bytes);
+                if crate::backend::cpu::dot::has_vnni() {
+                    let filler = tile.filler(row_bytes);
+                    let mut sse2 = vec![0u8; tile.bytes()];
+                    // SAFETY: `stored` holds the 16 rows and `sse2` is a tile's bytes.
+                    unsafe { filler.transpose_sse2(&mut sse2, stored) };
+                    assert!(
+                        sse2 == tile.lines.tile(0),
+                        "{}: SSE2 repacking",
+                        dtype.name()
+                    );
+                }
+                let mut out = vec![0.0f32; ROWS * tokens];
+                tile.product(0, &q8, &corr, &mut out);
+                for t in 0..tokens {
+                    for r in 0..ROWS {
+                        let (a, w) = (out[r * tokens + t], want[t * rows + g * ROWS + r]);
+                        assert_eq!(
+                            a.to_bits(),
+                            w.to_bits(),
+                            "{} blocks {blocks} tokens {tokens}: tile {g} row {r} token {t}: {a} vs {w}",
+                            dtype.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
