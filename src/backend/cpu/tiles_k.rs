@@ -50,7 +50,7 @@ const PREFETCH: usize = 8;
 
 /// Whether [`KTiles`] computes products of `dtype` on this CPU.
 pub(super) fn available(dtype: DType) -> bool {
-    dtype == DType::Q4_K && super::dot::has_vnni()
+    dtype == DType::Q4_K && super::tiles_vnni::isa().is_some()
 }
 
 /// A Q4_K matrix's rows repacked in tiles of 16 ([`TileLines`]). A super-block of a tile is
@@ -157,9 +157,14 @@ impl KTiles {
         assert!(out.len() >= ROWS * tokens && q8.cols == cols);
         assert_eq!(self.0.tile(g).len(), self.0.blocks() * LINES * 64);
         assert!(q8.d.len() >= tokens * cols / 16 && q8.s.len() >= tokens * cols / 32);
-        // SAFETY: tiles are made only where the CPU has VNNI (`available`); the lengths were
-        // checked above.
-        unsafe { in_fours(self, g, q8, tokens, out) };
+        // SAFETY: tiles are made only where the CPU has VNNI or AVX2 and F16C (`available`);
+        // the lengths were checked above.
+        unsafe {
+            match super::tiles_vnni::isa() {
+                Some(super::tiles_vnni::Isa::Vnni) => in_fours(self, g, q8, tokens, out),
+                _ => self.product_avx2(g, q8, out),
+            }
+        }
     }
 
     /// Tile `g`'s 16 rows' products with tokens `first..first + N` of `q8`.
@@ -349,6 +354,9 @@ pub(super) unsafe fn in_fours<T: Pass>(
     }
 }
 
+#[path = "tiles_k_avx2.rs"]
+pub(in crate::backend::cpu) mod avx2;
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -445,6 +453,27 @@ pub(super) mod tests {
             BLOCK,
             KTiles::fill,
             |t, q8, out| t.product(0, q8, out),
+            KTiles::row_f32,
+        );
+    }
+
+    /// Whether this CPU runs the AVX2 passes (a CPU with VNNI runs them in the tests too).
+    pub(in crate::backend::cpu) fn has_avx2_f16c() -> bool {
+        crate::backend::cpu::dot::has_avx2() && std::arch::is_x86_feature_detected!("f16c")
+    }
+
+    #[test]
+    fn avx2_tiles_match_the_unpacked_rows_bit_for_bit() {
+        if !has_avx2_f16c() {
+            eprintln!("no AVX2 and F16C on this CPU");
+            return;
+        }
+        check_tiles(
+            DType::Q4_K,
+            BLOCK,
+            KTiles::fill,
+            // SAFETY: the CPU has AVX2 and F16C (checked above).
+            |t, q8, out| unsafe { t.product_avx2(0, q8, out) },
             KTiles::row_f32,
         );
     }

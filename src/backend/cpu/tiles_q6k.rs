@@ -45,7 +45,7 @@ const PREFETCH: usize = 8;
 
 /// Whether [`Q6kTiles`] computes products of `dtype` on this CPU.
 pub(super) fn available(dtype: DType) -> bool {
-    dtype == DType::Q6_K && super::dot::has_vnni()
+    dtype == DType::Q6_K && super::tiles_vnni::isa().is_some()
 }
 
 /// A Q6_K matrix's rows repacked in tiles of 16 ([`TileLines`]). A super-block of a tile is
@@ -147,9 +147,14 @@ impl Q6kTiles {
         assert!(out.len() >= ROWS * tokens && q8.cols == cols);
         assert_eq!(self.0.tile(g).len(), self.0.blocks() * LINES * 64);
         assert!(q8.d.len() >= tokens * cols / 16 && q8.isum.len() >= tokens * cols / 16);
-        // SAFETY: tiles are made only where the CPU has VNNI (`available`); the lengths were
-        // checked above.
-        unsafe { in_fours(self, g, q8, tokens, out) };
+        // SAFETY: tiles are made only where the CPU has VNNI or AVX2 and F16C (`available`);
+        // the lengths were checked above.
+        unsafe {
+            match super::tiles_vnni::isa() {
+                Some(super::tiles_vnni::Isa::Vnni) => in_fours(self, g, q8, tokens, out),
+                _ => self.product_avx2(g, q8, out),
+            }
+        }
     }
 
     /// Tile `g`'s 16 rows' products with tokens `first..first + N` of `q8`.
@@ -238,6 +243,9 @@ impl Pass for Q6kTiles {
     }
 }
 
+#[path = "tiles_q6k_avx2.rs"]
+mod avx2;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +261,22 @@ mod tests {
             BLOCK,
             Q6kTiles::fill,
             |t, q8, out| t.product(0, q8, out),
+            Q6kTiles::row_f32,
+        );
+    }
+
+    #[test]
+    fn avx2_tiles_match_the_unpacked_rows_bit_for_bit() {
+        if !super::super::tiles_k::tests::has_avx2_f16c() {
+            eprintln!("no AVX2 and F16C on this CPU");
+            return;
+        }
+        super::super::tiles_k::tests::check_tiles(
+            DType::Q6_K,
+            BLOCK,
+            Q6kTiles::fill,
+            // SAFETY: the CPU has AVX2 and F16C (checked above).
+            |t, q8, out| unsafe { t.product_avx2(0, q8, out) },
             Q6kTiles::row_f32,
         );
     }
