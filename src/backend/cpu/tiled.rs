@@ -1,4 +1,5 @@
-//! Weight matrices in tiles of 16 rows where the CPU has a tiled product (AVX-512 VNNI:
+//! Weight matrices in tiles of 16 rows where the CPU has a tiled product (AVX-512 VNNI, or AVX2
+//! with F16C:
 //! [`super::tiles_vnni`] for the 32-value types, [`super::tiles_k`] and [`super::tiles_q6k`] for Q4_K and Q6_K), and the same calls, declining, where it has none: the matrix
 //! product ([`super::QMatrix`]) asks here before taking its row-at-a-time path.
 //!

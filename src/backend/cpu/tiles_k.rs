@@ -1,4 +1,5 @@
-//! Q4_K matrices on AVX-512 VNNI in tiles of 16 weight rows × up to 4 tokens, as
+//! Q4_K matrices on AVX-512 VNNI (AVX2 with F16C: [`avx2`]) in tiles of 16 weight rows × up
+//! to 4 tokens, as
 //! [`super::tiles_vnni`] does for the 32-value types: a Q4_K_M model's attention and gate/up
 //! matrices, which the row-at-a-time path ([`super::fused_k`]) meets one row at a time, each
 //! 64 values ending in a horizontal sum.

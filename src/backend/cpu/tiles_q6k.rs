@@ -1,4 +1,4 @@
-//! Q6_K matrices on AVX-512 VNNI in tiles of 16 weight rows × up to 4 tokens, as
+//! Q6_K matrices on AVX-512 VNNI (AVX2 with F16C: [`avx2`]) in tiles of 16 weight rows × up to 4 tokens, as
 //! [`super::tiles_k`] does for Q4_K: a Q4_K_M model's V and down matrices (and often its LM
 //! head).
 //!
