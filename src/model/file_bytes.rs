@@ -82,6 +82,11 @@ impl FileBytes {
         Ok(Self::heap(bytes))
     }
 
+    /// Whether `other` holds the same bytes (a clone of this one).
+    pub fn same_as(&self, other: &FileBytes) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Whether the bytes are mapped from a file rather than held in memory.
     pub fn is_mapped(&self) -> bool {
         match &*self.0 {
@@ -161,6 +166,14 @@ impl WeightBytes {
     /// Whether these bytes are a mapped file's (the system can read them again at will).
     pub fn is_mapped(&self) -> bool {
         matches!(self, WeightBytes::Shared(file, _) if file.is_mapped())
+    }
+
+    /// The file and range these bytes are, when they are a file's.
+    pub fn file_range(&self) -> Option<(FileBytes, Range<usize>)> {
+        match self {
+            WeightBytes::Shared(file, range) => Some((file.clone(), range.clone())),
+            WeightBytes::Owned(_) => None,
+        }
     }
 
     /// Gives the bytes up: a mapped file's pages in their range are handed back to the system

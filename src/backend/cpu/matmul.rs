@@ -145,8 +145,8 @@ impl QMatrix {
         self
     }
 
-    /// Whether the rows are kept in tiles.
-    #[cfg(all(test, target_arch = "x86_64"))]
+    /// Whether the rows are kept in tiles (a copy of the matrix's own: its stored bytes are no
+    /// longer read).
     pub(crate) fn is_tiled(&self) -> bool {
         self.packed.is_some()
     }
