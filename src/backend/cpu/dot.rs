@@ -127,6 +127,13 @@ pub(crate) fn has_vnni() -> bool {
     })
 }
 
+/// Whether this x86_64 CPU has AVX2 and F16C (asked once): what the AVX2 tiles need.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2_f16c() -> bool {
+    static AVX2_F16C: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX2_F16C.get_or_init(|| has_avx2() && std::arch::is_x86_feature_detected!("f16c"))
+}
+
 /// Whether this x86_64 CPU has AVX2 (asked once).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx2() -> bool {

@@ -163,7 +163,7 @@ impl KTiles {
         unsafe {
             match super::tiles_vnni::isa() {
                 Some(super::tiles_vnni::Isa::Vnni) => in_fours(self, g, q8, tokens, out),
-                _ => self.product_avx2(g, q8, out),
+                _ => avx2::in_twos(self, g, q8, out),
             }
         }
     }
@@ -458,14 +458,11 @@ pub(super) mod tests {
         );
     }
 
-    /// Whether this CPU runs the AVX2 passes (a CPU with VNNI runs them in the tests too).
-    pub(in crate::backend::cpu) fn has_avx2_f16c() -> bool {
-        crate::backend::cpu::dot::has_avx2() && std::arch::is_x86_feature_detected!("f16c")
-    }
-
+    /// The AVX2 passes, whatever tiles this CPU's matrices run on (a CPU with VNNI runs them
+    /// here too).
     #[test]
     fn avx2_tiles_match_the_unpacked_rows_bit_for_bit() {
-        if !has_avx2_f16c() {
+        if !crate::backend::cpu::dot::has_avx2_f16c() {
             eprintln!("no AVX2 and F16C on this CPU");
             return;
         }
@@ -474,7 +471,7 @@ pub(super) mod tests {
             BLOCK,
             KTiles::fill,
             // SAFETY: the CPU has AVX2 and F16C (checked above).
-            |t, q8, out| unsafe { t.product_avx2(0, q8, out) },
+            |t, q8, out| unsafe { avx2::in_twos(t, 0, q8, out) },
             KTiles::row_f32,
         );
     }

@@ -36,18 +36,19 @@ pub(in crate::backend::cpu) trait PartAvx2 {
     ) -> [[f32; LANES]; N];
 }
 
-/// Tile `g`'s products with the `tokens` of `q8` in passes of eight rows and at most two
-/// tokens, into `out[r · tokens + t]`.
+/// Tile `g`'s products with every token of `q8` in passes of eight rows and at most two
+/// tokens, into `out[r · tokens + t]`: a K-quant tile's product on AVX2 (whatever tiles this
+/// CPU's matrices run on).
 ///
 /// # Safety
-/// As [`PartAvx2::part`], for every token of `q8`.
+/// As [`PartAvx2::part`], for every token of `q8`; `out` holds `16 × tokens` values.
 pub(in crate::backend::cpu) unsafe fn in_twos<T: PartAvx2>(
     tiles: &T,
     g: usize,
     q8: &Q8Rows,
-    tokens: usize,
     out: &mut [f32],
 ) {
+    let tokens = q8.q.len() / q8.cols.max(1);
     let mut first = 0;
     while first < tokens {
         let n = (tokens - first).min(TOKENS);
@@ -73,16 +74,6 @@ pub(in crate::backend::cpu) unsafe fn in_twos<T: PartAvx2>(
 }
 
 impl KTiles {
-    /// [`KTiles::product`] on AVX2 (whatever tiles this CPU's matrices run on).
-    ///
-    /// # Safety
-    /// The CPU has AVX2 and F16C; `product`'s lengths hold.
-    pub(super) unsafe fn product_avx2(&self, g: usize, q8: &Q8Rows, out: &mut [f32]) {
-        let tokens = q8.q.len() / q8.cols.max(1);
-        // SAFETY: the caller's promise.
-        unsafe { in_twos(self, g, q8, tokens, out) };
-    }
-
     /// The mins' part of rows `8·part..` of the tile at `tile` with tokens `first..first +
     /// N`, as [`KTiles::mins_parts`] adds it.
     ///

@@ -152,7 +152,7 @@ impl Q6kTiles {
         unsafe {
             match super::tiles_vnni::isa() {
                 Some(super::tiles_vnni::Isa::Vnni) => in_fours(self, g, q8, tokens, out),
-                _ => self.product_avx2(g, q8, out),
+                _ => super::tiles_k::avx2::in_twos(self, g, q8, out),
             }
         }
     }
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn avx2_tiles_match_the_unpacked_rows_bit_for_bit() {
-        if !super::super::tiles_k::tests::has_avx2_f16c() {
+        if !crate::backend::cpu::dot::has_avx2_f16c() {
             eprintln!("no AVX2 and F16C on this CPU");
             return;
         }
@@ -276,7 +276,7 @@ mod tests {
             BLOCK,
             Q6kTiles::fill,
             // SAFETY: the CPU has AVX2 and F16C (checked above).
-            |t, q8, out| unsafe { t.product_avx2(0, q8, out) },
+            |t, q8, out| unsafe { super::super::tiles_k::avx2::in_twos(t, 0, q8, out) },
             Q6kTiles::row_f32,
         );
     }

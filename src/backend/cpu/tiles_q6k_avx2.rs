@@ -7,19 +7,7 @@ use std::arch::x86_64::*;
 
 use super::{place, Q6kTiles, D_LINE, LINES, PREFETCH, QK_K, QL_WORDS, SCALES_LINE};
 use crate::backend::cpu::quant::{Q8Rows, TILE_ROWS as ROWS};
-use crate::backend::cpu::tiles_k::avx2::{in_twos, PartAvx2, LANES};
-
-impl Q6kTiles {
-    /// [`Q6kTiles::product`] on AVX2 (whatever tiles this CPU's matrices run on).
-    ///
-    /// # Safety
-    /// The CPU has AVX2 and F16C; `product`'s lengths hold.
-    pub(super) unsafe fn product_avx2(&self, g: usize, q8: &Q8Rows, out: &mut [f32]) {
-        let tokens = q8.q.len() / q8.cols.max(1);
-        // SAFETY: the caller's promise.
-        unsafe { in_twos(self, g, q8, tokens, out) };
-    }
-}
+use crate::backend::cpu::tiles_k::avx2::{PartAvx2, LANES};
 
 impl PartAvx2 for Q6kTiles {
     #[target_feature(enable = "avx2,f16c")]

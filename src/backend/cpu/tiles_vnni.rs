@@ -169,13 +169,10 @@ pub(super) enum Isa {
 
 /// The instructions this CPU runs tiles on, if any (asked once).
 pub(super) fn isa() -> Option<Isa> {
-    static AVX2_F16C: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if super::dot::has_vnni() {
         return Some(Isa::Vnni);
     }
-    let avx2 = *AVX2_F16C
-        .get_or_init(|| super::dot::has_avx2() && std::arch::is_x86_feature_detected!("f16c"));
-    avx2.then_some(Isa::Avx2)
+    super::dot::has_avx2_f16c().then_some(Isa::Avx2)
 }
 
 /// Whether [`Tile`] computes products of `dtype` on this CPU.

@@ -99,7 +99,7 @@ fn tiles_match_the_row_path_bit_for_bit() {
 /// has AVX-512, the SSE2 repacking writes the AVX-512 one's bytes.
 #[test]
 fn avx2_tiles_match_the_row_path_bit_for_bit() {
-    if !(crate::backend::cpu::dot::has_avx2() && std::arch::is_x86_feature_detected!("f16c")) {
+    if !crate::backend::cpu::dot::has_avx2_f16c() {
         eprintln!("no AVX2 and F16C on this CPU");
         return;
     }
