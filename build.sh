@@ -463,11 +463,13 @@ release_module() {
   cache_put "$dir" "$key" "$out" 3
 }
 
-# The two wasm modules: www/pkg/ (single-threaded) and www/pkg-threads/ (threads, for
-# cross-origin isolated pages). Both have WebAssembly SIMD, every crate compiled with it (the
-# CPU backend's dot products in SIMD128); every browser with WebGPU has it, and so have Chrome
-# 91, Firefox 89, Safari 16.4 and Node 16.4 on, so there is no build without it (the worker
-# names the missing feature where a browser lacks it).
+# The wasm modules: www/pkg/ (single-threaded), www/pkg-threads/ (threads, for cross-origin
+# isolated pages) and www/pkg-threads-relaxed/ (threads and relaxed SIMD: the CPU backend's
+# matrix products in tiles, for engines that validate it, as Chromium 156 and Firefox 153 ESR
+# do). All have WebAssembly SIMD, every crate compiled with it (the CPU backend's dot products
+# in SIMD128); every browser with WebGPU has it, and so have Chrome 91, Firefox 89, Safari 16.4
+# and Node 16.4 on, so there is no build without it (the worker names the missing feature where
+# a browser lacks it).
 cmd_build() {
   setup_rust
   setup_wasm_tools
@@ -482,28 +484,35 @@ cmd_build() {
   wasm_opt_bg "$stage_dir/single/emberlm_bg.wasm" "$stage_dir/single/emberlm_bg.opt.wasm" \
     --enable-simd
   build_threads "$stage_dir/threads"
+  build_threads "$stage_dir/threads-relaxed" relaxed
   wasm_opt_wait
   # www/pkg and www/pkg-threads change only once both modules are ready
   local single="$stage_dir/single" before
   before=$(stat -c %s "$single/emberlm_bg.wasm")
   mv "$single/emberlm_bg.opt.wasm" "$single/emberlm_bg.wasm"
   mv "$stage_dir/threads/emberlm_bg.opt.wasm" "$stage_dir/threads/emberlm_bg.wasm"
-  rm -rf www/pkg www/pkg-threads
+  mv "$stage_dir/threads-relaxed/emberlm_bg.opt.wasm" "$stage_dir/threads-relaxed/emberlm_bg.wasm"
+  rm -rf www/pkg www/pkg-threads www/pkg-threads-relaxed
   cp -r "$single" www/pkg
   cp -r "$stage_dir/threads" www/pkg-threads
+  cp -r "$stage_dir/threads-relaxed" www/pkg-threads-relaxed
   log "www/pkg ready: $(stat -c %s www/pkg/emberlm_bg.wasm) bytes of wasm ($before before wasm-opt), \
-$(stat -c %s www/pkg-threads/emberlm_bg.wasm) threaded (www/pkg-threads)"
+$(stat -c %s www/pkg-threads/emberlm_bg.wasm) threaded (www/pkg-threads), \
+$(stat -c %s www/pkg-threads-relaxed/emberlm_bg.wasm) threaded with relaxed SIMD (www/pkg-threads-relaxed)"
 }
 
 # The threaded module (its own glue, into OUT_DIR; optimised in the background): SIMD, shared
 # memory (imported, up to the 4 GiB wasm32 allows) and std rebuilt with atomics, so that the
 # CPU backend's kernels run on a pool of Web Workers in cross-origin isolated pages. The
-# thread-local storage exports are those wasm-bindgen's thread support needs.
+# thread-local storage exports are those wasm-bindgen's thread support needs. `relaxed` as
+# the second argument adds relaxed SIMD (the CPU backend's tiled matrix products), in a target
+# folder of its own.
 build_threads() {
-  local out=$1
-  log "building the threaded wasm module ($THREADS_NIGHTLY, -Z build-std)"
-  local target="${CARGO_TARGET_DIR:-target}/threads" flags
+  local out=$1 relaxed=${2:-}
+  log "building the threaded wasm module${relaxed:+ with relaxed SIMD} ($THREADS_NIGHTLY, -Z build-std)"
+  local target="${CARGO_TARGET_DIR:-target}/threads${relaxed:+-relaxed}" flags opt=()
   flags="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128"
+  [ -z "$relaxed" ] || { flags+=",+relaxed-simd"; opt=(--enable-relaxed-simd); }
   flags+=" -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296"
   flags+=" -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size"
   flags+=" -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base"
@@ -512,7 +521,8 @@ build_threads() {
     --features threads -Z build-std=panic_abort,std
   wasm-bindgen --target web --out-dir "$out" --out-name emberlm \
     "$target/wasm32-unknown-unknown/release/emberlm.wasm"
-  wasm_opt_bg "$out/emberlm_bg.wasm" "$out/emberlm_bg.opt.wasm" --enable-simd --enable-threads
+  wasm_opt_bg "$out/emberlm_bg.wasm" "$out/emberlm_bg.opt.wasm" --enable-simd --enable-threads \
+    "${opt[@]}"
 }
 
 cmd_serve() {
@@ -624,9 +634,10 @@ cmd_test() {
   # wasm-bindgen's test runner (headless Chromium) as `wasm-pack test --headless --chrome` does,
   # but builds only that binary: wasm-pack's `cargo build --tests` first builds every test
   # target for wasm32, the library's unit tests (the whole crate again) and the native test
-  # binaries (empty there) included. Built with SIMD128, as the page's builds that every current
-  # browser loads, so that the CPU backend's SIMD128 kernels are the ones tested.
-  RUSTFLAGS="-C target-feature=+simd128" \
+  # binaries (empty there) included. Built with SIMD128 and relaxed SIMD, as the threaded page
+  # module that current Chromium and Firefox load: the CPU backend's tiles run in both engines
+  # and are held to the row path (the plain SIMD128 modules' kernels) bit for bit there.
+  RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
     EMBERLM_TEST_MODEL_URL="$model_url" \
     EMBERLM_TEST_SERVER_URL="$server_url" \
     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$(command -v wasm-bindgen-test-runner)" \

@@ -7,11 +7,14 @@
 //   node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH]
 //                                [--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC]
 //                                [--ember-backend webgpu|cpu] [--ember-threads N]
+//                                [--ember-simd auto|plain]
 //
 // --ember-backend cpu runs emberlm's CPU backend (WebAssembly, in the engine worker as on the
 // chat page, on --ember-threads threads: 1 by default, more with the threaded build) in place
 // of WebGPU, for the comparison with wllama on the CPU at equal threads (`--wllama-threads`);
-// the GPU-only parts (profile, batched decoding) are left out then.
+// the GPU-only parts (profile, batched decoding) are left out then. --ember-simd plain keeps
+// the threaded build without relaxed SIMD (by default the worker takes the relaxed-SIMD build
+// where the browser validates it; `info.cpuInstructions` in the results names the one run).
 // --kernels forces emberlm's kernel variants (as Engine.load's `kernels`); without it the plan
 // measured (or reused) on the adapter runs. The first emberlm run also profiles the kernels
 // (engine.profile()) and the table prints the plan and the profile.
@@ -47,7 +50,7 @@ const TEXT = 'The history of computing is a story of machines that became smalle
 function usage(message) {
   if (message) console.error(`bench_browser: ${message}`);
   console.error('usage: node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH] '
-    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC] [--ember-backend webgpu|cpu] [--ember-threads N]');
+    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC] [--ember-backend webgpu|cpu] [--ember-threads N] [--ember-simd auto|plain]');
   process.exit(2);
 }
 
@@ -55,6 +58,7 @@ function parseArgs(argv) {
   const o = {
     model: 'models/SmolLM2-135M-Instruct.Q4_1.gguf', quick: false, runs: 3, out: null,
     wllamaThreads: null, wllamaGpuLayers: 0, kernels: null, emberBackend: 'webgpu', emberThreads: 1,
+    emberSimd: 'auto',
   };
   const int = (flag, v, min) => {
     const n = Number(v);
@@ -75,6 +79,10 @@ function parseArgs(argv) {
     else if (a === '--wllama-gpu-layers') o.wllamaGpuLayers = int(a, next(), 0);
     else if (a === '--kernels') o.kernels = next();
     else if (a === '--ember-threads') o.emberThreads = int(a, next(), 1);
+    else if (a === '--ember-simd') {
+      o.emberSimd = next();
+      if (!['auto', 'plain'].includes(o.emberSimd)) usage(`--ember-simd: '${o.emberSimd}' is not auto or plain`);
+    }
     else if (a === '--ember-backend') {
       o.emberBackend = next();
       if (!['webgpu', 'cpu'].includes(o.emberBackend)) usage('--ember-backend is webgpu or cpu');
@@ -204,8 +212,8 @@ async function main() {
       if (!ours.error) {
         try {
           const t0 = performance.now();
-          const load = await page.evaluate(([u, c, k, b, t]) => bench.emberLoad(u, { contextLength: c, kernels: k, backend: b, threads: t }),
-            [modelUrl, context, o.kernels, o.emberBackend, o.emberThreads]);
+          const load = await page.evaluate(([u, c, k, b, t, s]) => bench.emberLoad(u, { contextLength: c, kernels: k, backend: b, threads: t, simd: s }),
+            [modelUrl, context, o.kernels, o.emberBackend, o.emberThreads, o.emberSimd]);
           ours.info = load.info;
           ours.version = load.version;
           if (!prompts) {
@@ -396,7 +404,7 @@ async function main() {
     const row = (label, s, d) => lines.push(`${label.padEnd(46)}${fmt(s, d)}`);
     for (const [name, f, extra] of [
       ['emberlm', oursFig, oursFig ? (ours.info.runsOn === 'cpu'
-        ? `CPU backend (WebAssembly, ${ours.info.threads} thread${ours.info.threads === 1 ? '' : 's'})`
+        ? `CPU backend (WebAssembly ${ours.info.cpuInstructions}, ${ours.info.threads} thread${ours.info.threads === 1 ? '' : 's'})`
         : `${ours.info.adapter} [${ours.info.backend}]`) : ''],
       ['wllama', theirFig, theirFig ? `${result.wllama.backend}, ${theirs.load.threads} threads, llama.cpp ${theirs.load.libllama}` : ''],
     ]) {
@@ -447,7 +455,8 @@ async function main() {
     const date = new Date();
     const day = `${date.getFullYear()}-${String(date.getMonth() + 1).padStart(2, '0')}-${String(date.getDate()).padStart(2, '0')}`;
     // The CPU runs name the backend and threads, so that the 1- and 2-thread runs keep a file each.
-    const what = o.emberBackend === 'cpu' ? `cpu-${o.emberThreads}t` : slug(adapterName);
+    const what = o.emberBackend === 'cpu'
+      ? `cpu-${o.emberThreads}t${o.emberSimd === 'plain' ? '-plain' : ''}` : slug(adapterName);
     const out = o.out ?? freshResultPath('bench/results', `${day}-browser-${what}`);
     mkdirSync(dirname(resolve(out)), { recursive: true });
     writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);

@@ -68,21 +68,25 @@ function unexported(file) {
 const WORKER_IMPORT = /^import init, \{ ([\w, ]+) \} from '\.\/pkg\/emberlm\.js';$/m;
 
 // ... and the SIMD feature test from next to it ...
-const WORKER_SIMD_IMPORT = "import { whySimdMissing } from './simd.js';\n";
+const WORKER_SIMD_IMPORT = "import { whySimdMissing, relaxedSimdSupported } from './simd.js';\n";
 // ... and finds the wasm module there too.
 const WASM_URL = /^const wasmUrl = \(\) => new URL\('\.\/pkg\/emberlm_bg\.wasm', import\.meta\.url\);$/m;
 
 // ... and the threaded build in ./pkg-threads/, which only the served page has: its pool
 // workers import the glue by URL, which neither the single-file demo nor a bundler keeps.
 const THREADED_BUILD = /^const threadedBuild = \(\) => \(\{\n  glue: new URL\('\.\/pkg-threads\/emberlm\.js', import\.meta\.url\)\.href,\n  wasm: new URL\('\.\/pkg-threads\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
+const RELAXED_BUILD = /^const relaxedBuild = \(\) => \(\{\n  glue: new URL\('\.\/pkg-threads-relaxed\/emberlm\.js', import\.meta\.url\)\.href,\n  wasm: new URL\('\.\/pkg-threads-relaxed\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
 
-/** www/worker.js without the threaded build (the distributable forms have none). */
+/** www/worker.js without the threaded builds (the distributable forms have none). */
 function workerSource() {
   const source = read('www/worker.js');
   if (!WORKER_IMPORT.test(source)) throw new Error('www/worker.js: the import of ./pkg/emberlm.js changed');
   if (!WASM_URL.test(source)) throw new Error('www/worker.js: the wasm URL (wasmUrl) changed');
   if (!THREADED_BUILD.test(source)) throw new Error('www/worker.js: the threaded build (threadedBuild) changed');
-  return source.replace(THREADED_BUILD, 'const threadedBuild = null;');
+  if (!RELAXED_BUILD.test(source)) throw new Error('www/worker.js: the relaxed-SIMD build (relaxedBuild) changed');
+  return source
+    .replace(THREADED_BUILD, 'const threadedBuild = null;')
+    .replace(RELAXED_BUILD, 'const relaxedBuild = null;');
 }
 
 /**

@@ -138,7 +138,7 @@ function showInfo(info, templateName) {
   );
   $('adapter').tBodies[0].replaceChildren(
     row('Runs on', info.runsOn === 'cpu'
-      ? `CPU (WebAssembly${info.cpuInstructions === 'simd128' ? ' SIMD' : ''}, ${info.threads} thread${info.threads === 1 ? '' : 's'})${info.backendNotice ? `: ${info.backendNotice}` : ''}${info.threadsNotice ? `; one thread: ${info.threadsNotice}` : ''}`
+      ? `CPU (WebAssembly${{ simd128: ' SIMD', 'simd128+relaxed': ' relaxed SIMD' }[info.cpuInstructions] ?? ''}, ${info.threads} thread${info.threads === 1 ? '' : 's'})${info.backendNotice ? `: ${info.backendNotice}` : ''}${info.threadsNotice ? `; one thread: ${info.threadsNotice}` : ''}`
       : `GPU (WebGPU)${info.backendNotice ? `: ${info.backendNotice}` : ''}`),
     row('Adapter', info.adapter || '(not disclosed by the browser)'),
     row('Backend', `${info.backend} (${info.deviceType})`),

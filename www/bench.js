@@ -49,13 +49,14 @@ const bench = {
    * measures the backend it names, never `auto`'s choice); returns the load time and
    * `engine.info()`. The CPU backend runs as on the chat page, in the engine worker, on
    * `threads` threads (1: the single-threaded SIMD build; more: the threaded build, which
-   * needs this page cross-origin isolated); WebGPU runs in this page.
+   * needs this page cross-origin isolated; with relaxed SIMD where the browser has it, unless
+   * `simd` is `'plain'`); WebGPU runs in this page.
    */
-  async emberLoad(url, { contextLength, kernels, backend = 'webgpu', threads = 1 } = {}) {
+  async emberLoad(url, { contextLength, kernels, backend = 'webgpu', threads = 1, simd = 'auto' } = {}) {
     if (engine) bench.emberFree();
     if (backend === 'cpu') {
       const { EngineClient } = await import('./client.js');
-      const client = new EngineClient(new URL(`./worker.js?threads=${threads}`, import.meta.url));
+      const client = new EngineClient(new URL(`./worker.js?threads=${threads}&simd=${simd}`, import.meta.url));
       const start = now();
       let info;
       try {

@@ -8,12 +8,13 @@
 //                                               unloadDraft | tokenize | counters
 //   worker -> page: { id, progress } | { id, token } | { id, result } | { id, error }
 import init, { Engine, version, noteOneThread } from './pkg/emberlm.js';
-import { whySimdMissing } from './simd.js';
+import { whySimdMissing, relaxedSimdSupported } from './simd.js';
 
-// The module comes in two builds from the same source, both with WebAssembly SIMD (the CPU
+// The module comes in three builds from the same source, all with WebAssembly SIMD (the CPU
 // backend's integer dot products use it): single-threaded, and threaded (shared memory, its own
 // glue) for cross-origin isolated pages, where the CPU backend's kernels run on a pool of
-// workers.
+// workers; the threaded one also with relaxed SIMD (its matrix products in tiles, the same
+// bits), taken where the engine validates relaxed SIMD.
 // Where the single-threaded build sits, next to the glue (bundlers see this URL and emit the
 // file).
 const wasmUrl = () => new URL('./pkg/emberlm_bg.wasm', import.meta.url);
@@ -23,6 +24,17 @@ const threadedBuild = () => ({
   glue: new URL('./pkg-threads/emberlm.js', import.meta.url).href,
   wasm: new URL('./pkg-threads/emberlm_bg.wasm', import.meta.url),
 });
+// ... and with relaxed SIMD (tools/dist.mjs sets this to null where there is no threaded build).
+const relaxedBuild = () => ({
+  glue: new URL('./pkg-threads-relaxed/emberlm.js', import.meta.url).href,
+  wasm: new URL('./pkg-threads-relaxed/emberlm_bg.wasm', import.meta.url),
+});
+// Whether to try the relaxed-SIMD build first: the engine validates relaxed SIMD, and the
+// worker's URL does not say `?simd=plain` (which keeps the plain build, to compare them).
+function relaxedWanted() {
+  if (!relaxedBuild || !relaxedSimdSupported()) return false;
+  return new URL(self.location.href).searchParams.get('simd') !== 'plain';
+}
 // The wasm module: fetched next to the glue unless a build that inlines it (the single-file
 // demo, tools/dist.mjs) set globalThis.EMBERLM_WASM to its bytes (or a promise of them), or to
 // a function returning them.
@@ -62,13 +74,16 @@ async function loadModule() {
   let reason = whyOneThread(threads);
   if (!reason) {
     let threaded = null;
-    try {
-      const build = threadedBuild();
-      threaded = await import(build.glue);
-      await threaded.default({ module_or_path: build.wasm });
-    } catch (e) {
-      threaded = null;
-      reason = `the threaded build did not load: ${e?.message ?? e}`;
+    // relaxed SIMD first where the engine has it; the plain threaded build if that fails
+    for (const build of [relaxedWanted() ? relaxedBuild() : null, threadedBuild()]) {
+      if (!build || threaded) continue;
+      try {
+        threaded = await import(build.glue);
+        await threaded.default({ module_or_path: build.wasm });
+      } catch (e) {
+        threaded = null;
+        reason = `the threaded build did not load: ${e?.message ?? e}`;
+      }
     }
     if (threaded) {
       // A pool that does not start leaves this build on one thread; it records why.

@@ -284,9 +284,13 @@ pub(crate) struct EngineInfo {
     /// Threads the CPU backend computes on (1 without cross-origin isolation); 0 on the GPU.
     threads: usize,
     /// The instructions the CPU backend's dot products run on: `simd128` in the page's
-    /// modules (both are built with WebAssembly SIMD), `scalar` in a build without it; a
-    /// native build names its own (`crate::backend::cpu::dot::instruction_set`).
-    #[tsify(type = "'simd128' | 'scalar' | 'avx512vnni' | 'avx2' | 'sse2' | 'neon'")]
+    /// modules (all are built with WebAssembly SIMD), `simd128+relaxed` in the threaded
+    /// module for engines with relaxed SIMD (its matrix products in tiles), `scalar` in a
+    /// build without SIMD; a native build names its own
+    /// (`crate::backend::cpu::dot::instruction_set`).
+    #[tsify(
+        type = "'simd128' | 'simd128+relaxed' | 'scalar' | 'avx512vnni' | 'avx2' | 'sse2' | 'neon'"
+    )]
     cpu_instructions: &'static str,
     /// Why the CPU backend runs on one thread when the browser could give it more (the page
     /// is not cross-origin isolated, or the worker pool did not start); `null` otherwise.

@@ -132,6 +132,51 @@ fn check_one(
     Ok(())
 }
 
+/// The tiled matrix product (where this CPU or build has one) against the row-at-a-time path,
+/// bit for bit: every 32-value type, awkward widths (an odd number of blocks, fewer and more
+/// than eight), 1, 2 and 3 tokens (fewer than a product of stored rows repacks for). `Ok(false)`
+/// where no matrix was kept in tiles (nothing was compared).
+pub fn check_tiles_match_rows(rng: &mut ChaCha8Rng) -> Result<bool, String> {
+    let mut tiled = false;
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
+        for blocks in [1usize, 3, 8, 13, 24] {
+            let (rows, cols) = (48, blocks * 32);
+            let bytes = random_weights(rng, dtype, rows * cols);
+            let err = |e: emberlm::Error| format!("{dtype} [{rows}, {cols}]: {e}");
+            let tiles = QMatrix::new(dtype, rows, cols, bytes.clone(), "w").map_err(err)?;
+            let stored = QMatrix::stored(dtype, rows, cols, bytes, "w").map_err(err)?;
+            if !tiles.is_tiled() {
+                continue;
+            }
+            tiled = true;
+            for tokens in 1..=3 {
+                let x = random_acts(rng, tokens * cols);
+                let mut want = vec![f32::NAN; tokens * rows];
+                let mut got = vec![f32::NAN; tokens * rows];
+                stored.matmul(&x, None, &mut want);
+                tiles.matmul(&x, None, &mut got);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    if g.to_bits() != w.to_bits() {
+                        return Err(format!(
+                            "{dtype} [{rows}, {cols}] × {tokens} tokens, token {} row {}: \
+                             tiles {g:e}, rows {w:e}",
+                            i / rows,
+                            i % rows
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(tiled)
+}
+
 /// Attention over random caches: tokens at their own positions over their own key ranges
 /// (sliding windows included), grouped-query heads, stacked queries, caches of every kind
 /// (the reference reads the values the kind's decoder gives).

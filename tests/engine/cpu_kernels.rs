@@ -30,3 +30,18 @@ fn dot_product_follows_its_definition_bit_for_bit() {
     let mut rng = common::rng("cpu dot order", &|m| eprintln!("{m}"));
     cases::check_dot_order(&mut rng).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn tiles_match_the_row_path_bit_for_bit() {
+    let mut rng = common::rng("cpu tiles", &|m| eprintln!("{m}"));
+    let tiled = cases::check_tiles_match_rows(&mut rng).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "tiles on {}: {}",
+        emberlm::backend::cpu::dot::instruction_set(),
+        if tiled {
+            "compared"
+        } else {
+            "none on this CPU"
+        }
+    );
+}

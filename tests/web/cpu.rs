@@ -27,6 +27,28 @@ fn kernels_match_f64_in_webassembly() {
     cases::check_dot_order(&mut rng).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// The tiled product of a relaxed-SIMD build against the row path bit for bit (a plain
+/// SIMD128 build keeps every matrix as stored: nothing to compare, said so).
+#[wasm_bindgen_test]
+fn tiles_match_the_row_path_in_webassembly() {
+    let mut rng = common::rng("cpu tiles (wasm)", &|m| log(m));
+    let tiled = cases::check_tiles_match_rows(&mut rng).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        tiled,
+        cfg!(target_feature = "relaxed-simd"),
+        "tiles are made exactly in the relaxed-SIMD build"
+    );
+    log(&format!(
+        "tiles ({}): {}",
+        emberlm::backend::cpu::dot::instruction_set(),
+        if tiled {
+            "bit for bit with the row path"
+        } else {
+            "none in this build"
+        }
+    ));
+}
+
 #[wasm_bindgen_test]
 fn tiny_models_match_f64_goldens_on_the_cpu_in_webassembly() {
     for (name, bytes, golden) in common::web_fixtures::TINY_GGUFS {
@@ -84,7 +106,9 @@ async fn engine_on_the_cpu_agrees_with_the_native_cli() {
         );
         // the test module is built without `+simd128` (the page's worker loads the SIMD build
         // where the browser has it: tests/e2e/page.test.mjs)
-        let expected = if cfg!(target_feature = "simd128") {
+        let expected = if cfg!(target_feature = "relaxed-simd") {
+            "simd128+relaxed"
+        } else if cfg!(target_feature = "simd128") {
             "simd128"
         } else {
             "scalar"

@@ -78,7 +78,8 @@ fn simd_groups(w: &[i8], q: &[i8], scale: &[f32], d: &[f32], groups: usize) -> [
 }
 
 /// The instruction set the integer dot product runs on here: `avx512vnni`, `avx2`, `sse2`,
-/// `neon`, `simd128` or `scalar` (part of what a measured backend choice depends on).
+/// `neon`, `simd128`, `simd128+relaxed` (a WebAssembly build whose tiles use relaxed SIMD) or
+/// `scalar` (part of what a measured backend choice depends on).
 pub fn instruction_set() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
@@ -94,9 +95,17 @@ pub fn instruction_set() -> &'static str {
     {
         "neon"
     }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[cfg(all(
+        target_arch = "wasm32",
+        target_feature = "simd128",
+        not(target_feature = "relaxed-simd")
+    ))]
     {
         "simd128"
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    {
+        "simd128+relaxed"
     }
     #[cfg(not(any(
         target_arch = "x86_64",

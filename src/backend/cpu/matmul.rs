@@ -71,8 +71,9 @@ impl QMatrix {
         Ok(Self::stored(dtype, rows, cols, data, name)?.into_tiles())
     }
 
-    /// [`Self::new`] keeping the rows as stored, whatever the CPU.
-    pub(super) fn stored(
+    /// [`Self::new`] keeping the rows as stored, whatever the CPU: products of fewer than four
+    /// tokens take the row-at-a-time path (which the tiles' bits are held to).
+    pub fn stored(
         dtype: DType,
         rows: usize,
         cols: usize,
@@ -147,7 +148,7 @@ impl QMatrix {
 
     /// Whether the rows are kept in tiles (a copy of the matrix's own: its stored bytes are no
     /// longer read).
-    pub(crate) fn is_tiled(&self) -> bool {
+    pub fn is_tiled(&self) -> bool {
         self.packed.is_some()
     }
 

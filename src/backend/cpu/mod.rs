@@ -28,7 +28,10 @@ pub mod quant;
 mod team;
 #[cfg(test)]
 mod test_rng;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "relaxed-simd")
+))]
 mod tile_lines;
 mod tiled;
 mod tiles_k;

@@ -24,6 +24,7 @@ pub(super) struct TileLines {
 
 impl TileLines {
     /// `tiles` tiles of `blocks` records of `per_block` lines, zeroed.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(super) fn new(tiles: usize, blocks: usize, per_block: usize) -> Self {
         let mut t = Self::default();
         t.reshape(tiles, blocks, per_block);
@@ -39,6 +40,7 @@ impl TileLines {
     }
 
     /// Records per tile.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(super) fn blocks(&self) -> usize {
         self.blocks
     }

@@ -2,6 +2,7 @@
 //! records: a pair of blocks' values transposed so that lane `j` of a line is row `j`'s, then
 //! their scales, offsets and fifth bits).
 
+#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
 use super::{pair_lines, place, Kind, Layout, Place, ROWS};
@@ -23,10 +24,62 @@ impl Filler {
         assert_eq!(tile.len(), self.blocks.div_ceil(2) * pair);
         // SAFETY: `data` holds the 16 rows and `tile` was sized for them (asserted above);
         // the AVX-512 transpose runs only where the CPU has it (SSE2 is x86_64's baseline).
+        #[cfg(target_arch = "x86_64")]
         unsafe {
             match crate::backend::cpu::dot::has_vnni() {
                 true => self.transpose(tile, data),
                 false => self.transpose_sse2(tile, data),
+            }
+        }
+        // SAFETY: as above (the build has SIMD128).
+        #[cfg(target_arch = "wasm32")]
+        unsafe {
+            self.transpose_simd128(tile, data)
+        }
+    }
+
+    /// [`Self::transpose_sse2`] in WebAssembly SIMD128: the same shuffles, the same bytes.
+    ///
+    /// # Safety
+    /// `data` holds 16 rows of `row_bytes` (whole blocks) and `tile` is sized for them.
+    #[cfg(target_arch = "wasm32")]
+    unsafe fn transpose_simd128(&self, tile: &mut [u8], data: &[u8]) {
+        use std::arch::wasm32::*;
+        let (k, row_bytes) = (self.kind, self.row_bytes);
+        let (size, at) = (self.layout.size, self.layout.values);
+        let pair = pair_lines(k.code()) * 64;
+        let flip = u8x16_splat(if k == Kind::Q8_0 { 0x80 } else { 0 });
+        let base = data.as_ptr();
+        for b in 0..self.blocks {
+            let place = place(k.code(), b % 2);
+            // SAFETY: every read lies in block `b` of one of the 16 rows of `data`, every
+            // write in block `b`'s part of its pair's record (the caller's promise).
+            unsafe {
+                let block = |j: usize| base.add(j * row_bytes + b * size);
+                let rec = tile.as_mut_ptr().add(b / 2 * pair);
+                let dst = rec.add(place.values);
+                for run in 0..k.words() / 4 {
+                    for i in 0..ROWS / 4 {
+                        let x: [v128; 4] = std::array::from_fn(|m| {
+                            v128_load(block(4 * i + m).add(at + 16 * run).cast())
+                        });
+                        let t0 = i32x4_shuffle::<0, 4, 1, 5>(x[0], x[1]);
+                        let t1 = i32x4_shuffle::<2, 6, 3, 7>(x[0], x[1]);
+                        let t2 = i32x4_shuffle::<0, 4, 1, 5>(x[2], x[3]);
+                        let t3 = i32x4_shuffle::<2, 6, 3, 7>(x[2], x[3]);
+                        let words = [
+                            i64x2_shuffle::<0, 2>(t0, t2),
+                            i64x2_shuffle::<1, 3>(t0, t2),
+                            i64x2_shuffle::<0, 2>(t1, t3),
+                            i64x2_shuffle::<1, 3>(t1, t3),
+                        ];
+                        for (w, v) in words.into_iter().enumerate() {
+                            let to = dst.add((4 * run + w) * 64 + 16 * i);
+                            v128_store(to.cast(), v128_xor(v, flip));
+                        }
+                    }
+                }
+                self.scalars(block, rec, place);
             }
         }
     }
@@ -36,6 +89,7 @@ impl Filler {
     ///
     /// # Safety
     /// `data` holds 16 rows of `row_bytes` (whole blocks) and `tile` is sized for them.
+    #[cfg(target_arch = "x86_64")]
     pub(super) unsafe fn transpose_sse2(&self, tile: &mut [u8], data: &[u8]) {
         let (k, row_bytes) = (self.kind, self.row_bytes);
         let (size, at) = (self.layout.size, self.layout.values);
@@ -109,6 +163,7 @@ impl Filler {
     /// # Safety
     /// The CPU has AVX-512 F and F16C; `data` holds 16 rows of `row_bytes` (whole blocks)
     /// and `tile` is sized for them.
+    #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c,avx512f")]
     unsafe fn transpose(&self, tile: &mut [u8], data: &[u8]) {
         let (k, row_bytes) = (self.kind, self.row_bytes);
