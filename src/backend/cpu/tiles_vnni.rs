@@ -1,6 +1,8 @@
 //! The 32-value types' matrix product (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) in tiles of 16 weight
-//! rows × up to 4 tokens, on AVX-512 VNNI (here) or AVX2 with F16C ([`avx2`]): a decode step's
-//! one token, a prompt chunk, a batched or speculative step.
+//! rows × up to 4 tokens, on AVX-512 VNNI (`avx512`), AVX2 with F16C (`avx2`) or, in a
+//! WebAssembly build with relaxed SIMD, `i16x8.relaxed_dot_i8x16_i7x16_s` (`relaxed`): a decode
+//! step's one token, a prompt chunk, a batched or speculative step. This module holds the
+//! tiles' layout, their repacking (`fill`) and what reads them back.
 //!
 //! The row-at-a-time path ([`super::fused`]) meets each token with each row alone, so every
 //! 64 values end in a horizontal sum (a transpose of four registers) and a 128-bit chain of
