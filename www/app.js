@@ -219,11 +219,12 @@ async function load() {
     : 'Reading the file';
   const onProgress = ({ phase: p, loaded: done, total }) => {
     const fraction = total > 0 ? done / total : 0;
-    // Download, parse and upload share the bar: 80%, 5%, 15%.
+    // Download, parse and upload (or load, for the CPU) share the bar: 80%, 5%, 15%.
     const [start, width, label] = {
       download: [0, 0.8, reading],
       parse: [0.8, 0.05, 'Parsing'],
       upload: [0.85, 0.15, 'Uploading to the GPU'],
+      load: [0.85, 0.15, 'Reading the weights into memory'],
     }[p];
     bar.value = start + width * fraction;
     phase.textContent = p === 'parse'

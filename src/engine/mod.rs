@@ -176,7 +176,7 @@ impl Engine {
     /// software adapter and the CPU ([`Engine::load_auto`]), the CPU where there is none.
     pub async fn load(files: ModelFiles, options: EngineOptions) -> Result<Self> {
         match options.gpu.device {
-            DeviceChoice::Cpu => Self::new_cpu(files, options, None).await,
+            DeviceChoice::Cpu => Self::new_cpu(files, options, None, &mut |_, _| {}).await,
             DeviceChoice::Gpu => {
                 let gpu = GpuContext::new(options.gpu.clone()).await?;
                 Self::new(gpu, files, options, &mut |_, _| {}).await
@@ -185,25 +185,29 @@ impl Engine {
                 Ok(gpu) => Self::load_auto(gpu, files, options, &mut |_, _| {}).await,
                 Err(e @ (Error::NoAdapter(_) | Error::RequestDevice { .. })) => {
                     let notice = format!("no usable GPU ({e}); running on the CPU");
-                    Self::new_cpu(files, options, Some(notice)).await
+                    Self::new_cpu(files, options, Some(notice), &mut |_, _| {}).await
                 }
                 Err(e) => Err(e),
             },
         }
     }
 
-    /// Loads `files` on the CPU backend; `notice` says why, when it was not asked for.
+    /// Loads `files` on the CPU backend; `notice` says why, when it was not asked for. Calls
+    /// `progress(read, total)` in weight bytes as a model read by range comes in.
     pub async fn new_cpu(
         files: ModelFiles,
         options: EngineOptions,
         notice: Option<String>,
+        progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
-        let session = Session::new_cpu_in(
+        let session = Session::new_cpu_read(
             &files,
             options.context,
             options.cpu_precision,
             options.starting_kinds(),
-        )?;
+            progress,
+        )
+        .await?;
         Self::from_session(session, files, options, notice).await
     }
 

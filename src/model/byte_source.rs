@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::Result;
-use crate::model::weights::Tensor;
+use crate::model::weights::{ModelWeights, Tensor};
 
 /// A future that borrows what made it and need not be `Send` (a browser's promises are not).
 pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
@@ -36,4 +36,27 @@ pub trait TensorReader {
         &'a self,
         names: &'a [String],
     ) -> LocalFuture<'a, Result<BTreeMap<String, Tensor<'static>>>>;
+}
+
+/// The tensors of the model `layout` describes in the groups a loader reads them in: each
+/// layer's together (`Some(layer)`: its fused tensors need every part, and a source that
+/// merges neighbouring reads serves a layer in a few calls), every tensor outside the layers
+/// on its own (`None`). In layer order, the others first.
+pub fn read_groups(layout: &ModelWeights<'_>) -> Vec<(Option<usize>, Vec<String>)> {
+    let layer_of = |name: &str| -> Option<usize> {
+        let rest = name.strip_prefix("blk.")?;
+        rest.split_once('.')?.0.parse().ok()
+    };
+    let mut layers: BTreeMap<Option<usize>, Vec<String>> = BTreeMap::new();
+    for name in layout.tensors.keys() {
+        layers.entry(layer_of(name)).or_default().push(name.clone());
+    }
+    let mut groups = Vec::new();
+    for (layer, names) in layers {
+        match layer {
+            Some(_) => groups.push((layer, names)),
+            None => groups.extend(names.into_iter().map(|n| (None, vec![n]))),
+        }
+    }
+    groups
 }

@@ -249,6 +249,35 @@ impl Session {
         Self::with_backend(files, Box::new(forward), choice, weights.fingerprint())
     }
 
+    /// [`Session::new_cpu_in`] for files of any kind, calling `progress(read, total)` in
+    /// weight bytes while a model read by range ([`ModelFiles::Ranged`]) comes a group of
+    /// tensors at a time: its matrices become the backend's own as they arrive (in tiles where
+    /// the CPU has them) and its files are never held whole. Files already held load as there.
+    pub async fn new_cpu_read(
+        files: &ModelFiles,
+        context: Option<usize>,
+        precision: CpuPrecision,
+        kinds: KvKinds,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        let ModelFiles::Ranged(ranged) = files else {
+            return Self::new_cpu_in(files, context, precision, kinds);
+        };
+        let layout = ranged.layout();
+        let choice = fit::cpu_context(layout, context, kinds);
+        let forward = CpuForward::load_read(
+            layout,
+            ranged.as_ref(),
+            choice.context,
+            DEFAULT_CHUNK,
+            precision,
+            kinds,
+            progress,
+        )
+        .await?;
+        Self::with_backend(files, Box::new(forward), choice, ranged.fingerprint()?)
+    }
+
     /// The session over a loaded model.
     fn with_backend(
         files: &ModelFiles,

@@ -82,6 +82,10 @@ impl Engine {
             gpu_options.device == DeviceChoice::Gpu
                 || engine::Engine::runs_on_the_adapter(g, &options)
         });
+        // The CPU backend reads them so too, each matrix its own as it arrives (in tiles where
+        // the module multiplies in tiles). Only `auto` on a software adapter, which times both
+        // backends on the model, reads the files whole.
+        let by_range = straight_to_gpu || gpu.is_none();
         // Files the store holds whole (or the page's own Files) are read from there a range at
         // a time on the GPU (where a digest is to be checked, once the store has checked it);
         // files still on a server have their headers read first, by range, so that a model
@@ -91,7 +95,7 @@ impl Engine {
             .await
             .map_err(|e| js_error(&e))?;
         let stored_whole = held.is_some();
-        let mut blobs = held.filter(|_| straight_to_gpu && digests.is_none());
+        let mut blobs = held.filter(|_| by_range && digests.is_none());
         let on_server = match (stored_whole, source.urls()) {
             (false, Some(urls)) => {
                 let urls = HttpSource::named(&urls, name.as_deref());
@@ -109,7 +113,7 @@ impl Engine {
         // A URL's first visit goes into the private file system store first, the page holding
         // one part at a time, and is read back from there.
         let mut stored_first = None;
-        if straight_to_gpu && blobs.is_none() {
+        if by_range && blobs.is_none() {
             stored_first = source
                 .store_first(store.as_ref(), digests.as_deref(), &mut |l, t| {
                     report("download", l, t)
@@ -127,9 +131,7 @@ impl Engine {
         // Without a store (and without digests to check over the whole file), a WebGPU load
         // reads the server's files a few layers at a time.
         let from_server = match on_server {
-            Some(found)
-                if straight_to_gpu && blobs.is_none() && store.is_none() && digests.is_none() =>
-            {
+            Some(found) if by_range && blobs.is_none() && store.is_none() && digests.is_none() => {
                 Some(found)
             }
             _ => None,
@@ -215,7 +217,10 @@ impl Engine {
             Some(gpu) => {
                 engine::Engine::new(gpu, files, options, &mut |l, t| report("upload", l, t)).await
             }
-            None => engine::Engine::new_cpu(files, options, notice).await,
+            None => {
+                engine::Engine::new_cpu(files, options, notice, &mut |l, t| report("load", l, t))
+                    .await
+            }
         }
         .map_err(|e| js_error(&e))?;
         if let Some(http) = from_http {

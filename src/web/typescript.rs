@@ -54,10 +54,12 @@ export interface StoredFile {
   complete: boolean;
 }
 
-/** Load progress. `download` also covers reading a File or the Cache API. */
+/** Load progress. `download` also covers reading a File or the Cache API; `upload` is the
+ * weights going to the GPU, `load` the weights read into the CPU backend's memory a layer at a
+ * time (from a File, the store or the server by range). */
 export interface LoadProgress {
-  phase: 'download' | 'parse' | 'upload';
-  /** Bytes (download, upload) or steps (parse) done. */
+  phase: 'download' | 'parse' | 'upload' | 'load';
+  /** Bytes (download, upload, load) or steps (parse) done. */
   loaded: number;
   /** Bytes or steps in all; 0 when unknown (a download without Content-Length). */
   total: number;

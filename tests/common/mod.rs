@@ -14,6 +14,8 @@ pub mod linear_cases;
 pub mod linear_fused_cases;
 pub mod linear_kv_block_cases;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod memory_files;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod model_forms;
 pub mod ops_cases;
 #[cfg(not(target_arch = "wasm32"))]

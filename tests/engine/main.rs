@@ -18,6 +18,7 @@ mod constrain;
 mod cpu_batch;
 mod cpu_golden;
 mod cpu_kernels;
+mod cpu_ranged;
 mod embeddings;
 mod engine;
 mod generate;

@@ -474,7 +474,7 @@ fn the_cpu_backend_stores_every_kind() {
         },
         ..EngineOptions::default()
     };
-    let engine = pollster::block_on(Engine::new_cpu(files, options, None)).unwrap();
+    let engine = pollster::block_on(Engine::new_cpu(files, options, None, &mut |_, _| {})).unwrap();
     let got = engine.inspect(|s| s.forward().kv_kinds());
     assert_eq!(got, Some(kinds), "the CPU engine's cache kinds");
 }

@@ -8,9 +8,8 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use crate::common;
+use common::memory_files::Files;
 
-use std::cell::{Cell, RefCell};
-use std::ops::Range;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -19,48 +18,8 @@ use emberlm::backend::DEFAULT_CHUNK;
 use emberlm::format::gguf_model::must_read_whole;
 use emberlm::format::gguf_ranged::RangedGguf;
 use emberlm::loader::ModelFiles;
-use emberlm::model::byte_source::{ByteSource, LocalFuture};
+use emberlm::model::byte_source::ByteSource;
 use emberlm::{Error, GpuOptions, Result};
-
-/// Files in memory, read a range at a time; counts the reads and remembers the largest.
-struct Files {
-    files: Vec<Vec<u8>>,
-    reads: Cell<usize>,
-    /// Ranges asked for, per file.
-    asked: RefCell<Vec<(usize, Range<u64>)>>,
-    /// What [`ByteSource::merge_up_to`] says.
-    merge: u64,
-}
-
-impl Files {
-    fn new(files: Vec<Vec<u8>>, merge: u64) -> Rc<Self> {
-        Rc::new(Self {
-            files,
-            reads: Cell::new(0),
-            asked: RefCell::new(Vec::new()),
-            merge,
-        })
-    }
-}
-
-impl ByteSource for Files {
-    fn read(&self, file: usize, range: Range<u64>) -> LocalFuture<'_, Result<Vec<u8>>> {
-        self.reads.set(self.reads.get() + 1);
-        self.asked.borrow_mut().push((file, range.clone()));
-        let got = self.files[file]
-            .get(range.start as usize..range.end as usize)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| Error::Io {
-                path: format!("file {file}"),
-                message: format!("bytes {range:?} are past its end"),
-            });
-        Box::pin(async move { got })
-    }
-
-    fn merge_up_to(&self) -> u64 {
-        self.merge
-    }
-}
 
 /// The model `ranged` describes, loaded a group of tensors at a time (64 positions).
 fn load_read(

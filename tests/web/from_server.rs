@@ -1,6 +1,7 @@
 //! Browser tests of a load from a URL that reads the server's files by HTTP range: without a
 //! store, WebGPU gets the weights a few layers per request and the page never holds the file
-//! (the same greedy tokens as the bytes, a handful of requests, the bytes counted); a server
+//! (the same greedy tokens as the bytes, a handful of requests, the bytes counted), and the CPU
+//! backend reads it so too (the tokens of its own load of the bytes); a server
 //! without ranges is read whole as before; a broken range read is asked again; and a model that
 //! cannot run here (a context past the model's) is refused after its header, before the
 //! download, on either backend and with a store. The tiny Llamas from the test server
@@ -77,6 +78,34 @@ async fn a_url_without_a_store_goes_to_the_gpu_by_range() {
     log(&format!(
         "a URL without a store on WebGPU: {requests} requests, {downloaded} bytes, tokens {want}"
     ));
+}
+
+/// The CPU backend reads a URL without a store by range too, each matrix its own as it comes:
+/// the tokens of its load of the bytes, every tensor downloaded once.
+#[wasm_bindgen_test]
+async fn a_url_without_a_store_goes_to_the_cpu_by_range() {
+    let test = "a_url_without_a_store_goes_to_the_cpu_by_range";
+    let Some(base) = common::fixture_url(test, FIXTURE) else {
+        return;
+    };
+    let bytes = fixture(FIXTURE);
+    let on_cpu = json!({ "contextLength": 64, "backend": "cpu" });
+    let (whole, _) = open_info(js_sys::Uint8Array::from(bytes).into(), &on_cpu)
+        .await
+        .unwrap();
+    let want = generate_greedy(&whole).await["tokens"].clone();
+    let url = format!("{base}?id={}", unique("cpu-by-range"));
+    let (engine, info) = open_info(url.as_str().into(), &on_cpu).await.unwrap();
+    assert_eq!(info["weightsReadByRange"], true, "{info}");
+    assert_eq!(info["runsOn"], "cpu", "{info}");
+    let downloaded = info["bytesDownloaded"].as_u64().unwrap();
+    let weight_bytes = info["model"]["weightBytes"].as_u64().unwrap();
+    assert!(
+        downloaded >= weight_bytes && downloaded <= bytes.len() as u64 + 65_536 + 1,
+        "{downloaded} bytes downloaded for a {}-byte file",
+        bytes.len()
+    );
+    assert_eq!(generate_greedy(&engine).await["tokens"], want);
 }
 
 #[wasm_bindgen_test]

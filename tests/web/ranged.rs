@@ -3,8 +3,8 @@
 //! System store holds whole go to WebGPU without the page holding the files
 //! (`weightsReadByRange`), with the same greedy tokens as the load of the bytes; a URL's first
 //! visit is written to the store as it arrives and read back the same way, the page holding at
-//! most the largest tensor and 64 MiB more at any time; the CPU backend and bytes still read
-//! whole; a File shorter than its header says is refused naming it. The tiny Llama on
+//! most the largest tensor and 64 MiB more at any time; the CPU backend reads a File so too
+//! (with the tokens of its own load of the bytes); bytes are still read whole; a File shorter than its header says is refused naming it. The tiny Llama on
 //! SwiftShader, and for the memory bound a deep copy of the 256-wide one.
 
 #![cfg(target_arch = "wasm32")]
@@ -99,14 +99,41 @@ async fn a_file_goes_to_the_gpu_a_layer_at_a_time() {
     assert_eq!(last_upload["loaded"], weight_bytes, "{last_upload}");
     log(&format!("a File read by range: tokens {want}"));
 
-    // the CPU backend reads the File whole
-    let (_, info) = open(
-        file(bytes, FIXTURE).into(),
-        &json!({ "contextLength": 64, "backend": "cpu" }),
+    // the CPU backend reads the File so too, each matrix its own as it comes (in tiles where
+    // the module has them), and answers as the bytes read whole do there
+    let on_cpu = json!({ "contextLength": 64, "backend": "cpu" });
+    let (whole_cpu, info) = open(Uint8Array::from(bytes).into(), &on_cpu).await.unwrap();
+    assert_eq!(
+        info["weightsReadByRange"], false,
+        "bytes are read whole: {info}"
+    );
+    let want_cpu = generate_greedy(&whole_cpu).await["tokens"].clone();
+    let loads = Array::new();
+    let seen = loads.clone();
+    let on_load = Closure::<dyn Fn(JsValue)>::new(move |event: JsValue| {
+        seen.push(&event);
+    });
+    let options = js(&on_cpu);
+    Reflect::set(
+        &options,
+        &"onProgress".into(),
+        on_load.as_ref().unchecked_ref(),
     )
-    .await
     .unwrap();
-    assert_eq!(info["weightsReadByRange"], false, "{info}");
+    let engine = Engine::open(file(bytes, FIXTURE).into(), options)
+        .await
+        .unwrap_or_else(|e| panic!("{}", message(&e)));
+    let info = rust(&engine.info().unwrap());
+    assert_eq!(info["weightsReadByRange"], true, "{info}");
+    assert_eq!(info["runsOn"], "cpu", "{info}");
+    assert_eq!(info["model"]["weightBytes"], weight_bytes, "{info}");
+    assert_eq!(generate_greedy(&engine).await["tokens"], want_cpu);
+    let last_load = loads
+        .iter()
+        .map(|e| rust(&e))
+        .rfind(|e| e["phase"] == "load")
+        .expect("load progress");
+    assert_eq!(last_load["loaded"], weight_bytes, "{last_load}");
 
     // a File cut short inside its tensors: refused, naming the file
     let cut = file(&bytes[..bytes.len() - 100], "cut.gguf");

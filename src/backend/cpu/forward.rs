@@ -12,7 +12,6 @@ use crate::backend::readback::{Collect, Head, MemoryReport, Output, Readback, St
 use crate::backend::BatchToken;
 use crate::candidates::SelectRequest;
 use crate::config::{FillMark, KvLayout, ModelConfig};
-use crate::dtype::dequantize;
 use crate::dtype::kv::KvKinds;
 use crate::error::{Error, Result};
 use crate::model::graph::{Graph, WeightIndex};
@@ -20,6 +19,7 @@ use crate::model::weights::ModelWeights;
 
 mod address_space;
 mod as_backend;
+mod load;
 mod step;
 
 pub use address_space::{check_address_space, context_for, longest_context_within};
@@ -122,86 +122,6 @@ impl CpuForward {
         Self::with_kinds(weights, context, chunk, precision, KvKinds::default())
     }
 
-    /// [`Self::with_precision`] with the KV cache stored in `kinds` from the start (never an
-    /// f32 cache first: in WebAssembly memory grown for one is never given back).
-    pub fn with_kinds(
-        weights: &ModelWeights<'_>,
-        context: usize,
-        chunk: usize,
-        precision: CpuPrecision,
-        kinds: KvKinds,
-    ) -> Result<Self> {
-        let config = weights.config.clone();
-        crate::model::arch::validate(&config, &weights.file)?;
-        weights.check_shapes()?;
-        crate::backend::step::check_context(&config, context)?;
-        if chunk == 0 {
-            return Err(Error::invalid("chunk", "must be at least 1"));
-        }
-        let chunk = crate::backend::step::step_tokens(&config, context, chunk);
-        check_address_space(weights, context, kinds)?;
-        let mut held = CpuWeights {
-            mats: HashMap::new(),
-            vecs: HashMap::new(),
-            shapes: HashMap::new(),
-        };
-        // the file ranges still read after loading: the matrices kept as stored
-        let mut still_read = Vec::new();
-        for (name, t) in &weights.tensors {
-            held.shapes.insert(name.clone(), t.shape.clone());
-            match t.shape.as_slice() {
-                &[rows, cols] => {
-                    let kept = weights.keep(&t.data);
-                    let range = kept.file_range();
-                    let m = QMatrix::with_precision(t.dtype, rows, cols, kept, name, precision)?;
-                    if let (false, Some(range)) = (m.is_tiled(), range) {
-                        still_read.push(range);
-                    }
-                    held.mats.insert(name.clone(), m);
-                }
-                _ => {
-                    let v = dequantize(t.dtype, &t.data, t.n_elements() as u64, name)?;
-                    held.vecs.insert(name.clone(), v);
-                }
-            }
-        }
-        // Every page of the files but the stored matrices' handed back: where the system
-        // keeps a file in large pages (2 MiB straddling tensors), reading one tensor (a norm,
-        // a matrix being repacked) maps its neighbours' pages too, released or not, so 0.05–0.31
-        // GB of the 3B shape's file stayed resident that nothing reads again.
-        release_all_but(&weights.sources, still_read);
-        let graph = crate::model::arch::build(&config, &held, &weights.file)?;
-        let freqs = (0..config.n_layers)
-            .map(|l| config.layer_rope(l).frequencies(config.head_dim))
-            .collect();
-        let kv = CpuKv::new(
-            &config,
-            kinds,
-            KvLayout::trained(&config, context, chunk),
-            1,
-        )?;
-        let weight_bytes = held.mats.values().map(|m| m.bytes() as u64).sum::<u64>()
-            + held.vecs.values().map(|v| v.len() as u64 * 4).sum::<u64>();
-        let memory = MemoryReport {
-            weights: weight_bytes,
-            kv_cache: kv.bytes(),
-            activations: 0,
-            kv_bytes_per_token: kv.layout.position_bytes(kinds.row_bytes(config.kv_dim())),
-            batch: 0,
-        };
-        Ok(Self {
-            config,
-            chunk,
-            graph,
-            weights: held,
-            kv,
-            freqs,
-            logits: Vec::new(),
-            memory,
-            precision,
-        })
-    }
-
     /// What the quantized matrices are multiplied with.
     pub fn precision(&self) -> CpuPrecision {
         self.precision
@@ -220,6 +140,13 @@ impl CpuForward {
     /// Operations per step (the graph's, and the head).
     pub fn node_count(&self) -> usize {
         self.graph.ops.len() + 1
+    }
+
+    /// How many of the matrices are kept in tiles (copies of the backend's own, multiplied a
+    /// tile at a time), of how many in all.
+    pub fn matrices_in_tiles(&self) -> (usize, usize) {
+        let mats = self.weights.mats.values();
+        (mats.clone().filter(|m| m.is_tiled()).count(), mats.len())
     }
 
     /// Memory held: weights, KV cache (activations are allocated per step).
@@ -543,22 +470,5 @@ impl CpuForward {
 
     fn check_ids(&self, tokens: &[u32]) -> Result<()> {
         crate::backend::step::check_ids(tokens, self.config.vocab_size)
-    }
-}
-
-/// Hands back to the system the pages of `files` (mapped ones; nothing for bytes in memory)
-/// outside `kept` (ranges of those files).
-fn release_all_but(
-    files: &[crate::model::file_bytes::FileBytes],
-    mut kept: Vec<(crate::model::file_bytes::FileBytes, std::ops::Range<usize>)>,
-) {
-    kept.sort_by_key(|(_, r)| r.start);
-    for file in files {
-        let mut from = 0;
-        for (_, r) in kept.iter().filter(|(f, _)| f.same_as(file)) {
-            file.release(from..r.start.max(from));
-            from = from.max(r.end);
-        }
-        file.release(from..file.len());
     }
 }

@@ -111,8 +111,10 @@ pub fn context_for(
 }
 
 /// Refuses, with the numbers, a model whose files, weights as held here and KV cache would not
-/// fit the address space of a wasm32 module together (the files stay in memory: the engine
-/// keeps them to load the model again). Natively there is no such limit.
+/// fit the address space of a wasm32 module together (files read whole stay in memory: the
+/// engine keeps them to load the model again; for a model read by range, `weights` describes
+/// the tensors without their files' bytes and they count once, as the backend holds them).
+/// Natively there is no such limit.
 pub fn check_address_space(
     weights: &ModelWeights<'_>,
     context: usize,

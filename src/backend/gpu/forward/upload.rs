@@ -8,7 +8,7 @@ use super::Forward;
 use crate::backend::gpu::{GpuContext, GpuTensor};
 use crate::dtype::{dequantize, encode_float, DType};
 use crate::error::{Error, Result};
-use crate::model::byte_source::TensorReader;
+use crate::model::byte_source::{read_groups, TensorReader};
 use crate::model::fuse::{self, FusionPlan};
 use crate::model::weights::{ModelWeights, Tensor};
 
@@ -144,21 +144,6 @@ impl Forward {
         plan: &FusionPlan,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(HashMap<String, GpuTensor>, ModelWeights<'static>)> {
-        let group_of = |name: &str| -> Option<usize> {
-            let rest = name.strip_prefix("blk.")?;
-            rest.split_once('.')?.0.parse().ok()
-        };
-        let mut groups: BTreeMap<Option<usize>, Vec<String>> = BTreeMap::new();
-        for name in layout.tensors.keys() {
-            groups.entry(group_of(name)).or_default().push(name.clone());
-        }
-        let mut batches: Vec<(Option<usize>, Vec<String>)> = Vec::new();
-        for (layer, names) in groups {
-            match layer {
-                Some(_) => batches.push((layer, names)),
-                None => batches.extend(names.into_iter().map(|n| (None, vec![n]))),
-            }
-        }
         let with = |tensors: BTreeMap<String, Tensor<'static>>| ModelWeights {
             file: layout.file.clone(),
             config: layout.config.clone(),
@@ -172,7 +157,7 @@ impl Forward {
         let total = layout.weight_bytes();
         let mut done = 0u64;
         progress(0, total);
-        for (layer, names) in batches {
+        for (layer, names) in read_groups(layout) {
             let group = with(reader.read_tensors(&names).await?);
             for (name, t) in &group.tensors {
                 Self::upload_one(ctx, name, t, plan, &mut out)?;
