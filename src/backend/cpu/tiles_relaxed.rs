@@ -23,7 +23,7 @@
 use std::arch::wasm32::*;
 
 use super::super::quant::Q8Rows;
-use super::{pair_lines, place, At, Kind, Tile, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, QK, ROWS};
+use super::{by_passes, pair_lines, place, At, Kind, Tile, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, QK};
 
 /// Rows to a register (a pass over a quarter of a tile).
 const LANES: usize = 4;
@@ -49,34 +49,14 @@ impl Tile {
     ) {
         let tokens = q8.q.len() / q8.cols.max(1);
         let halves = self.blocks * 2;
-        let mut first = 0;
-        while first < tokens {
-            let n = (tokens - first).min(TOKENS);
-            let corr = corrections.get(first * halves..).unwrap_or(&[]);
-            for part in 0..ROWS / LANES {
-                // SAFETY: the caller's promise.
-                let sums = unsafe {
-                    match (self.kind, n) {
-                        (Kind::Q8_0, 1) => widen(self.part::<Q8_0, 1>(tile, q8, corr, first, part)),
-                        (Kind::Q8_0, _) => self.part::<Q8_0, TOKENS>(tile, q8, corr, first, part),
-                        (Kind::Q4_0, 1) => widen(self.part::<Q4_0, 1>(tile, q8, corr, first, part)),
-                        (Kind::Q4_0, _) => self.part::<Q4_0, TOKENS>(tile, q8, corr, first, part),
-                        (Kind::Q4_1, 1) => widen(self.part::<Q4_1, 1>(tile, q8, corr, first, part)),
-                        (Kind::Q4_1, _) => self.part::<Q4_1, TOKENS>(tile, q8, corr, first, part),
-                        (Kind::Q5_0, 1) => widen(self.part::<Q5_0, 1>(tile, q8, corr, first, part)),
-                        (Kind::Q5_0, _) => self.part::<Q5_0, TOKENS>(tile, q8, corr, first, part),
-                        (Kind::Q5_1, 1) => widen(self.part::<Q5_1, 1>(tile, q8, corr, first, part)),
-                        (Kind::Q5_1, _) => self.part::<Q5_1, TOKENS>(tile, q8, corr, first, part),
-                    }
-                };
-                for (k, row_sums) in sums.iter().take(n).enumerate() {
-                    for (r, &v) in row_sums.iter().enumerate() {
-                        out[(LANES * part + r) * tokens + first + k] = v;
-                    }
-                }
+        let pass = |first, n, corr: &[i32], part| {
+            // SAFETY: the caller's promise.
+            unsafe {
+                by_kind!(self.kind, n, TOKENS, [1], |K, N| self
+                    .part::<K, N>(tile, q8, corr, first, part))
             }
-            first += n;
-        }
+        };
+        by_passes::<LANES, TOKENS>(tokens, halves, corrections, out, pass);
     }
 
     /// Rows `4·part..4·part + 4` of the tile at `tile` with tokens `first..first + N` of

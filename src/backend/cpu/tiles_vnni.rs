@@ -347,6 +347,66 @@ struct At {
     halves: usize,
 }
 
+/// The loop every kernel runs over a tile's tokens: up to `T` at a time (the last group
+/// fewer), and for each group the tile's `ROWS / L` passes of `L` rows; `pass(first, n, corr,
+/// part)` gives rows `L·part..L·part + L` of tokens `first..first + n` (`corr`: the
+/// corrections from token `first` on), placed at `out[r · tokens + t]`.
+#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
+#[inline(always)]
+fn by_passes<const L: usize, const T: usize>(
+    tokens: usize,
+    halves: usize,
+    corrections: &[i32],
+    out: &mut [f32],
+    mut pass: impl FnMut(usize, usize, &[i32], usize) -> [[f32; L]; T],
+) {
+    let mut first = 0;
+    while first < tokens {
+        let n = (tokens - first).min(T);
+        let corr = corrections.get(first * halves..).unwrap_or(&[]);
+        for part in 0..ROWS / L {
+            let sums = pass(first, n, corr, part);
+            for (k, row_sums) in sums.iter().take(n).enumerate() {
+                for (r, &v) in row_sums.iter().enumerate() {
+                    out[(L * part + r) * tokens + first + k] = v;
+                }
+            }
+        }
+        first += n;
+    }
+}
+
+/// `[[f32; L]; T]` sums of `n` tokens for the tile's kind `kind`: `$call` with the const
+/// `$k` bound to the kind's code and `$t` to the token count it is built for, the counts
+/// listed in `[..]` each with its own build (its sums widened to `$full` slots by the calling
+/// module's `widen`), any other `n` with `$full`.
+#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
+macro_rules! by_kind {
+    (@tokens $code:ident, $n:expr, $full:expr, [$($small:literal),*], |$k:ident, $t:ident| $call:expr) => {
+        match $n {
+            $($small => {
+                const $k: u8 = $code;
+                const $t: usize = $small;
+                widen($call)
+            })*
+            _ => {
+                const $k: u8 = $code;
+                const $t: usize = $full;
+                $call
+            }
+        }
+    };
+    ($kind:expr, $n:expr, $full:expr, [$($small:literal),*], |$k:ident, $t:ident| $call:expr) => {
+        match $kind {
+            Kind::Q8_0 => by_kind!(@tokens Q8_0, $n, $full, [$($small),*], |$k, $t| $call),
+            Kind::Q4_0 => by_kind!(@tokens Q4_0, $n, $full, [$($small),*], |$k, $t| $call),
+            Kind::Q4_1 => by_kind!(@tokens Q4_1, $n, $full, [$($small),*], |$k, $t| $call),
+            Kind::Q5_0 => by_kind!(@tokens Q5_0, $n, $full, [$($small),*], |$k, $t| $call),
+            Kind::Q5_1 => by_kind!(@tokens Q5_1, $n, $full, [$($small),*], |$k, $t| $call),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 #[path = "tiles_vnni_avx512.rs"]
 mod avx512;

@@ -5,7 +5,9 @@
 use std::arch::x86_64::*;
 
 use super::super::quant::Q8Rows;
-use super::{pair_lines, place, At, Kind, Tile, PREFETCH, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, QK, ROWS};
+use super::{
+    by_passes, pair_lines, place, At, Kind, Tile, PREFETCH, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, QK, ROWS,
+};
 
 /// Tokens per tile (their accumulators, four each, stay in registers beside a half-block's
 /// four registers of values).
@@ -28,43 +30,15 @@ impl Tile {
     ) {
         let tokens = q8.q.len() / q8.cols.max(1);
         let halves = self.blocks * 2;
-        let mut first = 0;
-        while first < tokens {
-            let n = (tokens - first).min(TOKENS);
-            let corr = corrections.get(first * halves..).unwrap_or(&[]);
+        let pass = |first, n, corr: &[i32], _| {
             // SAFETY: `available` was checked by whoever made the tile (it is made only
             // where the CPU has VNNI); the lengths were checked above.
-            let sums = unsafe {
-                match (self.kind, n) {
-                    (Kind::Q8_0, 1) => widen(self.tokens::<Q8_0, 1>(tile, q8, corr, first)),
-                    (Kind::Q8_0, 2) => widen(self.tokens::<Q8_0, 2>(tile, q8, corr, first)),
-                    (Kind::Q8_0, 3) => widen(self.tokens::<Q8_0, 3>(tile, q8, corr, first)),
-                    (Kind::Q8_0, _) => self.tokens::<Q8_0, TOKENS>(tile, q8, corr, first),
-                    (Kind::Q4_0, 1) => widen(self.tokens::<Q4_0, 1>(tile, q8, corr, first)),
-                    (Kind::Q4_0, 2) => widen(self.tokens::<Q4_0, 2>(tile, q8, corr, first)),
-                    (Kind::Q4_0, 3) => widen(self.tokens::<Q4_0, 3>(tile, q8, corr, first)),
-                    (Kind::Q4_0, _) => self.tokens::<Q4_0, TOKENS>(tile, q8, corr, first),
-                    (Kind::Q4_1, 1) => widen(self.tokens::<Q4_1, 1>(tile, q8, corr, first)),
-                    (Kind::Q4_1, 2) => widen(self.tokens::<Q4_1, 2>(tile, q8, corr, first)),
-                    (Kind::Q4_1, 3) => widen(self.tokens::<Q4_1, 3>(tile, q8, corr, first)),
-                    (Kind::Q4_1, _) => self.tokens::<Q4_1, TOKENS>(tile, q8, corr, first),
-                    (Kind::Q5_0, 1) => widen(self.tokens::<Q5_0, 1>(tile, q8, corr, first)),
-                    (Kind::Q5_0, 2) => widen(self.tokens::<Q5_0, 2>(tile, q8, corr, first)),
-                    (Kind::Q5_0, 3) => widen(self.tokens::<Q5_0, 3>(tile, q8, corr, first)),
-                    (Kind::Q5_0, _) => self.tokens::<Q5_0, TOKENS>(tile, q8, corr, first),
-                    (Kind::Q5_1, 1) => widen(self.tokens::<Q5_1, 1>(tile, q8, corr, first)),
-                    (Kind::Q5_1, 2) => widen(self.tokens::<Q5_1, 2>(tile, q8, corr, first)),
-                    (Kind::Q5_1, 3) => widen(self.tokens::<Q5_1, 3>(tile, q8, corr, first)),
-                    (Kind::Q5_1, _) => self.tokens::<Q5_1, TOKENS>(tile, q8, corr, first),
-                }
-            };
-            for (k, row_sums) in sums.iter().take(n).enumerate() {
-                for (r, &v) in row_sums.iter().enumerate() {
-                    out[r * tokens + first + k] = v;
-                }
+            unsafe {
+                by_kind!(self.kind, n, TOKENS, [1, 2, 3], |K, N| self
+                    .tokens::<K, N>(tile, q8, corr, first))
             }
-            first += n;
-        }
+        };
+        by_passes::<ROWS, TOKENS>(tokens, halves, corrections, out, pass);
     }
 
     /// The 16 rows' products with tokens `first..first + N` of `q8`, for the type `K`
