@@ -464,9 +464,9 @@ release_module() {
 }
 
 # The wasm modules: www/pkg/ (single-threaded), www/pkg-threads/ (threads, for cross-origin
-# isolated pages) and www/pkg-threads-relaxed/ (threads and relaxed SIMD: the CPU backend's
-# matrix products in tiles, for engines that validate it, as Chromium 156 and Firefox 153 ESR
-# do). All have WebAssembly SIMD, every crate compiled with it (the CPU backend's dot products
+# isolated pages), and each again with relaxed SIMD, www/pkg-relaxed/ and
+# www/pkg-threads-relaxed/ (the CPU backend's matrix products in tiles, for engines that
+# validate it, as Chromium 156 and Firefox 153 ESR do). All have WebAssembly SIMD, every crate compiled with it (the CPU backend's dot products
 # in SIMD128); every browser with WebGPU has it, and so have Chrome 91, Firefox 89, Safari 16.4
 # and Node 16.4 on, so there is no build without it (the worker names the missing feature where
 # a browser lacks it).
@@ -483,6 +483,13 @@ cmd_build() {
     "$stage_dir/emberlm.wasm"
   wasm_opt_bg "$stage_dir/single/emberlm_bg.wasm" "$stage_dir/single/emberlm_bg.opt.wasm" \
     --enable-simd
+  # single-threaded with relaxed SIMD, in a target folder of its own (other RUSTFLAGS)
+  CARGO_TARGET_DIR="$target/single-relaxed" RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
+    release_module simd128-relaxed "$stage_dir/emberlm-relaxed.wasm"
+  wasm-bindgen --target web --out-dir "$stage_dir/single-relaxed" --out-name emberlm \
+    "$stage_dir/emberlm-relaxed.wasm"
+  wasm_opt_bg "$stage_dir/single-relaxed/emberlm_bg.wasm" \
+    "$stage_dir/single-relaxed/emberlm_bg.opt.wasm" --enable-simd --enable-relaxed-simd
   build_threads "$stage_dir/threads"
   build_threads "$stage_dir/threads-relaxed" relaxed
   wasm_opt_wait
@@ -490,13 +497,16 @@ cmd_build() {
   local single="$stage_dir/single" before
   before=$(stat -c %s "$single/emberlm_bg.wasm")
   mv "$single/emberlm_bg.opt.wasm" "$single/emberlm_bg.wasm"
+  mv "$stage_dir/single-relaxed/emberlm_bg.opt.wasm" "$stage_dir/single-relaxed/emberlm_bg.wasm"
   mv "$stage_dir/threads/emberlm_bg.opt.wasm" "$stage_dir/threads/emberlm_bg.wasm"
   mv "$stage_dir/threads-relaxed/emberlm_bg.opt.wasm" "$stage_dir/threads-relaxed/emberlm_bg.wasm"
-  rm -rf www/pkg www/pkg-threads www/pkg-threads-relaxed
+  rm -rf www/pkg www/pkg-relaxed www/pkg-threads www/pkg-threads-relaxed
   cp -r "$single" www/pkg
+  cp -r "$stage_dir/single-relaxed" www/pkg-relaxed
   cp -r "$stage_dir/threads" www/pkg-threads
   cp -r "$stage_dir/threads-relaxed" www/pkg-threads-relaxed
   log "www/pkg ready: $(stat -c %s www/pkg/emberlm_bg.wasm) bytes of wasm ($before before wasm-opt), \
+$(stat -c %s www/pkg-relaxed/emberlm_bg.wasm) with relaxed SIMD (www/pkg-relaxed), \
 $(stat -c %s www/pkg-threads/emberlm_bg.wasm) threaded (www/pkg-threads), \
 $(stat -c %s www/pkg-threads-relaxed/emberlm_bg.wasm) threaded with relaxed SIMD (www/pkg-threads-relaxed)"
 }

@@ -75,6 +75,7 @@ const WASM_URL = /^const wasmUrl = \(\) => new URL\('\.\/pkg\/emberlm_bg\.wasm',
 // ... and the threaded build in ./pkg-threads/, which only the served page has: its pool
 // workers import the glue by URL, which neither the single-file demo nor a bundler keeps.
 const THREADED_BUILD = /^const threadedBuild = \(\) => \(\{\n  glue: new URL\('\.\/pkg-threads\/emberlm\.js', import\.meta\.url\)\.href,\n  wasm: new URL\('\.\/pkg-threads\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
+const RELAXED_SINGLE_BUILD = /^const relaxedSingleBuild = \(\) => \(\{\n  glue: new URL\('\.\/pkg-relaxed\/emberlm\.js', import\.meta\.url\)\.href,\n  wasm: new URL\('\.\/pkg-relaxed\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
 const RELAXED_BUILD = /^const relaxedBuild = \(\) => \(\{\n  glue: new URL\('\.\/pkg-threads-relaxed\/emberlm\.js', import\.meta\.url\)\.href,\n  wasm: new URL\('\.\/pkg-threads-relaxed\/emberlm_bg\.wasm', import\.meta\.url\),\n\}\);$/m;
 
 /** www/worker.js without the threaded builds (the distributable forms have none). */
@@ -84,9 +85,11 @@ function workerSource() {
   if (!WASM_URL.test(source)) throw new Error('www/worker.js: the wasm URL (wasmUrl) changed');
   if (!THREADED_BUILD.test(source)) throw new Error('www/worker.js: the threaded build (threadedBuild) changed');
   if (!RELAXED_BUILD.test(source)) throw new Error('www/worker.js: the relaxed-SIMD build (relaxedBuild) changed');
+  if (!RELAXED_SINGLE_BUILD.test(source)) throw new Error('www/worker.js: the single-threaded relaxed-SIMD build (relaxedSingleBuild) changed');
   return source
     .replace(THREADED_BUILD, 'const threadedBuild = null;')
-    .replace(RELAXED_BUILD, 'const relaxedBuild = null;');
+    .replace(RELAXED_BUILD, 'const relaxedBuild = null;')
+    .replace(RELAXED_SINGLE_BUILD, 'const relaxedSingleBuild = null;');
 }
 
 /**

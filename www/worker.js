@@ -10,11 +10,11 @@
 import init, { Engine, version, noteOneThread } from './pkg/emberlm.js';
 import { whySimdMissing, relaxedSimdSupported } from './simd.js';
 
-// The module comes in three builds from the same source, all with WebAssembly SIMD (the CPU
+// The module comes in four builds from the same source, all with WebAssembly SIMD (the CPU
 // backend's integer dot products use it): single-threaded, and threaded (shared memory, its own
 // glue) for cross-origin isolated pages, where the CPU backend's kernels run on a pool of
-// workers; the threaded one also with relaxed SIMD (its matrix products in tiles, the same
-// bits), taken where the engine validates relaxed SIMD.
+// workers; each also with relaxed SIMD (its matrix products in tiles, the same bits), taken
+// where the engine validates relaxed SIMD.
 // Where the single-threaded build sits, next to the glue (bundlers see this URL and emit the
 // file).
 const wasmUrl = () => new URL('./pkg/emberlm_bg.wasm', import.meta.url);
@@ -29,10 +29,16 @@ const relaxedBuild = () => ({
   glue: new URL('./pkg-threads-relaxed/emberlm.js', import.meta.url).href,
   wasm: new URL('./pkg-threads-relaxed/emberlm_bg.wasm', import.meta.url),
 });
-// Whether to try the relaxed-SIMD build first: the engine validates relaxed SIMD, and the
+// ... and the single-threaded one with relaxed SIMD (its own glue; null where tools/dist.mjs
+// inlines the single-threaded build).
+const relaxedSingleBuild = () => ({
+  glue: new URL('./pkg-relaxed/emberlm.js', import.meta.url).href,
+  wasm: new URL('./pkg-relaxed/emberlm_bg.wasm', import.meta.url),
+});
+// Whether to try a relaxed-SIMD build first: the engine validates relaxed SIMD, and the
 // worker's URL does not say `?simd=plain` (which keeps the plain build, to compare them).
-function relaxedWanted() {
-  if (!relaxedBuild || !relaxedSimdSupported()) return false;
+function relaxedWanted(build) {
+  if (!build || !relaxedSimdSupported()) return false;
   return new URL(self.location.href).searchParams.get('simd') !== 'plain';
 }
 // The wasm module: fetched next to the glue unless a build that inlines it (the single-file
@@ -75,7 +81,7 @@ async function loadModule() {
   if (!reason) {
     let threaded = null;
     // relaxed SIMD first where the engine has it; the plain threaded build if that fails
-    for (const build of [relaxedWanted() ? relaxedBuild() : null, threadedBuild()]) {
+    for (const build of [relaxedWanted(relaxedBuild) ? relaxedBuild() : null, threadedBuild()]) {
       if (!build || threaded) continue;
       try {
         threaded = await import(build.glue);
@@ -89,6 +95,18 @@ async function loadModule() {
       // A pool that does not start leaves this build on one thread; it records why.
       await threaded.startThreads(threads).catch(() => {});
       return threaded;
+    }
+  }
+  // one thread: relaxed SIMD where the engine has it, the plain build if that fails
+  if (relaxedWanted(relaxedSingleBuild) && !globalThis.EMBERLM_WASM) {
+    const build = relaxedSingleBuild();
+    try {
+      const relaxed = await import(build.glue);
+      await relaxed.default({ module_or_path: build.wasm });
+      relaxed.noteOneThread(reason);
+      return relaxed;
+    } catch {
+      // the plain single-threaded build below
     }
   }
   await init({ module_or_path: wasmSource() });

@@ -326,7 +326,8 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
 
   // A browser with no WebGPU API at all (Firefox or Safari where it is off: no navigator.gpu in
   // the page or in the worker) loads the model on the CPU too; served without cross-origin
-  // isolation, the page runs it on one thread and says why
+  // isolation, the page runs it on one thread (the single-threaded relaxed-SIMD build) and says
+  // why
   const bare = await browser.newPage();
   bare.on('pageerror', (e) => problems.push(String(e)));
   await bare.addInitScript(() => { delete Navigator.prototype.gpu; });
@@ -342,7 +343,8 @@ test('chat page without WebGPU: the CPU backend loads the model, greedy reply eq
   const bareRows = Object.fromEntries(await bare.$$eval('#adapter tr', (trs) =>
     trs.map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent])));
   console.log(`no WebGPU API: ${bareRows['Runs on']}`);
-  assert.match(bareRows['Runs on'], /^CPU \(WebAssembly SIMD, 1 thread\): no usable WebGPU.*; one thread: the page is not cross-origin isolated/);
+  // (relaxed SIMD on one thread too: the single-threaded build with the CPU backend's tiles)
+  assert.match(bareRows['Runs on'], /^CPU \(WebAssembly relaxed SIMD, 1 thread\): no usable WebGPU.*; one thread: the page is not cross-origin isolated/);
 
   // A chat template picked on the page (Gemma 3's, as its GGUF has none) replaces the model's
   // own: the reply is the native CLI's with --chat-template
