@@ -22,7 +22,7 @@ const loadOptions: LoadOptions = {
   cache: 'emberlm-models-v1',
   name: 'model.gguf',
   onProgress: (p: LoadProgress) => {
-    const phase: 'download' | 'parse' | 'upload' = p.phase;
+    const phase: 'download' | 'parse' | 'upload' | 'load' = p.phase;
     console.log(phase, p.loaded / (p.total || 1));
   },
 };
