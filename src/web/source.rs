@@ -292,7 +292,10 @@ impl Source {
             downloaded: 0,
             persisted: None,
         };
-        let (mut done, single) = (0u64, urls.len() == 1);
+        let mut done = 0u64;
+        // each file's size once its download said it (the set's total: their sum, once every
+        // one is known)
+        let mut sizes: Vec<Option<u64>> = vec![None; urls.len()];
         for (i, url) in urls.iter().enumerate() {
             let digest = digests.and_then(|d| d.get(i));
             // the file's length as its progress last said (a resumed file's counts what the
@@ -300,8 +303,16 @@ impl Source {
             let mut length = 0u64;
             let mut each = |loaded: u64, total: u64| {
                 length = loaded;
-                // the whole set's total is known only for one file
-                progress(done.saturating_add(loaded), if single { total } else { 0 });
+                if total > 0 {
+                    sizes[i] = Some(total);
+                }
+                let now = done.saturating_add(loaded);
+                let sum = sizes
+                    .iter()
+                    .flatten()
+                    .fold(0u64, |t, n| t.saturating_add(*n));
+                let known = sizes.iter().all(Option::is_some);
+                progress(now, if known { sum.max(now) } else { 0 });
             };
             let mut anything = |_: u64| Ok(());
             let got =
