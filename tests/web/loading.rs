@@ -183,8 +183,9 @@ async fn auto_on_a_software_adapter_times_both_backends_once() {
 }
 
 /// A split GGUF set (`tests/fixtures/split/`, three parts of `tiny-llama-q4_1.gguf` as gguf-py
-/// writes them): from the first part's URL alone (the others fetched from beside it, stored in
-/// and then read from the Cache API), from a list of every part's bytes in another order, and
+/// writes them): from the first part's URL alone (the others fetched from beside it, stored,
+/// and read back from the store by range), from a list of every part's bytes in another order,
+/// and
 /// as the whole file, the same greedy tokens; `Engine.listStored` lists the three parts with
 /// their sizes and `Engine.deleteStored` of the first part's URL removes them all; a later
 /// part's URL alone and an empty list are refused by name. On the CPU backend: what is checked is the loading, which the backends
@@ -236,18 +237,32 @@ async fn a_split_set_loads_from_its_first_url_or_its_parts() {
             expected,
             "load {round}"
         );
-        // the download's progress covers the three parts: it ends at their sum
-        let downloads: Vec<serde_json::Value> = progress
-            .iter()
-            .map(|e| rust(&e))
-            .filter(|e| e["phase"] == "download")
-            .collect();
-        let last = downloads.last().expect("download progress");
-        let sizes: f64 = [75_776.0, 26_688.0, 21_152.0].iter().sum();
-        assert_eq!(
-            (last["loaded"].as_f64(), last["total"].as_f64()),
-            (Some(sizes), Some(sizes))
-        );
+        let events: Vec<serde_json::Value> = progress.iter().map(|e| rust(&e)).collect();
+        let downloads: Vec<&serde_json::Value> =
+            events.iter().filter(|e| e["phase"] == "download").collect();
+        if cached {
+            // read back from the store by range: nothing downloaded, the weights' `load`
+            // progress ends at their bytes
+            assert!(downloads.is_empty(), "{downloads:?}");
+            assert_eq!(info["weightsReadByRange"], true, "{info}");
+            let last = events
+                .iter()
+                .rfind(|e| e["phase"] == "load")
+                .expect("load progress");
+            let weights = info["model"]["weightBytes"].as_f64();
+            assert_eq!(
+                (last["loaded"].as_f64(), last["total"].as_f64()),
+                (weights, weights)
+            );
+        } else {
+            // the download's progress covers the three parts: it ends at their sum
+            let last = downloads.last().expect("download progress");
+            let sizes: f64 = [75_776.0, 26_688.0, 21_152.0].iter().sum();
+            assert_eq!(
+                (last["loaded"].as_f64(), last["total"].as_f64()),
+                (Some(sizes), Some(sizes))
+            );
+        }
         log(&format!(
             "split set, load {round}: {} download events, loadedFromCache {cached}",
             downloads.len()
