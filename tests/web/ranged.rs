@@ -51,7 +51,7 @@ pub(crate) async fn whole_tokens(bytes: &[u8]) -> Value {
 }
 
 /// The SHA-256 of `bytes` in hex, as the `sha256` option takes it.
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(bytes)
         .iter()

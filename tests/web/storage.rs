@@ -180,13 +180,7 @@ async fn a_broken_download_resumes_or_restarts_within_the_load() {
                 // Without a store the CPU reads a server that answers ranges by range (the
                 // `from_server` tests); a digest covers the whole file, so with one the load
                 // downloads it whole, and that download's own resume is what this checks.
-                None => {
-                    let digest: String = Sha256::digest(fixture(FIXTURE))
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect();
-                    options["sha256"] = json!(digest);
-                }
+                None => options["sha256"] = json!(crate::ranged::sha256_hex(fixture(FIXTURE))),
             }
             // a fault id is spent once: a second round with a store needs its own
             let url = match &store_name {
