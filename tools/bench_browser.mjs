@@ -7,7 +7,8 @@
 //   node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH]
 //                                [--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC]
 //                                [--ember-backend webgpu|cpu] [--ember-threads N]
-//                                [--ember-simd auto|plain]
+//                                [--ember-simd auto|plain] [--prefill N[,N...]] [--decode N]
+//                                [--no-wllama]
 //
 // --ember-backend cpu runs emberlm's CPU backend (WebAssembly, in the engine worker as on the
 // chat page, on --ember-threads threads: 1 by default, more with the threaded build) in place
@@ -21,6 +22,9 @@
 //
 // Full settings: prompts of 128 and 512 tokens, 128 generated tokens after the 128-token one.
 // --quick: a 32-token prompt and 8 generated tokens (minutes on a software adapter).
+// --prefill / --decode set the prompt lengths and the generated count by hand (for the large
+// shapes, whose full settings take long); --no-wllama runs emberlm alone (a model wllama cannot
+// hold, or emberlm's own figures between two changes).
 // Each run loads the engine (timed), generates `decode` tokens after the first prompt (its
 // prefill and time to first token count for that prompt length) and prefills every other prompt
 // with one generated token; then frees it. A peer that fails is reported as NOT RUN with the
@@ -50,7 +54,8 @@ const TEXT = 'The history of computing is a story of machines that became smalle
 function usage(message) {
   if (message) console.error(`bench_browser: ${message}`);
   console.error('usage: node tools/bench_browser.mjs [--model PATH] [--quick] [--runs N] [--out PATH] '
-    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC] [--ember-backend webgpu|cpu] [--ember-threads N] [--ember-simd auto|plain]');
+    + '[--wllama-threads N] [--wllama-gpu-layers N] [--kernels SPEC] [--ember-backend webgpu|cpu] [--ember-threads N] [--ember-simd auto|plain] '
+    + '[--prefill N[,N...]] [--decode N] [--no-wllama]');
   process.exit(2);
 }
 
@@ -58,7 +63,7 @@ function parseArgs(argv) {
   const o = {
     model: 'models/SmolLM2-135M-Instruct.Q4_1.gguf', quick: false, runs: 3, out: null,
     wllamaThreads: null, wllamaGpuLayers: 0, kernels: null, emberBackend: 'webgpu', emberThreads: 1,
-    emberSimd: 'auto',
+    emberSimd: 'auto', prefill: null, decode: null, wllama: true,
   };
   const int = (flag, v, min) => {
     const n = Number(v);
@@ -79,6 +84,9 @@ function parseArgs(argv) {
     else if (a === '--wllama-gpu-layers') o.wllamaGpuLayers = int(a, next(), 0);
     else if (a === '--kernels') o.kernels = next();
     else if (a === '--ember-threads') o.emberThreads = int(a, next(), 1);
+    else if (a === '--prefill') o.prefill = next().split(',').map((n) => int('--prefill', n, 1));
+    else if (a === '--decode') o.decode = int(a, next(), 1);
+    else if (a === '--no-wllama') o.wllama = false;
     else if (a === '--ember-simd') {
       o.emberSimd = next();
       if (!['auto', 'plain'].includes(o.emberSimd)) usage(`--ember-simd: '${o.emberSimd}' is not auto or plain`);
@@ -90,8 +98,8 @@ function parseArgs(argv) {
     else if (a === '-h' || a === '--help') usage();
     else usage(`unknown argument ${a}`);
   }
-  o.prefill = o.quick ? [32] : [128, 512];
-  o.decode = o.quick ? 8 : 128;
+  o.prefill ??= o.quick ? [32] : [128, 512];
+  o.decode ??= o.quick ? 8 : 128;
   return o;
 }
 
@@ -202,7 +210,10 @@ async function main() {
 
     const ours = { runs: [], error: null, info: null, version: null };
     const theirs = {
-      runs: [], error: wllamaLinked ? null : `@wllama/wllama not installed in ${WLLAMA_ESM}`, load: null,
+      runs: [],
+      error: !o.wllama ? 'not run (--no-wllama)'
+        : wllamaLinked ? null : `@wllama/wllama not installed in ${WLLAMA_ESM}`,
+      load: null,
     };
     let prompts = null;
     const started = performance.now();
