@@ -40,6 +40,24 @@ pub enum Error {
         message: String,
     },
 
+    /// The GPU had no memory for a load's buffers (a `GPUOutOfMemoryError` caught by an error
+    /// scope around the allocations of `what`). Every buffer the load had made is dropped
+    /// with the error, so the device stays usable for a smaller model or a shorter context.
+    #[error(
+        "the GPU ran out of memory allocating {what} ({allocated} bytes of this load's buffers \
+         had been made; they are freed): {message}. Try a smaller or more strongly quantized \
+         model, a shorter context, or a smaller KV cache type"
+    )]
+    OutOfMemory {
+        /// What was being allocated (`tensor `blk.3.ffn_up.weight``, `the KV cache of 4096
+        /// positions`, `the activations for 512-token steps`).
+        what: String,
+        /// Bytes of GPU buffers this load had created when the error was caught.
+        allocated: u64,
+        /// The backend's message.
+        message: String,
+    },
+
     /// A WGSL kernel failed to preprocess, compile or link into a pipeline.
     #[error("shader `{file}` entry point `{entry}`: {message}")]
     Shader {
@@ -158,6 +176,7 @@ impl Error {
             Error::RequestDevice { .. } => "RequestDevice",
             Error::DeviceLost { .. } => "DeviceLost",
             Error::Gpu { .. } => "Gpu",
+            Error::OutOfMemory { .. } => "OutOfMemory",
             Error::Shader { .. } => "Shader",
             Error::Readback { .. } => "Readback",
             Error::Limit { .. } => "Limit",

@@ -75,9 +75,16 @@ function explain(e) {
     case 'RequestDevice':
       return `${NO_WEBGPU} (The browser said: ${detail})`;
     case 'Limit':
+      if (e.limit === 'wasm32 address space') {
+        return `This model is too big for the CPU backend in a browser: ${e.what ?? 'the model'} needs `
+          + `${mib(e.needed)}, and WebAssembly can address at most ${mib(e.allowed)}. Try a smaller or `
+          + 'more strongly quantized model, a shorter context, or a browser with WebGPU.';
+      }
       return `This model is too big for this GPU: ${e.what ?? 'a buffer'} needs ${mib(e.needed)}, but `
         + `this GPU allows at most ${mib(e.allowed)} (${e.limit}). Try a smaller or more strongly `
         + 'quantized model, or a shorter context.';
+    case 'OutOfMemory':
+      return `The GPU ran out of memory while loading this model: ${detail}.`;
     case 'Format':
     case 'Unsupported':
       return `This file is not a model emberlm can run: ${detail}. emberlm reads GGUF files of `

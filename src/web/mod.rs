@@ -189,7 +189,7 @@ fn js_message(kind: &str, message: &str) -> JsValue {
 /// A JS `Error` for an engine error: the message starts with the error's kind (`DeviceLost: `,
 /// `Limit: `, `InvalidArgument: `, ...); `kind` is a property too, and so are the fields a page
 /// shows in its own words (`option` for a bad argument; `what`, `limit`, `needed`, `allowed`
-/// for a device limit).
+/// for a device limit; `what` and `allocated` for a GPU out of memory).
 fn js_error(e: &Error) -> JsValue {
     let error = js_message(e.kind(), &e.to_string());
     match e {
@@ -204,6 +204,12 @@ fn js_error(e: &Error) -> JsValue {
             set(&error, "limit", &JsValue::from_str(limit));
             set(&error, "needed", &JsValue::from_f64(*needed as f64));
             set(&error, "allowed", &JsValue::from_f64(*allowed as f64));
+        }
+        Error::OutOfMemory {
+            what, allocated, ..
+        } => {
+            set(&error, "what", &JsValue::from_str(what));
+            set(&error, "allocated", &JsValue::from_f64(*allocated as f64));
         }
         _ => {}
     }

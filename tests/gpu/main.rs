@@ -28,6 +28,7 @@ mod kv_kinds;
 mod kv_ring;
 mod kv_writers;
 mod model_equivalence;
+mod out_of_memory;
 mod phi3;
 mod precision;
 mod qwen2;

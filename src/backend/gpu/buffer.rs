@@ -1,5 +1,7 @@
 //! Buffer creation checked against the device limits, and readback from GPU to CPU.
 
+use std::sync::atomic::Ordering;
+
 use bytemuck::Pod;
 use wgpu::util::DeviceExt;
 
@@ -240,5 +242,81 @@ impl GpuContext {
             .to_vec();
         staging.unmap();
         Ok(data)
+    }
+}
+
+/// Where a load's allocations began, so that an out-of-memory error can say how much the load
+/// had made ([`GpuContext::load_memory`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoadMemory {
+    created_before: u64,
+}
+
+/// One part of a load's allocations watched for out-of-memory: an error scope pushed by
+/// [`LoadMemory::allocating`] and closed by [`Allocating::done`], which turns a
+/// `GPUOutOfMemoryError` (or, in tests, [`GpuContext::out_of_memory_past_for_test`]) into
+/// [`Error::OutOfMemory`] naming what was being allocated. Nothing may be awaited between the
+/// two: the scope belongs to the thread that pushed it.
+#[must_use = "an allocation scope is closed with `done`, which says whether the GPU had the memory"]
+pub(crate) struct Allocating {
+    scope: wgpu::ErrorScopeGuard,
+    what: String,
+    load: LoadMemory,
+}
+
+impl GpuContext {
+    /// Starts counting a load's allocations (see [`LoadMemory::allocating`]).
+    pub(crate) fn load_memory(&self) -> LoadMemory {
+        LoadMemory {
+            created_before: self.counters().buffer_bytes_created,
+        }
+    }
+
+    /// Makes every allocation scope that closes once more than `bytes` further bytes of buffers
+    /// have been created report out-of-memory, as a device with only that much free memory
+    /// would (`None` lifts it): for tests of what a load does when the GPU runs out, which no
+    /// adapter can be made to do on demand.
+    pub fn out_of_memory_past_for_test(&self, bytes: Option<u64>) {
+        let at = match bytes {
+            Some(b) => self.counters().buffer_bytes_created.saturating_add(b),
+            None => u64::MAX,
+        };
+        self.simulated_memory.store(at, Ordering::Relaxed);
+    }
+}
+
+impl LoadMemory {
+    /// Watches the allocations made until [`Allocating::done`] for out-of-memory; `what` names
+    /// them in the error.
+    pub(crate) fn allocating(self, ctx: &GpuContext, what: impl Into<String>) -> Allocating {
+        Allocating {
+            scope: ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory),
+            what: what.into(),
+            load: self,
+        }
+    }
+}
+
+impl Allocating {
+    /// Closes the scope: [`Error::OutOfMemory`] if the device had no memory for an allocation
+    /// made inside it. The returned future holds nothing of the device's thread.
+    pub(crate) fn done(self, ctx: &GpuContext) -> impl std::future::Future<Output = Result<()>> {
+        let popped = self.scope.pop();
+        let created = ctx.counters().buffer_bytes_created;
+        let simulated = created > ctx.simulated_memory.load(Ordering::Relaxed);
+        let allocated = created.saturating_sub(self.load.created_before);
+        let what = self.what;
+        async move {
+            let message = match popped.await {
+                Some(e) => e.to_string(),
+                None if simulated => "out of memory (a test's simulated device)".to_string(),
+                None => return Ok(()),
+            };
+            Err(Error::OutOfMemory {
+                what,
+                allocated,
+                message,
+            })
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! the plumbing that turns asynchronous GPU failures (validation errors, device loss) into
 //! [`Error`] values the caller sees on its next GPU call.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
@@ -203,6 +204,9 @@ pub struct GpuContext {
     precision: super::precision::MatmulPrecision,
     precision_notice: Option<String>,
     counters: Arc<CounterCells>,
+    /// Created buffer bytes past which the allocation scopes report out-of-memory as the
+    /// device would (`u64::MAX`: never); set by [`GpuContext::out_of_memory_past_for_test`].
+    pub(super) simulated_memory: AtomicU64,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -387,6 +391,7 @@ impl GpuContext {
             precision,
             precision_notice,
             counters: Arc::default(),
+            simulated_memory: AtomicU64::new(u64::MAX),
         })
     }
 

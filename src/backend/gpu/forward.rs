@@ -150,8 +150,12 @@ impl Forward {
         let chunk = crate::backend::step::step_tokens(&weights.config, context, chunk);
         Self::check_fits(ctx, weights, context, chunk)?;
         let fusion = fuse::plan(weights);
-        let gpu = Self::upload(ctx, weights, &fusion, progress)?;
-        Self::assemble(ctx, cache, weights, weights, &fusion, gpu, context, chunk).await
+        let memory = ctx.load_memory();
+        let gpu = Self::upload(ctx, weights, &fusion, memory, progress).await?;
+        Self::assemble(
+            ctx, cache, weights, weights, &fusion, gpu, memory, context, chunk,
+        )
+        .await
     }
 
     /// [`Forward::new_with_progress`] for a model described by `layout` (every tensor's shape
@@ -174,8 +178,12 @@ impl Forward {
         let chunk = crate::backend::step::step_tokens(&layout.config, context, chunk);
         Self::check_fits(ctx, layout, context, chunk)?;
         let fusion = fuse::plan(layout);
-        let (gpu, kept) = Self::upload_read(ctx, layout, reader, &fusion, progress).await?;
-        Self::assemble(ctx, cache, layout, &kept, &fusion, gpu, context, chunk).await
+        let memory = ctx.load_memory();
+        let (gpu, kept) = Self::upload_read(ctx, layout, reader, &fusion, memory, progress).await?;
+        Self::assemble(
+            ctx, cache, layout, &kept, &fusion, gpu, memory, context, chunk,
+        )
+        .await
     }
 
     /// The kernel plan this model runs with.

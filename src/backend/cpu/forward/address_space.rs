@@ -124,9 +124,12 @@ pub fn check_address_space(
     if cfg!(target_arch = "wasm32") && needed > WASM32_ADDRESS_SPACE {
         return Err(Error::Limit {
             what: format!(
-                "{} on the CPU backend: the file, the weights and a {} KV cache of {context} \
-                 positions",
+                "{} on the CPU backend: {} and a {} KV cache of {context} positions",
                 weights.file,
+                match weights.sources.is_empty() {
+                    true => "the weights (read by range, the file not held)",
+                    false => "the file (held whole) and the weights made from it",
+                },
                 kinds_name(kinds)
             ),
             limit: "wasm32 address space",

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use crate::backend::gpu::buffer::LoadMemory;
+
 use super::*;
 
 impl Forward {
@@ -17,6 +19,7 @@ impl Forward {
         host: &ModelWeights<'_>,
         fusion: &fuse::FusionPlan,
         gpu: HashMap<String, GpuTensor>,
+        memory: LoadMemory,
         context: usize,
         chunk: usize,
     ) -> Result<Self> {
@@ -24,7 +27,9 @@ impl Forward {
         let graph = arch::build(&config, &gpu, &weights.file)?;
         let final_norm = FinalNorm::of(&graph, &config, host)?;
         let layout = kv::layout(&config, &ctx.options().decode_plan, context, chunk)?;
+        let scope = memory.allocating(ctx, format!("the KV cache of {context} positions"));
         let kv = KvCache::with_layout(ctx, &config, layout, ctx.options().kv_cache, 1)?;
+        scope.done(ctx).await?;
         let c = chunk as u64;
         // an encoder has no LM head: no logits to hold, read back or select from
         let vocab = match graph.head {
@@ -51,6 +56,7 @@ impl Forward {
             u64::from(fusion.any_separate_qkv()),
             u64::from(fusion.any_separate_gate_up()),
         );
+        let scope = memory.allocating(ctx, format!("the activations of {chunk}-token steps"));
         let act = Activations {
             ids: buf("ids", c)?,
             x: buf("x", c * d)?,
@@ -69,6 +75,7 @@ impl Forward {
         let step = StepParams::create_buffer(ctx, "step params");
         // logits rows, or hidden rows (Readback::Hidden) should a model be wider than its vocabulary
         let staging = ctx.staging_buffer("logits readback", f32_bytes(c * vocab.max(d)));
+        scope.done(ctx).await?;
         let weight_bytes: u64 = gpu.values().map(GpuTensor::buffer_bytes).sum();
         let act_buffers: Vec<&wgpu::Buffer> =
             act.all().into_iter().chain([&step, &staging]).collect();

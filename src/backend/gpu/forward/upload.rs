@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::Forward;
+use crate::backend::gpu::buffer::LoadMemory;
 use crate::backend::gpu::{GpuContext, GpuTensor};
 use crate::dtype::{dequantize, encode_float, DType};
 use crate::error::{Error, Result};
@@ -89,10 +90,14 @@ impl Forward {
 
     /// Uploads every tensor, replacing those that `plan` fuses by the fused ones (built one
     /// layer at a time, so at most one layer's copies exist at once).
-    pub(super) fn upload(
+    ///
+    /// Each tensor's buffers are made inside an out-of-memory scope ([`Error::OutOfMemory`]
+    /// names the tensor); on an error every buffer made so far is dropped with `out`.
+    pub(super) async fn upload(
         ctx: &GpuContext,
         weights: &ModelWeights<'_>,
         plan: &FusionPlan,
+        memory: LoadMemory,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<HashMap<String, GpuTensor>> {
         let mut out = HashMap::new();
@@ -101,13 +106,17 @@ impl Forward {
         progress(0, total);
         for (name, t) in &weights.tensors {
             done += t.data.len() as u64;
+            let scope = memory.allocating(ctx, format!("tensor `{name}`"));
             Self::upload_one(ctx, name, t, plan, &mut out)?;
+            scope.done(ctx).await?;
             progress(done, total);
         }
         for layer in 0..weights.config.n_layers {
+            let scope = memory.allocating(ctx, format!("layer {layer}'s fused tensors"));
             for (name, t) in fuse::fused_tensors(weights, plan, layer)? {
                 out.insert(name.clone(), GpuTensor::upload(ctx, &name, &t)?);
             }
+            scope.done(ctx).await?;
         }
         progress(total, total);
         Ok(out)
@@ -136,12 +145,14 @@ impl Forward {
     /// [`Forward::upload`] for a model described by `layout` (tensors without bytes) whose
     /// tensors `reader` reads: a layer's tensors together (its fused tensors need every part),
     /// the others one at a time, each group's bytes dropped once it is on the GPU. Also gives
-    /// the 1-D tensors outside the layers (the final norm's), which the host keeps.
+    /// the 1-D tensors outside the layers (the final norm's), which the host keeps. Each
+    /// group's buffers are made inside an out-of-memory scope, as in [`Forward::upload`].
     pub(super) async fn upload_read(
         ctx: &GpuContext,
         layout: &ModelWeights<'_>,
         reader: &dyn TensorReader,
         plan: &FusionPlan,
+        memory: LoadMemory,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(HashMap<String, GpuTensor>, ModelWeights<'static>)> {
         let with = |tensors: BTreeMap<String, Tensor<'static>>| ModelWeights {
@@ -159,6 +170,12 @@ impl Forward {
         progress(0, total);
         for (layer, names) in read_groups(layout) {
             let group = with(reader.read_tensors(&names).await?);
+            let what = match (layer, names.as_slice()) {
+                (_, [one]) => format!("tensor `{one}`"),
+                (Some(l), _) => format!("layer {l}'s tensors"),
+                (None, _) => format!("tensors {}", names.join(", ")),
+            };
+            let scope = memory.allocating(ctx, what);
             for (name, t) in &group.tensors {
                 Self::upload_one(ctx, name, t, plan, &mut out)?;
             }
@@ -167,6 +184,7 @@ impl Forward {
                     out.insert(name.clone(), GpuTensor::upload(ctx, &name, &t)?);
                 }
             }
+            scope.done(ctx).await?;
             done = done.saturating_add(group.weight_bytes());
             progress(done.min(total), total);
             if layer.is_none() {
