@@ -34,6 +34,18 @@ pub struct Q8Rows {
     pub cols: usize,
 }
 
+/// `y.round() as i32` (halves away from zero) for `|y|` below 2²³, without the call to
+/// `roundf` that `f32::round` becomes where the CPU has no such instruction (x86_64's baseline
+/// SSE2, WebAssembly), so that the quantizing loop stays in vector registers. Truncation toward
+/// zero is exact, and so is the remainder `y − trunc(y)` (Sterbenz: `trunc(y)` is within a
+/// factor of two of `y`, or zero); NaN gives 0 as `round() as i32` does.
+#[inline(always)]
+fn round_half_away(y: f32) -> i32 {
+    let t = y as i32;
+    let rem = y - t as f32;
+    t + i32::from(rem >= 0.5) - i32::from(rem <= -0.5)
+}
+
 impl Q8Rows {
     /// Quantizes `x: [tokens, cols]` (`cols` a multiple of [`QK`]) into `self`, reusing its
     /// buffers.
@@ -54,7 +66,7 @@ impl Q8Rows {
             let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
             let mut sum = 0i32;
             for (q, &v) in qs.iter_mut().zip(xs) {
-                let r = (v * inv).round() as i32;
+                let r = round_half_away(v * inv);
                 *q = r as i8;
                 sum += r;
             }
@@ -369,6 +381,31 @@ pub(super) type Row<'a> = (&'a [i8], &'a [f32], &'a [f32]);
 
 #[cfg(test)]
 mod tests {
+    /// The quantizer's rounding is `f32::round`'s over the range it sees (activations over
+    /// their scale: at most 127 in magnitude), halves and their neighbours included.
+    #[test]
+    fn rounding_matches_f32_round_halves_away_from_zero() {
+        let mut values = vec![
+            0.0f32,
+            -0.0,
+            f32::NAN,
+            0.49999997,
+            -0.49999997,
+            1e-30,
+            -1e-30,
+        ];
+        for k in -140 * 1024..=140 * 1024 {
+            values.push(k as f32 / 1024.0);
+        }
+        for k in -140..=140 {
+            let half = k as f32 + 0.5;
+            values.extend([half, half.next_up(), half.next_down(), -half]);
+        }
+        for y in values {
+            assert_eq!(super::round_half_away(y), y.round() as i32, "{y:e}");
+        }
+    }
+
     /// Every f16 converts exactly as `half` converts it.
     #[test]
     fn f16_conversion_is_exact_for_every_value() {

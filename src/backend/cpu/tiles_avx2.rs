@@ -22,7 +22,8 @@ use std::arch::x86_64::*;
 
 use super::super::quant::Q8Rows;
 use super::{
-    by_passes, pair_lines, place, At, Kind, Tile, PREFETCH, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, QK,
+    by_passes, offset_sum, pair_lines, place, At, Kind, Tile, PREFETCH, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q8_0, QK,
 };
 
 /// Rows to a register (a pass over half a tile).
@@ -142,28 +143,15 @@ impl Tile {
         s: &[f32],
         part: usize,
     ) -> __m256 {
-        let full = self.blocks / 8 * 8;
         let pair = pair_lines(K) * 64;
         // SAFETY: every load reads 8 offsets of a block inside its pair's record.
         let m = |b: usize| unsafe {
             let at = b / 2 * pair + place(K, b % 2).offsets + 2 * LANES * part;
             _mm256_cvtph_ps(_mm_loadu_si128(tile.add(at).cast()))
         };
-        let mut lanes = [_mm256_setzero_ps(); 8];
-        for c in (0..full).step_by(8) {
-            for (i, lane) in lanes.iter_mut().enumerate() {
-                *lane = _mm256_add_ps(*lane, _mm256_mul_ps(m(c + i), _mm256_set1_ps(s[c + i])));
-            }
-        }
-        let mut total = _mm256_set1_ps(-0.0);
-        for lane in lanes {
-            total = _mm256_add_ps(total, lane);
-        }
-        let mut tail = _mm256_set1_ps(-0.0);
-        for (b, &sb) in s.iter().enumerate().take(self.blocks).skip(full) {
-            tail = _mm256_add_ps(tail, _mm256_mul_ps(m(b), _mm256_set1_ps(sb)));
-        }
-        _mm256_add_ps(total, tail)
+        let splat = |x: f32| _mm256_set1_ps(x);
+        let (add, mul) = (|a, b| _mm256_add_ps(a, b), |a, b| _mm256_mul_ps(a, b));
+        offset_sum(self.blocks, s, m, splat, add, mul)
     }
 }
 

@@ -23,7 +23,9 @@
 use std::arch::wasm32::*;
 
 use super::super::quant::Q8Rows;
-use super::{by_passes, pair_lines, place, At, Kind, Tile, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, QK};
+use super::{
+    by_passes, offset_sum, pair_lines, place, At, Kind, Tile, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, QK,
+};
 
 /// Rows to a register (a pass over a quarter of a tile).
 const LANES: usize = 4;
@@ -130,28 +132,15 @@ impl Tile {
         s: &[f32],
         part: usize,
     ) -> v128 {
-        let full = self.blocks / 8 * 8;
         let pair = pair_lines(K) * 64;
         // SAFETY: every load reads 4 offsets of a block inside its pair's record.
         let m = |b: usize| unsafe {
             let at = b / 2 * pair + place(K, b % 2).offsets + 2 * LANES * part;
             f16x4(tile.add(at))
         };
-        let mut lanes = [f32x4_splat(0.0); 8];
-        for c in (0..full).step_by(8) {
-            for (i, lane) in lanes.iter_mut().enumerate() {
-                *lane = f32x4_add(*lane, f32x4_mul(m(c + i), f32x4_splat(s[c + i])));
-            }
-        }
-        let mut total = f32x4_splat(-0.0);
-        for lane in lanes {
-            total = f32x4_add(total, lane);
-        }
-        let mut tail = f32x4_splat(-0.0);
-        for (b, &sb) in s.iter().enumerate().take(self.blocks).skip(full) {
-            tail = f32x4_add(tail, f32x4_mul(m(b), f32x4_splat(sb)));
-        }
-        f32x4_add(total, tail)
+        let splat = |x: f32| f32x4_splat(x);
+        let (add, mul) = (|a, b| f32x4_add(a, b), |a, b| f32x4_mul(a, b));
+        offset_sum(self.blocks, s, m, splat, add, mul)
     }
 }
 

@@ -82,10 +82,13 @@ impl Kind {
         }
     }
 
-    /// What the unsigned weights' sum over a half-block is corrected by, times `Σ q`.
-    fn correction(self) -> i32 {
+    /// What the unsigned weights' sum over a half-block is corrected by, times `Σ q`, on
+    /// `isa` (0: no correction). Only VNNI multiplies Q8_0's values unsigned; AVX2 and relaxed
+    /// SIMD take them in the signed form, which needs none.
+    fn correction(self, isa: Option<Isa>) -> i32 {
         match self {
-            Kind::Q8_0 => 128,
+            Kind::Q8_0 if isa.is_some_and(Isa::unsigned_q8_0) => 128,
+            Kind::Q8_0 => 0,
             Kind::Q4_0 => 8,
             Kind::Q5_0 => 16,
             Kind::Q4_1 | Kind::Q5_1 => 0,
@@ -148,12 +151,13 @@ const Q4_1: u8 = 2;
 const Q5_0: u8 = 3;
 const Q5_1: u8 = 4;
 
-/// What starts each half-block's integer sum for the unsigned weights of `dtype`: `−c · Σq`
-/// per token and half-block (`c` 128 for Q8_0, 8 for Q4_0, 16 for Q5_0), `[tokens, cols /
-/// 16]`; empty for Q4_1 and Q5_1, whose stored values are their values.
+/// What starts each half-block's integer sum for the unsigned weights of `dtype` on this
+/// CPU's tiles: `−c · Σq` per token and half-block (`c` 8 for Q4_0, 16 for Q5_0, 128 for Q8_0
+/// on VNNI), `[tokens, cols / 16]`; empty where the kernel needs none (Q4_1 and Q5_1, whose
+/// stored values are their values; Q8_0 in the signed form).
 pub(super) fn corrections(dtype: DType, q8: &Q8Rows) -> Vec<i32> {
-    match Kind::of(dtype) {
-        Some(k) if k.correction() != 0 => q8.isum.iter().map(|&s| -k.correction() * s).collect(),
+    match Kind::of(dtype).map(|k| k.correction(isa())) {
+        Some(c) if c != 0 => q8.isum.iter().map(|&s| -c * s).collect(),
         _ => Vec::new(),
     }
 }
@@ -171,6 +175,17 @@ pub(super) enum Isa {
     /// `i16x8.relaxed_dot_i8x16_i7x16_s` ([`relaxed`]).
     #[cfg(target_arch = "wasm32")]
     Relaxed,
+}
+
+impl Isa {
+    /// Whether the kernel multiplies Q8_0's values unsigned (`w + 128`, corrected by
+    /// `128 · Σq`) rather than in the signed form.
+    fn unsigned_q8_0(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self == Isa::Vnni;
+        #[cfg(target_arch = "wasm32")]
+        return false;
+    }
 }
 
 /// The instructions this CPU runs tiles on, if any (asked once).
@@ -318,7 +333,7 @@ impl Tile {
         let tile = self.lines.tile(g);
         let pair = pair_lines(self.kind.code()) * 64;
         assert_eq!(tile.len(), self.blocks.div_ceil(2) * pair);
-        assert!(self.kind.correction() == 0 || corrections.len() >= tokens * halves);
+        assert!(self.kind.correction(Some(self.isa)) == 0 || corrections.len() >= tokens * halves);
         assert!(q8.d.len() >= tokens * halves && q8.s.len() >= tokens * self.blocks);
         let tile = tile.as_ptr();
         #[cfg(target_arch = "x86_64")]
@@ -334,6 +349,38 @@ impl Tile {
             Isa::Relaxed => unsafe { self.product_relaxed(tile, q8, corrections, out) },
         }
     }
+}
+
+/// What Q4_1's and Q5_1's offsets add to a register of a tile's rows for one token:
+/// `Σ_b m(b) · s[b]` over `blocks` blocks, `m(b)` block `b`'s offsets for the register's rows
+/// and `s` the token's block sums, added as `dot_f32` adds them (eight lanes by block index,
+/// summed in order, then the blocks past the last eight), so every kernel keeps the row
+/// path's bits. `splat`, `add` and `mul` are the kernel's vector operations.
+#[inline(always)]
+pub(super) fn offset_sum<V: Copy>(
+    blocks: usize,
+    s: &[f32],
+    m: impl Fn(usize) -> V,
+    splat: impl Fn(f32) -> V,
+    add: impl Fn(V, V) -> V,
+    mul: impl Fn(V, V) -> V,
+) -> V {
+    let full = blocks / 8 * 8;
+    let mut lanes = [splat(0.0); 8];
+    for c in (0..full).step_by(8) {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            *lane = add(*lane, mul(m(c + i), splat(s[c + i])));
+        }
+    }
+    let mut total = splat(-0.0);
+    for lane in lanes {
+        total = add(total, lane);
+    }
+    let mut tail = splat(-0.0);
+    for (b, &sb) in s.iter().enumerate().take(blocks).skip(full) {
+        tail = add(tail, mul(m(b), splat(sb)));
+    }
+    add(total, tail)
 }
 
 /// Where the tokens of a tile start: values, half-block scales and corrections, and their

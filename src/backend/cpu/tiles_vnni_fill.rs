@@ -38,17 +38,24 @@ impl Filler {
         }
     }
 
-    /// [`Self::transpose_sse2`] in WebAssembly SIMD128: the same shuffles, the same bytes.
+    /// The 16 rows' values of every block, four rows' 16-byte runs at a time: `four(from,
+    /// to)` loads 16 bytes at each of the four `from` (rows `4i..4i + 4`), transposes them as
+    /// 4 × 4 words (word `w` of every row together), flips Q8_0's sign bits and stores word
+    /// `w`'s four rows at `to[w]` (a quarter of a line); then the block's scalars.
     ///
     /// # Safety
-    /// `data` holds 16 rows of `row_bytes` (whole blocks) and `tile` is sized for them.
-    #[cfg(target_arch = "wasm32")]
-    unsafe fn transpose_simd128(&self, tile: &mut [u8], data: &[u8]) {
-        use std::arch::wasm32::*;
+    /// `data` holds 16 rows of `row_bytes` (whole blocks), `tile` is sized for them, and
+    /// `four` reads and writes only the 16 bytes at each pointer it is given.
+    #[inline(always)]
+    unsafe fn by_fours(
+        &self,
+        tile: &mut [u8],
+        data: &[u8],
+        four: impl Fn([*const u8; 4], [*mut u8; 4]),
+    ) {
         let (k, row_bytes) = (self.kind, self.row_bytes);
         let (size, at) = (self.layout.size, self.layout.values);
         let pair = pair_lines(k.code()) * 64;
-        let flip = u8x16_splat(if k == Kind::Q8_0 { 0x80 } else { 0 });
         let base = data.as_ptr();
         for b in 0..self.blocks {
             let place = place(k.code(), b % 2);
@@ -60,28 +67,44 @@ impl Filler {
                 let dst = rec.add(place.values);
                 for run in 0..k.words() / 4 {
                     for i in 0..ROWS / 4 {
-                        let x: [v128; 4] = std::array::from_fn(|m| {
-                            v128_load(block(4 * i + m).add(at + 16 * run).cast())
-                        });
-                        let t0 = i32x4_shuffle::<0, 4, 1, 5>(x[0], x[1]);
-                        let t1 = i32x4_shuffle::<2, 6, 3, 7>(x[0], x[1]);
-                        let t2 = i32x4_shuffle::<0, 4, 1, 5>(x[2], x[3]);
-                        let t3 = i32x4_shuffle::<2, 6, 3, 7>(x[2], x[3]);
-                        let words = [
-                            i64x2_shuffle::<0, 2>(t0, t2),
-                            i64x2_shuffle::<1, 3>(t0, t2),
-                            i64x2_shuffle::<0, 2>(t1, t3),
-                            i64x2_shuffle::<1, 3>(t1, t3),
-                        ];
-                        for (w, v) in words.into_iter().enumerate() {
-                            let to = dst.add((4 * run + w) * 64 + 16 * i);
-                            v128_store(to.cast(), v128_xor(v, flip));
-                        }
+                        let from = std::array::from_fn(|m| block(4 * i + m).add(at + 16 * run));
+                        let to = std::array::from_fn(|w| dst.add((4 * run + w) * 64 + 16 * i));
+                        four(from, to);
                     }
                 }
                 self.scalars(block, rec, place);
             }
         }
+    }
+
+    /// The SSE2 transpose (`transpose_sse2`) in WebAssembly SIMD128: the same shuffles, the
+    /// same bytes.
+    ///
+    /// # Safety
+    /// `data` holds 16 rows of `row_bytes` (whole blocks) and `tile` is sized for them.
+    #[cfg(target_arch = "wasm32")]
+    unsafe fn transpose_simd128(&self, tile: &mut [u8], data: &[u8]) {
+        use std::arch::wasm32::*;
+        let flip = u8x16_splat(if self.kind == Kind::Q8_0 { 0x80 } else { 0 });
+        // SAFETY: the caller's promise; each pointer is read or written 16 bytes.
+        let four = |from: [*const u8; 4], to: [*mut u8; 4]| unsafe {
+            let x = from.map(|p| v128_load(p.cast()));
+            let t0 = i32x4_shuffle::<0, 4, 1, 5>(x[0], x[1]);
+            let t1 = i32x4_shuffle::<2, 6, 3, 7>(x[0], x[1]);
+            let t2 = i32x4_shuffle::<0, 4, 1, 5>(x[2], x[3]);
+            let t3 = i32x4_shuffle::<2, 6, 3, 7>(x[2], x[3]);
+            let words = [
+                i64x2_shuffle::<0, 2>(t0, t2),
+                i64x2_shuffle::<1, 3>(t0, t2),
+                i64x2_shuffle::<0, 2>(t1, t3),
+                i64x2_shuffle::<1, 3>(t1, t3),
+            ];
+            for (v, to) in words.into_iter().zip(to) {
+                v128_store(to.cast(), v128_xor(v, flip));
+            }
+        };
+        // SAFETY: the caller's promise.
+        unsafe { self.by_fours(tile, data, four) }
     }
 
     /// [`Self::transpose`] with SSE2 (a CPU without AVX-512): each run of four words of four
@@ -91,47 +114,31 @@ impl Filler {
     /// `data` holds 16 rows of `row_bytes` (whole blocks) and `tile` is sized for them.
     #[cfg(target_arch = "x86_64")]
     pub(super) unsafe fn transpose_sse2(&self, tile: &mut [u8], data: &[u8]) {
-        let (k, row_bytes) = (self.kind, self.row_bytes);
-        let (size, at) = (self.layout.size, self.layout.values);
-        let pair = pair_lines(k.code()) * 64;
-        let flip = _mm_set1_epi32(if k == Kind::Q8_0 {
+        let flip = _mm_set1_epi32(if self.kind == Kind::Q8_0 {
             0x8080_8080u32 as i32
         } else {
             0
         });
-        let base = data.as_ptr();
-        for b in 0..self.blocks {
-            let place = place(k.code(), b % 2);
-            // SAFETY: every read lies in block `b` of one of the 16 rows of `data`, every
-            // write in block `b`'s part of its pair's record (the caller's promise).
-            unsafe {
-                let block = |j: usize| base.add(j * row_bytes + b * size);
-                let rec = tile.as_mut_ptr().add(b / 2 * pair);
-                let dst = rec.add(place.values);
-                for run in 0..k.words() / 4 {
-                    for i in 0..ROWS / 4 {
-                        let x: [__m128i; 4] = std::array::from_fn(|m| {
-                            _mm_loadu_si128(block(4 * i + m).add(at + 16 * run).cast())
-                        });
-                        let t0 = _mm_unpacklo_epi32(x[0], x[1]);
-                        let t1 = _mm_unpackhi_epi32(x[0], x[1]);
-                        let t2 = _mm_unpacklo_epi32(x[2], x[3]);
-                        let t3 = _mm_unpackhi_epi32(x[2], x[3]);
-                        let words = [
-                            _mm_unpacklo_epi64(t0, t2),
-                            _mm_unpackhi_epi64(t0, t2),
-                            _mm_unpacklo_epi64(t1, t3),
-                            _mm_unpackhi_epi64(t1, t3),
-                        ];
-                        for (w, v) in words.into_iter().enumerate() {
-                            let to = dst.add((4 * run + w) * 64 + 16 * i);
-                            _mm_storeu_si128(to.cast(), _mm_xor_si128(v, flip));
-                        }
-                    }
-                }
-                self.scalars(block, rec, place);
+        // SAFETY: the caller's promise; each pointer is read or written 16 bytes (SSE2 is
+        // x86_64's baseline).
+        let four = |from: [*const u8; 4], to: [*mut u8; 4]| unsafe {
+            let x = from.map(|p| _mm_loadu_si128(p.cast()));
+            let t0 = _mm_unpacklo_epi32(x[0], x[1]);
+            let t1 = _mm_unpackhi_epi32(x[0], x[1]);
+            let t2 = _mm_unpacklo_epi32(x[2], x[3]);
+            let t3 = _mm_unpackhi_epi32(x[2], x[3]);
+            let words = [
+                _mm_unpacklo_epi64(t0, t2),
+                _mm_unpackhi_epi64(t0, t2),
+                _mm_unpacklo_epi64(t1, t3),
+                _mm_unpackhi_epi64(t1, t3),
+            ];
+            for (v, to) in words.into_iter().zip(to) {
+                _mm_storeu_si128(to.cast(), _mm_xor_si128(v, flip));
             }
-        }
+        };
+        // SAFETY: the caller's promise.
+        unsafe { self.by_fours(tile, data, four) }
     }
 
     /// Block `b`'s f16 scales (and offsets) and words of fifth bits of the 16 rows (`block(j)`
