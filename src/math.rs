@@ -56,6 +56,58 @@ pub fn softmax_exp(x: f32) -> f32 {
     }
 }
 
+/// [`softmax_exp`] in f64, for sampling's softmax and log-sum-exp over a whole vocabulary
+/// (the `libm` call took about 14 ns per token id: a millisecond of every decode step at
+/// 50,000 ids, with the CPU's threads idle). The same steps: `x = n·ln 2 + r` with `n`
+/// rounded to nearest by adding 1.5·2⁵², `r` by ln 2 in two parts (the first exact times `n`),
+/// `eʳ` by its Taylor series to r¹³ on |r| ≤ ln 2 / 2 (the terms left out are below 2⁻⁵⁷ of
+/// it), then 2ⁿ put in the exponent bits; plain f64 operations, so every target gives the same
+/// bits. Within 2 ulp of eˣ (the tests check a sample of every range); 0 below −708.39 (under
+/// f64's smallest normal, where eˣ would be subnormal), NaN for NaN; a positive `x` is taken
+/// as 0.
+#[inline(always)]
+pub fn softmax_exp_f64(x: f64) -> f64 {
+    // adding it leaves round(v) in the low mantissa bits (v within ±2⁵¹)
+    const SHIFTER: f64 = 6_755_399_441_055_744.0;
+    // ln 2 = LN2_HI + LN2_LO; LN2_HI has 32 significant bits, so n · LN2_HI is exact
+    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    // ln 2⁻¹⁰²²: below it the result would be subnormal
+    const LOWEST: f64 = -708.396_418_532_264_1;
+    // 1/k! for k = 13 down to 2: eʳ − 1 − r = r² · (1/2 + r/6 + …)
+    const P: [f64; 12] = [
+        1.0 / 6_227_020_800.0,
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+    ];
+    let c = x.clamp(LOWEST, 0.0);
+    let t = c * std::f64::consts::LOG2_E + SHIFTER;
+    let n = t - SHIFTER;
+    let r = (c - n * LN2_HI) - n * LN2_LO;
+    let mut poly = P[0];
+    for p in &P[1..] {
+        poly = poly * r + p;
+    }
+    let e_r = poly * (r * r) + r + 1.0;
+    // 2ⁿ: n (in −1022..=0) is t's bits less the shifter's
+    let biased = (t.to_bits() as i64 - SHIFTER.to_bits() as i64 + 1023) as u64;
+    let y = e_r * f64::from_bits(biased << 52);
+    if x < LOWEST {
+        0.0
+    } else {
+        y
+    }
+}
+
 /// `tanh x` (f32).
 #[inline]
 pub fn tanh_f32(x: f32) -> f32 {
@@ -149,6 +201,46 @@ mod tests {
         assert_eq!(softmax_exp(-1000.0), 0.0);
         // the scale's edge: n = −126 gives the smallest normal's power
         assert!(ulps(softmax_exp(-87.33), f64::from(-87.33f32).exp()) <= 1);
+    }
+
+    /// Distance in ulp between two positive f64.
+    fn ulps64(got: f64, want: f64) -> u64 {
+        (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs()
+    }
+
+    #[test]
+    fn softmax_exp_f64_is_within_two_ulp_of_libm() {
+        // a sample of every binade from 2⁻⁴⁰ to 708 (each scaled by an odd step), the
+        // multiples of ln 2 / 2 where r is largest and their neighbours, and the edges
+        let mut xs = vec![-1e-300, -f64::MIN_POSITIVE, -0.5, -1.0, -708.39, -708.396];
+        for e in -40..10 {
+            let base = (e as f64).exp2();
+            for k in 0..2000 {
+                xs.push(-base * (1.0 + k as f64 * 0.000_499_7));
+            }
+        }
+        for k in 0..2045 {
+            let at = -(k as f64) * std::f64::consts::LN_2 / 2.0;
+            xs.extend([at, at.next_up(), at.next_down()]);
+        }
+        let mut worst = (0u64, 0.0f64);
+        for x in xs.into_iter().filter(|&x| x <= 0.0) {
+            let got = softmax_exp_f64(x);
+            if x >= -708.396_418_532_264_1 {
+                let u = ulps64(got, exp(x));
+                if u > worst.0 {
+                    worst = (u, x);
+                }
+            } else {
+                assert_eq!(got, 0.0, "below the range: {x}");
+            }
+        }
+        assert!(worst.0 <= 2, "{} ulp at {}", worst.0, worst.1);
+        assert_eq!(softmax_exp_f64(0.0), 1.0);
+        assert_eq!(softmax_exp_f64(-0.0), 1.0);
+        assert!(softmax_exp_f64(f64::NAN).is_nan());
+        assert_eq!(softmax_exp_f64(f64::NEG_INFINITY), 0.0);
+        assert_eq!(softmax_exp_f64(-1000.0), 0.0);
     }
 
     #[test]
