@@ -70,8 +70,8 @@ pub fn softmax_exp_f64(x: f64) -> f64 {
     // adding it leaves round(v) in the low mantissa bits (v within ±2⁵¹)
     const SHIFTER: f64 = 6_755_399_441_055_744.0;
     // ln 2 = LN2_HI + LN2_LO; LN2_HI has 32 significant bits, so n · LN2_HI is exact
-    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
     // ln 2⁻¹⁰²²: below it the result would be subnormal
     const LOWEST: f64 = -708.396_418_532_264_1;
     // 1/k! for k = 13 down to 2: eʳ − 1 − r = r² · (1/2 + r/6 + …)

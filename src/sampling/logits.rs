@@ -156,7 +156,11 @@ mod tests {
                 .collect();
             let max = max_f64(values.iter().copied());
             let plain: f64 = values.iter().map(|&x| weight(x, max)).sum();
-            assert_eq!(sum_weights(&values, max).to_bits(), plain.to_bits(), "{len}");
+            assert_eq!(
+                sum_weights(&values, max).to_bits(),
+                plain.to_bits(),
+                "{len}"
+            );
         }
         let filtered = [f32::NEG_INFINITY; 3];
         assert_eq!(sum_weights(&filtered, max_f64(filtered.into_iter())), 0.0);
