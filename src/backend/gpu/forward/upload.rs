@@ -29,6 +29,15 @@ fn as_f32_tensor(name: &str, t: &Tensor<'_>) -> Result<Tensor<'static>> {
     })
 }
 
+/// A group of [`read_groups`] in an out-of-memory error: the tensor, or the layer.
+fn group_name(layer: Option<usize>, names: &[String]) -> String {
+    match (layer, names) {
+        (_, [one]) => format!("tensor `{one}`"),
+        (Some(l), _) => format!("layer {l}'s tensors"),
+        (None, _) => format!("tensors {}", names.join(", ")),
+    }
+}
+
 impl Forward {
     /// Checks every buffer the model will need against the device's limits before anything is
     /// allocated, so a model that cannot run fails at once with the numbers.
@@ -91,8 +100,9 @@ impl Forward {
     /// Uploads every tensor, replacing those that `plan` fuses by the fused ones (built one
     /// layer at a time, so at most one layer's copies exist at once).
     ///
-    /// Each tensor's buffers are made inside an out-of-memory scope ([`Error::OutOfMemory`]
-    /// names the tensor); on an error every buffer made so far is dropped with `out`.
+    /// A layer's tensors (and its fused ones) are made inside one out-of-memory scope, each
+    /// tensor outside the layers in its own ([`Error::OutOfMemory`] names them); on an error
+    /// every buffer made so far is dropped with `out`.
     pub(super) async fn upload(
         ctx: &GpuContext,
         weights: &ModelWeights<'_>,
@@ -104,19 +114,22 @@ impl Forward {
         let total = weights.weight_bytes();
         let mut done = 0u64;
         progress(0, total);
-        for (name, t) in &weights.tensors {
-            done += t.data.len() as u64;
-            let scope = memory.allocating(ctx, format!("tensor `{name}`"));
-            Self::upload_one(ctx, name, t, plan, &mut out)?;
-            scope.done(ctx).await?;
-            progress(done, total);
-        }
-        for layer in 0..weights.config.n_layers {
-            let scope = memory.allocating(ctx, format!("layer {layer}'s fused tensors"));
-            for (name, t) in fuse::fused_tensors(weights, plan, layer)? {
-                out.insert(name.clone(), GpuTensor::upload(ctx, &name, &t)?);
+        for (layer, names) in read_groups(weights) {
+            let scope = memory.allocating(ctx, group_name(layer, &names));
+            for name in &names {
+                let Some(t) = weights.tensors.get(name) else {
+                    continue;
+                };
+                Self::upload_one(ctx, name, t, plan, &mut out)?;
+                done += t.data.len() as u64;
+            }
+            if let Some(layer) = layer.filter(|&l| l < weights.config.n_layers) {
+                for (name, t) in fuse::fused_tensors(weights, plan, layer)? {
+                    out.insert(name.clone(), GpuTensor::upload(ctx, &name, &t)?);
+                }
             }
             scope.done(ctx).await?;
+            progress(done, total);
         }
         progress(total, total);
         Ok(out)
@@ -170,12 +183,7 @@ impl Forward {
         progress(0, total);
         for (layer, names) in read_groups(layout) {
             let group = with(reader.read_tensors(&names).await?);
-            let what = match (layer, names.as_slice()) {
-                (_, [one]) => format!("tensor `{one}`"),
-                (Some(l), _) => format!("layer {l}'s tensors"),
-                (None, _) => format!("tensors {}", names.join(", ")),
-            };
-            let scope = memory.allocating(ctx, what);
+            let scope = memory.allocating(ctx, group_name(layer, &names));
             for (name, t) in &group.tensors {
                 Self::upload_one(ctx, name, t, plan, &mut out)?;
             }
