@@ -26,18 +26,28 @@ pub(super) fn max_f64(values: impl Iterator<Item = f32>) -> f64 {
 }
 
 /// `exp(x - max)`, exactly zero for filtered (`-inf`) logits; for `x ≤ max` (every caller's
-/// case: `max` is the largest) through [`crate::math::softmax_exp_f64`], which a vocabulary's
-/// worth of calls take at a fraction of the library's cost (0 where the weight would be
-/// subnormal, below 10⁻³⁰⁷ of the largest).
+/// case: `max` is the largest) [`weight_at_most`], else the library's `exp`.
 #[inline]
 pub(super) fn weight(x: f32, max: f64) -> f64 {
     let d = f64::from(x) - max;
+    if d > 0.0 {
+        crate::math::exp(d)
+    } else {
+        weight_at_most(x, max)
+    }
+}
+
+/// [`weight`] for `x ≤ max`, through [`crate::math::softmax_exp_f64`], which a vocabulary's
+/// worth of calls take at a fraction of the library's cost (0 where the weight would be
+/// subnormal, below 10⁻³⁰⁷ of the largest); a select rather than a branch, so that a loop of
+/// them vectorizes.
+#[inline(always)]
+fn weight_at_most(x: f32, max: f64) -> f64 {
+    let e = crate::math::softmax_exp_f64(f64::from(x) - max);
     if x == f32::NEG_INFINITY {
         0.0
-    } else if d <= 0.0 {
-        crate::math::softmax_exp_f64(d)
     } else {
-        crate::math::exp(d)
+        e
     }
 }
 
@@ -50,8 +60,7 @@ pub(super) fn sum_weights(values: &[f32], max: f64) -> f64 {
     let mut buf = [0.0f64; 64];
     for chunk in values.chunks(64) {
         for (w, &x) in buf.iter_mut().zip(chunk) {
-            let e = crate::math::softmax_exp_f64(f64::from(x) - max);
-            *w = if x == f32::NEG_INFINITY { 0.0 } else { e };
+            *w = weight_at_most(x, max);
         }
         for w in &buf[..chunk.len()] {
             sum += w;
