@@ -82,6 +82,17 @@ enum Body {
     Bytes(Vec<u8>),
 }
 
+/// A set's total for its progress: the sum of its files' sizes once every one is known, else 0.
+fn set_total(sizes: &[Option<u64>]) -> u64 {
+    match sizes.iter().all(Option::is_some) {
+        true => sizes
+            .iter()
+            .flatten()
+            .fold(0u64, |t, n| t.saturating_add(*n)),
+        false => 0,
+    }
+}
+
 impl Source {
     /// Recognises a URL string (or an object with an `href`, such as `URL`), a Blob, an
     /// ArrayBuffer or any ArrayBuffer view; or a list of those, or a `FileList`, as the files of
@@ -175,16 +186,7 @@ impl Source {
         let single = sources.len() == 1;
         let known: RefCell<Vec<Option<u64>>> =
             RefCell::new(sources.iter().map(Source::size_now).collect());
-        // the sum of every size, once each is known
-        let total_now = || {
-            let k = known.borrow();
-            let sum = k.iter().flatten().fold(0u64, |t, n| t.saturating_add(*n));
-            if k.iter().all(Option::is_some) {
-                sum
-            } else {
-                0
-            }
-        };
+        let total_now = || set_total(&known.borrow());
         let mut done = 0u64;
         let mut out = Fetched {
             parts: Vec::with_capacity(sources.len()),
@@ -307,12 +309,8 @@ impl Source {
                     sizes[i] = Some(total);
                 }
                 let now = done.saturating_add(loaded);
-                let sum = sizes
-                    .iter()
-                    .flatten()
-                    .fold(0u64, |t, n| t.saturating_add(*n));
-                let known = sizes.iter().all(Option::is_some);
-                progress(now, if known { sum.max(now) } else { 0 });
+                let total = set_total(&sizes);
+                progress(now, if total > 0 { total.max(now) } else { 0 });
             };
             let mut anything = |_: u64| Ok(());
             let got =
